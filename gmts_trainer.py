@@ -1,0 +1,334 @@
+"""GMTSTrainer: GRPO that trains on the top fraction of completion tokens, ranked by entropy (ETS) or |entropy x omega|
+(GMTS, Lv, Zhang, Zhang, arXiv 2608.30632, eq. 4). The ranking math lives in selection.py.
+
+What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
+1. `get_high_entropy_mask` (TRL's own hook in `_compute_loss`, applied as `per_token_loss * mask`) returns our
+   selection. The trainer turns the hook on by setting `self.top_entropy_quantile = selection_ratio`.
+2. `_generate_and_score_completions`: after TRL has generated, scored and computed the advantages, the "batch" and
+   "group" scopes choose the kept tokens for the whole generation batch, across every process, and store the mask in
+   the batch as `selection_mask` (B, T). TRL's shuffle and split carry it with its rows into each microbatch.
+3. Entropy for those scopes comes, in order of preference, from (a) the generation itself: a logits processor records
+   the entropy of softmax(logits / temperature) at each decoding step, the very distribution the training forward
+   scores when num_iterations == 1; (b) the no-grad scoring pass TRL already makes for `old_per_token_logps`, whose
+   fused LM head computes entropy anyway; (c) one fused no-grad pass of our own (vLLM without IS correction,
+   continuous batching, tools, beta != 0, or `selection_entropy_source="scoring_pass"`).
+4. `_compute_loss` only records its `inputs` so the hook can see the advantages; `_get_per_token_logps_and_entropies`
+   only records what it returns (live log-probs for omega in "microbatch" scope, entropy in case (b)).
+
+The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
+tokens in the generation batch (the 80/20 paper's eq. 7; the GMTS paper keeps it). It is the same number for every
+arm, so two arms differ only in which tokens they keep, and the step is ~ratio times a no-selection step. The
+alternative `selection_normalizer="kept_tokens"` divides by the kept count instead (a 1/ratio larger step: a
+learning-rate change in disguise, offered for ablation, refused where it would differ between arms).
+
+Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
+with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks
+every microbatch with the live ratio and clip indicator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.utils import logging
+from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+
+from selection import ets_scores, gmts_omega, gmts_scores, select_top_fraction, selection_stats
+
+logger = logging.get_logger(__name__)
+
+TOKEN_SELECTIONS = ("all", "entropy", "gmts")
+SELECTION_SCOPES = ("batch", "microbatch", "group")
+SELECTION_NORMALIZERS = ("all_tokens", "kept_tokens")
+ENTROPY_SOURCES = ("auto", "scoring_pass")
+PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: undoes the selection
+PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] (+ KL) is the gradient coefficient
+
+
+@dataclass
+class GMTSConfig(GRPOConfig):
+    """`GRPOConfig` plus the token-selection fields. Defaults: GMTS, 20% of tokens, one threshold per batch."""
+
+    token_selection: str = field(
+        default="gmts",
+        metadata={"help": "Which tokens train: 'all' (plain GRPO), 'entropy' (ETS: top entropy) or 'gmts' "
+                          "(top |entropy x omega|).", "choices": list(TOKEN_SELECTIONS)},
+    )
+    selection_ratio: float = field(
+        default=0.2, metadata={"help": "Ratio of kept tokens, in (0, 1]: exactly ceil(ratio x valid tokens) are kept."}
+    )
+    selection_scope: str = field(
+        default="batch",
+        metadata={"help": "Where the threshold is taken: 'batch' (the whole generation batch, every process: the "
+                          "paper), 'microbatch' (each loss microbatch, gathered over processes) or 'group' (each "
+                          "prompt's group of rollouts).", "choices": list(SELECTION_SCOPES)},
+    )
+    selection_normalizer: str = field(
+        default="all_tokens",
+        metadata={"help": "Loss denominator: 'all_tokens' (TRL's, every completion token; same for every arm) or "
+                          "'kept_tokens' (kept count; loss_type 'dapo' only).", "choices": list(SELECTION_NORMALIZERS)},
+    )
+    selection_entropy_source: str = field(
+        default="auto",
+        metadata={"help": "'auto': entropy recorded while generating when exact, else from a scoring pass; "
+                          "'scoring_pass': always a fused no-grad pass (for benchmarks).",
+                  "choices": list(ENTROPY_SOURCES)},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_selection_config(self)
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def check_selection_config(args: GMTSConfig) -> None:
+    """Refuse, with a reason, every configuration where selection would be silently wrong or meaningless."""
+    _choice("token_selection", args.token_selection, TOKEN_SELECTIONS)
+    _choice("selection_scope", args.selection_scope, SELECTION_SCOPES)
+    _choice("selection_normalizer", args.selection_normalizer, SELECTION_NORMALIZERS)
+    _choice("selection_entropy_source", args.selection_entropy_source, ENTROPY_SOURCES)
+    r = args.selection_ratio
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
+        raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
+    if args.token_selection == "all":
+        return
+    if args.loss_type in PER_SEQUENCE_LOSSES:
+        raise ValueError(
+            f"loss_type={args.loss_type!r} divides each answer by its own length, which renormalizes the selection "
+            f"away (GMTS only moves tokens between answers). Use a token-level loss: 'dapo' (recommended) or 'bnpo'."
+        )
+    if args.token_selection == "gmts" and args.loss_type not in PPO_CLIP_LOSSES:
+        raise ValueError(
+            f"token_selection='gmts' needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), where omega = "
+            f"A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient coefficient."
+        )
+    if args.top_entropy_quantile < 1.0:
+        raise ValueError("Set selection_ratio, not top_entropy_quantile: both would choose tokens.")
+    if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
+        raise ValueError("selection_normalizer='kept_tokens' needs loss_type='dapo' and a 'batch' or 'group' scope, "
+                         "where the kept count is one number for the whole generation batch.")
+
+
+class _EntropyRecorder(LogitsProcessor):
+    """Records the entropy of softmax(logits / T) at each decoding step, and changes nothing.
+
+    Custom processors run before transformers' warpers (temperature, top-k, top-p), so `scores` are the model's
+    logits; dividing by T gives exactly the distribution TRL's fused LM head scores in training.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)  # (B, V), one row per sequence
+        self.steps.append(torch.special.entr(probs).sum(dim=-1))  # (B,)
+        return scores
+
+    def entropy(self, rows: int, width: int, device: torch.device) -> torch.Tensor | None:
+        if not self.steps or self.steps[0].numel() != rows:
+            return None
+        ent = torch.stack(self.steps, dim=1).to(device)  # (B, steps)
+        if ent.size(1) < width:  # pad_to_multiple_of can make the completion tensor wider than the decode
+            ent = torch.nn.functional.pad(ent, (0, width - ent.size(1)))
+        return ent[:, :width]
+
+
+class GMTSTrainer(GRPOTrainer):
+    """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens (ETS or GMTS).
+
+    See the module docstring for exactly what differs from `GRPOTrainer`. Selection metrics are logged under
+    `selection/` every step: kept_fraction, overlap (with the other ranking), top_answer_share, effective_answers,
+    entropy_kept_mean and entropy_all_mean.
+    """
+
+    _tag_names = ["trl", "grpo", "gmts"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, GMTSConfig):
+            raise TypeError(f"GMTSTrainer needs a GMTSConfig, got {type(self.args).__name__}")
+        check_selection_config(self.args)
+        self.selection_on = self.args.token_selection != "all"
+        if self.selection_on:
+            # Routes TRL's `_compute_loss` through `get_high_entropy_mask` (overridden below).
+            self.top_entropy_quantile = self.args.selection_ratio
+        self._loss_inputs: dict[str, Any] | None = None
+        self._live_logps: torch.Tensor | None = None
+        self._recorder: _EntropyRecorder | None = None
+        self._capture_scoring: dict[str, torch.Tensor] | None = None
+        self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
+
+    # ------------------------------------------------------------------ which entropy source
+    def _trl_makes_scoring_pass(self) -> bool:
+        """Mirrors TRL's condition for computing old_per_token_logps in `_generate_and_score_completions`."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self.args.gradient_accumulation_steps % generate_every != 0 or (
+            self.use_vllm and self.vllm_importance_sampling_correction
+        )
+
+    def _generation_entropy_is_exact(self) -> bool:
+        g = self.generation_config
+        return (
+            self.args.selection_entropy_source == "auto"
+            and not self.use_vllm
+            and not self.use_transformers_continuous_batching
+            and not self.tools
+            and getattr(self, "rollout_func", None) is None
+            and self.beta == 0.0
+            and g.repetition_penalty in (None, 1.0)
+            and not g.no_repeat_ngram_size
+            and not g.bad_words_ids
+        )
+
+    # ------------------------------------------------------------------ hooks into TRL
+    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+        if self._recorder is None:
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        model = self.accelerator.unwrap_model(self.model_wrapped)
+        model.generate = functools.partial(model.generate, logits_processor=LogitsProcessorList([self._recorder]))
+        try:
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        finally:
+            del model.generate  # drop the instance attribute: the class method shows through again
+
+    def _get_per_token_logps_and_entropies(self, model, *args, compute_entropy: bool = False, **kwargs):
+        capture = self._capture_scoring is not None and not self._capture_scoring
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+            model, *args, compute_entropy=compute_entropy or capture, **kwargs
+        )
+        if capture:  # TRL's own old_per_token_logps pass: keep the entropy its fused head computed anyway
+            self._capture_scoring.update(logps=logps, entropy=entropies)
+            entropies = entropies if compute_entropy else None
+        elif torch.is_grad_enabled() and self._loss_inputs is not None:
+            self._live_logps = logps.detach()
+        return logps, entropies, aux
+
+    def _compute_loss(self, model, inputs):
+        self._loss_inputs = inputs
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._loss_inputs, self._live_logps = None, None
+
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        batch_wide = self.selection_on and mode == "train" and self.args.selection_scope != "microbatch"
+        self._recorder, self._capture_scoring = None, None
+        if batch_wide and self._generation_entropy_is_exact():
+            self._recorder = _EntropyRecorder(self.temperature)
+        elif batch_wide and self._trl_makes_scoring_pass():
+            self._capture_scoring = {}
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            recorder, captured = self._recorder, self._capture_scoring
+            self._recorder, self._capture_scoring = None, None
+        if not self.selection_on:
+            return output
+        rows = output["completion_ids"].size(0)
+        offset = self.accelerator.process_index * rows
+        # Global row index // group size: which prompt's group each row belongs to; travels through the shuffle.
+        output["group_index"] = (torch.arange(rows, device=output["advantages"].device) + offset) // self.num_generations
+        if batch_wide:
+            self._select_generation_batch(output, recorder, captured)
+        return output
+
+    def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+        inputs = self._loss_inputs or {}
+        if "selection_mask" in inputs:  # batch/group scope: chosen once per generation batch
+            return inputs["selection_mask"].bool() & mask.bool()
+        # microbatch scope (and eval): rank this microbatch, gathered over every process, with the live omega
+        advantages = inputs["advantages"]
+        logps = self._live_logps
+        old = inputs.get("old_per_token_logps")
+        ratio = None if old is None or logps is None else torch.exp(logps - old)
+        if ratio is not None and self.importance_sampling_level == "sequence":
+            ratio = torch.exp(((logps - old) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1))
+        ref_ratio = None
+        if self.beta != 0.0:
+            ref_ratio = torch.exp(inputs["ref_per_token_logps"] - (logps if logps is not None else old))
+        omega = gmts_omega(advantages, ratio, self.epsilon_low, self.epsilon_high, self.beta, ref_ratio)
+        keep, _ = self._select_across_processes(
+            entropies.detach(), omega.expand_as(entropies), mask, advantages, inputs.get("group_index"), group_size=None
+        )
+        return keep
+
+    # ------------------------------------------------------------------ the selection itself
+    def _batch_entropy(self, output, recorder, captured) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, T) entropy of every completion token of the generation batch, and the policy log-probs if known."""
+        width = output["completion_ids"].size(1)
+        if recorder is not None:
+            ent = recorder.entropy(output["completion_ids"].size(0), width, output["completion_ids"].device)
+            if ent is not None:
+                self.entropy_source_used = "generation"
+                return ent, None
+            logger.warning_once("GMTS: no entropy was recorded during generation; falling back to a scoring pass.")
+        if captured and captured.get("entropy") is not None:
+            self.entropy_source_used = "trl_scoring_pass"
+            return captured["entropy"], captured["logps"]
+        self.entropy_source_used = "extra_scoring_pass"
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, ent, _ = super()._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, width,
+                batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
+            )
+        return ent, logps
+
+    def _select_generation_batch(self, output, recorder, captured) -> None:
+        entropy, logps = self._batch_entropy(output, recorder, captured)  # (B, T)
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        ref_ratio = None
+        if self.beta != 0.0:
+            ref_ratio = torch.exp(output["ref_per_token_logps"] - logps)
+        # The policy that generated is the policy being scored: r = 1 and no clip branch is active.
+        omega = gmts_omega(output["advantages"], None, beta=self.beta, ref_ratio=ref_ratio).expand_as(entropy)
+        group_size = self.num_generations if self.args.selection_scope == "group" else None
+        keep, kept_global = self._select_across_processes(
+            entropy, omega, mask, output["advantages"], output["group_index"], group_size
+        )
+        output["selection_mask"] = keep
+        if self.args.selection_normalizer == "kept_tokens":
+            output["num_items_in_batch"] = kept_global.to(output["num_items_in_batch"].dtype)
+
+    def _select_across_processes(self, entropy, omega, mask, advantages, group_index, group_size):
+        """Select on the concatenation of every process's rows, so the union of the per-process masks is the
+        single-process mask of the whole batch. Returns this process's (B, T) mask and the global kept count."""
+        acc = self.accelerator
+        width = entropy.size(1)
+        adv = advantages.float().reshape(-1)
+        if group_index is None:
+            group_index = torch.arange(entropy.size(0), device=entropy.device)
+        local = torch.stack([entropy.float().detach(), omega.float().detach(), mask.float()])  # (3, B, T)
+        if acc.num_processes > 1:
+            local = acc.pad_across_processes(local, dim=2, pad_index=0)
+            gathered = acc.gather(local.transpose(0, 1).contiguous()).transpose(0, 1)  # (3, P*B, T')
+            adv, group_index = acc.gather(adv), acc.gather(group_index)
+        else:
+            gathered = local
+        g_entropy, g_omega, g_mask = gathered[0], gathered[1], gathered[2].bool()
+        scores = {"entropy": ets_scores(g_entropy), "gmts": gmts_scores(g_entropy, g_omega)}
+        rule, other = self.args.token_selection, ("gmts" if self.args.token_selection == "entropy" else "entropy")
+        keep = select_top_fraction(scores[rule], g_mask, self.args.selection_ratio, group_size)
+        keep_other = select_top_fraction(scores[other], g_mask, self.args.selection_ratio, group_size)
+        mode = "train" if self.model.training else "eval"
+        stats = selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other)
+        for name, value in stats.items():
+            self._metrics[mode][f"selection/{name}"].append(value)
+        rows = entropy.size(0)
+        start = acc.process_index * rows if acc.num_processes > 1 else 0
+        return keep[start : start + rows, :width], keep.sum()

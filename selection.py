@@ -1,0 +1,189 @@
+"""Token selection for RLVR: ETS (top entropy) and GMTS (top |entropy x omega|), as pure tensor functions.
+
+Paper: Lv, Zhang, Zhang, "Gradient-Magnitude Token Selection" (arXiv 2608.30632).
+Baseline: Wang et al., "Beyond the 80/20 Rule" (ETS: train on the top 20% of tokens by entropy).
+
+Where the top 20% is chosen: `select_top_fraction` below. Everything here is a pure function of tensors, so the
+trainer (gmts_trainer.py) only decides *which* tensors to pass and over which scope.
+
+Notation (shapes are (B, T): B answers/rows, T completion positions):
+    entropy  E_t  entropy of the policy's next-token distribution at position t (at the sampling temperature)
+    omega    w_t  the scalar in front of grad log pi(o_t) in the policy-gradient term (paper eq. 3):
+                  w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)
+    score    ETS: E_t            GMTS: |E_t * w_t|   (paper eq. 4)
+
+Deviations from the paper, all deliberate:
+- Ties are broken by position (row-major order of the scored tensor, lower index first), so the kept count is
+  exactly ceil(ratio * n) on every batch. TRL's `get_high_entropy_mask` keeps `>= quantile`, which can keep more.
+- `ratio` is read as the decimal the user wrote (0.2 == 1/5, exactly), not as its binary float, so
+  ceil(0.2 * 15) is 3, not 4.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import torch
+
+__all__ = [
+    "ets_scores",
+    "gmts_scores",
+    "gmts_omega",
+    "select_top_fraction",
+    "kept_count",
+    "selection_stats",
+]
+
+
+def ets_scores(entropy: torch.Tensor) -> torch.Tensor:
+    """ETS ranks tokens by their entropy alone ("Beyond the 80/20 rule")."""
+    return entropy.float()
+
+
+def gmts_scores(entropy: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
+    """GMTS ranks tokens by |E x omega| (paper eq. 4): an estimate of the token's share of the gradient norm."""
+    return (entropy.float() * omega.float()).abs()
+
+
+def gmts_omega(
+    advantages: torch.Tensor,
+    ratio: torch.Tensor | None = None,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    beta: float = 0.0,
+    ref_ratio: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Omega per token: the coefficient of grad log pi_theta(o_t) in the gradient of the GRPO objective.
+
+    For the clipped surrogate min(r A, clip(r, 1-eps_low, 1+eps_high) A) the gradient is r A grad log pi where the
+    unclipped branch is active and 0 where the clipped one is (r > 1+eps_high with A > 0, or r < 1-eps_low with
+    A < 0). The k3 KL penalty beta * (pi_ref/pi - log(pi_ref/pi) - 1) adds beta * (pi_ref/pi - 1).
+
+    Args:
+        advantages: (B,) or (B, 1) per-answer advantages, or (B, T) per-token ones.
+        ratio: importance ratio pi_theta / pi_old, (B, T) or (B, 1); None means on-policy (r = 1).
+        epsilon_low, epsilon_high: PPO clip range.
+        beta: KL coefficient; when non-zero `ref_ratio` = pi_ref / pi_theta, (B, T), is required.
+
+    Returns:
+        (B, T) float32 omega (or (B, 1) when every input is per-answer). On-policy with beta 0 it equals the advantage.
+    """
+    a = advantages.float()
+    if a.dim() == 1:
+        a = a.unsqueeze(1)  # (B, 1)
+    if ratio is None:
+        omega = a
+    else:
+        r = ratio.float()
+        clipped = ((r > 1 + epsilon_high) & (a > 0)) | ((r < 1 - epsilon_low) & (a < 0))
+        omega = torch.where(clipped, torch.zeros_like(r * a), r * a)
+    if beta != 0.0:
+        if ref_ratio is None:
+            raise ValueError("gmts_omega: beta != 0 needs ref_ratio = pi_ref / pi_theta per token.")
+        omega = omega + beta * (ref_ratio.float() - 1.0)
+    return omega
+
+
+def _as_fraction(ratio: float) -> Fraction:
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0.0 < float(ratio) <= 1.0):
+        raise ValueError(f"ratio of kept tokens must be a number in (0, 1], got {ratio!r}")
+    return Fraction(repr(float(ratio)))
+
+
+def kept_count(num_valid: int, ratio: float) -> int:
+    """ceil(ratio * num_valid), in exact arithmetic (see module docstring)."""
+    f = _as_fraction(ratio)
+    return math.ceil(f * int(num_valid))
+
+
+def select_top_fraction(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    ratio: float,
+    group_size: int | None = None,
+) -> torch.Tensor:
+    """Keep exactly ceil(ratio x valid tokens) highest-scoring valid positions.
+
+    The threshold is taken over the whole tensor (all rows at once: the paper's batch-wide top 20%), or, with
+    `group_size`, within each block of `group_size` consecutive rows (one prompt's group of rollouts, as in the
+    authors' per-group code). Padding (mask == 0) is never kept. Ties go to the lower row-major index. Exact for any
+    size: it sorts instead of calling torch.quantile (which refuses more than 16M elements).
+
+    Args:
+        scores: (B, T) float scores; higher is kept first. NaN at a valid position is an error.
+        mask: (B, T) bool/int, 1 on valid completion tokens.
+        ratio: ratio of kept tokens, in (0, 1].
+        group_size: None for one threshold over the tensor; else rows per group (B must be a multiple).
+
+    Returns:
+        (B, T) bool mask of kept positions.
+    """
+    f = _as_fraction(ratio)
+    if scores.shape != mask.shape or scores.dim() != 2:
+        raise ValueError(f"scores and mask must both be (B, T); got {tuple(scores.shape)} and {tuple(mask.shape)}")
+    rows, cols = scores.shape
+    valid = mask.bool()
+    if group_size is None:
+        segments = 1
+    else:
+        if group_size < 1 or rows % group_size != 0:
+            raise ValueError(f"group_size={group_size} must divide the number of rows ({rows})")
+        segments = rows // group_size
+    seg_scores = scores.float().reshape(segments, -1)  # (S, L)
+    seg_valid = valid.reshape(segments, -1)  # (S, L)
+    if torch.isnan(seg_scores[seg_valid]).any():
+        raise ValueError("select_top_fraction: NaN score at a valid position (entropy or advantage is NaN)")
+    # Rank by (valid first, score descending, index ascending): two stable sorts, the primary key last.
+    by_score = torch.sort(seg_scores, dim=1, descending=True, stable=True).indices  # (S, L)
+    valid_in_score_order = torch.gather(seg_valid, 1, by_score)
+    order = torch.gather(by_score, 1, torch.sort(valid_in_score_order.to(torch.uint8), dim=1, descending=True,
+                                                 stable=True).indices)  # (S, L) flat positions, best first
+    n_valid = seg_valid.sum(dim=1)  # (S,)
+    k = (n_valid * f.numerator + f.denominator - 1) // f.denominator  # (S,) exact ceil(ratio * n)
+    keep_in_order = torch.arange(order.size(1), device=order.device).unsqueeze(0) < k.unsqueeze(1)  # (S, L)
+    keep = torch.zeros_like(seg_valid).scatter_(1, order, keep_in_order)
+    return keep.reshape(rows, cols)
+
+
+def selection_stats(
+    kept: torch.Tensor,
+    mask: torch.Tensor,
+    entropy: torch.Tensor,
+    advantages: torch.Tensor,
+    group_index: torch.Tensor,
+    other_kept: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Diagnostics of one selection. `group_index` (B,) names each row's prompt group (rows may be in any order).
+
+    Returns:
+        kept_fraction: kept / valid tokens.
+        overlap: share of kept tokens that `other_kept` (the other ranking, same batch) also keeps.
+        top_answer_share: share of kept tokens that go to the largest-|advantage| answer of each group (the first such
+            row where several tie).
+        effective_answers: 1 / sum_i s_i^2, s_i = answer i's share of the kept tokens (B when uniform, 1 when one
+            answer takes all).
+        entropy_kept_mean, entropy_all_mean: mean entropy of kept and of all valid tokens.
+    """
+    kept_b, valid = kept.bool(), mask.bool()
+    n_kept = kept_b.sum()
+    denom = n_kept.clamp(min=1).float()
+    out = {"kept_fraction": (n_kept / valid.sum().clamp(min=1)).item()}
+    if other_kept is not None:
+        out["overlap"] = ((kept_b & other_kept.bool()).sum() / denom).item()
+    per_answer = kept_b.sum(dim=1).float()  # (B,)
+    shares = per_answer / denom
+    out["effective_answers"] = (1.0 / (shares**2).sum()).item() if n_kept > 0 else 0.0
+    abs_adv = advantages.float().reshape(-1).abs()  # (B,)
+    gid = torch.unique(group_index.reshape(-1), return_inverse=True)[1]  # (B,) in 0..G-1
+    groups = int(gid.max().item()) + 1 if gid.numel() else 0
+    group_max = torch.full((groups,), -1.0, device=abs_adv.device).scatter_reduce(0, gid, abs_adv, "amax")
+    rows = torch.arange(gid.numel(), device=gid.device)
+    is_max = abs_adv == group_max[gid]
+    first = torch.full((groups,), gid.numel(), device=gid.device).scatter_reduce(0, gid[is_max], rows[is_max], "amin")
+    is_top = first[gid] == rows  # (B,) one answer per group
+    out["top_answer_share"] = (per_answer[is_top].sum() / denom).item()
+    ent = entropy.float()
+    out["entropy_kept_mean"] = ent[kept_b].mean().item() if n_kept > 0 else 0.0
+    out["entropy_all_mean"] = ent[valid].mean().item() if valid.any() else 0.0
+    return out
