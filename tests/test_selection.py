@@ -1,0 +1,144 @@
+"""Property tests of the selection math (selection.py): exact counts, scopes, ties, omega."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from selection import (ets_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction, selection_stats)
+
+RATIOS = st.sampled_from([0.05, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.8, 1.0])
+
+
+@st.composite
+def batches(draw, max_rows=12, max_cols=20):
+    rows, cols = draw(st.integers(1, max_rows)), draw(st.integers(1, max_cols))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    # few distinct values, so ties are common
+    scores = torch.randint(0, draw(st.integers(1, 50)), (rows, cols), generator=g).float()
+    lengths = torch.randint(0, cols + 1, (rows,), generator=g)
+    mask = torch.arange(cols).unsqueeze(0) < lengths.unsqueeze(1)  # right padding, like completions
+    return scores, mask
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches(), RATIOS)
+def test_batch_scope_keeps_exact_count_of_the_highest_scores(batch, ratio):
+    scores, mask = batch
+    keep = select_top_fraction(scores, mask, ratio)
+    n = int(mask.sum())
+    assert int(keep.sum()) == kept_count(n, ratio) == math.ceil(round(ratio * n, 9))
+    assert not (keep & ~mask).any(), "a padding position was kept"
+    if keep.any() and (mask & ~keep).any():
+        assert scores[keep].min() >= scores[mask & ~keep].max(), "a kept token scores below a dropped one"
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches(), RATIOS, st.sampled_from([1, 2, 3, 4]))
+def test_group_scope_applies_the_rule_within_every_group(batch, ratio, group_size):
+    scores, mask = batch
+    rows = scores.size(0) - scores.size(0) % group_size
+    if rows == 0:
+        return
+    scores, mask = scores[:rows], mask[:rows]
+    keep = select_top_fraction(scores, mask, ratio, group_size=group_size)
+    for g in range(rows // group_size):  # every group, including the last (the authors' loop skipped most)
+        sl = slice(g * group_size, (g + 1) * group_size)
+        assert torch.equal(keep[sl], select_top_fraction(scores[sl], mask[sl], ratio))
+
+
+def test_ties_go_to_the_lower_row_major_index_and_are_deterministic():
+    scores = torch.ones(3, 4)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    keep = select_top_fraction(scores, mask, 0.5)
+    assert keep.flatten().tolist() == [True] * 6 + [False] * 6
+    assert torch.equal(keep, select_top_fraction(scores, mask, 0.5))
+
+
+def test_threshold_is_over_the_batch_not_per_row():
+    scores = torch.tensor([[9.0, 8.0, 7.0, 6.0], [1.0, 2.0, 3.0, 4.0]])
+    keep = select_top_fraction(scores, torch.ones_like(scores, dtype=torch.bool), 0.5)
+    assert keep[0].all() and not keep[1].any()
+
+
+def test_ratio_is_read_as_the_decimal_written():
+    assert kept_count(15, 0.2) == 3  # 0.2 * 15 == 3.0000000000000004 in binary floating point
+    assert kept_count(10, 0.2) == 2 and kept_count(11, 0.2) == 3 and kept_count(0, 0.2) == 0
+
+
+@pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.5, float("nan"), "0.2", None, True])
+def test_bad_ratio_is_a_clear_value_error(bad):
+    with pytest.raises(ValueError, match="ratio of kept tokens"):
+        select_top_fraction(torch.ones(1, 2), torch.ones(1, 2), bad)
+
+
+def test_nan_score_at_a_valid_position_is_refused_but_ignored_in_padding():
+    scores = torch.tensor([[1.0, float("nan")]])
+    assert select_top_fraction(scores, torch.tensor([[1, 0]]), 1.0).tolist() == [[True, False]]
+    with pytest.raises(ValueError, match="NaN"):
+        select_top_fraction(scores, torch.tensor([[1, 1]]), 1.0)
+
+
+def test_ten_million_valid_tokens():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.rand(1000, 10_001, generator=g)  # 10^7 valid positions plus padding
+    mask = torch.ones_like(scores, dtype=torch.bool)
+    mask[:, -1] = False
+    keep = select_top_fraction(scores, mask, 0.2)
+    assert int(keep.sum()) == 2_000_000
+    assert scores[keep].min() >= scores[mask & ~keep].max()
+
+
+def test_omega_on_policy_beta_zero_is_the_advantage_on_every_token():
+    adv = torch.tensor([1.5, -0.5, 0.0])
+    omega = gmts_omega(adv, ratio=torch.ones(3, 5))
+    assert torch.equal(omega, adv.unsqueeze(1).expand(3, 5))
+    assert torch.equal(gmts_omega(adv), adv.unsqueeze(1))
+
+
+def test_omega_is_zero_exactly_where_the_clipped_branch_is_active():
+    adv = torch.tensor([[1.0], [1.0], [-1.0], [-1.0]])
+    ratio = torch.tensor([[1.3, 1.1], [0.7, 1.0], [0.7, 0.9], [1.3, 1.0]])
+    omega = gmts_omega(adv, ratio, epsilon_low=0.2, epsilon_high=0.2)
+    expected = torch.tensor([[0.0, 1.1], [0.7, 1.0], [0.0, -0.9], [-1.3, -1.0]])
+    assert torch.allclose(omega, expected)
+
+
+def test_omega_kl_term_is_the_gradient_coefficient_of_k3():
+    # d/dlogp of -beta * (e^(ref-logp) - (ref-logp) - 1) = beta * (e^(ref-logp) - 1)
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0]])
+    beta = 0.1
+    objective = -beta * (torch.exp(ref - logp) - (ref - logp) - 1)
+    objective.sum().backward()
+    omega = gmts_omega(torch.zeros(1), None, beta=beta, ref_ratio=torch.exp(ref - logp.detach()))
+    assert torch.allclose(omega, logp.grad)
+    with pytest.raises(ValueError):
+        gmts_omega(torch.zeros(1), beta=0.1)
+
+
+def test_gmts_scores_move_slots_toward_large_advantage_answers():
+    entropy = torch.full((2, 4), 1.0)
+    omega = gmts_omega(torch.tensor([2.0, 0.5])).expand(2, 4)
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    keep_gmts = select_top_fraction(gmts_scores(entropy, omega), mask, 0.5)
+    assert keep_gmts[0].all() and not keep_gmts[1].any()
+    assert torch.equal(ets_scores(entropy), entropy)
+
+
+def test_selection_stats_by_hand():
+    kept = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.bool)
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    entropy = torch.arange(12.0).reshape(4, 3)
+    adv = torch.tensor([1.0, -2.0, 0.5, 0.5])  # groups {0,1} and {2,3}; top answers: row 1 and row 2 (first tie)
+    other = torch.tensor([[1, 0, 0], [0, 0, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.bool)
+    s = selection_stats(kept, mask, entropy, adv, torch.tensor([0, 0, 1, 1]), other_kept=other)
+    assert s["kept_fraction"] == pytest.approx(4 / 12)
+    assert s["overlap"] == pytest.approx(2 / 4)
+    assert s["top_answer_share"] == pytest.approx(1 / 4)  # row 1 keeps 1, row 2 keeps 0
+    assert s["effective_answers"] == pytest.approx(1 / (0.5**2 + 0.25**2 + 0.25**2))
+    assert s["entropy_kept_mean"] == pytest.approx((0 + 1 + 3 + 9) / 4)
+    assert s["entropy_all_mean"] == pytest.approx(5.5)
