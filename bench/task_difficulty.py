@@ -1,0 +1,59 @@
+"""Tune the offline arithmetic task: base pass@1 of the offline model for each difficulty and system prompt.
+
+GRPO learns nothing from a task the model always or never solves, so the offline config uses a (difficulty, prompt)
+whose base pass@1 lies in 10-60%. Writes results/offline-task-tuning.json.
+
+    python bench/task_difficulty.py [--n 64] [--max-new-tokens 128] [--device cpu]
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PROMPTS = {
+    "steps": "You are a careful math tutor. Solve the problem step by step in a few short sentences. "
+             "End with the final answer on its own line as: #### <number>",
+    "number": "Answer with the final number only.",
+    "short": "Solve the problem. Reply with one short sentence that ends with the number that answers it.",
+}
+
+
+def main() -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from data import arithmetic_task
+    from eval import evaluate_pass_at_1
+    from models import OFFLINE_MODEL, resolve_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--difficulties", default="0,1,2,3")
+    ap.add_argument("--out", default="results/offline-task-tuning.json")
+    a = ap.parse_args()
+    path = resolve_model(OFFLINE_MODEL)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).to(a.device)
+    rows = []
+    for difficulty in map(int, a.difficulties.split(",")):
+        tasks = [dict(t, index=i) for i, t in enumerate(arithmetic_task(a.n, seed=1234, difficulty=difficulty))]
+        for name, prompt in PROMPTS.items():
+            t0 = time.time()
+            res = evaluate_pass_at_1(model, tok, tasks, k=1, seed=0, max_new_tokens=a.max_new_tokens,
+                                     temperature=1.0, batch_size=64, system_prompt=prompt, progress=False)
+            rows.append({"difficulty": difficulty, "prompt": name, "pass@1": res["pass@1"], "n": a.n,
+                         "mean_length": res["hack_scan"]["mean_length"], "seconds": round(time.time() - t0, 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    out = {"model": OFFLINE_MODEL, "device": a.device, "temperature": 1.0, "max_new_tokens": a.max_new_tokens,
+           "prompts": PROMPTS, "rows": rows}
+    Path(a.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Tasks: GSM8K (from the Hub, or a local JSONL copy for offline use) and a generated arithmetic task for the offline
+model; a seeded train / held-out split recorded by index and hash; 13-gram decontamination; chat prompts.
+
+Every task is a dict {"question": str, "answer": str}, the answer in GSM8K's format (a solution ending "#### N").
+No third-party text ships with this repository: GSM8K is downloaded by `datasets` or read from the user's file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+
+SYSTEM_PROMPT = (
+    "You are a careful math tutor. Solve the problem step by step in a few short sentences. "
+    "End with the final answer on its own line as: #### <number>"
+)
+
+
+def task_hash(question: str) -> str:
+    """Short content hash recorded in results, so a reader can check which tasks were held out."""
+    return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
+
+
+def load_gsm8k(path: str | None = None) -> dict[str, list[dict]]:
+    """GSM8K train and test splits. `path`: a folder with train.jsonl and test.jsonl (the original release's layout)
+    for offline use; None downloads `openai/gsm8k` ("main") through `datasets`."""
+    if path is None:
+        from datasets import load_dataset
+
+        ds = load_dataset("openai/gsm8k", "main")
+        return {split: [{"question": r["question"], "answer": r["answer"]} for r in ds[split]] for split in ("train", "test")}
+    folder = Path(path)
+    out = {}
+    for split in ("train", "test"):
+        file = folder / f"{split}.jsonl"
+        if not file.is_file():
+            raise FileNotFoundError(f"GSM8K offline copy: {file} is missing (need train.jsonl and test.jsonl in {folder})")
+        rows = []
+        for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if not isinstance(row.get("question"), str) or "####" not in str(row.get("answer", "")):
+                raise ValueError(f"{file}:{lineno}: need 'question' and an 'answer' ending in '#### <number>'")
+            rows.append({"question": row["question"], "answer": row["answer"]})
+        out[split] = rows
+    return out
+
+
+# ---------------------------------------------------------------------------- the offline arithmetic task
+_NAMES = ["Ana", "Ben", "Carla", "Dev", "Emma", "Femi", "Gus", "Hana", "Ivan", "June", "Kofi", "Lena", "Milo", "Nora"]
+_ITEMS = ["apples", "marbles", "stickers", "pencils", "cookies", "books", "coins", "shells", "cards", "stamps"]
+
+
+def arithmetic_task(n: int, seed: int, difficulty: int = 1) -> list[dict]:
+    """Seeded arithmetic word problems in GSM8K's format.
+
+    difficulty 0: one addition of numbers up to 9; 1: one addition or subtraction up to 20;
+    2: two steps up to 20; 3: two steps up to 50 with one multiplication allowed.
+    """
+    if difficulty not in (0, 1, 2, 3):
+        raise ValueError(f"difficulty={difficulty!r} must be 0, 1, 2 or 3")
+    rng = random.Random(seed)
+    top = {0: 9, 1: 20, 2: 20, 3: 50}[difficulty]
+    steps = 1 if difficulty < 2 else 2
+    tasks = []
+    while len(tasks) < n:
+        name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+        total = rng.randint(2, top)
+        sentences = [f"{name} has {total} {item}."]
+        work = []
+        for _ in range(steps):
+            ops = ["add"] if difficulty == 0 else ["add", "sub"] + (["mul"] if difficulty == 3 else [])
+            op = rng.choice(ops)
+            if op == "add":
+                k = rng.randint(1, top)
+                sentences.append(f"{name} gets {k} more {item}.")
+                work.append(f"{total} + {k} = {total + k}")
+                total += k
+            elif op == "sub" and total > 1:
+                k = rng.randint(1, total - 1)
+                sentences.append(f"{name} gives away {k} {item}.")
+                work.append(f"{total} - {k} = {total - k}")
+                total -= k
+            elif op == "mul" and total <= 12:
+                sentences.append(f"Then the number of {item} {name} has doubles.")
+                work.append(f"{total} * 2 = {total * 2}")
+                total *= 2
+            else:
+                k = rng.randint(1, 9)
+                sentences.append(f"{name} finds {k} more {item}.")
+                work.append(f"{total} + {k} = {total + k}")
+                total += k
+        question = " ".join(sentences) + f" How many {item} does {name} have now?"
+        tasks.append({"question": question, "answer": "\n".join(work) + f"\n#### {total}"})
+    return tasks
+
+
+# ---------------------------------------------------------------------------- split and decontamination
+def choose_split(train_pool: list[dict], test_pool: list[dict], n_train: int, n_heldout: int, seed: int):
+    """Seeded choice of `n_train` train prompts and `n_heldout` held-out tasks, with their indices and hashes."""
+    if n_train > len(train_pool) or n_heldout > len(test_pool):
+        raise ValueError(f"asked for {n_train} train / {n_heldout} held-out tasks; the pools hold "
+                         f"{len(train_pool)} / {len(test_pool)}")
+    rng = random.Random(seed)
+    train_idx = sorted(rng.sample(range(len(train_pool)), n_train))
+    heldout_idx = sorted(rng.sample(range(len(test_pool)), n_heldout))
+    return ([dict(train_pool[i], index=i) for i in train_idx], [dict(test_pool[i], index=i) for i in heldout_idx])
+
+
+def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    words = re.sub(r"[^\w\s]", " ", text.lower()).split()
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def decontaminate(train: list[dict], heldout: list[dict], n: int = 13) -> tuple[list[dict], int]:
+    """Drop every train prompt that shares a word n-gram (lowercase, punctuation stripped) with a held-out question.
+    Returns the kept train prompts and how many were dropped."""
+    banned = set().union(*(_ngrams(t["question"], n) for t in heldout)) if heldout else set()
+    kept = [t for t in train if not (_ngrams(t["question"], n) & banned)]
+    return kept, len(train) - len(kept)
+
+
+def to_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
+    """Conversational prompt (TRL applies the model's chat template)."""
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]

@@ -1,0 +1,170 @@
+"""Reward, statistics and data: hand-written cases with exact expected values, and properties."""
+
+import multiprocessing
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from data import arithmetic_task, choose_split, decontaminate, task_hash, to_prompt
+from eval import final_answer, hack_scan, math_equal_reward, noise_floor, paired_delta
+
+GSM = "Natalia sold 48 clips in April and half as many in May.\n48/2 = 24\n48 + 24 = 72\n#### 72"
+
+REWARD_CASES = [
+    ("So she sold 72 clips.", GSM, 1.0),
+    ("#### 72", GSM, 1.0),
+    ("The answer is \\boxed{72}.", GSM, 1.0),
+    ("\\boxed{72.00}", "72", 1.0),
+    ("She sold $1,000 worth.", "#### 1000", 1.0),
+    ("#### -5", "-5", 1.0),
+    ("\u22125", "-5", 1.0),  # unicode minus
+    ("0.5 of it, so 2.5", "#### 2.5", 1.0),
+    ("\\boxed{\\frac{5}{2}}", "2.5", 1.0),
+    ("\\boxed{12 \\text{ apples}}", "12", 1.0),
+    ("#### 72 and then 73", GSM, 1.0),  # '####' wins over the last number
+    ("I think 71.", GSM, 0.0),
+    ("72 at first, finally 70", GSM, 0.0),  # the last number counts
+    ("no number here", GSM, 0.0),
+    ("", GSM, 0.0),
+    ([{"role": "assistant", "content": "#### 72"}], GSM, 1.0),  # conversational
+    ([{"role": "assistant", "content": None}], GSM, 0.0),
+    (None, GSM, 0.0),
+]
+
+
+@pytest.mark.parametrize("completion,answer,expected", REWARD_CASES)
+def test_reward_exact_values(completion, answer, expected):
+    assert math_equal_reward([completion], [answer]) == [expected]
+
+
+GARBAGE = ["", "x" * 2_000_000, "\\boxed{10^{10^{10^{10}}}}", "\\boxed{9!!!!!!!!!!}", "\\boxed{" * 10_000,
+           "#### " + "9" * 100_000, "\U0001F600" * 10_000, "\\boxed{\\sum_{i=1}^{10^{9}} i}", "}}}{{{\\frac"]
+
+
+def _score_garbage(queue):
+    queue.put(math_equal_reward(GARBAGE, ["72"] * len(GARBAGE)))
+
+
+def test_reward_never_raises_or_hangs_on_garbage_on_the_main_thread():
+    t = time.time()
+    assert math_equal_reward(GARBAGE, ["72"] * len(GARBAGE)) == [0.0] * len(GARBAGE)
+    assert time.time() - t < 10
+
+
+def test_reward_is_bounded_off_the_main_thread():
+    out = []
+    worker = threading.Thread(target=lambda: out.append(math_equal_reward(GARBAGE, ["72"] * len(GARBAGE))))
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "reward hung in a thread"
+    assert out == [[0.0] * len(GARBAGE)]
+    assert math_equal_reward(["#### 72"], [GSM]) == [1.0]
+
+
+def test_reward_is_bounded_in_a_worker_process():
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_score_garbage, args=(queue,))
+    proc.start()
+    proc.join(timeout=60)
+    assert proc.exitcode == 0, "reward hung or crashed in a worker process"
+    assert queue.get(timeout=5) == [0.0] * len(GARBAGE)
+
+
+def test_final_answer_order_of_preference():
+    assert final_answer("3 then \\boxed{4} then 5") == "4"
+    assert final_answer("#### 7 and 8") == "7"
+    assert final_answer("1, 2, 3") == "3"
+    assert final_answer("none") is None
+
+
+# ---------------------------------------------------------------- statistics
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), min_size=2, max_size=150), st.integers(0, 10**6))
+def test_identical_arms_give_an_interval_that_covers_zero(scores, seed):
+    d = paired_delta(scores, scores, seed=seed)
+    assert d["delta"] == 0.0 and d["low"] <= 0.0 <= d["high"] and d["n"] == len(scores)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6))
+def test_a_large_constant_shift_is_detected(seed):
+    rng = np.random.default_rng(seed)
+    b = rng.choice([0.0, 0.25, 0.5], size=120)
+    a = b + 0.4
+    d = paired_delta(a, b, seed=seed)
+    assert d["delta"] == pytest.approx(0.4) and d["low"] > 0.3
+
+
+def test_interval_holds_the_delta_and_noise_is_not_a_shift():
+    rng = np.random.default_rng(1)
+    a, b = rng.choice([0.0, 1.0], size=120), rng.choice([0.0, 1.0], size=120)
+    d = paired_delta(a, b)
+    assert d["low"] <= d["delta"] <= d["high"] and d["low"] < 0 < d["high"]
+    assert paired_delta(a, b, seed=3) == paired_delta(a, b, seed=3)  # seeded
+
+
+@pytest.mark.parametrize("a,b", [([1.0], [1.0]), ([1.0, 0.0], [1.0]), ([[1.0]], [[1.0]])])
+def test_paired_delta_refuses_unpaired_input(a, b):
+    with pytest.raises(ValueError):
+        paired_delta(a, b)
+
+
+def test_noise_floor_is_the_spread():
+    assert noise_floor([0.30, 0.35, 0.32]) == pytest.approx(0.05)
+
+
+def test_hack_scan_flags():
+    clean = hack_scan(["Ana has 7. She gets 5. #### 12"] * 4)
+    assert clean["flags"] == [] and clean["answerless_fraction"] == 0.0
+    loud = hack_scan(["THE ANSWER THE ANSWER THE ANSWER THE ANSWER THE ANSWER"] * 2)
+    assert {"uppercase", "repetition", "answerless"} == set(loud["flags"])
+    assert loud["repetition"] == pytest.approx(5 / 7)  # 7 word 4-grams, 2 distinct
+    assert hack_scan(["#### 1", "", ""])["flags"] == ["empty", "answerless"]
+
+
+# ---------------------------------------------------------------- data
+def test_arithmetic_task_is_seeded_and_gsm8k_shaped():
+    a, b = arithmetic_task(50, seed=3, difficulty=2), arithmetic_task(50, seed=3, difficulty=2)
+    assert a == b and a != arithmetic_task(50, seed=4, difficulty=2)
+    for t in a:
+        assert math_equal_reward(["#### " + t["answer"].rsplit("#### ", 1)[1]], [t["answer"]]) == [1.0]
+        assert int(t["answer"].rsplit("#### ", 1)[1]) >= 0
+    with pytest.raises(ValueError):
+        arithmetic_task(1, 0, difficulty=9)
+
+
+def test_arithmetic_task_answers_are_correct():
+    for t in arithmetic_task(200, seed=0, difficulty=3):
+        *work, final = t["answer"].splitlines()
+        value = None
+        for line in work:
+            lhs, rhs = line.split(" = ")
+            assert eval(lhs) == int(rhs)  # noqa: S307 - our own generated arithmetic
+            value = int(rhs)
+        assert final == f"#### {value}"
+
+
+def test_decontamination_drops_shared_13_grams_only():
+    held = [{"question": "One two three four five six seven eight nine ten eleven twelve thirteen fourteen."}]
+    train = [
+        {"question": "ONE two three, four five six seven eight nine ten eleven twelve thirteen!"},  # normalized match
+        {"question": "one two three four five six seven eight nine ten eleven twelve"},  # a 12-gram only
+        {"question": "Something else entirely."},
+    ]
+    kept, dropped = decontaminate(train, held)
+    assert dropped == 1 and kept == train[1:]
+
+
+def test_split_is_seeded_and_recorded_by_index():
+    pool = [{"question": f"q{i}", "answer": "#### 1"} for i in range(50)]
+    tr, ho = choose_split(pool, pool, 10, 5, seed=1)
+    assert (tr, ho) == choose_split(pool, pool, 10, 5, seed=1)
+    assert [t["index"] for t in tr] == sorted(t["index"] for t in tr) and len(ho) == 5
+    with pytest.raises(ValueError):
+        choose_split(pool, pool, 51, 5, seed=1)
+    assert len(task_hash("q1")) == 16 and to_prompt("q")[-1] == {"role": "user", "content": "q"}
