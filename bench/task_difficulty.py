@@ -17,8 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PROMPTS = {
     "steps": "You are a careful math tutor. Solve the problem step by step in a few short sentences. "
              "End with the final answer on its own line as: #### <number>",
-    "number": "Answer with the final number only.",
-    "short": "Solve the problem. Reply with one short sentence that ends with the number that answers it.",
+    "example": "Solve the math problem. Write the calculation, then the final answer after ####.\n"
+               "Example:\nQuestion: Ben has 3 cards. Ben gets 4 more cards. How many cards does Ben have now?\n"
+               "Answer: 3 + 4 = 7\n#### 7",
 }
 
 
@@ -34,7 +35,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--difficulties", default="0,1,2,3")
+    ap.add_argument("--difficulties", default="0,1,2")
     ap.add_argument("--out", default="results/offline-task-tuning.json")
     a = ap.parse_args()
     path = resolve_model(OFFLINE_MODEL)

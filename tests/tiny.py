@@ -42,3 +42,21 @@ def tiny_dataset(n: int = 16, seed: int = 0) -> Dataset:
 def digit_reward(completions, answer, **kwargs) -> list[float]:
     """1.0 for an even-length completion: a random model gets reward variance, hence non-zero advantages."""
     return [float(len(c) % 2 == 0) for c in completions]
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['content'] }}{% if not loop.last %} {% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}={% endif %}"
+)
+
+
+def save_tiny_model(folder) -> str:
+    """The tiny model and tokenizer as a folder a recipe config can name, with a (minimal) chat template."""
+    tok = tiny_tokenizer()
+    tok.chat_template = CHAT_TEMPLATE
+    model = tiny_model(tok)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)

@@ -1,0 +1,120 @@
+"""recipe.py end to end on the tiny model (seconds), its one-line errors, resume and the config-hash guard."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import check
+import recipe
+from tiny import save_tiny_model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny")
+    model = save_tiny_model(folder / "model")
+    config = folder / "tiny.yaml"
+    config.write_text(f"""
+model_name_or_path: {model}
+use_peft: true
+lora_r: 4
+lora_alpha: 8
+lora_target_modules: [q_proj, v_proj]
+task: arithmetic
+difficulty: 0
+n_train: 8
+n_heldout: 6
+system_prompt: Solve
+eval_samples: 2
+eval_max_new_tokens: 6
+eval_batch_size: 12
+num_generations: 4
+per_device_train_batch_size: 8
+gradient_accumulation_steps: 1
+max_completion_length: 6
+max_steps: 2
+learning_rate: 1.0e-3
+use_cpu: true
+save_steps: 1
+save_total_limit: 1
+logging_steps: 1
+report_to: none
+""")
+    return config
+
+
+def run(*argv) -> int:
+    return recipe.main([str(a) for a in argv])
+
+
+def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, capsys):
+    assert run("--arm", "all", "--config", tiny_config, "--results_dir", tmp_path) == 0
+    path = tmp_path / "tiny" / "results.json"
+    results = check.load(path)  # digest and recomputed summaries hold
+    assert set(results["arms"]) == {"ets", "gmts"} and len(results["base"]["evals"]) == 3
+    assert results["data"]["train_kept"] + results["data"]["decontamination_dropped"] == 8
+    for arm in ("ets", "gmts"):
+        entry = results["arms"][arm]
+        assert [row["step"] for row in entry["train_log"]] == [1, 2]
+        assert entry["train_log"][0]["selection/kept_fraction"] >= 0.2
+        assert entry["eval"]["seed"] == results["base"]["evals"][0]["seed"]
+        assert (tmp_path / "tiny" / f"arm-{arm}" / "train_log.jsonl").is_file()
+    assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
+    assert results["versions"]["trl"].startswith("1.16")
+    # the two arms started from the same LoRA init and saw the same data: their first-step rewards match
+    assert results["arms"]["ets"]["train_log"][0]["reward"] == results["arms"]["gmts"]["train_log"][0]["reward"]
+
+    # re-running one arm replaces only that arm and reuses the base evals
+    before = json.loads(path.read_text())
+    assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path) == 0
+    after = json.loads(path.read_text())
+    assert after["base"] == before["base"] and after["arms"]["gmts"] == before["arms"]["gmts"]
+    assert "reusing 3" in capsys.readouterr().out
+
+    # --resume keeps finished arms
+    assert run("--arm", "all", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
+    assert json.loads(path.read_text())["arms"] == after["arms"]
+
+    # another configuration never mixes into this run directory
+    assert run("--arm", "gmts", "--config", tiny_config, "--results_dir", tmp_path, "--n_heldout", "5") == 2
+    err = capsys.readouterr().err.strip()
+    assert "another configuration" in err and "n_heldout" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--arm", "gmtss"], "unknown arm 'gmtss': use one of base, ets, gmts, all"),
+    (["--lerning_rate", "1"], "unknown key 'lerning_rate' in the command line: did you mean learning_rate"),
+    (["--selection_scope", "global"], "invalid choice: 'global'"),
+    (["--learning_rate", "abc"], "invalid float value: 'abc'"),
+    (["--task", "gsm9k"], "unknown task 'gsm9k'"),
+    (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found"),
+])
+def test_bad_input_is_one_line_and_exit_2(tiny_config, argv, message):
+    if "--config" not in argv:
+        argv = ["--config", str(tiny_config), *argv]
+    done = subprocess.run([sys.executable, "recipe.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("recipe.py:")]
+    assert done.returncode == 2 and lines and message in lines[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_unknown_key_in_the_config_file(tiny_config, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(tiny_config.read_text() + "selection_ration: 0.3\n")
+    assert recipe.main(["--config", str(bad)]) == 2
+
+
+def test_shipped_configs_parse(monkeypatch):
+    for name in ("paper", "offline", "smoke"):
+        r, train, model, exp = recipe.parse(["--config", f"configs/{name}.yaml", "--use_cpu", "true", "--bf16", "false"])
+        assert exp == name and train.token_selection in ("gmts", "entropy", "all") and train.loss_type == "dapo"
+    r, train, model, _ = recipe.parse(["--config", "configs/paper.yaml", "--use_cpu", "true", "--bf16", "false"])
+    assert model.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct" and model.lora_r == 32
+    assert (r.n_train, r.n_heldout, r.eval_samples, train.num_generations) == (512, 120, 4, 8)
+    assert (train.max_completion_length, train.learning_rate, train.max_steps, train.seed) == (256, 1e-4, 40, 17)
+    assert (train.selection_ratio, train.beta, train.num_iterations) == (0.2, 0.0, 1)
