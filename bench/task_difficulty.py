@@ -20,6 +20,11 @@ PROMPTS = {
     "example": "Solve the math problem. Write the calculation, then the final answer after ####.\n"
                "Example:\nQuestion: Ben has 3 cards. Ben gets 4 more cards. How many cards does Ben have now?\n"
                "Answer: 3 + 4 = 7\n#### 7",
+    "two_examples": "Solve the math problem in one line: the calculation, then #### and the answer.\n"
+                    "Question: Ben has 3 cards. Ben gets 4 more cards. How many cards does Ben have now?\n"
+                    "Answer: 3 + 4 = 7 #### 7\n"
+                    "Question: Ana has 9 shells. Ana gives away 5 shells. How many shells does Ana have now?\n"
+                    "Answer: 9 - 5 = 4 #### 4",
 }
 
 
@@ -36,6 +41,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--difficulties", default="0,1,2")
+    ap.add_argument("--prompts", default=",".join(PROMPTS))
+    ap.add_argument("--temperatures", default="1.0")
     ap.add_argument("--out", default="results/offline-task-tuning.json")
     a = ap.parse_args()
     path = resolve_model(OFFLINE_MODEL)
@@ -44,14 +51,16 @@ def main() -> None:
     rows = []
     for difficulty in map(int, a.difficulties.split(",")):
         tasks = [dict(t, index=i) for i, t in enumerate(arithmetic_task(a.n, seed=1234, difficulty=difficulty))]
-        for name, prompt in PROMPTS.items():
+        for name, temperature in [(p, float(t)) for p in a.prompts.split(",") for t in a.temperatures.split(",")]:
+            prompt = PROMPTS[name]
             t0 = time.time()
             res = evaluate_pass_at_1(model, tok, tasks, k=1, seed=0, max_new_tokens=a.max_new_tokens,
-                                     temperature=1.0, batch_size=64, system_prompt=prompt, progress=False)
-            rows.append({"difficulty": difficulty, "prompt": name, "pass@1": res["pass@1"], "n": a.n,
+                                     temperature=temperature, batch_size=64, system_prompt=prompt, progress=False)
+            rows.append({"difficulty": difficulty, "prompt": name, "temperature": temperature,
+                         "pass@1": res["pass@1"], "n": a.n,
                          "mean_length": res["hack_scan"]["mean_length"], "seconds": round(time.time() - t0, 1)})
             print(json.dumps(rows[-1]), flush=True)
-    out = {"model": OFFLINE_MODEL, "device": a.device, "temperature": 1.0, "max_new_tokens": a.max_new_tokens,
+    out = {"model": OFFLINE_MODEL, "device": a.device, "max_new_tokens": a.max_new_tokens,
            "prompts": PROMPTS, "rows": rows}
     Path(a.out).write_text(json.dumps(out, indent=1))
 

@@ -1,0 +1,390 @@
+"""Benchmark: what token selection costs, in every rule and scope, against plain GRPO and the old method.
+
+    python bench/selection.py                       # on a GPU: Qwen2.5-1.5B shape; writes bench/results-<device>.json
+    python bench/selection.py --small               # on a CPU: a 2-layer model with the same vocabulary, small shapes
+    python bench/selection.py --table bench/results-h200.json   # the README table from a results file
+
+Model: Qwen2.5-1.5B's config (vocab 151936) with random weights, LoRA r=32, bf16, gradient checkpointing.
+Parts, all in one run, each written to the results file as soon as it is measured:
+1. update: scoring + loss + backward + optimizer step of one batch through GMTSTrainer.compute_loss, for no selection,
+   ETS and GMTS in each scope (batch and group use generation-time entropy; "batch+pass" forces the fused no-grad
+   scoring pass, the fallback), and the old method (an extra no-grad forward with a float32 log_softmax over the full
+   vocabulary). Median of --reps after a warm-up; peak memory; ratios to no selection.
+2. recorder: the per-decoding-step cost of recording entropy during generation (softmax over the vocabulary, (B, V)).
+3. accuracy: entropy used for ranking (fused bf16 head, and the generation-time recorder) against a float64
+   reference on the same positions, and the share of kept tokens that changes.
+4. end to end: one full GRPO step (generation, scoring, update) at the paper shape, for each generation option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+QWEN_1_5B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                 num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
+                 tie_word_embeddings=True)
+SMALL = dict(QWEN_1_5B, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2)
+VARIANTS = ["none", "entropy/microbatch", "gmts/microbatch", "entropy/batch", "gmts/batch", "entropy/group",
+            "gmts/group", "gmts/batch+pass", "old"]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def word_tokenizer(vocab: int):
+    """A tokenizer that can decode every id of the model's vocabulary (random models emit any id)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, vocab)}}
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return fast
+
+
+def length_reward(completions, **kwargs):
+    return [float(len(c) % 3) for c in completions]
+
+
+def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwargs=None, paged=False, **selection):
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from gmts_trainer import GMTSConfig, GMTSTrainer
+
+    torch.manual_seed(0)
+    tok = word_tokenizer(cfg["vocab_size"])
+    config = Qwen2Config(**cfg, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16 if device.type == "cuda" else torch.float32)
+    bf16 = device.type == "cuda"
+    args = GMTSConfig(
+        output_dir="/tmp/gmts-bench", per_device_train_batch_size=rows, num_generations=min(8, rows),
+        gradient_accumulation_steps=1, max_completion_length=completion, learning_rate=1e-5, max_steps=3,
+        report_to=[], save_strategy="no", logging_steps=1, bf16=bf16, use_cpu=device.type != "cuda",
+        gradient_checkpointing=True, temperature=1.0, loss_type="dapo", beta=0.0, seed=0,
+        generation_kwargs=generation_kwargs, use_transformers_paged=paged, disable_tqdm=True, **selection)
+    prompts = Dataset.from_list([{"prompt": " ".join(f"t{7 + (i * 31 + j) % 5000}" for j in range(64))}
+                                 for i in range(64)])
+    trainer = GMTSTrainer(model=model, reward_funcs=length_reward, args=args, train_dataset=prompts,
+                          processing_class=tok, peft_config=LoraConfig(r=32, lora_alpha=64, target_modules="all-linear"))
+    trainer.create_optimizer()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def synthetic_batch(trainer, rows: int, prompt: int, completion: int, seed: int = 0) -> dict:
+    """What `_generate_and_score_completions` returns, with random tokens and lengths, and group advantages."""
+    device = trainer.accelerator.device
+    g = torch.Generator().manual_seed(seed)
+    vocab = trainer.model.config.vocab_size
+    lengths = torch.randint(completion // 4, completion + 1, (rows,), generator=g)
+    completion_mask = (torch.arange(completion).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    rewards = torch.randint(0, 2, (rows,), generator=g).float().view(-1, min(8, rows))
+    adv = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).flatten()
+    batch = {
+        "prompt_ids": torch.randint(2, vocab, (rows, prompt), generator=g),
+        "prompt_mask": torch.ones(rows, prompt, dtype=torch.long),
+        "completion_ids": torch.randint(2, vocab, (rows, completion), generator=g),
+        "completion_mask": completion_mask,
+        "advantages": adv,
+        "num_items_in_batch": completion_mask.sum(),
+        "group_index": torch.arange(rows) // min(8, rows),
+    }
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def set_variant(trainer, variant: str) -> None:
+    rule, _, scope = variant.partition("/")
+    on = variant not in ("none", "old")
+    trainer.args.token_selection = rule if on else ("entropy" if variant == "old" else "all")
+    trainer.args.selection_scope = scope.replace("+pass", "") if on else "batch"
+    trainer.selection_on = on
+    trainer.top_entropy_quantile = trainer.args.selection_ratio if on else 1.0
+
+
+def old_method_entropy(trainer, batch) -> torch.Tensor:
+    """An earlier reproduction's method: a second no-grad forward, full logits, float32 log_softmax over the vocab."""
+    model = trainer.model
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    width = batch["completion_ids"].size(1)
+    with torch.no_grad(), trainer.accelerator.autocast():
+        logits = model(input_ids=ids, attention_mask=am).logits[:, -width - 1 : -1]  # (B, T, V)
+        logp = torch.log_softmax(logits.float() / trainer.temperature, dim=-1)
+        return -(logp.exp() * logp).sum(-1)  # (B, T)
+
+
+def one_update(trainer, batch, variant: str) -> None:
+    """Scoring (when the variant needs it), selection and the optimizer step for one generation batch."""
+    from selection import ets_scores, select_top_fraction
+
+    inputs = dict(batch)
+    if variant == "old":
+        ent = old_method_entropy(trainer, batch)
+        inputs["selection_mask"] = select_top_fraction(ets_scores(ent), batch["completion_mask"], 0.2)
+    elif variant.endswith("+pass"):
+        trainer._select_generation_batch(inputs, recorder=None, captured=None)  # fused no-grad scoring pass
+    elif variant.split("/")[-1] in ("batch", "group"):
+        # entropy recorded during generation (its per-step cost is measured separately): stand-in values here
+        recorder = _FakeRecorder(batch["completion_mask"].float().mul(3.0))
+        trainer._select_generation_batch(inputs, recorder=recorder, captured=None)
+    trainer.model.train()
+    loss = trainer.compute_loss(trainer.model, inputs)
+    trainer.accelerator.backward(loss)
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+
+
+class _FakeRecorder:
+    def __init__(self, entropy):
+        self._entropy = entropy + torch.rand_like(entropy)
+
+    def entropy(self, rows, width, device):
+        return self._entropy
+
+
+def measure(fn, device, reps: int) -> dict:
+    fn()  # warm-up
+    sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    return {"median_s": statistics.median(times), "times_s": times, "peak_gib": peak}
+
+
+def recorder_cost(device, rows: int, vocab: int, reps: int) -> dict:
+    from gmts_trainer import _EntropyRecorder
+
+    rec = _EntropyRecorder(1.0)
+    logits = torch.randn(rows, vocab, device=device, dtype=torch.bfloat16)
+    r = measure(lambda: rec(None, logits), device, reps * 20)
+    return {"rows": rows, "per_decode_step_ms": 1000 * r["median_s"]}
+
+
+def accuracy(trainer, batch, device) -> dict:
+    """Fused-head entropy (what training ranks by) against float64 on the same positions; kept-share change."""
+    from selection import gmts_scores, select_top_fraction
+
+    model = trainer.model
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    width = batch["completion_ids"].size(1)
+    with torch.no_grad():
+        _, fused, _ = trainer._get_per_token_logps_and_entropies(model, ids, am, width, compute_entropy=True)
+        with trainer.accelerator.autocast():
+            hidden = model(input_ids=ids, attention_mask=am, output_hidden_states=True).hidden_states[-1]
+        weight = model.get_output_embeddings().weight
+        ref = torch.empty_like(fused, dtype=torch.float64)
+        for i in range(ids.size(0)):  # one row at a time: (T, V) float64
+            logits = hidden[i, -width - 1 : -1].double() @ weight.double().T / trainer.temperature
+            logp = torch.log_softmax(logits, -1)
+            ref[i] = -(logp.exp() * logp).sum(-1)
+    mask = batch["completion_mask"].bool()
+    omega = batch["advantages"].unsqueeze(1).expand_as(fused)
+    keep_fused = select_top_fraction(gmts_scores(fused, omega), mask, 0.2)
+    keep_ref = select_top_fraction(gmts_scores(ref, omega), mask, 0.2)
+    return {"max_abs_error": (fused.double() - ref)[mask].abs().max().item(),
+            "mean_abs_error": (fused.double() - ref)[mask].abs().mean().item(),
+            "kept_changed_share": ((keep_fused ^ keep_ref).sum() / 2 / keep_ref.sum()).item()}
+
+
+def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> dict:
+    """One full GRPO step through trainer.train(), split into generation, scoring (rest of
+    _generate_and_score_completions) and update, for one generation option."""
+    kwargs = {"plain": {}, "static_cache": {"generation_kwargs": {"cache_implementation": "static"}},
+              "paged": {"paged": True}}[option]
+    trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts", selection_scope="batch", **kwargs)
+    trainer.args.max_steps = steps
+    timings = {"generation": [], "generate_and_score": [], "step": []}
+    captured = {}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            sync(device)
+            t0 = time.perf_counter()
+            out = fn(*a, **k)
+            sync(device)
+            timings[name].append(time.perf_counter() - t0)
+            return out
+        return wrapper
+
+    trainer._generate_single_turn = timed("generation", trainer._generate_single_turn)
+    original_gs = trainer._generate_and_score_completions
+
+    def gen_and_score(*a, **k):
+        out = timed("generate_and_score", original_gs)(*a, **k)
+        captured["out"] = out
+        return out
+
+    trainer._generate_and_score_completions = gen_and_score
+    trainer.training_step = timed("step", trainer.training_step)
+    trainer.train()
+    n = len(timings["step"])
+    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in timings.items() if v}
+    generation = med.get("generation", 0.0)
+    scoring = med["generate_and_score"] - generation
+    update = med["step"] - med["generate_and_score"]
+    out = {"option": option, "rows": rows, "completion": completion, "steps": n, "generation_s": generation,
+           "scoring_s": scoring, "update_s": update, "total_s": med["step"], "entropy_source": trainer.entropy_source_used,
+           "completion_tokens": int(captured["out"]["completion_mask"].sum())}
+    if trainer.entropy_source_used == "generation":  # generation-time vs training-forward entropy on these rows
+        out["generation_vs_forward"] = generation_vs_forward(trainer, captured["out"])
+    return out
+
+
+def generation_vs_forward(trainer, batch) -> dict:
+    """Kept-token change when ranking by the entropy recorded while generating instead of the training forward's."""
+    from selection import gmts_scores, select_top_fraction
+
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    with torch.no_grad():
+        _, fwd, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, batch["completion_ids"].size(1),
+                                                                compute_entropy=True)
+    mask = batch["completion_mask"].bool()
+    keep_fwd = select_top_fraction(gmts_scores(fwd, batch["advantages"].unsqueeze(1).expand_as(fwd)), mask, 0.2)
+    keep_gen = batch["selection_mask"]
+    return {"kept_changed_share": ((keep_fwd ^ keep_gen).sum() / 2 / keep_fwd.sum()).item()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Benchmark token selection (see module docstring).")
+    ap.add_argument("--small", action="store_true", help="2-layer model, small shapes (CPU)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--parts", default="update,recorder,accuracy,e2e")
+    ap.add_argument("--e2e-options", default="plain,static_cache,paged")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--table", default=None, help="print the README table of a results file and exit")
+    a = ap.parse_args()
+    if a.table:
+        print(table(json.loads(Path(a.table).read_text())))
+        return
+    device = torch.device("cuda" if torch.cuda.is_available() and not a.small else "cpu")
+    cfg = SMALL if a.small else QWEN_1_5B
+    shapes = [(4, 32, 64), (8, 32, 128)] if a.small else [(8, 128, 256), (32, 128, 1024), (64, 128, 1024)]
+    name = "cpu-small" if a.small else torch.cuda.get_device_name(0).split()[-1].lower() if device.type == "cuda" else "cpu"
+    out_path = Path(a.out or ROOT / "bench" / f"results-{name}.json")
+    import peft
+    import transformers
+    import trl
+
+    results = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu", "model": cfg,
+               "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                            "trl": trl.__version__, "peft": peft.__version__},
+               "update": [], "recorder": [], "accuracy": None, "e2e": []}
+
+    def save():
+        out_path.write_text(json.dumps(results, indent=1))
+
+    parts = a.parts.split(",")
+    if "update" in parts or "accuracy" in parts:
+        for rows, prompt, completion in shapes:
+            trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts")
+            batch = synthetic_batch(trainer, rows, prompt, completion)
+            if "accuracy" in parts and results["accuracy"] is None:
+                results["accuracy"] = {"rows": rows, "prompt": prompt, "completion": completion,
+                                       **accuracy(trainer, batch, device)}
+                save()
+            for variant in VARIANTS if "update" in parts else []:
+                set_variant(trainer, variant)
+                try:
+                    r = measure(lambda: one_update(trainer, batch, variant), device, a.reps)
+                except torch.OutOfMemoryError:
+                    r = {"median_s": None, "peak_gib": None, "error": "out of memory"}
+                    trainer.optimizer.zero_grad(set_to_none=True)
+                    torch.cuda.empty_cache()
+                results["update"].append({"rows": rows, "prompt": prompt, "completion": completion,
+                                          "variant": variant, **r})
+                print(json.dumps(results["update"][-1]), flush=True)
+                save()
+            if "recorder" in parts:
+                results["recorder"].append(recorder_cost(device, rows, cfg["vocab_size"], a.reps))
+                save()
+            del trainer, batch
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    if "e2e" in parts:
+        rows, completion = (8, 256) if not a.small else (4, 32)
+        for option in a.e2e_options.split(","):
+            try:
+                r = end_to_end(cfg, device, rows, completion, option)
+            except Exception as e:  # noqa: BLE001 - an option that fails is a result to report, not a crash
+                r = {"option": option, "error": f"{type(e).__name__}: {str(e)[:300]}",
+                     "trace": traceback.format_exc()[-1500:]}
+            results["e2e"].append(r)
+            print(json.dumps({k: v for k, v in r.items() if k != "trace"}), flush=True)
+            save()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    save()
+    print(table(results))
+
+
+def table(results: dict) -> str:
+    """README tables, generated from a results file."""
+    lines = [f"Device: {results['device']}; model: Qwen2.5-1.5B shape "
+             f"({results['model']['num_hidden_layers']} layers, vocab {results['model']['vocab_size']}), random "
+             f"weights, LoRA r=32, gradient checkpointing. Scoring + loss + backward + optimizer step, median.", "",
+             "| rows x (prompt+completion) | selection | time | vs none | peak memory | vs none |", "|---|---|---|---|---|---|"]
+    base = {}
+    for r in results["update"]:
+        shape = f"{r['rows']} x ({r['prompt']}+{r['completion']})"
+        if r["variant"] == "none":
+            base[shape] = r
+        b = base.get(shape, {})
+        t = "out of memory" if r.get("median_s") is None else f"{r['median_s']:.3f} s"
+        rt = "-" if r.get("median_s") is None or not b.get("median_s") else f"{r['median_s'] / b['median_s']:.3f}"
+        m = "-" if r.get("peak_gib") is None else f"{r['peak_gib']:.2f} GiB"
+        rm = "-" if r.get("peak_gib") is None or not b.get("peak_gib") else f"{r['peak_gib'] / b['peak_gib']:.3f}"
+        lines.append(f"| {shape} | {r['variant']} | {t} | {rt} | {m} | {rm} |")
+    if results.get("recorder"):
+        lines += ["", "Generation-time entropy recorder, per decoding step: " + ", ".join(
+            f"{r['per_decode_step_ms']:.3f} ms at {r['rows']} rows" for r in results["recorder"])]
+    if results.get("accuracy"):
+        acc = results["accuracy"]
+        lines += ["", f"Entropy accuracy ({acc['rows']} x {acc['completion']} tokens): fused bf16 head vs float64, max abs "
+                  f"error {acc['max_abs_error']:.2e} nats (mean {acc['mean_abs_error']:.2e}); kept tokens that change "
+                  f"{100 * acc['kept_changed_share']:.2f}%."]
+    if results.get("e2e"):
+        lines += ["", "| generation option | rows x tokens | generation | scoring | update | full step | entropy source |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in results["e2e"]:
+            if "error" in r:
+                lines.append(f"| {r['option']} | - | failed: {r['error'][:80]} | | | | |")
+                continue
+            lines.append(f"| {r['option']} | {r['rows']} x {r['completion']} | {r['generation_s']:.2f} s | "
+                         f"{r['scoring_s']:.2f} s | {r['update_s']:.2f} s | {r['total_s']:.2f} s | {r['entropy_source']} |")
+        for r in results["e2e"]:
+            if "generation_vs_forward" in r:
+                lines.append(f"\nGeneration-time vs training-forward entropy ({r['option']}): kept tokens that change "
+                             f"{100 * r['generation_vs_forward']['kept_changed_share']:.2f}%.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
