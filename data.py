@@ -13,10 +13,28 @@ import random
 import re
 from pathlib import Path
 
-SYSTEM_PROMPT = (
-    "You are a careful math tutor. Solve the problem step by step in a few short sentences. "
-    "End with the final answer on its own line as: #### <number>"
-)
+SYSTEM_PROMPTS = {
+    # default: for instruction-following models (GSM8K runs)
+    "steps": "You are a careful math tutor. Solve the problem step by step in a few short sentences. "
+             "End with the final answer on its own line as: #### <number>",
+    # the offline model (135M) needs to see the format once; tuned in bench/task_difficulty.py
+    "example": "Solve the math problem. Write the calculation, then the final answer after ####.\n"
+               "Example:\nQuestion: Ben has 3 cards. Ben gets 4 more cards. How many cards does Ben have now?\n"
+               "Answer: 3 + 4 = 7\n#### 7",
+    "two_examples": "Solve the math problem in one line: the calculation, then #### and the answer.\n"
+                    "Question: Ben has 3 cards. Ben gets 4 more cards. How many cards does Ben have now?\n"
+                    "Answer: 3 + 4 = 7 #### 7\n"
+                    "Question: Ana has 9 shells. Ana gives away 5 shells. How many shells does Ana have now?\n"
+                    "Answer: 9 - 5 = 4 #### 4",
+}
+SYSTEM_PROMPT = SYSTEM_PROMPTS["steps"]
+
+
+def system_prompt(name_or_text: str | None) -> str:
+    """A preset name from SYSTEM_PROMPTS, or literal text; None is the default."""
+    if name_or_text is None:
+        return SYSTEM_PROMPT
+    return SYSTEM_PROMPTS.get(name_or_text, name_or_text)
 
 
 def task_hash(question: str) -> str:

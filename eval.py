@@ -149,9 +149,10 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
                        temperature: float = 1.0, batch_size: int = 32, system_prompt: str | None = None,
                        progress: bool = True) -> dict:
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan"}."""
-    from data import SYSTEM_PROMPT, to_prompt
+    from data import system_prompt as resolve_prompt
+    from data import to_prompt
 
-    prompts = [to_prompt(t["question"], system_prompt or SYSTEM_PROMPT) for t in tasks]
+    prompts = [to_prompt(t["question"], resolve_prompt(system_prompt)) for t in tasks]
     samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress)
     records = score_samples(samples, tasks)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,

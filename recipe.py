@@ -53,7 +53,8 @@ class RecipeArgs:
     n_train: int = field(default=512, metadata={"help": "train prompts chosen from the train split"})
     n_heldout: int = field(default=120, metadata={"help": "held-out tasks chosen from the test split"})
     task_seed: int = field(default=17, metadata={"help": "seed of the task choice (and of the generated task)"})
-    system_prompt: str | None = field(default=None, metadata={"help": "system message (default: data.SYSTEM_PROMPT)"})
+    system_prompt: str | None = field(default=None, metadata={"help": "system message: a preset of data.SYSTEM_PROMPTS "
+                                                                       "(steps, example, two_examples) or literal text"})
     eval_samples: int = field(default=4, metadata={"help": "samples per held-out task (pass@1 over them)"})
     eval_max_new_tokens: int = field(default=256, metadata={"help": "completion budget at evaluation"})
     eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature at evaluation"})
@@ -250,7 +251,7 @@ class Run:
         from datasets import Dataset
         from trl import get_peft_config
 
-        from data import SYSTEM_PROMPT, to_prompt
+        from data import system_prompt, to_prompt
         from eval import math_equal_reward
         from gmts_trainer import GMTSTrainer, check_selection_config
         from models import resolve_model
@@ -264,7 +265,7 @@ class Run:
         path = resolve_model(self.model_args.model_name_or_path)
         dtype = self.model_args.dtype if self.model_args.dtype not in (None, "auto") else "auto"
         args.model_init_kwargs = {"dtype": dtype}
-        prompt = self.recipe.system_prompt or SYSTEM_PROMPT
+        prompt = system_prompt(self.recipe.system_prompt)
         dataset = Dataset.from_list([{"prompt": to_prompt(t["question"], prompt), "answer": t["answer"]}
                                      for t in train_tasks])
         trainer = GMTSTrainer(model=path, reward_funcs=math_equal_reward, args=args, train_dataset=dataset,

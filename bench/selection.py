@@ -82,7 +82,7 @@ def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwarg
         report_to=[], save_strategy="no", logging_steps=1, bf16=bf16, use_cpu=device.type != "cuda",
         gradient_checkpointing=True, temperature=1.0, loss_type="dapo", beta=0.0, seed=0,
         generation_kwargs=generation_kwargs, use_transformers_paged=paged, disable_tqdm=True, **selection)
-    prompts = Dataset.from_list([{"prompt": " ".join(f"t{7 + (i * 31 + j) % 5000}" for j in range(64))}
+    prompts = Dataset.from_list([{"prompt": " ".join(f"t{7 + (i * 31 + j) % 5000}" for j in range(128))}
                                  for i in range(64)])
     trainer = GMTSTrainer(model=model, reward_funcs=length_reward, args=args, train_dataset=prompts,
                           processing_class=tok, peft_config=LoraConfig(r=32, lora_alpha=64, target_modules="all-linear"))
@@ -297,11 +297,17 @@ def main() -> None:
                "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                             "trl": trl.__version__, "peft": peft.__version__},
                "update": [], "recorder": [], "accuracy": None, "e2e": []}
+    if out_path.is_file():  # parts run in separate calls merge into one file; a part run again replaces its own
+        previous = json.loads(out_path.read_text())
+        if previous.get("device") == results["device"] and previous.get("model") == cfg:
+            results.update({k: previous.get(k, results[k]) for k in ("update", "recorder", "accuracy", "e2e")})
 
     def save():
         out_path.write_text(json.dumps(results, indent=1))
 
     parts = a.parts.split(",")
+    for part in parts:  # a part run now replaces that part's earlier results
+        results[part] = None if part == "accuracy" else []
     if "update" in parts or "accuracy" in parts:
         for rows, prompt, completion in shapes:
             trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts")

@@ -14,24 +14,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-PROMPTS = {
-    "steps": "You are a careful math tutor. Solve the problem step by step in a few short sentences. "
-             "End with the final answer on its own line as: #### <number>",
-    "example": "Solve the math problem. Write the calculation, then the final answer after ####.\n"
-               "Example:\nQuestion: Ben has 3 cards. Ben gets 4 more cards. How many cards does Ben have now?\n"
-               "Answer: 3 + 4 = 7\n#### 7",
-    "two_examples": "Solve the math problem in one line: the calculation, then #### and the answer.\n"
-                    "Question: Ben has 3 cards. Ben gets 4 more cards. How many cards does Ben have now?\n"
-                    "Answer: 3 + 4 = 7 #### 7\n"
-                    "Question: Ana has 9 shells. Ana gives away 5 shells. How many shells does Ana have now?\n"
-                    "Answer: 9 - 5 = 4 #### 4",
-}
 
 
 def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from data import SYSTEM_PROMPTS as PROMPTS
     from data import arithmetic_task
     from eval import evaluate_pass_at_1
     from models import OFFLINE_MODEL, resolve_model
@@ -41,8 +30,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--difficulties", default="0,1,2")
-    ap.add_argument("--prompts", default=",".join(PROMPTS))
+    ap.add_argument("--prompts", default="steps,example,two_examples")
     ap.add_argument("--temperatures", default="1.0")
+    ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--out", default="results/offline-task-tuning.json")
     a = ap.parse_args()
     path = resolve_model(OFFLINE_MODEL)
@@ -55,7 +45,7 @@ def main() -> None:
             prompt = PROMPTS[name]
             t0 = time.time()
             res = evaluate_pass_at_1(model, tok, tasks, k=1, seed=0, max_new_tokens=a.max_new_tokens,
-                                     temperature=temperature, batch_size=64, system_prompt=prompt, progress=False)
+                                     temperature=temperature, batch_size=a.batch_size, system_prompt=prompt, progress=False)
             rows.append({"difficulty": difficulty, "prompt": name, "temperature": temperature,
                          "pass@1": res["pass@1"], "n": a.n,
                          "mean_length": res["hack_scan"]["mean_length"], "seconds": round(time.time() - t0, 1)})
