@@ -88,6 +88,8 @@ def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwarg
                           processing_class=tok, peft_config=LoraConfig(r=32, lora_alpha=64, target_modules="all-linear"))
     trainer.create_optimizer()
     trainer.current_gradient_accumulation_steps = 1
+    # Trainer.train() turns gradient checkpointing on; the update part calls compute_loss directly, so do it here
+    trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return trainer
 
 
@@ -272,11 +274,50 @@ def generation_vs_forward(trainer, batch) -> dict:
     return {"kept_changed_share": ((keep_fwd ^ keep_gen).sum() / 2 / keep_fwd.sum()).item()}
 
 
+def generation_options(cfg, device, rows: int, new_tokens: int, reps: int) -> list[dict]:
+    """Generation alone (no training), same LoRA model, for each option: where the time of a GRPO step goes.
+    plain: what TRL runs (unmerged LoRA, eager, dynamic cache); merged: LoRA folded into the weights; +compiled:
+    static cache, which makes transformers compile the decoding step with CUDA graphs (reduce-overhead)."""
+    trainer = make_trainer(cfg, device, rows, new_tokens, token_selection="gmts")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.eval()
+    ids = torch.randint(2, cfg["vocab_size"], (rows, 128), device=device)
+    base = dict(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
+                top_p=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+    out = []
+    for option in ("plain", "merged", "plain+compiled", "merged+compiled"):
+        kwargs = dict(base, cache_implementation="static") if "compiled" in option else dict(base)
+        try:
+            if option.startswith("merged"):
+                model.merge_adapter()
+            with torch.no_grad():
+                r = measure(lambda: model.generate(**kwargs), device, reps)  # includes one warm-up (compilation)
+            out.append({"option": option, "rows": rows, "new_tokens": new_tokens, "seconds": r["median_s"],
+                        "ms_per_token_step": 1000 * r["median_s"] / new_tokens})
+        except Exception as e:  # noqa: BLE001 - a failing option is a result
+            out.append({"option": option, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+        finally:
+            if option.startswith("merged"):
+                model.unmerge_adapter()
+        print(json.dumps(out[-1]), flush=True)
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
+        model.generate(**dict(base, max_new_tokens=16, min_new_tokens=16))
+    events = prof.key_averages()
+    kernels = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    cuda_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    out.append({"option": "profile plain, 16 new tokens", "cuda_kernels_per_token_step": kernels / 16,
+                "gpu_busy_ms_per_token_step": cuda_us / 1000 / 16,
+                "top": events.table(sort_by="self_cpu_time_total", row_limit=12)[:4000]})
+    print(json.dumps({k: v for k, v in out[-1].items() if k != "top"}), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="Benchmark token selection (see module docstring).")
     ap.add_argument("--small", action="store_true", help="2-layer model, small shapes (CPU)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--parts", default="update,recorder,accuracy,e2e")
+    ap.add_argument("--parts", default="update,recorder,accuracy,e2e,generation")
     ap.add_argument("--e2e-options", default="plain,static_cache,paged")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="print the README table of a results file and exit")
@@ -296,11 +337,12 @@ def main() -> None:
     results = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu", "model": cfg,
                "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                             "trl": trl.__version__, "peft": peft.__version__},
-               "update": [], "recorder": [], "accuracy": None, "e2e": []}
+               "update": [], "recorder": [], "accuracy": None, "e2e": [], "generation": []}
     if out_path.is_file():  # parts run in separate calls merge into one file; a part run again replaces its own
         previous = json.loads(out_path.read_text())
         if previous.get("device") == results["device"] and previous.get("model") == cfg:
-            results.update({k: previous.get(k, results[k]) for k in ("update", "recorder", "accuracy", "e2e")})
+            results.update({k: previous.get(k, results[k]) for k in ("update", "recorder", "accuracy", "e2e",
+                                                                     "generation")})
 
     def save():
         out_path.write_text(json.dumps(results, indent=1))
@@ -347,6 +389,9 @@ def main() -> None:
             save()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+    if "generation" in parts:
+        results["generation"] = generation_options(cfg, device, *((8, 256) if not a.small else (2, 8)), a.reps)
+        save()
     save()
     print(table(results))
 
@@ -389,6 +434,16 @@ def table(results: dict) -> str:
             if "generation_vs_forward" in r:
                 lines.append(f"\nGeneration-time vs training-forward entropy ({r['option']}): kept tokens that change "
                              f"{100 * r['generation_vs_forward']['kept_changed_share']:.2f}%.")
+    if results.get("generation"):
+        lines += ["", "| generation alone (8 rows x 256 new tokens) | time | per token step |", "|---|---|---|"]
+        for r in results["generation"]:
+            if "seconds" in r:
+                lines.append(f"| {r['option']} | {r['seconds']:.2f} s | {r['ms_per_token_step']:.1f} ms |")
+            elif "error" in r:
+                lines.append(f"| {r['option']} | failed: {r['error'][:80]} | |")
+            else:
+                lines.append(f"| {r['option']} | {r['cuda_kernels_per_token_step']:.0f} CUDA kernels per token step, "
+                             f"GPU busy {r['gpu_busy_ms_per_token_step']:.1f} ms per step | |")
     return "\n".join(lines)
 
 
