@@ -132,8 +132,12 @@ def select_top_fraction(
         segments = rows // group_size
     seg_scores = scores.float().reshape(segments, -1)  # (S, L)
     seg_valid = valid.reshape(segments, -1)  # (S, L)
-    if torch.isnan(seg_scores[seg_valid]).any():
-        raise ValueError("select_top_fraction: NaN score at a valid position (entropy or advantage is NaN)")
+    nan_at_valid = (torch.isnan(seg_scores) & seg_valid).any()
+    if seg_scores.device.type == "cpu":
+        if nan_at_valid:
+            raise ValueError("select_top_fraction: NaN score at a valid position (entropy or advantage is NaN)")
+    else:  # no host sync in the training step: the check fails the next synchronizing call instead
+        torch._assert_async(~nan_at_valid, "select_top_fraction: NaN score at a valid position")
     # Rank by (valid first, score descending, index ascending): two stable sorts, the primary key last.
     by_score = torch.sort(seg_scores, dim=1, descending=True, stable=True).indices  # (S, L)
     valid_in_score_order = torch.gather(seg_valid, 1, by_score)
@@ -153,8 +157,12 @@ def selection_stats(
     advantages: torch.Tensor,
     group_index: torch.Tensor,
     other_kept: torch.Tensor | None = None,
-) -> dict[str, float]:
-    """Diagnostics of one selection. `group_index` (B,) names each row's prompt group (rows may be in any order).
+    num_groups: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Diagnostics of one selection, as 0-dim tensors (no host sync: call .item() when logging).
+
+    `group_index` (B,) names each row's prompt group (rows may be in any order); `num_groups` bounds its values
+    (default: computed, which syncs).
 
     Returns:
         kept_fraction: kept / valid tokens.
@@ -162,28 +170,28 @@ def selection_stats(
         top_answer_share: share of kept tokens that go to the largest-|advantage| answer of each group (the first such
             row where several tie).
         effective_answers: 1 / sum_i s_i^2, s_i = answer i's share of the kept tokens (B when uniform, 1 when one
-            answer takes all).
+            answer takes all; 0 when nothing is kept).
         entropy_kept_mean, entropy_all_mean: mean entropy of kept and of all valid tokens.
     """
-    kept_b, valid = kept.bool(), mask.bool()
-    n_kept = kept_b.sum()
-    denom = n_kept.clamp(min=1).float()
-    out = {"kept_fraction": (n_kept / valid.sum().clamp(min=1)).item()}
+    kept_f, valid_f = kept.float(), mask.float()
+    n_kept = kept_f.sum()
+    denom = n_kept.clamp(min=1)
+    out = {"kept_fraction": n_kept / valid_f.sum().clamp(min=1)}
     if other_kept is not None:
-        out["overlap"] = ((kept_b & other_kept.bool()).sum() / denom).item()
-    per_answer = kept_b.sum(dim=1).float()  # (B,)
+        out["overlap"] = (kept_f * other_kept.float()).sum() / denom
+    per_answer = kept_f.sum(dim=1)  # (B,)
     shares = per_answer / denom
-    out["effective_answers"] = (1.0 / (shares**2).sum()).item() if n_kept > 0 else 0.0
+    out["effective_answers"] = torch.where(n_kept > 0, 1.0 / (shares**2).sum().clamp(min=1e-12), 0.0)
     abs_adv = advantages.float().reshape(-1).abs()  # (B,)
-    gid = torch.unique(group_index.reshape(-1), return_inverse=True)[1]  # (B,) in 0..G-1
-    groups = int(gid.max().item()) + 1 if gid.numel() else 0
+    gid = group_index.reshape(-1).long()
+    groups = num_groups if num_groups is not None else int(gid.max().item()) + 1
     group_max = torch.full((groups,), -1.0, device=abs_adv.device).scatter_reduce(0, gid, abs_adv, "amax")
     rows = torch.arange(gid.numel(), device=gid.device)
-    is_max = abs_adv == group_max[gid]
-    first = torch.full((groups,), gid.numel(), device=gid.device).scatter_reduce(0, gid[is_max], rows[is_max], "amin")
-    is_top = first[gid] == rows  # (B,) one answer per group
-    out["top_answer_share"] = (per_answer[is_top].sum() / denom).item()
+    candidate = torch.where(abs_adv == group_max[gid], rows, gid.numel())  # rows holding their group's max |A|
+    first = torch.full((groups,), gid.numel(), device=gid.device).scatter_reduce(0, gid, candidate, "amin")
+    is_top = (first[gid] == rows).float()  # (B,) one answer per group
+    out["top_answer_share"] = (per_answer * is_top).sum() / denom
     ent = entropy.float()
-    out["entropy_kept_mean"] = ent[kept_b].mean().item() if n_kept > 0 else 0.0
-    out["entropy_all_mean"] = ent[valid].mean().item() if valid.any() else 0.0
+    out["entropy_kept_mean"] = (ent * kept_f).sum() / denom
+    out["entropy_all_mean"] = (ent * valid_f).sum() / valid_f.sum().clamp(min=1)
     return out

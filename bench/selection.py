@@ -218,8 +218,10 @@ def accuracy(trainer, batch, device) -> dict:
 def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> dict:
     """One full GRPO step through trainer.train(), split into generation, scoring (rest of
     _generate_and_score_completions) and update, for one generation option."""
-    kwargs = {"plain": {}, "static_cache": {"generation_kwargs": {"cache_implementation": "static"}},
-              "paged": {"paged": True}}[option]
+    static = {"generation_kwargs": {"cache_implementation": "static"}}
+    kwargs = {"plain": {}, "static_cache": static, "paged": {"paged": True},
+              "merged": {"generation_merge_adapter": True},
+              "merged_static": {**static, "generation_merge_adapter": True}}[option]
     trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts", selection_scope="batch", **kwargs)
     trainer.args.max_steps = steps
     timings = {"generation": [], "generate_and_score": [], "step": []}
@@ -319,6 +321,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parts", default="update,recorder,accuracy,e2e,generation")
     ap.add_argument("--e2e-options", default="plain,static_cache,paged")
+    ap.add_argument("--shapes", default=None, help="e.g. 8x128x256,32x128x1024 (rows x prompt x completion)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="print the README table of a results file and exit")
     a = ap.parse_args()
@@ -328,6 +331,8 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() and not a.small else "cpu")
     cfg = SMALL if a.small else QWEN_1_5B
     shapes = [(4, 32, 64), (8, 32, 128)] if a.small else [(8, 128, 256), (32, 128, 1024), (64, 128, 1024)]
+    if a.shapes:
+        shapes = [tuple(int(x) for x in shape.split("x")) for shape in a.shapes.split(",")]
     name = "cpu-small" if a.small else torch.cuda.get_device_name(0).split()[-1].lower() if device.type == "cuda" else "cpu"
     out_path = Path(a.out or ROOT / "bench" / f"results-{name}.json")
     import peft
@@ -348,8 +353,13 @@ def main() -> None:
         out_path.write_text(json.dumps(results, indent=1))
 
     parts = a.parts.split(",")
-    for part in parts:  # a part run now replaces that part's earlier results
-        results[part] = None if part == "accuracy" else []
+    # what runs now replaces its own earlier results: update rows by shape, e2e rows by option, other parts whole
+    results["update"] = [r for r in results["update"] if "update" not in parts
+                         or (r["rows"], r["prompt"], r["completion"]) not in shapes]
+    results["e2e"] = [r for r in results["e2e"] if "e2e" not in parts or r["option"] not in a.e2e_options.split(",")]
+    for part in ("recorder", "accuracy", "generation"):
+        if part in parts:
+            results[part] = None if part == "accuracy" else []
     if "update" in parts or "accuracy" in parts:
         for rows, prompt, completion in shapes:
             trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts")
@@ -389,6 +399,8 @@ def main() -> None:
             save()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+    order = {v: i for i, v in enumerate(VARIANTS)}
+    results["update"].sort(key=lambda r: (r["rows"], r["completion"], order.get(r["variant"], 99)))
     if "generation" in parts:
         results["generation"] = generation_options(cfg, device, *((8, 256) if not a.small else (2, 8)), a.reps)
         save()

@@ -129,6 +129,14 @@ def test_gmts_scores_move_slots_toward_large_advantage_answers():
     assert torch.equal(ets_scores(entropy), entropy)
 
 
+def test_selection_stats_with_nothing_kept_are_zero_not_nan():
+    none = torch.zeros(2, 3, dtype=torch.bool)
+    s = selection_stats(none, torch.ones(2, 3), torch.ones(2, 3), torch.zeros(2), torch.tensor([0, 0]))
+    assert {k: v.item() for k, v in s.items()} == {"kept_fraction": 0.0, "effective_answers": 0.0,
+                                                   "top_answer_share": 0.0, "entropy_kept_mean": 0.0,
+                                                   "entropy_all_mean": 1.0}
+
+
 def test_selection_stats_by_hand():
     kept = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.bool)
     mask = torch.ones(4, 3, dtype=torch.bool)
@@ -136,6 +144,9 @@ def test_selection_stats_by_hand():
     adv = torch.tensor([1.0, -2.0, 0.5, 0.5])  # groups {0,1} and {2,3}; top answers: row 1 and row 2 (first tie)
     other = torch.tensor([[1, 0, 0], [0, 0, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.bool)
     s = selection_stats(kept, mask, entropy, adv, torch.tensor([0, 0, 1, 1]), other_kept=other)
+    loose = selection_stats(kept, mask, entropy, adv, torch.tensor([0, 0, 1, 1]), other_kept=other, num_groups=5)
+    assert all(torch.equal(s[k], loose[k]) for k in s)  # a looser bound on the group ids gives the same values
+    s = {k: v.item() for k, v in s.items()}
     assert s["kept_fraction"] == pytest.approx(4 / 12)
     assert s["overlap"] == pytest.approx(2 / 4)
     assert s["top_answer_share"] == pytest.approx(1 / 4)  # row 1 keeps 1, row 2 keeps 0

@@ -203,3 +203,28 @@ def test_dropped_tokens_get_exactly_zero_gradient(tmp_path):
     # and the loss is TRL's dapo: sum over kept tokens of -A / all completion tokens (on-policy, r = 1)
     expected = -(out["advantages"].unsqueeze(1) * keep).sum() / valid.sum()
     assert torch.allclose(loss, expected, atol=1e-6)
+
+
+# ---------------------------------------------------------------- merged-adapter generation
+def test_merged_lora_generation_restores_the_base_weights_bit_for_bit(tmp_path):
+    from gmts_trainer import merged_lora
+
+    trainer = make_trainer(tmp_path, generation_merge_adapter=True)
+    model = trainer.model
+    for name, p in model.named_parameters():  # a trained-looking adapter: B is zero at init
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        unmerged = model(input_ids=ids).logits
+        with merged_lora(model):
+            merged = model(input_ids=ids).logits
+            assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items() if "base_layer" in k)
+        again = model(input_ids=ids).logits
+    assert torch.allclose(unmerged, merged, atol=1e-4)  # the same function while generating
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # exactly the same weights after
+    assert torch.equal(unmerged, again)
+    out = generation_batch(trainer)  # the trainer's generation path with the option on
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert int(out["selection_mask"].sum()) == kept_count(int(out["completion_mask"].sum()), 0.2)
