@@ -177,8 +177,9 @@ def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
 def render(results: dict, markdown: bool = False) -> str:
     header, rows = table_rows(results)
     if markdown:
+        cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731 - a pipe inside a cell would split it
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
     else:
         widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
         lines = ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows]]

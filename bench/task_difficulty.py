@@ -4,6 +4,7 @@ GRPO learns nothing from a task the model always or never solves, so the offline
 whose base pass@1 lies in 10-60%. Writes results/offline-task-tuning.json.
 
     python bench/task_difficulty.py [--n 64] [--max-new-tokens 128] [--device cpu]
+    python bench/task_difficulty.py --table results/offline-task-tuning.json   # the README table
 """
 
 import argparse
@@ -16,7 +17,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 
+def table(results: dict) -> str:
+    """README table of a tuning results file."""
+    lines = [f"Base pass@1 of {results['model']} on the generated task ({results['rows'][0]['n']} tasks, 1 sample each, "
+             f"{results['max_new_tokens']} new tokens, device {results['device']}):", "",
+             "| difficulty | system prompt | temperature | pass@1 | mean length (chars) |", "|---|---|---|---|---|"]
+    for r in results["rows"]:
+        lines.append(f"| {r['difficulty']} | {r['prompt']} | {r.get('temperature', 1.0)} | {100 * r['pass@1']:.1f}% | "
+                     f"{r['mean_length']:.0f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:
+        print(table(json.loads(Path(sys.argv[2]).read_text())))
+        return
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -118,3 +118,29 @@ def test_shipped_configs_parse(monkeypatch):
     assert (r.n_train, r.n_heldout, r.eval_samples, train.num_generations) == (512, 120, 4, 8)
     assert (train.max_completion_length, train.learning_rate, train.max_steps, train.seed) == (256, 1e-4, 40, 17)
     assert (train.selection_ratio, train.beta, train.num_iterations) == (0.2, 0.0, 1)
+
+
+def test_an_interrupted_arm_resumes_from_its_last_checkpoint(tiny_config, tmp_path, monkeypatch, capsys):
+    import gmts_trainer
+
+    original = gmts_trainer.GMTSTrainer.training_step
+    calls = {"n": 0}
+
+    def interrupted(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second step: after checkpoint-1 was saved
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", interrupted)
+    assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path) == 130
+    assert "--resume" in capsys.readouterr().err
+    assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-1").is_dir()
+    assert check.load(tmp_path / "tiny" / "results.json")["arms"] == {}  # base evals kept, the arm not yet
+
+    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", original)
+    assert run("--arm", "ets", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "resuming from the last checkpoint" in out and "reusing 3" in out
+    log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
+    assert [row["step"] for row in log] == [1, 2]
