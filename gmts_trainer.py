@@ -14,6 +14,10 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    continuous batching, tools, beta != 0, or `selection_entropy_source="scoring_pass"`).
 4. `_compute_loss` only records its `inputs` so the hook can see the advantages; `_get_per_token_logps_and_entropies`
    only records what it returns (live log-probs for omega in "microbatch" scope, entropy in case (b)).
+5. `log` turns the selection metrics, kept on the device until then, into numbers: the loss hook never waits for the
+   GPU (a host sync there stalls kernel launches for the backward).
+6. Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
+   weights and restores the exact base weights afterwards.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (the 80/20 paper's eq. 7; the GMTS paper keeps it). It is the same number for every
