@@ -20,7 +20,7 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    weights and restores the exact base weights afterwards.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
-tokens in the generation batch (the 80/20 paper's eq. 7; the GMTS paper keeps it). It is the same number for every
+tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number for every
 arm, so two arms differ only in which tokens they keep, and the step is ~ratio times a no-selection step. The
 alternative `selection_normalizer="kept_tokens"` divides by the kept count instead (a 1/ratio larger step: a
 learning-rate change in disguise, offered for ablation, refused where it would differ between arms).

