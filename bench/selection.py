@@ -317,7 +317,8 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int) -> li
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="Benchmark token selection (see module docstring).")
-    ap.add_argument("--small", action="store_true", help="2-layer model, small shapes (CPU)")
+    ap.add_argument("--small", action="store_true", help="2-layer model, small shapes (CPU unless --device)")
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present, cpu with --small)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parts", default="update,recorder,accuracy,e2e,generation")
     ap.add_argument("--e2e-options", default="plain,static_cache,paged")
@@ -328,12 +329,13 @@ def main() -> None:
     if a.table:
         print(table(json.loads(Path(a.table).read_text())))
         return
-    device = torch.device("cuda" if torch.cuda.is_available() and not a.small else "cpu")
+    device = torch.device(a.device or ("cuda" if torch.cuda.is_available() and not a.small else "cpu"))
     cfg = SMALL if a.small else QWEN_1_5B
     shapes = [(4, 32, 64), (8, 32, 128)] if a.small else [(8, 128, 256), (32, 128, 1024), (64, 128, 1024)]
     if a.shapes:
         shapes = [tuple(int(x) for x in shape.split("x")) for shape in a.shapes.split(",")]
-    name = "cpu-small" if a.small else torch.cuda.get_device_name(0).split()[-1].lower() if device.type == "cuda" else "cpu"
+    gpu = torch.cuda.get_device_name(0).split()[-1].lower() if device.type == "cuda" else "cpu"
+    name = f"{gpu}-small" if a.small else gpu
     out_path = Path(a.out or ROOT / "bench" / f"results-{name}.json")
     import peft
     import transformers
