@@ -28,7 +28,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 ARMS = ("base", "ets", "gmts", "all")
 RULE_OF_ARM = {"ets": "entropy", "gmts": "gmts"}
@@ -82,18 +81,23 @@ def _parser():
     return OneLineParser((RecipeArgs, GMTSConfig, ModelConfig))
 
 
-def _unknown_keys(strings: list[str]) -> list[str]:
+def _first_key(strings: list[str]) -> str:
     keys = [s.lstrip("-").split("=")[0] for s in strings if s.startswith("--")]
-    return keys or strings
+    return (keys or strings)[0]
+
+
+def _check_arm(arm: str) -> None:
+    if arm not in ARMS:
+        raise RecipeError(f"unknown arm '{arm}': use one of {', '.join(ARMS)}")
 
 
 def parse(argv: list[str]):
     """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides."""
     argv = list(argv)
-    for i, a in enumerate(argv):  # the arm first: its error is the one a typo deserves
+    for i, a in enumerate(argv):  # the arm first: its error is the one a typo deserves, before any config check
         arm = a.split("=", 1)[1] if a.startswith("--arm=") else argv[i + 1] if a == "--arm" and i + 1 < len(argv) else None
-        if arm is not None and arm not in ARMS:
-            raise RecipeError(f"unknown arm '{arm}': use one of {', '.join(ARMS)}")
+        if arm is not None:
+            _check_arm(arm)
     if "--config" not in argv:
         argv = ["--config", DEFAULT_CONFIG, *argv]
     config_path = Path(argv[argv.index("--config") + 1]) if argv.index("--config") + 1 < len(argv) else None
@@ -105,18 +109,15 @@ def parse(argv: list[str]):
     try:
         recipe, train, model, from_file, from_cli = parser.parse_args_and_config(
             argv, return_remaining_strings=True, separate_remaining_strings=True)
-    except RecipeError:
-        raise
     except (ValueError, TypeError) as e:  # a value a config class refused, e.g. selection_scope: global
         raise RecipeError(str(e).splitlines()[0]) from None
     for where, strings in (("config file", from_file), ("command line", from_cli)):
         if strings:
-            key = _unknown_keys(strings)[0]
+            key = _first_key(strings)
             near = difflib.get_close_matches(key, allowed, n=3)
             hint = f"did you mean {', '.join(near)}?" if near else f"run `python recipe.py --help` for all {len(allowed)} keys"
             raise RecipeError(f"unknown key '{key}' in the {where}: {hint}")
-    if recipe.arm not in ARMS:
-        raise RecipeError(f"unknown arm '{recipe.arm}': use one of {', '.join(ARMS)}")
+    _check_arm(recipe.arm)  # an arm set in the config file
     if recipe.task not in ("gsm8k", "arithmetic"):
         raise RecipeError(f"unknown task '{recipe.task}': use gsm8k or arithmetic")
     if not recipe.base_eval_seeds:

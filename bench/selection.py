@@ -19,7 +19,6 @@ Parts, all in one run, each written to the results file as soon as it is measure
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys

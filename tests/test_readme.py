@@ -15,4 +15,4 @@ def test_readme_has_generated_blocks():
 
 @pytest.mark.parametrize("block", blocks(README), ids=lambda m: m.group("cmd"))
 def test_block_matches_its_command(block):
-    assert block.group("body") == run(block.group("cmd")), f"README block is stale: run python update_readme.py"
+    assert block.group("body") == run(block.group("cmd")), "README block is stale: run python update_readme.py"

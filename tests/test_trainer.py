@@ -7,7 +7,7 @@ import torch
 from peft import LoraConfig
 
 from gmts_trainer import GMTSConfig, GMTSTrainer
-from selection import ets_scores, gmts_scores, kept_count, select_top_fraction
+from selection import gmts_scores, kept_count, select_top_fraction
 from tiny import digit_reward, tiny_dataset, tiny_model, tiny_tokenizer
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
