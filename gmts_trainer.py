@@ -318,9 +318,9 @@ class GMTSTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ the selection itself
     def _batch_entropy(self, output, recorder, captured) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, T) entropy of every completion token of the generation batch, and the policy log-probs if known."""
-        width = output["completion_ids"].size(1)
         if recorder is not None:
-            ent = recorder.entropy(output["completion_ids"].size(0), width, output["completion_ids"].device)
+            ids = output["completion_ids"]
+            ent = recorder.entropy(ids.size(0), ids.size(1), ids.device)
             if ent is not None:
                 self.entropy_source_used = "generation"
                 return ent, None
@@ -329,14 +329,19 @@ class GMTSTrainer(GRPOTrainer):
             self.entropy_source_used = "trl_scoring_pass"
             return captured["entropy"], captured["logps"]
         self.entropy_source_used = "extra_scoring_pass"
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        logps, ent = self.scoring_pass(output)
+        return ent, logps
+
+    def scoring_pass(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One fused no-grad forward over a generation batch: (B, T) log-probs and entropy of the completion tokens."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)  # (B, P+T)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             logps, ent, _ = super()._get_per_token_logps_and_entropies(
-                self.model, input_ids, attention_mask, width,
+                self.model, input_ids, attention_mask, batch["completion_ids"].size(1),
                 batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
             )
-        return ent, logps
+        return logps, ent
 
     def _select_generation_batch(self, output, recorder, captured) -> None:
         entropy, logps = self._batch_entropy(output, recorder, captured)  # (B, T)

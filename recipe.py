@@ -159,16 +159,19 @@ def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     return train, heldout, record
 
 
+def model_dtype(model_args) -> str:
+    """The dtype name to load weights in, as both transformers and TRL's model_init_kwargs take it."""
+    return model_args.dtype or "auto"
+
+
 def load_model(model_args, device: str):
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from models import resolve_model
 
     path = resolve_model(model_args.model_name_or_path)
-    dtype = getattr(torch, model_args.dtype) if model_args.dtype not in (None, "auto") else "auto"
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args)).to(device)
     return path, model, tokenizer
 
 
@@ -264,8 +267,7 @@ class Run:
         args.run_name, args.report_to = f"{self.name}-{arm}", []
         check_selection_config(args)
         path = resolve_model(self.model_args.model_name_or_path)
-        dtype = self.model_args.dtype if self.model_args.dtype not in (None, "auto") else "auto"
-        args.model_init_kwargs = {"dtype": dtype}
+        args.model_init_kwargs = {"dtype": model_dtype(self.model_args)}
         prompt = system_prompt(self.recipe.system_prompt)
         dataset = Dataset.from_list([{"prompt": to_prompt(t["question"], prompt), "answer": t["answer"]}
                                      for t in train_tasks])

@@ -195,8 +195,8 @@ def accuracy(trainer, batch, device) -> dict:
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
     am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
     width = batch["completion_ids"].size(1)
+    _, fused = trainer.scoring_pass(batch)
     with torch.no_grad():
-        _, fused, _ = trainer._get_per_token_logps_and_entropies(model, ids, am, width, compute_entropy=True)
         with trainer.accelerator.autocast():
             hidden = model(input_ids=ids, attention_mask=am, output_hidden_states=True).hidden_states[-1]
         weight = model.get_output_embeddings().weight
@@ -264,11 +264,7 @@ def generation_vs_forward(trainer, batch) -> dict:
     """Kept-token change when ranking by the entropy recorded while generating instead of the training forward's."""
     from selection import gmts_scores, select_top_fraction
 
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    with torch.no_grad():
-        _, fwd, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, am, batch["completion_ids"].size(1),
-                                                                compute_entropy=True)
+    _, fwd = trainer.scoring_pass(batch)
     mask = batch["completion_mask"].bool()
     keep_fwd = select_top_fraction(gmts_scores(fwd, batch["advantages"].unsqueeze(1).expand_as(fwd)), mask, 0.2)
     keep_gen = batch["selection_mask"]

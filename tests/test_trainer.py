@@ -106,11 +106,7 @@ def test_gmts_mask_is_the_top_of_entropy_times_advantage(tmp_path):
     trainer = make_trainer(tmp_path, selection_entropy_source="scoring_pass")
     out = generation_batch(trainer)
     assert trainer.entropy_source_used == "extra_scoring_pass"
-    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
-    am = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
-    with torch.no_grad():
-        _, ent, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, am, out["completion_ids"].size(1), compute_entropy=True)
+    _, ent = trainer.scoring_pass(out)
     scores = gmts_scores(ent, out["advantages"].unsqueeze(1).expand_as(ent))
     assert torch.equal(out["selection_mask"], select_top_fraction(scores, out["completion_mask"], 0.2))
 
@@ -118,11 +114,7 @@ def test_gmts_mask_is_the_top_of_entropy_times_advantage(tmp_path):
 def test_generation_entropy_equals_training_forward_entropy(tmp_path):
     trainer = make_trainer(tmp_path, temperature=0.7)
     out = generation_batch(trainer)
-    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
-    am = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
-    with torch.no_grad():
-        _, ent, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, am, out["completion_ids"].size(1), compute_entropy=True)
+    _, ent = trainer.scoring_pass(out)
     gen_scores = out["selection_mask"]
     ref = select_top_fraction(gmts_scores(ent, out["advantages"].unsqueeze(1).expand_as(ent)),
                               out["completion_mask"], 0.2)
