@@ -18,6 +18,9 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    GPU (a host sync there stalls kernel launches for the backward).
 6. Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
    weights and restores the exact base weights afterwards.
+7. Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
+   which TRL turns off with `disable_compile=True`. The cache is sized in buckets of `COMPILE_CACHE_BUCKET` tokens
+   so that prompts of another length reuse the compiled decoder instead of recompiling it every step.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number for every
@@ -53,6 +56,7 @@ SELECTION_NORMALIZERS = ("all_tokens", "kept_tokens")
 ENTROPY_SOURCES = ("auto", "scoring_pass")
 PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: undoes the selection
 PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] (+ KL) is the gradient coefficient
+COMPILE_CACHE_BUCKET = 256  # static KV cache length granularity with generation_compile (one compile per bucket)
 
 
 @dataclass
@@ -92,6 +96,13 @@ class GMTSConfig(GRPOConfig):
                           "{cache_implementation: static}, transformers decodes with CUDA graphs. Costs a copy of the "
                           "adapted weights in memory. Not for DeepSpeed ZeRO-3 or FSDP."},
     )
+    generation_compile: bool = field(
+        default=False,
+        metadata={"help": "Decode with transformers' compiled path: static KV cache, torch.compile and CUDA graphs "
+                          "(TRL turns it off). The first step pays the compilation (about a minute for a 1.5B model), "
+                          "and again when prompts outgrow the cache's 256-token bucket. GPU only; not with vLLM or "
+                          "continuous batching. Best with generation_merge_adapter."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -112,6 +123,7 @@ def check_selection_config(args: GMTSConfig) -> None:
     r = args.selection_ratio
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
         raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
+    check_generation_config(args)
     if args.token_selection == "all":
         return
     if args.loss_type in PER_SEQUENCE_LOSSES:
@@ -129,6 +141,28 @@ def check_selection_config(args: GMTSConfig) -> None:
     if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
         raise ValueError("selection_normalizer='kept_tokens' needs loss_type='dapo' and a 'batch' or 'group' scope, "
                          "where the kept count is one number for the whole generation batch.")
+
+
+def check_generation_config(args: GMTSConfig) -> None:
+    """The generation options apply to transformers' `generate`, the path TRL takes without vLLM or batching."""
+    if args.generation_compile:
+        other = "use_vllm" if args.use_vllm else (
+            "use_transformers_continuous_batching" if args.use_transformers_continuous_batching else None)
+        if other:
+            raise ValueError(f"generation_compile compiles transformers' generate, which {other}=True does not use; "
+                             f"drop one of them.")
+        cache = (args.generation_kwargs or {}).get("cache_implementation", args.cache_implementation)
+        if cache not in (None, "static"):
+            raise ValueError(f"generation_compile needs a static KV cache; cache_implementation={cache!r} is not one.")
+
+
+def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_to_multiple_of: Any) -> int:
+    """Static KV cache length for a generation batch, rounded up to `COMPILE_CACHE_BUCKET`: transformers keeps the
+    largest length seen, so the compiled decoder sees a new shape (and recompiles) only when a bucket is outgrown."""
+    longest = max((len(p) for p in prompt_ids), default=0)
+    if isinstance(pad_to_multiple_of, int) and pad_to_multiple_of > 1:
+        longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+    return -(-(longest + max_new_tokens) // COMPILE_CACHE_BUCKET) * COMPILE_CACHE_BUCKET
 
 
 class _EntropyRecorder(LogitsProcessor):
@@ -205,6 +239,10 @@ class GMTSTrainer(GRPOTrainer):
         self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
         self._num_groups = 1  # upper bound of the global group index of the current generation batch
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
+        if self.args.generation_compile and not self.use_vllm:
+            self.generation_config.cache_implementation = "static"
+            self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder
+            self.generation_kwargs["cache_implementation"] = "static"
 
     # ------------------------------------------------------------------ which entropy source
     def _trl_makes_scoring_pass(self) -> bool:
@@ -232,6 +270,9 @@ class GMTSTrainer(GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model_wrapped)
         merge = self.args.generation_merge_adapter and not self.use_vllm
+        if self.args.generation_compile and not self.use_vllm:
+            self.generation_config.max_cache_len = compile_cache_length(
+                prompt_ids, self.max_completion_length, self.pad_to_multiple_of)
         with merged_lora(model) if merge else contextlib.nullcontext():
             if self._recorder is None:
                 return super()._generate_single_turn(prompt_ids, *args, **kwargs)

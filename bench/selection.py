@@ -62,7 +62,8 @@ def length_reward(completions, **kwargs):
     return [float(len(c) % 3) for c in completions]
 
 
-def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwargs=None, paged=False, **selection):
+def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwargs=None, paged=False,
+                 prompt_words=(128, 128), **selection):
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -80,8 +81,11 @@ def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwarg
         gradient_accumulation_steps=1, max_completion_length=completion, learning_rate=1e-5, max_steps=3,
         report_to=[], save_strategy="no", logging_steps=1, bf16=bf16, use_cpu=device.type != "cuda",
         gradient_checkpointing=True, temperature=1.0, loss_type="dapo", beta=0.0, seed=0,
-        generation_kwargs=generation_kwargs, use_transformers_paged=paged, disable_tqdm=True, **selection)
-    prompts = Dataset.from_list([{"prompt": " ".join(f"t{7 + (i * 31 + j) % 5000}" for j in range(128))}
+        generation_kwargs=generation_kwargs, use_transformers_continuous_batching=paged, disable_tqdm=True,
+        **selection)
+    low, high = prompt_words  # prompt i has low + (i * 37) % (high - low + 1) tokens: lengths vary step to step
+    prompts = Dataset.from_list([{"prompt": " ".join(f"t{7 + (i * 31 + j) % 5000}"
+                                                     for j in range(low + (i * 37) % (high - low + 1)))}
                                  for i in range(64)])
     trainer = GMTSTrainer(model=model, reward_funcs=length_reward, args=args, train_dataset=prompts,
                           processing_class=tok, peft_config=LoraConfig(r=32, lora_alpha=64, target_modules="all-linear"))
@@ -178,6 +182,46 @@ def measure(fn, device, reps: int) -> dict:
     return {"median_s": statistics.median(times), "times_s": times, "peak_gib": peak}
 
 
+def interleaved_updates(trainer, batch, device, rounds: int) -> list[dict]:
+    """Every variant once per round, in an order rotated each round, so that drift of the machine (clocks, other
+    load) falls on every variant alike; each variant's time is also compared with plain's in the same round.
+    Reports the median time, the median and quartiles of the per-round ratio to plain, and the peak memory."""
+    import numpy as np
+
+    def run(variant):
+        set_variant(trainer, variant)
+        one_update(trainer, batch, variant)
+        sync(device)
+
+    live, out = [], {}
+    for variant in VARIANTS:  # warm-up; a variant that runs out of memory is reported and left out of the rounds
+        try:
+            run(variant)
+            live.append(variant)
+            out[variant] = {"variant": variant, "times_s": [], "peak_gib": 0.0 if device.type == "cuda" else None}
+        except torch.OutOfMemoryError:
+            out[variant] = {"variant": variant, "median_s": None, "peak_gib": None, "error": "out of memory"}
+            trainer.optimizer.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+    for i in range(rounds):
+        for variant in live[i % len(live):] + live[: i % len(live)]:
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            run(variant)
+            out[variant]["times_s"].append(time.perf_counter() - t0)
+            if device.type == "cuda":
+                out[variant]["peak_gib"] = max(out[variant]["peak_gib"], torch.cuda.max_memory_allocated() / 2**30)
+    plain = np.array(out["none"]["times_s"]) if "none" in live else None
+    for variant in live:
+        r = out[variant]
+        r["median_s"] = statistics.median(r["times_s"])
+        if plain is not None:
+            ratios = np.array(r["times_s"]) / plain
+            r["ratio_median"], r["ratio_q25"], r["ratio_q75"] = (float(q) for q in np.quantile(ratios, [0.5, 0.25, 0.75]))
+    return [out[v] for v in VARIANTS]
+
+
 def recorder_cost(device, rows: int, vocab: int, reps: int) -> dict:
     from gmts_trainer import _EntropyRecorder
 
@@ -214,17 +258,27 @@ def accuracy(trainer, batch, device) -> dict:
             "kept_changed_share": ((keep_fused ^ keep_ref).sum() / 2 / keep_ref.sum()).item()}
 
 
+E2E_OPTIONS = {  # generation options of one full GRPO step; "static" alone is TRL's static cache without compile
+    "plain": {}, "static_cache": {"generation_kwargs": {"cache_implementation": "static"}}, "paged": {"paged": True},
+    "merged": {"generation_merge_adapter": True},
+    "merged_static": {"generation_kwargs": {"cache_implementation": "static"}, "generation_merge_adapter": True},
+    "compiled": {"generation_compile": True},
+    "merged_compiled": {"generation_compile": True, "generation_merge_adapter": True},
+}
+E2E_PROMPT_WORDS = (96, 160)  # prompt lengths vary between steps, as real prompts do
+
+
 def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> dict:
     """One full GRPO step through trainer.train(), split into generation, scoring (rest of
-    _generate_and_score_completions) and update, for one generation option."""
-    static = {"generation_kwargs": {"cache_implementation": "static"}}
-    kwargs = {"plain": {}, "static_cache": static, "paged": {"paged": True},
-              "merged": {"generation_merge_adapter": True},
-              "merged_static": {**static, "generation_merge_adapter": True}}[option]
-    trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts", selection_scope="batch", **kwargs)
+    _generate_and_score_completions) and update, for one generation option. The first step is reported apart
+    (it pays compilation where there is one) and left out of the medians."""
+    import torch._dynamo.utils
+
+    trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts", selection_scope="batch",
+                           prompt_words=E2E_PROMPT_WORDS, **E2E_OPTIONS[option])
     trainer.args.max_steps = steps
     timings = {"generation": [], "generate_and_score": [], "step": []}
-    captured = {}
+    captured, graphs = {}, []
 
     def timed(name, fn):
         def wrapper(*a, **k):
@@ -233,6 +287,8 @@ def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> di
             out = fn(*a, **k)
             sync(device)
             timings[name].append(time.perf_counter() - t0)
+            if name == "step":  # compiled graphs so far: a recompilation after the first step shows here
+                graphs.append(int(torch._dynamo.utils.counters["stats"]["unique_graphs"]))
             return out
         return wrapper
 
@@ -252,8 +308,11 @@ def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> di
     generation = med.get("generation", 0.0)
     scoring = med["generate_and_score"] - generation
     update = med["step"] - med["generate_and_score"]
-    out = {"option": option, "rows": rows, "completion": completion, "steps": n, "generation_s": generation,
-           "scoring_s": scoring, "update_s": update, "total_s": med["step"], "entropy_source": trainer.entropy_source_used,
+    out = {"option": option, "rows": rows, "completion": completion, "prompt_tokens": list(E2E_PROMPT_WORDS),
+           "steps": n, "generation_s": generation, "scoring_s": scoring, "update_s": update, "total_s": med["step"],
+           "first_step_s": timings["step"][0], "step_times_s": timings["step"],
+           "graphs_compiled_after_first_step": graphs[-1] - graphs[0],
+           "entropy_source": trainer.entropy_source_used,
            "completion_tokens": int(captured["out"]["completion_mask"].sum())}
     if trainer.entropy_source_used == "generation":  # generation-time vs training-forward entropy on these rows
         out["generation_vs_forward"] = generation_vs_forward(trainer, captured["out"])
@@ -271,10 +330,15 @@ def generation_vs_forward(trainer, batch) -> dict:
     return {"kept_changed_share": ((keep_fwd ^ keep_gen).sum() / 2 / keep_fwd.sum()).item()}
 
 
-def generation_options(cfg, device, rows: int, new_tokens: int, reps: int) -> list[dict]:
+GENERATION_OPTIONS = ("plain", "merged", "plain+compiled", "merged+compiled")
+
+
+def generation_options(cfg, device, rows: int, new_tokens: int, reps: int, options=GENERATION_OPTIONS) -> list[dict]:
     """Generation alone (no training), same LoRA model, for each option: where the time of a GRPO step goes.
     plain: what TRL runs (unmerged LoRA, eager, dynamic cache); merged: LoRA folded into the weights; +compiled:
-    static cache, which makes transformers compile the decoding step with CUDA graphs (reduce-overhead)."""
+    static cache, which makes transformers compile the decoding step with CUDA graphs (reduce-overhead).
+    Each option is then profiled over 16 new tokens: CUDA kernels and GPU busy time per token step against the wall
+    time, and the host-side operations that take the most time."""
     trainer = make_trainer(cfg, device, rows, new_tokens, token_selection="gmts")
     model = trainer.accelerator.unwrap_model(trainer.model)
     model.eval()
@@ -282,32 +346,43 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int) -> li
     base = dict(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
                 top_p=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
     out = []
-    for option in ("plain", "merged", "plain+compiled", "merged+compiled"):
+    for option in options:
         kwargs = dict(base, cache_implementation="static") if "compiled" in option else dict(base)
         try:
             if option.startswith("merged"):
                 model.merge_adapter()
             with torch.no_grad():
                 r = measure(lambda: model.generate(**kwargs), device, reps)  # includes one warm-up (compilation)
-            out.append({"option": option, "rows": rows, "new_tokens": new_tokens, "seconds": r["median_s"],
-                        "ms_per_token_step": 1000 * r["median_s"] / new_tokens})
+                row = {"option": option, "rows": rows, "new_tokens": new_tokens, "seconds": r["median_s"],
+                       "ms_per_token_step": 1000 * r["median_s"] / new_tokens}
+                row.update(profile_generation(model, dict(kwargs, max_new_tokens=16, min_new_tokens=16), device))
+            out.append(row)
         except Exception as e:  # noqa: BLE001 - a failing option is a result
             out.append({"option": option, "error": f"{type(e).__name__}: {str(e)[:300]}"})
         finally:
             if option.startswith("merged"):
                 model.unmerge_adapter()
-        print(json.dumps(out[-1]), flush=True)
-    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
-        model.generate(**dict(base, max_new_tokens=16, min_new_tokens=16))
-    events = prof.key_averages()
-    kernels = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
-    cuda_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
-    out.append({"option": "profile plain, 16 new tokens", "cuda_kernels_per_token_step": kernels / 16,
-                "gpu_busy_ms_per_token_step": cuda_us / 1000 / 16,
-                "top": events.table(sort_by="self_cpu_time_total", row_limit=12)[:4000]})
-    print(json.dumps({k: v for k, v in out[-1].items() if k != "top"}), flush=True)
+        print(json.dumps({k: v for k, v in out[-1].items() if k != "top"}), flush=True)
     return out
+
+
+def profile_generation(model, kwargs: dict, device) -> dict:
+    steps = kwargs["max_new_tokens"]
+    model.generate(**kwargs)  # warm at this length
+    sync(device)
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        model.generate(**kwargs)
+        sync(device)
+    wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    cuda = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"profile_new_tokens": steps,
+            "cuda_kernels_per_token_step": sum(e.count for e in cuda) / steps,
+            "gpu_busy_ms_per_token_step": sum(e.self_device_time_total for e in cuda) / 1000 / steps,
+            "profiled_wall_ms_per_token_step": 1000 * wall / steps,
+            "top": events.table(sort_by="self_cpu_time_total", row_limit=15)[:5000]}
 
 
 def main() -> None:
@@ -316,7 +391,9 @@ def main() -> None:
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present, cpu with --small)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parts", default="update,recorder,accuracy,e2e,generation")
-    ap.add_argument("--e2e-options", default="plain,static_cache,paged")
+    ap.add_argument("--e2e-options", default=",".join(E2E_OPTIONS))
+    ap.add_argument("--e2e-steps", type=int, default=4, help="full steps per option; the first is reported apart")
+    ap.add_argument("--gen-options", default=",".join(GENERATION_OPTIONS))
     ap.add_argument("--shapes", default=None, help="e.g. 8x128x256,32x128x1024 (rows x prompt x completion)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--table", default=None, help="print the README table of a results file and exit")
@@ -350,11 +427,20 @@ def main() -> None:
         out_path.write_text(json.dumps(results, indent=1))
 
     parts = a.parts.split(",")
+    for name, given, known in (("--parts", parts, ("update", "recorder", "accuracy", "e2e", "generation")),
+                               ("--e2e-options", a.e2e_options.split(","), E2E_OPTIONS),
+                               ("--gen-options", a.gen_options.split(","), GENERATION_OPTIONS)):
+        unknown = [x for x in given if x not in known]
+        if unknown:
+            ap.error(f"{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     # what runs now replaces its own earlier results: update rows by shape, e2e rows by option, other parts whole
     results["update"] = [r for r in results["update"] if "update" not in parts
                          or (r["rows"], r["prompt"], r["completion"]) not in shapes]
     results["e2e"] = [r for r in results["e2e"] if "e2e" not in parts or r["option"] not in a.e2e_options.split(",")]
-    for part in ("recorder", "accuracy", "generation"):
+    gen_options = a.gen_options.split(",")
+    results["generation"] = [r for r in results["generation"] if "generation" not in parts
+                             or r["option"] not in gen_options]
+    for part in ("recorder", "accuracy"):
         if part in parts:
             results[part] = None if part == "accuracy" else []
     if "update" in parts or "accuracy" in parts:
@@ -365,17 +451,10 @@ def main() -> None:
                 results["accuracy"] = {"rows": rows, "prompt": prompt, "completion": completion,
                                        **accuracy(trainer, batch, device)}
                 save()
-            for variant in VARIANTS if "update" in parts else []:
-                set_variant(trainer, variant)
-                try:
-                    r = measure(lambda: one_update(trainer, batch, variant), device, a.reps)
-                except torch.OutOfMemoryError:
-                    r = {"median_s": None, "peak_gib": None, "error": "out of memory"}
-                    trainer.optimizer.zero_grad(set_to_none=True)
-                    torch.cuda.empty_cache()
-                results["update"].append({"rows": rows, "prompt": prompt, "completion": completion,
-                                          "variant": variant, **r})
-                print(json.dumps(results["update"][-1]), flush=True)
+            if "update" in parts:
+                for r in interleaved_updates(trainer, batch, device, a.reps):
+                    results["update"].append({"rows": rows, "prompt": prompt, "completion": completion, **r})
+                    print(json.dumps(results["update"][-1]), flush=True)
                 save()
             if "recorder" in parts:
                 results["recorder"].append(recorder_cost(device, rows, cfg["vocab_size"], a.reps))
@@ -387,7 +466,7 @@ def main() -> None:
         rows, completion = (8, 256) if not a.small else (4, 32)
         for option in a.e2e_options.split(","):
             try:
-                r = end_to_end(cfg, device, rows, completion, option)
+                r = end_to_end(cfg, device, rows, completion, option, steps=a.e2e_steps)
             except Exception as e:  # noqa: BLE001 - an option that fails is a result to report, not a crash
                 r = {"option": option, "error": f"{type(e).__name__}: {str(e)[:300]}",
                      "trace": traceback.format_exc()[-1500:]}
@@ -399,7 +478,8 @@ def main() -> None:
     order = {v: i for i, v in enumerate(VARIANTS)}
     results["update"].sort(key=lambda r: (r["rows"], r["completion"], order.get(r["variant"], 99)))
     if "generation" in parts:
-        results["generation"] = generation_options(cfg, device, *((8, 256) if not a.small else (2, 8)), a.reps)
+        results["generation"] += generation_options(cfg, device, *((8, 256) if not a.small else (2, 8)), a.reps,
+                                                    gen_options)
         save()
     save()
     print(table(results))
@@ -409,7 +489,8 @@ def table(results: dict) -> str:
     """README tables, generated from a results file."""
     lines = [f"Device: {results['device']}; model: Qwen2.5-1.5B shape "
              f"({results['model']['num_hidden_layers']} layers, vocab {results['model']['vocab_size']}), random "
-             f"weights, LoRA r=32, gradient checkpointing. Scoring + loss + backward + optimizer step, median.", "",
+             f"weights, LoRA r=32, gradient checkpointing. Scoring + loss + backward + optimizer step: median time; "
+             f"'vs none' is the median (and quartiles) of the per-round ratio where variants ran interleaved.", "",
              "| rows x (prompt+completion) | selection | time | vs none | peak memory | vs none |", "|---|---|---|---|---|---|"]
     base = {}
     for r in results["update"]:
@@ -418,7 +499,10 @@ def table(results: dict) -> str:
             base[shape] = r
         b = base.get(shape, {})
         t = "out of memory" if r.get("median_s") is None else f"{r['median_s']:.3f} s"
-        rt = "-" if r.get("median_s") is None or not b.get("median_s") else f"{r['median_s'] / b['median_s']:.3f}"
+        if "ratio_median" in r:
+            rt = f"{r['ratio_median']:.3f} ({r['ratio_q25']:.3f}-{r['ratio_q75']:.3f})"
+        else:
+            rt = "-" if r.get("median_s") is None or not b.get("median_s") else f"{r['median_s'] / b['median_s']:.3f}"
         m = "-" if r.get("peak_gib") is None else f"{r['peak_gib']:.2f} GiB"
         rm = "-" if r.get("peak_gib") is None or not b.get("peak_gib") else f"{r['peak_gib'] / b['peak_gib']:.3f}"
         lines.append(f"| {shape} | {r['variant']} | {t} | {rt} | {m} | {rm} |")
@@ -431,28 +515,38 @@ def table(results: dict) -> str:
                   f"error {acc['max_abs_error']:.2e} nats (mean {acc['mean_abs_error']:.2e}); kept tokens that change "
                   f"{100 * acc['kept_changed_share']:.2f}%."]
     if results.get("e2e"):
-        lines += ["", "| generation option | rows x tokens | generation | scoring | update | full step | entropy source |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "| generation option | prompt tokens | rows x tokens | generation | scoring | update | full step "
+                  "| first step | entropy source |", "|---|---|---|---|---|---|---|---|---|"]
         for r in results["e2e"]:
             if "error" in r:
-                lines.append(f"| {r['option']} | - | failed: {r['error'][:80]} | | | | |")
+                lines.append(f"| {r['option']} | - | - | failed: {r['error'][:80]} | | | | | |")
                 continue
-            lines.append(f"| {r['option']} | {r['rows']} x {r['completion']} | {r['generation_s']:.2f} s | "
-                         f"{r['scoring_s']:.2f} s | {r['update_s']:.2f} s | {r['total_s']:.2f} s | {r['entropy_source']} |")
+            prompt = "{}-{}".format(*r["prompt_tokens"]) if "prompt_tokens" in r else "128"
+            first = f"{r['first_step_s']:.1f} s" if "first_step_s" in r else "-"
+            lines.append(f"| {r['option']} | {prompt} | {r['rows']} x {r['completion']} | {r['generation_s']:.2f} s | "
+                         f"{r['scoring_s']:.2f} s | {r['update_s']:.2f} s | {r['total_s']:.2f} s | {first} | "
+                         f"{r['entropy_source']} |")
         for r in results["e2e"]:
             if "generation_vs_forward" in r:
                 lines.append(f"\nGeneration-time vs training-forward entropy ({r['option']}): kept tokens that change "
                              f"{100 * r['generation_vs_forward']['kept_changed_share']:.2f}%.")
     if results.get("generation"):
-        lines += ["", "| generation alone (8 rows x 256 new tokens) | time | per token step |", "|---|---|---|"]
+        first = next((r for r in results["generation"] if "rows" in r), {"rows": 8, "new_tokens": 256})
+        lines += ["", f"| generation alone ({first['rows']} rows x {first['new_tokens']} new tokens) | time | per "
+                  "token step | CUDA kernels per step "
+                  "| GPU busy per step | wall per step (profiled) |", "|---|---|---|---|---|---|"]
         for r in results["generation"]:
+            if "error" in r:
+                lines.append(f"| {r['option']} | failed: {r['error'][:80]} | | | | |")
+                continue
+            prof = ([f"{r['cuda_kernels_per_token_step']:.0f}", f"{r['gpu_busy_ms_per_token_step']:.1f} ms"]
+                    if "cuda_kernels_per_token_step" in r else ["-", "-"])
+            wall = f"{r['profiled_wall_ms_per_token_step']:.1f} ms" if "profiled_wall_ms_per_token_step" in r else "-"
             if "seconds" in r:
-                lines.append(f"| {r['option']} | {r['seconds']:.2f} s | {r['ms_per_token_step']:.1f} ms |")
-            elif "error" in r:
-                lines.append(f"| {r['option']} | failed: {r['error'][:80]} | |")
+                lines.append(f"| {r['option']} | {r['seconds']:.2f} s | {r['ms_per_token_step']:.1f} ms | "
+                             f"{prof[0]} | {prof[1]} | {wall} |")
             else:
-                lines.append(f"| {r['option']} | {r['cuda_kernels_per_token_step']:.0f} CUDA kernels per token step, "
-                             f"GPU busy {r['gpu_busy_ms_per_token_step']:.1f} ms per step | |")
+                lines.append(f"| {r['option']} | | | {prof[0]} | {prof[1]} | {wall} |")
     return "\n".join(lines)
 
 

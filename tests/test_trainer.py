@@ -220,3 +220,54 @@ def test_merged_lora_generation_restores_the_base_weights_bit_for_bit(tmp_path):
     out = generation_batch(trainer)  # the trainer's generation path with the option on
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert int(out["selection_mask"].sum()) == kept_count(int(out["completion_mask"].sum()), 0.2)
+
+
+# ---------------------------------------------------------------- compiled generation
+def test_compile_cache_length_rounds_prompt_plus_completion_up_to_a_bucket():
+    from gmts_trainer import COMPILE_CACHE_BUCKET, compile_cache_length
+
+    assert COMPILE_CACHE_BUCKET == 256
+    assert compile_cache_length([[1] * 10, [1] * 300], 12, None) == 512
+    assert compile_cache_length([[1] * 200], 56, "auto") == 256  # exactly one bucket
+    assert compile_cache_length([[1] * 201], 56, None) == 512
+    assert compile_cache_length([[1] * 180], 70, None) == 256  # 250 tokens
+    assert compile_cache_length([[1] * 180], 70, 64) == 512  # TRL pads the prompt to 192 first: 262 tokens
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"use_vllm": True}, "use_vllm=True does not use"),
+    ({"use_transformers_continuous_batching": True}, "use_transformers_continuous_batching=True does not use"),
+    ({"cache_implementation": "dynamic"}, "cache_implementation='dynamic' is not one"),
+    ({"generation_kwargs": {"cache_implementation": "offloaded"}}, "cache_implementation='offloaded' is not one"),
+])
+def test_generation_compile_refuses_paths_it_cannot_compile(tmp_path, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        make_config(tmp_path, generation_compile=True, **overrides)
+    make_config(tmp_path, **overrides)  # each is fine without generation_compile
+
+
+def test_generation_compile_turns_on_transformers_compiled_decoding(tmp_path):
+    from gmts_trainer import compile_cache_length
+
+    plain = make_trainer(tmp_path)
+    assert plain.generation_config.disable_compile  # what TRL does
+    trainer = make_trainer(tmp_path, generation_compile=True, generation_merge_adapter=True)
+    g = trainer.generation_config
+    assert not g.disable_compile and g.cache_implementation == "static"
+    prompts = []
+    generate = trainer._generate_single_turn
+
+    def spy(prompt_ids, *args, **kwargs):
+        prompts.append(prompt_ids)
+        return generate(prompt_ids, *args, **kwargs)
+
+    trainer._generate_single_turn = spy
+    out = generation_batch(trainer)
+    assert len(prompts) == 1
+    expected = compile_cache_length(prompts[0], trainer.max_completion_length, trainer.pad_to_multiple_of)
+    assert g.max_cache_len == expected
+    model = trainer.accelerator.unwrap_model(trainer.model).get_base_model()
+    assert model._previous_max_cache_length >= expected  # transformers sized its static cache from the bucket
+    # generation-time entropy is still recorded on this path, and selection keeps the exact count
+    assert trainer.entropy_source_used == "generation"
+    assert int(out["selection_mask"].sum()) == kept_count(int(out["completion_mask"].sum()), 0.2)
