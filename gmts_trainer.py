@@ -213,6 +213,24 @@ def merged_lora(model: torch.nn.Module):
                 m.merged_adapters.clear()
 
 
+@contextlib.contextmanager
+def without_input_grad_hooks(model: torch.nn.Module):
+    """Lift transformers' `make_inputs_require_grads` hooks off the input embeddings while generating.
+
+    Gradient checkpointing with an adapter registers them so that checkpointed layers see an input that requires grad.
+    Under no_grad they do nothing, but `requires_grad_` is a graph break for torch.compile: with them on, the compiled
+    decoding step is split in two graphs. Matched by name; a renamed hook stays on (slower, still correct).
+    """
+    emb = model.get_input_embeddings()
+    lifted = {k: h for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"}
+    for k in lifted:
+        del emb._forward_hooks[k]
+    try:
+        yield
+    finally:
+        emb._forward_hooks.update(lifted)
+
+
 class GMTSTrainer(GRPOTrainer):
     """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens (ETS or GMTS).
 
@@ -270,10 +288,12 @@ class GMTSTrainer(GRPOTrainer):
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model_wrapped)
         merge = self.args.generation_merge_adapter and not self.use_vllm
-        if self.args.generation_compile and not self.use_vllm:
+        compiled = self.args.generation_compile and not self.use_vllm
+        if compiled:
             self.generation_config.max_cache_len = compile_cache_length(
                 prompt_ids, self.max_completion_length, self.pad_to_multiple_of)
-        with merged_lora(model) if merge else contextlib.nullcontext():
+        with (merged_lora(model) if merge else contextlib.nullcontext(),
+              without_input_grad_hooks(model) if compiled else contextlib.nullcontext()):
             if self._recorder is None:
                 return super()._generate_single_turn(prompt_ids, *args, **kwargs)
             model.generate = functools.partial(model.generate, logits_processor=LogitsProcessorList([self._recorder]))

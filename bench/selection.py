@@ -311,6 +311,8 @@ def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> di
     out = {"option": option, "rows": rows, "completion": completion, "prompt_tokens": list(E2E_PROMPT_WORDS),
            "steps": n, "generation_s": generation, "scoring_s": scoring, "update_s": update, "total_s": med["step"],
            "first_step_s": timings["step"][0], "step_times_s": timings["step"],
+           "generation_times_s": timings["generation"],
+           "update_times_s": [a - b for a, b in zip(timings["step"], timings["generate_and_score"])],
            "graphs_compiled_after_first_step": graphs[-1] - graphs[0],
            "entropy_source": trainer.entropy_source_used,
            "completion_tokens": int(captured["out"]["completion_mask"].sum())}

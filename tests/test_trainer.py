@@ -271,3 +271,21 @@ def test_generation_compile_turns_on_transformers_compiled_decoding(tmp_path):
     # generation-time entropy is still recorded on this path, and selection keeps the exact count
     assert trainer.entropy_source_used == "generation"
     assert int(out["selection_mask"].sum()) == kept_count(int(out["completion_mask"].sum()), 0.2)
+
+
+def test_input_grad_hooks_are_lifted_while_generating_and_put_back(tmp_path):
+    from gmts_trainer import without_input_grad_hooks
+
+    trainer = make_trainer(tmp_path, generation_compile=True, gradient_checkpointing=True)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.enable_input_require_grads()
+    emb = model.get_input_embeddings()
+    names = lambda: [h.__name__ for h in emb._forward_hooks.values()]  # noqa: E731
+    before = names()
+    assert "make_inputs_require_grads" in before
+    with without_input_grad_hooks(model):
+        assert "make_inputs_require_grads" not in names()
+    assert sorted(names()) == sorted(before)
+    # the training forward still gets an embedding output that requires grad (what checkpointing needs)
+    out = emb(torch.tensor([[1, 2]]))
+    assert out.requires_grad
