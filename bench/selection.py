@@ -268,27 +268,45 @@ E2E_OPTIONS = {  # generation options of one full GRPO step; "static" alone is T
 E2E_PROMPT_WORDS = (96, 160)  # prompt lengths vary between steps, as real prompts do
 
 
-def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> dict:
+def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3, profile_update: bool = False) -> dict:
     """One full GRPO step through trainer.train(), split into generation, scoring (rest of
     _generate_and_score_completions) and update, for one generation option. The first step is reported apart
-    (it pays compilation where there is one) and left out of the medians."""
+    (it pays compilation where there is one) and left out of the medians. Python's garbage collector time is
+    recorded per step; with profile_update, the update of the last step runs under the torch profiler."""
+    import gc
+
     import torch._dynamo.utils
 
     trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts", selection_scope="batch",
                            prompt_words=E2E_PROMPT_WORDS, **E2E_OPTIONS[option])
     trainer.args.max_steps = steps
-    timings = {"generation": [], "generate_and_score": [], "step": []}
-    captured, graphs = {}, []
+    timings = {"generation": [], "generate_and_score": [], "step": [], "gc": []}
+    captured, graphs, gc_clock, prof = {}, [], {"t": 0.0, "start": 0.0}, {}
+
+    def gc_callback(phase, info):
+        if phase == "start":
+            gc_clock["start"] = time.perf_counter()
+        else:
+            gc_clock["t"] += time.perf_counter() - gc_clock["start"]
 
     def timed(name, fn):
         def wrapper(*a, **k):
             sync(device)
+            if name == "step":
+                gc_clock["t"] = 0.0
             t0 = time.perf_counter()
             out = fn(*a, **k)
             sync(device)
             timings[name].append(time.perf_counter() - t0)
+            if name == "generate_and_score" and profile_update and len(timings["step"]) == steps - 1:
+                prof["p"] = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                               torch.profiler.ProfilerActivity.CUDA])
+                prof["p"].__enter__()
             if name == "step":  # compiled graphs so far: a recompilation after the first step shows here
                 graphs.append(int(torch._dynamo.utils.counters["stats"]["unique_graphs"]))
+                timings["gc"].append(gc_clock["t"])
+                if "p" in prof:
+                    prof["p"].__exit__(None, None, None)
             return out
         return wrapper
 
@@ -302,7 +320,11 @@ def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> di
 
     trainer._generate_and_score_completions = gen_and_score
     trainer.training_step = timed("step", trainer.training_step)
-    trainer.train()
+    gc.callbacks.append(gc_callback)
+    try:
+        trainer.train()
+    finally:
+        gc.callbacks.remove(gc_callback)
     n = len(timings["step"])
     med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in timings.items() if v}
     generation = med.get("generation", 0.0)
@@ -313,9 +335,15 @@ def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3) -> di
            "first_step_s": timings["step"][0], "step_times_s": timings["step"],
            "generation_times_s": timings["generation"],
            "update_times_s": [a - b for a, b in zip(timings["step"], timings["generate_and_score"])],
-           "graphs_compiled_after_first_step": graphs[-1] - graphs[0],
+           "graphs_compiled_after_first_step": graphs[-1] - graphs[0], "gc_times_s": timings["gc"],
            "entropy_source": trainer.entropy_source_used,
            "completion_tokens": int(captured["out"]["completion_mask"].sum())}
+    if "p" in prof:
+        events = prof["p"].key_averages()
+        cuda = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        out["update_profile"] = {"cuda_kernels": sum(e.count for e in cuda),
+                                 "gpu_busy_s": sum(e.self_device_time_total for e in cuda) / 1e6,
+                                 "top": events.table(sort_by="self_cpu_time_total", row_limit=20)[:6000]}
     if trainer.entropy_source_used == "generation":  # generation-time vs training-forward entropy on these rows
         out["generation_vs_forward"] = generation_vs_forward(trainer, captured["out"])
     return out
@@ -395,6 +423,7 @@ def main() -> None:
     ap.add_argument("--parts", default="update,recorder,accuracy,e2e,generation")
     ap.add_argument("--e2e-options", default=",".join(E2E_OPTIONS))
     ap.add_argument("--e2e-steps", type=int, default=4, help="full steps per option; the first is reported apart")
+    ap.add_argument("--e2e-profile", action="store_true", help="profile the update of each option's last step")
     ap.add_argument("--gen-options", default=",".join(GENERATION_OPTIONS))
     ap.add_argument("--shapes", default=None, help="e.g. 8x128x256,32x128x1024 (rows x prompt x completion)")
     ap.add_argument("--out", default=None)
@@ -468,7 +497,7 @@ def main() -> None:
         rows, completion = (8, 256) if not a.small else (4, 32)
         for option in a.e2e_options.split(","):
             try:
-                r = end_to_end(cfg, device, rows, completion, option, steps=a.e2e_steps)
+                r = end_to_end(cfg, device, rows, completion, option, steps=a.e2e_steps, profile_update=a.e2e_profile)
             except Exception as e:  # noqa: BLE001 - an option that fails is a result to report, not a crash
                 r = {"option": option, "error": f"{type(e).__name__}: {str(e)[:300]}",
                      "trace": traceback.format_exc()[-1500:]}
