@@ -264,6 +264,8 @@ E2E_OPTIONS = {  # generation options of one full GRPO step; "static" alone is T
     "merged_static": {"generation_kwargs": {"cache_implementation": "static"}, "generation_merge_adapter": True},
     "compiled": {"generation_compile": True},
     "merged_compiled": {"generation_compile": True, "generation_merge_adapter": True},
+    # padded lengths: the training forward's attention sees a few shapes, not a new one every step
+    "merged_compiled_pad64": {"generation_compile": True, "generation_merge_adapter": True, "pad_to_multiple_of": 64},
 }
 E2E_PROMPT_WORDS = (96, 160)  # prompt lengths vary between steps, as real prompts do
 
