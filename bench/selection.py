@@ -19,6 +19,7 @@ Parts, all in one run, each written to the results file as soon as it is measure
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -371,6 +372,8 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int, optio
     static cache, which makes transformers compile the decoding step with CUDA graphs (reduce-overhead).
     Each option is then profiled over 16 new tokens: CUDA kernels and GPU busy time per token step against the wall
     time, and the host-side operations that take the most time."""
+    from gmts_trainer import without_input_grad_hooks
+
     trainer = make_trainer(cfg, device, rows, new_tokens, token_selection="gmts")
     model = trainer.accelerator.unwrap_model(trainer.model)
     model.eval()
@@ -383,7 +386,9 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int, optio
         try:
             if option.startswith("merged"):
                 model.merge_adapter()
-            with torch.no_grad():
+            # compiled options as generation_compile runs them: without the input-grad hook (a graph break)
+            lift = without_input_grad_hooks(model) if "compiled" in option else contextlib.nullcontext()
+            with torch.no_grad(), lift:
                 r = measure(lambda: model.generate(**kwargs), device, reps)  # includes one warm-up (compilation)
                 row = {"option": option, "rows": rows, "new_tokens": new_tokens, "seconds": r["median_s"],
                        "ms_per_token_step": 1000 * r["median_s"] / new_tokens}
