@@ -35,7 +35,9 @@ DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash.
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm",
-              "dataloader_num_workers", "use_cpu", "eval_batch_size", "ets_learning_rate", "gmts_learning_rate"}
+              "dataloader_num_workers", "use_cpu", "eval_batch_size", "ets_learning_rate", "gmts_learning_rate",
+              "generation_merge_adapter", "generation_compile", "cudnn_attention"}  # speed options: recorded per arm instead (GENERATION_OPTIONS)
+GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "cudnn_attention")
 
 
 @dataclass
@@ -62,6 +64,9 @@ class RecipeArgs:
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
     ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (default: learning_rate)"})
     gmts_learning_rate: float | None = field(default=None, metadata={"help": "GMTS arm's lr (default: learning_rate)"})
+    cudnn_attention: bool = field(default=True, metadata={
+        "help": "let PyTorch use cuDNN attention; it builds a plan for each new sequence length (~1.6 ms a layer "
+                "call), so with lengths that change every step false is faster (bench/results-h200.json)"})
 
 
 class RecipeError(Exception):
@@ -291,6 +296,8 @@ class Run:
             "eval": ev, "train_log": log, "learning_rate": lr, "token_selection": RULE_OF_ARM[arm],
             "entropy_source": trainer.entropy_source_used, "train_minutes": train_minutes,
             "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall, "gpu_minutes": wall * gpus,
+            "generation_options": {k: getattr(self.recipe if k == "cudnn_attention" else args, k)
+                                   for k in GENERATION_OPTIONS},
         }
         print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}, trained {train_minutes:.1f} min")
         self.save()
@@ -326,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
+        torch.backends.cuda.enable_cudnn_sdp(recipe.cudnn_attention)
         train_tasks, heldout, data_record = load_tasks(recipe)
         print(f"[recipe] {name}: {len(train_tasks)} train prompts ({data_record['decontamination_dropped']} dropped "
               f"by decontamination), {len(heldout)} held-out tasks, config {run.hash[:12]}")
