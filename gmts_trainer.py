@@ -92,9 +92,8 @@ class GMTSConfig(GRPOConfig):
     generation_merge_adapter: bool = field(
         default=False,
         metadata={"help": "Fold the LoRA adapter into the weights while generating (the exact base weights are restored "
-                          "after): ~1/3 of the kernels per decoding step. With generation_kwargs "
-                          "{cache_implementation: static}, transformers decodes with CUDA graphs. Costs a copy of the "
-                          "adapted weights in memory. Not for DeepSpeed ZeRO-3 or FSDP."},
+                          "after): ~1/3 of the kernels per decoding step; add generation_compile for CUDA graphs. "
+                          "Costs a copy of the adapted weights in memory. Not for DeepSpeed ZeRO-3 or FSDP."},
     )
     generation_compile: bool = field(
         default=False,
@@ -150,6 +149,10 @@ def check_generation_config(args: GMTSConfig) -> None:
             "use_transformers_continuous_batching" if args.use_transformers_continuous_batching else None)
         if other:
             raise ValueError(f"generation_compile compiles transformers' generate, which {other}=True does not use; "
+                             f"drop one of them.")
+        if isinstance(args.pad_to_multiple_of, int) and args.pad_to_multiple_of > 1:
+            raise ValueError(f"generation_compile with pad_to_multiple_of={args.pad_to_multiple_of}: sampling met "
+                             f"NaN probabilities on an H200 (bench/results-h200.json, merged_compiled_pad64); "
                              f"drop one of them.")
         cache = (args.generation_kwargs or {}).get("cache_implementation", args.cache_implementation)
         if cache not in (None, "static"):

@@ -564,22 +564,27 @@ def table(results: dict) -> str:
                   "| first step | entropy source |", "|---|---|---|---|---|---|---|---|---|"]
         for r in results["e2e"]:
             if "error" in r:
-                lines.append(f"| {r['option']} | - | - | failed: {r['error'][:80]} | | | | | |")
+                why = r.get("note") or r["error"].splitlines()[0][:70]
+                lines.append(f"| {r['option']} | - | - | failed: {why} | | | | | |")
                 continue
             prompt = "{}-{}".format(*r["prompt_tokens"]) if "prompt_tokens" in r else "128"
             first = f"{r['first_step_s']:.1f} s" if "first_step_s" in r else "-"
-            lines.append(f"| {r['option']} | {prompt} | {r['rows']} x {r['completion']} | {r['generation_s']:.2f} s | "
+            mark = " *" if "update_profile" in r else ""
+            lines.append(f"| {r['option']}{mark} | {prompt} | {r['rows']} x {r['completion']} | {r['generation_s']:.2f} s | "
                          f"{r['scoring_s']:.2f} s | {r['update_s']:.2f} s | {r['total_s']:.2f} s | {first} | "
                          f"{r['entropy_source']} |")
-        for r in results["e2e"]:
-            if "generation_vs_forward" in r:
-                lines.append(f"\nGeneration-time vs training-forward entropy ({r['option']}): kept tokens that change "
-                             f"{100 * r['generation_vs_forward']['kept_changed_share']:.2f}%.")
+        if any("update_profile" in r for r in results["e2e"]):
+            lines.append("\n\\* the last step's update ran under the torch profiler (it is in the median).")
+        shares = [f"{r['option']} {100 * r['generation_vs_forward']['kept_changed_share']:.2f}%"
+                  for r in results["e2e"] if "generation_vs_forward" in r]
+        if shares:
+            lines.append("\nKept tokens that change when ranking by the entropy recorded while generating instead of "
+                         "the training forward's: " + ", ".join(shares) + ".")
     if results.get("generation"):
         first = next((r for r in results["generation"] if "rows" in r), {"rows": 8, "new_tokens": 256})
         lines += ["", f"| generation alone ({first['rows']} rows x {first['new_tokens']} new tokens) | time | per "
                   "token step | CUDA kernels per step "
-                  "| GPU busy per step | wall per step (profiled) |", "|---|---|---|---|---|---|"]
+                  "| GPU busy per step | wall per step under the profiler |", "|---|---|---|---|---|---|"]
         for r in results["generation"]:
             if "error" in r:
                 lines.append(f"| {r['option']} | failed: {r['error'][:80]} | | | | |")
@@ -588,10 +593,12 @@ def table(results: dict) -> str:
                     if "cuda_kernels_per_token_step" in r else ["-", "-"])
             wall = f"{r['profiled_wall_ms_per_token_step']:.1f} ms" if "profiled_wall_ms_per_token_step" in r else "-"
             if "seconds" in r:
-                lines.append(f"| {r['option']} | {r['seconds']:.2f} s | {r['ms_per_token_step']:.1f} ms | "
+                note = f" ({r['note']})" if r.get("note") else ""
+                lines.append(f"| {r['option']}{note} | {r['seconds']:.2f} s | {r['ms_per_token_step']:.1f} ms | "
                              f"{prof[0]} | {prof[1]} | {wall} |")
             else:
                 lines.append(f"| {r['option']} | | | {prof[0]} | {prof[1]} | {wall} |")
+    lines += [f"\n{note}" for note in results.get("notes", [])]
     return "\n".join(lines)
 
 

@@ -239,6 +239,7 @@ def test_compile_cache_length_rounds_prompt_plus_completion_up_to_a_bucket():
     ({"use_transformers_continuous_batching": True}, "use_transformers_continuous_batching=True does not use"),
     ({"cache_implementation": "dynamic"}, "cache_implementation='dynamic' is not one"),
     ({"generation_kwargs": {"cache_implementation": "offloaded"}}, "cache_implementation='offloaded' is not one"),
+    ({"pad_to_multiple_of": 64}, "pad_to_multiple_of=64: sampling met NaN"),
 ])
 def test_generation_compile_refuses_paths_it_cannot_compile(tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match):
