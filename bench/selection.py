@@ -183,7 +183,7 @@ def measure(fn, device, reps: int) -> dict:
     return {"median_s": statistics.median(times), "times_s": times, "peak_gib": peak}
 
 
-def interleaved_updates(trainer, batch, device, rounds: int) -> list[dict]:
+def interleaved_updates(trainer, batch, device, rounds: int, profile: bool = False) -> list[dict]:
     """Every variant once per round, in an order rotated each round, so that drift of the machine (clocks, other
     load) falls on every variant alike; each variant's time is also compared with plain's in the same round.
     Reports the median time, the median and quartiles of the per-round ratio to plain, and the peak memory."""
@@ -213,6 +213,12 @@ def interleaved_updates(trainer, batch, device, rounds: int) -> list[dict]:
             out[variant]["times_s"].append(time.perf_counter() - t0)
             if device.type == "cuda":
                 out[variant]["peak_gib"] = max(out[variant]["peak_gib"], torch.cuda.max_memory_allocated() / 2**30)
+    for variant in live if profile and device.type == "cuda" else []:  # GPU work and kernel launches, free of the host's timing noise
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            run(variant)
+        cuda = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        out[variant]["gpu_busy_s"] = sum(e.self_device_time_total for e in cuda) / 1e6
+        out[variant]["cuda_kernels"] = sum(e.count for e in cuda)
     plain = np.array(out["none"]["times_s"]) if "none" in live else None
     for variant in live:
         r = out[variant]
@@ -438,6 +444,7 @@ def main() -> None:
     ap.add_argument("--e2e-options", default=",".join(E2E_OPTIONS))
     ap.add_argument("--e2e-steps", type=int, default=4, help="full steps per option; the first is reported apart")
     ap.add_argument("--e2e-profile", action="store_true", help="profile the update of each option's last step")
+    ap.add_argument("--profile-updates", action="store_true", help="update part, on a GPU: GPU busy time and kernels per variant")
     ap.add_argument("--gen-options", default=",".join(GENERATION_OPTIONS))
     ap.add_argument("--shapes", default=None, help="e.g. 8x128x256,32x128x1024 (rows x prompt x completion)")
     ap.add_argument("--out", default=None)
@@ -497,7 +504,7 @@ def main() -> None:
                                        **accuracy(trainer, batch, device)}
                 save()
             if "update" in parts:
-                for r in interleaved_updates(trainer, batch, device, a.reps):
+                for r in interleaved_updates(trainer, batch, device, a.reps, profile=a.profile_updates):
                     results["update"].append({"rows": rows, "prompt": prompt, "completion": completion, **r})
                     print(json.dumps(results["update"][-1]), flush=True)
                 save()
@@ -551,6 +558,16 @@ def table(results: dict) -> str:
         m = "-" if r.get("peak_gib") is None else f"{r['peak_gib']:.2f} GiB"
         rm = "-" if r.get("peak_gib") is None or not b.get("peak_gib") else f"{r['peak_gib'] / b['peak_gib']:.3f}"
         lines.append(f"| {shape} | {r['variant']} | {t} | {rt} | {m} | {rm} |")
+    profiled = [r for r in results["update"] if "gpu_busy_s" in r]
+    if profiled:
+        lines += ["", "| rows x (prompt+completion) | selection | GPU busy (profiler) | vs none | CUDA kernels | vs none |",
+                  "|---|---|---|---|---|---|"]
+        none = {(r["rows"], r["completion"]): r for r in profiled if r["variant"] == "none"}
+        for r in profiled:
+            b = none.get((r["rows"], r["completion"]))
+            lines.append(f"| {r['rows']} x ({r['prompt']}+{r['completion']}) | {r['variant']} | "
+                         f"{1000 * r['gpu_busy_s']:.1f} ms | {r['gpu_busy_s'] / b['gpu_busy_s']:.3f} | "
+                         f"{r['cuda_kernels']} | {r['cuda_kernels'] / b['cuda_kernels']:.3f} |" if b else "")
     if results.get("recorder"):
         lines += ["", "Generation-time entropy recorder, per decoding step: " + ", ".join(
             f"{r['per_decode_step_ms']:.3f} ms at {r['rows']} rows" for r in results["recorder"])]
