@@ -474,6 +474,7 @@ def main() -> None:
         if previous.get("device") == results["device"] and previous.get("model") == cfg:
             results.update({k: previous.get(k, results[k]) for k in ("update", "recorder", "accuracy", "e2e",
                                                                      "generation")})
+            results.update({k: v for k, v in previous.items() if k not in results})  # e.g. notes, superseded rows
 
     def save():
         out_path.write_text(json.dumps(results, indent=1))
