@@ -108,7 +108,6 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     import torch
     from tqdm.auto import tqdm
 
-    tokenizer.padding_side = "left"
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
     flat = [t for t in texts for _ in range(k)]
     out: list[str] = []
@@ -116,15 +115,17 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     torch.manual_seed(seed)
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        for start in tqdm(range(0, len(flat), batch_size), desc=f"eval (seed {seed})", disable=not progress,
-                          unit="batch"):
-            batch = tokenizer(flat[start : start + batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False).to(device)
-            gen = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
-                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-            out.extend(tokenizer.batch_decode(gen[:, batch["input_ids"].size(1) :], skip_special_tokens=True))
-    model.train(was_training)
+    try:
+        with torch.no_grad():
+            for start in tqdm(range(0, len(flat), batch_size), desc=f"eval (seed {seed})", disable=not progress,
+                              unit="batch"):
+                batch = tokenizer(flat[start : start + batch_size], return_tensors="pt", padding=True,
+                                  padding_side="left", add_special_tokens=False).to(device)  # (B, T), left-padded
+                gen = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
+                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+                out.extend(tokenizer.batch_decode(gen[:, batch["input_ids"].size(1) :], skip_special_tokens=True))
+    finally:
+        model.train(was_training)
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
 
 

@@ -198,3 +198,19 @@ def test_missing_offline_wheel_says_the_one_pip_command(monkeypatch):
     monkeypatch.setenv("GMTS_SMOLLM2_GGUF", "/nonexistent.gguf")
     with pytest.raises(models.ModelError, match="not a file"):
         models.find_offline_gguf()
+
+
+def test_generate_samples_is_seeded_and_leaves_the_caller_state_alone():
+    from eval import generate_samples
+    from tiny import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
+    tok.padding_side = "right"
+    model = tiny_model(tok, seed=0)
+    model.train()
+    prompts = [[{"role": "user", "content": "1+1"}], [{"role": "user", "content": "12+30"}]]
+    a = generate_samples(model, tok, prompts, k=2, seed=3, max_new_tokens=4, progress=False)
+    b = generate_samples(model, tok, prompts, k=2, seed=3, max_new_tokens=4, progress=False)
+    assert a == b and len(a) == 2 and all(len(s) == 2 for s in a)
+    assert tok.padding_side == "right" and model.training  # neither the tokenizer nor the mode is changed
