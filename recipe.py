@@ -36,7 +36,8 @@ DEFAULT_CONFIG = "configs/paper.yaml"
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "ets_learning_rate", "gmts_learning_rate",
-              "generation_merge_adapter", "generation_compile", "cudnn_attention"}  # speed options: recorded per arm instead (GENERATION_OPTIONS)
+              "generation_merge_adapter", "generation_compile", "cudnn_attention"}
+# How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "cudnn_attention")
 
 
