@@ -234,6 +234,16 @@ def without_input_grad_hooks(model: torch.nn.Module):
         emb._forward_hooks.update(lifted)
 
 
+@contextlib.contextmanager
+def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
+    """Make every `model.generate` call inside the block run `processor` too (TRL builds the generate call itself)."""
+    model.generate = functools.partial(model.generate, logits_processor=LogitsProcessorList([processor]))
+    try:
+        yield
+    finally:
+        del model.generate  # drop the instance attribute: the class method shows through again
+
+
 class GMTSTrainer(GRPOTrainer):
     """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens (ETS or GMTS).
 
@@ -260,7 +270,7 @@ class GMTSTrainer(GRPOTrainer):
         self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
         self._num_groups = 1  # upper bound of the global group index of the current generation batch
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
-        if self.args.generation_compile and not self.use_vllm:
+        if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
             self.generation_config.cache_implementation = "static"
             self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder
             self.generation_kwargs["cache_implementation"] = "static"
@@ -290,20 +300,16 @@ class GMTSTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ hooks into TRL
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model_wrapped)
-        merge = self.args.generation_merge_adapter and not self.use_vllm
-        compiled = self.args.generation_compile and not self.use_vllm
-        if compiled:
-            self.generation_config.max_cache_len = compile_cache_length(
-                prompt_ids, self.max_completion_length, self.pad_to_multiple_of)
-        with (merged_lora(model) if merge else contextlib.nullcontext(),
-              without_input_grad_hooks(model) if compiled else contextlib.nullcontext()):
-            if self._recorder is None:
-                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
-            model.generate = functools.partial(model.generate, logits_processor=LogitsProcessorList([self._recorder]))
-            try:
-                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
-            finally:
-                del model.generate  # drop the instance attribute: the class method shows through again
+        with contextlib.ExitStack() as stack:
+            if self.args.generation_merge_adapter and not self.use_vllm:
+                stack.enter_context(merged_lora(model))
+            if self.args.generation_compile:
+                self.generation_config.max_cache_len = compile_cache_length(
+                    prompt_ids, self.max_completion_length, self.pad_to_multiple_of)
+                stack.enter_context(without_input_grad_hooks(model))
+            if self._recorder is not None:
+                stack.enter_context(with_logits_processor(model, self._recorder))
+            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
     def _get_per_token_logps_and_entropies(self, model, *args, compute_entropy: bool = False, **kwargs):
         capture = self._capture_scoring is not None and not self._capture_scoring
