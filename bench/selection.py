@@ -127,12 +127,17 @@ def set_variant(trainer, variant: str) -> None:
     trainer.top_entropy_quantile = trainer.args.selection_ratio if on else 1.0
 
 
+def full_sequences(batch) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(B, P+T) token ids and attention mask of prompt + completion, and the completion width T."""
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    return ids, am, batch["completion_ids"].size(1)
+
+
 def old_method_entropy(trainer, batch) -> torch.Tensor:
     """An earlier reproduction's method: a second no-grad forward, full logits, float32 log_softmax over the vocab."""
     model = trainer.model
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    width = batch["completion_ids"].size(1)
+    ids, am, width = full_sequences(batch)
     with torch.no_grad(), trainer.accelerator.autocast():
         logits = model(input_ids=ids, attention_mask=am).logits[:, -width - 1 : -1]  # (B, T, V)
         logp = torch.log_softmax(logits.float() / trainer.temperature, dim=-1)
@@ -213,12 +218,11 @@ def interleaved_updates(trainer, batch, device, rounds: int, profile: bool = Fal
             out[variant]["times_s"].append(time.perf_counter() - t0)
             if device.type == "cuda":
                 out[variant]["peak_gib"] = max(out[variant]["peak_gib"], torch.cuda.max_memory_allocated() / 2**30)
-    for variant in live if profile and device.type == "cuda" else []:  # GPU work and kernel launches, free of the host's timing noise
+    # GPU work and kernel launches, free of the host's timing noise
+    for variant in live if profile and device.type == "cuda" else []:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             run(variant)
-        cuda = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-        out[variant]["gpu_busy_s"] = sum(e.self_device_time_total for e in cuda) / 1e6
-        out[variant]["cuda_kernels"] = sum(e.count for e in cuda)
+        out[variant]["cuda_kernels"], out[variant]["gpu_busy_s"] = cuda_activity(prof.key_averages())
     plain = np.array(out["none"]["times_s"]) if "none" in live else None
     for variant in live:
         r = out[variant]
@@ -227,6 +231,12 @@ def interleaved_updates(trainer, batch, device, rounds: int, profile: bool = Fal
             ratios = np.array(r["times_s"]) / plain
             r["ratio_median"], r["ratio_q25"], r["ratio_q75"] = (float(q) for q in np.quantile(ratios, [0.5, 0.25, 0.75]))
     return [out[v] for v in VARIANTS]
+
+
+def cuda_activity(events) -> tuple[int, float]:
+    """(CUDA kernels, GPU busy seconds) in a profiler's key_averages()."""
+    cuda = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.count for e in cuda), sum(e.self_device_time_total for e in cuda) / 1e6
 
 
 def recorder_cost(device, rows: int, vocab: int, reps: int) -> dict:
@@ -240,12 +250,8 @@ def recorder_cost(device, rows: int, vocab: int, reps: int) -> dict:
 
 def accuracy(trainer, batch, device) -> dict:
     """Fused-head entropy (what training ranks by) against float64 on the same positions; kept-share change."""
-    from selection import gmts_scores, select_top_fraction
-
     model = trainer.model
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    am = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    width = batch["completion_ids"].size(1)
+    ids, am, width = full_sequences(batch)
     _, fused = trainer.scoring_pass(batch)
     with torch.no_grad():
         with trainer.accelerator.autocast():
@@ -257,12 +263,23 @@ def accuracy(trainer, batch, device) -> dict:
             logp = torch.log_softmax(logits, -1)
             ref[i] = -(logp.exp() * logp).sum(-1)
     mask = batch["completion_mask"].bool()
-    omega = batch["advantages"].unsqueeze(1).expand_as(fused)
-    keep_fused = select_top_fraction(gmts_scores(fused, omega), mask, 0.2)
-    keep_ref = select_top_fraction(gmts_scores(ref, omega), mask, 0.2)
+    keep_ref = gmts_top_fifth(ref, batch)
     return {"max_abs_error": (fused.double() - ref)[mask].abs().max().item(),
             "mean_abs_error": (fused.double() - ref)[mask].abs().mean().item(),
-            "kept_changed_share": ((keep_fused ^ keep_ref).sum() / 2 / keep_ref.sum()).item()}
+            "kept_changed_share": kept_changed_share(gmts_top_fifth(fused, batch), keep_ref)}
+
+
+def gmts_top_fifth(entropy: torch.Tensor, batch) -> torch.Tensor:
+    """GMTS's batch-wide top 20% of a batch's completion tokens, on-policy (omega = advantage), for this entropy."""
+    from selection import gmts_scores, select_top_fraction
+
+    omega = batch["advantages"].unsqueeze(1).expand_as(entropy)  # (B, T)
+    return select_top_fraction(gmts_scores(entropy, omega), batch["completion_mask"].bool(), 0.2)
+
+
+def kept_changed_share(keep: torch.Tensor, reference: torch.Tensor) -> float:
+    """Share of the reference's kept tokens that another ranking swaps for different ones (equal counts)."""
+    return ((keep ^ reference).sum() / 2 / reference.sum()).item()
 
 
 E2E_OPTIONS = {  # generation options of one full GRPO step; "static" alone is TRL's static cache without compile
@@ -290,9 +307,9 @@ def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3, profi
     import torch._dynamo.utils
 
     options = dict(E2E_OPTIONS[option])
+    cudnn_sdp = options.pop("cudnn_sdp", True)  # a process-wide switch: set for every option, so none inherits it
     if device.type == "cuda":
-        torch.backends.cuda.enable_cudnn_sdp(options.pop("cudnn_sdp", True))
-    options.pop("cudnn_sdp", None)
+        torch.backends.cuda.enable_cudnn_sdp(cudnn_sdp)
     trainer = make_trainer(cfg, device, rows, completion, token_selection="gmts", selection_scope="batch",
                            prompt_words=E2E_PROMPT_WORDS, **options)
     trainer.args.max_steps = steps
@@ -356,9 +373,8 @@ def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3, profi
            "completion_tokens": int(captured["out"]["completion_mask"].sum())}
     if "p" in prof:
         events = prof["p"].key_averages()
-        cuda = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-        out["update_profile"] = {"cuda_kernels": sum(e.count for e in cuda),
-                                 "gpu_busy_s": sum(e.self_device_time_total for e in cuda) / 1e6,
+        kernels, busy = cuda_activity(events)
+        out["update_profile"] = {"cuda_kernels": kernels, "gpu_busy_s": busy,
                                  "top": events.table(sort_by="self_cpu_time_total", row_limit=20)[:6000]}
     if trainer.entropy_source_used == "generation":  # generation-time vs training-forward entropy on these rows
         out["generation_vs_forward"] = generation_vs_forward(trainer, captured["out"])
@@ -367,13 +383,8 @@ def end_to_end(cfg, device, rows, completion, option: str, steps: int = 3, profi
 
 def generation_vs_forward(trainer, batch) -> dict:
     """Kept-token change when ranking by the entropy recorded while generating instead of the training forward's."""
-    from selection import gmts_scores, select_top_fraction
-
-    _, fwd = trainer.scoring_pass(batch)
-    mask = batch["completion_mask"].bool()
-    keep_fwd = select_top_fraction(gmts_scores(fwd, batch["advantages"].unsqueeze(1).expand_as(fwd)), mask, 0.2)
-    keep_gen = batch["selection_mask"]
-    return {"kept_changed_share": ((keep_fwd ^ keep_gen).sum() / 2 / keep_fwd.sum()).item()}
+    _, forward_entropy = trainer.scoring_pass(batch)
+    return {"kept_changed_share": kept_changed_share(batch["selection_mask"], gmts_top_fifth(forward_entropy, batch))}
 
 
 GENERATION_OPTIONS = ("plain", "merged", "plain+compiled", "merged+compiled")
@@ -385,7 +396,7 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int, optio
     static cache, which makes transformers compile the decoding step with CUDA graphs (reduce-overhead).
     Each option is then profiled over 16 new tokens: CUDA kernels and GPU busy time per token step against the wall
     time, and the host-side operations that take the most time."""
-    from gmts_trainer import without_input_grad_hooks
+    from gmts_trainer import merged_lora, without_input_grad_hooks
 
     trainer = make_trainer(cfg, device, rows, new_tokens, token_selection="gmts")
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -397,11 +408,10 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int, optio
     for option in options:
         kwargs = dict(base, cache_implementation="static") if "compiled" in option else dict(base)
         try:
-            if option.startswith("merged"):
-                model.merge_adapter()
-            # compiled options as generation_compile runs them: without the input-grad hook (a graph break)
+            # as the trainer's options run them: merged_lora, and compiled without the input-grad hook (a graph break)
+            merge = merged_lora(model) if option.startswith("merged") else contextlib.nullcontext()
             lift = without_input_grad_hooks(model) if "compiled" in option else contextlib.nullcontext()
-            with torch.no_grad(), lift:
+            with torch.no_grad(), merge, lift:
                 r = measure(lambda: model.generate(**kwargs), device, reps)  # includes one warm-up (compilation)
                 row = {"option": option, "rows": rows, "new_tokens": new_tokens, "seconds": r["median_s"],
                        "ms_per_token_step": 1000 * r["median_s"] / new_tokens}
@@ -409,9 +419,6 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int, optio
             out.append(row)
         except Exception as e:  # noqa: BLE001 - a failing option is a result
             out.append({"option": option, "error": f"{type(e).__name__}: {str(e)[:300]}"})
-        finally:
-            if option.startswith("merged"):
-                model.unmerge_adapter()
         print(json.dumps({k: v for k, v in out[-1].items() if k != "top"}), flush=True)
     return out
 
@@ -427,10 +434,9 @@ def profile_generation(model, kwargs: dict, device) -> dict:
         sync(device)
     wall = time.perf_counter() - t0
     events = prof.key_averages()
-    cuda = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-    return {"profile_new_tokens": steps,
-            "cuda_kernels_per_token_step": sum(e.count for e in cuda) / steps,
-            "gpu_busy_ms_per_token_step": sum(e.self_device_time_total for e in cuda) / 1000 / steps,
+    kernels, busy = cuda_activity(events)
+    return {"profile_new_tokens": steps, "cuda_kernels_per_token_step": kernels / steps,
+            "gpu_busy_ms_per_token_step": 1000 * busy / steps,
             "profiled_wall_ms_per_token_step": 1000 * wall / steps,
             "top": events.table(sort_by="self_cpu_time_total", row_limit=15)[:5000]}
 
@@ -444,7 +450,8 @@ def main() -> None:
     ap.add_argument("--e2e-options", default=",".join(E2E_OPTIONS))
     ap.add_argument("--e2e-steps", type=int, default=4, help="full steps per option; the first is reported apart")
     ap.add_argument("--e2e-profile", action="store_true", help="profile the update of each option's last step")
-    ap.add_argument("--profile-updates", action="store_true", help="update part, on a GPU: GPU busy time and kernels per variant")
+    ap.add_argument("--profile-updates", action="store_true",
+                    help="update part, on a GPU: GPU busy time and kernels per variant")
     ap.add_argument("--gen-options", default=",".join(GENERATION_OPTIONS))
     ap.add_argument("--shapes", default=None, help="e.g. 8x128x256,32x128x1024 (rows x prompt x completion)")
     ap.add_argument("--out", default=None)
