@@ -546,7 +546,16 @@ def main() -> None:
 
 
 def table(results: dict) -> str:
-    """README tables, generated from a results file."""
+    """README tables, generated from a results file. A row's `note` (an annotation written after the run, e.g. from
+    its log) is printed under the tables, never in a measured cell."""
+    annotated = []
+
+    def mark(r: dict) -> str:
+        if not r.get("note"):
+            return ""
+        annotated.append(r)
+        return f" (note {len(annotated)})"
+
     lines = [f"Device: {results['device']}; model: Qwen2.5-1.5B shape "
              f"({results['model']['num_hidden_layers']} layers, vocab {results['model']['vocab_size']}), random "
              f"weights, LoRA r=32, gradient checkpointing. Scoring + loss + backward + optimizer step: median time; "
@@ -589,13 +598,12 @@ def table(results: dict) -> str:
                   "| first step | entropy source |", "|---|---|---|---|---|---|---|---|---|"]
         for r in results["e2e"]:
             if "error" in r:
-                why = r.get("note") or r["error"].splitlines()[0][:70]
-                lines.append(f"| {r['option']} | - | - | failed: {why} | | | | | |")
+                lines.append(f"| {r['option']}{mark(r)} | - | - | failed: {r['error'].splitlines()[0][:70]} | | | | | |")
                 continue
             prompt = "{}-{}".format(*r["prompt_tokens"]) if "prompt_tokens" in r else "128"
             first = f"{r['first_step_s']:.1f} s" if "first_step_s" in r else "-"
-            mark = " *" if "update_profile" in r else ""
-            lines.append(f"| {r['option']}{mark} | {prompt} | {r['rows']} x {r['completion']} | {r['generation_s']:.2f} s | "
+            profiled = " *" if "update_profile" in r else ""
+            lines.append(f"| {r['option']}{profiled}{mark(r)} | {prompt} | {r['rows']} x {r['completion']} | {r['generation_s']:.2f} s | "
                          f"{r['scoring_s']:.2f} s | {r['update_s']:.2f} s | {r['total_s']:.2f} s | {first} | "
                          f"{r['entropy_source']} |")
         if any("update_profile" in r for r in results["e2e"]):
@@ -618,11 +626,11 @@ def table(results: dict) -> str:
                     if "cuda_kernels_per_token_step" in r else ["-", "-"])
             wall = f"{r['profiled_wall_ms_per_token_step']:.1f} ms" if "profiled_wall_ms_per_token_step" in r else "-"
             if "seconds" in r:
-                note = f" ({r['note']})" if r.get("note") else ""
-                lines.append(f"| {r['option']}{note} | {r['seconds']:.2f} s | {r['ms_per_token_step']:.1f} ms | "
+                lines.append(f"| {r['option']}{mark(r)} | {r['seconds']:.2f} s | {r['ms_per_token_step']:.1f} ms | "
                              f"{prof[0]} | {prof[1]} | {wall} |")
             else:
                 lines.append(f"| {r['option']} | | | {prof[0]} | {prof[1]} | {wall} |")
+    lines += [f"\n(note {i}) {r['option']}: {r['note']}" for i, r in enumerate(annotated, 1)]
     lines += [f"\n{note}" for note in results.get("notes", [])]
     return "\n".join(lines)
 
