@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -102,28 +104,106 @@ def math_equal_reward(completions: list, answer: list[str], **kwargs) -> list[fl
 
 
 # ---------------------------------------------------------------------------- evaluation
+@dataclass(frozen=True)
+class Sampling:
+    """The sampler evaluation uses: the training sampler's fields (TRL builds its GenerationConfig from the same
+    names), set explicitly, so that a checkpoint's `generation_config.json` (a `repetition_penalty`, a `top_k`) can
+    never apply at evaluation only. Temperature is the recipe's `eval_temperature` (the configs set it to training's)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter, as in TRL's GRPOConfig (transformers' own default would be 50)
+    min_p: float | None = None
+    repetition_penalty: float = 1.0
+
+
+STATIC_CACHE_BUCKET = 256  # static KV cache length granularity: one compiled decoder per bucket
+
+
+def _generation_config(model, tokenizer, sampling: Sampling, max_new_tokens: int, static_cache: bool,
+                       compile_decoding: bool, cache_len: int):
+    """A GenerationConfig with every sampling field set; nothing is left for the checkpoint's config to fill."""
+    from transformers import GenerationConfig
+
+    own = getattr(model, "generation_config", None)
+    eos = getattr(own, "eos_token_id", None)
+    eos = tokenizer.eos_token_id if eos is None else eos
+    config = GenerationConfig(
+        do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+        min_p=sampling.min_p, repetition_penalty=sampling.repetition_penalty, typical_p=1.0, epsilon_cutoff=0.0,
+        eta_cutoff=0.0, no_repeat_ngram_size=0, num_beams=1, max_new_tokens=max_new_tokens, min_new_tokens=0,
+        eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        disable_compile=not compile_decoding,
+    )
+    if static_cache:
+        config.cache_implementation = "static"
+        config.max_cache_len = cache_len
+    return config
+
+
+@contextlib.contextmanager
+def _clean_generation_defaults(model):
+    """`generate` fills every field left None from the model's own generation_config (transformers 5): swap in an
+    empty one for the duration, so only what `_generation_config` sets applies."""
+    from transformers import GenerationConfig
+
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    saved = getattr(owner, "generation_config", None)
+    owner.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        owner.generation_config = saved
+
+
 def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: int, max_new_tokens: int,
-                     temperature: float = 1.0, batch_size: int = 32, progress: bool = True) -> list[list[str]]:
-    """k sampled completions per prompt, batched with left padding, seeded. Returns texts, one list per prompt."""
+                     temperature: float = 1.0, batch_size: int = 32, progress: bool = True,
+                     sampling: Sampling | None = None, fast: bool = False) -> list[list[str]]:
+    """k sampled completions per prompt, seeded. Returns texts, one list per prompt (in the order given).
+
+    Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
+    adapter folded into the weights (bit-exact restore after), a static KV cache (a growing cache copies itself every
+    token step), and on a GPU compiled decoding with CUDA graphs; batches are then padded to one size so the compiled
+    decoder is reused. The first fast call compiles (about a minute for a 1.5B model); the sampler is the same.
+    """
     import torch
     from tqdm.auto import tqdm
 
+    from gmts_trainer import merged_lora, without_input_grad_hooks
+
+    sampling = sampling or Sampling(temperature=temperature)
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-    flat = [t for t in texts for _ in range(k)]
-    out: list[str] = []
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    flat = [i for i in range(len(texts)) for _ in range(k)]  # prompt index of each sample
+    order = sorted(range(len(flat)), key=lambda j: -lengths[flat[j]])  # longest prompts first
     device = next(model.parameters()).device
+    compile_decoding = fast and device.type == "cuda"
+    cache_len = -(-(max(lengths, default=0) + max_new_tokens) // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
+    config = _generation_config(model, tokenizer, sampling, max_new_tokens, fast, compile_decoding, cache_len)
+    out: list[str | None] = [None] * len(flat)
     torch.manual_seed(seed)
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            for start in tqdm(range(0, len(flat), batch_size), desc=f"eval (seed {seed})", disable=not progress,
-                              unit="batch"):
-                batch = tokenizer(flat[start : start + batch_size], return_tensors="pt", padding=True,
-                                  padding_side="left", add_special_tokens=False).to(device)  # (B, T), left-padded
-                gen = model.generate(**batch, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
-                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-                out.extend(tokenizer.batch_decode(gen[:, batch["input_ids"].size(1) :], skip_special_tokens=True))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.no_grad())
+            stack.enter_context(_clean_generation_defaults(model))
+            if fast:
+                stack.enter_context(merged_lora(model))
+                stack.enter_context(without_input_grad_hooks(model))
+            bar = stack.enter_context(tqdm(total=len(flat), desc=f"eval (seed {seed})", unit="sample",
+                                           disable=not progress))
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                rows = chunk + chunk[-1:] * (batch_size - len(chunk) if compile_decoding else 0)  # one shape
+                batch = tokenizer([texts[flat[j]] for j in rows], return_tensors="pt", padding=True,
+                                  padding_side="left", add_special_tokens=False).to(device)  # (B, P), left-padded
+                gen = model.generate(**batch, generation_config=config)  # (B, P + new)
+                decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
+                                                 skip_special_tokens=True)
+                for j, text in zip(chunk, decoded):
+                    out[j] = text
+                bar.update(len(chunk))
     finally:
         model.train(was_training)
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
@@ -148,16 +228,22 @@ def pass_at_1(records: list[dict]) -> float:
 
 def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: int = 0, max_new_tokens: int = 256,
                        temperature: float = 1.0, batch_size: int = 32, system_prompt: str | None = None,
-                       progress: bool = True) -> dict:
-    """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan"}."""
+                       progress: bool = True, sampling: Sampling | None = None, fast: bool = False) -> dict:
+    """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds"}."""
+    import time
+
     from data import system_prompt as resolve_prompt
     from data import to_prompt
 
+    t0 = time.perf_counter()
     prompts = [to_prompt(t["question"], resolve_prompt(system_prompt)) for t in tasks]
-    samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress)
+    samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress,
+                               sampling=sampling, fast=fast)
+    t1 = time.perf_counter()
     records = score_samples(samples, tasks)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,
-            "hack_scan": hack_scan([s for outs in samples for s in outs])}
+            "hack_scan": hack_scan([s for outs in samples for s in outs]),
+            "seconds": {"generation": t1 - t0, "scoring": time.perf_counter() - t1}}
 
 
 # ---------------------------------------------------------------------------- statistics

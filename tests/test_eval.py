@@ -214,3 +214,66 @@ def test_generate_samples_is_seeded_and_leaves_the_caller_state_alone():
     b = generate_samples(model, tok, prompts, k=2, seed=3, max_new_tokens=4, progress=False)
     assert a == b and len(a) == 2 and all(len(s) == 2 for s in a)
     assert tok.padding_side == "right" and model.training  # neither the tokenizer nor the mode is changed
+
+
+def _tiny_chat_model(seed=0):
+    from tiny import tiny_model, tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
+    return tiny_model(tok, seed=seed), tok
+
+
+def test_generate_samples_keeps_prompt_order_across_length_sorting():
+    """Samples are generated longest prompt first; each must come back under its own prompt."""
+    from eval import generate_samples
+
+    model, tok = _tiny_chat_model()
+    prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456+789", "12", "9+9+9+9+9+9+9")]
+    together = generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=6, progress=False,
+                                sampling=__import__("eval").Sampling(temperature=1e-4))  # ~greedy: order-free
+    alone = [generate_samples(model, tok, [p], k=1, seed=0, max_new_tokens=6, progress=False,
+                              sampling=__import__("eval").Sampling(temperature=1e-4))[0] for p in prompts]
+    assert together == alone
+
+
+def test_checkpoint_sampling_fields_never_apply_at_evaluation():
+    """A checkpoint's generation_config (top_k=1: greedy; a repetition penalty) must not change the eval sampler."""
+    from eval import generate_samples
+
+    model, tok = _tiny_chat_model()
+    prompts = [[{"role": "user", "content": "1+2"}]]
+    plain = generate_samples(model, tok, prompts, k=8, seed=1, max_new_tokens=6, progress=False)
+    model.generation_config.top_k = 1
+    model.generation_config.repetition_penalty = 5.0
+    seven = tok.convert_tokens_to_ids("7")
+    model.generation_config.suppress_tokens = [i for i in range(len(tok)) if i != seven]  # would force '7 7 7'
+    leaked = generate_samples(model, tok, prompts, k=8, seed=1, max_new_tokens=6, progress=False)
+    assert leaked == plain
+    assert len(set(plain[0])) > 1  # sampling, not greedy
+    assert model.generation_config.top_k == 1  # the model's own config is put back
+
+
+def test_fast_generation_is_the_same_sampler_and_restores_the_adapter():
+    """`fast` (merged adapter, static cache; compiled only on a GPU) samples the same distribution: at a near-zero
+    temperature both paths give the same greedy text, and the adapter weights come back bit for bit."""
+    from peft import LoraConfig, get_peft_model
+
+    from eval import Sampling, generate_samples
+
+    model, tok = _tiny_chat_model()
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8")]
+    greedy = Sampling(temperature=1e-4)
+    slow = generate_samples(model, tok, prompts, k=2, seed=0, max_new_tokens=6, progress=False, sampling=greedy)
+    fast = generate_samples(model, tok, prompts, k=2, seed=0, max_new_tokens=6, progress=False, sampling=greedy,
+                            fast=True, batch_size=4)
+    assert fast == slow
+    assert all(torch_equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
