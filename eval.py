@@ -180,6 +180,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     compile_decoding = fast and device.type == "cuda"
     cache_len = -(-(max(lengths, default=0) + max_new_tokens) // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
     config = _generation_config(model, tokenizer, sampling, max_new_tokens, fast, compile_decoding, cache_len)
+    batch_size = -(-len(flat) // -(-len(flat) // batch_size)) if flat else batch_size  # even batches: little padding
     out: list[str | None] = [None] * len(flat)
     torch.manual_seed(seed)
     was_training = model.training
