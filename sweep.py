@@ -1,0 +1,502 @@
+"""A grid of experiments (arms x learning rates x training seeds x setting variants), resumable, on one or more GPUs,
+with one sealed summary that `check.py` verifies cell by cell.
+
+    python sweep.py configs/sweeps/qwen.yaml                      # run what is missing, then summarize
+    python sweep.py configs/sweeps/qwen.yaml --gpus 0,1           # one worker per GPU, jobs from one queue
+    python sweep.py configs/sweeps/qwen.yaml --only lr-sweep      # one block of the grid
+    python sweep.py configs/sweeps/qwen.yaml --plan               # print the jobs, run nothing
+    python sweep.py configs/sweeps/qwen.yaml --summarize          # only (re)write sweep.json and sweep.png
+    python sweep.py configs/sweeps/qwen.yaml -- --gsm8k_path DIR  # anything after -- goes to every recipe.py call
+    python sweep.py configs/sweeps/qwen.yaml --results_dir /scratch  # the sweep's folder under another parent
+    python check.py results/qwen/sweep.json                       # verify: every cell recomputed from its results.json
+
+A cell is one (setting variant, learning rate, training seed): its own run directory `<results_dir>/<name>/<cell>/`
+written by recipe.py, with one results.json that holds the cell's arms. Cells that two blocks share are run once.
+The held-out tasks, their samples and the base evaluations are the same in every cell (recipe.py caches the base
+evaluations by what they depend on), so every comparison is paired by task.
+
+Each job is one `python recipe.py --arm ARM ... --resume` process: an interrupted sweep resumes where it stopped, and
+finished arms are kept. The summary pools each comparison over the seeds of a (variant, learning rate) with a
+two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval includes seed-to-seed variance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+ARM_ORDER = ("grpo", "ets", "gmts")
+COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"))  # (a, b): a - b
+
+
+class SweepError(ValueError):
+    """A grid or summary that cannot be used; the message is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run directory: a setting variant at one learning rate and one training seed."""
+
+    variant: str
+    overrides: tuple[tuple[str, Any], ...]
+    learning_rate: float
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant}-lr{self.learning_rate:g}-s{self.seed}"
+
+    def recipe_args(self) -> list[str]:
+        args = ["--learning_rate", repr(self.learning_rate), "--seed", str(self.seed)]
+        for key, value in self.overrides:
+            args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
+        return args
+
+
+@dataclass
+class Grid:
+    """A sweep file: the base config, the results directory, and blocks of (arms x learning rates x seeds)."""
+
+    name: str
+    config: str
+    results_dir: str
+    blocks: list[dict] = field(default_factory=list)
+    variants: dict[str, dict] = field(default_factory=dict)
+
+    def jobs_in_order(self, only: str | None = None) -> list[tuple[Cell, str]]:
+        """Every (cell, arm) in the grid's order (block by block, seed-major), each once even when blocks share it."""
+        out: list[tuple[Cell, str]] = []
+        for block in self.blocks:
+            if only is not None and block["name"] != only:
+                continue
+            variant = block.get("variant", "paper")
+            overrides = tuple(sorted(self.variants.get(variant, {}).items()))
+            for seed in block["seeds"]:  # seed-major: a half-finished sweep has whole seeds, not half of each
+                for lr in block["learning_rates"]:
+                    cell = Cell(variant, overrides, float(lr), int(seed))
+                    out += [(cell, arm) for arm in block["arms"] if (cell, arm) not in out]
+        return out
+
+    def cells(self) -> list[Cell]:
+        """Every cell of the grid, once."""
+        return list(dict.fromkeys(cell for cell, _ in self.jobs_in_order()))
+
+
+def load_grid(path: str | Path) -> Grid:
+    """Read and check a sweep file; every mistake is a one-line SweepError."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise SweepError(f"sweep file {p} not found")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise SweepError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise SweepError(f"{p}: expected a mapping with config, blocks")
+    unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants"}
+    if unknown:
+        raise SweepError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; allowed: name, config, results_dir, "
+                         f"blocks, variants")
+    grid = Grid(name=str(raw.get("name", p.stem)), config=str(raw.get("config", "")),
+                results_dir=str(raw.get("results_dir", "results")), blocks=list(raw.get("blocks") or []),
+                variants=dict(raw.get("variants") or {}))
+    if not Path(grid.config).is_file():
+        raise SweepError(f"{p}: config {grid.config!r} not found")
+    if not grid.blocks:
+        raise SweepError(f"{p}: no blocks")
+    for i, block in enumerate(grid.blocks):
+        where = f"{p}: block {block.get('name', i)!r}"
+        extra = set(block) - {"name", "arms", "learning_rates", "seeds", "variant"}
+        if extra:
+            raise SweepError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+        if "name" not in block:
+            raise SweepError(f"{where}: needs a name")
+        for key in ("arms", "learning_rates", "seeds"):
+            if not isinstance(block.get(key), list) or not block[key]:
+                raise SweepError(f"{where}: {key} must be a non-empty list")
+        bad = [a for a in block["arms"] if a not in ARM_ORDER]
+        if bad:
+            raise SweepError(f"{where}: unknown arm(s) {', '.join(map(str, bad))}; use {', '.join(ARM_ORDER)}")
+        try:
+            [float(x) for x in block["learning_rates"]]
+            [int(x) for x in block["seeds"]]
+        except (TypeError, ValueError):
+            raise SweepError(f"{where}: learning_rates must be numbers and seeds integers") from None
+        variant = block.get("variant", "paper")
+        if variant != "paper" and variant not in grid.variants:
+            raise SweepError(f"{where}: variant {variant!r} is not defined under variants")
+    return grid
+
+
+# ---------------------------------------------------------------------------- running
+def _finished_arms(results_path: Path) -> set[str]:
+    if not results_path.is_file():
+        return set()
+    from check import ResultsError, load
+
+    try:
+        return set(load(results_path).get("arms", {}))
+    except ResultsError:
+        return set()  # unreadable or partial: the recipe decides (it refuses a foreign config with a clear line)
+
+
+def jobs(grid: Grid, only: str | None = None) -> list[tuple[Cell, str]]:
+    """The (cell, arm) jobs still to run, in the grid's order."""
+    root = Path(grid.results_dir) / grid.name
+    done = {cell: _finished_arms(root / cell.name / "results.json") for cell in grid.cells()}
+    return [(cell, arm) for cell, arm in grid.jobs_in_order(only) if arm not in done[cell]]
+
+
+def _command(grid: Grid, cell: Cell, arm: str, extra: list[str]) -> list[str]:
+    return [sys.executable, "recipe.py", "--config", grid.config, "--arm", arm, "--experiment", cell.name,
+            "--results_dir", str(Path(grid.results_dir) / grid.name), "--resume", *cell.recipe_args(), *extra]
+
+
+def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None) -> list[str]:
+    """Run every missing job, one worker per GPU; returns the failed jobs (their logs are next to their results)."""
+    todo = jobs(grid, only)
+    if not todo:
+        print("[sweep] nothing to run: every job has finished")
+        return []
+    log_dir = Path(grid.results_dir) / grid.name / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # The base evaluations first, alone: every cell reuses them, and two cells must not compute them twice.
+    first_cell = todo[0][0]
+    failed: list[str] = []
+    pending: queue.Queue = queue.Queue()
+    for job in todo:
+        pending.put(job)
+    lock = threading.Lock()
+    total, done = len(todo), [0]
+    started = time.time()
+
+    def launch(cell: Cell, arm: str, gpu: str | None) -> int:
+        env = dict(os.environ)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        log = log_dir / f"{cell.name}-{arm}.log"
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(_command(grid, cell, arm, extra))}\n")
+            out.flush()
+            return subprocess.call(_command(grid, cell, arm, extra), stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    print(f"[sweep] {grid.name}: {total} job(s) on {len(gpus) or 1} worker(s); base evaluations first")
+    if launch(first_cell, "base", gpus[0] if gpus else None) != 0:
+        return [f"{first_cell.name}-base (see {log_dir / (first_cell.name + '-base.log')})"]
+
+    def worker(gpu: str | None) -> None:
+        while True:
+            try:
+                cell, arm = pending.get_nowait()
+            except queue.Empty:
+                return
+            t0 = time.time()
+            code = launch(cell, arm, gpu)
+            with lock:
+                done[0] += 1
+                eta = (time.time() - started) / done[0] * (total - done[0]) / max(len(gpus), 1)
+                status = "ok" if code == 0 else f"FAILED (exit {code})"
+                print(f"[sweep] {done[0]}/{total} {cell.name} {arm} on gpu {gpu}: {status}, "
+                      f"{(time.time() - t0) / 60:.1f} min; about {eta / 60:.0f} min left", flush=True)
+                if code != 0:
+                    failed.append(f"{cell.name}-{arm} (see {log_dir / (cell.name + '-' + arm + '.log')})")
+
+    threads = [threading.Thread(target=worker, args=(g,)) for g in (gpus or [None])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failed
+
+
+# ---------------------------------------------------------------------------- summary
+def _task_scores(evaluation: dict) -> dict[str, float]:
+    return {r["hash"]: sum(r["scores"]) / len(r["scores"]) for r in evaluation["records"]}
+
+
+def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[list[float], list[float]]:
+    if a.keys() != b.keys():
+        raise SweepError("two arms were evaluated on different tasks; cells of one sweep must share the held-out set")
+    keys = sorted(a)
+    return [a[k] for k in keys], [b[k] for k in keys]
+
+
+def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
+    rewards = [row["reward"] for row in train_log if isinstance(row.get("reward"), (int, float))]
+    return sum(rewards[-last:]) / len(rewards[-last:]) if rewards else None
+
+
+def summarize(grid: Grid) -> dict:
+    """Every number of the sweep, from the cells' verified results files (check.load) alone."""
+    from check import load
+    from stats import pooled_delta
+
+    root = Path(grid.results_dir) / grid.name
+    cells, scores = [], {}
+    base_hashes = set()
+    for cell in grid.cells():
+        path = root / cell.name / "results.json"
+        if not path.is_file():
+            continue
+        results = load(path)
+        s = results["summary"]
+        base_hashes.add(json.dumps(sorted(_task_scores(results["base"]["evals"][0]).items())))
+        arms = {}
+        for arm, entry in results.get("arms", {}).items():
+            scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = _task_scores(entry["eval"])
+            a = s["arms"][arm]
+            arms[arm] = {"pass@1": a["pass@1"], "vs_base": a["vs_base"], "verdict": a["verdict"],
+                         "late_reward": _late_reward(entry.get("train_log", []))}
+        cells.append({"cell": cell.name, "variant": cell.variant, "learning_rate": cell.learning_rate,
+                      "seed": cell.seed, "path": str(path.relative_to(root)), "digest": results["digest"],
+                      "base_mean": s["base"]["mean"], "noise_floor": s["base"]["noise_floor"], "arms": arms})
+    if len(base_hashes) > 1:
+        raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
+    pooled = []
+    settings = sorted({(c["variant"], c["learning_rate"]) for c in cells})
+    for variant, lr in settings:
+        seeds = sorted(c["seed"] for c in cells if (c["variant"], c["learning_rate"]) == (variant, lr))
+        for a, b in COMPARISONS:
+            both = [s for s in seeds if (variant, lr, s, a) in scores and (variant, lr, s, b) in scores]
+            if not both:
+                continue
+            pairs = [_paired(scores[(variant, lr, s, a)], scores[(variant, lr, s, b)]) for s in both]
+            d = pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
+            pooled.append({"variant": variant, "learning_rate": lr, "comparison": f"{a} - {b}", "seeds": both,
+                           "comparison_kind": "shared learning rate", **d})
+    best = best_stable(cells)
+    for variant in sorted({c["variant"] for c in cells}):
+        lr_of = {row["arm"]: row["learning_rate"] for row in best if row["variant"] == variant}
+        for a, b in COMPARISONS:
+            if a not in lr_of or b not in lr_of or lr_of[a] == lr_of[b]:
+                continue  # same learning rate: already a "shared learning rate" row
+            key_a, key_b = (variant, lr_of[a]), (variant, lr_of[b])
+            both = sorted({s for (v, lr, s, arm) in scores if (v, lr, arm) == (*key_a, a)}
+                          & {s for (v, lr, s, arm) in scores if (v, lr, arm) == (*key_b, b)})
+            if not both:
+                continue
+            pairs = [_paired(scores[(*key_a, s, a)], scores[(*key_b, s, b)]) for s in both]
+            d = pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
+            pooled.append({"variant": variant, "learning_rate": None, "learning_rates": {a: lr_of[a], b: lr_of[b]},
+                           "comparison": f"{a} - {b}", "seeds": both,
+                           "comparison_kind": "each arm at its own best stable learning rate", **d})
+    out = {"schema": SCHEMA, "kind": "sweep", "name": grid.name, "config": grid.config, "cells": cells,
+           "pooled": pooled, "best_stable": best}
+    out["digest"] = _digest(out)
+    return out
+
+
+def best_stable(cells: list[dict]) -> list[dict]:
+    """Each arm's best stable learning rate per variant, chosen WITHOUT the held-out scores (choosing on the test set
+    would inflate the chosen arm): among learning rates where no seed collapsed, the one with the highest late
+    training reward (mean reward of the last 10 steps, averaged over seeds)."""
+    out = []
+    for variant in sorted({c["variant"] for c in cells}):
+        for arm in ARM_ORDER:
+            by_lr: dict[float, list[dict]] = {}
+            for c in cells:
+                if c["variant"] == variant and arm in c["arms"]:
+                    by_lr.setdefault(c["learning_rate"], []).append(c["arms"][arm])
+            stable = {lr: [r["late_reward"] for r in runs] for lr, runs in by_lr.items()
+                      if all(r["verdict"] != "collapsed" for r in runs) and all(r["late_reward"] is not None for r in runs)}
+            if stable:
+                lr = max(stable, key=lambda x: (sum(stable[x]) / len(stable[x]), -x))
+                out.append({"variant": variant, "arm": arm, "learning_rate": lr,
+                            "late_reward": sum(stable[lr]) / len(stable[lr]), "seeds": len(stable[lr])})
+    return out
+
+
+def _digest(summary: dict) -> str:
+    body = {k: v for k, v in summary.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def verify(path: str | Path) -> dict:
+    """Recompute a sweep.json from its grid and the cells' own results files; raise SweepError on any difference."""
+    from check import _close, _first_difference
+
+    p = Path(path)
+    summary = json.loads(p.read_text(encoding="utf-8"))
+    if summary.get("digest") != _digest(summary):
+        raise SweepError(f"{p}: digest mismatch: the file was edited after sweep.py wrote it")
+    grid_path = p.parent / "grid.yaml"
+    if not grid_path.is_file():
+        raise SweepError(f"{p}: the grid it was made from ({grid_path}) is missing")
+    grid = load_grid(grid_path)
+    grid.results_dir = str(p.parent.parent)
+    recomputed = summarize(grid)
+    if not _close(recomputed, summary):
+        raise SweepError(f"{p}: {_first_difference(recomputed, summary, 'sweep')}")
+    return summary
+
+
+def write_summary(grid: Grid, grid_path: str | Path) -> Path:
+    root = Path(grid.results_dir) / grid.name
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "grid.yaml").write_text(Path(grid_path).read_text(encoding="utf-8"), encoding="utf-8")
+    summary = summarize(grid)
+    path = root / "sweep.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=1))
+    tmp.replace(path)
+    plot(summary, root / "sweep.png")
+    return path
+
+
+def plot(summary: dict, out: Path) -> None:
+    """pass@1 against learning rate per arm (each seed a point, the seed mean a line, the base a band), and each
+    pooled comparison with its two-level interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = summary["cells"]
+    variants = sorted({c["variant"] for c in cells})
+    if not cells:
+        return
+    fig, axes = plt.subplots(len(variants), 2, figsize=(12, 4 * len(variants)), squeeze=False)
+    colors = {"grpo": "tab:gray", "ets": "tab:blue", "gmts": "tab:red"}
+    for row, variant in zip(axes, variants):
+        ax, bx = row
+        mine = [c for c in cells if c["variant"] == variant]
+        base, floor = mine[0]["base_mean"], mine[0]["noise_floor"]
+        ax.axhspan(base - floor / 2, base + floor / 2, color="0.85", label="base (noise floor)")
+        for arm in ARM_ORDER:
+            pts = sorted((c["learning_rate"], c["arms"][arm]["pass@1"]) for c in mine if arm in c["arms"])
+            if not pts:
+                continue
+            ax.scatter(*zip(*pts), color=colors[arm], s=14, alpha=0.6)
+            lrs = sorted({lr for lr, _ in pts})
+            means = [sum(v for x, v in pts if x == lr) / sum(1 for x, _ in pts if x == lr) for lr in lrs]
+            ax.plot(lrs, means, color=colors[arm], marker="o", label=f"{arm} (seed mean)")
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel("pass@1 (held-out)")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{summary['name']} / {variant}: pass@1 per seed")
+        ax.legend(fontsize=8)
+        for i, comparison in enumerate(c for c in ("gmts - ets", "ets - grpo", "gmts - grpo")):
+            rows = [p for p in summary["pooled"] if p["variant"] == variant and p["comparison"] == comparison
+                    and p["learning_rate"] is not None]
+            if not rows:
+                continue
+            x = [p["learning_rate"] * (1 + 0.04 * (i - 1)) for p in rows]
+            y = [100 * p["delta"] for p in rows]
+            err = [[100 * (p["delta"] - p["low"]) for p in rows], [100 * (p["high"] - p["delta"]) for p in rows]]
+            bx.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=f"{comparison} ({', '.join(str(len(p['seeds'])) for p in rows)} seeds)")
+        bx.axhline(0, color="k", lw=0.8)
+        bx.set_xscale("log")
+        bx.set_xlabel("learning rate")
+        bx.set_ylabel("difference in pass@1 (points, 95% CI over seeds and tasks)")
+        bx.set_title("pooled over seeds (two-level bootstrap)")
+        bx.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _interval(p: dict) -> str:
+    return f"{100 * p['delta']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]"
+
+
+def render(summary: dict, markdown: bool = False) -> str:
+    """The sweep's tables: pass@1 per (variant, learning rate) and arm with every seed, then each pooled comparison
+    with its two-level interval and the comparison it is (shared learning rate, or each arm at its own best)."""
+    cells = summary["cells"]
+    rows1 = []
+    for variant, lr in sorted({(c["variant"], c["learning_rate"]) for c in cells}):
+        mine = sorted((c for c in cells if (c["variant"], c["learning_rate"]) == (variant, lr)), key=lambda c: c["seed"])
+        row = [variant, f"{lr:g}"]
+        for arm in ARM_ORDER:
+            runs = [(c["seed"], c["arms"][arm]) for c in mine if arm in c["arms"]]
+            if not runs:
+                row.append("-")
+                continue
+            mean = sum(r["pass@1"] for _, r in runs) / len(runs)
+            seeds = ", ".join(f"{_pct(r['pass@1'])}" + ("*" if r["verdict"] == "collapsed" else "") for _, r in runs)
+            row.append(f"{_pct(mean)} ({seeds})")
+        rows1.append(row)
+    head1 = ["variant", "lr", "GRPO (all tokens)", "ETS", "GMTS"]
+    rows2 = []
+    for p in summary["pooled"]:
+        lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \
+            ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
+        rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, str(len(p["seeds"])),
+                      _interval(p) + " pts",
+                      ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))])
+    head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95% CI, seeds then tasks)",
+             "per seed"]
+    base = cells[0] if cells else None
+    note = (f"{summary['name']}: {len(cells)} cells; base pass@1 {_pct(base['base_mean'])} (noise floor "
+            f"{100 * base['noise_floor']:.1f} pts); per arm: mean over seeds (each seed); * = collapsed below the "
+            f"base. Best stable lr (by late training reward, not test scores): "
+            + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
+            + ".") if base else f"{summary['name']}: no finished cells yet."
+    return "\n\n".join([_table(head1, rows1, markdown), _table(head2, rows2, markdown), note])
+
+
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+        return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                         + ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows])
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description="Run a grid of recipe.py experiments and summarize it.")
+    ap.add_argument("grid", help="sweep file (configs/sweeps/*.yaml)")
+    ap.add_argument("--gpus", default=None, help="comma-separated GPU ids, one worker each (default: one worker)")
+    ap.add_argument("--only", default=None, help="run only the block of this name")
+    ap.add_argument("--plan", action="store_true", help="print the jobs still to run and exit")
+    ap.add_argument("--summarize", action="store_true", help="only write sweep.json and sweep.png")
+    ap.add_argument("--results_dir", default=None, help="parent of the sweep's folder (default: the grid's)")
+    args = ap.parse_args(argv)
+    try:
+        grid = load_grid(args.grid)
+        if args.results_dir is not None:
+            grid.results_dir = args.results_dir
+        if args.only is not None and args.only not in {b["name"] for b in grid.blocks}:
+            raise SweepError(f"no block named {args.only!r}; blocks: {', '.join(b['name'] for b in grid.blocks)}")
+        if args.plan:
+            todo = jobs(grid, args.only)
+            for cell, arm in todo:
+                print(f"{cell.name:40s} {arm}")
+            print(f"[sweep] {len(todo)} job(s) to run")
+            return 0
+        failed = [] if args.summarize else run(grid, args.gpus.split(",") if args.gpus else [], extra, args.only)
+        path = write_summary(grid, args.grid)
+        print(f"[sweep] summary: {path} (verify with: python check.py {path})")
+        if failed:
+            print("[sweep] failed: " + "; ".join(failed), file=sys.stderr)
+            return 1
+    except SweepError as e:
+        print(f"sweep.py: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

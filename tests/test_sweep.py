@@ -1,0 +1,127 @@
+"""sweep.py: grid files, job order and resume, and a summary that check.py recomputes from the cells."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+import sweep
+from check import seal
+
+CONFIG = "configs/smoke.yaml"
+
+
+def write_grid(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "grid.yaml"
+    path.write_text(text.replace("RESULTS", str(tmp_path / "results")))
+    return path
+
+
+GRID = f"""
+name: demo
+config: {CONFIG}
+results_dir: RESULTS
+variants:
+  small: {{per_device_train_batch_size: 4}}
+blocks:
+  - name: lr
+    arms: [ets, gmts]
+    learning_rates: [1.0e-4, 2.0e-4]
+    seeds: [1]
+  - name: seeds
+    arms: [ets, gmts, grpo]
+    learning_rates: [1.0e-4]
+    seeds: [1, 2]
+  - name: other
+    variant: small
+    arms: [gmts]
+    learning_rates: [1.0e-4]
+    seeds: [1]
+"""
+
+
+def test_jobs_follow_the_grid_and_shared_cells_run_once(tmp_path):
+    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    names = [f"{c.name}:{arm}" for c, arm in sweep.jobs(grid)]
+    assert names == ["paper-lr0.0001-s1:ets", "paper-lr0.0001-s1:gmts", "paper-lr0.0002-s1:ets",
+                     "paper-lr0.0002-s1:gmts", "paper-lr0.0001-s1:grpo", "paper-lr0.0001-s2:ets",
+                     "paper-lr0.0001-s2:gmts", "paper-lr0.0001-s2:grpo", "small-lr0.0001-s1:gmts"]
+    small = [c for c in grid.cells() if c.variant == "small"][0]
+    assert small.recipe_args() == ["--learning_rate", "0.0001", "--seed", "1", "--per_device_train_batch_size", "4"]
+    assert [f"{c.name}:{a}" for c, a in sweep.jobs(grid, only="other")] == ["small-lr0.0001-s1:gmts"]
+
+
+@pytest.mark.parametrize("text,match", [
+    ("name: x\nconfig: configs/nope.yaml\nblocks: []\n", "config 'configs/nope.yaml' not found"),
+    (f"config: {CONFIG}\nblocks: []\n", "no blocks"),
+    (f"config: {CONFIG}\nblock: []\n", "unknown key"),
+    (f"config: {CONFIG}\nblocks:\n  - name: a\n    arms: [etss]\n    learning_rates: [1]\n    seeds: [1]\n",
+     "unknown arm"),
+    (f"config: {CONFIG}\nblocks:\n  - name: a\n    arms: [ets]\n    learning_rates: [x]\n    seeds: [1]\n",
+     "must be numbers"),
+    (f"config: {CONFIG}\nblocks:\n  - name: a\n    arms: [ets]\n    learning_rates: [1]\n    seeds: [1]\n"
+     "    variant: nope\n", "variant 'nope' is not defined"),
+    ("{{{", "not valid YAML"),
+])
+def test_bad_grid_files_give_one_line(tmp_path, text, match):
+    with pytest.raises(sweep.SweepError, match=match):
+        sweep.load_grid(write_grid(tmp_path, text))
+
+
+def test_main_reports_grid_errors_in_one_line(tmp_path, capsys):
+    assert sweep.main([str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+# ---------------------------------------------------------------- summary from fake cells
+TASKS = [f"{i:016x}" for i in range(40)]
+
+
+def evaluation(p: float, seed: int, rng: random.Random) -> dict:
+    records = [{"task": i, "hash": h, "scores": [float(rng.random() < p) for _ in range(4)], "lengths": [10] * 4}
+               for i, h in enumerate(TASKS)]
+    return {"seed": 0, "k": 4, "pass@1": sum(sum(r["scores"]) / 4 for r in records) / len(records),
+            "records": records, "hack_scan": {}}
+
+
+def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: float = 0.5) -> None:
+    rng = random.Random(seed)
+    base_rng = random.Random(0)  # every cell shares the base evaluations
+    results = {"config_name": name, "config": {}, "config_hash": "x",
+               "base": {"evals": [evaluation(0.3, s, base_rng) for s in (0, 1, 2)]},
+               "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": 1e-4, "token_selection": arm,
+                              "train_log": [{"step": i, "loss": 0.0, "reward": reward} for i in range(1, 11)]}
+                        for arm, p in arms.items()}}
+    for evaluation_ in [e for e in results["base"]["evals"]]:
+        evaluation_["seed"] = results["base"]["evals"].index(evaluation_)
+    (root / name).mkdir(parents=True)
+    (root / name / "results.json").write_text(json.dumps(seal(results)))
+
+
+def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
+    grid_path = write_grid(tmp_path, GRID)
+    grid = sweep.load_grid(grid_path)
+    root = tmp_path / "results" / "demo"
+    fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6, "grpo": 0.5}, seed=1, reward=0.6)
+    fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.6, "grpo": 0.4}, seed=2, reward=0.6)
+    fake_cell(root, "paper-lr0.0002-s1", {"ets": 0.5, "gmts": 0.5}, seed=3, reward=0.7)
+    assert [f"{c.name}:{a}" for c, a in sweep.jobs(grid)] == ["small-lr0.0001-s1:gmts"]  # resume skips the rest
+    path = sweep.write_summary(grid, grid_path)
+    summary = sweep.verify(path)
+    gmts_ets = [p for p in summary["pooled"] if p["comparison"] == "gmts - ets" and p["learning_rate"] == 1e-4][0]
+    assert gmts_ets["seeds"] == [1, 2] and gmts_ets["low"] <= gmts_ets["delta"] <= gmts_ets["high"]
+    best = {row["arm"]: row["learning_rate"] for row in summary["best_stable"]}
+    assert best == {"ets": 2e-4, "gmts": 2e-4, "grpo": 1e-4}  # by late training reward, never by test scores
+    assert (root / "sweep.png").is_file()
+    # a cell edited after the summary was written (and re-sealed) no longer matches
+    cell = json.loads((root / "paper-lr0.0001-s2" / "results.json").read_text())
+    cell["arms"]["gmts"]["eval"]["records"][0]["scores"] = [0.0, 0.0, 0.0, 1.0]
+    (root / "paper-lr0.0001-s2" / "results.json").write_text(json.dumps(seal(cell)))
+    with pytest.raises(sweep.SweepError, match="sweep.cells"):
+        sweep.verify(path)
+    # and the summary itself cannot be edited
+    summary["pooled"][0]["delta"] = 0.5
+    path.write_text(json.dumps(summary))
+    with pytest.raises(sweep.SweepError, match="digest mismatch"):
+        sweep.verify(path)
