@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eval import noise_floor, paired_delta, pass_at_1
+from stats import noise_floor, paired_delta, pass_at_1
 
 SCHEMA = 1
 ARMS = ("ets", "gmts")

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data import arithmetic_task, choose_split, decontaminate, task_hash, to_prompt
-from eval import final_answer, hack_scan, math_equal_reward, noise_floor, paired_delta
+from rewards import final_answer, math_equal_reward
+from stats import hack_scan, noise_floor, paired_delta
 
 GSM = "Natalia sold 48 clips in April and half as many in May.\n48/2 = 24\n48 + 24 = 72\n#### 72"
 
@@ -34,6 +35,16 @@ REWARD_CASES = [
     ([{"role": "assistant", "content": "#### 72"}], GSM, 1.0),  # conversational
     ([{"role": "assistant", "content": None}], GSM, 0.0),
     (None, GSM, 0.0),
+    ("It costs 1,234 dollars.", "#### 1234", 1.0),
+    ("That is $5.00 each.", "5", 1.0),
+    ("\\boxed{\\frac{3}{4}}", "0.75", 1.0),
+    ("\\boxed{0.75}", "\\frac{3}{4}", 1.0),
+    ("The change is -7.", "#### -7", 1.0),
+    ("#### 72", "72", 1.0),
+    ("\\boxed{18}", "#### 18", 1.0),
+    ("\\boxed{18}", "#### 81", 0.0),
+    ("\\boxed{\\frac{3}{4}}", "0.7", 0.0),
+    ("\\boxed{+72}", GSM, 1.0),  # a signed number is its number (the old math-verify path scored it 0)
 ]
 
 
