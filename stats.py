@@ -96,7 +96,7 @@ def pooled_delta(a_by_seed: Sequence[Sequence[float]], b_by_seed: Sequence[Seque
     tail = 100 * (1 - confidence) / 2
     low, high = np.percentile(replicates, [tail, 100 - tail])
     delta = float(np.mean(per_seed))
-    return {"delta": delta, "low": min(float(low), delta), "high": max(float(high), delta), "n_seeds": n_seeds,
+    return {"delta": delta, "low": float(low), "high": float(high), "n_seeds": n_seeds,
             "n_tasks": int(diffs[0].size), "per_seed": per_seed}
 
 
