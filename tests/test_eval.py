@@ -183,7 +183,7 @@ def test_split_is_seeded_and_recorded_by_index():
 
 
 def test_gsm8k_from_a_local_folder(tmp_path):
-    from data import load_gsm8k
+    from data import DataError, load_gsm8k
 
     rows = [{"question": f"Made-up question {i}?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(3)]
     for split in ("train", "test"):
@@ -193,7 +193,7 @@ def test_gsm8k_from_a_local_folder(tmp_path):
     (tmp_path / "test.jsonl").write_text('{"question": "q", "answer": "no marker"}\n')
     with pytest.raises(ValueError, match="test.jsonl:1"):
         load_gsm8k(str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="train.jsonl"):
+    with pytest.raises(DataError, match="train.jsonl"):
         load_gsm8k(str(tmp_path / "missing"))
 
 
