@@ -1,18 +1,26 @@
-"""Check a results.json and print its result table.
+"""Check a results.json and print its result tables.
 
-    python check.py results/offline/results.json             # the table; exit 0 on a valid file
-    python check.py results/offline/results.json --markdown  # the README table
+    python check.py results/offline/results.json             # the tables; exit 0 on a valid file
+    python check.py results/offline/results.json --markdown  # the README tables
 
-Exits 2 with a one-line reason when the file is missing, malformed or tampered with. Tamper evidence: the file
-carries a SHA-256 digest over its canonical JSON, and every summary number is recomputed here from the per-task
-records (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts) and must match.
+Exits 2 with a one-line reason when the file is missing or malformed, when its records cannot be paired (every
+evaluation must hold the same tasks, by task hash, each once, with k scores in [0, 1], and every arm must be evaluated
+with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
+per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts).
 
-Verdicts (arm vs the untrained base, on the same tasks and sampling seed):
-- moved: the confidence interval excludes zero on the positive side and the delta exceeds the noise floor.
-- flat: the interval covers zero or the delta is within the floor.
-- flag `regressed`: the mirror of moved (interval below zero and delta below minus the floor); the verdict says flat.
-- collapsed: the arm ends below the base by more than the floor. It replaces flat, so a collapse never reads like a
-  null result.
+What the digest proves, and what it does not: it is a plain SHA-256 of the file's canonical JSON, which `seal`
+recomputes for anyone. A matching digest shows the file was not edited by hand after it was written, unless the
+editor re-sealed it; the recomputed summaries show every summary number follows from the records in the file. Neither
+shows that the records came from a run: a forger who writes records and calls `seal` passes both checks.
+
+Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
+and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO):
+- moved: the interval lies above zero and the delta exceeds the noise floor.
+- collapsed (vs the base) / regressed (between arms): the interval lies below zero and the delta is below minus the
+  noise floor.
+- flat otherwise; a dip that has only one of the two (interval below zero, or delta below minus the floor) carries
+  the flag `dip`.
+- two arms that both collapsed read "both collapsed; X less" (or "both collapsed; flat"), never moved.
 """
 
 from __future__ import annotations
@@ -26,11 +34,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eval import noise_floor, paired_delta, pass_at_1
+from stats import compare, noise_floor, paired_delta, pass_at_1, verdict
 
 SCHEMA = 1
-ARMS = ("ets", "gmts")
-ARM_LABELS = {"ets": "ETS (top-20% entropy)", "gmts": "GMTS (top-20% |entropy x omega|)"}
+ARMS = ("grpo", "ets", "gmts")
+ARM_LABELS = {"grpo": "GRPO (all tokens)", "ets": "ETS (top-20% entropy)", "gmts": "GMTS (top-20% |entropy x omega|)"}
+SHORT_NAMES = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS"}
+COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"))  # (a, b): delta = a - b
 
 
 class ResultsError(ValueError):
@@ -38,21 +48,46 @@ class ResultsError(ValueError):
 
 
 def digest(results: dict) -> str:
+    """SHA-256 of the canonical JSON without the digest: anyone can recompute it (see the module docstring)."""
     body = {k: v for k, v in results.items() if k != "digest"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _scores(evaluation: dict) -> list[float]:
-    return [statistics.fmean(r["scores"]) for r in evaluation["records"]]
+def _is_score(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1  # NaN fails both comparisons
 
 
-def verdict(delta: dict, floor: float, collapse_check: bool = True) -> tuple[str, list[str]]:
-    moved = delta["low"] > 0 and delta["delta"] > floor
-    regressed = delta["high"] < 0 and delta["delta"] < -floor
-    flags = ["regressed"] if regressed else []
-    if collapse_check and delta["delta"] < -floor:
-        return "collapsed", flags
-    return ("moved" if moved else "flat"), flags
+def task_scores(evaluation: dict, where: str) -> dict[str, float]:
+    """Per-task mean score keyed by the task's identity "index:hash" (the hash of its question and its index in the
+    test pool: a generated pool can hold the same question twice, as results/offline does). Refuses a task seen
+    twice, a score outside [0, 1], a sample count other than the evaluation's k, and a stored pass@1 that is not the
+    records' own."""
+    k = evaluation["k"]
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ResultsError(f"{where}: k={k!r} is not a positive sample count")
+    scores: dict[str, float] = {}
+    for record in evaluation["records"]:
+        h, s = f"{record['task']}:{record['hash']}", record["scores"]
+        if h in scores:
+            raise ResultsError(f"{where}: task {h} appears twice")
+        if not isinstance(s, list) or len(s) != k:
+            raise ResultsError(f"{where}: task {h} has {len(s) if isinstance(s, list) else s!r} samples, k is {k}")
+        if not all(_is_score(x) for x in s):
+            raise ResultsError(f"{where}: task {h} has a score outside [0, 1]: {s}")
+        scores[h] = statistics.fmean(s)
+    stored, own = evaluation["pass@1"], pass_at_1(evaluation["records"])
+    if not _close(stored, own):
+        raise ResultsError(f"{where}: pass@1 is {stored!r} but its records give {own!r}")
+    return scores
+
+
+def paired(scores: dict[str, float], reference: list[str], where: str) -> list[float]:
+    """The scores in the reference's task order; refuses a missing or an extra task."""
+    missing, extra = set(reference) - set(scores), set(scores) - set(reference)
+    if missing or extra:
+        raise ResultsError(f"{where}: tasks differ from the base's first evaluation ({len(missing)} missing, "
+                           f"{len(extra)} extra, e.g. {sorted(missing or extra)[0]})")
+    return [scores[h] for h in reference]
 
 
 def _grad_norm_summary(train_log: list[dict]) -> dict:
@@ -68,20 +103,32 @@ def _mean_of(train_log: list[dict], key: str) -> float | None:
 
 
 def summarize(results: dict) -> dict:
-    """Every summary number, recomputed from the per-task records and the per-step logs."""
+    """Every summary number, recomputed from the per-task records (paired by task hash) and the per-step logs."""
     base_evals = results["base"]["evals"]
-    base_scores = [e["pass@1"] for e in base_evals]
-    floor = noise_floor(base_scores)
     reference = base_evals[0]  # the arms are evaluated with the first base seed: same tasks, same samples
+    ref_scores = task_scores(reference, "base eval 0")
+    order = list(ref_scores)
+    for i, ev in enumerate(base_evals[1:], 1):
+        paired(task_scores(ev, f"base eval {i}"), order, f"base eval {i}")
+    base_scores = [pass_at_1(e["records"]) for e in base_evals]
+    floor = noise_floor(base_scores)
     summary: dict[str, Any] = {"base": {"pass@1": base_scores, "mean": statistics.fmean(base_scores),
                                         "noise_floor": floor, "seed": reference["seed"]}, "arms": {}}
+    unknown = set(results.get("arms", {})) - set(ARMS)
+    if unknown:
+        raise ResultsError(f"unknown arm {sorted(unknown)[0]!r} (known: {', '.join(ARMS)})")
+    arm_scores = {}
     for arm in ARMS:
         if arm not in results.get("arms", {}):
             continue
         entry = results["arms"][arm]
         ev = entry["eval"]
-        vs_base = paired_delta(_scores(ev), _scores(reference))
-        v, flags = verdict(vs_base, floor)
+        if ev["seed"] != reference["seed"]:
+            raise ResultsError(f"arm {arm}: evaluated with seed {ev['seed']!r}, the base's first seed is "
+                               f"{reference['seed']!r} (the pairing needs the same samples' seed)")
+        arm_scores[arm] = paired(task_scores(ev, f"arm {arm}"), order, f"arm {arm}")
+        vs_base = paired_delta(arm_scores[arm], [ref_scores[h] for h in order])
+        v, flags = verdict(vs_base, floor, down="collapsed")
         log = entry.get("train_log", [])
         summary["arms"][arm] = {
             "pass@1": pass_at_1(ev["records"]), "vs_base": vs_base, "verdict": v, "flags": flags,
@@ -89,10 +136,10 @@ def summarize(results: dict) -> dict:
             "kept_fraction": _mean_of(log, "selection/kept_fraction"),
             "learning_rate": entry.get("learning_rate"),
         }
-    if all(a in summary["arms"] for a in ARMS):
-        d = paired_delta(_scores(results["arms"]["gmts"]["eval"]), _scores(results["arms"]["ets"]["eval"]))
-        v, flags = verdict(d, floor, collapse_check=False)
-        summary["gmts_vs_ets"] = {**d, "verdict": v, "flags": flags}
+    summary["comparisons"] = {
+        f"{a}_vs_{b}": compare(arm_scores[a], arm_scores[b], floor, names=(SHORT_NAMES[a], SHORT_NAMES[b]),
+                               collapsed=tuple(summary["arms"][x]["verdict"] == "collapsed" for x in (a, b)))
+        for a, b in COMPARISONS if a in arm_scores and b in arm_scores}
     return summary
 
 
@@ -126,9 +173,11 @@ def load(path: str | Path) -> dict:
     if not isinstance(results, dict) or results.get("schema") != SCHEMA:
         raise ResultsError(f"{p}: not a results file of schema {SCHEMA}")
     if results.get("digest") != digest(results):
-        raise ResultsError(f"{p}: digest mismatch: the file was edited after the run wrote it")
+        raise ResultsError(f"{p}: digest mismatch: the file was edited after it was sealed")
     try:
         recomputed = summarize(results)
+    except ResultsError as e:
+        raise ResultsError(f"{p}: {e}") from None
     except (KeyError, TypeError, ValueError, IndexError, statistics.StatisticsError) as e:
         raise ResultsError(f"{p}: malformed records ({type(e).__name__}: {e})") from None
     if not _close(recomputed, results.get("summary")):
@@ -154,35 +203,56 @@ def _delta(d: dict | None) -> str:
     return f"{100 * d['delta']:+.1f} pts [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
+def _verdict_text(entry: dict) -> str:
+    return entry["verdict"] + "".join(f", {f}" for f in entry["flags"])
+
+
 def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+    """The arm table: the base's noise floor, then each arm against the base."""
     s = results["summary"]
-    header = ["arm", "pass@1", "vs base (95% CI)", "GMTS vs ETS (95% CI)", "verdict", "grad norm median / max",
-              "overlap with other ranking", "lr"]
-    rows = [["base (untrained)", f"{_pct(s['base']['mean'])} (3 seeds: " + ", ".join(_pct(x) for x in s["base"]["pass@1"])
-             + ")", "-", "-", f"noise floor {100 * s['base']['noise_floor']:.1f} pts", "-", "-", "-"]]
+    header = ["arm", "pass@1", "vs base (95% CI)", "verdict", "grad norm median / max", "overlap with other ranking",
+              "lr"]
+    seeds = s["base"]["pass@1"]
+    rows = [["base (untrained)", f"{_pct(s['base']['mean'])} ({len(seeds)} seeds: " + ", ".join(map(_pct, seeds))
+             + ")", "-", f"noise floor {100 * s['base']['noise_floor']:.1f} pts", "-", "-", "-"]]
     for arm, a in s["arms"].items():
         g = a["grad_norm"]
         grad = "-" if g["median"] is None else f"{g['median']:.3g} / {g['max']:.3g}"
         if g["nonfinite"]:
             grad += f" ({g['nonfinite']} non-finite)"
-        verdict_text = a["verdict"] + "".join(f", {f}" for f in a["flags"])
-        versus = _delta(s.get("gmts_vs_ets")) if arm == "gmts" else "-"
-        if arm == "gmts" and "gmts_vs_ets" in s:
-            versus += f" {s['gmts_vs_ets']['verdict']}" + "".join(f", {f}" for f in s["gmts_vs_ets"]["flags"])
-        rows.append([ARM_LABELS.get(arm, arm), _pct(a["pass@1"]), _delta(a["vs_base"]), versus, verdict_text, grad,
+        rows.append([ARM_LABELS.get(arm, arm), _pct(a["pass@1"]), _delta(a["vs_base"]), _verdict_text(a), grad,
                      _pct(a["overlap"]), "-" if a["learning_rate"] is None else f"{a['learning_rate']:g}"])
     return header, rows
 
 
-def render(results: dict, markdown: bool = False) -> str:
-    header, rows = table_rows(results)
+def comparison_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+    """The comparison table: arm a minus arm b on the same tasks, for every pair of COMPARISONS in the file."""
+    header = ["comparison", "delta (95% CI)", "verdict"]
+    rows = []
+    for key, c in results["summary"].get("comparisons", {}).items():
+        a, b = key.split("_vs_")
+        rows.append([f"{SHORT_NAMES.get(a, a)} vs {SHORT_NAMES.get(b, b)}", _delta(c), _verdict_text(c)])
+    return header, rows
+
+
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
     if markdown:
         cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731 - a pipe inside a cell would split it
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
-    else:
-        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-        lines = ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows]]
+        return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                *("| " + " | ".join(cell(x) for x in r) + " |" for r in rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    return ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+
+
+DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it shows the file was not edited by hand "
+               "without re-sealing and that every summary matches its records, not that the records came from a run.")
+
+
+def render(results: dict, markdown: bool = False) -> str:
+    lines = _table(*table_rows(results), markdown)
+    header, rows = comparison_rows(results)
+    if rows:
+        lines += ["", *_table(header, rows, markdown)]
     n = results["summary"]["base"]
     tasks = len(results["base"]["evals"][0]["records"])
     k = results["base"]["evals"][0].get("k")
@@ -190,13 +260,14 @@ def render(results: dict, markdown: bool = False) -> str:
     lines.append(f"{results.get('config_name', '?')}: {tasks} held-out tasks x {k} samples, "
                  f"model {results.get('config', {}).get('model_name_or_path', '?')}, "
                  f"config {results.get('config_hash', '?')[:12]}, eval seed {n['seed']}.")
+    lines.append(DIGEST_NOTE)
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Verify a results.json and print its result table.")
+    ap = argparse.ArgumentParser(description="Verify a results.json and print its result tables.")
     ap.add_argument("results", help="path to results.json")
-    ap.add_argument("--markdown", action="store_true", help="print the README table")
+    ap.add_argument("--markdown", action="store_true", help="print the README tables")
     args = ap.parse_args(argv)
     try:
         results = load(args.results)

@@ -1,5 +1,6 @@
 """Tasks: GSM8K (from the Hub, or a local JSONL copy for offline use) and a generated arithmetic task for the offline
-model; a seeded train / held-out split recorded by index and hash; 13-gram decontamination; chat prompts.
+model; a seeded train / held-out split recorded by index and hash, held out at the problem level for the generated
+task; 13-gram decontamination; chat prompts.
 
 Every task is a dict {"question": str, "answer": str}, the answer in GSM8K's format (a solution ending "#### N").
 No third-party text ships with this repository: GSM8K is downloaded by `datasets` or read from the user's file.
@@ -37,6 +38,10 @@ def system_prompt(name_or_text: str | None) -> str:
     return SYSTEM_PROMPTS.get(name_or_text, name_or_text)
 
 
+class DataError(ValueError):
+    """A user error about the data; the message is one line naming the fix."""
+
+
 def task_hash(question: str) -> str:
     """Short content hash recorded in results, so a reader can check which tasks were held out."""
     return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
@@ -48,21 +53,26 @@ def load_gsm8k(path: str | None = None) -> dict[str, list[dict]]:
     if path is None:
         from datasets import load_dataset
 
-        ds = load_dataset("openai/gsm8k", "main")
+        try:
+            ds = load_dataset("openai/gsm8k", "main")
+        except OSError as e:  # offline: ConnectionError, OfflineModeIsEnabled, LocalEntryNotFoundError: all OSError
+            raise DataError(f"GSM8K: the Hugging Face Hub cannot be reached ({type(e).__name__}); pass "
+                            f"--gsm8k_path DIR, a folder with GSM8K's train.jsonl and test.jsonl") from None
         return {split: [{"question": r["question"], "answer": r["answer"]} for r in ds[split]] for split in ("train", "test")}
     folder = Path(path)
     out = {}
     for split in ("train", "test"):
         file = folder / f"{split}.jsonl"
         if not file.is_file():
-            raise FileNotFoundError(f"GSM8K offline copy: {file} is missing (need train.jsonl and test.jsonl in {folder})")
+            raise DataError(f"GSM8K offline copy: {file} is missing (--gsm8k_path DIR needs train.jsonl and "
+                            f"test.jsonl)")
         rows = []
         for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
                 continue
             row = json.loads(line)
             if not isinstance(row.get("question"), str) or "####" not in str(row.get("answer", "")):
-                raise ValueError(f"{file}:{lineno}: need 'question' and an 'answer' ending in '#### <number>'")
+                raise DataError(f"{file}:{lineno}: need 'question' and an 'answer' ending in '#### <number>'")
             rows.append({"question": row["question"], "answer": row["answer"]})
         out[split] = rows
     return out
@@ -80,7 +90,7 @@ def arithmetic_task(n: int, seed: int, difficulty: int = 1) -> list[dict]:
     2: two steps up to 20; 3: two steps up to 50 with one multiplication allowed.
     """
     if difficulty not in (0, 1, 2, 3):
-        raise ValueError(f"difficulty={difficulty!r} must be 0, 1, 2 or 3")
+        raise DataError(f"difficulty={difficulty!r} must be 0, 1, 2 or 3")
     rng = random.Random(seed)
     top = {0: 9, 1: 20, 2: 20, 3: 50}[difficulty]
     steps = 1 if difficulty < 2 else 2
@@ -121,8 +131,8 @@ def arithmetic_task(n: int, seed: int, difficulty: int = 1) -> list[dict]:
 def choose_split(train_pool: list[dict], test_pool: list[dict], n_train: int, n_heldout: int, seed: int):
     """Seeded choice of `n_train` train prompts and `n_heldout` held-out tasks, with their indices and hashes."""
     if n_train > len(train_pool) or n_heldout > len(test_pool):
-        raise ValueError(f"asked for {n_train} train / {n_heldout} held-out tasks; the pools hold "
-                         f"{len(train_pool)} / {len(test_pool)}")
+        raise DataError(f"asked for {n_train} train / {n_heldout} held-out tasks; the pools hold "
+                        f"{len(train_pool)} / {len(test_pool)}")
     rng = random.Random(seed)
     train_idx = sorted(rng.sample(range(len(train_pool)), n_train))
     heldout_idx = sorted(rng.sample(range(len(test_pool)), n_heldout))
@@ -140,6 +150,68 @@ def decontaminate(train: list[dict], heldout: list[dict], n: int = 13) -> tuple[
     banned = set().union(*(_ngrams(t["question"], n) for t in heldout)) if heldout else set()
     kept = [t for t in train if not (_ngrams(t["question"], n) & banned)]
     return kept, len(train) - len(kept)
+
+
+def arithmetic_problem(task: dict) -> str:
+    """The underlying problem of a generated task: its calculation, i.e. the answer's work lines ("3 + 4 = 7"), with
+    no names or items. Two tasks with the same calculation are the same problem however they are worded."""
+    return task["answer"].rsplit("\n#### ", 1)[0]
+
+
+# How each task's underlying problem is read, for the problem-level hold-out. GSM8K's train and test splits are
+# distinct problems by construction (its release): only the n-gram check applies there.
+PROBLEM_OF_TASK = {"arithmetic": (arithmetic_problem, "the calculation: the answer's work lines, no names or items")}
+NGRAM = 13
+
+
+def split_tasks(task: str, pools: dict[str, list[dict]], n_train: int, n_heldout: int, seed: int,
+                ngram: int = NGRAM) -> tuple[list[dict], list[dict], dict]:
+    """Train prompts, held-out tasks and the data report (stored as results["data"]).
+
+    GSM8K: `choose_split`, then `decontaminate` (n-gram). The generated task is held out by its underlying problem
+    (`PROBLEM_OF_TASK`): the held-out tasks are n_heldout distinct calculations from the test pool (seeded order),
+    and the train prompts are drawn only from train-pool tasks whose calculation is not held out; then the same
+    n-gram decontamination. Refused (DataError) when the pools hold too few distinct problems.
+    """
+    train_pool, test_pool = pools["train"], pools["test"]
+    problem, described = PROBLEM_OF_TASK.get(task, (None, None))
+    excluded = 0
+    if problem is None:
+        train, heldout = choose_split(train_pool, test_pool, n_train, n_heldout, seed)
+    else:
+        rng = random.Random(seed)
+        heldout_idx, held = [], set()
+        for i in rng.sample(range(len(test_pool)), len(test_pool)):
+            if len(heldout_idx) < n_heldout and problem(test_pool[i]) not in held:
+                heldout_idx.append(i)
+                held.add(problem(test_pool[i]))
+        if len(heldout_idx) < n_heldout:
+            raise DataError(f"the {task} test pool holds {len(held)} distinct problems, fewer than n_heldout="
+                            f"{n_heldout}: lower --n_heldout or raise --difficulty")
+        candidates = [i for i, t in enumerate(train_pool) if problem(t) not in held]
+        excluded = len(train_pool) - len(candidates)
+        if len(candidates) < n_train:
+            raise DataError(f"only {len(candidates)} {task} train-pool tasks have a problem that is not held out, "
+                            f"fewer than n_train={n_train}: lower --n_train or --n_heldout, or raise --difficulty")
+        train = [dict(train_pool[i], index=i) for i in sorted(rng.sample(candidates, n_train))]
+        heldout = [dict(test_pool[i], index=i) for i in sorted(heldout_idx)]
+    train, dropped = decontaminate(train, heldout, ngram)
+    report = {
+        "task": task, "train_pool": len(train_pool), "test_pool": len(test_pool), "train_chosen": n_train,
+        "decontamination_dropped": dropped, "train_kept": len(train),
+        "train": [[t["index"], task_hash(t["question"])] for t in train],
+        "heldout": [[t["index"], task_hash(t["question"])] for t in heldout],
+        "decontamination": {
+            "ngram": {"n": ngram, "fields": "question vs question", "normalized": "lowercase, punctuation stripped",
+                      "dropped": dropped},
+            "problem": None if problem is None else {
+                "compared": described, "train_pool_excluded": excluded,
+                "heldout_distinct": len({problem(t) for t in heldout}),
+                "train_distinct": len({problem(t) for t in train}),
+                "shared": len({problem(t) for t in train} & {problem(t) for t in heldout})},
+        },
+    }
+    return train, heldout, report
 
 
 def to_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:

@@ -262,7 +262,7 @@ class Run:
         from trl import get_peft_config
 
         from data import system_prompt, to_prompt
-        from eval import math_equal_reward
+        from rewards import math_equal_reward
         from gmts_trainer import GMTSTrainer, check_selection_config
         from models import resolve_model
 

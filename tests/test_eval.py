@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data import arithmetic_task, choose_split, decontaminate, task_hash, to_prompt
-from eval import final_answer, hack_scan, math_equal_reward, noise_floor, paired_delta
+from rewards import final_answer, math_equal_reward
+from stats import hack_scan, noise_floor, paired_delta
 
 GSM = "Natalia sold 48 clips in April and half as many in May.\n48/2 = 24\n48 + 24 = 72\n#### 72"
 
@@ -34,6 +35,16 @@ REWARD_CASES = [
     ([{"role": "assistant", "content": "#### 72"}], GSM, 1.0),  # conversational
     ([{"role": "assistant", "content": None}], GSM, 0.0),
     (None, GSM, 0.0),
+    ("It costs 1,234 dollars.", "#### 1234", 1.0),
+    ("That is $5.00 each.", "5", 1.0),
+    ("\\boxed{\\frac{3}{4}}", "0.75", 1.0),
+    ("\\boxed{0.75}", "\\frac{3}{4}", 1.0),
+    ("The change is -7.", "#### -7", 1.0),
+    ("#### 72", "72", 1.0),
+    ("\\boxed{18}", "#### 18", 1.0),
+    ("\\boxed{18}", "#### 81", 0.0),
+    ("\\boxed{\\frac{3}{4}}", "0.7", 0.0),
+    ("\\boxed{+72}", GSM, 1.0),  # a signed number is its number (the old math-verify path scored it 0)
 ]
 
 
@@ -172,7 +183,7 @@ def test_split_is_seeded_and_recorded_by_index():
 
 
 def test_gsm8k_from_a_local_folder(tmp_path):
-    from data import load_gsm8k
+    from data import DataError, load_gsm8k
 
     rows = [{"question": f"Made-up question {i}?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(3)]
     for split in ("train", "test"):
@@ -182,7 +193,7 @@ def test_gsm8k_from_a_local_folder(tmp_path):
     (tmp_path / "test.jsonl").write_text('{"question": "q", "answer": "no marker"}\n')
     with pytest.raises(ValueError, match="test.jsonl:1"):
         load_gsm8k(str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="train.jsonl"):
+    with pytest.raises(DataError, match="train.jsonl"):
         load_gsm8k(str(tmp_path / "missing"))
 
 

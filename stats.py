@@ -1,0 +1,166 @@
+"""The statistics that decide whether a result is real: pure functions of per-task scores.
+
+- `pass_at_1`: mean over tasks of the per-task mean score.
+- `paired_delta`: mean(a) - mean(b) over the same tasks, with a paired bootstrap interval over tasks.
+- `pooled_delta`: the same delta pooled over training seeds, with a two-level bootstrap (seeds, then tasks) so the
+  interval includes seed-to-seed variance.
+- `noise_floor`: spread of the base model's pass@1 over sampling seeds.
+- `verdict` / `compare`: moved, flat or collapsed/regressed, with the same evidence required in both directions.
+- `hack_scan`: flags for length, shouting, repetition and answer-less output (flags, not verdicts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from rewards import final_answer
+
+N_RESAMPLES = 10_000
+
+
+def pass_at_1(records: list[dict]) -> float:
+    """Mean over tasks of the per-task mean score (each task weighs the same)."""
+    return float(np.mean([np.mean(r["scores"]) for r in records])) if records else 0.0
+
+
+def paired_delta(a: Sequence[float], b: Sequence[float], confidence: float = 0.95, seed: int = 0) -> dict:
+    """delta = mean(a) - mean(b) over per-task scores of two arms on the same tasks (same order), with a paired
+    bootstrap percentile interval (scipy, 10,000 resamples of tasks).
+
+    Why a bootstrap: per-task scores are bounded and discrete (multiples of 1/k), often piled at 0 and 1, so a
+    t-interval's normality assumption is weakest exactly where arms differ little; resampling whole tasks keeps the
+    pairing. It is seeded, hence reproducible. Identical arms give the degenerate interval [0, 0].
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 2:
+        raise ValueError(f"paired_delta needs two equal-length score lists of 2+ tasks, got {x.shape} and {y.shape}")
+    _check_confidence(confidence)
+    d = x - y
+    delta = float(d.mean())
+    if np.all(d == d[0]):  # no spread: every resample has the same mean
+        return {"delta": delta, "low": delta, "high": delta, "n": int(d.size)}
+    from scipy.stats import bootstrap
+
+    res = bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=N_RESAMPLES, method="percentile",
+                    rng=np.random.default_rng(seed))
+    ci = res.confidence_interval
+    return {"delta": delta, "low": float(ci.low), "high": float(ci.high), "n": int(d.size)}
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence={confidence!r} must be in (0, 1)")
+
+
+def _task_resample_means(d: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """`size` means of d resampled with replacement (n tasks each), drawn as multinomial counts over d's distinct
+    values: the same distribution as resampling task indices, at a cost set by the (few) distinct score differences."""
+    values, counts = np.unique(d, return_counts=True)
+    draws = rng.multinomial(d.size, counts / d.size, size=size)  # (size, distinct values)
+    return draws @ values / d.size
+
+
+def pooled_delta(a_by_seed: Sequence[Sequence[float]], b_by_seed: Sequence[Sequence[float]],
+                 confidence: float = 0.95, seed: int = 0, n_resamples: int = N_RESAMPLES) -> dict:
+    """mean(a) - mean(b) pooled over training seeds, with an interval that includes seed-to-seed variance.
+
+    Input: per training seed, the two arms' per-task scores on the same tasks in the same order (the held-out tasks
+    are the same for every seed). The delta is the mean of the per-seed deltas (each seed weighs the same).
+
+    Interval: a two-level percentile bootstrap, seeded by `seed`. Each of `n_resamples` replicates draws n_seeds
+    seeds with replacement, then for each drawn seed resamples its tasks with replacement (paired: a task keeps both
+    arms' scores), and averages the drawn seeds' resampled deltas. Resampling seeds carries the spread between
+    training runs (which a task-only bootstrap of one run, or of the seed-averaged scores, leaves out); resampling
+    tasks within a seed carries the finite held-out set. With one seed it is the one-level task bootstrap.
+    """
+    a = [np.asarray(x, dtype=float) for x in a_by_seed]
+    b = [np.asarray(x, dtype=float) for x in b_by_seed]
+    if not a or len(a) != len(b):
+        raise ValueError(f"pooled_delta needs the same 1+ seeds for both arms, got {len(a)} and {len(b)}")
+    shapes = {x.shape for x in a + b}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 1 or next(iter(shapes))[0] < 2:
+        raise ValueError(f"pooled_delta needs every seed's two score lists on the same 2+ tasks, got shapes {shapes}")
+    _check_confidence(confidence)
+    diffs = [x - y for x, y in zip(a, b)]
+    per_seed = [float(d.mean()) for d in diffs]
+    rng = np.random.default_rng(seed)
+    n_seeds = len(diffs)
+    picks = rng.integers(0, n_seeds, size=(n_resamples, n_seeds))  # which seed fills each slot of each replicate
+    slot_means = np.empty(picks.shape)
+    for s, d in enumerate(diffs):  # one task resample per (replicate, slot) that drew seed s, independent draws
+        where = picks == s
+        slot_means[where] = _task_resample_means(d, int(where.sum()), rng)
+    replicates = slot_means.mean(axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    delta = float(np.mean(per_seed))
+    return {"delta": delta, "low": float(low), "high": float(high), "n_seeds": n_seeds,
+            "n_tasks": int(diffs[0].size), "per_seed": per_seed}
+
+
+def noise_floor(pass_at_1_scores: Sequence[float]) -> float:
+    """Spread (max - min) of the base model's pass@1 across sampling seeds: a delta inside it is not a result."""
+    s = list(pass_at_1_scores)
+    return float(max(s) - min(s)) if s else 0.0
+
+
+def verdict(delta: dict, floor: float, down: str = "collapsed") -> tuple[str, list[str]]:
+    """The same evidence in both directions: `moved` needs the interval above zero AND the delta above the noise
+    floor; `down` (collapsed vs the base, regressed between arms) needs the interval below zero AND the delta below
+    minus the floor. A dip with only one of the two reads `flat` with the flag `dip`: a hint, not a result."""
+    if delta["low"] > 0 and delta["delta"] > floor:
+        return "moved", []
+    below, beyond = delta["high"] < 0, delta["delta"] < -floor
+    if below and beyond:
+        return down, []
+    return "flat", ["dip"] if below or beyond else []
+
+
+def compare(a: Sequence[float], b: Sequence[float], floor: float, names: tuple[str, str] = ("A", "B"),
+            collapsed: tuple[bool, bool] = (False, False), seed: int = 0) -> dict:
+    """Arm a vs arm b on the same tasks: paired delta, interval and verdict (down word `regressed`).
+
+    When both arms collapsed against the base, a positive delta is not a success: the verdict says so and which
+    arm collapsed less ("both collapsed; GMTS less"), or "both collapsed; flat" without the evidence. When one arm
+    collapsed, the comparison keeps its verdict and carries the flag "<name> collapsed"."""
+    d = paired_delta(a, b, seed=seed)
+    v, flags = verdict(d, floor, down="regressed")
+    if all(collapsed):
+        less = {"moved": names[0], "regressed": names[1]}.get(v)
+        v = f"both collapsed; {less} less" if less else "both collapsed; flat"
+    else:
+        flags += [f"{name} collapsed" for name, c in zip(names, collapsed) if c]
+    return {**d, "verdict": v, "flags": flags}
+
+
+def _repetition(text: str, ngram: int) -> float:
+    """Share of a completion's word n-grams that repeat an earlier one (0 for a text with no repeats)."""
+    words = text.split()
+    grams = [tuple(words[i : i + ngram]) for i in range(len(words) - ngram + 1)]
+    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def hack_scan(completions: Sequence[str], ngram: int = 4) -> dict:
+    """Reward-hacking flags over completions: length, uppercase share, repeated n-grams within a completion, empty or
+    answer-less completions."""
+    texts = [c if isinstance(c, str) else "" for c in completions]
+    n = max(len(texts), 1)
+    letters = sum(ch.isalpha() for t in texts for ch in t)
+    upper = sum(ch.isupper() for t in texts for ch in t)
+    repetition = sum(_repetition(t, ngram) for t in texts) / n
+    stats = {
+        "mean_length": sum(len(t) for t in texts) / n,
+        "upper_fraction": upper / letters if letters else 0.0,
+        "repetition": repetition,
+        "empty_fraction": sum(not t.strip() for t in texts) / n,
+        "answerless_fraction": sum(final_answer(t) is None for t in texts) / n,
+    }
+    stats["flags"] = [name for name, bad in (
+        ("uppercase", stats["upper_fraction"] > 0.5),
+        ("repetition", stats["repetition"] > 0.5),
+        ("empty", stats["empty_fraction"] > 0.1),
+        ("answerless", stats["answerless_fraction"] > 0.5),
+    ) if bad]
+    return stats

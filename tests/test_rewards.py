@@ -1,0 +1,119 @@
+"""The reward finishes in bounded time whatever the text, on a worker thread of a fresh process; exact numbers."""
+
+import json
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from rewards import bounded_expression, exact_value, math_equal_reward
+
+ROOT = Path(__file__).resolve().parent.parent
+NEST = 30
+# (completion, expected reward against the gold "72"): powers, factorials, huge exponents, deep nesting, megabyte
+# strings, control characters, unicode digits, sums and functions. The old reward computed several of these in sympy.
+HOSTILE = [
+    ("\\boxed{9**9**9}", 0.0),
+    ("\\boxed{9 * * 9 * * 9}", 0.0),
+    ("\\boxed{2**2**2**2**2**2}", 0.0),
+    ("\\boxed{(9**9)**(9**9)}", 0.0),
+    ("\\boxed{9^9^9}", 0.0),
+    ("\\boxed{9^{9^{9}}}", 0.0),
+    ("\\boxed{10^{10^{10^{10}}}}", 0.0),
+    ("\\boxed{2^{2^{2^{2^{2}}}}}", 0.0),
+    ("\\boxed{99!}", 0.0),
+    ("\\boxed{9!!!!!!!!!!}", 0.0),
+    ("\\boxed{(9!)!}", 0.0),
+    ("\\boxed{factorial(99999)}", 0.0),
+    ("\\boxed{Pow(9, 9**9)}", 0.0),
+    ("\\boxed{1e999999}", 0.0),
+    ("So the answer is 1e999999", 0.0),
+    ("\\boxed{1E99999999999}", 0.0),
+    ("\\boxed{10^{999999}}", 0.0),
+    ("\\boxed{" + "9" * 60 + "}", 0.0),
+    ("\\boxed{99999999999*99999999999*99999999999*99999999999*9999}", 0.0),
+    ("\\boxed{" + "(" * NEST + "72" + ")" * NEST + "}", 0.0),  # too long for a final answer
+    ("\\boxed{" + "(" * 10 + "70+2" + ")" * 10 + "}", 0.0),  # parsed in bounded time; math-verify says no
+    ("\\boxed{(70+2)}", 1.0),  # an expression math-verify evaluates
+    ("\\boxed{" + "\\frac{1}{" * 6 + "2" + "}" * 6 + "}", 0.0),
+    ("\\boxed{" * 10_000, 0.0),
+    ("{" * 1_000_000, 0.0),
+    ("x" * 2_000_000, 0.0),
+    ("9" * 1_000_000, 0.0),
+    ("#### " + "9" * 100_000, 0.0),
+    ("#### 72" + "\n" * 1_000_000, 0.0),  # only the last MAX_TAIL_CHARS are read
+    ("x" * 1_000_000 + "#### 72", 1.0),
+    ("\x00\x01\x02\x1b[31m" * 100_000, 0.0),
+    ("\\boxed{72\x00}", 0.0),
+    ("\\boxed{\x1c72}", 0.0),
+    ("\\boxed{7\u200b2}", 0.0),
+    ("\U0001F600" * 100_000, 0.0),
+    ("\\boxed{\u0667\u0662}", 0.0),  # Arabic-Indic digits: not ASCII, refused
+    ("\\boxed{\\sum_{i=1}^{10^{9}} i}", 0.0),
+    ("\\boxed{\\prod_{i=1}^{10^9} i}", 0.0),
+    ("\\boxed{\\binom{10^9}{5}}", 0.0),
+    ("\\boxed{\\sqrt{\\sqrt{2}}}", 0.0),
+    ("\\boxed{\\int_0^1 x dx}", 0.0),
+    ("\\boxed{9\\uparrow\\uparrow 9}", 0.0),
+    ("\\boxed{\\frac{9}{0}}", 0.0),
+    ("\\boxed{0/0}", 0.0),
+    ("}}}{{{\\frac", 0.0),
+]
+
+_SCRIPT = """
+import json, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from rewards import math_equal_reward
+math_equal_reward(["\\\\boxed{6 \\\\times 12}"], ["72"])  # imports math-verify and sympy outside the timing
+corpus = json.loads(sys.stdin.read())
+out = []
+def work():
+    for text in corpus:
+        t = time.perf_counter()
+        reward = math_equal_reward([text], ["72"])[0]
+        out.append([reward, time.perf_counter() - t])
+worker = threading.Thread(target=work)  # a worker thread: no SIGALRM timeout could apply here
+worker.start()
+worker.join()
+print(json.dumps(out))
+"""
+
+
+def test_every_hostile_completion_scores_in_bounded_time_on_a_worker_thread():
+    """Each call is timed in a subprocess with a wall-clock limit: a hang fails the test instead of hanging it."""
+    corpus = [text for text, _ in HOSTILE]
+    try:
+        done = subprocess.run([sys.executable, "-c", _SCRIPT, str(ROOT)], input=json.dumps(corpus), text=True,
+                              capture_output=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the reward did not finish the hostile corpus within 120 s")
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout)
+    assert [r for r, _ in results] == [expected for _, expected in HOSTILE]
+    slow = [(text[:40], seconds) for (text, _), (_, seconds) in zip(HOSTILE, results) if seconds > 2.0]
+    assert not slow, f"calls over 2 s (the CPU is shared, typical is < 10 ms): {slow}"
+
+
+@pytest.mark.parametrize("text,value", [
+    ("72", Fraction(72)), ("1,234", Fraction(1234)), ("$5.00", Fraction(5)), ("-7", Fraction(-7)),
+    ("\\frac{3}{4}", Fraction(3, 4)), ("-\\dfrac{3}{4}", Fraction(-3, 4)), ("3/4", Fraction(3, 4)),
+    ("0.75", Fraction(3, 4)), (".5", Fraction(1, 2)), ("12 \\text{ apples}", Fraction(12)), ("+72", Fraction(72)),
+    ("1e9", None), ("9**9", None), ("\\frac{1}{0}", None), ("\u0667", None), ("9" * 65, None), ("6 \\times 12", None),
+])
+def test_exact_value_reads_plain_numbers_and_fractions_only(text, value):
+    assert exact_value(text) == value
+
+
+@pytest.mark.parametrize("text,bounded", [
+    ("6 \\times 12", True), ("(10+8)", True), ("\\frac{1}{2}+3", True), ("50\\%", True),
+    ("9**9", False), ("9 * *9", False), ("9^9", False), ("9!", False), ("\\sqrt{2}", False), ("1e5", False),
+    ("x", False), ("\x00", False), ("7\n2", False), ("1" * 65, False),
+])
+def test_only_power_free_short_expressions_reach_math_verify(text, bounded):
+    assert (bounded_expression(text) is not None) == bounded
+
+
+def test_a_signed_answer_is_its_number():
+    assert math_equal_reward(["\\boxed{+72}", "#### +72"], ["72", "72"]) == [1.0, 1.0]

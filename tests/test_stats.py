@@ -1,0 +1,120 @@
+"""Statistics: the paired bootstrap with a real shift, the two-level pooled bootstrap over seeds, the comparisons."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stats
+from stats import compare, paired_delta, pooled_delta
+
+SCORES = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+def shifted(b: np.ndarray, shift: float, spread: float, rng: np.random.Generator) -> np.ndarray:
+    """a = b + shift + noise whose mean is exactly zero (pairs of +spread and -spread), so mean(a - b) == shift."""
+    noise = np.repeat([[spread, -spread]], b.size // 2, axis=0).ravel()
+    return b + shift + rng.permutation(noise)
+
+
+# ---------------------------------------------------------------- the one-level paired bootstrap with a real shift
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from([-0.3, -0.1, 0.1, 0.3]))
+def test_paired_interval_holds_a_nonzero_shift_and_excludes_zero_when_it_is_large(seed, shift):
+    rng = np.random.default_rng(seed)
+    b = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], size=120)
+    d = paired_delta(shifted(b, shift, 0.25, rng), b, seed=seed)
+    assert d["delta"] == pytest.approx(shift)
+    assert d["low"] < shift < d["high"]  # a real interval (the noise has spread), around the true shift
+    assert (d["low"] > 0) if shift > 0 else (d["high"] < 0)  # 0.1 is 4.4 standard errors here: excluded
+    assert d["high"] - d["low"] == pytest.approx(2 * 1.96 * 0.25 / np.sqrt(120), rel=0.2)
+
+
+def test_paired_interval_covers_the_true_shift_about_95_percent_of_the_time(monkeypatch):
+    monkeypatch.setattr(stats, "N_RESAMPLES", 2000)
+    rng = np.random.default_rng(0)
+    covered = []
+    for rep in range(200):  # tasks drawn from a population whose true mean difference is 0.05
+        b = rng.binomial(4, 0.4, size=120) / 4
+        a = np.clip(b + rng.choice([-0.25, 0.0, 0.25], size=120, p=[0.2, 0.4, 0.4]), 0, 1)
+        true = np.mean(np.clip(b + 0.25, 0, 1) * 0.4 + b * 0.4 + np.clip(b - 0.25, 0, 1) * 0.2 - b)  # this b's
+        d = paired_delta(a, b, seed=rep)
+        covered.append(d["low"] <= true <= d["high"])
+    assert 0.88 <= np.mean(covered) <= 0.99
+
+
+# ---------------------------------------------------------------- the two-level bootstrap over seeds and tasks
+def per_seed(rng, n_seeds, n_tasks):
+    return [rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], size=n_tasks) for _ in range(n_seeds)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(SCORES, min_size=8, max_size=8), min_size=1, max_size=5), st.integers(0, 10**6))
+def test_pooled_identical_arms_cover_zero(scores, seed):
+    d = pooled_delta(scores, scores, seed=seed, n_resamples=500)
+    assert d["delta"] == 0.0 and d["low"] <= 0.0 <= d["high"]
+    assert d["n_seeds"] == len(scores) and d["n_tasks"] == 8 and d["per_seed"] == [0.0] * len(scores)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.floats(-0.3, 0.3), st.integers(2, 5))
+def test_pooled_recovers_a_constant_shift(seed, shift, n_seeds):
+    rng = np.random.default_rng(seed)
+    b = per_seed(rng, n_seeds, 120)
+    a = [shifted(x, shift, 0.25, rng) for x in b]
+    d = pooled_delta(a, b, seed=seed, n_resamples=2000)
+    assert d["delta"] == pytest.approx(shift) and d["per_seed"] == pytest.approx([shift] * n_seeds)
+    assert d["low"] < shift < d["high"]
+    assert d["low"] > 0 if shift > 0.1 else True
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10**6))
+def test_seed_spread_widens_the_pooled_interval_beyond_the_task_bootstrap(seed):
+    """Seeds whose deltas swing +-3 points (issue 10's two seeds): the one-level bootstrap over the seed-averaged
+    task scores cannot see it; the two-level interval must be wider, and wider than without the swing."""
+    rng = np.random.default_rng(seed)
+    b = per_seed(rng, 4, 120)
+    noise = [shifted(x, 0.0, 0.25, rng) - x for x in b]
+    swing = [0.03, -0.03, 0.03, -0.03]
+    a_swing = [x + e + s for x, e, s in zip(b, noise, swing)]
+    a_calm = [x + e for x, e in zip(b, noise)]
+    pooled = pooled_delta(a_swing, b, seed=seed, n_resamples=4000)
+    calm = pooled_delta(a_calm, b, seed=seed, n_resamples=4000)
+    one_level = paired_delta(np.mean(a_swing, axis=0), np.mean(b, axis=0), seed=seed)
+    width = pooled["high"] - pooled["low"]
+    assert pooled["delta"] == pytest.approx(one_level["delta"])
+    assert width > 1.3 * (one_level["high"] - one_level["low"])
+    assert width > 1.3 * (calm["high"] - calm["low"])
+
+
+def test_pooled_with_one_seed_is_the_task_bootstrap_and_is_seeded():
+    rng = np.random.default_rng(3)
+    b = per_seed(rng, 1, 200)
+    a = [shifted(b[0], 0.05, 0.25, rng)]
+    one = paired_delta(a[0], b[0])
+    pooled = pooled_delta(a, b)
+    assert pooled["low"] == pytest.approx(one["low"], abs=0.01) and pooled["high"] == pytest.approx(one["high"], abs=0.01)
+    assert pooled_delta(a, b, seed=7) == pooled_delta(a, b, seed=7)
+
+
+@pytest.mark.parametrize("a,b", [([], []), ([[1.0, 0.0]], []), ([[1.0, 0.0]], [[1.0]]), ([[1.0]], [[1.0]]),
+                                 ([[1.0, 0.0], [1.0, 0.0, 1.0]], [[1.0, 0.0], [1.0, 0.0, 1.0]])])
+def test_pooled_refuses_unpaired_input(a, b):
+    with pytest.raises(ValueError):
+        pooled_delta(a, b)
+
+
+# ---------------------------------------------------------------- comparisons between arms
+def test_compare_in_both_directions_and_when_both_collapsed():
+    rng = np.random.default_rng(0)
+    b = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], size=120)
+    up, down = shifted(b, 0.2, 0.25, rng), shifted(b, -0.2, 0.25, rng)
+    assert compare(up, b, 0.05, ("GMTS", "ETS"))["verdict"] == "moved"
+    assert compare(down, b, 0.05, ("GMTS", "ETS"))["verdict"] == "regressed"
+    assert compare(up, b, 0.05, ("GMTS", "ETS"), collapsed=(True, True))["verdict"] == "both collapsed; GMTS less"
+    assert compare(down, b, 0.05, ("GMTS", "ETS"), collapsed=(True, True))["verdict"] == "both collapsed; ETS less"
+    assert compare(b, b, 0.05, ("GMTS", "ETS"), collapsed=(True, True))["verdict"] == "both collapsed; flat"
+    assert compare(up, b, 0.05, ("GMTS", "ETS"), collapsed=(False, True))["flags"] == ["ETS collapsed"]
+    small = shifted(b, -0.03, 0.05, rng)  # interval below zero, delta inside the floor: a dip, not a regression
+    assert compare(small, b, 0.05)["flags"] == ["dip"] and compare(small, b, 0.05)["verdict"] == "flat"
