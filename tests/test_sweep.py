@@ -116,7 +116,9 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     assert (root / "sweep.png").is_file()
     # a cell edited after the summary was written (and re-sealed) no longer matches
     cell = json.loads((root / "paper-lr0.0001-s2" / "results.json").read_text())
-    cell["arms"]["gmts"]["eval"]["records"][0]["scores"] = [0.0, 0.0, 0.0, 1.0]
+    ev = cell["arms"]["gmts"]["eval"]
+    ev["records"][0]["scores"] = [0.0, 0.0, 0.0, 1.0] if ev["records"][0]["scores"] != [0.0, 0.0, 0.0, 1.0] else [1.0] * 4
+    ev["pass@1"] = sum(sum(r["scores"]) / 4 for r in ev["records"]) / len(ev["records"])
     (root / "paper-lr0.0001-s2" / "results.json").write_text(json.dumps(seal(cell)))
     with pytest.raises(sweep.SweepError, match="sweep.cells"):
         sweep.verify(path)
