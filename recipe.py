@@ -53,7 +53,7 @@ class RecipeArgs:
     gsm8k_path: str | None = field(default=None, metadata={"help": "folder with train.jsonl/test.jsonl (offline)"})
     difficulty: int = field(default=1, metadata={"help": "arithmetic task difficulty, 0-3"})
     n_train: int = field(default=512, metadata={"help": "train prompts chosen from the train split"})
-    n_heldout: int = field(default=120, metadata={"help": "held-out tasks chosen from the test split"})
+    n_heldout: int = field(default=120, metadata={"help": "held-out tasks chosen from the test split; 0: all of it"})
     task_seed: int = field(default=17, metadata={"help": "seed of the task choice (and of the generated task)"})
     system_prompt: str | None = field(default=None, metadata={"help": "system message: a preset of data.SYSTEM_PROMPTS "
                                                                        "(steps, example, two_examples) or literal text"})
@@ -126,6 +126,9 @@ def parse(argv: list[str]):
     _check_arm(recipe.arm)  # an arm set in the config file
     if recipe.task not in ("gsm8k", "arithmetic"):
         raise RecipeError(f"unknown task '{recipe.task}': use gsm8k or arithmetic")
+    if recipe.n_heldout < 0 or (recipe.n_heldout == 0 and recipe.task != "gsm8k"):
+        raise RecipeError(f"n_heldout={recipe.n_heldout}: use a positive count (0, the whole test split, is for gsm8k; "
+                          f"the generated task has no fixed test split)")
     if not recipe.base_eval_seeds:
         raise RecipeError("base_eval_seeds must name at least one seed")
     return recipe, train, model, recipe.experiment or config_path.stem
@@ -156,7 +159,8 @@ def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     else:  # generated: enough distinct problems for the split; the test pool uses another seed
         pools = {"train": arithmetic_task(4 * recipe.n_train, recipe.task_seed, recipe.difficulty),
                  "test": arithmetic_task(4 * recipe.n_heldout, recipe.task_seed + 1, recipe.difficulty)}
-    train, heldout = choose_split(pools["train"], pools["test"], recipe.n_train, recipe.n_heldout, recipe.task_seed)
+    n_heldout = recipe.n_heldout or len(pools["test"])  # 0: the whole test split (GSM8K: 1319 problems)
+    train, heldout = choose_split(pools["train"], pools["test"], recipe.n_train, n_heldout, recipe.task_seed)
     train, dropped = decontaminate(train, heldout)
     record = {"task": recipe.task, "train_pool": len(pools["train"]), "test_pool": len(pools["test"]),
               "train_chosen": recipe.n_train, "decontamination_dropped": dropped, "train_kept": len(train),

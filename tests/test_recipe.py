@@ -112,7 +112,7 @@ def test_unknown_key_in_the_config_file(tiny_config, tmp_path):
 
 
 def test_shipped_configs_parse(monkeypatch):
-    for name in ("paper", "offline", "smoke"):
+    for name in ("paper", "offline", "smoke", "qwen"):
         r, train, model, exp = recipe.parse(["--config", f"configs/{name}.yaml", "--use_cpu", "true", "--bf16", "false"])
         assert exp == name and train.token_selection in ("gmts", "entropy", "all") and train.loss_type == "dapo"
     r, train, model, _ = recipe.parse(["--config", "configs/paper.yaml", "--use_cpu", "true", "--bf16", "false"])
@@ -146,3 +146,27 @@ def test_an_interrupted_arm_resumes_from_its_last_checkpoint(tiny_config, tmp_pa
     assert "resuming from the last checkpoint" in out and "reusing 3" in out
     log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
+
+
+def test_qwen_config_is_paper_with_the_offline_qwen_and_the_full_test_set():
+    flags = ["--use_cpu", "true", "--bf16", "false"]
+    paper = recipe.parse(["--config", "configs/paper.yaml", *flags])
+    qwen = recipe.parse(["--config", "configs/qwen.yaml", *flags])
+    assert qwen[2].model_name_or_path == "qwen2.5-coder-1.5b-instruct" and qwen[0].n_heldout == 0
+    differ = {k for k, v in recipe.config_record(*qwen[:3]).items() if recipe.config_record(*paper[:3])[k] != v}
+    assert differ == {"model_name_or_path", "n_heldout"}
+
+
+def test_n_heldout_0_holds_out_the_whole_test_split(tmp_path):
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    for split, n in (("train", 40), ("test", 23)):
+        rows = [json.dumps({"question": f"{split} question number {i}: what is {i} + {i}?", "answer": f"#### {2 * i}"})
+                for i in range(n)]
+        (folder / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
+    r, *_ = recipe.parse(["--config", "configs/qwen.yaml", "--gsm8k_path", str(folder), "--n_train", "10",
+                          "--use_cpu", "true", "--bf16", "false"])
+    train, heldout, record = recipe.load_tasks(r)
+    assert [t["index"] for t in heldout] == list(range(23)) and record["test_pool"] == 23 and len(train) == 10
+    with pytest.raises(recipe.RecipeError, match="n_heldout=0"):
+        recipe.parse(["--config", "configs/offline.yaml", "--n_heldout", "0", "--use_cpu", "true", "--bf16", "false"])
