@@ -5,8 +5,9 @@
     python recipe.py --arm all --config configs/smoke.yaml       # minutes on a CPU: every stage, tiny
     python recipe.py --arm ets --config configs/paper.yaml --learning_rate 5e-5   # any field, from the command line
 
-Arms: `base` (evaluate the untrained model 3 times: the noise floor), `ets` (top-20% tokens by entropy), `gmts` (top-20%
-by |entropy x omega|), `all` (base, then ets, then gmts). One run directory per config name,
+Arms: `base` (evaluate the untrained model 3 times: the noise floor), `grpo` (every completion token: plain GRPO),
+`ets` (top-20% tokens by entropy), `gmts` (top-20% by |entropy x omega|), `all` (base, then grpo, ets and gmts), or a
+comma list (`--arm ets,gmts`). Every arm has the same loss type, data, seed and LoRA init; only the kept tokens differ. One run directory per config name,
 results/<run_name>/, holds results.json (all arms merged as they finish), per-arm logs and checkpoints, and curves.png.
 `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A results.json written by a
 different configuration is never mixed in: the config hash is checked.
@@ -29,13 +30,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ARMS = ("base", "ets", "gmts", "all")
-RULE_OF_ARM = {"ets": "entropy", "gmts": "gmts"}
+ARMS = ("base", "grpo", "ets", "gmts", "all")
+RULE_OF_ARM = {"grpo": "all", "ets": "entropy", "gmts": "gmts"}  # arm -> GMTSConfig.token_selection
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash.
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm",
-              "dataloader_num_workers", "use_cpu", "eval_batch_size", "ets_learning_rate", "gmts_learning_rate",
+              "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "generation_merge_adapter", "generation_compile", "cudnn_attention"}
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "cudnn_attention")
@@ -45,7 +46,7 @@ GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile
 class RecipeArgs:
     """The experiment's own fields (the trainer's are GMTSConfig's, the model's are TRL's ModelConfig)."""
 
-    arm: str = field(default="all", metadata={"help": "base, ets, gmts or all"})
+    arm: str = field(default="all", metadata={"help": "base, grpo, ets, gmts, all, or a comma list (ets,gmts)"})
     experiment: str | None = field(default=None, metadata={"help": "run directory name (default: the config file name)"})
     results_dir: str = field(default="results", metadata={"help": "parent of the run directories"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
@@ -63,6 +64,7 @@ class RecipeArgs:
     eval_batch_size: int = field(default=64, metadata={"help": "sequences per generate call at evaluation"})
     base_eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
+    grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (default: learning_rate)"})
     ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (default: learning_rate)"})
     gmts_learning_rate: float | None = field(default=None, metadata={"help": "GMTS arm's lr (default: learning_rate)"})
     cudnn_attention: bool = field(default=True, metadata={
@@ -92,9 +94,18 @@ def _first_key(strings: list[str]) -> str:
     return (keys or strings)[0]
 
 
+def trained_arms(arm: str) -> list[str]:
+    """The arms to train for an --arm value (base evals always come first): `all`, one arm or a comma list."""
+    names = [a.strip() for a in arm.split(",")]
+    for name in names:
+        if name not in ARMS:
+            raise RecipeError(f"unknown arm '{name}': use one of {', '.join(ARMS)}, or a comma list (ets,gmts)")
+    wanted = {a for name in names for a in (RULE_OF_ARM if name == "all" else [name])}
+    return [a for a in RULE_OF_ARM if a in wanted]
+
+
 def _check_arm(arm: str) -> None:
-    if arm not in ARMS:
-        raise RecipeError(f"unknown arm '{arm}': use one of {', '.join(ARMS)}")
+    trained_arms(arm)
 
 
 def parse(argv: list[str]):
@@ -344,8 +355,7 @@ def main(argv: list[str] | None = None) -> int:
               f"by decontamination), {len(heldout)} held-out tasks, config {run.hash[:12]}")
         run.results["data"] = data_record
         run.base_evals(heldout, device)
-        arms = ["ets", "gmts"] if recipe.arm == "all" else [] if recipe.arm == "base" else [recipe.arm]
-        for arm in arms:
+        for arm in trained_arms(recipe.arm):
             if recipe.resume and arm in run.results["arms"]:
                 print(f"[recipe] {arm}: finished in {run.path}, kept")
                 continue
