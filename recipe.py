@@ -12,6 +12,13 @@ results/<run_name>/, holds results.json (all arms merged as they finish), per-ar
 `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A results.json written by a
 different configuration is never mixed in: the config hash is checked.
 
+Concurrency: results.json is written under a file lock (re-read, merge this arm, write atomically), so processes that
+train different arms of one experiment at once (one per GPU: `CUDA_VISIBLE_DEVICES=0 ... --arm ets` and `=1 ... --arm
+gmts`) never lose each other's arm. The base evaluations are cached by an evaluation hash (model, held-out tasks,
+evaluation settings, base seeds, device kind; not the training seed or learning rate) in
+<results_dir>/base-evals/<hash>.json, so every cell of a sweep reuses them; computing them holds that file's lock, so a
+second process waits for the first instead of evaluating twice. A sweep runner calls `run_experiment(argv)`.
+
 Steps: 1. data and decontamination; 2. base evals x3 (skipped when the run directory already has them for this
 config); 3. train the arm (GMTSTrainer; TRL applies `seed` before building the LoRA adapter, so arms share data order
 and init); 4. evaluate it on the same tasks with the first base seed; 5. write results.json (check.seal).
@@ -19,11 +26,13 @@ and init); 4. evaluate it on the same tasks with the first base seed; 5. write r
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
 import hashlib
 import json
+import os
 import platform
 import sys
 import time
@@ -31,6 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ARMS = ("base", "grpo", "ets", "gmts", "all")
+# The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
+EVAL_FIELDS = ("system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
+               "base_eval_seeds")
+PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter, not the base model
 RULE_OF_ARM = {"grpo": "all", "ets": "entropy", "gmts": "gmts"}  # arm -> GMTSConfig.token_selection
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash.
@@ -161,6 +174,32 @@ def config_hash(record: dict) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def eval_record(recipe: RecipeArgs, model, heldout: list, device: str) -> dict:
+    """What decides a base evaluation, and nothing else (not the training seed, learning rate or trainer fields): two
+    runs with the same record share their base evaluations."""
+    base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+                  if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
+    return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS}, "heldout": heldout,
+            "device": device.split(":")[0]}
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock on `path` between processes (a sibling .lock file), held while reading-merging-writing."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        yield
+
+
+def write_json(path: Path, obj: dict) -> None:
+    """Atomic: a temporary file per process, renamed over the target; an interrupted write never leaves half a file."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)
+
+
 # ---------------------------------------------------------------------------- data, model
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     from data import arithmetic_task, choose_split, decontaminate, load_gsm8k, task_hash
@@ -237,22 +276,49 @@ class Run:
                               f"; use --experiment NAME to start a new run directory")
         return results
 
-    def save(self) -> None:
+    def save(self, arm: str | None = None) -> None:
+        """Merge into the file on disk under its lock: this process's data and base evals, and `arm` if given; the
+        arms other processes wrote meanwhile are kept."""
         from check import seal
 
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.results["versions"] = versions()
-        if "base" in self.results:
-            seal(self.results)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.results, indent=1))
-        tmp.replace(self.path)  # atomic: an interrupted write never leaves half a file
+        with locked(self.path):
+            merged = self._load_or_new()
+            for key in ("data", "base"):
+                if key in self.results:
+                    merged[key] = self.results[key]
+            if arm is not None:
+                merged["arms"][arm] = self.results["arms"][arm]
+            merged["versions"] = versions()
+            if "base" in merged:
+                seal(merged)
+            write_json(self.path, merged)
+        self.results = merged
 
     # ------------------------------------------------------------------ stages
     def base_evals(self, heldout, device) -> None:
-        if "base" in self.results:
-            print(f"[recipe] base evals: reusing {len(self.results['base']['evals'])} from {self.path}")
-            return
+        """The base evaluations: from this run's file, else from the shared cache, else computed (under the cache's
+        lock, so a concurrent process with the same evaluation waits and reuses them)."""
+        record = eval_record(self.recipe, self.model_args, self.results["data"]["heldout"], device)
+        key = config_hash(record)
+        base = self.results.get("base")
+        if base is not None and base.get("eval_hash", key) != key:
+            raise RecipeError(f"{self.path} holds base evals made with other evaluation settings (e.g. on another "
+                              f"device); use --experiment NAME to start a new run directory")
+        if base is None:
+            cache = Path(self.recipe.results_dir) / "base-evals" / f"{key}.json"
+            with locked(cache):
+                if cache.is_file():
+                    base = json.loads(cache.read_text())
+                    print(f"[recipe] base evals: reusing {len(base['evals'])} from {cache}")
+                else:
+                    base = {"eval_hash": key, "eval_config": record, "evals": self._base_evals(heldout, device)}
+                    write_json(cache, base)
+            self.results["base"] = {"evals": base["evals"], "eval_hash": key}
+            self.save()
+        else:
+            print(f"[recipe] base evals: reusing {len(base['evals'])} from {self.path}")
+
+    def _base_evals(self, heldout, device) -> list[dict]:
         _, model, tok = load_model(self.model_args, device)
         evals = []
         for seed in self.recipe.base_eval_seeds:
@@ -260,8 +326,7 @@ class Run:
             ev = self._evaluate(model, tok, heldout, seed)
             print(f"[recipe] base eval seed {seed}: pass@1 {ev['pass@1']:.3f} ({time.time() - t0:.0f}s)")
             evals.append(ev)
-        self.results["base"] = {"evals": evals}
-        self.save()
+        return evals
 
     def _evaluate(self, model, tok, heldout, seed) -> dict:
         from eval import evaluate_pass_at_1
@@ -316,7 +381,7 @@ class Run:
                                    for k in GENERATION_OPTIONS},
         }
         print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}, trained {train_minutes:.1f} min")
-        self.save()
+        self.save(arm)
         self.plot()
 
     def plot(self) -> None:
@@ -342,24 +407,32 @@ class Run:
         plt.close(fig)
 
 
+def run_experiment(argv: list[str]) -> dict:
+    """One experiment, as `python recipe.py ARGV` runs it: base evals (shared through the cache), then each arm of
+    --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
+    wrote). Raises RecipeError (a user error: one line) and KeyboardInterrupt (resume with --resume)."""
+    recipe, train, model, name = parse(argv)
+    run = Run(recipe, train, model, name)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
+    torch.backends.cuda.enable_cudnn_sdp(recipe.cudnn_attention)
+    train_tasks, heldout, data_record = load_tasks(recipe)
+    print(f"[recipe] {name}: {len(train_tasks)} train prompts ({data_record['decontamination_dropped']} dropped "
+          f"by decontamination), {len(heldout)} held-out tasks, config {run.hash[:12]}")
+    run.results["data"] = data_record
+    run.base_evals(heldout, device)
+    for arm in trained_arms(recipe.arm):
+        if recipe.resume and arm in run.results["arms"]:
+            print(f"[recipe] {arm}: finished in {run.path}, kept")
+            continue
+        run.train_arm(arm, train_tasks, heldout, device)
+    return run.results
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        recipe, train, model, name = parse(sys.argv[1:] if argv is None else argv)
-        run = Run(recipe, train, model, name)
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
-        torch.backends.cuda.enable_cudnn_sdp(recipe.cudnn_attention)
-        train_tasks, heldout, data_record = load_tasks(recipe)
-        print(f"[recipe] {name}: {len(train_tasks)} train prompts ({data_record['decontamination_dropped']} dropped "
-              f"by decontamination), {len(heldout)} held-out tasks, config {run.hash[:12]}")
-        run.results["data"] = data_record
-        run.base_evals(heldout, device)
-        for arm in trained_arms(recipe.arm):
-            if recipe.resume and arm in run.results["arms"]:
-                print(f"[recipe] {arm}: finished in {run.path}, kept")
-                continue
-            run.train_arm(arm, train_tasks, heldout, device)
+        results = run_experiment(sys.argv[1:] if argv is None else argv)
     except RecipeError as e:
         print(f"recipe.py: {e}", file=sys.stderr)
         return 2
@@ -368,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     from check import render
 
-    print(render(run.results))
+    print(render(results))
     return 0
 
 

@@ -1,6 +1,7 @@
 """recipe.py end to end on the tiny model (seconds), its one-line errors, resume and the config-hash guard."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,41 @@ def test_arm_lists():
     assert recipe.trained_arms("gmts,ets") == ["ets", "gmts"] and recipe.trained_arms("grpo") == ["grpo"]
     r, *_ = recipe.parse(["--config", "configs/smoke.yaml", "--arm", "ets,gmts", "--grpo_learning_rate", "3e-5"])
     assert r.arm == "ets,gmts" and r.grpo_learning_rate == 3e-5
+
+
+def test_sweep_cells_share_the_base_evals(tiny_config, tmp_path, capsys, monkeypatch):
+    """A cell with another training seed and lr (another run directory) reuses the base evals from the cache; a cell
+    with another evaluation setting does not."""
+    first = recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
+                                   "--experiment", "cell-a"])
+    cached = list((tmp_path / "base-evals").glob("*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text())["evals"] == first["base"]["evals"]
+    capsys.readouterr()
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("base evals recomputed")
+
+    monkeypatch.setattr(recipe, "load_model", no_model)
+    second = recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
+                                    "--experiment", "cell-b", "--seed", "5", "--learning_rate", "3e-3"])
+    assert f"reusing 3 from {cached[0]}" in capsys.readouterr().out
+    assert second["base"] == first["base"] and check.load(tmp_path / "cell-b" / "results.json")
+    monkeypatch.undo()
+    recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
+                           "--experiment", "cell-c", "--eval_temperature", "0.5"])
+    assert len(list((tmp_path / "base-evals").glob("*.json"))) == 2
+
+
+def test_two_processes_training_different_arms_at_once_keep_both(tiny_config, tmp_path):
+    """One process per arm of one experiment, started together (as on two GPUs): the base evals are computed once
+    (the second process waits on the cache lock) and results.json ends with both arms."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    procs = [subprocess.Popen([sys.executable, "recipe.py", "--arm", arm, "--config", str(tiny_config),
+                               "--results_dir", str(tmp_path)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for arm in ("ets", "gmts")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    results = check.load(tmp_path / "tiny" / "results.json")
+    assert set(results["arms"]) == {"ets", "gmts"}
+    assert sum("base eval seed" in out for out, _ in outs) == 1  # evaluated by one process, reused by the other
+    assert len(list((tmp_path / "base-evals").glob("*.json"))) == 1
