@@ -43,7 +43,10 @@ ARMS = ("base", "grpo", "ets", "gmts", "all")
 # The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
 EVAL_FIELDS = ("system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
                "base_eval_seeds")
-PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter, not the base model
+PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter (get_peft_config), not the base model
+# ModelConfig fields passed to both model loads (evaluation and the trainer's model_init_kwargs), besides the adapter's.
+# Any other model field set away from its default is refused (check_model_fields): it would reach neither load.
+LOADED_MODEL_FIELDS = ("model_name_or_path", "model_revision", "dtype", "attn_implementation")
 RULE_OF_ARM = {"grpo": "all", "ets": "entropy", "gmts": "gmts"}  # arm -> GMTSConfig.token_selection
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash.
@@ -155,6 +158,7 @@ def parse(argv: list[str]):
                           f"the generated task has no fixed test split)")
     if not recipe.base_eval_seeds:
         raise RecipeError("base_eval_seeds must name at least one seed")
+    check_model_fields(model, train)
     return recipe, train, model, recipe.experiment or config_path.stem
 
 
@@ -224,14 +228,49 @@ def model_dtype(model_args) -> str:
     return model_args.dtype or "auto"
 
 
-def load_model(model_args, device: str):
+def model_load_kwargs(model_args, train_args) -> dict:
+    """The keyword arguments of `from_pretrained` for the base model: one dict for the evaluation load and the
+    trainer's `model_init_kwargs`, so both load the same model."""
+    kwargs = {"dtype": model_dtype(model_args), "revision": model_args.model_revision,
+              "trust_remote_code": train_args.trust_remote_code}
+    if model_args.attn_implementation:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
+def check_model_fields(model_args, train_args) -> None:
+    """Refuse model fields that would not reach the model (or not the same way in evaluation and training)."""
+    from models import OFFLINE_MODEL, QWEN_MODEL
+
+    for f in dataclasses.fields(model_args):
+        if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if getattr(model_args, f.name) != default:
+            why = ("4/8-bit loading (bitsandbytes) is not supported here: generation_merge_adapter could not restore "
+                   "quantized weights exactly" if "bit" in f.name or "bnb" in f.name else "this recipe does not pass it "
+                   "to the model")
+            raise RecipeError(f"{f.name}={getattr(model_args, f.name)!r}: {why}; drop it from the config")
+    if train_args.model_init_kwargs:
+        raise RecipeError("model_init_kwargs would reach the trainer's model but not the evaluation's: set the model "
+                          "fields instead (dtype, attn_implementation, model_revision; trust_remote_code)")
+    name = model_args.model_name_or_path or ""
+    if model_args.model_revision != "main" and (name in (OFFLINE_MODEL, QWEN_MODEL) or name.endswith(".gguf")
+                                                or Path(name).exists()):
+        raise RecipeError(f"model_revision={model_args.model_revision!r} names a hub revision, but {name} is a local "
+                          f"model; drop model_revision")
+
+
+def load_model(model_args, train_args, device: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from models import resolve_model
 
     path = resolve_model(model_args.model_name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args)).to(device)
+    kwargs = model_load_kwargs(model_args, train_args)
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=kwargs["revision"],
+                                              trust_remote_code=kwargs["trust_remote_code"])
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
     return path, model, tokenizer
 
 
@@ -319,7 +358,7 @@ class Run:
             print(f"[recipe] base evals: reusing {len(base['evals'])} from {self.path}")
 
     def _base_evals(self, heldout, device) -> list[dict]:
-        _, model, tok = load_model(self.model_args, device)
+        _, model, tok = load_model(self.model_args, self.train_args, device)
         evals = []
         for seed in self.recipe.base_eval_seeds:
             t0 = time.time()
@@ -353,7 +392,7 @@ class Run:
         args.run_name, args.report_to = f"{self.name}-{arm}", []
         check_selection_config(args)
         path = resolve_model(self.model_args.model_name_or_path)
-        args.model_init_kwargs = {"dtype": model_dtype(self.model_args)}
+        args.model_init_kwargs = model_load_kwargs(self.model_args, args)
         prompt = system_prompt(self.recipe.system_prompt)
         dataset = Dataset.from_list([{"prompt": to_prompt(t["question"], prompt), "answer": t["answer"]}
                                      for t in train_tasks])

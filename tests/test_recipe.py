@@ -219,3 +219,38 @@ def test_two_processes_training_different_arms_at_once_keep_both(tiny_config, tm
     assert set(results["arms"]) == {"ets", "gmts"}
     assert sum("base eval seed" in out for out, _ in outs) == 1  # evaluated by one process, reused by the other
     assert len(list((tmp_path / "base-evals").glob("*.json"))) == 1
+
+
+def test_model_fields_reach_both_the_evaluation_and_the_trainer(tiny_config, tmp_path, monkeypatch):
+    import gmts_trainer
+
+    seen = []
+    evaluate, train = recipe.Run._evaluate, gmts_trainer.GMTSTrainer.train
+
+    def spy_evaluate(self, model, *args, **kwargs):
+        seen.append(("eval", model.config._attn_implementation))
+        return evaluate(self, model, *args, **kwargs)
+
+    def spy_train(self, *args, **kwargs):
+        seen.append(("train", self.model.config._attn_implementation))
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(recipe.Run, "_evaluate", spy_evaluate)
+    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "train", spy_train)
+    assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path, "--attn_implementation", "eager",
+               "--base_eval_seeds", "0") == 0
+    assert seen == [("eval", "eager"), ("train", "eager"), ("eval", "eager")]
+
+
+@pytest.mark.parametrize("extra,message", [
+    ("load_in_4bit: true", "load_in_4bit=True: 4/8-bit loading"),
+    ("bnb_4bit_quant_type: fp4", "bnb_4bit_quant_type='fp4'"),
+    ("model_revision: v2", "model_revision='v2' names a hub revision"),
+    ("model_init_kwargs: {dtype: float32}", "model_init_kwargs would reach the trainer's model but not"),
+])
+def test_model_fields_that_would_not_reach_the_model_are_refused(tiny_config, tmp_path, capsys, extra, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(tiny_config.read_text() + extra + "\n")
+    assert recipe.main(["--config", str(bad), "--results_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
