@@ -5,11 +5,19 @@
     python recipe.py --arm all --config configs/smoke.yaml       # minutes on a CPU: every stage, tiny
     python recipe.py --arm ets --config configs/paper.yaml --learning_rate 5e-5   # any field, from the command line
 
-Arms: `base` (evaluate the untrained model 3 times: the noise floor), `ets` (top-20% tokens by entropy), `gmts` (top-20%
-by |entropy x omega|), `all` (base, then ets, then gmts). One run directory per config name,
+Arms: `base` (evaluate the untrained model 3 times: the noise floor), `grpo` (every completion token: plain GRPO),
+`ets` (top-20% tokens by entropy), `gmts` (top-20% by |entropy x omega|), `all` (base, then grpo, ets and gmts), or a
+comma list (`--arm ets,gmts`). Every arm has the same loss type, data, seed and LoRA init; only the kept tokens differ. One run directory per config name,
 results/<run_name>/, holds results.json (all arms merged as they finish), per-arm logs and checkpoints, and curves.png.
 `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A results.json written by a
 different configuration is never mixed in: the config hash is checked.
+
+Concurrency: results.json is written under a file lock (re-read, merge this arm, write atomically), so processes that
+train different arms of one experiment at once (one per GPU: `CUDA_VISIBLE_DEVICES=0 ... --arm ets` and `=1 ... --arm
+gmts`) never lose each other's arm. The base evaluations are cached by an evaluation hash (model, held-out tasks,
+evaluation settings, base seeds, device kind; not the training seed or learning rate) in
+<results_dir>/base-evals/<hash>.json, so every cell of a sweep reuses them; computing them holds that file's lock, so a
+second process waits for the first instead of evaluating twice. A sweep runner calls `run_experiment(argv)`.
 
 Steps: 1. data and decontamination; 2. base evals x3 (skipped when the run directory already has them for this
 config); 3. train the arm (GMTSTrainer; TRL applies `seed` before building the LoRA adapter, so arms share data order
@@ -18,24 +26,33 @@ and init); 4. evaluate it on the same tasks with the first base seed; 5. write r
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
 import hashlib
 import json
+import os
 import platform
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ARMS = ("base", "ets", "gmts", "all")
-RULE_OF_ARM = {"ets": "entropy", "gmts": "gmts"}
+ARMS = ("base", "grpo", "ets", "gmts", "all")
+# The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
+EVAL_FIELDS = ("system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
+               "base_eval_seeds")
+PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter (get_peft_config), not the base model
+# ModelConfig fields passed to both model loads (evaluation and the trainer's model_init_kwargs), besides the adapter's.
+# Any other model field set away from its default is refused (check_model_fields): it would reach neither load.
+LOADED_MODEL_FIELDS = ("model_name_or_path", "model_revision", "dtype", "attn_implementation")
+RULE_OF_ARM = {"grpo": "all", "ets": "entropy", "gmts": "gmts"}  # arm -> GMTSConfig.token_selection
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash.
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm",
-              "dataloader_num_workers", "use_cpu", "eval_batch_size", "ets_learning_rate", "gmts_learning_rate",
+              "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "generation_merge_adapter", "generation_compile", "cudnn_attention"}
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "cudnn_attention")
@@ -45,7 +62,7 @@ GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile
 class RecipeArgs:
     """The experiment's own fields (the trainer's are GMTSConfig's, the model's are TRL's ModelConfig)."""
 
-    arm: str = field(default="all", metadata={"help": "base, ets, gmts or all"})
+    arm: str = field(default="all", metadata={"help": "base, grpo, ets, gmts, all, or a comma list (ets,gmts)"})
     experiment: str | None = field(default=None, metadata={"help": "run directory name (default: the config file name)"})
     results_dir: str = field(default="results", metadata={"help": "parent of the run directories"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
@@ -53,7 +70,7 @@ class RecipeArgs:
     gsm8k_path: str | None = field(default=None, metadata={"help": "folder with train.jsonl/test.jsonl (offline)"})
     difficulty: int = field(default=1, metadata={"help": "arithmetic task difficulty, 0-3"})
     n_train: int = field(default=512, metadata={"help": "train prompts chosen from the train split"})
-    n_heldout: int = field(default=120, metadata={"help": "held-out tasks chosen from the test split"})
+    n_heldout: int = field(default=120, metadata={"help": "held-out tasks chosen from the test split; 0: all of it"})
     task_seed: int = field(default=17, metadata={"help": "seed of the task choice (and of the generated task)"})
     system_prompt: str | None = field(default=None, metadata={"help": "system message: a preset of data.SYSTEM_PROMPTS "
                                                                        "(steps, example, two_examples) or literal text"})
@@ -63,6 +80,7 @@ class RecipeArgs:
     eval_batch_size: int = field(default=64, metadata={"help": "sequences per generate call at evaluation"})
     base_eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
+    grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (default: learning_rate)"})
     ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (default: learning_rate)"})
     gmts_learning_rate: float | None = field(default=None, metadata={"help": "GMTS arm's lr (default: learning_rate)"})
     cudnn_attention: bool = field(default=True, metadata={
@@ -92,9 +110,18 @@ def _first_key(strings: list[str]) -> str:
     return (keys or strings)[0]
 
 
+def trained_arms(arm: str) -> list[str]:
+    """The arms to train for an --arm value (base evals always come first): `all`, one arm or a comma list."""
+    names = [a.strip() for a in arm.split(",")]
+    for name in names:
+        if name not in ARMS:
+            raise RecipeError(f"unknown arm '{name}': use one of {', '.join(ARMS)}, or a comma list (ets,gmts)")
+    wanted = {a for name in names for a in (RULE_OF_ARM if name == "all" else [name])}
+    return [a for a in RULE_OF_ARM if a in wanted]
+
+
 def _check_arm(arm: str) -> None:
-    if arm not in ARMS:
-        raise RecipeError(f"unknown arm '{arm}': use one of {', '.join(ARMS)}")
+    trained_arms(arm)
 
 
 def parse(argv: list[str]):
@@ -126,8 +153,12 @@ def parse(argv: list[str]):
     _check_arm(recipe.arm)  # an arm set in the config file
     if recipe.task not in ("gsm8k", "arithmetic"):
         raise RecipeError(f"unknown task '{recipe.task}': use gsm8k or arithmetic")
+    if recipe.n_heldout < 0 or (recipe.n_heldout == 0 and recipe.task != "gsm8k"):
+        raise RecipeError(f"n_heldout={recipe.n_heldout}: use a positive count (0, the whole test split, is for gsm8k; "
+                          f"the generated task has no fixed test split)")
     if not recipe.base_eval_seeds:
         raise RecipeError("base_eval_seeds must name at least one seed")
+    check_model_fields(model, train)
     return recipe, train, model, recipe.experiment or config_path.stem
 
 
@@ -147,6 +178,32 @@ def config_hash(record: dict) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def eval_record(recipe: RecipeArgs, model, heldout: list, device: str) -> dict:
+    """What decides a base evaluation, and nothing else (not the training seed, learning rate or trainer fields): two
+    runs with the same record share their base evaluations."""
+    base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+                  if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
+    return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS}, "heldout": heldout,
+            "device": device.split(":")[0]}
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock on `path` between processes (a sibling .lock file), held while reading-merging-writing."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        yield
+
+
+def write_json(path: Path, obj: dict) -> None:
+    """Atomic: a temporary file per process, renamed over the target; an interrupted write never leaves half a file."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)
+
+
 # ---------------------------------------------------------------------------- data, model
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     from data import arithmetic_task, choose_split, decontaminate, load_gsm8k, task_hash
@@ -156,7 +213,8 @@ def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     else:  # generated: enough distinct problems for the split; the test pool uses another seed
         pools = {"train": arithmetic_task(4 * recipe.n_train, recipe.task_seed, recipe.difficulty),
                  "test": arithmetic_task(4 * recipe.n_heldout, recipe.task_seed + 1, recipe.difficulty)}
-    train, heldout = choose_split(pools["train"], pools["test"], recipe.n_train, recipe.n_heldout, recipe.task_seed)
+    n_heldout = recipe.n_heldout or len(pools["test"])  # 0: the whole test split (GSM8K: 1319 problems)
+    train, heldout = choose_split(pools["train"], pools["test"], recipe.n_train, n_heldout, recipe.task_seed)
     train, dropped = decontaminate(train, heldout)
     record = {"task": recipe.task, "train_pool": len(pools["train"]), "test_pool": len(pools["test"]),
               "train_chosen": recipe.n_train, "decontamination_dropped": dropped, "train_kept": len(train),
@@ -170,14 +228,49 @@ def model_dtype(model_args) -> str:
     return model_args.dtype or "auto"
 
 
-def load_model(model_args, device: str):
+def model_load_kwargs(model_args, train_args) -> dict:
+    """The keyword arguments of `from_pretrained` for the base model: one dict for the evaluation load and the
+    trainer's `model_init_kwargs`, so both load the same model."""
+    kwargs = {"dtype": model_dtype(model_args), "revision": model_args.model_revision,
+              "trust_remote_code": train_args.trust_remote_code}
+    if model_args.attn_implementation:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
+def check_model_fields(model_args, train_args) -> None:
+    """Refuse model fields that would not reach the model (or not the same way in evaluation and training)."""
+    from models import OFFLINE_MODEL, QWEN_MODEL
+
+    for f in dataclasses.fields(model_args):
+        if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if getattr(model_args, f.name) != default:
+            why = ("4/8-bit loading (bitsandbytes) is not supported here: generation_merge_adapter could not restore "
+                   "quantized weights exactly" if "bit" in f.name or "bnb" in f.name else "this recipe does not pass it "
+                   "to the model")
+            raise RecipeError(f"{f.name}={getattr(model_args, f.name)!r}: {why}; drop it from the config")
+    if train_args.model_init_kwargs:
+        raise RecipeError("model_init_kwargs would reach the trainer's model but not the evaluation's: set the model "
+                          "fields instead (dtype, attn_implementation, model_revision; trust_remote_code)")
+    name = model_args.model_name_or_path or ""
+    if model_args.model_revision != "main" and (name in (OFFLINE_MODEL, QWEN_MODEL) or name.endswith(".gguf")
+                                                or Path(name).exists()):
+        raise RecipeError(f"model_revision={model_args.model_revision!r} names a hub revision, but {name} is a local "
+                          f"model; drop model_revision")
+
+
+def load_model(model_args, train_args, device: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from models import resolve_model
 
     path = resolve_model(model_args.model_name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=model_dtype(model_args)).to(device)
+    kwargs = model_load_kwargs(model_args, train_args)
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=kwargs["revision"],
+                                              trust_remote_code=kwargs["trust_remote_code"])
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
     return path, model, tokenizer
 
 
@@ -222,31 +315,57 @@ class Run:
                               f"; use --experiment NAME to start a new run directory")
         return results
 
-    def save(self) -> None:
+    def save(self, arm: str | None = None) -> None:
+        """Merge into the file on disk under its lock: this process's data and base evals, and `arm` if given; the
+        arms other processes wrote meanwhile are kept."""
         from check import seal
 
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.results["versions"] = versions()
-        if "base" in self.results:
-            seal(self.results)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.results, indent=1))
-        tmp.replace(self.path)  # atomic: an interrupted write never leaves half a file
+        with locked(self.path):
+            merged = self._load_or_new()
+            for key in ("data", "base"):
+                if key in self.results:
+                    merged[key] = self.results[key]
+            if arm is not None:
+                merged["arms"][arm] = self.results["arms"][arm]
+            merged["versions"] = versions()
+            if "base" in merged:
+                seal(merged)
+            write_json(self.path, merged)
+        self.results = merged
 
     # ------------------------------------------------------------------ stages
     def base_evals(self, heldout, device) -> None:
-        if "base" in self.results:
-            print(f"[recipe] base evals: reusing {len(self.results['base']['evals'])} from {self.path}")
-            return
-        _, model, tok = load_model(self.model_args, device)
+        """The base evaluations: from this run's file, else from the shared cache, else computed (under the cache's
+        lock, so a concurrent process with the same evaluation waits and reuses them)."""
+        record = eval_record(self.recipe, self.model_args, self.results["data"]["heldout"], device)
+        key = config_hash(record)
+        base = self.results.get("base")
+        if base is not None and base.get("eval_hash", key) != key:
+            raise RecipeError(f"{self.path} holds base evals made with other evaluation settings (e.g. on another "
+                              f"device); use --experiment NAME to start a new run directory")
+        if base is None:
+            cache = Path(self.recipe.results_dir) / "base-evals" / f"{key}.json"
+            with locked(cache):
+                if cache.is_file():
+                    base = json.loads(cache.read_text())
+                    print(f"[recipe] base evals: reusing {len(base['evals'])} from {cache}")
+                else:
+                    base = {"eval_hash": key, "eval_config": record, "evals": self._base_evals(heldout, device)}
+                    write_json(cache, base)
+            self.results["base"] = {"evals": base["evals"], "eval_hash": key}
+            self.save()
+        else:
+            print(f"[recipe] base evals: reusing {len(base['evals'])} from {self.path}")
+
+    def _base_evals(self, heldout, device) -> list[dict]:
+        _, model, tok = load_model(self.model_args, self.train_args, device)
         evals = []
         for seed in self.recipe.base_eval_seeds:
             t0 = time.time()
             ev = self._evaluate(model, tok, heldout, seed)
             print(f"[recipe] base eval seed {seed}: pass@1 {ev['pass@1']:.3f} ({time.time() - t0:.0f}s)")
             evals.append(ev)
-        self.results["base"] = {"evals": evals}
-        self.save()
+        return evals
 
     def _evaluate(self, model, tok, heldout, seed) -> dict:
         from eval import evaluate_pass_at_1
@@ -273,7 +392,7 @@ class Run:
         args.run_name, args.report_to = f"{self.name}-{arm}", []
         check_selection_config(args)
         path = resolve_model(self.model_args.model_name_or_path)
-        args.model_init_kwargs = {"dtype": model_dtype(self.model_args)}
+        args.model_init_kwargs = model_load_kwargs(self.model_args, args)
         prompt = system_prompt(self.recipe.system_prompt)
         dataset = Dataset.from_list([{"prompt": to_prompt(t["question"], prompt), "answer": t["answer"]}
                                      for t in train_tasks])
@@ -301,7 +420,7 @@ class Run:
                                    for k in GENERATION_OPTIONS},
         }
         print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}, trained {train_minutes:.1f} min")
-        self.save()
+        self.save(arm)
         self.plot()
 
     def plot(self) -> None:
@@ -327,25 +446,32 @@ class Run:
         plt.close(fig)
 
 
+def run_experiment(argv: list[str]) -> dict:
+    """One experiment, as `python recipe.py ARGV` runs it: base evals (shared through the cache), then each arm of
+    --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
+    wrote). Raises RecipeError (a user error: one line) and KeyboardInterrupt (resume with --resume)."""
+    recipe, train, model, name = parse(argv)
+    run = Run(recipe, train, model, name)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
+    torch.backends.cuda.enable_cudnn_sdp(recipe.cudnn_attention)
+    train_tasks, heldout, data_record = load_tasks(recipe)
+    print(f"[recipe] {name}: {len(train_tasks)} train prompts ({data_record['decontamination_dropped']} dropped "
+          f"by decontamination), {len(heldout)} held-out tasks, config {run.hash[:12]}")
+    run.results["data"] = data_record
+    run.base_evals(heldout, device)
+    for arm in trained_arms(recipe.arm):
+        if recipe.resume and arm in run.results["arms"]:
+            print(f"[recipe] {arm}: finished in {run.path}, kept")
+            continue
+        run.train_arm(arm, train_tasks, heldout, device)
+    return run.results
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        recipe, train, model, name = parse(sys.argv[1:] if argv is None else argv)
-        run = Run(recipe, train, model, name)
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
-        torch.backends.cuda.enable_cudnn_sdp(recipe.cudnn_attention)
-        train_tasks, heldout, data_record = load_tasks(recipe)
-        print(f"[recipe] {name}: {len(train_tasks)} train prompts ({data_record['decontamination_dropped']} dropped "
-              f"by decontamination), {len(heldout)} held-out tasks, config {run.hash[:12]}")
-        run.results["data"] = data_record
-        run.base_evals(heldout, device)
-        arms = ["ets", "gmts"] if recipe.arm == "all" else [] if recipe.arm == "base" else [recipe.arm]
-        for arm in arms:
-            if recipe.resume and arm in run.results["arms"]:
-                print(f"[recipe] {arm}: finished in {run.path}, kept")
-                continue
-            run.train_arm(arm, train_tasks, heldout, device)
+        results = run_experiment(sys.argv[1:] if argv is None else argv)
     except RecipeError as e:
         print(f"recipe.py: {e}", file=sys.stderr)
         return 2
@@ -354,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     from check import render
 
-    print(render(run.results))
+    print(render(results))
     return 0
 
 

@@ -1,6 +1,7 @@
 """recipe.py end to end on the tiny model (seconds), its one-line errors, resume and the config-hash guard."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,20 +57,22 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     assert run("--arm", "all", "--config", tiny_config, "--results_dir", tmp_path) == 0
     path = tmp_path / "tiny" / "results.json"
     results = check.load(path)  # digest and recomputed summaries hold
-    assert set(results["arms"]) == {"ets", "gmts"} and len(results["base"]["evals"]) == 3
+    assert set(results["arms"]) == {"grpo", "ets", "gmts"} and len(results["base"]["evals"]) == 3
     assert results["data"]["train_kept"] + results["data"]["decontamination_dropped"] == 8
-    for arm in ("ets", "gmts"):
+    assert {a: results["arms"][a]["token_selection"] for a in results["arms"]} == recipe.RULE_OF_ARM
+    for arm in ("grpo", "ets", "gmts"):
         entry = results["arms"][arm]
         assert [row["step"] for row in entry["train_log"]] == [1, 2]
-        assert entry["train_log"][0]["selection/kept_fraction"] >= 0.2
+        if arm != "grpo":
+            assert entry["train_log"][0]["selection/kept_fraction"] >= 0.2
         assert entry["eval"]["seed"] == results["base"]["evals"][0]["seed"]
         assert (tmp_path / "tiny" / f"arm-{arm}" / "train_log.jsonl").is_file()
         assert entry["generation_options"] == {"use_cpu": True, "generation_merge_adapter": False,
                                                "generation_compile": False, "cudnn_attention": True}
     assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
     assert results["versions"]["trl"].startswith("1.16")
-    # the two arms started from the same LoRA init and saw the same data: their first-step rewards match
-    assert results["arms"]["ets"]["train_log"][0]["reward"] == results["arms"]["gmts"]["train_log"][0]["reward"]
+    # the arms started from the same LoRA init and saw the same data: their first-step rewards match
+    assert len({results["arms"][a]["train_log"][0]["reward"] for a in ("grpo", "ets", "gmts")}) == 1
 
     # re-running one arm replaces only that arm and reuses the base evals
     before = json.loads(path.read_text())
@@ -89,7 +92,8 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--arm", "gmtss"], "unknown arm 'gmtss': use one of base, ets, gmts, all"),
+    (["--arm", "gmtss"], "unknown arm 'gmtss': use one of base, grpo, ets, gmts, all"),
+    (["--arm", "ets,gmtss"], "unknown arm 'gmtss'"),
     (["--lerning_rate", "1"], "unknown key 'lerning_rate' in the command line: did you mean learning_rate"),
     (["--selection_scope", "global"], "invalid choice: 'global'"),
     (["--learning_rate", "abc"], "invalid float value: 'abc'"),
@@ -112,7 +116,7 @@ def test_unknown_key_in_the_config_file(tiny_config, tmp_path):
 
 
 def test_shipped_configs_parse(monkeypatch):
-    for name in ("paper", "offline", "smoke"):
+    for name in ("paper", "offline", "smoke", "qwen"):
         r, train, model, exp = recipe.parse(["--config", f"configs/{name}.yaml", "--use_cpu", "true", "--bf16", "false"])
         assert exp == name and train.token_selection in ("gmts", "entropy", "all") and train.loss_type == "dapo"
     r, train, model, _ = recipe.parse(["--config", "configs/paper.yaml", "--use_cpu", "true", "--bf16", "false"])
@@ -146,3 +150,107 @@ def test_an_interrupted_arm_resumes_from_its_last_checkpoint(tiny_config, tmp_pa
     assert "resuming from the last checkpoint" in out and "reusing 3" in out
     log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
+
+
+def test_qwen_config_is_paper_with_the_offline_qwen_and_the_full_test_set():
+    flags = ["--use_cpu", "true", "--bf16", "false"]
+    paper = recipe.parse(["--config", "configs/paper.yaml", *flags])
+    qwen = recipe.parse(["--config", "configs/qwen.yaml", *flags])
+    assert qwen[2].model_name_or_path == "qwen2.5-coder-1.5b-instruct" and qwen[0].n_heldout == 0
+    differ = {k for k, v in recipe.config_record(*qwen[:3]).items() if recipe.config_record(*paper[:3])[k] != v}
+    assert differ == {"model_name_or_path", "n_heldout"}
+
+
+def test_n_heldout_0_holds_out_the_whole_test_split(tmp_path):
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    for split, n in (("train", 40), ("test", 23)):
+        rows = [json.dumps({"question": f"{split} question number {i}: what is {i} + {i}?", "answer": f"#### {2 * i}"})
+                for i in range(n)]
+        (folder / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
+    r, *_ = recipe.parse(["--config", "configs/qwen.yaml", "--gsm8k_path", str(folder), "--n_train", "10",
+                          "--use_cpu", "true", "--bf16", "false"])
+    train, heldout, record = recipe.load_tasks(r)
+    assert [t["index"] for t in heldout] == list(range(23)) and record["test_pool"] == 23 and len(train) == 10
+    with pytest.raises(recipe.RecipeError, match="n_heldout=0"):
+        recipe.parse(["--config", "configs/offline.yaml", "--n_heldout", "0", "--use_cpu", "true", "--bf16", "false"])
+
+
+def test_arm_lists():
+    assert recipe.trained_arms("all") == ["grpo", "ets", "gmts"] and recipe.trained_arms("base") == []
+    assert recipe.trained_arms("gmts,ets") == ["ets", "gmts"] and recipe.trained_arms("grpo") == ["grpo"]
+    r, *_ = recipe.parse(["--config", "configs/smoke.yaml", "--arm", "ets,gmts", "--grpo_learning_rate", "3e-5"])
+    assert r.arm == "ets,gmts" and r.grpo_learning_rate == 3e-5
+
+
+def test_sweep_cells_share_the_base_evals(tiny_config, tmp_path, capsys, monkeypatch):
+    """A cell with another training seed and lr (another run directory) reuses the base evals from the cache; a cell
+    with another evaluation setting does not."""
+    first = recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
+                                   "--experiment", "cell-a"])
+    cached = list((tmp_path / "base-evals").glob("*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text())["evals"] == first["base"]["evals"]
+    capsys.readouterr()
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("base evals recomputed")
+
+    monkeypatch.setattr(recipe, "load_model", no_model)
+    second = recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
+                                    "--experiment", "cell-b", "--seed", "5", "--learning_rate", "3e-3"])
+    assert f"reusing 3 from {cached[0]}" in capsys.readouterr().out
+    assert second["base"] == first["base"] and check.load(tmp_path / "cell-b" / "results.json")
+    monkeypatch.undo()
+    recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
+                           "--experiment", "cell-c", "--eval_temperature", "0.5"])
+    assert len(list((tmp_path / "base-evals").glob("*.json"))) == 2
+
+
+def test_two_processes_training_different_arms_at_once_keep_both(tiny_config, tmp_path):
+    """One process per arm of one experiment, started together (as on two GPUs): the base evals are computed once
+    (the second process waits on the cache lock) and results.json ends with both arms."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    procs = [subprocess.Popen([sys.executable, "recipe.py", "--arm", arm, "--config", str(tiny_config),
+                               "--results_dir", str(tmp_path)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for arm in ("ets", "gmts")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    results = check.load(tmp_path / "tiny" / "results.json")
+    assert set(results["arms"]) == {"ets", "gmts"}
+    assert sum("base eval seed" in out for out, _ in outs) == 1  # evaluated by one process, reused by the other
+    assert len(list((tmp_path / "base-evals").glob("*.json"))) == 1
+
+
+def test_model_fields_reach_both_the_evaluation_and_the_trainer(tiny_config, tmp_path, monkeypatch):
+    import gmts_trainer
+
+    seen = []
+    evaluate, train = recipe.Run._evaluate, gmts_trainer.GMTSTrainer.train
+
+    def spy_evaluate(self, model, *args, **kwargs):
+        seen.append(("eval", model.config._attn_implementation))
+        return evaluate(self, model, *args, **kwargs)
+
+    def spy_train(self, *args, **kwargs):
+        seen.append(("train", self.model.config._attn_implementation))
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(recipe.Run, "_evaluate", spy_evaluate)
+    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "train", spy_train)
+    assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path, "--attn_implementation", "eager",
+               "--base_eval_seeds", "0") == 0
+    assert seen == [("eval", "eager"), ("train", "eager"), ("eval", "eager")]
+
+
+@pytest.mark.parametrize("extra,message", [
+    ("load_in_4bit: true", "load_in_4bit=True: 4/8-bit loading"),
+    ("bnb_4bit_quant_type: fp4", "bnb_4bit_quant_type='fp4'"),
+    ("model_revision: v2", "model_revision='v2' names a hub revision"),
+    ("model_init_kwargs: {dtype: float32}", "model_init_kwargs would reach the trainer's model but not"),
+])
+def test_model_fields_that_would_not_reach_the_model_are_refused(tiny_config, tmp_path, capsys, extra, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(tiny_config.read_text() + extra + "\n")
+    assert recipe.main(["--config", str(bad), "--results_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
