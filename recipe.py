@@ -42,7 +42,9 @@ from pathlib import Path
 ARMS = ("base", "grpo", "ets", "gmts", "all")
 # The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
 EVAL_FIELDS = ("system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
-               "base_eval_seeds")
+               "base_eval_seeds", "eval_fast")
+# The training sampler's fields that evaluation samples with too (eval.Sampling): part of what decides an evaluation.
+SAMPLING_FIELDS = ("top_p", "top_k", "min_p", "repetition_penalty")
 PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter (get_peft_config), not the base model
 # ModelConfig fields passed to both model loads (evaluation and the trainer's model_init_kwargs), besides the adapter's.
 # Any other model field set away from its default is refused (check_model_fields): it would reach neither load.
@@ -78,6 +80,9 @@ class RecipeArgs:
     eval_max_new_tokens: int = field(default=256, metadata={"help": "completion budget at evaluation"})
     eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature at evaluation"})
     eval_batch_size: int = field(default=64, metadata={"help": "sequences per generate call at evaluation"})
+    eval_fast: bool = field(default=True, metadata={
+        "help": "evaluate with the adapter folded into the weights and a static KV cache, compiled on a GPU (the "
+                "first evaluation compiles, ~1 min for 1.5B); the same sampler either way"})
     base_eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
     grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (default: learning_rate)"})
@@ -178,13 +183,21 @@ def config_hash(record: dict) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def eval_record(recipe: RecipeArgs, model, heldout: list, device: str) -> dict:
-    """What decides a base evaluation, and nothing else (not the training seed, learning rate or trainer fields): two
-    runs with the same record share their base evaluations."""
+def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) -> dict:
+    """What decides a base evaluation, and nothing else (not the training seed, learning rate or other trainer
+    fields): two runs with the same record share their base evaluations."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
-    return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS}, "heldout": heldout,
+    return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
+            "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
             "device": device.split(":")[0]}
+
+
+def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
+    """Evaluation samples like training does (TRL's sampler fields), at the recipe's eval_temperature."""
+    from eval import Sampling
+
+    return Sampling(temperature=recipe.eval_temperature, **{k: getattr(train, k) for k in SAMPLING_FIELDS})
 
 
 @contextlib.contextmanager
@@ -206,21 +219,19 @@ def write_json(path: Path, obj: dict) -> None:
 
 # ---------------------------------------------------------------------------- data, model
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
-    from data import arithmetic_task, choose_split, decontaminate, load_gsm8k, task_hash
+    """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
+    from data import DataError, arithmetic_task, load_gsm8k, split_tasks
 
-    if recipe.task == "gsm8k":
-        pools = load_gsm8k(recipe.gsm8k_path)
-    else:  # generated: enough distinct problems for the split; the test pool uses another seed
-        pools = {"train": arithmetic_task(4 * recipe.n_train, recipe.task_seed, recipe.difficulty),
-                 "test": arithmetic_task(4 * recipe.n_heldout, recipe.task_seed + 1, recipe.difficulty)}
-    n_heldout = recipe.n_heldout or len(pools["test"])  # 0: the whole test split (GSM8K: 1319 problems)
-    train, heldout = choose_split(pools["train"], pools["test"], recipe.n_train, n_heldout, recipe.task_seed)
-    train, dropped = decontaminate(train, heldout)
-    record = {"task": recipe.task, "train_pool": len(pools["train"]), "test_pool": len(pools["test"]),
-              "train_chosen": recipe.n_train, "decontamination_dropped": dropped, "train_kept": len(train),
-              "train": [[t["index"], task_hash(t["question"])] for t in train],
-              "heldout": [[t["index"], task_hash(t["question"])] for t in heldout]}
-    return train, heldout, record
+    try:
+        if recipe.task == "gsm8k":
+            pools = load_gsm8k(recipe.gsm8k_path)
+        else:  # generated: enough distinct problems for the split; the test pool uses another seed
+            pools = {"train": arithmetic_task(4 * recipe.n_train, recipe.task_seed, recipe.difficulty),
+                     "test": arithmetic_task(4 * max(recipe.n_heldout, 1), recipe.task_seed + 1, recipe.difficulty)}
+        n_heldout = recipe.n_heldout or len(pools["test"])  # 0: the whole test split (GSM8K: 1319 problems)
+        return split_tasks(recipe.task, pools, recipe.n_train, n_heldout, recipe.task_seed)
+    except DataError as e:
+        raise RecipeError(str(e)) from None
 
 
 def model_dtype(model_args) -> str:
@@ -337,7 +348,7 @@ class Run:
     def base_evals(self, heldout, device) -> None:
         """The base evaluations: from this run's file, else from the shared cache, else computed (under the cache's
         lock, so a concurrent process with the same evaluation waits and reuses them)."""
-        record = eval_record(self.recipe, self.model_args, self.results["data"]["heldout"], device)
+        record = eval_record(self.recipe, self.model_args, self.train_args, self.results["data"]["heldout"], device)
         key = config_hash(record)
         base = self.results.get("base")
         if base is not None and base.get("eval_hash", key) != key:
@@ -372,8 +383,8 @@ class Run:
 
         r = self.recipe
         return evaluate_pass_at_1(model, tok, heldout, k=r.eval_samples, seed=seed, max_new_tokens=r.eval_max_new_tokens,
-                                  temperature=r.eval_temperature, batch_size=r.eval_batch_size,
-                                  system_prompt=r.system_prompt)
+                                  batch_size=r.eval_batch_size, system_prompt=r.system_prompt,
+                                  sampling=sampling(r, self.train_args), fast=r.eval_fast)
 
     def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
         import torch
