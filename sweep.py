@@ -6,6 +6,7 @@ with one sealed summary that `check.py` verifies cell by cell.
     python sweep.py configs/sweeps/qwen.yaml --only lr-sweep      # one block of the grid
     python sweep.py configs/sweeps/qwen.yaml --plan               # print the jobs, run nothing
     python sweep.py configs/sweeps/qwen.yaml --summarize          # only (re)write sweep.json and sweep.png
+    python sweep.py configs/sweeps/qwen.yaml --base               # only the base evaluations (shared by all cells)
     python sweep.py configs/sweeps/qwen.yaml -- --gsm8k_path DIR  # anything after -- goes to every recipe.py call
     python sweep.py configs/sweeps/qwen.yaml --results_dir /scratch  # the sweep's folder under another parent
     python check.py results/qwen/sweep.json                       # verify: every cell recomputed from its results.json
@@ -165,9 +166,11 @@ def _command(grid: Grid, cell: Cell, arm: str, extra: list[str]) -> list[str]:
             "--results_dir", str(Path(grid.results_dir) / grid.name), "--resume", *cell.recipe_args(), *extra]
 
 
-def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None) -> list[str]:
+def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, base_only: bool = False) -> list[str]:
     """Run every missing job, one worker per GPU; returns the failed jobs (their logs are next to their results)."""
     todo = jobs(grid, only)
+    if base_only:
+        todo = [(grid.jobs_in_order(only)[0][0], "base")]
     if not todo:
         print("[sweep] nothing to run: every job has finished")
         return []
@@ -196,6 +199,8 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None) 
     print(f"[sweep] {grid.name}: {total} job(s) on {len(gpus) or 1} worker(s); base evaluations first")
     if launch(first_cell, "base", gpus[0] if gpus else None) != 0:
         return [f"{first_cell.name}-base (see {log_dir / (first_cell.name + '-base.log')})"]
+    if base_only:
+        return []
 
     def worker(gpu: str | None) -> None:
         while True:
@@ -472,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="run only the block of this name")
     ap.add_argument("--plan", action="store_true", help="print the jobs still to run and exit")
     ap.add_argument("--summarize", action="store_true", help="only write sweep.json and sweep.png")
+    ap.add_argument("--base", action="store_true", help="only the base evaluations (cached for every cell)")
     ap.add_argument("--results_dir", default=None, help="parent of the sweep's folder (default: the grid's)")
     args = ap.parse_args(argv)
     try:
@@ -486,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{cell.name:40s} {arm}")
             print(f"[sweep] {len(todo)} job(s) to run")
             return 0
-        failed = [] if args.summarize else run(grid, args.gpus.split(",") if args.gpus else [], extra, args.only)
+        failed = [] if args.summarize else run(grid, args.gpus.split(",") if args.gpus else [], extra, args.only,
+                                               base_only=args.base)
         path = write_summary(grid, args.grid)
         print(f"[sweep] summary: {path} (verify with: python check.py {path})")
         if failed:
