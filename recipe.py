@@ -19,6 +19,9 @@ evaluation settings, base seeds, device kind; not the training seed or learning 
 <results_dir>/base-evals/<hash>.json, so every cell of a sweep reuses them; computing them holds that file's lock, so a
 second process waits for the first instead of evaluating twice. A sweep runner calls `run_experiment(argv)`.
 
+Under `accelerate launch` (data parallel), every process trains; the evaluations run on the main process only, which
+alone writes results.json, the base-eval cache, logs and curves, while the others wait at a barrier.
+
 Steps: 1. data and decontamination; 2. base evals x3 (skipped when the run directory already has them for this
 config); 3. train the arm (GMTSTrainer; TRL applies `seed` before building the LoRA adapter, so arms share data order
 and init); 4. evaluate it on the same tasks with the first base seed; 5. write results.json (check.seal).
@@ -158,6 +161,9 @@ def parse(argv: list[str]):
                           f"the generated task has no fixed test split)")
     if not recipe.base_eval_seeds:
         raise RecipeError("base_eval_seeds must name at least one seed")
+    if train.fsdp or train.deepspeed:
+        raise RecipeError("evaluation runs on the main process only, which a sharded model cannot do: use plain "
+                          "data parallelism (accelerate launch without FSDP or DeepSpeed)")
     check_model_fields(model, train)
     return recipe, train, model, recipe.experiment or config_path.stem
 
@@ -291,7 +297,10 @@ class Run:
     """One run directory: results.json (merged, sealed), per-arm logs and checkpoints, curves.png."""
 
     def __init__(self, recipe: RecipeArgs, train, model, name: str):
+        from accelerate import PartialState
+
         self.recipe, self.train_args, self.model_args, self.name = recipe, train, model, name
+        self.state = PartialState(cpu=train.use_cpu)  # the launcher's process group (one process without a launcher)
         self.dir = Path(recipe.results_dir) / name
         self.path = self.dir / "results.json"
         self.record = config_record(recipe, train, model)
@@ -336,7 +345,12 @@ class Run:
     # ------------------------------------------------------------------ stages
     def base_evals(self, heldout, device) -> None:
         """The base evaluations: from this run's file, else from the shared cache, else computed (under the cache's
-        lock, so a concurrent process with the same evaluation waits and reuses them)."""
+        lock, so a concurrent process with the same evaluation waits and reuses them). Main process only."""
+        if self.state.is_main_process:
+            self._main_base_evals(heldout, device)
+        self.state.wait_for_everyone()
+
+    def _main_base_evals(self, heldout, device) -> None:
         record = eval_record(self.recipe, self.model_args, self.results["data"]["heldout"], device)
         key = config_hash(record)
         base = self.results.get("base")
@@ -376,7 +390,6 @@ class Run:
                                   system_prompt=r.system_prompt)
 
     def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
-        import torch
         from datasets import Dataset
         from trl import get_peft_config
 
@@ -405,15 +418,22 @@ class Run:
         t0 = time.time()
         trainer.train(resume_from_checkpoint=checkpoint)
         train_minutes = (time.time() - t0) / 60
+        if self.state.is_main_process:
+            self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes)
+        self.state.wait_for_everyone()
+
+    def _evaluate_arm(self, arm, trainer, args, heldout, t0, train_minutes) -> None:
+        """The trained arm on the held-out tasks (main process), merged into results.json."""
+        arm_dir = self.dir / f"arm-{arm}"
         log = [row for row in trainer.state.log_history if "step" in row and "loss" in row]
         arm_dir.mkdir(parents=True, exist_ok=True)
         (arm_dir / "train_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in log))
         t1 = time.time()
         ev = self._evaluate(trainer.model, trainer.processing_class, heldout, self.recipe.base_eval_seeds[0])
         wall = (time.time() - t0) / 60
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = self.state.num_processes if trainer.model.device.type == "cuda" else 0
         self.results["arms"][arm] = {
-            "eval": ev, "train_log": log, "learning_rate": lr, "token_selection": RULE_OF_ARM[arm],
+            "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": RULE_OF_ARM[arm],
             "entropy_source": trainer.entropy_source_used, "train_minutes": train_minutes,
             "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall, "gpu_minutes": wall * gpus,
             "generation_options": {k: getattr(self.recipe if k == "cudnn_attention" else args, k)
@@ -466,6 +486,10 @@ def run_experiment(argv: list[str]) -> dict:
             print(f"[recipe] {arm}: finished in {run.path}, kept")
             continue
         run.train_arm(arm, train_tasks, heldout, device)
+    if not run.state.is_main_process:
+        from check import load as load_results
+
+        return load_results(run.path)  # what the main process wrote
     return run.results
 
 
@@ -478,9 +502,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("recipe.py: interrupted; run again with --resume to continue", file=sys.stderr)
         return 130
+    from accelerate import PartialState
+
     from check import render
 
-    print(render(results))
+    if PartialState().is_main_process:
+        print(render(results))
     return 0
 
 

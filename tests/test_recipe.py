@@ -254,3 +254,21 @@ def test_model_fields_that_would_not_reach_the_model_are_refused(tiny_config, tm
     assert recipe.main(["--config", str(bad), "--results_dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.slow
+def test_two_data_parallel_processes_one_writer(tiny_config, tmp_path):
+    """Two data-parallel CPU processes (torchrun, as `accelerate launch` starts them; accelerate's own launcher runs
+    one process with --cpu): both train, the main process alone evaluates and writes; the result is one valid
+    results.json with the arm, the base evaluated once."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541",
+           "recipe.py", "--arm", "ets", "--config", str(tiny_config), "--results_dir", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    results = check.load(tmp_path / "tiny" / "results.json")
+    assert set(results["arms"]) == {"ets"} and [r["step"] for r in results["arms"]["ets"]["train_log"]] == [1, 2]
+    assert out.count("held-out tasks, config") == 2  # two processes ran
+    assert out.count("base eval seed 0:") == 1 and out.count("ets: pass@1") == 1
+    assert not [p for p in tmp_path.rglob("*.tmp*")]
