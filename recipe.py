@@ -7,10 +7,14 @@
 
 Arms: `base` (evaluate the untrained model 3 times: the noise floor), `grpo` (every completion token: plain GRPO),
 `ets` (top-20% tokens by entropy), `gmts` (top-20% by |entropy x omega|), `all` (base, then grpo, ets and gmts), or a
-comma list (`--arm ets,gmts`). Every arm has the same loss type, data, seed and LoRA init; only the kept tokens differ. One run directory per config name,
-results/<run_name>/, holds results.json (all arms merged as they finish), per-arm logs and checkpoints, and curves.png.
-`--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A results.json written by a
-different configuration is never mixed in: the config hash is checked.
+comma list (`--arm ets,gmts`). Every arm has the same loss type, data, seed and LoRA init; only the kept tokens differ.
+
+One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/,
+so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs and
+checkpoints, and curves.png. `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A
+results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers the
+fields whose value differs from their class default (see config_record): a newer library that adds a field, at a
+default that keeps the old behaviour, leaves it unchanged.
 
 Concurrency: results.json is written under a file lock (re-read, merge this arm, write atomically), so processes that
 train different arms of one experiment at once (one per GPU: `CUDA_VISIBLE_DEVICES=0 ... --arm ets` and `=1 ... --arm
@@ -67,7 +71,7 @@ class RecipeArgs:
 
     arm: str = field(default="all", metadata={"help": "base, grpo, ets, gmts, all, or a comma list (ets,gmts)"})
     experiment: str | None = field(default=None, metadata={"help": "run directory name (default: the config file name)"})
-    results_dir: str = field(default="results", metadata={"help": "parent of the run directories"})
+    results_dir: str = field(default="runs", metadata={"help": "parent of the run directories (references: results/)"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
     task: str = field(default="gsm8k", metadata={"help": "gsm8k or arithmetic (generated, offline)"})
     gsm8k_path: str | None = field(default=None, metadata={"help": "folder with train.jsonl/test.jsonl (offline)"})
@@ -129,7 +133,7 @@ def _check_arm(arm: str) -> None:
 
 def parse(argv: list[str]):
     """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides."""
-    argv = list(argv)
+    argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
     for i, a in enumerate(argv):  # the arm first: its error is the one a typo deserves, before any config check
         arm = a.split("=", 1)[1] if a.startswith("--arm=") else argv[i + 1] if a == "--arm" and i + 1 < len(argv) else None
         if arm is not None:
@@ -168,15 +172,36 @@ def parse(argv: list[str]):
     return recipe, train, model, recipe.experiment or config_path.stem
 
 
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _plain(value):
+    """JSON for a field value; a nested config (e.g. accelerator_config) by its own non-default fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if getattr(value, f.name) != _default(f)}
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(getattr(value, "value", value))  # enums by value
+
+
 def config_record(recipe: RecipeArgs, train, model) -> dict:
-    """Everything that decides what a run computes, as plain JSON."""
+    """What decides what a run computes, as plain JSON: every field (after the config classes' own __post_init__)
+    whose value differs from its class default. A field at its default adds nothing, so a newer library that adds a
+    field the recipe never sets does not change the hash; a field whose value matters is recorded as soon as it
+    differs from the default, and a changed default shows up through the fields that now differ."""
     out = {}
     for obj in (recipe, model, train):
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            if f.name in NOT_HASHED or f.name.startswith(("push_to_hub", "hub_", "logging_")):
+            if f.name in NOT_HASHED or f.name.startswith(("push_to_hub", "hub_", "logging_")) or value == _default(f):
                 continue
-            out[f.name] = value if isinstance(value, (int, float, str, bool, type(None), list, dict)) else str(value)
+            out[f.name] = _plain(value)
     return out
 
 
@@ -251,8 +276,7 @@ def check_model_fields(model_args, train_args) -> None:
     for f in dataclasses.fields(model_args):
         if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
             continue
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if getattr(model_args, f.name) != default:
+        if getattr(model_args, f.name) != _default(f):
             why = ("4/8-bit loading (bitsandbytes) is not supported here: generation_merge_adapter could not restore "
                    "quantized weights exactly" if "bit" in f.name or "bnb" in f.name else "this recipe does not pass it "
                    "to the model")

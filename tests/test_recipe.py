@@ -272,3 +272,35 @@ def test_two_data_parallel_processes_one_writer(tiny_config, tmp_path):
     assert out.count("held-out tasks, config") == 2  # two processes ran
     assert out.count("base eval seed 0:") == 1 and out.count("ets: pass@1") == 1
     assert not [p for p in tmp_path.rglob("*.tmp*")]
+
+
+def test_config_hash_ignores_a_field_a_newer_library_adds(monkeypatch):
+    """A newer GRPOConfig/ModelConfig with an extra field at its default: same record, same hash. A field set away
+    from its default is recorded."""
+    import dataclasses
+
+    import trl
+
+    import gmts_trainer
+
+    argv = ["--config", "configs/smoke.yaml"]
+    r, train, model, _ = recipe.parse(argv)
+    before = recipe.config_record(r, train, model)
+    newer_train = dataclasses.make_dataclass("NewerConfig", [("future_knob", int, dataclasses.field(default=3))],
+                                             bases=(gmts_trainer.GMTSConfig,))
+    newer_model = dataclasses.make_dataclass("NewerModel", [("future_flag", bool, dataclasses.field(default=False))],
+                                             bases=(trl.ModelConfig,))
+    monkeypatch.setattr(gmts_trainer, "GMTSConfig", newer_train)
+    monkeypatch.setattr(trl, "ModelConfig", newer_model)
+    newer = recipe.parse(argv)
+    assert type(newer[1]) is newer_train and type(newer[2]) is newer_model
+    assert recipe.config_record(*newer[:3]) == before
+    assert recipe.config_hash(recipe.config_record(*newer[:3])) == recipe.config_hash(before)
+    assert recipe.config_record(*recipe.parse([*argv, "--future_knob", "4"])[:3])["future_knob"] == 4
+
+
+def test_config_equals_form_and_default_results_dir():
+    a = recipe.parse(["--config=configs/smoke.yaml", "--n_train=4"])
+    b = recipe.parse(["--config", "configs/smoke.yaml", "--n_train", "4"])
+    assert a[3] == b[3] == "smoke" and recipe.config_record(*a[:3]) == recipe.config_record(*b[:3])
+    assert a[0].results_dir == "runs" and a[0].n_train == 4  # user runs never land in results/, the references
