@@ -7,10 +7,14 @@
 
 Arms: `base` (evaluate the untrained model 3 times: the noise floor), `grpo` (every completion token: plain GRPO),
 `ets` (top-20% tokens by entropy), `gmts` (top-20% by |entropy x omega|), `all` (base, then grpo, ets and gmts), or a
-comma list (`--arm ets,gmts`). Every arm has the same loss type, data, seed and LoRA init; only the kept tokens differ. One run directory per config name,
-results/<run_name>/, holds results.json (all arms merged as they finish), per-arm logs and checkpoints, and curves.png.
-`--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A results.json written by a
-different configuration is never mixed in: the config hash is checked.
+comma list (`--arm ets,gmts`). Every arm has the same loss type, data, seed and LoRA init; only the kept tokens differ.
+
+One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/,
+so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs and
+checkpoints, and curves.png. `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A
+results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers the
+fields whose value differs from their class default (see config_record): a newer library that adds a field, at a
+default that keeps the old behaviour, leaves it unchanged.
 
 Concurrency: results.json is written under a file lock (re-read, merge this arm, write atomically), so processes that
 train different arms of one experiment at once (one per GPU: `CUDA_VISIBLE_DEVICES=0 ... --arm ets` and `=1 ... --arm
@@ -18,6 +22,9 @@ gmts`) never lose each other's arm. The base evaluations are cached by an evalua
 evaluation settings, base seeds, device kind; not the training seed or learning rate) in
 <results_dir>/base-evals/<hash>.json, so every cell of a sweep reuses them; computing them holds that file's lock, so a
 second process waits for the first instead of evaluating twice. A sweep runner calls `run_experiment(argv)`.
+
+Under `accelerate launch` (data parallel), every process trains; the evaluations run on the main process only, which
+alone writes results.json, the base-eval cache, logs and curves, while the others wait at a barrier.
 
 Steps: 1. data and decontamination; 2. base evals x3 (skipped when the run directory already has them for this
 config); 3. train the arm (GMTSTrainer; TRL applies `seed` before building the LoRA adapter, so arms share data order
@@ -66,7 +73,7 @@ class RecipeArgs:
 
     arm: str = field(default="all", metadata={"help": "base, grpo, ets, gmts, all, or a comma list (ets,gmts)"})
     experiment: str | None = field(default=None, metadata={"help": "run directory name (default: the config file name)"})
-    results_dir: str = field(default="results", metadata={"help": "parent of the run directories"})
+    results_dir: str = field(default="runs", metadata={"help": "parent of the run directories (references: results/)"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
     task: str = field(default="gsm8k", metadata={"help": "gsm8k or arithmetic (generated, offline)"})
     gsm8k_path: str | None = field(default=None, metadata={"help": "folder with train.jsonl/test.jsonl (offline)"})
@@ -131,7 +138,7 @@ def _check_arm(arm: str) -> None:
 
 def parse(argv: list[str]):
     """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides."""
-    argv = list(argv)
+    argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
     for i, a in enumerate(argv):  # the arm first: its error is the one a typo deserves, before any config check
         arm = a.split("=", 1)[1] if a.startswith("--arm=") else argv[i + 1] if a == "--arm" and i + 1 < len(argv) else None
         if arm is not None:
@@ -163,19 +170,43 @@ def parse(argv: list[str]):
                           f"the generated task has no fixed test split)")
     if not recipe.base_eval_seeds:
         raise RecipeError("base_eval_seeds must name at least one seed")
+    if train.fsdp or train.deepspeed:
+        raise RecipeError("evaluation runs on the main process only, which a sharded model cannot do: use plain "
+                          "data parallelism (accelerate launch without FSDP or DeepSpeed)")
     check_model_fields(model, train)
     return recipe, train, model, recipe.experiment or config_path.stem
 
 
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _plain(value):
+    """JSON for a field value; a nested config (e.g. accelerator_config) by its own non-default fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if getattr(value, f.name) != _default(f)}
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(getattr(value, "value", value))  # enums by value
+
+
 def config_record(recipe: RecipeArgs, train, model) -> dict:
-    """Everything that decides what a run computes, as plain JSON."""
+    """What decides what a run computes, as plain JSON: every field (after the config classes' own __post_init__)
+    whose value differs from its class default. A field at its default adds nothing, so a newer library that adds a
+    field the recipe never sets does not change the hash; a field whose value matters is recorded as soon as it
+    differs from the default, and a changed default shows up through the fields that now differ."""
     out = {}
     for obj in (recipe, model, train):
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
-            if f.name in NOT_HASHED or f.name.startswith(("push_to_hub", "hub_", "logging_")):
+            if f.name in NOT_HASHED or f.name.startswith(("push_to_hub", "hub_", "logging_")) or value == _default(f):
                 continue
-            out[f.name] = value if isinstance(value, (int, float, str, bool, type(None), list, dict)) else str(value)
+            out[f.name] = _plain(value)
     return out
 
 
@@ -256,8 +287,7 @@ def check_model_fields(model_args, train_args) -> None:
     for f in dataclasses.fields(model_args):
         if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
             continue
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if getattr(model_args, f.name) != default:
+        if getattr(model_args, f.name) != _default(f):
             why = ("4/8-bit loading (bitsandbytes) is not supported here: generation_merge_adapter could not restore "
                    "quantized weights exactly" if "bit" in f.name or "bnb" in f.name else "this recipe does not pass it "
                    "to the model")
@@ -302,7 +332,10 @@ class Run:
     """One run directory: results.json (merged, sealed), per-arm logs and checkpoints, curves.png."""
 
     def __init__(self, recipe: RecipeArgs, train, model, name: str):
+        from accelerate import PartialState
+
         self.recipe, self.train_args, self.model_args, self.name = recipe, train, model, name
+        self.state = PartialState(cpu=train.use_cpu)  # the launcher's process group (one process without a launcher)
         self.dir = Path(recipe.results_dir) / name
         self.path = self.dir / "results.json"
         self.record = config_record(recipe, train, model)
@@ -347,7 +380,12 @@ class Run:
     # ------------------------------------------------------------------ stages
     def base_evals(self, heldout, device) -> None:
         """The base evaluations: from this run's file, else from the shared cache, else computed (under the cache's
-        lock, so a concurrent process with the same evaluation waits and reuses them)."""
+        lock, so a concurrent process with the same evaluation waits and reuses them). Main process only."""
+        if self.state.is_main_process:
+            self._main_base_evals(heldout, device)
+        self.state.wait_for_everyone()
+
+    def _main_base_evals(self, heldout, device) -> None:
         record = eval_record(self.recipe, self.model_args, self.train_args, self.results["data"]["heldout"], device)
         key = config_hash(record)
         base = self.results.get("base")
@@ -387,7 +425,6 @@ class Run:
                                   sampling=sampling(r, self.train_args), fast=r.eval_fast)
 
     def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
-        import torch
         from datasets import Dataset
         from trl import get_peft_config
 
@@ -416,15 +453,22 @@ class Run:
         t0 = time.time()
         trainer.train(resume_from_checkpoint=checkpoint)
         train_minutes = (time.time() - t0) / 60
+        if self.state.is_main_process:
+            self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes)
+        self.state.wait_for_everyone()
+
+    def _evaluate_arm(self, arm, trainer, args, heldout, t0, train_minutes) -> None:
+        """The trained arm on the held-out tasks (main process), merged into results.json."""
+        arm_dir = self.dir / f"arm-{arm}"
         log = [row for row in trainer.state.log_history if "step" in row and "loss" in row]
         arm_dir.mkdir(parents=True, exist_ok=True)
         (arm_dir / "train_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in log))
         t1 = time.time()
         ev = self._evaluate(trainer.model, trainer.processing_class, heldout, self.recipe.base_eval_seeds[0])
         wall = (time.time() - t0) / 60
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = self.state.num_processes if trainer.model.device.type == "cuda" else 0
         self.results["arms"][arm] = {
-            "eval": ev, "train_log": log, "learning_rate": lr, "token_selection": RULE_OF_ARM[arm],
+            "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": RULE_OF_ARM[arm],
             "entropy_source": trainer.entropy_source_used, "train_minutes": train_minutes,
             "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall, "gpu_minutes": wall * gpus,
             "generation_options": {k: getattr(self.recipe if k == "cudnn_attention" else args, k)
@@ -477,6 +521,10 @@ def run_experiment(argv: list[str]) -> dict:
             print(f"[recipe] {arm}: finished in {run.path}, kept")
             continue
         run.train_arm(arm, train_tasks, heldout, device)
+    if not run.state.is_main_process:
+        from check import load as load_results
+
+        return load_results(run.path)  # what the main process wrote
     return run.results
 
 
@@ -489,9 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("recipe.py: interrupted; run again with --resume to continue", file=sys.stderr)
         return 130
+    from accelerate import PartialState
+
     from check import render
 
-    print(render(results))
+    if PartialState().is_main_process:
+        print(render(results))
     return 0
 
 

@@ -157,7 +157,8 @@ def test_qwen_config_is_paper_with_the_offline_qwen_and_the_full_test_set():
     paper = recipe.parse(["--config", "configs/paper.yaml", *flags])
     qwen = recipe.parse(["--config", "configs/qwen.yaml", *flags])
     assert qwen[2].model_name_or_path == "qwen2.5-coder-1.5b-instruct" and qwen[0].n_heldout == 0
-    differ = {k for k, v in recipe.config_record(*qwen[:3]).items() if recipe.config_record(*paper[:3])[k] != v}
+    a, b = recipe.config_record(*qwen[:3]), recipe.config_record(*paper[:3])
+    differ = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
     assert differ == {"model_name_or_path", "n_heldout"}
 
 
@@ -254,3 +255,53 @@ def test_model_fields_that_would_not_reach_the_model_are_refused(tiny_config, tm
     assert recipe.main(["--config", str(bad), "--results_dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.slow
+def test_two_data_parallel_processes_one_writer(tiny_config, tmp_path):
+    """Two data-parallel CPU processes (torchrun, as `accelerate launch` starts them; accelerate's own launcher runs
+    one process with --cpu): both train, the main process alone evaluates and writes; the result is one valid
+    results.json with the arm, the base evaluated once."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541",
+           "recipe.py", "--arm", "ets", "--config", str(tiny_config), "--results_dir", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    results = check.load(tmp_path / "tiny" / "results.json")
+    assert set(results["arms"]) == {"ets"} and [r["step"] for r in results["arms"]["ets"]["train_log"]] == [1, 2]
+    assert out.count("held-out tasks, config") == 2  # two processes ran
+    assert out.count("base eval seed 0:") == 1 and out.count("ets: pass@1") == 1
+    assert not [p for p in tmp_path.rglob("*.tmp*")]
+
+
+def test_config_hash_ignores_a_field_a_newer_library_adds(monkeypatch):
+    """A newer GRPOConfig/ModelConfig with an extra field at its default: same record, same hash. A field set away
+    from its default is recorded."""
+    import dataclasses
+
+    import trl
+
+    import gmts_trainer
+
+    argv = ["--config", "configs/smoke.yaml"]
+    r, train, model, _ = recipe.parse(argv)
+    before = recipe.config_record(r, train, model)
+    newer_train = dataclasses.make_dataclass("NewerConfig", [("future_knob", int, dataclasses.field(default=3))],
+                                             bases=(gmts_trainer.GMTSConfig,))
+    newer_model = dataclasses.make_dataclass("NewerModel", [("future_flag", bool, dataclasses.field(default=False))],
+                                             bases=(trl.ModelConfig,))
+    monkeypatch.setattr(gmts_trainer, "GMTSConfig", newer_train)
+    monkeypatch.setattr(trl, "ModelConfig", newer_model)
+    newer = recipe.parse(argv)
+    assert type(newer[1]) is newer_train and type(newer[2]) is newer_model
+    assert recipe.config_record(*newer[:3]) == before
+    assert recipe.config_hash(recipe.config_record(*newer[:3])) == recipe.config_hash(before)
+    assert recipe.config_record(*recipe.parse([*argv, "--future_knob", "4"])[:3])["future_knob"] == 4
+
+
+def test_config_equals_form_and_default_results_dir():
+    a = recipe.parse(["--config=configs/smoke.yaml", "--n_train=4"])
+    b = recipe.parse(["--config", "configs/smoke.yaml", "--n_train", "4"])
+    assert a[3] == b[3] == "smoke" and recipe.config_record(*a[:3]) == recipe.config_record(*b[:3])
+    assert a[0].results_dir == "runs" and a[0].n_train == 4  # user runs never land in results/, the references
