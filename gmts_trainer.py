@@ -268,7 +268,6 @@ class GMTSTrainer(GRPOTrainer):
         self._recorder: _EntropyRecorder | None = None
         self._capture_scoring: dict[str, torch.Tensor] | None = None
         self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
-        self._num_groups = 1  # upper bound of the global group index of the current generation batch
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
         if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
             self.generation_config.cache_implementation = "static"
@@ -347,7 +346,6 @@ class GMTSTrainer(GRPOTrainer):
             return output
         rows = output["completion_ids"].size(0)
         offset = self.accelerator.process_index * rows
-        self._num_groups = -(-self.accelerator.num_processes * rows // self.num_generations)
         # Global row index // group size: which prompt's group each row belongs to; travels through the shuffle.
         output["group_index"] = (torch.arange(rows, device=output["advantages"].device) + offset) // self.num_generations
         if batch_wide:
@@ -451,12 +449,11 @@ class GMTSTrainer(GRPOTrainer):
         keep = select_top_fraction(scores[rule], g_mask, self.args.selection_ratio, group_size)
         keep_other = select_top_fraction(scores[other], g_mask, self.args.selection_ratio, group_size)
         mode = "train" if self.model.training else "eval"
-        groups = self._num_groups if group_index is not None else g_mask.size(0)
         if group_index is None:
             group_index = torch.arange(g_mask.size(0), device=g_mask.device)
         # kept as tensors until `log`: a host sync here would stall the CPU in the middle of the forward
         self._pending_stats[mode].append(
-            selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other, num_groups=groups))
+            selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other))
         rows = entropy.size(0)
         start = acc.process_index * rows if acc.num_processes > 1 else 0
         return keep[start : start + rows, :width], keep.sum()

@@ -33,6 +33,7 @@ __all__ = [
     "select_top_fraction",
     "kept_count",
     "selection_stats",
+    "top_answers",
 ]
 
 
@@ -150,6 +151,27 @@ def select_top_fraction(
     return keep.reshape(rows, cols)
 
 
+def top_answers(advantages: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: the largest-|advantage| answer of each prompt group (the first such row where several tie).
+
+    Group ids may be any non-negative integers in any row order (a shuffled microbatch holds a few groups of the
+    generation batch, with their global ids): they are renumbered 0..G-1 here, so no bound on them is needed and
+    nothing waits for the device.
+    """
+    abs_adv = advantages.float().reshape(-1).abs()  # (B,)
+    gid = group_index.reshape(-1).long()
+    n = gid.numel()
+    sorted_gid, order = torch.sort(gid, stable=True)
+    starts = torch.ones_like(sorted_gid, dtype=torch.long)
+    starts[1:] = (sorted_gid[1:] != sorted_gid[:-1]).long()
+    dense = torch.empty_like(gid).scatter_(0, order, starts.cumsum(0) - 1)  # (B,) ids in [0, n)
+    group_max = torch.full((n,), -1.0, device=abs_adv.device).scatter_reduce(0, dense, abs_adv, "amax")
+    rows = torch.arange(n, device=gid.device)
+    candidate = torch.where(abs_adv == group_max[dense], rows, n)  # rows holding their group's max |A|
+    first = torch.full((n,), n, device=gid.device).scatter_reduce(0, dense, candidate, "amin")
+    return first[dense] == rows
+
+
 def selection_stats(
     kept: torch.Tensor,
     mask: torch.Tensor,
@@ -157,12 +179,10 @@ def selection_stats(
     advantages: torch.Tensor,
     group_index: torch.Tensor,
     other_kept: torch.Tensor | None = None,
-    num_groups: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """Diagnostics of one selection, as 0-dim tensors (no host sync: call .item() when logging).
 
-    `group_index` (B,) names each row's prompt group (rows may be in any order); `num_groups` bounds its values
-    (default: computed, which syncs).
+    `group_index` (B,) names each row's prompt group (any ids, rows in any order).
 
     Returns:
         kept_fraction: kept / valid tokens.
@@ -182,14 +202,7 @@ def selection_stats(
     per_answer = kept_f.sum(dim=1)  # (B,)
     shares = per_answer / denom
     out["effective_answers"] = torch.where(n_kept > 0, 1.0 / (shares**2).sum().clamp(min=1e-12), 0.0)
-    abs_adv = advantages.float().reshape(-1).abs()  # (B,)
-    gid = group_index.reshape(-1).long()
-    groups = num_groups if num_groups is not None else int(gid.max().item()) + 1
-    group_max = torch.full((groups,), -1.0, device=abs_adv.device).scatter_reduce(0, gid, abs_adv, "amax")
-    rows = torch.arange(gid.numel(), device=gid.device)
-    candidate = torch.where(abs_adv == group_max[gid], rows, gid.numel())  # rows holding their group's max |A|
-    first = torch.full((groups,), gid.numel(), device=gid.device).scatter_reduce(0, gid, candidate, "amin")
-    is_top = (first[gid] == rows).float()  # (B,) one answer per group
+    is_top = top_answers(advantages, group_index).float()  # (B,) one answer per group
     out["top_answer_share"] = (per_answer * is_top).sum() / denom
     ent = entropy.float()
     out["entropy_kept_mean"] = (ent * kept_f).sum() / denom

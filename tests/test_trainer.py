@@ -8,7 +8,7 @@ from peft import LoraConfig
 
 from gmts_trainer import GMTSConfig, GMTSTrainer
 from selection import gmts_scores, kept_count, select_top_fraction
-from tiny import digit_reward, tiny_dataset, tiny_model, tiny_tokenizer
+from tiny import digit_reward, prepared_batch, tiny_dataset, tiny_model, tiny_tokenizer
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
 
@@ -142,6 +142,40 @@ def test_microbatch_scope_ranks_each_microbatch(tmp_path):
     assert len(calls) == 2  # two microbatches in the one step
     for keep, m in calls:
         assert int(keep.sum()) == kept_count(int(m.sum()), 0.2) and not (keep & ~m.bool()).any()
+
+
+def top_answer_share_by_hand(keep, advantages, group_index) -> float:
+    """Share of kept tokens in the first largest-|advantage| row of each group, in plain Python."""
+    adv, gid, per_row = advantages.abs().tolist(), group_index.tolist(), keep.sum(1).tolist()
+    tops = {g: max((i for i in range(len(gid)) if gid[i] == g), key=lambda i: (adv[i], -i)) for g in set(gid)}
+    return sum(per_row[i] for i in tops.values()) / max(sum(per_row), 1)
+
+
+@pytest.mark.parametrize("rule", ["entropy", "gmts"])
+@pytest.mark.parametrize("scope", ["batch", "group", "microbatch"])
+def test_compute_loss_on_a_multi_group_prepared_batch_in_every_scope(tmp_path, rule, scope):
+    # A trainer that never generated (as bench/selection.py calls it): the group count comes from the batch.
+    trainer = make_trainer(tmp_path, token_selection=rule, selection_scope=scope, per_device_train_batch_size=16)
+    batch = prepared_batch(trainer.processing_class, groups=4, group_size=4)
+    if scope != "microbatch":
+        trainer._select_generation_batch(batch, recorder=None, captured=None)
+    masks = []
+    hook = trainer.get_high_entropy_mask
+    trainer.get_high_entropy_mask = lambda e, m, t: masks.append(hook(e, m, t)) or masks[-1]
+    trainer.current_gradient_accumulation_steps = 1
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    assert torch.isfinite(loss)
+    keep = masks[0]
+    valid = batch["completion_mask"]
+    if scope == "group":
+        for g in range(4):
+            assert int(keep[4 * g: 4 * g + 4].sum()) == kept_count(int(valid[4 * g: 4 * g + 4].sum()), 0.2)
+    else:
+        assert int(keep.sum()) == kept_count(int(valid.sum()), 0.2)
+    stats = trainer._pending_stats["train"][-1]
+    assert stats["top_answer_share"].item() == pytest.approx(
+        top_answer_share_by_hand(keep, batch["advantages"], batch["group_index"]))
 
 
 @pytest.mark.parametrize("scope", ["batch", "group", "microbatch"])
