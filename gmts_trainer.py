@@ -28,6 +28,11 @@ arm, so two arms differ only in which tokens they keep, and the step is ~ratio t
 alternative `selection_normalizer="kept_tokens"` divides by the kept count instead (a 1/ratio larger step: a
 learning-rate change in disguise, offered for ablation, refused where it would differ between arms).
 
+Refused at construction, with the reason (`check_selection_config`), where selection would be inexact or undefined:
+per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for GMTS, and
+importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a dropped token
+would still get gradient through it).
+
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
 with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks
 every microbatch with the live ratio and clip indicator.
@@ -129,6 +134,12 @@ def check_selection_config(args: GMTSConfig) -> None:
         raise ValueError(
             f"loss_type={args.loss_type!r} divides each answer by its own length, which renormalizes the selection "
             f"away (GMTS only moves tokens between answers). Use a token-level loss: 'dapo' (recommended) or 'bnpo'."
+        )
+    if args.importance_sampling_level != "token":
+        raise ValueError(
+            f"importance_sampling_level={args.importance_sampling_level!r} (GSPO) builds one ratio per answer from "
+            f"every completion token's log-prob, so a dropped token still gets gradient through it (the mask only "
+            f"rescales each answer's term by its kept count). Use importance_sampling_level='token'."
         )
     if args.token_selection == "gmts" and args.loss_type not in PPO_CLIP_LOSSES:
         raise ValueError(
@@ -361,8 +372,6 @@ class GMTSTrainer(GRPOTrainer):
         logps = self._live_logps
         old = inputs.get("old_per_token_logps")
         ratio = None if old is None or logps is None else torch.exp(logps - old)
-        if ratio is not None and self.importance_sampling_level == "sequence":
-            ratio = torch.exp(((logps - old) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1))
         ref_ratio = None
         if self.beta != 0.0:
             ref_ratio = torch.exp(inputs["ref_per_token_logps"] - (logps if logps is not None else old))

@@ -49,6 +49,14 @@ def test_per_sequence_loss_is_refused_with_selection_on(tmp_path, loss_type):
     make_config(tmp_path, loss_type=loss_type, token_selection="all", **extra)  # plain GRPO is fine
 
 
+@pytest.mark.parametrize("rule", ["entropy", "gmts"])
+def test_sequence_level_importance_sampling_is_refused_with_selection_on(tmp_path, rule):
+    # TRL's GSPO ratio is exp(mean of every token's log-ratio): masking the loss still sends gradient to every token
+    with pytest.raises(ValueError, match="dropped token still gets gradient"):
+        make_config(tmp_path, token_selection=rule, importance_sampling_level="sequence")
+    make_config(tmp_path, token_selection="all", importance_sampling_level="sequence")  # plain GSPO is fine
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("token_selection", "entropyy", "token_selection='entropyy' is not one of all, entropy, gmts"),
     ("selection_scope", "global", "selection_scope='global' is not one of batch, microbatch, group"),
