@@ -329,7 +329,7 @@ class GMTSTrainer(GRPOTrainer):
         if capture:  # TRL's own old_per_token_logps pass: keep the entropy its fused head computed anyway
             self._capture_scoring.update(logps=logps, entropy=entropies)
             entropies = entropies if compute_entropy else None
-        elif torch.is_grad_enabled() and self._loss_inputs is not None:
+        elif self._loss_inputs is not None:  # the policy forward of `_compute_loss` (train, or eval without grad)
             self._live_logps = logps.detach()
         return logps, entropies, aux
 

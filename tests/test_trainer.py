@@ -198,6 +198,15 @@ def test_a_full_training_step_logs_the_selection_metrics(tmp_path, scope):
     assert math.isfinite(logs["grad_norm"])
 
 
+@pytest.mark.parametrize("scope", ["batch", "microbatch"])
+def test_evaluation_with_a_kl_term_ranks_with_the_policy_log_probs(tmp_path, scope):
+    # In eval there is no gradient and no old_per_token_logps: omega's KL term needs the policy's log-probs anyway
+    trainer = make_trainer(tmp_path, beta=0.1, selection_scope=scope, per_device_eval_batch_size=8)
+    metrics = trainer.evaluate(tiny_dataset(4))
+    assert math.isfinite(metrics["eval_loss"])
+    assert 0.2 <= metrics["eval_selection/kept_fraction"] < 0.3
+
+
 # ---------------------------------------------------------------- seeding
 def test_same_seed_gives_bit_identical_lora_init_even_after_the_rng_moved(tmp_path):
     adapters = []
