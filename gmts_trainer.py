@@ -357,8 +357,9 @@ class GMTSTrainer(GRPOTrainer):
             return output
         rows = output["completion_ids"].size(0)
         offset = self.accelerator.process_index * rows
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
         # Global row index // group size: which prompt's group each row belongs to; travels through the shuffle.
-        output["group_index"] = (torch.arange(rows, device=output["advantages"].device) + offset) // self.num_generations
+        output["group_index"] = (torch.arange(rows, device=output["advantages"].device) + offset) // group_size
         if batch_wide:
             self._select_generation_batch(output, recorder, captured)
         return output

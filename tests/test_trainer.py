@@ -23,11 +23,12 @@ def make_config(tmp_path, **overrides) -> GMTSConfig:
     return GMTSConfig(**kw)
 
 
-def make_trainer(tmp_path, seed_model=0, peft=True, **overrides) -> GMTSTrainer:
+def make_trainer(tmp_path, seed_model=0, peft=True, eval_dataset=None, **overrides) -> GMTSTrainer:
     tok = tiny_tokenizer()
     return GMTSTrainer(
         model=tiny_model(tok, seed=seed_model), reward_funcs=digit_reward, args=make_config(tmp_path, **overrides),
-        train_dataset=tiny_dataset(16), processing_class=tok, peft_config=LoraConfig(**LORA) if peft else None,
+        train_dataset=tiny_dataset(16), eval_dataset=eval_dataset, processing_class=tok,
+        peft_config=LoraConfig(**LORA) if peft else None,
     )
 
 
@@ -205,6 +206,26 @@ def test_evaluation_with_a_kl_term_ranks_with_the_policy_log_probs(tmp_path, sco
     metrics = trainer.evaluate(tiny_dataset(4))
     assert math.isfinite(metrics["eval_loss"])
     assert 0.2 <= metrics["eval_selection/kept_fraction"] < 0.3
+
+
+def test_eval_groups_use_num_generations_eval(tmp_path):
+    trainer = make_trainer(tmp_path, num_generations_eval=2, per_device_eval_batch_size=8)
+    trainer.model.eval()
+    examples = [trainer.train_dataset[i // 2] for i in range(8)]  # 2 rollouts per prompt, as TRL's eval sampler
+    out = trainer._generate_and_score_completions(examples)
+    assert out["group_index"].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("reuse", [{"num_iterations": 2}, {"steps_per_generation": 4}])
+def test_an_evaluation_between_two_uses_of_a_buffered_batch_leaves_the_next_step_intact(tmp_path, reuse):
+    # train: 2 groups per generation batch (8 rows or 16); eval: 4 rows, 1 group. The evaluation after step 1 used to
+    # leave a group bound of 1 that the buffered batch's group 1 then overran.
+    trainer = make_trainer(tmp_path, selection_scope="microbatch", max_steps=2, eval_strategy="steps", eval_steps=1,
+                           per_device_eval_batch_size=4, eval_dataset=tiny_dataset(1), **reuse)
+    trainer.train()
+    train_logs = [h for h in trainer.state.log_history if "selection/kept_fraction" in h]
+    assert len(train_logs) == 2 and all(0.2 <= h["selection/kept_fraction"] < 0.3 for h in train_logs)
+    assert sum("eval_loss" in h for h in trainer.state.log_history) == 2
 
 
 # ---------------------------------------------------------------- seeding
