@@ -28,10 +28,17 @@ arm, so two arms differ only in which tokens they keep, and the step is ~ratio t
 alternative `selection_normalizer="kept_tokens"` divides by the kept count instead (a 1/ratio larger step: a
 learning-rate change in disguise, offered for ablation, refused where it would differ between arms).
 
+Omega (`GMTSTrainer._omega`, selection.gmts_omega) is the coefficient of grad log pi_t in TRL's `_compute_loss` for a
+kept token, with every term TRL puts there: the clip indicator (and `delta`'s two-sided clip), the ratio, the vLLM
+importance-sampling weight, and the KL term (with `use_bias_correction_kl`, TRL's default, beta r log(pi_ref/pi)).
+TRL adds the KL term after the selection mask, so with beta != 0 a dropped token still gets the KL part of the
+gradient (only the policy part is selected); with beta = 0 dropped tokens get exactly zero gradient. TRL's entropy bonus
+(entropy_coef), a gradient through the entropy rather than grad log pi, acts on the kept tokens only (TRL's own mask).
+
 Refused at construction, with the reason (`check_selection_config`), where selection would be inexact or undefined:
-per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for GMTS, and
-importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a dropped token
-would still get gradient through it).
+per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for GMTS, off_policy_mask_threshold for GMTS
+(a live-policy factor omega does not model), and importance_sampling_level="sequence" (GSPO: the sequence ratio
+carries every token's log-prob, so a dropped token would still get gradient through it).
 
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
 with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks
@@ -146,6 +153,9 @@ def check_selection_config(args: GMTSConfig) -> None:
             f"token_selection='gmts' needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), where omega = "
             f"A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient coefficient."
         )
+    if args.token_selection == "gmts" and args.off_policy_mask_threshold is not None:
+        raise ValueError("off_policy_mask_threshold drops answers by the live policy's divergence from the sampler, "
+                         "a factor of the gradient that omega does not model; unset it or use token_selection='entropy'.")
     if args.top_entropy_quantile < 1.0:
         raise ValueError("Set selection_ratio, not top_entropy_quantile: both would choose tokens.")
     if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
@@ -369,18 +379,21 @@ class GMTSTrainer(GRPOTrainer):
         if "selection_mask" in inputs:  # batch/group scope: chosen once per generation batch
             return inputs["selection_mask"].bool() & mask.bool()
         # microbatch scope (and eval): rank this microbatch, gathered over every process, with the live omega
-        advantages = inputs["advantages"]
-        logps = self._live_logps
-        old = inputs.get("old_per_token_logps")
-        ratio = None if old is None or logps is None else torch.exp(logps - old)
-        ref_ratio = None
-        if self.beta != 0.0:
-            ref_ratio = torch.exp(inputs["ref_per_token_logps"] - (logps if logps is not None else old))
-        omega = gmts_omega(advantages, ratio, self.epsilon_low, self.epsilon_high, self.beta, ref_ratio)
-        keep, _ = self._select_across_processes(
-            entropies.detach(), omega.expand_as(entropies), mask, advantages, inputs.get("group_index"), group_size=None
-        )
+        logps, old = self._live_logps, inputs.get("old_per_token_logps")
+        ratio = None if old is None else torch.exp(logps - old)  # TRL uses r = 1 when it made no old log-probs
+        omega = self._omega(inputs, logps, ratio)
+        keep, _ = self._select_across_processes(entropies.detach(), omega.expand_as(entropies), mask,
+                                                inputs["advantages"], inputs.get("group_index"), group_size=None)
         return keep
+
+    def _omega(self, batch: dict[str, Any], logps: torch.Tensor | None, ratio: torch.Tensor | None) -> torch.Tensor:
+        """The coefficient of grad log pi in TRL's `_compute_loss` for a kept token (selection.gmts_omega) with this
+        trainer's settings: `logps` the policy's log-probs (for the KL term), `ratio` pi_theta / pi_old (None: 1)."""
+        ref_ratio = torch.exp(batch["ref_per_token_logps"] - logps) if self.beta != 0.0 else None
+        weighted = self.use_vllm and self.vllm_importance_sampling_correction and self.loss_type != "vespo"
+        return gmts_omega(batch["advantages"], ratio, self.epsilon_low, self.epsilon_high, self.beta, ref_ratio,
+                          delta=self.args.delta, weight=batch["importance_sampling_ratio"] if weighted else None,
+                          kl_bias_correction=self.args.use_bias_correction_kl)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         for mode, pending in self._pending_stats.items():  # one host sync per logging step
@@ -426,11 +439,8 @@ class GMTSTrainer(GRPOTrainer):
         mask = output["completion_mask"]
         if "tool_mask" in output:
             mask = mask * output["tool_mask"]
-        ref_ratio = None
-        if self.beta != 0.0:
-            ref_ratio = torch.exp(output["ref_per_token_logps"] - logps)
-        # The policy that generated is the policy being scored: r = 1 and no clip branch is active.
-        omega = gmts_omega(output["advantages"], None, beta=self.beta, ref_ratio=ref_ratio).expand_as(entropy)
+        # The policy that generated is the policy being scored: r = 1.
+        omega = self._omega(output, logps, ratio=None).expand_as(entropy)
         group_size = self.num_generations if self.args.selection_scope == "group" else None
         keep, kept_global = self._select_across_processes(
             entropy, omega, mask, output["advantages"], output["group_index"], group_size

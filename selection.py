@@ -8,8 +8,8 @@ trainer (gmts_trainer.py) only decides *which* tensors to pass and over which sc
 
 Notation (shapes are (B, T): B answers/rows, T completion positions):
     entropy  E_t  entropy of the policy's next-token distribution at position t (at the sampling temperature)
-    omega    w_t  the scalar in front of grad log pi(o_t) in the policy-gradient term:
-                  w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)
+    omega    w_t  the scalar in front of grad log pi(o_t) in the gradient of TRL's loss, for a kept token:
+                  w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)  (see gmts_omega)
     score    ETS: E_t            GMTS: |E_t * w_t|   (paper eq. 4)
 
 Deviations from the paper, all deliberate:
@@ -54,12 +54,21 @@ def gmts_omega(
     epsilon_high: float = 0.2,
     beta: float = 0.0,
     ref_ratio: torch.Tensor | None = None,
+    *,
+    delta: float | None = None,
+    weight: torch.Tensor | None = None,
+    kl_bias_correction: bool = False,
 ) -> torch.Tensor:
-    """Omega per token: the coefficient of grad log pi_theta(o_t) in the gradient of the GRPO objective.
+    """Omega per token: the coefficient of grad log pi_theta(o_t) in the gradient of TRL 1.16's clipped-surrogate
+    objective, for a kept token (times the loss normalizer, a positive constant per microbatch).
 
-    For the clipped surrogate min(r A, clip(r, 1-eps_low, 1+eps_high) A) the gradient is r A grad log pi where the
-    unclipped branch is active and 0 where the clipped one is (r > 1+eps_high with A > 0, or r < 1-eps_low with
-    A < 0). The k3 KL penalty beta * (pi_ref/pi - log(pi_ref/pi) - 1) adds beta * (pi_ref/pi - 1).
+    Policy part, which the selection mask multiplies: for min(r A, clip(r, 1-eps_low, 1+eps_high) A) it is r A where
+    the unclipped branch is active and 0 where the clipped one is (r > 1+eps_high with A > 0, r < 1-eps_low with
+    A < 0); TRL's two-sided clipping (`delta`: r is capped at delta) also zeroes it where r > delta. `weight` (the
+    vLLM importance-sampling ratio, (B, T) or (B, 1)) multiplies it.
+    KL part, which TRL adds after the mask, so that every valid token receives it, kept or not: the gradient of
+    -beta * k3, k3 = pi_ref/pi - log(pi_ref/pi) - 1, is beta * (pi_ref/pi - 1); with `kl_bias_correction`
+    (TRL's use_bias_correction_kl: k3 times r) it is beta * r * log(pi_ref/pi).
 
     Args:
         advantages: (B,) or (B, 1) per-answer advantages, or (B, T) per-token ones.
@@ -73,16 +82,18 @@ def gmts_omega(
     a = advantages.float()
     if a.dim() == 1:
         a = a.unsqueeze(1)  # (B, 1)
-    if ratio is None:
-        omega = a
-    else:
-        r = ratio.float()
-        clipped = ((r > 1 + epsilon_high) & (a > 0)) | ((r < 1 - epsilon_low) & (a < 0))
-        omega = torch.where(clipped, torch.zeros_like(r * a), r * a)
+    r = torch.ones_like(a) if ratio is None else ratio.float()
+    clipped = ((r > 1 + epsilon_high) & (a > 0)) | ((r < 1 - epsilon_low) & (a < 0))
+    if delta is not None:
+        clipped = clipped | (r > delta)
+    omega = torch.where(clipped, torch.zeros_like(r * a), r * a)
+    if weight is not None:
+        omega = omega * weight.float()
     if beta != 0.0:
         if ref_ratio is None:
             raise ValueError("gmts_omega: beta != 0 needs ref_ratio = pi_ref / pi_theta per token.")
-        omega = omega + beta * (ref_ratio.float() - 1.0)
+        q = ref_ratio.float()
+        omega = omega + (beta * r * torch.log(q) if kl_bias_correction else beta * (q - 1.0))
     return omega
 
 

@@ -121,6 +121,28 @@ def test_omega_kl_term_is_the_gradient_coefficient_of_k3():
         gmts_omega(torch.zeros(1), beta=0.1)
 
 
+def test_omega_kl_term_with_bias_correction_is_the_gradient_coefficient_of_k3_times_ratio():
+    # TRL's use_bias_correction_kl (its default): the loss is beta * k3 * r, r = pi / pi_old with gradient
+    logp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    old, ref = torch.tensor([[-1.2, -1.9, -0.5]]), torch.tensor([[-1.5, -1.0, -0.7]])
+    beta = 0.1
+    k3 = torch.exp(ref - logp) - (ref - logp) - 1
+    (-beta * k3 * torch.exp(logp - old)).sum().backward()
+    with torch.no_grad():
+        omega = gmts_omega(torch.zeros(1), torch.exp(logp - old), beta=beta, ref_ratio=torch.exp(ref - logp),
+                           kl_bias_correction=True)
+    assert torch.allclose(omega, logp.grad)
+
+
+def test_omega_with_two_sided_clip_and_weight():
+    adv = torch.tensor([[1.0], [-1.0]])
+    ratio = torch.tensor([[1.1, 1.6, 0.9], [1.1, 1.6, 0.7]])
+    weight = torch.tensor([[2.0], [0.5]])
+    omega = gmts_omega(adv, ratio, 0.2, 0.2, delta=1.5, weight=weight)
+    # A > 0: r = 1.6 is clipped by 1 + eps already; A < 0: r = 1.6 > delta is clipped by delta, r = 0.7 by 1 - eps
+    assert torch.allclose(omega, torch.tensor([[2.2, 0.0, 1.8], [-0.55, 0.0, 0.0]]))
+
+
 def test_gmts_scores_move_slots_toward_large_advantage_answers():
     entropy = torch.full((2, 4), 1.0)
     omega = gmts_omega(torch.tensor([2.0, 0.5])).expand(2, 4)

@@ -7,6 +7,7 @@ import torch
 from peft import LoraConfig
 
 from gmts_trainer import GMTSConfig, GMTSTrainer
+from selection import gmts_omega as selection_gmts_omega
 from selection import gmts_scores, kept_count, select_top_fraction
 from tiny import digit_reward, prepared_batch, tiny_dataset, tiny_model, tiny_tokenizer
 
@@ -267,6 +268,79 @@ def test_dropped_tokens_get_exactly_zero_gradient(tmp_path):
     # and the loss is TRL's dapo: sum over kept tokens of -A / all completion tokens (on-policy, r = 1)
     expected = -(out["advantages"].unsqueeze(1) * keep).sum() / valid.sum()
     assert torch.allclose(loss, expected, atol=1e-6)
+
+
+# ---------------------------------------------------------------- omega is TRL's gradient coefficient
+OMEGA_SETTINGS = {
+    "off-policy": {},
+    "kl": {"beta": 0.1, "use_bias_correction_kl": False},
+    "kl-bias-corrected": {"beta": 0.1},  # TRL 1.16's default: use_bias_correction_kl=True
+    "two-sided-clip": {"delta": 1.25},
+    "vllm-is-weight": {"beta": 0.1},  # with TRL's importance-sampling weight on the policy term
+    "bnpo": {"beta": 0.1, "loss_type": "bnpo"},
+    "dr_grpo": {"loss_type": "dr_grpo"},
+}
+
+
+@pytest.mark.parametrize("name", list(OMEGA_SETTINGS))
+def test_omega_is_the_coefficient_of_grad_log_prob_in_trls_loss(tmp_path, name):
+    """Autograd through TRL's own `_compute_loss`: d(-loss)/d log pi_t x normalizer is omega on kept tokens, the KL
+    part alone on dropped ones (TRL adds KL after the mask), 0 on padding."""
+    settings = OMEGA_SETTINGS[name]
+    # ETS ranks by entropy alone, so clipped tokens (omega 0 unless KL) are kept too; GMTS uses the same omega
+    trainer = make_trainer(tmp_path, token_selection="entropy", selection_scope="microbatch",
+                           gradient_accumulation_steps=1, per_device_train_batch_size=16, **settings)
+    batch = prepared_batch(trainer.processing_class, groups=4, group_size=4)
+    valid = batch["completion_mask"].bool()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        logps, _ = trainer.scoring_pass(batch)
+    batch["old_per_token_logps"] = logps + 0.4 * torch.randn(logps.shape, generator=g)  # r spread over [0.3, 3]
+    if trainer.beta:
+        batch["ref_per_token_logps"] = logps + 0.5 * torch.randn(logps.shape, generator=g)
+    if name == "vllm-is-weight":
+        trainer.use_vllm = trainer.vllm_importance_sampling_correction = True  # the branch of `_compute_loss` only
+        batch["importance_sampling_ratio"] = 0.5 + torch.rand(logps.shape, generator=g)
+    held, masks, omegas = {}, [], []
+    forward, hook, select = (trainer._get_per_token_logps_and_entropies, trainer.get_high_entropy_mask,
+                             trainer._select_across_processes)
+
+    def spy_forward(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out[0].retain_grad()
+        held["logps"] = out[0]
+        return out
+
+    def spy_select(entropy, omega, *args, **kwargs):
+        omegas.append(omega)
+        return select(entropy, omega, *args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = spy_forward
+    trainer.get_high_entropy_mask = lambda e, m, t: masks.append(hook(e, m, t)) or masks[-1]
+    trainer._select_across_processes = spy_select
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.compute_loss(trainer.model, batch).backward()
+    normalizer = {"dapo": valid.sum(), "bnpo": valid.sum(), "dr_grpo": valid.size(0) * 12}[trainer.loss_type]
+    coefficient = -held["logps"].grad * normalizer
+    keep, omega = masks[0], omegas[0]
+    live = held["logps"].detach()
+    kl_only = selection_gmts_omega(torch.zeros(16), beta=trainer.beta,
+                                   ref_ratio=torch.exp(batch.get("ref_per_token_logps", live) - live),
+                                   ratio=torch.exp(live - batch["old_per_token_logps"]),
+                                   kl_bias_correction=trainer.args.use_bias_correction_kl).expand_as(live)
+    assert keep.any() and (valid & ~keep).any()
+    r, a = torch.exp(live - batch["old_per_token_logps"]), batch["advantages"].unsqueeze(1)
+    clipped = ((r > 1.2) & (a > 0)) | ((r < 0.8) & (a < 0))
+    assert (keep & clipped).any() and (keep & ~clipped & (a != 0)).any(), "kept tokens should be clipped and not"
+    torch.testing.assert_close(coefficient[keep], omega[keep], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(coefficient[valid & ~keep], kl_only[valid & ~keep], rtol=1e-4, atol=1e-5)
+    assert torch.all(coefficient[~valid] == 0)
+
+
+def test_off_policy_masking_is_refused_for_gmts(tmp_path):
+    with pytest.raises(ValueError, match="omega does not model"):
+        make_config(tmp_path, off_policy_mask_threshold=0.5)
+    make_config(tmp_path, off_policy_mask_threshold=0.5, token_selection="entropy")
 
 
 # ---------------------------------------------------------------- merged-adapter generation
