@@ -9,7 +9,9 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    the batch as `selection_mask` (B, T). TRL's shuffle and split carry it with its rows into each microbatch.
 3. Entropy for those scopes comes, in order of preference, from (a) the generation itself: a logits processor records
    the entropy of softmax(logits / temperature) at each decoding step, the very distribution the training forward
-   scores when num_iterations == 1; (b) the no-grad scoring pass TRL already makes for `old_per_token_logps`, whose
+   scores when num_iterations == 1, used only when every generation setting is on an allow-list that leaves
+   softmax(logits / T) as the sampled distribution before truncation (`settings_off_softmax`; anything else, e.g.
+   min_new_tokens, suppress_tokens or a checkpoint's own generation_config, falls back to (b) or (c)); (b) the no-grad scoring pass TRL already makes for `old_per_token_logps`, whose
    fused LM head computes entropy anyway; (c) one fused no-grad pass of our own (vLLM without IS correction,
    continuous batching, tools, beta != 0, or `selection_entropy_source="scoring_pass"`).
 4. `_compute_loss` only records its `inputs` so the hook can see the advantages; `_get_per_token_logps_and_entropies`
@@ -48,12 +50,13 @@ every microbatch with the live ratio and clip indicator.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
@@ -180,6 +183,39 @@ def check_generation_config(args: GMTSConfig) -> None:
             raise ValueError(f"generation_compile needs a static KV cache; cache_implementation={cache!r} is not one.")
 
 
+# Generation settings under which the sampled distribution is softmax(logits / T) up to truncation (top-k, top-p, ...),
+# so the recorder's entropy is the training forward's. transformers runs a custom processor (the recorder) after its own
+# logits processors and before the warpers: any processor of the first kind changes what the recorder sees.
+GENERATION_ANY_VALUE = frozenset({
+    "max_length", "max_new_tokens", "max_time", "stop_strings", "early_stopping", "length_penalty",  # stopping
+    "top_k", "top_p", "min_p", "top_h", "typical_p", "epsilon_cutoff", "eta_cutoff", "renormalize_logits",  # warpers
+    "use_cache", "cache_implementation", "cache_config", "max_cache_len", "compile_config", "disable_compile",
+    "prefill_chunk_size", "low_memory", "output_attentions", "output_hidden_states", "output_scores", "output_logits",
+    "return_dict_in_generate", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+    "transformers_version", "_from_model_config",
+})
+GENERATION_NEUTRAL_VALUES = {  # settings whose processor is off at these values; any other field must be None
+    "do_sample": (True,), "num_beams": (None, 1), "num_return_sequences": (None, 1),
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "guidance_scale": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0), "encoder_no_repeat_ngram_size": (None, 0), "min_length": (None, 0),
+    "min_new_tokens": (None, 0), "remove_invalid_values": (None, False),
+}
+
+
+def settings_off_softmax(config: GenerationConfig, temperature: float) -> list[str]:
+    """The generation settings (of the config `generate` will use) that make the sampled distribution differ from
+    softmax(logits / temperature) before truncation, or that this allow-list does not know. [] means exact."""
+    off = []
+    for name, value in config.to_dict().items():
+        if name == "temperature":
+            ok = value == temperature or (value is None and temperature == 1.0)
+        else:
+            ok = name in GENERATION_ANY_VALUE or value in GENERATION_NEUTRAL_VALUES.get(name, (None,))
+        if not ok:
+            off.append(name)
+    return off
+
+
 def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_to_multiple_of: Any) -> int:
     """Static KV cache length for a generation batch, rounded up to `COMPILE_CACHE_BUCKET`: transformers keeps the
     largest length seen, so the compiled decoder sees a new shape (and recompiles) only when a bucket is outgrown."""
@@ -303,18 +339,24 @@ class GMTSTrainer(GRPOTrainer):
             self.use_vllm and self.vllm_importance_sampling_correction
         )
 
+    def _generation_config_used(self) -> GenerationConfig:
+        """TRL's generation config with the unset fields filled from the model's own, as transformers' `generate`
+        merges them (a checkpoint's generation_config.json can set e.g. suppress_tokens)."""
+        config = copy.deepcopy(self.generation_config)
+        model_config = getattr(self.accelerator.unwrap_model(self.model), "generation_config", None)
+        if model_config is not None:
+            config.update(**model_config.to_dict(), defaults_only=True)
+        return config
+
     def _generation_entropy_is_exact(self) -> bool:
-        g = self.generation_config
         return (
             self.args.selection_entropy_source == "auto"
             and not self.use_vllm
             and not self.use_transformers_continuous_batching
             and not self.tools
             and getattr(self, "rollout_func", None) is None
-            and self.beta == 0.0
-            and g.repetition_penalty in (None, 1.0)
-            and not g.no_repeat_ngram_size
-            and not g.bad_words_ids
+            and self.beta == 0.0  # omega's KL term needs the policy's log-probs: a scoring pass anyway
+            and not settings_off_softmax(self._generation_config_used(), self.temperature)
         )
 
     # ------------------------------------------------------------------ hooks into TRL

@@ -131,6 +131,52 @@ def test_generation_entropy_equals_training_forward_entropy(tmp_path):
     assert torch.equal(gen_scores, ref), "generation-time entropy ranked tokens differently from the training forward"
 
 
+def test_generation_entropy_equals_training_forward_entropy_with_left_padding(tmp_path):
+    trainer = make_trainer(tmp_path, temperature=0.7)
+    prompts = ["1+2=", "12+345=", "123456+78=", "9="]  # different lengths: the shorter ones are left-padded
+    examples = [{"prompt": p, "answer": "0"} for p in prompts[:2] for _ in range(4)]
+    recorded = {}
+    batch_entropy = trainer._batch_entropy
+
+    def spy(*args):
+        recorded["entropy"], logps = batch_entropy(*args)
+        return recorded["entropy"], logps
+
+    trainer._batch_entropy = spy
+    trainer.model.train()
+    torch.manual_seed(0)
+    out = trainer._generate_and_score_completions(examples)
+    assert trainer.entropy_source_used == "generation"
+    assert not out["prompt_mask"].bool().all(), "no prompt was left-padded"
+    _, forward = trainer.scoring_pass(out)
+    valid = out["completion_mask"].bool()
+    torch.testing.assert_close(recorded["entropy"][valid], forward[valid], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("setting", [{"min_new_tokens": 3}, {"suppress_tokens": [5]}, {"sequence_bias": [[[5], -1.0]]},
+                                     {"forced_eos_token_id": 1}, {"begin_suppress_tokens": [5]},
+                                     {"repetition_penalty": 1.1}, {"temperature": 0.5}])
+def test_generation_settings_that_change_the_distribution_fall_back_to_a_scoring_pass(tmp_path, setting):
+    trainer = make_trainer(tmp_path, generation_kwargs=setting)
+    assert not trainer._generation_entropy_is_exact()
+
+
+@pytest.mark.parametrize("setting", [{"top_k": 5}, {"top_p": 0.9}, {"min_p": 0.05}, {"max_new_tokens": 12}])
+def test_truncation_settings_keep_generation_entropy(tmp_path, setting):
+    assert make_trainer(tmp_path, generation_kwargs=setting)._generation_entropy_is_exact()
+
+
+def test_a_model_generation_config_that_changes_the_distribution_is_seen(tmp_path):
+    trainer = make_trainer(tmp_path)
+    assert trainer._generation_entropy_is_exact()
+    trainer.accelerator.unwrap_model(trainer.model).generation_config.suppress_tokens = [5]  # as a checkpoint's would
+    assert not trainer._generation_entropy_is_exact()
+    trainer = make_trainer(tmp_path, generation_kwargs={"min_new_tokens": 3})
+    out = generation_batch(trainer)
+    assert trainer.entropy_source_used == "extra_scoring_pass"
+    assert int(out["selection_mask"].sum()) == kept_count(int(out["completion_mask"].sum()), 0.2)
+
+
 def test_trl_scoring_pass_is_reused_when_trl_makes_one(tmp_path):
     trainer = make_trainer(tmp_path, steps_per_generation=4, gradient_accumulation_steps=2)
     assert trainer._trl_makes_scoring_pass()
