@@ -9,7 +9,9 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    the batch as `selection_mask` (B, T). TRL's shuffle and split carry it with its rows into each microbatch.
 3. Entropy for those scopes comes, in order of preference, from (a) the generation itself: a logits processor records
    the entropy of softmax(logits / temperature) at each decoding step, the very distribution the training forward
-   scores when num_iterations == 1; (b) the no-grad scoring pass TRL already makes for `old_per_token_logps`, whose
+   scores when num_iterations == 1, used only when every generation setting is on an allow-list that leaves
+   softmax(logits / T) as the sampled distribution before truncation (`settings_off_softmax`; anything else, e.g.
+   min_new_tokens, suppress_tokens or a checkpoint's own generation_config, falls back to (b) or (c)); (b) the no-grad scoring pass TRL already makes for `old_per_token_logps`, whose
    fused LM head computes entropy anyway; (c) one fused no-grad pass of our own (vLLM without IS correction,
    continuous batching, tools, beta != 0, or `selection_entropy_source="scoring_pass"`).
 4. `_compute_loss` only records its `inputs` so the hook can see the advantages; `_get_per_token_logps_and_entropies`
@@ -28,6 +30,18 @@ arm, so two arms differ only in which tokens they keep, and the step is ~ratio t
 alternative `selection_normalizer="kept_tokens"` divides by the kept count instead (a 1/ratio larger step: a
 learning-rate change in disguise, offered for ablation, refused where it would differ between arms).
 
+Omega (`GMTSTrainer._omega`, selection.gmts_omega) is the coefficient of grad log pi_t in TRL's `_compute_loss` for a
+kept token, with every term TRL puts there: the clip indicator (and `delta`'s two-sided clip), the ratio, the vLLM
+importance-sampling weight, and the KL term (with `use_bias_correction_kl`, TRL's default, beta r log(pi_ref/pi)).
+TRL adds the KL term after the selection mask, so with beta != 0 a dropped token still gets the KL part of the
+gradient (only the policy part is selected); with beta = 0 dropped tokens get exactly zero gradient. TRL's entropy bonus
+(entropy_coef), a gradient through the entropy rather than grad log pi, acts on the kept tokens only (TRL's own mask).
+
+Refused at construction, with the reason (`check_selection_config`), where selection would be inexact or undefined:
+per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for GMTS, off_policy_mask_threshold for GMTS
+(a live-policy factor omega does not model), and importance_sampling_level="sequence" (GSPO: the sequence ratio
+carries every token's log-prob, so a dropped token would still get gradient through it).
+
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
 with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks
 every microbatch with the live ratio and clip indicator.
@@ -36,12 +50,13 @@ every microbatch with the live ratio and clip indicator.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
@@ -130,11 +145,20 @@ def check_selection_config(args: GMTSConfig) -> None:
             f"loss_type={args.loss_type!r} divides each answer by its own length, which renormalizes the selection "
             f"away (GMTS only moves tokens between answers). Use a token-level loss: 'dapo' (recommended) or 'bnpo'."
         )
+    if args.importance_sampling_level != "token":
+        raise ValueError(
+            f"importance_sampling_level={args.importance_sampling_level!r} (GSPO) builds one ratio per answer from "
+            f"every completion token's log-prob, so a dropped token still gets gradient through it (the mask only "
+            f"rescales each answer's term by its kept count). Use importance_sampling_level='token'."
+        )
     if args.token_selection == "gmts" and args.loss_type not in PPO_CLIP_LOSSES:
         raise ValueError(
             f"token_selection='gmts' needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), where omega = "
             f"A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient coefficient."
         )
+    if args.token_selection == "gmts" and args.off_policy_mask_threshold is not None:
+        raise ValueError("off_policy_mask_threshold drops answers by the live policy's divergence from the sampler, "
+                         "a factor of the gradient that omega does not model; unset it or use token_selection='entropy'.")
     if args.top_entropy_quantile < 1.0:
         raise ValueError("Set selection_ratio, not top_entropy_quantile: both would choose tokens.")
     if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
@@ -157,6 +181,39 @@ def check_generation_config(args: GMTSConfig) -> None:
         cache = (args.generation_kwargs or {}).get("cache_implementation", args.cache_implementation)
         if cache not in (None, "static"):
             raise ValueError(f"generation_compile needs a static KV cache; cache_implementation={cache!r} is not one.")
+
+
+# Generation settings under which the sampled distribution is softmax(logits / T) up to truncation (top-k, top-p, ...),
+# so the recorder's entropy is the training forward's. transformers runs a custom processor (the recorder) after its own
+# logits processors and before the warpers: any processor of the first kind changes what the recorder sees.
+GENERATION_ANY_VALUE = frozenset({
+    "max_length", "max_new_tokens", "max_time", "stop_strings", "early_stopping", "length_penalty",  # stopping
+    "top_k", "top_p", "min_p", "top_h", "typical_p", "epsilon_cutoff", "eta_cutoff", "renormalize_logits",  # warpers
+    "use_cache", "cache_implementation", "cache_config", "max_cache_len", "compile_config", "disable_compile",
+    "prefill_chunk_size", "low_memory", "output_attentions", "output_hidden_states", "output_scores", "output_logits",
+    "return_dict_in_generate", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+    "transformers_version", "_from_model_config",
+})
+GENERATION_NEUTRAL_VALUES = {  # settings whose processor is off at these values; any other field must be None
+    "do_sample": (True,), "num_beams": (None, 1), "num_return_sequences": (None, 1),
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "guidance_scale": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0), "encoder_no_repeat_ngram_size": (None, 0), "min_length": (None, 0),
+    "min_new_tokens": (None, 0), "remove_invalid_values": (None, False),
+}
+
+
+def settings_off_softmax(config: GenerationConfig, temperature: float) -> list[str]:
+    """The generation settings (of the config `generate` will use) that make the sampled distribution differ from
+    softmax(logits / temperature) before truncation, or that this allow-list does not know. [] means exact."""
+    off = []
+    for name, value in config.to_dict().items():
+        if name == "temperature":
+            ok = value == temperature or (value is None and temperature == 1.0)
+        else:
+            ok = name in GENERATION_ANY_VALUE or value in GENERATION_NEUTRAL_VALUES.get(name, (None,))
+        if not ok:
+            off.append(name)
+    return off
 
 
 def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_to_multiple_of: Any) -> int:
@@ -268,7 +325,6 @@ class GMTSTrainer(GRPOTrainer):
         self._recorder: _EntropyRecorder | None = None
         self._capture_scoring: dict[str, torch.Tensor] | None = None
         self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
-        self._num_groups = 1  # upper bound of the global group index of the current generation batch
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
         if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
             self.generation_config.cache_implementation = "static"
@@ -283,18 +339,24 @@ class GMTSTrainer(GRPOTrainer):
             self.use_vllm and self.vllm_importance_sampling_correction
         )
 
+    def _generation_config_used(self) -> GenerationConfig:
+        """TRL's generation config with the unset fields filled from the model's own, as transformers' `generate`
+        merges them (a checkpoint's generation_config.json can set e.g. suppress_tokens)."""
+        config = copy.deepcopy(self.generation_config)
+        model_config = getattr(self.accelerator.unwrap_model(self.model), "generation_config", None)
+        if model_config is not None:
+            config.update(**model_config.to_dict(), defaults_only=True)
+        return config
+
     def _generation_entropy_is_exact(self) -> bool:
-        g = self.generation_config
         return (
             self.args.selection_entropy_source == "auto"
             and not self.use_vllm
             and not self.use_transformers_continuous_batching
             and not self.tools
             and getattr(self, "rollout_func", None) is None
-            and self.beta == 0.0
-            and g.repetition_penalty in (None, 1.0)
-            and not g.no_repeat_ngram_size
-            and not g.bad_words_ids
+            and self.beta == 0.0  # omega's KL term needs the policy's log-probs: a scoring pass anyway
+            and not settings_off_softmax(self._generation_config_used(), self.temperature)
         )
 
     # ------------------------------------------------------------------ hooks into TRL
@@ -319,7 +381,7 @@ class GMTSTrainer(GRPOTrainer):
         if capture:  # TRL's own old_per_token_logps pass: keep the entropy its fused head computed anyway
             self._capture_scoring.update(logps=logps, entropy=entropies)
             entropies = entropies if compute_entropy else None
-        elif torch.is_grad_enabled() and self._loss_inputs is not None:
+        elif self._loss_inputs is not None:  # the policy forward of `_compute_loss` (train, or eval without grad)
             self._live_logps = logps.detach()
         return logps, entropies, aux
 
@@ -347,9 +409,9 @@ class GMTSTrainer(GRPOTrainer):
             return output
         rows = output["completion_ids"].size(0)
         offset = self.accelerator.process_index * rows
-        self._num_groups = -(-self.accelerator.num_processes * rows // self.num_generations)
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
         # Global row index // group size: which prompt's group each row belongs to; travels through the shuffle.
-        output["group_index"] = (torch.arange(rows, device=output["advantages"].device) + offset) // self.num_generations
+        output["group_index"] = (torch.arange(rows, device=output["advantages"].device) + offset) // group_size
         if batch_wide:
             self._select_generation_batch(output, recorder, captured)
         return output
@@ -359,20 +421,21 @@ class GMTSTrainer(GRPOTrainer):
         if "selection_mask" in inputs:  # batch/group scope: chosen once per generation batch
             return inputs["selection_mask"].bool() & mask.bool()
         # microbatch scope (and eval): rank this microbatch, gathered over every process, with the live omega
-        advantages = inputs["advantages"]
-        logps = self._live_logps
-        old = inputs.get("old_per_token_logps")
-        ratio = None if old is None or logps is None else torch.exp(logps - old)
-        if ratio is not None and self.importance_sampling_level == "sequence":
-            ratio = torch.exp(((logps - old) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1))
-        ref_ratio = None
-        if self.beta != 0.0:
-            ref_ratio = torch.exp(inputs["ref_per_token_logps"] - (logps if logps is not None else old))
-        omega = gmts_omega(advantages, ratio, self.epsilon_low, self.epsilon_high, self.beta, ref_ratio)
-        keep, _ = self._select_across_processes(
-            entropies.detach(), omega.expand_as(entropies), mask, advantages, inputs.get("group_index"), group_size=None
-        )
+        logps, old = self._live_logps, inputs.get("old_per_token_logps")
+        ratio = None if old is None else torch.exp(logps - old)  # TRL uses r = 1 when it made no old log-probs
+        omega = self._omega(inputs, logps, ratio)
+        keep, _ = self._select_across_processes(entropies.detach(), omega.expand_as(entropies), mask,
+                                                inputs["advantages"], inputs.get("group_index"), group_size=None)
         return keep
+
+    def _omega(self, batch: dict[str, Any], logps: torch.Tensor | None, ratio: torch.Tensor | None) -> torch.Tensor:
+        """The coefficient of grad log pi in TRL's `_compute_loss` for a kept token (selection.gmts_omega) with this
+        trainer's settings: `logps` the policy's log-probs (for the KL term), `ratio` pi_theta / pi_old (None: 1)."""
+        ref_ratio = torch.exp(batch["ref_per_token_logps"] - logps) if self.beta != 0.0 else None
+        weighted = self.use_vllm and self.vllm_importance_sampling_correction and self.loss_type != "vespo"
+        return gmts_omega(batch["advantages"], ratio, self.epsilon_low, self.epsilon_high, self.beta, ref_ratio,
+                          delta=self.args.delta, weight=batch["importance_sampling_ratio"] if weighted else None,
+                          kl_bias_correction=self.args.use_bias_correction_kl)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         for mode, pending in self._pending_stats.items():  # one host sync per logging step
@@ -418,11 +481,8 @@ class GMTSTrainer(GRPOTrainer):
         mask = output["completion_mask"]
         if "tool_mask" in output:
             mask = mask * output["tool_mask"]
-        ref_ratio = None
-        if self.beta != 0.0:
-            ref_ratio = torch.exp(output["ref_per_token_logps"] - logps)
-        # The policy that generated is the policy being scored: r = 1 and no clip branch is active.
-        omega = gmts_omega(output["advantages"], None, beta=self.beta, ref_ratio=ref_ratio).expand_as(entropy)
+        # The policy that generated is the policy being scored: r = 1.
+        omega = self._omega(output, logps, ratio=None).expand_as(entropy)
         group_size = self.num_generations if self.args.selection_scope == "group" else None
         keep, kept_global = self._select_across_processes(
             entropy, omega, mask, output["advantages"], output["group_index"], group_size
@@ -451,12 +511,11 @@ class GMTSTrainer(GRPOTrainer):
         keep = select_top_fraction(scores[rule], g_mask, self.args.selection_ratio, group_size)
         keep_other = select_top_fraction(scores[other], g_mask, self.args.selection_ratio, group_size)
         mode = "train" if self.model.training else "eval"
-        groups = self._num_groups if group_index is not None else g_mask.size(0)
         if group_index is None:
             group_index = torch.arange(g_mask.size(0), device=g_mask.device)
         # kept as tensors until `log`: a host sync here would stall the CPU in the middle of the forward
         self._pending_stats[mode].append(
-            selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other, num_groups=groups))
+            selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other))
         rows = entropy.size(0)
         start = acc.process_index * rows if acc.num_processes > 1 else 0
         return keep[start : start + rows, :width], keep.sum()

@@ -8,8 +8,8 @@ trainer (gmts_trainer.py) only decides *which* tensors to pass and over which sc
 
 Notation (shapes are (B, T): B answers/rows, T completion positions):
     entropy  E_t  entropy of the policy's next-token distribution at position t (at the sampling temperature)
-    omega    w_t  the scalar in front of grad log pi(o_t) in the policy-gradient term:
-                  w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)
+    omega    w_t  the scalar in front of grad log pi(o_t) in the gradient of TRL's loss, for a kept token:
+                  w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)  (see gmts_omega)
     score    ETS: E_t            GMTS: |E_t * w_t|   (paper eq. 4)
 
 Deviations from the paper, all deliberate:
@@ -33,6 +33,7 @@ __all__ = [
     "select_top_fraction",
     "kept_count",
     "selection_stats",
+    "top_answers",
 ]
 
 
@@ -53,12 +54,21 @@ def gmts_omega(
     epsilon_high: float = 0.2,
     beta: float = 0.0,
     ref_ratio: torch.Tensor | None = None,
+    *,
+    delta: float | None = None,
+    weight: torch.Tensor | None = None,
+    kl_bias_correction: bool = False,
 ) -> torch.Tensor:
-    """Omega per token: the coefficient of grad log pi_theta(o_t) in the gradient of the GRPO objective.
+    """Omega per token: the coefficient of grad log pi_theta(o_t) in the gradient of TRL 1.16's clipped-surrogate
+    objective, for a kept token (times the loss normalizer, a positive constant per microbatch).
 
-    For the clipped surrogate min(r A, clip(r, 1-eps_low, 1+eps_high) A) the gradient is r A grad log pi where the
-    unclipped branch is active and 0 where the clipped one is (r > 1+eps_high with A > 0, or r < 1-eps_low with
-    A < 0). The k3 KL penalty beta * (pi_ref/pi - log(pi_ref/pi) - 1) adds beta * (pi_ref/pi - 1).
+    Policy part, which the selection mask multiplies: for min(r A, clip(r, 1-eps_low, 1+eps_high) A) it is r A where
+    the unclipped branch is active and 0 where the clipped one is (r > 1+eps_high with A > 0, r < 1-eps_low with
+    A < 0); TRL's two-sided clipping (`delta`: r is capped at delta) also zeroes it where r > delta. `weight` (the
+    vLLM importance-sampling ratio, (B, T) or (B, 1)) multiplies it.
+    KL part, which TRL adds after the mask, so that every valid token receives it, kept or not: the gradient of
+    -beta * k3, k3 = pi_ref/pi - log(pi_ref/pi) - 1, is beta * (pi_ref/pi - 1); with `kl_bias_correction`
+    (TRL's use_bias_correction_kl: k3 times r) it is beta * r * log(pi_ref/pi).
 
     Args:
         advantages: (B,) or (B, 1) per-answer advantages, or (B, T) per-token ones.
@@ -72,16 +82,18 @@ def gmts_omega(
     a = advantages.float()
     if a.dim() == 1:
         a = a.unsqueeze(1)  # (B, 1)
-    if ratio is None:
-        omega = a
-    else:
-        r = ratio.float()
-        clipped = ((r > 1 + epsilon_high) & (a > 0)) | ((r < 1 - epsilon_low) & (a < 0))
-        omega = torch.where(clipped, torch.zeros_like(r * a), r * a)
+    r = torch.ones_like(a) if ratio is None else ratio.float()
+    clipped = ((r > 1 + epsilon_high) & (a > 0)) | ((r < 1 - epsilon_low) & (a < 0))
+    if delta is not None:
+        clipped = clipped | (r > delta)
+    omega = torch.where(clipped, torch.zeros_like(r * a), r * a)
+    if weight is not None:
+        omega = omega * weight.float()
     if beta != 0.0:
         if ref_ratio is None:
             raise ValueError("gmts_omega: beta != 0 needs ref_ratio = pi_ref / pi_theta per token.")
-        omega = omega + beta * (ref_ratio.float() - 1.0)
+        q = ref_ratio.float()
+        omega = omega + (beta * r * torch.log(q) if kl_bias_correction else beta * (q - 1.0))
     return omega
 
 
@@ -150,6 +162,27 @@ def select_top_fraction(
     return keep.reshape(rows, cols)
 
 
+def top_answers(advantages: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: the largest-|advantage| answer of each prompt group (the first such row where several tie).
+
+    Group ids may be any non-negative integers in any row order (a shuffled microbatch holds a few groups of the
+    generation batch, with their global ids): they are renumbered 0..G-1 here, so no bound on them is needed and
+    nothing waits for the device.
+    """
+    abs_adv = advantages.float().reshape(-1).abs()  # (B,)
+    gid = group_index.reshape(-1).long()
+    n = gid.numel()
+    sorted_gid, order = torch.sort(gid, stable=True)
+    starts = torch.ones_like(sorted_gid, dtype=torch.long)
+    starts[1:] = (sorted_gid[1:] != sorted_gid[:-1]).long()
+    dense = torch.empty_like(gid).scatter_(0, order, starts.cumsum(0) - 1)  # (B,) ids in [0, n)
+    group_max = torch.full((n,), -1.0, device=abs_adv.device).scatter_reduce(0, dense, abs_adv, "amax")
+    rows = torch.arange(n, device=gid.device)
+    candidate = torch.where(abs_adv == group_max[dense], rows, n)  # rows holding their group's max |A|
+    first = torch.full((n,), n, device=gid.device).scatter_reduce(0, dense, candidate, "amin")
+    return first[dense] == rows
+
+
 def selection_stats(
     kept: torch.Tensor,
     mask: torch.Tensor,
@@ -157,12 +190,10 @@ def selection_stats(
     advantages: torch.Tensor,
     group_index: torch.Tensor,
     other_kept: torch.Tensor | None = None,
-    num_groups: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """Diagnostics of one selection, as 0-dim tensors (no host sync: call .item() when logging).
 
-    `group_index` (B,) names each row's prompt group (rows may be in any order); `num_groups` bounds its values
-    (default: computed, which syncs).
+    `group_index` (B,) names each row's prompt group (any ids, rows in any order).
 
     Returns:
         kept_fraction: kept / valid tokens.
@@ -182,14 +213,7 @@ def selection_stats(
     per_answer = kept_f.sum(dim=1)  # (B,)
     shares = per_answer / denom
     out["effective_answers"] = torch.where(n_kept > 0, 1.0 / (shares**2).sum().clamp(min=1e-12), 0.0)
-    abs_adv = advantages.float().reshape(-1).abs()  # (B,)
-    gid = group_index.reshape(-1).long()
-    groups = num_groups if num_groups is not None else int(gid.max().item()) + 1
-    group_max = torch.full((groups,), -1.0, device=abs_adv.device).scatter_reduce(0, gid, abs_adv, "amax")
-    rows = torch.arange(gid.numel(), device=gid.device)
-    candidate = torch.where(abs_adv == group_max[gid], rows, gid.numel())  # rows holding their group's max |A|
-    first = torch.full((groups,), gid.numel(), device=gid.device).scatter_reduce(0, gid, candidate, "amin")
-    is_top = (first[gid] == rows).float()  # (B,) one answer per group
+    is_top = top_answers(advantages, group_index).float()  # (B,) one answer per group
     out["top_answer_share"] = (per_answer * is_top).sum() / denom
     ent = entropy.float()
     out["entropy_kept_mean"] = (ent * kept_f).sum() / denom

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from selection import (ets_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction, selection_stats)
+from selection import (ets_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction, selection_stats,
+                       top_answers)
 
 RATIOS = st.sampled_from([0.05, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.8, 1.0])
 
@@ -120,6 +121,28 @@ def test_omega_kl_term_is_the_gradient_coefficient_of_k3():
         gmts_omega(torch.zeros(1), beta=0.1)
 
 
+def test_omega_kl_term_with_bias_correction_is_the_gradient_coefficient_of_k3_times_ratio():
+    # TRL's use_bias_correction_kl (its default): the loss is beta * k3 * r, r = pi / pi_old with gradient
+    logp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    old, ref = torch.tensor([[-1.2, -1.9, -0.5]]), torch.tensor([[-1.5, -1.0, -0.7]])
+    beta = 0.1
+    k3 = torch.exp(ref - logp) - (ref - logp) - 1
+    (-beta * k3 * torch.exp(logp - old)).sum().backward()
+    with torch.no_grad():
+        omega = gmts_omega(torch.zeros(1), torch.exp(logp - old), beta=beta, ref_ratio=torch.exp(ref - logp),
+                           kl_bias_correction=True)
+    assert torch.allclose(omega, logp.grad)
+
+
+def test_omega_with_two_sided_clip_and_weight():
+    adv = torch.tensor([[1.0], [-1.0]])
+    ratio = torch.tensor([[1.1, 1.6, 0.9], [1.1, 1.6, 0.7]])
+    weight = torch.tensor([[2.0], [0.5]])
+    omega = gmts_omega(adv, ratio, 0.2, 0.2, delta=1.5, weight=weight)
+    # A > 0: r = 1.6 is clipped by 1 + eps already; A < 0: r = 1.6 > delta is clipped by delta, r = 0.7 by 1 - eps
+    assert torch.allclose(omega, torch.tensor([[2.2, 0.0, 1.8], [-0.55, 0.0, 0.0]]))
+
+
 def test_gmts_scores_move_slots_toward_large_advantage_answers():
     entropy = torch.full((2, 4), 1.0)
     omega = gmts_omega(torch.tensor([2.0, 0.5])).expand(2, 4)
@@ -144,8 +167,10 @@ def test_selection_stats_by_hand():
     adv = torch.tensor([1.0, -2.0, 0.5, 0.5])  # groups {0,1} and {2,3}; top answers: row 1 and row 2 (first tie)
     other = torch.tensor([[1, 0, 0], [0, 0, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.bool)
     s = selection_stats(kept, mask, entropy, adv, torch.tensor([0, 0, 1, 1]), other_kept=other)
-    loose = selection_stats(kept, mask, entropy, adv, torch.tensor([0, 0, 1, 1]), other_kept=other, num_groups=5)
-    assert all(torch.equal(s[k], loose[k]) for k in s)  # a looser bound on the group ids gives the same values
+    perm = torch.tensor([2, 0, 3, 1])  # shuffled rows with global group ids (a microbatch of a larger batch)
+    shuffled = selection_stats(kept[perm], mask[perm], entropy[perm], adv[perm], torch.tensor([7, 7, 31, 31])[perm],
+                               other_kept=other[perm])
+    assert all(torch.allclose(s[k], shuffled[k]) for k in s)
     s = {k: v.item() for k, v in s.items()}
     assert s["kept_fraction"] == pytest.approx(4 / 12)
     assert s["overlap"] == pytest.approx(2 / 4)
@@ -153,3 +178,16 @@ def test_selection_stats_by_hand():
     assert s["effective_answers"] == pytest.approx(1 / (0.5**2 + 0.25**2 + 0.25**2))
     assert s["entropy_kept_mean"] == pytest.approx((0 + 1 + 3 + 9) / 4)
     assert s["entropy_all_mean"] == pytest.approx(5.5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 24), st.integers(0, 2**31 - 1))
+def test_top_answers_is_the_first_largest_abs_advantage_row_of_every_group(rows, seed):
+    g = torch.Generator().manual_seed(seed)
+    gid = torch.randint(0, 1000, (rows,), generator=g) * torch.randint(0, 2, (rows,), generator=g)  # sparse, large
+    adv = torch.randint(-2, 3, (rows,), generator=g).float()  # ties are common
+    top = top_answers(adv, gid).tolist()
+    for group in set(gid.tolist()):
+        members = [i for i in range(rows) if gid[i] == group]
+        best = max(abs(adv[i].item()) for i in members)
+        assert [i for i in members if top[i]] == [next(i for i in members if abs(adv[i].item()) == best)]

@@ -7,8 +7,9 @@ import torch
 from peft import LoraConfig
 
 from gmts_trainer import GMTSConfig, GMTSTrainer
+from selection import gmts_omega as selection_gmts_omega
 from selection import gmts_scores, kept_count, select_top_fraction
-from tiny import digit_reward, tiny_dataset, tiny_model, tiny_tokenizer
+from tiny import digit_reward, prepared_batch, tiny_dataset, tiny_model, tiny_tokenizer
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
 
@@ -23,11 +24,12 @@ def make_config(tmp_path, **overrides) -> GMTSConfig:
     return GMTSConfig(**kw)
 
 
-def make_trainer(tmp_path, seed_model=0, peft=True, **overrides) -> GMTSTrainer:
+def make_trainer(tmp_path, seed_model=0, peft=True, eval_dataset=None, **overrides) -> GMTSTrainer:
     tok = tiny_tokenizer()
     return GMTSTrainer(
         model=tiny_model(tok, seed=seed_model), reward_funcs=digit_reward, args=make_config(tmp_path, **overrides),
-        train_dataset=tiny_dataset(16), processing_class=tok, peft_config=LoraConfig(**LORA) if peft else None,
+        train_dataset=tiny_dataset(16), eval_dataset=eval_dataset, processing_class=tok,
+        peft_config=LoraConfig(**LORA) if peft else None,
     )
 
 
@@ -47,6 +49,14 @@ def test_per_sequence_loss_is_refused_with_selection_on(tmp_path, loss_type):
     with pytest.raises(ValueError, match="renormalizes the selection away"):
         make_config(tmp_path, loss_type=loss_type, **extra)
     make_config(tmp_path, loss_type=loss_type, token_selection="all", **extra)  # plain GRPO is fine
+
+
+@pytest.mark.parametrize("rule", ["entropy", "gmts"])
+def test_sequence_level_importance_sampling_is_refused_with_selection_on(tmp_path, rule):
+    # TRL's GSPO ratio is exp(mean of every token's log-ratio): masking the loss still sends gradient to every token
+    with pytest.raises(ValueError, match="dropped token still gets gradient"):
+        make_config(tmp_path, token_selection=rule, importance_sampling_level="sequence")
+    make_config(tmp_path, token_selection="all", importance_sampling_level="sequence")  # plain GSPO is fine
 
 
 @pytest.mark.parametrize("field,value,match", [
@@ -121,6 +131,52 @@ def test_generation_entropy_equals_training_forward_entropy(tmp_path):
     assert torch.equal(gen_scores, ref), "generation-time entropy ranked tokens differently from the training forward"
 
 
+def test_generation_entropy_equals_training_forward_entropy_with_left_padding(tmp_path):
+    trainer = make_trainer(tmp_path, temperature=0.7)
+    prompts = ["1+2=", "12+345=", "123456+78=", "9="]  # different lengths: the shorter ones are left-padded
+    examples = [{"prompt": p, "answer": "0"} for p in prompts[:2] for _ in range(4)]
+    recorded = {}
+    batch_entropy = trainer._batch_entropy
+
+    def spy(*args):
+        recorded["entropy"], logps = batch_entropy(*args)
+        return recorded["entropy"], logps
+
+    trainer._batch_entropy = spy
+    trainer.model.train()
+    torch.manual_seed(0)
+    out = trainer._generate_and_score_completions(examples)
+    assert trainer.entropy_source_used == "generation"
+    assert not out["prompt_mask"].bool().all(), "no prompt was left-padded"
+    _, forward = trainer.scoring_pass(out)
+    valid = out["completion_mask"].bool()
+    torch.testing.assert_close(recorded["entropy"][valid], forward[valid], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("setting", [{"min_new_tokens": 3}, {"suppress_tokens": [5]}, {"sequence_bias": [[[5], -1.0]]},
+                                     {"forced_eos_token_id": 1}, {"begin_suppress_tokens": [5]},
+                                     {"repetition_penalty": 1.1}, {"temperature": 0.5}])
+def test_generation_settings_that_change_the_distribution_fall_back_to_a_scoring_pass(tmp_path, setting):
+    trainer = make_trainer(tmp_path, generation_kwargs=setting)
+    assert not trainer._generation_entropy_is_exact()
+
+
+@pytest.mark.parametrize("setting", [{"top_k": 5}, {"top_p": 0.9}, {"min_p": 0.05}, {"max_new_tokens": 12}])
+def test_truncation_settings_keep_generation_entropy(tmp_path, setting):
+    assert make_trainer(tmp_path, generation_kwargs=setting)._generation_entropy_is_exact()
+
+
+def test_a_model_generation_config_that_changes_the_distribution_is_seen(tmp_path):
+    trainer = make_trainer(tmp_path)
+    assert trainer._generation_entropy_is_exact()
+    trainer.accelerator.unwrap_model(trainer.model).generation_config.suppress_tokens = [5]  # as a checkpoint's would
+    assert not trainer._generation_entropy_is_exact()
+    trainer = make_trainer(tmp_path, generation_kwargs={"min_new_tokens": 3})
+    out = generation_batch(trainer)
+    assert trainer.entropy_source_used == "extra_scoring_pass"
+    assert int(out["selection_mask"].sum()) == kept_count(int(out["completion_mask"].sum()), 0.2)
+
+
 def test_trl_scoring_pass_is_reused_when_trl_makes_one(tmp_path):
     trainer = make_trainer(tmp_path, steps_per_generation=4, gradient_accumulation_steps=2)
     assert trainer._trl_makes_scoring_pass()
@@ -144,6 +200,40 @@ def test_microbatch_scope_ranks_each_microbatch(tmp_path):
         assert int(keep.sum()) == kept_count(int(m.sum()), 0.2) and not (keep & ~m.bool()).any()
 
 
+def top_answer_share_by_hand(keep, advantages, group_index) -> float:
+    """Share of kept tokens in the first largest-|advantage| row of each group, in plain Python."""
+    adv, gid, per_row = advantages.abs().tolist(), group_index.tolist(), keep.sum(1).tolist()
+    tops = {g: max((i for i in range(len(gid)) if gid[i] == g), key=lambda i: (adv[i], -i)) for g in set(gid)}
+    return sum(per_row[i] for i in tops.values()) / max(sum(per_row), 1)
+
+
+@pytest.mark.parametrize("rule", ["entropy", "gmts"])
+@pytest.mark.parametrize("scope", ["batch", "group", "microbatch"])
+def test_compute_loss_on_a_multi_group_prepared_batch_in_every_scope(tmp_path, rule, scope):
+    # A trainer that never generated (as bench/selection.py calls it): the group count comes from the batch.
+    trainer = make_trainer(tmp_path, token_selection=rule, selection_scope=scope, per_device_train_batch_size=16)
+    batch = prepared_batch(trainer.processing_class, groups=4, group_size=4)
+    if scope != "microbatch":
+        trainer._select_generation_batch(batch, recorder=None, captured=None)
+    masks = []
+    hook = trainer.get_high_entropy_mask
+    trainer.get_high_entropy_mask = lambda e, m, t: masks.append(hook(e, m, t)) or masks[-1]
+    trainer.current_gradient_accumulation_steps = 1
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    assert torch.isfinite(loss)
+    keep = masks[0]
+    valid = batch["completion_mask"]
+    if scope == "group":
+        for g in range(4):
+            assert int(keep[4 * g: 4 * g + 4].sum()) == kept_count(int(valid[4 * g: 4 * g + 4].sum()), 0.2)
+    else:
+        assert int(keep.sum()) == kept_count(int(valid.sum()), 0.2)
+    stats = trainer._pending_stats["train"][-1]
+    assert stats["top_answer_share"].item() == pytest.approx(
+        top_answer_share_by_hand(keep, batch["advantages"], batch["group_index"]))
+
+
 @pytest.mark.parametrize("scope", ["batch", "group", "microbatch"])
 def test_a_full_training_step_logs_the_selection_metrics(tmp_path, scope):
     trainer = make_trainer(tmp_path, selection_scope=scope)
@@ -154,6 +244,35 @@ def test_a_full_training_step_logs_the_selection_metrics(tmp_path, scope):
         assert f"selection/{name}" in logs, name
     assert 0.2 <= logs["selection/kept_fraction"] < 0.3
     assert math.isfinite(logs["grad_norm"])
+
+
+@pytest.mark.parametrize("scope", ["batch", "microbatch"])
+def test_evaluation_with_a_kl_term_ranks_with_the_policy_log_probs(tmp_path, scope):
+    # In eval there is no gradient and no old_per_token_logps: omega's KL term needs the policy's log-probs anyway
+    trainer = make_trainer(tmp_path, beta=0.1, selection_scope=scope, per_device_eval_batch_size=8)
+    metrics = trainer.evaluate(tiny_dataset(4))
+    assert math.isfinite(metrics["eval_loss"])
+    assert 0.2 <= metrics["eval_selection/kept_fraction"] < 0.3
+
+
+def test_eval_groups_use_num_generations_eval(tmp_path):
+    trainer = make_trainer(tmp_path, num_generations_eval=2, per_device_eval_batch_size=8)
+    trainer.model.eval()
+    examples = [trainer.train_dataset[i // 2] for i in range(8)]  # 2 rollouts per prompt, as TRL's eval sampler
+    out = trainer._generate_and_score_completions(examples)
+    assert out["group_index"].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("reuse", [{"num_iterations": 2}, {"steps_per_generation": 4}])
+def test_an_evaluation_between_two_uses_of_a_buffered_batch_leaves_the_next_step_intact(tmp_path, reuse):
+    # train: 2 groups per generation batch (8 rows or 16); eval: 4 rows, 1 group. The evaluation after step 1 used to
+    # leave a group bound of 1 that the buffered batch's group 1 then overran.
+    trainer = make_trainer(tmp_path, selection_scope="microbatch", max_steps=2, eval_strategy="steps", eval_steps=1,
+                           per_device_eval_batch_size=4, eval_dataset=tiny_dataset(1), **reuse)
+    trainer.train()
+    train_logs = [h for h in trainer.state.log_history if "selection/kept_fraction" in h]
+    assert len(train_logs) == 2 and all(0.2 <= h["selection/kept_fraction"] < 0.3 for h in train_logs)
+    assert sum("eval_loss" in h for h in trainer.state.log_history) == 2
 
 
 # ---------------------------------------------------------------- seeding
@@ -195,6 +314,79 @@ def test_dropped_tokens_get_exactly_zero_gradient(tmp_path):
     # and the loss is TRL's dapo: sum over kept tokens of -A / all completion tokens (on-policy, r = 1)
     expected = -(out["advantages"].unsqueeze(1) * keep).sum() / valid.sum()
     assert torch.allclose(loss, expected, atol=1e-6)
+
+
+# ---------------------------------------------------------------- omega is TRL's gradient coefficient
+OMEGA_SETTINGS = {
+    "off-policy": {},
+    "kl": {"beta": 0.1, "use_bias_correction_kl": False},
+    "kl-bias-corrected": {"beta": 0.1},  # TRL 1.16's default: use_bias_correction_kl=True
+    "two-sided-clip": {"delta": 1.25},
+    "vllm-is-weight": {"beta": 0.1},  # with TRL's importance-sampling weight on the policy term
+    "bnpo": {"beta": 0.1, "loss_type": "bnpo"},
+    "dr_grpo": {"loss_type": "dr_grpo"},
+}
+
+
+@pytest.mark.parametrize("name", list(OMEGA_SETTINGS))
+def test_omega_is_the_coefficient_of_grad_log_prob_in_trls_loss(tmp_path, name):
+    """Autograd through TRL's own `_compute_loss`: d(-loss)/d log pi_t x normalizer is omega on kept tokens, the KL
+    part alone on dropped ones (TRL adds KL after the mask), 0 on padding."""
+    settings = OMEGA_SETTINGS[name]
+    # ETS ranks by entropy alone, so clipped tokens (omega 0 unless KL) are kept too; GMTS uses the same omega
+    trainer = make_trainer(tmp_path, token_selection="entropy", selection_scope="microbatch",
+                           gradient_accumulation_steps=1, per_device_train_batch_size=16, **settings)
+    batch = prepared_batch(trainer.processing_class, groups=4, group_size=4)
+    valid = batch["completion_mask"].bool()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        logps, _ = trainer.scoring_pass(batch)
+    batch["old_per_token_logps"] = logps + 0.4 * torch.randn(logps.shape, generator=g)  # r spread over [0.3, 3]
+    if trainer.beta:
+        batch["ref_per_token_logps"] = logps + 0.5 * torch.randn(logps.shape, generator=g)
+    if name == "vllm-is-weight":
+        trainer.use_vllm = trainer.vllm_importance_sampling_correction = True  # the branch of `_compute_loss` only
+        batch["importance_sampling_ratio"] = 0.5 + torch.rand(logps.shape, generator=g)
+    held, masks, omegas = {}, [], []
+    forward, hook, select = (trainer._get_per_token_logps_and_entropies, trainer.get_high_entropy_mask,
+                             trainer._select_across_processes)
+
+    def spy_forward(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out[0].retain_grad()
+        held["logps"] = out[0]
+        return out
+
+    def spy_select(entropy, omega, *args, **kwargs):
+        omegas.append(omega)
+        return select(entropy, omega, *args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = spy_forward
+    trainer.get_high_entropy_mask = lambda e, m, t: masks.append(hook(e, m, t)) or masks[-1]
+    trainer._select_across_processes = spy_select
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.compute_loss(trainer.model, batch).backward()
+    normalizer = {"dapo": valid.sum(), "bnpo": valid.sum(), "dr_grpo": valid.size(0) * 12}[trainer.loss_type]
+    coefficient = -held["logps"].grad * normalizer
+    keep, omega = masks[0], omegas[0]
+    live = held["logps"].detach()
+    kl_only = selection_gmts_omega(torch.zeros(16), beta=trainer.beta,
+                                   ref_ratio=torch.exp(batch.get("ref_per_token_logps", live) - live),
+                                   ratio=torch.exp(live - batch["old_per_token_logps"]),
+                                   kl_bias_correction=trainer.args.use_bias_correction_kl).expand_as(live)
+    assert keep.any() and (valid & ~keep).any()
+    r, a = torch.exp(live - batch["old_per_token_logps"]), batch["advantages"].unsqueeze(1)
+    clipped = ((r > 1.2) & (a > 0)) | ((r < 0.8) & (a < 0))
+    assert (keep & clipped).any() and (keep & ~clipped & (a != 0)).any(), "kept tokens should be clipped and not"
+    torch.testing.assert_close(coefficient[keep], omega[keep], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(coefficient[valid & ~keep], kl_only[valid & ~keep], rtol=1e-4, atol=1e-5)
+    assert torch.all(coefficient[~valid] == 0)
+
+
+def test_off_policy_masking_is_refused_for_gmts(tmp_path):
+    with pytest.raises(ValueError, match="omega does not model"):
+        make_config(tmp_path, off_policy_mask_threshold=0.5)
+    make_config(tmp_path, off_policy_mask_threshold=0.5, token_selection="entropy")
 
 
 # ---------------------------------------------------------------- merged-adapter generation

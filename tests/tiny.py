@@ -60,3 +60,24 @@ def save_tiny_model(folder) -> str:
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
+
+
+def prepared_batch(tokenizer, groups: int = 4, group_size: int = 4, prompt: int = 5, completion: int = 12,
+                   seed: int = 0) -> dict:
+    """What GRPOTrainer's `_generate_and_score_completions` returns (right-padded completions, group advantages,
+    `group_index`), built by hand: for calling `compute_loss` without generating first."""
+    g = torch.Generator().manual_seed(seed)
+    rows, vocab = groups * group_size, len(tokenizer)
+    lengths = torch.randint(2, completion + 1, (rows,), generator=g)
+    completion_mask = (torch.arange(completion).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    rewards = torch.randint(0, 2, (groups, group_size), generator=g).float()
+    advantages = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).flatten()
+    return {
+        "prompt_ids": torch.randint(2, vocab, (rows, prompt), generator=g),
+        "prompt_mask": torch.ones(rows, prompt, dtype=torch.long),
+        "completion_ids": torch.randint(2, vocab, (rows, completion), generator=g),
+        "completion_mask": completion_mask,
+        "advantages": advantages,
+        "num_items_in_batch": completion_mask.sum(),
+        "group_index": torch.arange(rows) // group_size,
+    }
