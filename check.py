@@ -265,10 +265,21 @@ def render(results: dict, markdown: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Verify a results.json and print its result tables.")
-    ap.add_argument("results", help="path to results.json")
+    ap = argparse.ArgumentParser(description="Verify a results.json (one experiment) or a sweep.json (a grid of them, "
+                                             "every cell re-verified) and print its result tables.")
+    ap.add_argument("results", help="path to results.json or sweep.json")
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
     args = ap.parse_args(argv)
+    if _is_sweep(args.results):
+        import sweep
+
+        try:
+            summary = sweep.verify(args.results)
+        except (ResultsError, sweep.SweepError) as e:
+            print(f"check.py: {e}", file=sys.stderr)
+            return 2
+        print(sweep.render(summary, markdown=args.markdown))
+        return 0
     try:
         results = load(args.results)
     except ResultsError as e:
@@ -276,6 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(render(results, markdown=args.markdown))
     return 0
+
+
+def _is_sweep(path: str) -> bool:
+    """A sweep summary says so (kind: sweep); anything unreadable goes to `load`, which explains."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8")).get("kind") == "sweep"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ RULE_OF_ARM = {"grpo": "all", "ets": "entropy", "gmts": "gmts"}  # arm -> GMTSCo
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash.
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
-              "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm",
+              "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "generation_merge_adapter", "generation_compile", "cudnn_attention"}
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.

@@ -114,6 +114,9 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     best = {row["arm"]: row["learning_rate"] for row in summary["best_stable"]}
     assert best == {"ets": 2e-4, "gmts": 2e-4, "grpo": 1e-4}  # by late training reward, never by test scores
     assert (root / "sweep.png").is_file()
+    import check
+
+    assert check.main([str(path), "--markdown"]) == 0  # check.py verifies a sweep too, and prints its tables
     # a cell edited after the summary was written (and re-sealed) no longer matches
     cell = json.loads((root / "paper-lr0.0001-s2" / "results.json").read_text())
     ev = cell["arms"]["gmts"]["eval"]
@@ -127,3 +130,4 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     path.write_text(json.dumps(summary))
     with pytest.raises(sweep.SweepError, match="digest mismatch"):
         sweep.verify(path)
+    assert check.main([str(path)]) == 2
