@@ -39,6 +39,7 @@ import copy
 import dataclasses
 import difflib
 import enum
+import gc
 import hashlib
 import json
 import os
@@ -565,6 +566,7 @@ class Run:
                                   system_prompt=r.system_prompt)
 
     def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
+        import torch
         from datasets import Dataset
         from trl import get_peft_config
 
@@ -598,6 +600,10 @@ class Run:
         if self.state.is_main_process:
             self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes)
         self.state.wait_for_everyone()
+        del trainer  # the next arm (or the next cell of an in-process sweep) starts with the memory free
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def _evaluate_arm(self, arm, trainer, args, heldout, t0, train_minutes) -> None:
         """The trained arm on the held-out tasks (main process), merged into results.json."""
