@@ -258,7 +258,7 @@ def test_a_full_training_step_logs_the_selection_metrics(tmp_path, scope):
     trainer.train()
     logs = trainer.state.log_history[0]
     for name in ("kept_fraction", "overlap", "top_answer_share", "effective_answers", "entropy_kept_mean",
-                 "entropy_all_mean"):
+                 "entropy_all_mean", "top_answer_weight_share"):
         assert f"selection/{name}" in logs, name
     assert 0.2 <= logs["selection/kept_fraction"] < 0.3
     assert math.isfinite(logs["grad_norm"])
@@ -291,6 +291,40 @@ def test_an_evaluation_between_two_uses_of_a_buffered_batch_leaves_the_next_step
     train_logs = [h for h in trainer.state.log_history if "selection/kept_fraction" in h]
     assert len(train_logs) == 2 and all(0.2 <= h["selection/kept_fraction"] < 0.3 for h in train_logs)
     assert sum("eval_loss" in h for h in trainer.state.log_history) == 2
+
+
+def test_update_cosine_callback_compares_successive_gradients_of_trainable_parameters():
+    from gmts_trainer import UpdateCosine
+
+    model = torch.nn.Sequential(torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False))
+    model[1].weight.requires_grad_(False)
+    model[1].weight.grad = torch.tensor([[100.0]])  # frozen: never counted
+    callback = UpdateCosine()
+    for grad in ([[3.0]], [[-1.5]], [[2.0]]):
+        model[0].weight.grad = torch.tensor(grad)
+        callback.on_pre_optimizer_step(None, None, None, model=model)
+    assert [c.item() for c in callback.pending] == [-1.0, -1.0]
+    wide = torch.nn.Linear(2, 1, bias=False)
+    callback = UpdateCosine()
+    for grad in ([[1.0, 0.0]], [[1.0, 1.0]]):
+        wide.weight.grad = torch.tensor(grad)
+        callback.on_pre_optimizer_step(None, None, None, model=wide)
+    assert callback.pending[0].item() == pytest.approx(2**-0.5)
+
+
+@pytest.mark.parametrize("rule", ["all", "gmts"])
+def test_every_arm_logs_how_concentrated_each_update_is(tmp_path, rule):
+    trainer = make_trainer(tmp_path, token_selection=rule, max_steps=2,
+                           reward=lambda completions, **kw: [float(sum(map(ord, c)) % 3) for c in completions])
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2
+    assert "update/cosine_prev" not in logs[0] and -1.0 <= logs[1]["update/cosine_prev"] <= 1.0
+    for h in logs:
+        assert 0.0 <= h["selection/top_answer_weight_share"] <= 1.0
+        assert h["selection/effective_answers"] >= 1.0
+    if rule == "all":
+        assert logs[0]["selection/kept_fraction"] == 1.0 and "selection/overlap" not in logs[0]
 
 
 # ---------------------------------------------------------------- seeding
