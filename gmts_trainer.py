@@ -11,22 +11,28 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    the entropy of softmax(logits / temperature) at each decoding step, the very distribution the training forward
    scores when num_iterations == 1, used only when every generation setting is on an allow-list that leaves
    softmax(logits / T) as the sampled distribution before truncation (`settings_off_softmax`; anything else, e.g.
-   min_new_tokens, suppress_tokens or a checkpoint's own generation_config, falls back to (b) or (c)); (b) the no-grad scoring pass TRL already makes for `old_per_token_logps`, whose
-   fused LM head computes entropy anyway; (c) one fused no-grad pass of our own (vLLM without IS correction,
-   continuous batching, tools, beta != 0, or `selection_entropy_source="scoring_pass"`).
-4. `_compute_loss` only records its `inputs` so the hook can see the advantages; `_get_per_token_logps_and_entropies`
-   only records what it returns (live log-probs for omega in "microbatch" scope, entropy in case (b)).
+   min_new_tokens, suppress_tokens or a checkpoint's own generation_config, falls back to (b) or (c)); (b) the no-grad
+   scoring pass TRL already makes for `old_per_token_logps`, whose fused LM head computes entropy anyway; (c) one
+   fused no-grad pass of our own (vLLM without IS correction, continuous batching, tools, beta != 0, or
+   `selection_entropy_source="scoring_pass"`).
+4. `_compute_loss` records its `inputs` so the hook can see the advantages, and with token_selection="all" (plain
+   GRPO, the hook off) computes the same metrics after TRL's loss, every valid token kept;
+   `_get_per_token_logps_and_entropies` only records what it returns (live log-probs and entropy for omega in
+   "microbatch" scope and for the metrics, entropy in case (b)).
 5. `log` turns the selection metrics, kept on the device until then, into numbers: the loss hook never waits for the
-   GPU (a host sync there stalls kernel launches for the backward).
-6. Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
+   GPU (a host sync there stalls kernel launches for the backward). `selection/top_answer_weight_share` is the share
+   of the kept |omega| that the largest-|advantage| answer of each group carries.
+6. A callback (`UpdateCosine`, on Trainer's `on_pre_optimizer_step`) logs `update/cosine_prev`, the cosine between
+   successive optimizer steps' gradients, for every arm; it changes nothing.
+7. Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
    weights and restores the exact base weights afterwards.
-7. Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
+8. Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
    which TRL turns off with `disable_compile=True`. The cache is sized in buckets of `COMPILE_CACHE_BUCKET` tokens
    so that prompts of another length reuse the compiled decoder instead of recompiling it every step.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
-tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number for every
-arm, so two arms differ only in which tokens they keep, and the step is ~ratio times a no-selection step. The
+tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
+for every arm, so two arms differ only in which tokens they keep, and the step is ~ratio times a no-selection step. The
 alternative `selection_normalizer="kept_tokens"` divides by the kept count instead (a 1/ratio larger step: a
 learning-rate change in disguise, offered for ablation, refused where it would differ between arms).
 
@@ -34,8 +40,10 @@ Omega (`GMTSTrainer._omega`, selection.gmts_omega) is the coefficient of grad lo
 kept token, with every term TRL puts there: the clip indicator (and `delta`'s two-sided clip), the ratio, the vLLM
 importance-sampling weight, and the KL term (with `use_bias_correction_kl`, TRL's default, beta r log(pi_ref/pi)).
 TRL adds the KL term after the selection mask, so with beta != 0 a dropped token still gets the KL part of the
-gradient (only the policy part is selected); with beta = 0 dropped tokens get exactly zero gradient. TRL's entropy bonus
-(entropy_coef), a gradient through the entropy rather than grad log pi, acts on the kept tokens only (TRL's own mask).
+gradient (only the policy part is selected); with beta = 0 dropped tokens get exactly zero gradient. TRL's entropy
+bonus (entropy_coef), a gradient through the entropy rather than grad log pi, acts on the kept tokens only (TRL's own
+mask). With loss_type="bnpo" each microbatch is divided by its own token count, a per-microbatch constant that omega,
+ranked over the whole generation batch in "batch" and "group" scope, does not carry ("microbatch" scope is exact).
 
 Refused at construction, with the reason (`check_selection_config`), where selection would be inexact or undefined:
 per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for GMTS, off_policy_mask_threshold for GMTS
@@ -56,12 +64,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, TrainerCallback
 from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from selection import ets_scores, gmts_omega, gmts_scores, select_top_fraction, selection_stats
+from selection import ets_scores, gmts_omega, gmts_scores, select_top_fraction, selection_stats, update_cosine
 
 logger = logging.get_logger(__name__)
 
@@ -158,12 +166,21 @@ def check_selection_config(args: GMTSConfig) -> None:
         )
     if args.token_selection == "gmts" and args.off_policy_mask_threshold is not None:
         raise ValueError("off_policy_mask_threshold drops answers by the live policy's divergence from the sampler, "
-                         "a factor of the gradient that omega does not model; unset it or use token_selection='entropy'.")
+                         "a factor of the gradient that omega does not model; unset it or use "
+                         "token_selection='entropy'.")
     if args.top_entropy_quantile < 1.0:
         raise ValueError("Set selection_ratio, not top_entropy_quantile: both would choose tokens.")
     if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
         raise ValueError("selection_normalizer='kept_tokens' needs loss_type='dapo' and a 'batch' or 'group' scope, "
                          "where the kept count is one number for the whole generation batch.")
+
+
+def omega_is_modeled(args: GMTSConfig) -> bool:
+    """Whether `GMTSTrainer._omega` is TRL's gradient coefficient under these settings (the loss is a token-level
+    clipped surrogate without the off-policy sequence mask). GMTS is refused where it is not; the other arms log the
+    omega-based metrics only where it is."""
+    return (args.loss_type in PPO_CLIP_LOSSES and args.importance_sampling_level == "token"
+            and args.off_policy_mask_threshold is None)
 
 
 def check_generation_config(args: GMTSConfig) -> None:
@@ -301,12 +318,34 @@ def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
         del model.generate  # drop the instance attribute: the class method shows through again
 
 
+class UpdateCosine(TrainerCallback):
+    """Cosine between this optimizer step's gradient and the previous step's (trainable parameters, after accumulation
+    and clipping, before the step: Trainer's `on_pre_optimizer_step`). Keeps one flat float32 copy of the gradient;
+    the cosine stays on the device until `GMTSTrainer.log`. Parameters without a local .grad (DeepSpeed ZeRO) are not
+    seen."""
+
+    def __init__(self):
+        self.previous: torch.Tensor | None = None
+        self.pending: list[torch.Tensor] = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        grads = [p.grad.detach().reshape(-1) for p in model.parameters() if p.requires_grad and p.grad is not None]
+        if not grads:
+            return
+        current = torch.cat(grads).float()  # a copy: the optimizer step and zero_grad leave it alone
+        if self.previous is not None and self.previous.numel() == current.numel():
+            self.pending.append(update_cosine(self.previous, current))
+        self.previous = current
+
+
 class GMTSTrainer(GRPOTrainer):
     """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens (ETS or GMTS).
 
     See the module docstring for exactly what differs from `GRPOTrainer`. Selection metrics are logged under
     `selection/` every step: kept_fraction, overlap (with the other ranking), top_answer_share, effective_answers,
-    entropy_kept_mean and entropy_all_mean.
+    top_answer_weight_share, entropy_kept_mean and entropy_all_mean; with token_selection="all" too (every valid token
+    kept, no overlap) where omega is modeled. `update/cosine_prev` (every arm): cosine between successive steps'
+    gradients.
     """
 
     _tag_names = ["trl", "grpo", "gmts"]
@@ -317,15 +356,19 @@ class GMTSTrainer(GRPOTrainer):
             raise TypeError(f"GMTSTrainer needs a GMTSConfig, got {type(self.args).__name__}")
         check_selection_config(self.args)
         self.selection_on = self.args.token_selection != "all"
+        self.stats_on = self.selection_on or omega_is_modeled(self.args)  # plain GRPO logs the same metrics
         if self.selection_on:
             # Routes TRL's `_compute_loss` through `get_high_entropy_mask` (overridden below).
             self.top_entropy_quantile = self.args.selection_ratio
         self._loss_inputs: dict[str, Any] | None = None
         self._live_logps: torch.Tensor | None = None
+        self._live_entropy: torch.Tensor | None = None
         self._recorder: _EntropyRecorder | None = None
         self._capture_scoring: dict[str, torch.Tensor] | None = None
         self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
+        self._update_cosine = UpdateCosine()
+        self.add_callback(self._update_cosine)
         if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
             self.generation_config.cache_implementation = "static"
             self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder
@@ -383,14 +426,20 @@ class GMTSTrainer(GRPOTrainer):
             entropies = entropies if compute_entropy else None
         elif self._loss_inputs is not None:  # the policy forward of `_compute_loss` (train, or eval without grad)
             self._live_logps = logps.detach()
+            self._live_entropy = None if entropies is None else entropies.detach()
         return logps, entropies, aux
 
     def _compute_loss(self, model, inputs):
         self._loss_inputs = inputs
         try:
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+            if self.stats_on and not self.selection_on:  # plain GRPO: every valid token trains; same metrics
+                mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+                self._select_across_processes(self._live_entropy, self._live_omega(inputs).expand_as(mask), mask,
+                                              inputs["advantages"], inputs.get("group_index"), group_size=None)
+            return loss
         finally:
-            self._loss_inputs, self._live_logps = None, None
+            self._loss_inputs, self._live_logps, self._live_entropy = None, None, None
 
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
@@ -405,7 +454,7 @@ class GMTSTrainer(GRPOTrainer):
         finally:
             recorder, captured = self._recorder, self._capture_scoring
             self._recorder, self._capture_scoring = None, None
-        if not self.selection_on:
+        if not self.stats_on:
             return output
         rows = output["completion_ids"].size(0)
         offset = self.accelerator.process_index * rows
@@ -421,12 +470,15 @@ class GMTSTrainer(GRPOTrainer):
         if "selection_mask" in inputs:  # batch/group scope: chosen once per generation batch
             return inputs["selection_mask"].bool() & mask.bool()
         # microbatch scope (and eval): rank this microbatch, gathered over every process, with the live omega
+        keep, _ = self._select_across_processes(entropies.detach(), self._live_omega(inputs).expand_as(entropies),
+                                                mask, inputs["advantages"], inputs.get("group_index"), group_size=None)
+        return keep
+
+    def _live_omega(self, inputs: dict[str, Any]) -> torch.Tensor:
+        """Omega of a loss microbatch with the policy being trained (ratio to the old policy, clip indicator)."""
         logps, old = self._live_logps, inputs.get("old_per_token_logps")
         ratio = None if old is None else torch.exp(logps - old)  # TRL uses r = 1 when it made no old log-probs
-        omega = self._omega(inputs, logps, ratio)
-        keep, _ = self._select_across_processes(entropies.detach(), omega.expand_as(entropies), mask,
-                                                inputs["advantages"], inputs.get("group_index"), group_size=None)
-        return keep
+        return self._omega(inputs, logps, ratio)
 
     def _omega(self, batch: dict[str, Any], logps: torch.Tensor | None, ratio: torch.Tensor | None) -> torch.Tensor:
         """The coefficient of grad log pi in TRL's `_compute_loss` for a kept token (selection.gmts_omega) with this
@@ -446,6 +498,9 @@ class GMTSTrainer(GRPOTrainer):
                     for name, value in zip(names, row):
                         self._metrics[mode][f"selection/{name}"].append(value)
                 pending.clear()
+        if self._update_cosine.pending:
+            self._metrics["train"]["update/cosine_prev"].extend(torch.stack(self._update_cosine.pending).tolist())
+            self._update_cosine.pending.clear()
         super().log(logs, start_time)
 
     # ------------------------------------------------------------------ the selection itself
@@ -506,16 +561,20 @@ class GMTSTrainer(GRPOTrainer):
         else:
             gathered = local
         g_entropy, g_omega, g_mask = gathered[0], gathered[1], gathered[2].bool()
-        scores = {"entropy": ets_scores(g_entropy), "gmts": gmts_scores(g_entropy, g_omega)}
-        rule, other = self.args.token_selection, ("gmts" if self.args.token_selection == "entropy" else "entropy")
-        keep = select_top_fraction(scores[rule], g_mask, self.args.selection_ratio, group_size)
-        keep_other = select_top_fraction(scores[other], g_mask, self.args.selection_ratio, group_size)
+        rule = self.args.token_selection
+        if rule == "all":
+            keep, keep_other = g_mask, None
+        else:
+            scores = {"entropy": ets_scores(g_entropy), "gmts": gmts_scores(g_entropy, g_omega)}
+            other = "gmts" if rule == "entropy" else "entropy"
+            keep = select_top_fraction(scores[rule], g_mask, self.args.selection_ratio, group_size)
+            keep_other = select_top_fraction(scores[other], g_mask, self.args.selection_ratio, group_size)
         mode = "train" if self.model.training else "eval"
         if group_index is None:
             group_index = torch.arange(g_mask.size(0), device=g_mask.device)
         # kept as tensors until `log`: a host sync here would stall the CPU in the middle of the forward
         self._pending_stats[mode].append(
-            selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other))
+            selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other, omega=g_omega))
         rows = entropy.size(0)
         start = acc.process_index * rows if acc.num_processes > 1 else 0
         return keep[start : start + rows, :width], keep.sum()

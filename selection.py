@@ -34,6 +34,8 @@ __all__ = [
     "kept_count",
     "selection_stats",
     "top_answers",
+    "top_answer_weight_share",
+    "update_cosine",
 ]
 
 
@@ -183,6 +185,26 @@ def top_answers(advantages: torch.Tensor, group_index: torch.Tensor) -> torch.Te
     return first[dense] == rows
 
 
+def top_answer_weight_share(
+    kept: torch.Tensor, omega: torch.Tensor, advantages: torch.Tensor, group_index: torch.Tensor
+) -> torch.Tensor:
+    """Share of the update's weight, sum over kept tokens of |omega|, that comes from the largest-|advantage| answer of
+    each group: how much each step depends on a few sequences (1 when only they train, ~1/group size when spread).
+    0-dim tensor; 0 when nothing kept carries weight. `omega` is (B, T) or (B, 1)."""
+    weight = omega.float().abs() * kept.float()  # (B, T)
+    total = weight.sum()
+    top = top_answers(advantages, group_index).float().unsqueeze(1)  # (B, 1)
+    return torch.where(total > 0, (weight * top).sum() / total.clamp(min=torch.finfo(torch.float32).tiny), 0.0)
+
+
+def update_cosine(previous: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+    """Cosine between two flat gradient vectors (0-dim tensor; 0 when either is zero): near 1, successive updates
+    point the same way; near 0, each step's direction is mostly its own batch's noise."""
+    a, b = previous.float(), current.float()
+    norms = a.norm() * b.norm()
+    return torch.where(norms > 0, (a @ b) / norms.clamp(min=torch.finfo(torch.float32).tiny), 0.0)
+
+
 def selection_stats(
     kept: torch.Tensor,
     mask: torch.Tensor,
@@ -190,6 +212,7 @@ def selection_stats(
     advantages: torch.Tensor,
     group_index: torch.Tensor,
     other_kept: torch.Tensor | None = None,
+    omega: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Diagnostics of one selection, as 0-dim tensors (no host sync: call .item() when logging).
 
@@ -203,6 +226,7 @@ def selection_stats(
         effective_answers: 1 / sum_i s_i^2, s_i = answer i's share of the kept tokens (B when uniform, 1 when one
             answer takes all; 0 when nothing is kept).
         entropy_kept_mean, entropy_all_mean: mean entropy of kept and of all valid tokens.
+        top_answer_weight_share (with `omega`): see `top_answer_weight_share`.
     """
     kept_f, valid_f = kept.float(), mask.float()
     n_kept = kept_f.sum()
@@ -218,4 +242,6 @@ def selection_stats(
     ent = entropy.float()
     out["entropy_kept_mean"] = (ent * kept_f).sum() / denom
     out["entropy_all_mean"] = (ent * valid_f).sum() / valid_f.sum().clamp(min=1)
+    if omega is not None:
+        out["top_answer_weight_share"] = top_answer_weight_share(kept, omega, advantages, group_index)
     return out

@@ -124,7 +124,9 @@ def set_variant(trainer, variant: str) -> None:
     trainer.args.token_selection = rule if on else ("entropy" if variant == "old" else "all")
     trainer.args.selection_scope = scope.replace("+pass", "") if on else "batch"
     trainer.selection_on = on
-    trainer.top_entropy_quantile = trainer.args.selection_ratio if on else 1.0
+    trainer.stats_on = on  # "none" is TRL's plain path, without the metrics token_selection="all" logs
+    # "old" brings its own selection_mask, which only reaches the loss through the hook
+    trainer.top_entropy_quantile = trainer.args.selection_ratio if on or variant == "old" else 1.0
 
 
 def full_sequences(batch) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from selection import (ets_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction, selection_stats,
-                       top_answers)
+                       top_answer_weight_share, top_answers, update_cosine)
 
 RATIOS = st.sampled_from([0.05, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.8, 1.0])
 
@@ -191,3 +191,45 @@ def test_top_answers_is_the_first_largest_abs_advantage_row_of_every_group(rows,
         members = [i for i in range(rows) if gid[i] == group]
         best = max(abs(adv[i].item()) for i in members)
         assert [i for i in members if top[i]] == [next(i for i in members if abs(adv[i].item()) == best)]
+
+
+def test_top_answer_weight_share_by_hand():
+    kept = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.bool)
+    omega = torch.tensor([[2.0, -1.0, 5.0], [3.0, 0.0, 0.0], [1.0, 1.0, 1.0], [-4.0, 0.0, 0.0]])
+    adv = torch.tensor([1.0, -2.0, 0.5, 0.5])  # top answers: row 1 (|-2|) and row 2 (first of a tie, keeps nothing)
+    share = top_answer_weight_share(kept, omega, adv, torch.tensor([0, 0, 1, 1]))
+    assert share.item() == pytest.approx(3 / 10)  # kept |omega|: 3 + 3 + 0 + 4; the top rows carry 3
+    stats = selection_stats(kept, torch.ones(4, 3), torch.ones(4, 3), adv, torch.tensor([0, 0, 1, 1]), omega=omega)
+    assert stats["top_answer_weight_share"].item() == pytest.approx(0.3)
+    assert top_answer_weight_share(kept, torch.zeros(4, 3), adv, torch.tensor([0, 0, 1, 1])).item() == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches(max_rows=12), st.sampled_from([1, 2, 3, 4]), st.integers(0, 2**31 - 1))
+def test_top_answer_weight_share_properties(batch, group_size, seed):
+    scores, mask = batch
+    rows = scores.size(0) - scores.size(0) % group_size
+    if rows == 0:
+        return
+    g = torch.Generator().manual_seed(seed)
+    kept, gid = mask[:rows], torch.arange(rows) // group_size
+    adv = torch.randn(rows, generator=g)
+    omega = adv.unsqueeze(1) * torch.rand(rows, kept.size(1), generator=g)
+    share = top_answer_weight_share(kept, omega, adv, gid).item()
+    assert 0.0 <= share <= 1.0 + 1e-6
+    assert top_answer_weight_share(kept, 7.5 * omega, adv, gid).item() == pytest.approx(share, abs=1e-5)
+    perm = torch.randperm(rows, generator=g)
+    assert top_answer_weight_share(kept[perm], omega[perm], adv[perm], gid[perm] * 10 + 3).item() == pytest.approx(
+        share, abs=1e-5)  # row order and group labels do not matter
+    if group_size == 1 and (kept & (omega != 0)).any():
+        assert share == pytest.approx(1.0)  # every answer is its group's top answer
+    uniform = top_answer_weight_share(kept, torch.ones_like(omega), adv, gid)
+    counts = selection_stats(kept, mask[:rows], torch.zeros_like(omega), adv, gid)["top_answer_share"]
+    assert uniform.item() == pytest.approx(counts.item(), abs=1e-6)  # |omega| uniform: the share of kept tokens
+
+
+def test_update_cosine_by_hand():
+    assert update_cosine(torch.tensor([1.0, 0.0]), torch.tensor([1.0, 1.0])).item() == pytest.approx(2**-0.5)
+    assert update_cosine(torch.tensor([1.0, 2.0]), torch.tensor([-2.0, 1.0])).item() == 0.0
+    assert update_cosine(torch.tensor([1.0, 2.0]), torch.tensor([-3.0, -6.0])).item() == pytest.approx(-1.0)
+    assert update_cosine(torch.zeros(2), torch.tensor([1.0, 1.0])).item() == 0.0

@@ -24,10 +24,10 @@ def make_config(tmp_path, **overrides) -> GMTSConfig:
     return GMTSConfig(**kw)
 
 
-def make_trainer(tmp_path, seed_model=0, peft=True, eval_dataset=None, **overrides) -> GMTSTrainer:
+def make_trainer(tmp_path, seed_model=0, peft=True, eval_dataset=None, reward=digit_reward, **overrides) -> GMTSTrainer:
     tok = tiny_tokenizer()
     return GMTSTrainer(
-        model=tiny_model(tok, seed=seed_model), reward_funcs=digit_reward, args=make_config(tmp_path, **overrides),
+        model=tiny_model(tok, seed=seed_model), reward_funcs=reward, args=make_config(tmp_path, **overrides),
         train_dataset=tiny_dataset(16), eval_dataset=eval_dataset, processing_class=tok,
         peft_config=LoraConfig(**LORA) if peft else None,
     )
@@ -187,17 +187,35 @@ def test_trl_scoring_pass_is_reused_when_trl_makes_one(tmp_path):
     assert int(out["selection_mask"].sum()) == kept_count(int(out["completion_mask"].sum()), 0.2)
 
 
-def test_microbatch_scope_ranks_each_microbatch(tmp_path):
-    trainer = make_trainer(tmp_path, selection_scope="microbatch")
+def test_microbatch_scope_ranks_each_microbatch_by_the_live_omega(tmp_path):
+    # 2 iterations per generation batch: the second step's microbatches are off-policy (r != 1, some clipped)
+    trainer = make_trainer(tmp_path, selection_scope="microbatch", num_iterations=2, max_steps=2, learning_rate=0.3,
+                           reward=lambda completions, **kw: [float(sum(map(ord, c)) % 3) for c in completions])
     out = generation_batch(trainer)
     assert "selection_mask" not in out
     calls = []
     original = trainer.get_high_entropy_mask
-    trainer.get_high_entropy_mask = lambda e, m, t: calls.append((original(e, m, t), m)) or calls[-1][0]
+
+    def spy(e, m, t):
+        inputs = trainer._loss_inputs
+        calls.append((original(e, m, t), e.detach(), m.bool(), inputs["advantages"], trainer._live_logps,
+                      inputs["old_per_token_logps"]))
+        return calls[-1][0]
+
+    trainer.get_high_entropy_mask = spy
     trainer.train()
-    assert len(calls) == 2  # two microbatches in the one step
-    for keep, m in calls:
-        assert int(keep.sum()) == kept_count(int(m.sum()), 0.2) and not (keep & ~m.bool()).any()
+    assert len(calls) == 4  # two microbatches in each of the two steps
+    clipped_somewhere = False
+    for keep, entropy, m, adv, live, old in calls:
+        a, r = adv.unsqueeze(1), torch.exp(live - old)  # omega by hand: A r, 0 where the clipped branch is active
+        clipped = ((r > 1.2) & (a > 0)) | ((r < 0.8) & (a < 0))
+        omega = torch.where(clipped, torch.zeros_like(r), a * r)
+        clipped_somewhere |= bool((clipped & m).any())
+        expected = select_top_fraction((entropy * omega).abs(), m, 0.2)
+        assert torch.equal(keep, expected)
+        assert int(keep.sum()) == kept_count(int(m.sum()), 0.2) and not (keep & ~m).any()
+    assert any(not torch.allclose(c[4], c[5]) for c in calls), "no microbatch was off-policy"
+    assert clipped_somewhere, "no token was clipped: the clip indicator went untested"
 
 
 def top_answer_share_by_hand(keep, advantages, group_index) -> float:
@@ -240,7 +258,7 @@ def test_a_full_training_step_logs_the_selection_metrics(tmp_path, scope):
     trainer.train()
     logs = trainer.state.log_history[0]
     for name in ("kept_fraction", "overlap", "top_answer_share", "effective_answers", "entropy_kept_mean",
-                 "entropy_all_mean"):
+                 "entropy_all_mean", "top_answer_weight_share"):
         assert f"selection/{name}" in logs, name
     assert 0.2 <= logs["selection/kept_fraction"] < 0.3
     assert math.isfinite(logs["grad_norm"])
@@ -273,6 +291,40 @@ def test_an_evaluation_between_two_uses_of_a_buffered_batch_leaves_the_next_step
     train_logs = [h for h in trainer.state.log_history if "selection/kept_fraction" in h]
     assert len(train_logs) == 2 and all(0.2 <= h["selection/kept_fraction"] < 0.3 for h in train_logs)
     assert sum("eval_loss" in h for h in trainer.state.log_history) == 2
+
+
+def test_update_cosine_callback_compares_successive_gradients_of_trainable_parameters():
+    from gmts_trainer import UpdateCosine
+
+    model = torch.nn.Sequential(torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False))
+    model[1].weight.requires_grad_(False)
+    model[1].weight.grad = torch.tensor([[100.0]])  # frozen: never counted
+    callback = UpdateCosine()
+    for grad in ([[3.0]], [[-1.5]], [[2.0]]):
+        model[0].weight.grad = torch.tensor(grad)
+        callback.on_pre_optimizer_step(None, None, None, model=model)
+    assert [c.item() for c in callback.pending] == [-1.0, -1.0]
+    wide = torch.nn.Linear(2, 1, bias=False)
+    callback = UpdateCosine()
+    for grad in ([[1.0, 0.0]], [[1.0, 1.0]]):
+        wide.weight.grad = torch.tensor(grad)
+        callback.on_pre_optimizer_step(None, None, None, model=wide)
+    assert callback.pending[0].item() == pytest.approx(2**-0.5)
+
+
+@pytest.mark.parametrize("rule", ["all", "gmts"])
+def test_every_arm_logs_how_concentrated_each_update_is(tmp_path, rule):
+    trainer = make_trainer(tmp_path, token_selection=rule, max_steps=2,
+                           reward=lambda completions, **kw: [float(sum(map(ord, c)) % 3) for c in completions])
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2
+    assert "update/cosine_prev" not in logs[0] and -1.0 <= logs[1]["update/cosine_prev"] <= 1.0
+    for h in logs:
+        assert 0.0 <= h["selection/top_answer_weight_share"] <= 1.0
+        assert h["selection/effective_answers"] >= 1.0
+    if rule == "all":
+        assert logs[0]["selection/kept_fraction"] == 1.0 and "selection/overlap" not in logs[0]
 
 
 # ---------------------------------------------------------------- seeding
@@ -387,6 +439,39 @@ def test_off_policy_masking_is_refused_for_gmts(tmp_path):
     with pytest.raises(ValueError, match="omega does not model"):
         make_config(tmp_path, off_policy_mask_threshold=0.5)
     make_config(tmp_path, off_policy_mask_threshold=0.5, token_selection="entropy")
+
+
+def test_dropped_tokens_get_exactly_zero_gradient_through_prepare_inputs_with_accumulation(tmp_path):
+    # TRL's own path: generate once for 2 accumulation steps, shuffle, split, one microbatch per call
+    trainer = make_trainer(tmp_path, gradient_accumulation_steps=2, peft=False)
+    trainer.model.train()
+    examples = [trainer.train_dataset[i // 4] for i in range(8)]
+    torch.manual_seed(3)
+    held = {}
+    forward = trainer._get_per_token_logps_and_entropies
+
+    def spy(*args, **kwargs):
+        logps, ent, aux = forward(*args, **kwargs)
+        if torch.is_grad_enabled():
+            logps.retain_grad()
+            held["logps"] = logps
+        return logps, ent, aux
+
+    trainer._get_per_token_logps_and_entropies = spy
+    trainer.current_gradient_accumulation_steps = 2
+    kept_total = 0
+    for step in range(2):
+        trainer._step = step
+        inputs = trainer._prepare_inputs(examples)
+        trainer.compute_loss(trainer.model, inputs).backward()
+        grad, keep = held["logps"].grad, inputs["selection_mask"]
+        assert torch.all(grad[~keep] == 0), "a dropped token received gradient"
+        nonzero_adv = inputs["advantages"].unsqueeze(1).expand_as(keep) != 0
+        assert torch.all(grad[keep & nonzero_adv] != 0)
+        kept_total += int(keep.sum())
+    assert trainer._buffered_inputs is not None and len(trainer._buffered_inputs) == 2
+    valid_total = sum(int(b["completion_mask"].sum()) for b in trainer._buffered_inputs)
+    assert kept_total == kept_count(valid_total, 0.2)  # one threshold over the generation batch, split in two
 
 
 # ---------------------------------------------------------------- merged-adapter generation
