@@ -57,7 +57,8 @@ def load_gsm8k(path: str | None = None) -> dict[str, list[dict]]:
             ds = load_dataset("openai/gsm8k", "main")
         except OSError as e:  # offline: ConnectionError, OfflineModeIsEnabled, LocalEntryNotFoundError: all OSError
             raise DataError(f"GSM8K: the Hugging Face Hub cannot be reached ({type(e).__name__}); pass "
-                            f"--gsm8k_path DIR, a folder with GSM8K's train.jsonl and test.jsonl") from None
+                            f"--gsm8k_path DIR, a folder with GSM8K's train.jsonl and test.jsonl, or run the offline task: "
+                            f"--config configs/offline.yaml") from None
         return {split: [{"question": r["question"], "answer": r["answer"]} for r in ds[split]] for split in ("train", "test")}
     folder = Path(path)
     out = {}

