@@ -444,7 +444,8 @@ def render(summary: dict, markdown: bool = False) -> str:
     for p in summary["pooled"]:
         lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \
             ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
-        rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, str(len(p["seeds"])),
+        seeds = str(len(p["seeds"])) + (" (interval over tasks only)" if len(p["seeds"]) == 1 else "")
+        rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
                       _interval(p) + " pts",
                       ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))])
     head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95% CI, seeds then tasks)",
