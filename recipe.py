@@ -209,6 +209,9 @@ def _check_arm(arm: str) -> None:
 def parse(argv: list[str]):
     """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides."""
     argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
+    if "-h" in argv or "--help" in argv:  # every field of RecipeArgs, GMTSConfig and ModelConfig, with its help
+        _parser().print_help()
+        raise SystemExit(0)
     for i, a in enumerate(argv):  # the arm first: its error is the one a typo deserves, before any config check
         arm = a.split("=", 1)[1] if a.startswith("--arm=") else argv[i + 1] if a == "--arm" and i + 1 < len(argv) else None
         if arm is not None:

@@ -382,3 +382,11 @@ def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkey
     assert "resuming from the last checkpoint" in capsys.readouterr().out
     log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
+
+
+def test_help_lists_the_fields_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as stop:
+        recipe.main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert "--selection_ratio" in out and "--gsm8k_path" in out and "--learning_rate" in out
