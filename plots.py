@@ -95,6 +95,8 @@ def _curve_panel(ax, results: dict, key: str, name: str, ylabel: str, ylim) -> N
             drawn += 1
     if ylim:
         ax.set_ylim(*ylim)
+    else:  # every curve here is non-negative; an axis from zero keeps a small wiggle from looking like a trend
+        ax.set_ylim(bottom=0)
     if drawn:
         ax.legend(fontsize=7)
     else:

@@ -46,6 +46,7 @@ def test_fractions_use_a_fixed_unit_axis():
     fig = plots.figure(with_arms(("ets", "gmts")))
     kept = next(ax for ax in fig.axes if ax.get_title() == "share of tokens trained on")
     assert kept.get_ylim() == (0.0, 1.0)
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)  # a constant grad norm of 0.3 is not drawn as a range
 
 
 def test_no_summary_yet_still_renders(tmp_path):
