@@ -639,26 +639,9 @@ class Run:
         self.plot()
 
     def plot(self) -> None:
-        import matplotlib
+        from plots import plot_run
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        keys = ["reward", "grad_norm", "entropy", "selection/kept_fraction", "selection/overlap",
-                "selection/top_answer_share", "selection/effective_answers", "selection/entropy_kept_mean"]
-        fig, axes = plt.subplots(2, 4, figsize=(16, 7))
-        for ax, key in zip(axes.flat, keys):
-            for arm, entry in self.results["arms"].items():
-                pts = [(row["step"], row[key]) for row in entry["train_log"] if key in row]
-                if pts:
-                    ax.plot(*zip(*pts), label=arm, marker=".")
-            ax.set_title(key)
-            ax.set_xlabel("step")
-            ax.legend()
-        fig.suptitle(f"{self.name} ({self.hash[:12]})")
-        fig.tight_layout()
-        fig.savefig(self.dir / "curves.png", dpi=80)
-        plt.close(fig)
+        plot_run(self.results, self.dir / "curves.png")
 
 
 def run_experiment(argv: list[str]) -> dict:

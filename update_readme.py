@@ -1,7 +1,7 @@
-"""Regenerate the README's result blocks from the committed results files.
+"""Regenerate the result blocks of the documentation pages from the committed results files.
 
 Each block sits between `<!-- BEGIN generated: COMMAND -->` and `<!-- END generated -->`; its body is COMMAND's output.
-tests/test_readme.py fails when a block differs from what its command prints, so no README number is typed by hand.
+tests/test_readme.py fails when a block differs from what its command prints, so no documented number is typed by hand.
 
     python update_readme.py
 """
@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+# Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
+PAGES = ("README.md", "bench/README.md", "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 
 
@@ -30,11 +32,11 @@ def blocks(text: str) -> list[re.Match]:
 
 
 def main() -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    text = BLOCK.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), text)
-    readme.write_text(text)
-    print(f"regenerated {len(blocks(text))} blocks")
+    for page in PAGES:
+        path = ROOT / page
+        text = BLOCK.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), path.read_text())
+        path.write_text(text)
+        print(f"{page}: regenerated {len(blocks(text))} blocks")
 
 
 if __name__ == "__main__":
