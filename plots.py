@@ -28,6 +28,9 @@ CURVES = (
     ("selection/kept_fraction", "share of tokens trained on", "kept fraction of completion tokens", (0, 1)),
     ("selection/overlap", "agreement with the other ranking", "share of kept tokens both rules keep", (0, 1)),
     ("selection/effective_answers", "answers the update draws on", "effective answers per batch", None),
+    ("selection/top_answer_weight_share", "concentration on the top answer", "top-|A| answer's share of kept |omega|",
+     (0, 1)),
+    ("update/cosine_prev", "agreement of successive updates", "cosine with the previous step's gradient", (-1, 1)),
 )
 
 
@@ -45,7 +48,7 @@ def _series(entry: dict, key: str) -> tuple[list[float], list[float]]:
 
 def title(results: dict) -> str:
     config = results.get("config", {})
-    task = config.get("task", "?")
+    task = results.get("data", {}).get("task") or config.get("task", "?")  # the config holds only fields set
     if task == "arithmetic":
         task = f"generated arithmetic (difficulty {config.get('difficulty', '?')})"
     evals = results.get("base", {}).get("evals", [])
@@ -110,7 +113,7 @@ def figure(results: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 4, figsize=(18, 8.5), gridspec_kw={"width_ratios": [1.4, 1, 1, 1]})
+    fig, axes = plt.subplots(2, 5, figsize=(22, 8.5), gridspec_kw={"width_ratios": [1.4, 1, 1, 1, 1]})
     _pass_at_1_panel(axes.flat[0], results)
     for ax, (key, name, ylabel, ylim) in zip(axes.flat[1:], CURVES):
         _curve_panel(ax, results, key, name, ylabel, ylim)

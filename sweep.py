@@ -239,6 +239,21 @@ def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[list[float], list
     return [a[k] for k in keys], [b[k] for k in keys]
 
 
+MECHANISM = ("selection/effective_answers", "selection/top_answer_weight_share", "update/cosine_prev", "grad_norm")
+
+
+def _mechanism(train_log: list[dict]) -> dict[str, float | None]:
+    """Median over the steps of how concentrated each update was (issue 10.7): how many answers the kept tokens
+    spread over, the top answer's share of the kept |omega| per group, and how aligned successive updates were."""
+    import statistics
+
+    out = {}
+    for key in MECHANISM:
+        values = [row[key] for row in train_log if isinstance(row.get(key), (int, float))]
+        out[key] = statistics.median(values) if values else None
+    return out
+
+
 def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
     rewards = [row["reward"] for row in train_log if isinstance(row.get("reward"), (int, float))]
     return sum(rewards[-last:]) / len(rewards[-last:]) if rewards else None
@@ -264,7 +279,8 @@ def summarize(grid: Grid) -> dict:
             scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = _task_scores(entry["eval"])
             a = s["arms"][arm]
             arms[arm] = {"pass@1": a["pass@1"], "vs_base": a["vs_base"], "verdict": a["verdict"],
-                         "late_reward": _late_reward(entry.get("train_log", []))}
+                         "late_reward": _late_reward(entry.get("train_log", [])),
+                         "mechanism": _mechanism(entry.get("train_log", []))}
         cells.append({"cell": cell.name, "variant": cell.variant, "learning_rate": cell.learning_rate,
                       "seed": cell.seed, "path": str(path.relative_to(root)), "digest": results["digest"],
                       "base_mean": s["base"]["mean"], "noise_floor": s["base"]["noise_floor"], "arms": arms})
@@ -450,13 +466,23 @@ def render(summary: dict, markdown: bool = False) -> str:
                       ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))])
     head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95% CI, seeds then tasks)",
              "per seed"]
+    rows3 = []
+    for c in sorted(cells, key=lambda c: (c["variant"], c["learning_rate"], c["seed"])):
+        for arm in ARM_ORDER:
+            if arm in c["arms"] and "mechanism" in c["arms"][arm]:
+                m = c["arms"][arm]["mechanism"]
+                rows3.append([c["variant"], f"{c['learning_rate']:g}", str(c["seed"]), arm,
+                              *("-" if m[k] is None else f"{m[k]:.3g}" for k in MECHANISM)])
+    head3 = ["variant", "lr", "seed", "arm", "effective answers (of the batch)", "top answer's share of kept |omega|",
+             "cosine with the previous update", "grad norm"]
     base = cells[0] if cells else None
     note = (f"{summary['name']}: {len(cells)} cells; base pass@1 {_pct(base['base_mean'])} (noise floor "
             f"{100 * base['noise_floor']:.1f} pts); per arm: mean over seeds (each seed); * = collapsed below the "
             f"base. Best stable lr (by late training reward, not test scores): "
             + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
             + ".") if base else f"{summary['name']}: no finished cells yet."
-    return "\n\n".join([_table(head1, rows1, markdown), _table(head2, rows2, markdown), note])
+    mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)
+    return "\n\n".join([_table(head1, rows1, markdown), _table(head2, rows2, markdown), note, mechanism])
 
 
 def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:

@@ -46,7 +46,10 @@ def test_fractions_use_a_fixed_unit_axis():
     fig = plots.figure(with_arms(("ets", "gmts")))
     kept = next(ax for ax in fig.axes if ax.get_title() == "share of tokens trained on")
     assert kept.get_ylim() == (0.0, 1.0)
-    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)  # a constant grad norm of 0.3 is not drawn as a range
+    cosine = next(ax for ax in fig.axes if ax.get_title() == "agreement of successive updates")
+    assert cosine.get_ylim() == (-1.0, 1.0)  # a cosine: its whole range
+    # a constant grad norm of 0.3 is not drawn as a range
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes if ax is not cosine)
 
 
 def test_no_summary_yet_still_renders(tmp_path):
