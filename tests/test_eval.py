@@ -265,7 +265,8 @@ def test_checkpoint_sampling_fields_never_apply_at_evaluation():
     assert model.generation_config.top_k == 1  # the model's own config is put back
 
 
-def test_fast_generation_is_the_same_sampler_and_restores_the_adapter():
+@pytest.mark.parametrize("static", [False, True])
+def test_fast_generation_is_the_same_sampler_and_restores_the_adapter(monkeypatch, static):
     """`fast` (merged adapter, static cache; compiled only on a GPU) samples the same distribution: at a near-zero
     temperature both paths give the same greedy text, and the adapter weights come back bit for bit."""
     from peft import LoraConfig, get_peft_model
@@ -275,11 +276,15 @@ def test_fast_generation_is_the_same_sampler_and_restores_the_adapter():
     model, tok = _tiny_chat_model()
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8")]
+    import eval as evaluation
+
+    # static=True: the GPU's static cache and padded batches (compiled decoding itself needs a GPU)
+    monkeypatch.setattr(evaluation, "decoding_plan", lambda device_type, fast: (fast and static, False))
+    prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8", "99")]
     greedy = Sampling(temperature=1e-4)
     slow = generate_samples(model, tok, prompts, k=2, seed=0, max_new_tokens=6, progress=False, sampling=greedy)
     fast = generate_samples(model, tok, prompts, k=2, seed=0, max_new_tokens=6, progress=False, sampling=greedy,
-                            fast=True, batch_size=4)
+                            fast=True, batch_size=3)
     assert fast == slow
     assert all(torch_equal(p, before[n]) for n, p in model.named_parameters())
 
