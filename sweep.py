@@ -395,7 +395,8 @@ def plot(summary: dict, out: Path) -> None:
         ax, bx = row
         mine = [c for c in cells if c["variant"] == variant]
         base, floor = mine[0]["base_mean"], mine[0]["noise_floor"]
-        ax.axhspan(base - floor / 2, base + floor / 2, color="0.85", label="base (noise floor)")
+        ax.axhspan(base - floor / 2, base + floor / 2, color="0.7", label=f"base {100 * base:.1f}% (noise floor)")
+        ax.axhline(base, color="0.5", lw=0.8)
         for arm in ARM_ORDER:
             pts = sorted((c["learning_rate"], c["arms"][arm]["pass@1"]) for c in mine if arm in c["arms"])
             if not pts:
@@ -422,8 +423,8 @@ def plot(summary: dict, out: Path) -> None:
         bx.axhline(0, color="k", lw=0.8)
         bx.set_xscale("log")
         bx.set_xlabel("learning rate")
-        bx.set_ylabel("difference in pass@1 (points, 95% CI over seeds and tasks)")
-        bx.set_title("pooled over seeds (two-level bootstrap)")
+        bx.set_ylabel("difference in pass@1 (points)")
+        bx.set_title("pooled over seeds, 95% CI (seeds then tasks; 1 seed: tasks only)")
         bx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
