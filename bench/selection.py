@@ -292,7 +292,7 @@ E2E_OPTIONS = {  # generation options of one full GRPO step; "static" alone is T
     "merged_compiled": {"generation_compile": True, "generation_merge_adapter": True},
     # padded lengths: the training forward's attention sees a few shapes, not a new one every step
     "merged_compiled_pad64": {"generation_compile": True, "generation_merge_adapter": True, "pad_to_multiple_of": 64},
-    # PyTorch's cuDNN attention builds a plan for every new sequence length (~1.6 ms a call): try without it
+    # PyTorch's cuDNN attention builds a plan for every new sequence length: try without it
     "merged_compiled_no_cudnn_attention": {"generation_compile": True, "generation_merge_adapter": True,
                                            "cudnn_sdp": False},
 }
