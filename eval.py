@@ -67,7 +67,7 @@ def _clean_generation_defaults(model):
 
 def decoding_plan(device_type: str, fast: bool) -> tuple[bool, bool]:
     """(static KV cache, compiled decoding) for `generate_samples`. Both only on a GPU: on a CPU the static cache made
-    a 60-sample evaluation 3x slower (144 s vs 44 s, SmolLM2-135M), and there are no CUDA graphs to gain."""
+    a 60-sample evaluation 3x slower (results/LOG.md, 2026-11-30), and there are no CUDA graphs to gain."""
     on_gpu = fast and device_type == "cuda"
     return on_gpu, on_gpu
 
