@@ -228,10 +228,6 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
 
 
 # ---------------------------------------------------------------------------- summary
-def _task_scores(evaluation: dict) -> dict[str, float]:
-    return {r["hash"]: sum(r["scores"]) / len(r["scores"]) for r in evaluation["records"]}
-
-
 def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[list[float], list[float]]:
     if a.keys() != b.keys():
         raise SweepError("two arms were evaluated on different tasks; cells of one sweep must share the held-out set")
@@ -261,7 +257,7 @@ def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
 
 def summarize(grid: Grid) -> dict:
     """Every number of the sweep, from the cells' verified results files (check.load) alone."""
-    from check import load
+    from check import load, task_scores
     from stats import pooled_delta
 
     root = Path(grid.results_dir) / grid.name
@@ -273,10 +269,10 @@ def summarize(grid: Grid) -> dict:
             continue
         results = load(path)
         s = results["summary"]
-        base_hashes.add(json.dumps(sorted(_task_scores(results["base"]["evals"][0]).items())))
+        base_hashes.add(json.dumps(sorted(task_scores(results["base"]["evals"][0], f"{cell.name} base").items())))
         arms = {}
         for arm, entry in results.get("arms", {}).items():
-            scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = _task_scores(entry["eval"])
+            scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = task_scores(entry["eval"], f"{cell.name} {arm}")
             a = s["arms"][arm]
             arms[arm] = {"pass@1": a["pass@1"], "vs_base": a["vs_base"], "verdict": a["verdict"],
                          "late_reward": _late_reward(entry.get("train_log", [])),
