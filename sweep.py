@@ -485,7 +485,7 @@ def render(summary: dict, markdown: bool = False) -> str:
 def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
     if markdown:
         cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-        return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(["| " + " | ".join(cell(x) for x in header) + " |", "|" + "---|" * len(header)]
                          + ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])
