@@ -31,6 +31,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from tiny import prepared_batch  # noqa: E402 - the same hand-built batch the trainer tests use
 
 QWEN_1_5B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                  num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
@@ -98,24 +99,12 @@ def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwarg
 
 
 def synthetic_batch(trainer, rows: int, prompt: int, completion: int, seed: int = 0) -> dict:
-    """What `_generate_and_score_completions` returns, with random tokens and lengths, and group advantages."""
-    device = trainer.accelerator.device
-    g = torch.Generator().manual_seed(seed)
-    vocab = trainer.model.config.vocab_size
-    lengths = torch.randint(completion // 4, completion + 1, (rows,), generator=g)
-    completion_mask = (torch.arange(completion).unsqueeze(0) < lengths.unsqueeze(1)).long()
-    rewards = torch.randint(0, 2, (rows,), generator=g).float().view(-1, min(8, rows))
-    adv = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).flatten()
-    batch = {
-        "prompt_ids": torch.randint(2, vocab, (rows, prompt), generator=g),
-        "prompt_mask": torch.ones(rows, prompt, dtype=torch.long),
-        "completion_ids": torch.randint(2, vocab, (rows, completion), generator=g),
-        "completion_mask": completion_mask,
-        "advantages": adv,
-        "num_items_in_batch": completion_mask.sum(),
-        "group_index": torch.arange(rows) // min(8, rows),
-    }
-    return {k: v.to(device) for k, v in batch.items()}
+    """What `_generate_and_score_completions` returns, with random tokens and lengths (a quarter of `completion` and
+    up), in groups of 8 rollouts (tests/tiny.prepared_batch), on the trainer's device."""
+    group_size = min(8, rows)
+    batch = prepared_batch(trainer.model.config.vocab_size, rows // group_size, group_size, prompt, completion, seed,
+                           min_length=completion // 4)
+    return {k: v.to(trainer.accelerator.device) for k, v in batch.items()}
 
 
 def set_variant(trainer, variant: str) -> None:

@@ -230,7 +230,7 @@ def top_answer_share_by_hand(keep, advantages, group_index) -> float:
 def test_compute_loss_on_a_multi_group_prepared_batch_in_every_scope(tmp_path, rule, scope):
     # A trainer that never generated (as bench/selection.py calls it): the group count comes from the batch.
     trainer = make_trainer(tmp_path, token_selection=rule, selection_scope=scope, per_device_train_batch_size=16)
-    batch = prepared_batch(trainer.processing_class, groups=4, group_size=4)
+    batch = prepared_batch(len(trainer.processing_class), groups=4, group_size=4)
     if scope != "microbatch":
         trainer._select_generation_batch(batch, recorder=None, captured=None)
     masks = []
@@ -388,7 +388,7 @@ def test_omega_is_the_coefficient_of_grad_log_prob_in_trls_loss(tmp_path, name):
     # ETS ranks by entropy alone, so clipped tokens (omega 0 unless KL) are kept too; GMTS uses the same omega
     trainer = make_trainer(tmp_path, token_selection="entropy", selection_scope="microbatch",
                            gradient_accumulation_steps=1, per_device_train_batch_size=16, **settings)
-    batch = prepared_batch(trainer.processing_class, groups=4, group_size=4)
+    batch = prepared_batch(len(trainer.processing_class), groups=4, group_size=4)
     valid = batch["completion_mask"].bool()
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():

@@ -62,13 +62,14 @@ def save_tiny_model(folder) -> str:
     return str(folder)
 
 
-def prepared_batch(tokenizer, groups: int = 4, group_size: int = 4, prompt: int = 5, completion: int = 12,
-                   seed: int = 0) -> dict:
-    """What GRPOTrainer's `_generate_and_score_completions` returns (right-padded completions, group advantages,
-    `group_index`), built by hand: for calling `compute_loss` without generating first."""
+def prepared_batch(vocab: int, groups: int = 4, group_size: int = 4, prompt: int = 5, completion: int = 12,
+                   seed: int = 0, min_length: int = 2) -> dict:
+    """What GRPOTrainer's `_generate_and_score_completions` returns (right-padded completions of min_length to
+    `completion` tokens, group advantages, `group_index`), built by hand with random token ids below `vocab`: for
+    calling `compute_loss` without generating first (the tests, and bench/selection.py at GPU shapes)."""
     g = torch.Generator().manual_seed(seed)
-    rows, vocab = groups * group_size, len(tokenizer)
-    lengths = torch.randint(2, completion + 1, (rows,), generator=g)
+    rows = groups * group_size
+    lengths = torch.randint(min_length, completion + 1, (rows,), generator=g)
     completion_mask = (torch.arange(completion).unsqueeze(0) < lengths.unsqueeze(1)).long()
     rewards = torch.randint(0, 2, (groups, group_size), generator=g).float()
     advantages = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).flatten()
