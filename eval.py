@@ -26,9 +26,6 @@ class Sampling:
     repetition_penalty: float = 1.0
 
 
-STATIC_CACHE_BUCKET = 256  # static KV cache length granularity: one compiled decoder per bucket
-
-
 def _generation_config(model, tokenizer, sampling: Sampling, max_new_tokens: int, static_cache: bool,
                        compile_decoding: bool, cache_len: int):
     """A GenerationConfig with every sampling field set; nothing is left for the checkpoint's config to fill."""
@@ -86,16 +83,17 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     import torch
     from tqdm.auto import tqdm
 
-    from gmts_trainer import merged_lora, without_input_grad_hooks
+    from gmts_trainer import compile_cache_length, merged_lora, without_input_grad_hooks
 
     sampling = sampling or Sampling(temperature=temperature)
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    prompt_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    lengths = [len(ids) for ids in prompt_ids]
     flat = [i for i in range(len(texts)) for _ in range(k)]  # prompt index of each sample
     order = sorted(range(len(flat)), key=lambda j: -lengths[flat[j]])  # longest prompts first
     device = next(model.parameters()).device
     static, compile_decoding = decoding_plan(device.type, fast)
-    cache_len = -(-(max(lengths, default=0) + max_new_tokens) // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
+    cache_len = compile_cache_length(prompt_ids, max_new_tokens, None)  # the trainer's bucketing: one compiled shape
     config = _generation_config(model, tokenizer, sampling, max_new_tokens, static, compile_decoding, cache_len)
     batch_size = -(-len(flat) // -(-len(flat) // batch_size)) if flat else batch_size  # even batches: little padding
     out: list[str | None] = [None] * len(flat)
