@@ -96,8 +96,8 @@ class RecipeArgs:
     eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature at evaluation"})
     eval_batch_size: int = field(default=64, metadata={"help": "sequences per generate call at evaluation"})
     eval_fast: bool = field(default=True, metadata={
-        "help": "evaluate with the adapter folded into the weights and a static KV cache, compiled on a GPU (the "
-                "first evaluation compiles, ~1 min for 1.5B); the same sampler either way"})
+        "help": "evaluate with the adapter folded into the weights, and on a GPU with a static KV cache and compiled "
+                "decoding (the first evaluation compiles); the same sampler either way (eval.decoding_plan)"})
     base_eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
     grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (default: learning_rate)"})
@@ -342,7 +342,7 @@ def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
             pools = load_gsm8k(recipe.gsm8k_path)
         else:  # generated: enough distinct problems for the split; the test pool uses another seed
             pools = {"train": arithmetic_task(4 * recipe.n_train, recipe.task_seed, recipe.difficulty),
-                     "test": arithmetic_task(4 * max(recipe.n_heldout, 1), recipe.task_seed + 1, recipe.difficulty)}
+                     "test": arithmetic_task(4 * recipe.n_heldout, recipe.task_seed + 1, recipe.difficulty)}
         n_heldout = recipe.n_heldout or len(pools["test"])  # 0: the whole test split (GSM8K: 1319 problems)
         return split_tasks(recipe.task, pools, recipe.n_train, n_heldout, recipe.task_seed)
     except DataError as e:
