@@ -67,7 +67,8 @@ DEFAULT_CONFIG = "configs/paper.yaml"
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
-              "generation_merge_adapter", "generation_compile", "cudnn_attention", "save_minutes", "set_fields"}
+              "generation_merge_adapter", "generation_compile", "cudnn_attention", "save_minutes", "set_fields",
+              "ddp_find_unused_parameters"}
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
 RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
@@ -257,6 +258,11 @@ def parse(argv: list[str]):
         raise RecipeError("evaluation runs on the main process only, which a sharded model cannot do: use plain "
                           "data parallelism (accelerate launch without FSDP or DeepSpeed)")
     check_model_fields(model, train)
+    if train.ddp_find_unused_parameters is None:
+        # Under data parallelism transformers asks DDP to search for unused parameters whenever the model is not a
+        # PreTrainedModel (a PEFT model is not): a graph traversal every backward. Every LoRA weight takes part in
+        # every forward of this text model, so there is nothing to find; the gradients are the same.
+        train.ddp_find_unused_parameters = False
     return recipe, train, model, recipe.experiment or config_path.stem
 
 
@@ -658,6 +664,15 @@ def run_experiment(argv: list[str]) -> dict:
         raise RecipeError(str(e)) from None
 
 
+def batch_shape(train, processes: int) -> str:
+    """The rollouts of one optimizer step, said in full: under a data-parallel launcher the global batch grows with
+    the process count, so a run on 2 GPUs is the 1-GPU experiment only with half the accumulation steps."""
+    rows = train.per_device_train_batch_size * train.gradient_accumulation_steps * processes
+    return (f"{rows} rollouts per step ({rows // train.num_generations} prompts x {train.num_generations}; "
+            f"{train.per_device_train_batch_size} per device x {train.gradient_accumulation_steps} accumulation x "
+            f"{processes} process{'es' if processes > 1 else ''})")
+
+
 def _run_experiment(argv: list[str]) -> dict:
     recipe, train, model, name = parse(argv)
     run = Run(recipe, train, model, name)
@@ -666,8 +681,10 @@ def _run_experiment(argv: list[str]) -> dict:
     device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
     torch.backends.cuda.enable_cudnn_sdp(recipe.cudnn_attention)
     train_tasks, heldout, data_record = load_tasks(recipe)
-    print(f"[recipe] {name}: {len(train_tasks)} train prompts ({data_record['decontamination_dropped']} dropped "
-          f"by decontamination), {len(heldout)} held-out tasks, config {run.hash[:12]}")
+    if run.state.is_main_process:
+        print(f"[recipe] {name}: {len(train_tasks)} train prompts ({data_record['decontamination_dropped']} dropped "
+              f"by decontamination), {len(heldout)} held-out tasks, config {run.hash[:12]}; "
+              f"{batch_shape(train, run.state.num_processes)}")
     run.results["data"] = data_record
     run.base_evals(heldout, device)
     for arm in trained_arms(recipe.arm):

@@ -276,7 +276,8 @@ def test_two_data_parallel_processes_one_writer(tiny_config, tmp_path):
     assert done.returncode == 0, out[-4000:]
     results = check.load(tmp_path / "tiny" / "results.json")
     assert set(results["arms"]) == {"ets"} and [r["step"] for r in results["arms"]["ets"]["train_log"]] == [1, 2]
-    assert out.count("held-out tasks, config") == 2  # two processes ran
+    assert out.count("held-out tasks, config") == 1 and "x 2 processes)" in out  # two processes ran, one spoke
+    assert "find_unused_parameters=True" not in out  # DDP does not search a LoRA model for unused weights
     assert out.count("base eval seed 0:") == 1 and out.count("ets: pass@1") == 1
     assert not [p for p in tmp_path.rglob("*.tmp*")]
 
@@ -390,3 +391,13 @@ def test_help_lists_the_fields_and_exits_0(capsys):
     assert stop.value.code == 0
     out = capsys.readouterr().out
     assert "--selection_ratio" in out and "--gsm8k_path" in out and "--learning_rate" in out
+
+
+def test_the_batch_shape_line_counts_every_process():
+    from types import SimpleNamespace
+
+    train = SimpleNamespace(per_device_train_batch_size=32, gradient_accumulation_steps=2, num_generations=8)
+    assert recipe.batch_shape(train, 1).startswith("64 rollouts per step (8 prompts x 8; 32 per device x 2 ")
+    assert recipe.batch_shape(train, 2).startswith("128 rollouts per step (16 prompts x 8;")  # 2 GPUs: halve the GA
+    train.gradient_accumulation_steps = 1
+    assert recipe.batch_shape(train, 2).endswith("x 1 accumulation x 2 processes)")
