@@ -420,7 +420,7 @@ def plot(summary: dict, out: Path) -> None:
         bx.set_xscale("log")
         bx.set_xlabel("learning rate")
         bx.set_ylabel("difference in pass@1 (points)")
-        bx.set_title("pooled over seeds, 95% CI (seeds then tasks; 1 seed: tasks only)")
+        bx.set_title(f"pooled over seeds, 95% CI (seeds then tasks; 1 seed: tasks only; < {MIN_SEEDS} seeds: spans them)")
         bx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
@@ -429,6 +429,20 @@ def plot(summary: dict, out: Path) -> None:
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+# Seeds a pooled interval needs before its seed level means anything (issue 10 asks for at least 3 per arm).
+MIN_SEEDS = 3
+
+
+def seeds_label(n: int) -> str:
+    """What a pooled interval over n seeds covers: with one seed only tasks; with two the seed level of the bootstrap
+    can only redraw those two, so the interval spans their values and is no estimate of seed-to-seed variance."""
+    if n == 1:
+        return "1 (interval over tasks only)"
+    if n < MIN_SEEDS:
+        return f"{n} (too few for the seed level: the interval spans these seeds)"
+    return str(n)
 
 
 def _interval(p: dict) -> str:
@@ -457,7 +471,7 @@ def render(summary: dict, markdown: bool = False) -> str:
     for p in summary["pooled"]:
         lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \
             ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
-        seeds = str(len(p["seeds"])) + (" (interval over tasks only)" if len(p["seeds"]) == 1 else "")
+        seeds = seeds_label(len(p["seeds"]))
         rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
                       _interval(p) + " pts",
                       ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))])
@@ -497,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description="Run a grid of recipe.py experiments and summarize it.")
     ap.add_argument("grid", help="sweep file (configs/sweeps/*.yaml)")
-    ap.add_argument("--gpus", default=None, help="comma-separated GPU ids, one worker each (default: one worker)")
+    ap.add_argument("--gpus", default=None, help="comma-separated GPU ids, one worker each; repeat an id for two workers on one GPU (default: one worker)")
     ap.add_argument("--only", default=None, help="run only the block of this name")
     ap.add_argument("--plan", action="store_true", help="print the jobs still to run and exit")
     ap.add_argument("--summarize", action="store_true", help="only write sweep.json and sweep.png")
