@@ -1,0 +1,104 @@
+"""Two GPUs, three ways, from the step times the runs logged themselves (issue 12).
+
+Every paper-config step (configs/qwen.yaml: Qwen2.5-Coder-1.5B-Instruct, GSM8K, 64 rollouts x <= 256 tokens) logs
+`step_time`; this script reads them from committed files and compares, at the same global batch:
+
+- alone: one arm per H200 (`sweep.py --gpus 0,1`, the stretch of results/qwen/logs/sweep-2026-11-30.log);
+- shared: two arms on each H200 (`--gpus 0,0` and `1,1`, results/qwen/logs/stretch-2026-11-30b.log);
+- data parallel: one arm over two H200s (`accelerate launch --num_processes 2`, 32 rollouts per device and no
+  accumulation, so 64 per step as above; bench/logs/h200x2-accelerate-2proc.log). Stopped after 12 steps: its
+  evaluation is the same code as an arm's.
+
+The first step of each run compiles and is left out of its median. Which run was alone and which shared is a fact of
+the stretch (the logs above), written here once as RUNS.
+
+    python bench/scaling.py              # writes bench/scaling-h200.json and prints the table
+    python bench/scaling.py --markdown   # the README's table (read-only: from the results file)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "scaling-h200.json"
+CELLS = ROOT / "results" / "qwen"
+RUNS = {
+    "alone": [("paper-lr0.0001-s17", "ets"), ("paper-lr0.0001-s17", "gmts"), ("paper-lr0.0002-s17", "ets"),
+              ("paper-lr0.0002-s17", "gmts")],
+    "shared": [("paper-lr0.0001-s17", "grpo"), ("paper-lr0.0001-s18", "ets"), ("paper-lr0.0001-s18", "gmts"),
+               ("paper-lr0.0001-s18", "grpo")],
+    "data_parallel": [("bench/logs/h200x2-accelerate-2proc-ets-train_log.jsonl", "ets")],
+}
+GPUS = {"alone": 1, "shared": 0.5, "data_parallel": 2}  # H200s per arm
+LABEL = {"alone": "one arm per GPU", "shared": "two arms per GPU",
+         "data_parallel": "one arm on 2 GPUs (accelerate, 2 processes)"}
+
+
+def _run(source: str, arm: str) -> dict:
+    """Step times and (for a finished arm) minutes of one run."""
+    if source.endswith(".jsonl"):
+        log = [json.loads(line) for line in (ROOT / source).read_text().splitlines() if line.strip()]
+        minutes = {}
+    else:
+        entry = json.loads((CELLS / source / "results.json").read_text())["arms"][arm]
+        log = entry["train_log"]
+        minutes = {k: entry[k] for k in ("train_minutes", "eval_minutes", "wall_minutes")}
+        minutes["eval_generation_s"] = entry["eval"]["seconds"]["generation"]
+    steps = [row["step_time"] for row in log]
+    return {"source": source, "arm": arm, "steps": len(steps), "first_step_s": steps[0],
+            "median_step_s": statistics.median(steps[1:]), **minutes}
+
+
+def measure() -> dict:
+    """Per way of using the GPUs: its runs, the median of their median step times, and throughput per H200."""
+    out = {"model": "qwen2.5-coder-1.5b-instruct", "config": "configs/qwen.yaml", "rows": 64, "ways": {}}
+    for way, runs in RUNS.items():
+        rows = [_run(*r) for r in runs]
+        step = statistics.median(r["median_step_s"] for r in rows)
+        walls = [r["wall_minutes"] for r in rows if "wall_minutes" in r]  # finished arms: training + evaluation
+        wall = statistics.median(walls) if walls else None
+        out["ways"][way] = {"label": LABEL[way], "gpus_per_arm": GPUS[way], "runs": rows, "total_s": step,
+                            "steps_per_s_per_gpu": 1 / step / GPUS[way], "arm_wall_minutes": wall,
+                            "gpu_minutes_per_arm": None if wall is None else wall * GPUS[way]}
+    alone, shared, dp = (out["ways"][w]["total_s"] for w in ("alone", "shared", "data_parallel"))
+    out["data_parallel_speedup"] = alone / dp  # one arm's steps per second, 2 GPUs vs 1 (target >= 1.8)
+    out["sharing_throughput"] = 2 * alone / shared  # steps per second of one GPU with two arms vs one
+    return out
+
+
+def table(m: dict, markdown: bool = False) -> str:
+    head = ["how the arms use the GPUs", "median step (s)", "first step (s)", "steps/s per GPU",
+            "arm incl. full-test eval (min)", "GPU-min per arm", "runs"]
+    minutes = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    rows = [[w["label"], f"{w['total_s']:.2f}", f"{statistics.median(r['first_step_s'] for r in w['runs']):.0f}",
+             f"{w['steps_per_s_per_gpu']:.3f}", minutes(w["arm_wall_minutes"]), minutes(w["gpu_minutes_per_arm"]),
+             str(len(w["runs"]))] for w in m["ways"].values()]
+    lines = (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+             if markdown else ["  ".join(head)] + ["  ".join(r) for r in rows])
+    lines += ["", f"{m['model']}, {m['config']}, {m['rows']} rollouts per step on H200s. One arm on 2 GPUs: "
+              f"{m['data_parallel_speedup']:.2f}x the steps per second of one GPU. Two arms on one GPU: "
+              f"{m['sharing_throughput']:.2f}x one arm's throughput."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", action="store_true", help="print the table of the committed results file")
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(table(json.loads(OUT.read_text()), markdown=True))
+        return 0
+    m = measure()
+    OUT.write_text(json.dumps(m, indent=1) + "\n")
+    print(table(m))
+    print(f"written {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""bench/scaling.py: the committed scaling file is what the script computes from the committed runs."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("scaling", ROOT / "bench" / "scaling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_scaling_file_is_recomputed_from_the_runs():
+    scaling = _module()
+    committed = json.loads(scaling.OUT.read_text())
+    assert committed == json.loads(json.dumps(scaling.measure()))
+    ways = committed["ways"]
+    assert committed["data_parallel_speedup"] == ways["alone"]["total_s"] / ways["data_parallel"]["total_s"]
+    assert all(r["steps"] >= 10 for w in ways.values() for r in w["runs"])
