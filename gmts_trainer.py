@@ -29,6 +29,8 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
 8. Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
    which TRL turns off with `disable_compile=True`. The cache is sized in buckets of `COMPILE_CACHE_BUCKET` tokens
    so that prompts of another length reuse the compiled decoder instead of recompiling it every step.
+9. Optional (`generation_grouped_attention`): decoding steps attend through `attention.grouped_sdpa_forward`, the
+   same attention without transformers' per-step copy of the key/value cache for every query head.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -69,6 +71,7 @@ from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
+from attention import grouped_query_attention
 from selection import ets_scores, gmts_omega, gmts_scores, select_top_fraction, selection_stats, update_cosine
 
 logger = logging.get_logger(__name__)
@@ -124,6 +127,13 @@ class GMTSConfig(GRPOConfig):
                           "(TRL turns it off). The first step pays the compilation (~40 s for a 1.5B model on an H200), "
                           "and again when prompts outgrow the cache's 256-token bucket. GPU only; not with vLLM or "
                           "continuous batching. Best with generation_merge_adapter."},
+    )
+    generation_grouped_attention: bool = field(
+        default=False,
+        metadata={"help": "Decode with grouped-query attention that does not copy the key/value cache once per query "
+                          "head at every step (attention.py; same computation as sdpa). For models with fewer "
+                          "key/value than query heads (Qwen2.5: 2 and 12); a no-op otherwise. Also used by the "
+                          "recipe's fast evaluation."},
     )
 
     def __post_init__(self):
@@ -408,6 +418,8 @@ class GMTSTrainer(GRPOTrainer):
         with contextlib.ExitStack() as stack:
             if self.args.generation_merge_adapter and not self.use_vllm:
                 stack.enter_context(merged_lora(model))
+            if self.args.generation_grouped_attention:
+                stack.enter_context(grouped_query_attention(model))
             if self.args.generation_compile:
                 self.generation_config.max_cache_len = compile_cache_length(
                     prompt_ids, self.max_completion_length, self.pad_to_multiple_of)

@@ -67,13 +67,15 @@ DEFAULT_CONFIG = "configs/paper.yaml"
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
-              "generation_merge_adapter", "generation_compile", "cudnn_attention", "save_minutes", "set_fields",
+              "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
+              "save_minutes", "set_fields",
               "ddp_find_unused_parameters"}
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
 RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
-GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "cudnn_attention")
+GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
+                      "cudnn_attention")
 
 
 @dataclass
@@ -306,7 +308,9 @@ def config_hash(record: dict) -> str:
 
 def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) -> dict:
     """What decides a base evaluation, and nothing else (not the training seed, learning rate or other trainer
-    fields): two runs with the same record share their base evaluations."""
+    fields): two runs with the same record share their base evaluations. What changes which samples are drawn is in
+    it (eval_fast pads batches, so the random stream differs); what computes the same numbers with other rounding is
+    not, as the GPU model is not: `generation_grouped_attention` (attention.py)."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
@@ -583,7 +587,8 @@ class Run:
         r = self.recipe
         return evaluate_pass_at_1(model, tok, heldout, k=r.eval_samples, seed=seed, max_new_tokens=r.eval_max_new_tokens,
                                   batch_size=r.eval_batch_size, system_prompt=r.system_prompt,
-                                  sampling=sampling(r, self.train_args), fast=r.eval_fast)
+                                  sampling=sampling(r, self.train_args), fast=r.eval_fast,
+                                  grouped_attention=self.train_args.generation_grouped_attention)
 
     def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
         import torch

@@ -1,0 +1,95 @@
+"""Evaluation decoding with and without grouped-query attention (attention.py), on real GSM8K prompts (issue 11).
+
+One fast evaluation batch (`eval.generate_samples`, fast=True: merged adapter, static cache, compiled decoding on a
+GPU) of --rows samples, timed after a warm-up call that pays the compilation, once through transformers' `sdpa`
+(which repeats the key/value cache for every query head at every step) and once through `grouped_sdpa_forward`.
+Same seed for both: the share of identical completions says how far rounding moved the samples.
+
+    python bench/grouped_attention.py --model smollm2-135m-instruct --gsm8k_path DIR --out bench/grouped-attention-h200.json
+    python bench/grouped_attention.py --markdown bench/grouped-attention-h200.json   # its table (bench/README.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def table(result: dict) -> str:
+    rows = ["| attention | ms per token step | batch (s) |", "|---|---|---|"]
+    rows += [f"| {r['attention']} | {r['ms_per_token_step']:.1f} | {r['seconds']:.2f} |" for r in result["rows"]]
+    return "\n".join(rows + ["", f"{result['model']}, {result['samples']} samples x {result['new_tokens']} tokens on "
+                              f"{result['device']}: {result['speedup']:.2f}x. Identical completions at the same seed: "
+                              f"{result['identical_completions']:.1%} (bf16 rounding moves the samples; on a CPU in "
+                              f"float32 tests/test_attention.py finds equal logits and identical samples)."])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", default=None, help="print the table of a results file and exit")
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--gsm8k_path")
+    ap.add_argument("--rows", type=int, default=880, help="samples in the batch (the Qwen evaluation's batch: 880)")
+    ap.add_argument("--new_tokens", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(table(json.loads(Path(args.markdown).read_text())))
+        return 0
+    if not args.gsm8k_path or not args.out:
+        ap.error("--gsm8k_path and --out are needed to measure")
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from data import load_gsm8k, to_prompt
+    from eval import generate_samples
+    from models import resolve_model
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    path = resolve_model(args.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    model = model.to(device)
+    tasks = load_gsm8k(args.gsm8k_path)["test"][: args.rows]
+    prompts = [to_prompt(t["question"]) for t in tasks]
+    cfg = model.config
+    out = {"model": args.model, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+           "samples": len(prompts), "new_tokens": args.new_tokens, "query_heads": cfg.num_attention_heads,
+           "key_value_heads": cfg.num_key_value_heads, "layers": cfg.num_hidden_layers, "rows": []}
+    texts = {}
+    for grouped in (False, True):
+        run = lambda: generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=args.new_tokens,  # noqa: E731
+                                       batch_size=len(prompts), progress=False, fast=True, grouped_attention=grouped)
+        t0 = time.perf_counter()
+        run()  # compiles
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(args.reps):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            texts[grouped] = run()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        row = {"attention": "grouped" if grouped else "sdpa", "first_s": first, "seconds": min(times),
+               "times_s": times, "ms_per_token_step": 1000 * min(times) / args.new_tokens}
+        out["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    same = sum(a == b for a, b in zip(texts[False], texts[True]))
+    out["identical_completions"] = same / len(prompts)
+    out["speedup"] = out["rows"][0]["seconds"] / out["rows"][1]["seconds"]
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"speedup {out['speedup']:.2f}x, identical completions {out['identical_completions']:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""attention.py: grouped-query decoding computes what transformers' sdpa computes, without repeating the cache."""
+
+import pytest
+import torch
+
+import attention
+from tiny import tiny_model, tiny_tokenizer
+
+
+def _generate(model, batch, static: bool):
+    kwargs = {"cache_implementation": "static"} if static else {}
+    torch.manual_seed(0)
+    out = model.generate(**batch, do_sample=False, max_new_tokens=6, output_logits=True,
+                         return_dict_in_generate=True, pad_token_id=0, eos_token_id=None, **kwargs)
+    return out.sequences, torch.stack(out.logits)  # (B, P + 6), (6, B, V)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_grouped_decoding_equals_sdpa_on_left_padded_rows(static, monkeypatch):
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, hidden=64).eval()  # 4 query heads, 2 key/value heads
+    assert model.config._attn_implementation == "sdpa"
+    batch = tok(["1+2=", "12+34=56?", "7="], return_tensors="pt", padding=True)  # left-padded: a mask at every step
+    seq_ref, logits_ref = _generate(model, batch, static)
+    grouped_calls = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, *args, **kwargs):
+        if q.shape[1] == k.shape[1] and q.shape[1] < model.config.num_attention_heads:
+            grouped_calls.append(tuple(q.shape))  # the folded call: query heads as key/value heads
+        return original(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    with attention.grouped_query_attention(model):
+        assert model.config._attn_implementation == attention.NAME
+        seq, logits = _generate(model, batch, static)
+    assert model.config._attn_implementation == "sdpa"  # restored
+    # every decoding step of every layer went through the folded call; the prefill did not
+    assert len(grouped_calls) == 5 * model.config.num_hidden_layers
+    assert all(shape == (3, 2, 2, 16) for shape in grouped_calls)  # (B, KV, G, D)
+    torch.testing.assert_close(logits, logits_ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(seq, seq_ref)
+
+
+def test_models_without_groups_or_sdpa_are_left_alone():
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    model.set_attn_implementation("eager")
+    with attention.grouped_query_attention(model):
+        assert model.config._attn_implementation == "eager"
+
+
+def test_restored_after_an_error():
+    model = tiny_model(tiny_tokenizer())
+    with pytest.raises(RuntimeError), attention.grouped_query_attention(model):
+        raise RuntimeError("generation failed")
+    assert model.config._attn_implementation == "sdpa"
+
+
+def _count_grouped(monkeypatch) -> list:
+    calls = []
+    original = attention.grouped_sdpa_forward
+
+    def counting(module, query, *args, **kwargs):
+        calls.append(query.shape[2])
+        return original(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "grouped_sdpa_forward", counting)
+    return calls
+
+
+def test_evaluation_samples_the_same_through_grouped_attention(monkeypatch):
+    from eval import generate_samples
+
+    tok = tiny_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
+    model = tiny_model(tok, hidden=64)
+    prompts = [[{"role": "user", "content": c}] for c in ("1+1", "123+45", "9")]
+    plain = generate_samples(model, tok, prompts, k=2, seed=5, max_new_tokens=5, progress=False, fast=True)
+    calls = _count_grouped(monkeypatch)
+    grouped = generate_samples(model, tok, prompts, k=2, seed=5, max_new_tokens=5, progress=False, fast=True,
+                               grouped_attention=True)
+    assert grouped == plain and calls.count(1) == 4 * model.config.num_hidden_layers  # 4 decoding steps
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_training_generation_decodes_through_it_with_the_same_completions(tmp_path, monkeypatch):
+    import torch as _torch
+
+    from test_trainer import generation_batch, make_trainer
+
+    plain = generation_batch(make_trainer(tmp_path / "a"))
+    calls = _count_grouped(monkeypatch)
+    trainer = make_trainer(tmp_path / "b", generation_grouped_attention=True)
+    grouped = generation_batch(trainer)
+    assert calls.count(1) >= 2 * trainer.model.config.num_hidden_layers  # decoding steps went through it
+    assert _torch.equal(grouped["completion_ids"], plain["completion_ids"])
+    assert trainer.model.get_base_model().config._attn_implementation == "sdpa"  # training forwards: sdpa
+
+
+def test_the_base_evaluation_cache_key_ignores_it_and_results_record_it():
+    """The same computation with other rounding, like another GPU model: cached base evaluations stay valid. Each arm
+    records its generation options, this one among them."""
+    import recipe
+
+    flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false"]
+    off = recipe.parse([*flags, "--generation_grouped_attention", "false"])
+    on = recipe.parse([*flags, "--generation_grouped_attention", "true"])
+    assert off[1].generation_grouped_attention is False and on[1].generation_grouped_attention is True
+    assert recipe.eval_record(off[0], off[2], off[1], [], "cuda") == recipe.eval_record(on[0], on[2], on[1], [], "cuda")
+    assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
+    assert "generation_grouped_attention" in recipe.GENERATION_OPTIONS
