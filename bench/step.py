@@ -20,7 +20,10 @@ parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data reci
 3. Evaluation: eval.generate_samples (fast, the recipe's sampler and eval_batch_size) on the prompts of the full test's
    first batch (its longest prompts: the same padded length and static-cache size), called twice (the first compiles),
    then profiled at the two lengths with the full call's cache length (so nothing recompiles). torch._dynamo counters
-   around each call say whether decoding ran compiled, recompiled or broke its graph.
+   around each call say whether decoding ran compiled, recompiled or broke its graph, and the profiles count CUDA graph
+   launches per token step. Default: the trainer's model after training (an arm's evaluation); --eval_first: a freshly
+   loaded base model before training (the recipe's order: base evaluations first, so the training's compiled decoder
+   meets the evaluation's shapes first).
 Writes OUT/step-profile.json and OUT/step-profile.txt, and prints a progress line per phase.
 """
 
@@ -108,7 +111,7 @@ class StepClock:
         self.last_prompts = None
         self.profile_step: int | None = None  # 1-based index of the step profiled from the end of its generation
         self.profiler = None
-        self.decode_steps: list[int] = []  # of every generate call made by eval (wrapped model.generate)
+        self.counters_after_first_step: dict | None = None  # torch._dynamo counters: recompiles after step 1?
 
     def timed(self, part: str, fn, after=None):
         def wrapper(*args, **kwargs):
@@ -153,10 +156,12 @@ class StepClock:
                     step["total_s"] = time.perf_counter() - step.pop("t0")
                     if self.profiler is not None:
                         self.profiler.__exit__(None, None, None)
-                        step["profiler"], self.profiler = self.profiler, None
+                        step["profiler"], step["profiled"], self.profiler = self.profiler, True, None
                     self.steps.append(step)
+                    if len(self.steps) == 1:
+                        self.counters_after_first_step = dynamo_counters()
                     progress(f"training step {len(self.steps)} took {step['total_s']:.2f} s"
-                             + (" (profiled from the end of its generation)" if "profiler" in step else ""))
+                             + (" (profiled from the end of its generation)" if step.get("profiled") else ""))
                 return out
             return wrapper
 
@@ -206,7 +211,7 @@ def breakdown(step: dict) -> dict:
 def summarize_steps(steps: list[dict]) -> dict:
     """First step apart; the median step (by total, the lower one for an even count) among the others, whose parts
     sum to its total, and each part's own median."""
-    rows = [breakdown(s) for s in steps if "profiler" not in s]
+    rows = [breakdown(s) for s in steps if not s.get("profiled")]
     later = rows[1:] or rows
     median_step = sorted(later, key=lambda r: r["total_s"])[(len(later) - 1) // 2]
     info = median_step["generation_info"] or {}
@@ -228,8 +233,9 @@ def device_events(events, on_gpu: bool) -> list:
     """The work items of a profile: CUDA kernels (and memcpy/memset) on a GPU, CPU operators without one; never the
     phase ranges or other user annotations."""
     want = torch.autograd.DeviceType.CUDA if on_gpu else torch.autograd.DeviceType.CPU
+    annotations = {e.name for e in events if getattr(e, "is_user_annotation", False)}  # record_function ranges
     return [e for e in events if e.device_type == want and not getattr(e, "is_user_annotation", False)
-            and not e.name.startswith(PHASE) and not e.name.startswith("ProfilerStep")]
+            and e.name not in annotations and not e.name.startswith(PHASE) and not e.name.startswith("ProfilerStep")]
 
 
 def busy_us(e, on_gpu: bool) -> float:
@@ -350,6 +356,14 @@ def dynamo_counters() -> dict:
     return snap
 
 
+def guard_failure_reasons(last: int = 3) -> dict:
+    """The last reasons torch._dynamo gave for recompiling each function (why a guard failed)."""
+    from torch._dynamo.utils import guard_failures
+
+    return {str(getattr(code, "co_name", code))[:80]: [str(reason)[:300] for reason in reasons[-last:]]
+            for code, reasons in guard_failures.items()}
+
+
 def counters_delta(before: dict, after: dict) -> dict:
     """What changed in torch._dynamo's counters (unique graphs, graph breaks and their reasons, recompilations,
     cudagraph skips, guard failures): empty when a call ran on compiled code without compiling anything."""
@@ -420,11 +434,11 @@ def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int]:
     return [prompts[i] for i in sorted(longest)], batch_rows
 
 
-def evaluation(recipe_args, train_args, trainer, heldout, device, lengths: list[int]) -> dict:
+def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: list[int]) -> dict:
+    """One batch of eval.generate_samples as the recipe calls it (recipe.Run._evaluate's settings)."""
     import eval as evaluation_module
     from recipe import sampling
 
-    model, tok = trainer.model, trainer.processing_class
     prompts, batch_rows = first_batch_prompts(recipe_args, tok, heldout)
     k, new_tokens = recipe_args.eval_samples, recipe_args.eval_max_new_tokens
     decode_steps: list[int] = []
@@ -446,7 +460,7 @@ def evaluation(recipe_args, train_args, trainer, heldout, device, lengths: list[
            "rows_per_batch": batch_rows, "prompts": len(prompts), "max_new_tokens": new_tokens,
            "batch_size": recipe_args.eval_batch_size, "fast": recipe_args.eval_fast, "static_cache": static,
            "compiled_decoding": compiled, "full_test_batches": -(-len(heldout) * k // batch_rows),
-           "dynamo": {}}
+           "parameter_dtype": str(next(model.parameters()).dtype), "dynamo": {}}
     model.generate = counted_generate
     try:
         for name in ("first_call", "second_call"):
@@ -517,6 +531,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--steps", type=int, default=4, help="training steps; the first (compilation) is reported apart")
     ap.add_argument("--arm", default="gmts", help="grpo, ets or gmts (default: the paper's method)")
     ap.add_argument("--small", action="store_true", help="tiny random model on the CPU (tests/tiny.py), seconds")
+    ap.add_argument("--eval_first", action="store_true",
+                    help="evaluate a freshly loaded base model before training (the recipe's order: base evals "
+                         "first); default: the trainer's model after training (an arm's evaluation)")
     ap.add_argument("--profile_tokens", default=None, help="two generation lengths to profile (default 16,40; "
                                                            "--small: 4,8)")
     args, rest = ap.parse_known_args(argv)
@@ -554,6 +571,28 @@ def run(argv: list[str]) -> dict:
     if device.type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(recipe_args.cudnn_attention)  # as recipe._run_experiment does
     train_tasks, heldout, _ = recipe.load_tasks(recipe_args)
+    result = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+              "versions": recipe.versions(), "model": model_args.model_name_or_path, "arm": arm, "argv": argv,
+              "config_name": name, "order": "eval, then training" if args.eval_first else "training, then eval",
+              "sync_note": "every part is CUDA-synchronized at both ends: a small cost per part, and no host/GPU "
+                           "overlap",
+              "dynamo": {"recompile_limit": getattr(torch._dynamo.config, "recompile_limit",
+                                                    getattr(torch._dynamo.config, "cache_size_limit", None))}}
+
+    def evaluate(model, tokenizer, which: str) -> None:
+        try:
+            result["eval"] = evaluation(recipe_args, train_args, model, tokenizer, heldout, device, lengths)
+        except Exception as err:  # noqa: BLE001 - e.g. out of memory at the eval batch: the rest still counts
+            result["eval"] = {"error": f"{type(err).__name__}: {str(err)[:500]}"}
+            progress(f"evaluation failed: {result['eval']['error']}")
+        result["eval"].update(model=model_args.model_name_or_path, evaluated=which)
+        save(out_dir, result)  # written after each part: a run cut short keeps what it measured
+
+    if args.eval_first:  # the recipe's order: base evaluations (a model of their own) before any training
+        progress("setup: loading the base model for the evaluation (recipe.load_model, as the base evals do)")
+        _, model, tokenizer = recipe.load_model(model_args, train_args, device.type)
+        evaluate(model, tokenizer, "base model (recipe.load_model), before training")
+        del model
     run_dir = recipe.Run(recipe_args, train_args, model_args, name)
     progress(f"setup: building the {arm} trainer (recipe.Run.build_trainer: model load, LoRA)")
     trainer, args_used = run_dir.build_trainer(arm, train_tasks)
@@ -564,40 +603,40 @@ def run(argv: list[str]) -> dict:
     before = dynamo_counters()
     trainer.train()
     after_training = dynamo_counters()
-    steps = summarize_steps(clock.steps)
-    profiled_step = next(s for s in clock.steps if "profiler" in s)
+    profiled_step = next(s for s in clock.steps if s.get("profiled"))
     step_profile = profile_summary(profiled_step.pop("profiler"), device, profiled_step["total_s"])
-    step_profile["covers"] = "step " + str(len(clock.steps)) + " from the end of its generation to its end"
-    result = {
-        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu", "versions": recipe.versions(),
-        "model": model_args.model_name_or_path, "arm": arm, "argv": argv, "config_name": name,
-        "sync_note": "every part is CUDA-synchronized at both ends: a small cost per part, and no host/GPU overlap",
-        "step": {"model": model_args.model_name_or_path, **steps, "entropy_source": trainer.entropy_source_used,
-                 "profiled_step_total_s": profiled_step["total_s"], "sum_tolerance_s": SUM_TOLERANCE_S,
-                 "generation_options": {k: getattr(args_used, k) for k in ("generation_merge_adapter",
-                                                                           "generation_compile", "bf16")},
-                 "cudnn_attention": recipe_args.cudnn_attention},
-        "step_profile": step_profile,
-        "dynamo": {"training": counters_delta(before, after_training),
-                   "recompile_limit": getattr(torch._dynamo.config, "recompile_limit",
-                                              getattr(torch._dynamo.config, "cache_size_limit", None))},
-        "dtypes": dtypes(trainer, args_used),
-    }
+    step_profile["covers"] = f"step {len(clock.steps)} from the end of its generation to its end"
+    result["step"] = {"model": model_args.model_name_or_path, **summarize_steps(clock.steps),
+                      "entropy_source": trainer.entropy_source_used, "profiled_step_total_s": profiled_step["total_s"],
+                      "sum_tolerance_s": SUM_TOLERANCE_S, "cudnn_attention": recipe_args.cudnn_attention,
+                      "generation_options": {k: getattr(args_used, k) for k in ("generation_merge_adapter",
+                                                                                "generation_compile", "bf16")}}
+    result["step_profile"] = step_profile
+    result["dynamo"].update(training_first_step=counters_delta(before, clock.counters_after_first_step),
+                            training_later_steps=counters_delta(clock.counters_after_first_step, after_training))
+    result["dtypes"] = dtypes(trainer, args_used)
+    save(out_dir, result)
     result["generation_profile"] = training_generation_profile(trainer, clock, device, lengths)
     result["dynamo"]["training_generation_profile"] = counters_delta(after_training, dynamo_counters())
-    result["eval"] = evaluation(recipe_args, args_used, trainer, heldout, device, lengths)
-    result["eval"]["model"] = model_args.model_name_or_path
-    (out_dir / "step-profile.json").write_text(json.dumps(result, indent=1, default=str))
+    save(out_dir, result)
+    if not args.eval_first:  # an arm's evaluation: the trained model, after training (recipe._evaluate_arm)
+        evaluate(trainer.model, trainer.processing_class, "the trainer's model after training")
+    result["dynamo"]["guard_failures"] = guard_failure_reasons()
+    save(out_dir, result)
     (out_dir / "step-profile.txt").write_text(report(result))
     progress(f"done: {out_dir / 'step-profile.json'} and {out_dir / 'step-profile.txt'}")
     return result
 
 
+def save(out_dir: Path, result: dict) -> None:
+    (out_dir / "step-profile.json").write_text(json.dumps(result, indent=1, default=str))
+
+
 def report(r: dict) -> str:
     s, g, e = r["step"], r["generation_profile"], r["eval"]
     work = r["step_profile"]["work_items"]
-    lines = [f"bench/step.py on {r['device']}: {r['model']}, arm {r['arm']}, {s['rows']} rows per step; "
-             f"{r['sync_note']}.", "",
+    lines = [f"bench/step.py on {r['device']}: {r['model']}, arm {r['arm']}, {s['rows']} rows per step, "
+             f"{r['order']}; {r['sync_note']}.", "",
              f"Training step: median {s['total_s']:.3f} s over {s['steps_in_median']} steps (first step, with "
              f"compilation: {s['first_step_s']:.1f} s); entropy source: {s['entropy_source']}.", "",
              "| part | median step (s) | share | part's own median (s) |", "|---|---|---|---|"]
@@ -618,18 +657,22 @@ def report(r: dict) -> str:
               "| part | busy (s) | items |", "|---|---|---|"]
     lines += [f"| {p} | {v['busy_s']:.4f} | {v['items']} |" for p, v in sorted(sp["by_phase"].items())]
     lines += top_lines(sp)
-    lines += ["", f"Evaluation (eval.generate_samples, fast={e['fast']}, static cache {e['static_cache']}, compiled "
+    if "error" in e:
+        return "\n".join(lines + ["", f"Evaluation failed: {e['error']}"]) + "\n"
+    lines += ["", f"Evaluation of {e['evaluated']} ({e['parameter_dtype']}; eval.generate_samples, fast={e['fast']}, static cache {e['static_cache']}, compiled "
               f"{e['compiled_decoding']}): {e['samples']} samples in one batch of {e['rows_per_batch']} rows, "
               f"{e['decode_steps']} decode steps: first call {e['first_call_s']:.2f} s, second {e['seconds']:.2f} s "
               f"({e['ms_per_token_step']:.2f} ms per token step); full test ~{e['full_test_estimate_s']:.0f} s "
               f"({e['full_test_batches']} such batches, an estimate)."]
     lines += profile_lines(f"Evaluation profiled ({work})", e["profile"])
     lines += ["", "torch._dynamo counters that changed (empty: ran compiled code without compiling):"]
-    for name, delta in [("training", r["dynamo"]["training"]),
+    for name, delta in [("training, first step", r["dynamo"]["training_first_step"]),
+                        ("training, later steps", r["dynamo"]["training_later_steps"]),
                         ("training generation profile", r["dynamo"]["training_generation_profile"]),
                         *[(f"eval {k}", v) for k, v in e["dynamo"].items()]]:
         lines.append(f"- {name}: {json.dumps(delta)[:600]}")
-    lines += ["", "dtypes: " + json.dumps(r["dtypes"])]
+    lines += [f"- guard failures (why functions recompiled), last reasons: {json.dumps(r['dynamo']['guard_failures'])[:1500]}",
+              "", "dtypes: " + json.dumps(r["dtypes"])]
     return "\n".join(lines) + "\n"
 
 

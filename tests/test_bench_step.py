@@ -54,6 +54,14 @@ def test_small_run_breaks_a_real_step_into_parts_that_sum_to_its_total(small_run
     assert "| host_other |" in (out / "step-profile.txt").read_text()
 
 
+@pytest.mark.slow
+def test_eval_first_evaluates_a_fresh_base_model_before_training(tmp_path):
+    assert step.main(["--small", "--steps", "2", "--eval_first", "--out", str(tmp_path)]) == 0
+    r = json.loads((tmp_path / "step-profile.json").read_text())
+    assert r["order"] == "eval, then training" and r["eval"]["evaluated"].startswith("base model")
+    assert r["eval"]["seconds"] > 0 and r["step"]["total_s"] > 0
+
+
 def test_breakdown_leaves_host_other_as_the_remainder_and_shows_overlap_as_negative():
     part = {"dataloader": [0.1], "generation": [1.0], "reward": [0.2], "generate_and_score": [1.5],
             "forward": [0.3, 0.3], "backward": [0.5, 0.5], "grad_clip": [0.05], "optimizer": [0.1], "log_save": [0.05]}
