@@ -349,19 +349,21 @@ def per_token_step(points: list[dict]) -> dict:
 
 
 def dynamo_counters() -> dict:
-    from torch._dynamo.utils import counters, guard_failures
+    """torch._dynamo's counters (inductor's too: cudagraph skips), and how many guard failures each function had."""
+    from torch._dynamo import utils
 
-    snap = {cat: {str(k)[:200]: v for k, v in c.items()} for cat, c in counters.items()}
-    snap["guard_failures"] = {str(getattr(code, "co_name", code))[:80]: len(v) for code, v in guard_failures.items()}
+    snap = {cat: {str(k)[:200]: v for k, v in c.items()} for cat, c in utils.counters.items()}
+    failures = getattr(utils, "guard_failures", {})  # absent in some torch versions: then not counted
+    snap["guard_failures"] = {str(getattr(code, "co_name", code))[:80]: len(v) for code, v in failures.items()}
     return snap
 
 
 def guard_failure_reasons(last: int = 3) -> dict:
     """The last reasons torch._dynamo gave for recompiling each function (why a guard failed)."""
-    from torch._dynamo.utils import guard_failures
+    from torch._dynamo import utils
 
     return {str(getattr(code, "co_name", code))[:80]: [str(reason)[:300] for reason in reasons[-last:]]
-            for code, reasons in guard_failures.items()}
+            for code, reasons in getattr(utils, "guard_failures", {}).items()}
 
 
 def counters_delta(before: dict, after: dict) -> dict:
