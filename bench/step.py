@@ -417,13 +417,17 @@ def training_generation_profile(trainer, clock: StepClock, device, lengths: list
         points.append({"new_tokens": n, "decode_steps": max(len(c) for c in completion_ids),
                        **{k: summary[k] for k in ("busy_s", "items", "wall_s", "graph_launches")}})
         top = summary
-    return {"rows": len(prompt_ids), "points": points, "per_token_step": per_token_step(points),
-            "top": top["top"], "matmul_ops": top["matmul_ops"]}
+    from gmts_trainer import compile_cache_length
+
+    cache = (compile_cache_length(prompt_ids, trainer.max_completion_length, trainer.pad_to_multiple_of)
+             if trainer.args.generation_compile else None)  # as GMTSTrainer._generate_single_turn sizes it
+    return {"rows": len(prompt_ids), "static_cache_len": cache, "points": points,
+            "per_token_step": per_token_step(points), "top": top["top"], "matmul_ops": top["matmul_ops"]}
 
 
-def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int]:
+def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int, list[int]]:
     """The prompts of the full evaluation's first batch (its longest: eval.generate_samples sorts longest first and
-    pads each batch to one size) and that batch's row count."""
+    pads each batch to one size), that batch's row count, and every held-out prompt's length in tokens."""
     from data import system_prompt, to_prompt
 
     prompt = system_prompt(recipe_args.system_prompt)
@@ -433,7 +437,7 @@ def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int]:
     k, total = recipe_args.eval_samples, len(prompts) * recipe_args.eval_samples
     batch_rows = -(-total // -(-total // recipe_args.eval_batch_size))  # eval.generate_samples' even batches
     longest = sorted(range(len(prompts)), key=lambda i: -lengths[i])[: -(-batch_rows // k)]
-    return [prompts[i] for i in sorted(longest)], batch_rows
+    return [prompts[i] for i in sorted(longest)], batch_rows, lengths
 
 
 def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: list[int]) -> dict:
@@ -441,7 +445,9 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
     import eval as evaluation_module
     from recipe import sampling
 
-    prompts, batch_rows = first_batch_prompts(recipe_args, tok, heldout)
+    from gmts_trainer import compile_cache_length
+
+    prompts, batch_rows, prompt_lengths = first_batch_prompts(recipe_args, tok, heldout)
     k, new_tokens = recipe_args.eval_samples, recipe_args.eval_max_new_tokens
     decode_steps: list[int] = []
     generate = model.generate
@@ -462,7 +468,11 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
            "rows_per_batch": batch_rows, "prompts": len(prompts), "max_new_tokens": new_tokens,
            "batch_size": recipe_args.eval_batch_size, "fast": recipe_args.eval_fast, "static_cache": static,
            "compiled_decoding": compiled, "full_test_batches": -(-len(heldout) * k // batch_rows),
-           "parameter_dtype": str(next(model.parameters()).dtype), "dynamo": {}}
+           "parameter_dtype": str(next(model.parameters()).dtype), "prompt_tokens_max": max(prompt_lengths),
+           "prompt_tokens_mean": statistics.mean(prompt_lengths), "dynamo": {},
+           # the static KV cache every decode step attends over, whatever the position (eval.generate_samples)
+           "static_cache_len": compile_cache_length([[0] * n for n in prompt_lengths], new_tokens, None)
+           if static else None}
     model.generate = counted_generate
     try:
         for name in ("first_call", "second_call"):
@@ -652,7 +662,8 @@ def report(r: dict) -> str:
               f" tokens): {gi['wall_s']:.3f} s, {gi['ms_per_token_step']:.2f} ms per token step.",
               "Forward per microbatch: " + ", ".join(f"{x:.3f}" for x in m["forward_per_microbatch_s"]) +
               " s; backward: " + ", ".join(f"{x:.3f}" for x in m["backward_per_microbatch_s"]) + " s."]
-    lines += profile_lines(f"Training generation profiled ({g['rows']} rows, {work})", g)
+    lines += profile_lines(f"Training generation profiled ({g['rows']} rows, static cache {g['static_cache_len']}, "
+                           f"{work})", g)
     sp = r["step_profile"]
     lines += ["", f"Profiled step after its generation ({sp['covers']}; wall {sp['wall_s']:.3f} s with profiler "
               f"overhead): {work} busy {sp['busy_s']:.3f} s, {sp['items']} items.",
@@ -663,7 +674,8 @@ def report(r: dict) -> str:
         return "\n".join(lines + ["", f"Evaluation failed: {e['error']}"]) + "\n"
     lines += ["", f"Evaluation of {e['evaluated']} ({e['parameter_dtype']}; eval.generate_samples, fast={e['fast']}, static cache {e['static_cache']}, compiled "
               f"{e['compiled_decoding']}): {e['samples']} samples in one batch of {e['rows_per_batch']} rows, "
-              f"{e['decode_steps']} decode steps: first call {e['first_call_s']:.2f} s, second {e['seconds']:.2f} s "
+              f"{e['decode_steps']} decode steps, prompts up to {e['prompt_tokens_max']} tokens, static cache "
+              f"{e['static_cache_len']}: first call {e['first_call_s']:.2f} s, second {e['seconds']:.2f} s "
               f"({e['ms_per_token_step']:.2f} ms per token step); full test ~{e['full_test_estimate_s']:.0f} s "
               f"({e['full_test_batches']} such batches, an estimate)."]
     lines += profile_lines(f"Evaluation profiled ({work})", e["profile"])
