@@ -47,7 +47,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 _spec = importlib.util.spec_from_file_location("bench_selection", ROOT / "bench" / "selection.py")
 bench_selection = importlib.util.module_from_spec(_spec)  # by path: the name `selection` is the root's ranking math
 _spec.loader.exec_module(bench_selection)
-sync, cuda_activity = bench_selection.sync, bench_selection.cuda_activity
+sync = bench_selection.sync  # CUDA-synchronize (a no-op on the CPU), as the other benchmarks do
 
 PARTS = ("dataloader", "generation", "reward", "scoring_rest", "forward", "backward", "grad_clip", "optimizer",
          "log_save", "host_other")
