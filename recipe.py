@@ -590,8 +590,8 @@ class Run:
                                   sampling=sampling(r, self.train_args), fast=r.eval_fast,
                                   grouped_attention=self.train_args.generation_grouped_attention)
 
-    def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
-        import torch
+    def build_trainer(self, arm: str, train_tasks):
+        """(GMTSTrainer, its GMTSConfig) for one arm, as train_arm trains it; bench/step.py times this very trainer."""
         from datasets import Dataset
         from trl import get_peft_config
 
@@ -615,6 +615,13 @@ class Run:
             trainer = GMTSTrainer(model=path, reward_funcs=math_equal_reward, args=args, train_dataset=dataset,
                                   peft_config=get_peft_config(self.model_args),
                                   callbacks=[FinishEstimate(arm), SaveEveryMinutes(self.recipe.save_minutes, self.state)])
+        return trainer, args
+
+    def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
+        import torch
+
+        arm_dir = self.dir / f"arm-{arm}"
+        trainer, args = self.build_trainer(arm, train_tasks)
         checkpoint = None
         if self.recipe.resume and any(arm_dir.glob("checkpoints/checkpoint-*")):
             checkpoint = True

@@ -1,0 +1,732 @@
+"""One real training step and one real evaluation batch, broken down: where the time goes (issue #11).
+
+    python bench/step.py --config configs/qwen.yaml --gsm8k_path /root/m/gsm8k --steps 4 --out OUT   # one GPU
+    python bench/step.py --small --out /tmp/step-small          # CPU: tiny random model, tiny shapes, seconds
+
+Every argument besides this script's own (--out, --steps, --arm, --small, --profile_tokens) is a recipe.py override,
+parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data recipe.load_tasks', so what runs is what
+`python recipe.py --arm gmts ...` trains, minus checkpoints (save_strategy no) and with max_steps = --steps + 1.
+
+1. Training: --steps steps; the first (compilation) is reported apart, the median over the others is the step time.
+   Each step is cut into parts, CUDA-synchronized at every boundary (the syncs cost a little, and remove whatever
+   overlap of host and GPU work the unsynchronized step has): dataloader, generation (TRL's _generate_single_turn),
+   reward (_calculate_rewards), the rest of _generate_and_score_completions (advantages, selection, any scoring pass),
+   forward (compute_loss, per microbatch), backward, gradient clipping, optimizer step, log/save, and host/other =
+   total - parts, so the parts of every step sum to its total.
+2. One more step runs under torch.profiler from the end of its generation to its end (a whole decode of 64 x 256
+   tokens is ~300k kernel events: too slow to capture and parse); generation is profiled apart, through the same
+   _generate_single_turn with the last step's prompts, at two lengths (--profile_tokens): the difference gives GPU busy
+   time, kernels and wall per token step free of the prefill, which the intercept holds.
+3. Evaluation: eval.generate_samples (fast, the recipe's sampler and eval_batch_size) on the prompts of the full test's
+   first batch (its longest prompts: the same padded length and static-cache size), called twice (the first compiles),
+   then profiled at the two lengths with the full call's cache length (so nothing recompiles). torch._dynamo counters
+   around each call say whether decoding ran compiled, recompiled or broke its graph, and the profiles count CUDA graph
+   launches per token step. Default: the trainer's model after training (an arm's evaluation); --eval_first: a freshly
+   loaded base model before training (the recipe's order: base evaluations first, so the training's compiled decoder
+   meets the evaluation's shapes first).
+Writes OUT/step-profile.json and OUT/step-profile.txt, and prints a progress line per phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+_spec = importlib.util.spec_from_file_location("bench_selection", ROOT / "bench" / "selection.py")
+bench_selection = importlib.util.module_from_spec(_spec)  # by path: the name `selection` is the root's ranking math
+_spec.loader.exec_module(bench_selection)
+sync = bench_selection.sync  # CUDA-synchronize (a no-op on the CPU), as the other benchmarks do
+
+PARTS = ("dataloader", "generation", "reward", "scoring_rest", "forward", "backward", "grad_clip", "optimizer",
+         "log_save", "host_other")
+SUM_TOLERANCE_S = 1e-6  # parts of a step sum to its total up to float rounding: host_other is the remainder
+PHASE = "phase::"  # prefix of the profiler ranges that mark the parts
+# work in a profile outside every part's range: in the profiled step, the rest of _generate_and_score_completions
+# (its range opened before the profiler started), TRL's shuffle and split of the batch, and host work between parts
+UNMARKED = "unmarked (scoring_rest, shuffle/split, between parts)"
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "aten::linear",
+              "aten::matmul", "aten::_efficient_attention_forward", "aten::_flash_attention_forward",
+              "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention",
+              "aten::_scaled_dot_product_cudnn_attention", "aten::scaled_dot_product_attention")
+# host-side CUDA runtime calls counted in every profile: one cudaGraphLaunch and few kernel launches per token step
+# means decoding replays a CUDA graph; hundreds of launches per token step mean it runs eagerly
+RUNTIME_CALLS = ("cudaGraphLaunch", "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                 "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMalloc", "cudaFree")
+SMALL_CONFIG = """# bench/step.py --small: the tiny random model (tests/tiny.py), every stage of configs/qwen.yaml, tiny shapes
+model_name_or_path: {model}
+use_peft: true
+lora_r: 4
+lora_alpha: 8
+lora_target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]
+task: arithmetic
+difficulty: 0
+n_train: 16
+n_heldout: 6
+system_prompt: Solve
+eval_samples: 2
+eval_max_new_tokens: 8
+eval_batch_size: 8
+num_generations: 4
+per_device_train_batch_size: 8
+gradient_accumulation_steps: 2
+max_completion_length: 8
+learning_rate: 1.0e-3
+beta: 0.0
+loss_type: dapo
+selection_scope: batch
+gradient_checkpointing: true
+generation_merge_adapter: true
+use_cpu: true
+logging_steps: 1
+report_to: none
+"""
+
+
+def progress(message: str) -> None:
+    print(f"[step.py {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------- timing the real step
+class StepClock:
+    """Wall time of the parts of each training step, CUDA-synchronized at both ends of every part. Trainer methods
+    are wrapped by instance attribute (bench/selection.py end_to_end does the same); each part also opens a profiler
+    range `phase::<part>` so a profiled step can be cut the same way."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.steps: list[dict] = []
+        self.open: dict | None = None
+        self.last_prompts = None
+        self.profile_step: int | None = None  # 1-based index of the step profiled from the end of its generation
+        self.profiler = None
+        self.counters_after_first_step: dict | None = None  # torch._dynamo counters: recompiles after step 1?
+
+    def timed(self, part: str, fn, after=None):
+        def wrapper(*args, **kwargs):
+            sync(self.device)
+            t0 = time.perf_counter()
+            with torch.profiler.record_function(PHASE + part):
+                out = fn(*args, **kwargs)
+                sync(self.device)
+            if self.open is not None:
+                self.open.setdefault(part, []).append(time.perf_counter() - t0)
+            if after is not None:
+                after(args, out)
+            return out
+        return wrapper
+
+    def instrument(self, trainer) -> None:
+        def begin(fn):  # get_batch_samples opens each optimizer step
+            def wrapper(*args, **kwargs):
+                sync(self.device)
+                self.open = {"t0": time.perf_counter()}
+                return self.timed("dataloader", fn)(*args, **kwargs)
+            return wrapper
+
+        def generated(args, out):
+            prompt_ids, completion_ids = args[0], out[0]
+            self.last_prompts = (prompt_ids, args[3] if len(args) > 3 else trainer.num_generations)
+            if self.open is not None:
+                self.open["generation_info"] = {
+                    "rows": len(completion_ids), "prompt_tokens_max": max(len(p) for p in prompt_ids),
+                    "prompt_tokens_mean": statistics.mean(len(p) for p in prompt_ids),
+                    "decode_steps": max(len(c) for c in completion_ids),
+                    "completion_tokens_mean": statistics.mean(len(c) for c in completion_ids)}
+                if len(self.steps) + 1 == self.profile_step:  # profile the rest of this step
+                    self.profiler = torch.profiler.profile(activities=activities(self.device), record_shapes=True)
+                    self.profiler.__enter__()
+
+        def end(fn):
+            def wrapper(*args, **kwargs):
+                out = self.timed("log_save", fn)(*args, **kwargs)
+                if self.open is not None:  # the epoch-end call after the loop has no open step
+                    step, self.open = self.open, None
+                    step["total_s"] = time.perf_counter() - step.pop("t0")
+                    if self.profiler is not None:
+                        self.profiler.__exit__(None, None, None)
+                        step["profiler"], step["profiled"], self.profiler = self.profiler, True, None
+                    self.steps.append(step)
+                    if len(self.steps) == 1:
+                        self.counters_after_first_step = dynamo_counters()
+                    progress(f"training step {len(self.steps)} took {step['total_s']:.2f} s"
+                             + (" (profiled from the end of its generation)" if step.get("profiled") else ""))
+                return out
+            return wrapper
+
+        trainer.get_batch_samples = begin(trainer.get_batch_samples)
+        trainer._generate_single_turn = self.timed("generation", trainer._generate_single_turn, after=generated)
+        trainer._calculate_rewards = self.timed("reward", trainer._calculate_rewards)
+        trainer._generate_and_score_completions = self.timed("generate_and_score",
+                                                             trainer._generate_and_score_completions)
+        trainer.compute_loss = self.timed("forward", trainer.compute_loss)
+        trainer.accelerator.backward = self.timed("backward", trainer.accelerator.backward)
+        trainer._clip_grad_norm = self.timed("grad_clip", trainer._clip_grad_norm)
+        trainer._maybe_log_save_evaluate = end(trainer._maybe_log_save_evaluate)
+        trainer.add_callback(OptimizerClock(self))  # last of the callbacks: UpdateCosine's work stays in host_other
+
+
+class OptimizerClock(TrainerCallback):
+    """optimizer.step between Trainer's on_pre_optimizer_step and on_optimizer_step, synchronized."""
+
+    def __init__(self, clock: StepClock):
+        self.clock, self.t0, self.range = clock, 0.0, None
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        sync(self.clock.device)
+        self.range = torch.profiler.record_function(PHASE + "optimizer")
+        self.range.__enter__()
+        self.t0 = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        sync(self.clock.device)
+        self.range.__exit__(None, None, None)
+        if self.clock.open is not None:
+            self.clock.open.setdefault("optimizer", []).append(time.perf_counter() - self.t0)
+
+
+def breakdown(step: dict) -> dict:
+    """One step's parts in seconds (PARTS; forward and backward summed over microbatches), host_other the remainder."""
+    total = lambda name: sum(step.get(name, []))  # noqa: E731
+    parts = {"dataloader": total("dataloader"), "generation": total("generation"), "reward": total("reward"),
+             "scoring_rest": total("generate_and_score") - total("generation") - total("reward"),
+             "forward": total("forward"), "backward": total("backward"), "grad_clip": total("grad_clip"),
+             "optimizer": total("optimizer"), "log_save": total("log_save")}
+    parts["host_other"] = step["total_s"] - sum(parts.values())
+    return {**parts, "total_s": step["total_s"], "forward_per_microbatch_s": step.get("forward", []),
+            "backward_per_microbatch_s": step.get("backward", []), "generation_info": step.get("generation_info")}
+
+
+def summarize_steps(steps: list[dict]) -> dict:
+    """First step apart; the median step (by total, the lower one for an even count) among the others, whose parts
+    sum to its total, and each part's own median."""
+    rows = [breakdown(s) for s in steps if not s.get("profiled")]
+    later = rows[1:] or rows
+    median_step = sorted(later, key=lambda r: r["total_s"])[(len(later) - 1) // 2]
+    info = median_step["generation_info"] or {}
+    generation = {**info, "wall_s": median_step["generation"],
+                  "ms_per_token_step": 1000 * median_step["generation"] / max(info.get("decode_steps", 1), 1)}
+    return {"rows": info.get("rows"), "total_s": median_step["total_s"], "first_step_s": rows[0]["total_s"],
+            "steps_in_median": len(later), "median_step": median_step,
+            "part_medians_s": {p: statistics.median(r[p] for r in later) for p in PARTS},
+            "steps": rows, "generation": generation}
+
+
+# ---------------------------------------------------------------------------- profiles
+def activities(device: torch.device) -> list:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    return acts + [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else acts
+
+
+def device_events(events, on_gpu: bool) -> list:
+    """The work items of a profile: CUDA kernels (and memcpy/memset) on a GPU, CPU operators without one; never the
+    phase ranges or other user annotations."""
+    want = torch.autograd.DeviceType.CUDA if on_gpu else torch.autograd.DeviceType.CPU
+    annotations = {e.name for e in events if getattr(e, "is_user_annotation", False)}  # record_function ranges
+    return [e for e in events if e.device_type == want and not getattr(e, "is_user_annotation", False)
+            and e.name not in annotations and not e.name.startswith(PHASE) and not e.name.startswith("ProfilerStep")]
+
+
+def busy_us(e, on_gpu: bool) -> float:
+    return e.time_range.end - e.time_range.start if on_gpu else e.self_cpu_time_total
+
+
+def by_phase(events, on_gpu: bool) -> dict:
+    """Busy seconds and work items per part: each item goes to the innermost phase range it starts in (every part
+    ends with a sync inside its range, so its kernels run inside it)."""
+    ranges = sorted(((e.time_range.start, e.time_range.end, e.name[len(PHASE):]) for e in events
+                     if e.name.startswith(PHASE) and e.device_type == torch.autograd.DeviceType.CPU),
+                    key=lambda r: r[0])
+    out: dict[str, dict] = {}
+    for e in device_events(events, on_gpu):
+        start, phase = e.time_range.start, UNMARKED
+        for lo, hi, name in ranges:  # sorted by start: the last range that holds it is the innermost
+            if lo <= start <= hi:
+                phase = name
+        row = out.setdefault(phase, {"busy_s": 0.0, "items": 0})
+        row["busy_s"] += busy_us(e, on_gpu) / 1e6
+        row["items"] += 1
+    return out
+
+
+def top_items(events, on_gpu: bool, limit: int = 25) -> list[dict]:
+    """The work items with the most busy time, by name: count, total and mean, with the gemm dtype read from the name."""
+    table: dict[str, dict] = {}
+    for e in device_events(events, on_gpu):
+        row = table.setdefault(e.name, {"name": e.name[:160], "count": 0, "total_ms": 0.0})
+        row["count"] += 1
+        row["total_ms"] += busy_us(e, on_gpu) / 1e3
+    rows = sorted(table.values(), key=lambda r: -r["total_ms"])[:limit]
+    for r in rows:
+        r["mean_us"] = 1000 * r["total_ms"] / r["count"]
+        r["gemm_dtype"] = gemm_dtype(r["name"])
+    return rows
+
+
+def gemm_dtype(name: str) -> str | None:
+    """The dtype a matrix-multiply kernel's name states (cuBLAS/CUTLASS naming), None for a kernel that is not one.
+    'triton' where the name cannot tell (an inductor template: see the CPU-side matmul op dtypes)."""
+    n = name.lower()
+    if not re.search(r"gemm|nvjet|xmma|cutlass|matmul|cublas|triton_tem|_mm_|splitk", n):
+        return None
+    nvjet = re.match(r"nvjet_([a-z]{3})_", n)
+    if nvjet:  # cuBLASLt's nvjet kernels: the first letter is the input type (guess from the naming scheme)
+        return {"b": "bf16", "h": "fp16/bf16", "t": "tf32", "s": "fp32", "e": "fp8"}.get(nvjet.group(1)[0],
+                                                                                          f"nvjet_{nvjet.group(1)}")
+    if "bf16" in n:
+        return "bf16"
+    for tag, marks in (("fp16", ("fp16", "f16", "h16816", "h1688", "hgemm", "half")),
+                       ("tf32", ("tf32", "s1688", "s16816")), ("fp32", ("f32f32", "sgemm", "fp32", "f32_"))):
+        if any(m in n for m in marks):
+            return tag
+    return "triton" if "triton" in n else "unknown"
+
+
+def matmul_ops(events) -> list[dict]:
+    """Matmul and attention operators seen on the CPU side (eager code: the update, the prefill) with their input
+    dtypes (record_shapes); a CUDA-graph replay shows no operators, only kernels."""
+    table: dict[tuple, dict] = {}
+    for e in events:
+        if e.name in MATMUL_OPS and e.device_type == torch.autograd.DeviceType.CPU:
+            dtypes = tuple(d for d in (getattr(e, "input_dtypes", None) or []) if d)[:3]
+            row = table.setdefault((e.name, dtypes), {"op": e.name, "input_dtypes": list(dtypes), "count": 0,
+                                                      "device_ms": 0.0, "cpu_ms": 0.0})
+            row["count"] += 1
+            row["device_ms"] += e.self_device_time_total / 1e3
+            row["cpu_ms"] += e.self_cpu_time_total / 1e3
+    return sorted(table.values(), key=lambda r: -(r["device_ms"] or r["cpu_ms"]))
+
+
+def profile_summary(prof, device: torch.device, wall_s: float) -> dict:
+    on_gpu = device.type == "cuda"
+    events = prof.events()
+    items = device_events(events, on_gpu)
+    runtime = {name: 0 for name in RUNTIME_CALLS}
+    for e in events:
+        if e.name in runtime:
+            runtime[e.name] += 1
+    return {"work_items": "CUDA kernels" if on_gpu else "CPU operators (no CUDA here)", "wall_s": wall_s,
+            "busy_s": sum(busy_us(e, on_gpu) for e in items) / 1e6, "items": len(items),
+            "graph_launches": runtime["cudaGraphLaunch"], "runtime_calls": runtime,
+            "by_phase": by_phase(events, on_gpu), "top": top_items(events, on_gpu), "matmul_ops": matmul_ops(events)}
+
+
+def profiled(fn, device: torch.device):
+    """(fn's result, profile summary) of one call under the profiler, synchronized."""
+    sync(device)
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=activities(device), record_shapes=True) as prof:
+        out = fn()
+        sync(device)
+    wall = time.perf_counter() - t0
+    return out, profile_summary(prof, device, wall)
+
+
+def per_token_step(points: list[dict]) -> dict:
+    """Slope and intercept of busy time, work items and wall over decode steps between two profiled lengths: the slope
+    is the cost of one token step, the intercept the prefill and fixed costs."""
+    a, b = points[0], points[-1]
+    steps = b["decode_steps"] - a["decode_steps"]
+    if steps <= 0:
+        return {"error": f"decode steps did not grow between the profiled lengths ({a['decode_steps']} -> "
+                         f"{b['decode_steps']}): every row stopped early"}
+    slope = {k: (b[k] - a[k]) / steps for k in ("busy_s", "items", "wall_s", "graph_launches")}
+    return {"gpu_busy_ms": 1000 * slope["busy_s"], "items": slope["items"], "profiled_wall_ms": 1000 * slope["wall_s"],
+            "graph_launches": slope["graph_launches"],
+            "intercept_busy_ms": 1000 * (a["busy_s"] - a["decode_steps"] * slope["busy_s"]),
+            "intercept_items": a["items"] - a["decode_steps"] * slope["items"]}
+
+
+def dynamo_counters() -> dict:
+    """torch._dynamo's counters (inductor's too: cudagraph skips), and how many guard failures each function had."""
+    from torch._dynamo import utils
+
+    snap = {cat: {str(k)[:200]: v for k, v in c.items()} for cat, c in utils.counters.items()}
+    failures = getattr(utils, "guard_failures", {})  # absent in some torch versions: then not counted
+    snap["guard_failures"] = {str(getattr(code, "co_name", code))[:80]: len(v) for code, v in failures.items()}
+    return snap
+
+
+def guard_failure_reasons(last: int = 3) -> dict:
+    """The last reasons torch._dynamo gave for recompiling each function (why a guard failed)."""
+    from torch._dynamo import utils
+
+    return {str(getattr(code, "co_name", code))[:80]: [str(reason)[:300] for reason in reasons[-last:]]
+            for code, reasons in getattr(utils, "guard_failures", {}).items()}
+
+
+def counters_delta(before: dict, after: dict) -> dict:
+    """What changed in torch._dynamo's counters (unique graphs, graph breaks and their reasons, recompilations,
+    cudagraph skips, guard failures): empty when a call ran on compiled code without compiling anything."""
+    out = {}
+    for cat, values in after.items():
+        diff = {k: v - before.get(cat, {}).get(k, 0) for k, v in values.items()
+                if isinstance(v, (int, float)) and v != before.get(cat, {}).get(k, 0)}
+        if diff:
+            out[cat] = diff
+    return out
+
+
+@contextlib.contextmanager
+def generation_length(trainer, new_tokens: int):
+    """TRL's generation_config with fewer new tokens; GMTSTrainer sizes the static cache from max_completion_length,
+    so the compiled decoder keeps its shapes."""
+    saved = trainer.generation_config.max_new_tokens
+    trainer.generation_config.max_new_tokens = new_tokens
+    try:
+        yield
+    finally:
+        trainer.generation_config.max_new_tokens = saved
+
+
+@contextlib.contextmanager
+def cache_length_of(max_new_tokens: int):
+    """eval.generate_samples with fewer new tokens but the static cache of a `max_new_tokens` call (no recompile)."""
+    import gmts_trainer
+
+    original = gmts_trainer.compile_cache_length
+    gmts_trainer.compile_cache_length = lambda prompts, _, pad: original(prompts, max_new_tokens, pad)
+    try:
+        yield
+    finally:
+        gmts_trainer.compile_cache_length = original
+
+
+# ---------------------------------------------------------------------------- the parts of the run
+def training_generation_profile(trainer, clock: StepClock, device, lengths: list[int]) -> dict:
+    """The trainer's own _generate_single_turn (merged LoRA, compiled decoding as configured) on the last step's
+    prompts, profiled at each length; without the entropy recorder (~0.1-0.2 ms per token step, bench/README.md)."""
+    prompt_ids, num_generations = clock.last_prompts
+    points, top = [], None
+    for n in lengths:
+        progress(f"training generation: profiling {len(prompt_ids)} rows x {n} new tokens")
+        with generation_length(trainer, n):
+            (completion_ids, _), summary = profiled(
+                lambda: trainer._generate_single_turn(prompt_ids, None, {}, num_generations), device)
+        points.append({"new_tokens": n, "decode_steps": max(len(c) for c in completion_ids),
+                       **{k: summary[k] for k in ("busy_s", "items", "wall_s", "graph_launches")}})
+        top = summary
+    from gmts_trainer import compile_cache_length
+
+    cache = (compile_cache_length(prompt_ids, trainer.max_completion_length, trainer.pad_to_multiple_of)
+             if trainer.args.generation_compile else None)  # as GMTSTrainer._generate_single_turn sizes it
+    return {"rows": len(prompt_ids), "static_cache_len": cache, "points": points,
+            "per_token_step": per_token_step(points), "top": top["top"], "matmul_ops": top["matmul_ops"]}
+
+
+def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int, list[int]]:
+    """The prompts of the full evaluation's first batch (its longest: eval.generate_samples sorts longest first and
+    pads each batch to one size), that batch's row count, and every held-out prompt's length in tokens."""
+    from data import system_prompt, to_prompt
+
+    prompt = system_prompt(recipe_args.system_prompt)
+    prompts = [to_prompt(t["question"], prompt) for t in heldout]
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]  # as eval tokenizes
+    k, total = recipe_args.eval_samples, len(prompts) * recipe_args.eval_samples
+    batch_rows = -(-total // -(-total // recipe_args.eval_batch_size))  # eval.generate_samples' even batches
+    longest = sorted(range(len(prompts)), key=lambda i: -lengths[i])[: -(-batch_rows // k)]
+    return [prompts[i] for i in sorted(longest)], batch_rows, lengths
+
+
+def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: list[int]) -> dict:
+    """One batch of eval.generate_samples as the recipe calls it (recipe.Run._evaluate's settings)."""
+    import eval as evaluation_module
+    from recipe import sampling
+
+    from gmts_trainer import compile_cache_length
+
+    prompts, batch_rows, prompt_lengths = first_batch_prompts(recipe_args, tok, heldout)
+    k, new_tokens = recipe_args.eval_samples, recipe_args.eval_max_new_tokens
+    decode_steps: list[int] = []
+    generate = model.generate
+
+    def counted_generate(*args, **kwargs):  # the decode steps of each call: output width minus prompt width
+        out = generate(*args, **kwargs)
+        decode_steps.append(out.size(1) - kwargs["input_ids"].size(1))
+        return out
+
+    def call(n):
+        return evaluation_module.generate_samples(
+            model, tok, prompts, k=k, seed=recipe_args.base_eval_seeds[0], max_new_tokens=n,
+            batch_size=recipe_args.eval_batch_size, progress=False, sampling=sampling(recipe_args, train_args),
+            fast=recipe_args.eval_fast, grouped_attention=train_args.generation_grouped_attention)
+
+    static, compiled = evaluation_module.decoding_plan(device.type, recipe_args.eval_fast)
+    out = {"model": None, "samples": len(prompts) * k,
+           "rows_per_batch": batch_rows, "prompts": len(prompts), "max_new_tokens": new_tokens,
+           "batch_size": recipe_args.eval_batch_size, "fast": recipe_args.eval_fast, "static_cache": static,
+           "grouped_attention": train_args.generation_grouped_attention,
+           "compiled_decoding": compiled, "full_test_batches": -(-len(heldout) * k // batch_rows),
+           "parameter_dtype": str(next(model.parameters()).dtype), "prompt_tokens_max": max(prompt_lengths),
+           "prompt_tokens_mean": statistics.mean(prompt_lengths), "dynamo": {},
+           # the static KV cache every decode step attends over, whatever the position (eval.generate_samples)
+           "static_cache_len": compile_cache_length([[0] * n for n in prompt_lengths], new_tokens, None)
+           if static else None}
+    model.generate = counted_generate
+    try:
+        for name in ("first_call", "second_call"):
+            progress(f"evaluation: {name} ({len(prompts)} prompts x {k} samples, {new_tokens} new tokens"
+                     f"{', compiles' if name == 'first_call' and compiled else ''})")
+            before = dynamo_counters()
+            sync(device)
+            t0 = time.perf_counter()
+            call(new_tokens)
+            sync(device)
+            out[f"{name}_s"] = time.perf_counter() - t0
+            out["dynamo"][name] = counters_delta(before, dynamo_counters())
+        out["seconds"] = out["second_call_s"]
+        out["decode_steps"] = decode_steps[-1]
+        out["ms_per_token_step"] = 1000 * out["seconds"] / max(decode_steps[-1], 1)
+        out["full_test_estimate_s"] = out["seconds"] * out["full_test_batches"]
+        points, summary = [], None
+        before = dynamo_counters()
+        for n in lengths:
+            progress(f"evaluation: profiling {len(prompts) * k} samples x {n} new tokens")
+            with cache_length_of(new_tokens):
+                _, summary = profiled(lambda: call(n), device)
+            points.append({"new_tokens": n, "decode_steps": decode_steps[-1],
+                           **{key: summary[key] for key in ("busy_s", "items", "wall_s", "graph_launches")}})
+        out["dynamo"]["profiled_calls"] = counters_delta(before, dynamo_counters())
+        out["profile"] = {"points": points, "per_token_step": per_token_step(points), "top": summary["top"],
+                          "matmul_ops": summary["matmul_ops"]}
+    finally:
+        del model.generate  # the class method shows through again
+    return out
+
+
+def dtypes(trainer, train_args) -> dict:
+    """Where a float32 matmul could hide: parameter dtypes, the merged weights as generation merges them, the head."""
+    from peft.tuners.lora import LoraLayer
+
+    from gmts_trainer import merged_lora
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    count: dict[str, int] = {}
+    for p in model.parameters():
+        key = f"{'trainable' if p.requires_grad else 'frozen'} {str(p.dtype).replace('torch.', '')}"
+        count[key] = count.get(key, 0) + p.numel()
+    lora = next((m for m in model.modules() if isinstance(m, LoraLayer)), None)
+    merged = None
+    if lora is not None:
+        with merged_lora(model):
+            merged = str(lora.get_base_layer().weight.dtype)
+    head = model.get_output_embeddings()
+    return {"first_parameter": str(next(model.parameters()).dtype), "parameters_by_dtype": count,
+            "merged_weight_in_generation": merged, "lm_head_weight": str(head.weight.dtype),
+            "lm_head_tied": head.weight is model.get_input_embeddings().weight,
+            "lora_weight": None if lora is None else str(next(iter(lora.lora_A.values())).weight.dtype),
+            "bf16_autocast_in_training": bool(train_args.bf16), "cast_lm_head_to_fp32": train_args.cast_lm_head_to_fp32,
+            "generation_logits_note": "transformers' _sample copies each step's (rows, vocab) logits to float32"}
+
+
+# ---------------------------------------------------------------------------- command line and report
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # a user error: one line that names the fix, no usage dump
+        raise SystemExit(f"step.py: {message}")
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    ap = OneLineParser(description="One real training step and evaluation batch, broken down.",
+                                 epilog="Other arguments are recipe.py overrides (--config, --gsm8k_path, any field).")
+    ap.add_argument("--out", required=True, help="folder for step-profile.json and step-profile.txt")
+    ap.add_argument("--steps", type=int, default=4, help="training steps; the first (compilation) is reported apart")
+    ap.add_argument("--arm", default="gmts", help="grpo, ets or gmts (default: the paper's method)")
+    ap.add_argument("--small", action="store_true", help="tiny random model on the CPU (tests/tiny.py), seconds")
+    ap.add_argument("--eval_first", action="store_true",
+                    help="evaluate a freshly loaded base model before training (the recipe's order: base evals "
+                         "first); default: the trainer's model after training (an arm's evaluation)")
+    ap.add_argument("--profile_tokens", default=None, help="two generation lengths to profile (default 16,40; "
+                                                           "--small: 4,8)")
+    args, rest = ap.parse_known_args(argv)
+    if args.steps < 2:
+        ap.error("--steps must be at least 2: the first step compiles and is reported apart")
+    if any(a.split("=")[0] == "--max_steps" for a in rest):
+        ap.error("--max_steps is set from --steps (steps + the profiled one); give --steps N instead")
+    return args, rest
+
+
+def recipe_argv(args, rest: list[str], out: Path) -> list[str]:
+    """The recipe command line: this run's fixed fields around the user's overrides (which win, but max_steps)."""
+    if args.small:
+        from tiny import save_tiny_model
+
+        model = save_tiny_model(out / "tiny-model")
+        config = out / "tiny.yaml"
+        config.write_text(SMALL_CONFIG.format(model=model))
+        rest = ["--config", str(config), *rest]
+    return [*rest, "--results_dir", str(out / "run"), "--experiment", "step-profile", "--save_strategy", "no",
+            "--save_minutes", "0", "--arm", args.arm, "--max_steps", str(args.steps + 1)]
+
+
+def run(argv: list[str]) -> dict:
+    import recipe
+
+    args, rest = parse_args(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lengths = [int(x) for x in (args.profile_tokens or ("4,8" if args.small else "16,40")).split(",")]
+    progress("setup: parsing the config and loading the data (recipe.parse, recipe.load_tasks)")
+    recipe_args, train_args, model_args, name = recipe.parse(recipe_argv(args, rest, out_dir))
+    arm = recipe.trained_arms(recipe_args.arm)[0]
+    device = torch.device("cuda" if torch.cuda.is_available() and not train_args.use_cpu else "cpu")
+    if device.type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(recipe_args.cudnn_attention)  # as recipe._run_experiment does
+    train_tasks, heldout, _ = recipe.load_tasks(recipe_args)
+    result = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+              "versions": recipe.versions(), "model": model_args.model_name_or_path, "arm": arm, "argv": argv,
+              "config_name": name, "order": "eval, then training" if args.eval_first else "training, then eval",
+              "sync_note": "every part is CUDA-synchronized at both ends: a small cost per part, and no host/GPU "
+                           "overlap",
+              "dynamo": {"recompile_limit": getattr(torch._dynamo.config, "recompile_limit",
+                                                    getattr(torch._dynamo.config, "cache_size_limit", None))}}
+
+    def evaluate(model, tokenizer, which: str) -> None:
+        try:
+            result["eval"] = evaluation(recipe_args, train_args, model, tokenizer, heldout, device, lengths)
+        except Exception as err:  # noqa: BLE001 - e.g. out of memory at the eval batch: the rest still counts
+            result["eval"] = {"error": f"{type(err).__name__}: {str(err)[:500]}"}
+            progress(f"evaluation failed: {result['eval']['error']}")
+        result["eval"].update(model=model_args.model_name_or_path, evaluated=which)
+        save(out_dir, result)  # written after each part: a run cut short keeps what it measured
+
+    if args.eval_first:  # the recipe's order: base evaluations (a model of their own) before any training
+        progress("setup: loading the base model for the evaluation (recipe.load_model, as the base evals do)")
+        _, model, tokenizer = recipe.load_model(model_args, train_args, device.type)
+        evaluate(model, tokenizer, "base model (recipe.load_model), before training")
+        del model
+    run_dir = recipe.Run(recipe_args, train_args, model_args, name)
+    progress(f"setup: building the {arm} trainer (recipe.Run.build_trainer: model load, LoRA)")
+    trainer, args_used = run_dir.build_trainer(arm, train_tasks)
+    clock = StepClock(device)
+    clock.profile_step = args.steps + 1
+    clock.instrument(trainer)
+    progress(f"training: {args.steps} steps (the first compiles), then one profiled step")
+    before = dynamo_counters()
+    trainer.train()
+    after_training = dynamo_counters()
+    profiled_step = next(s for s in clock.steps if s.get("profiled"))
+    step_profile = profile_summary(profiled_step.pop("profiler"), device, profiled_step["total_s"])
+    step_profile["covers"] = f"step {len(clock.steps)} from the end of its generation to its end"
+    result["step"] = {"model": model_args.model_name_or_path, **summarize_steps(clock.steps),
+                      "entropy_source": trainer.entropy_source_used, "profiled_step_total_s": profiled_step["total_s"],
+                      "sum_tolerance_s": SUM_TOLERANCE_S, "cudnn_attention": recipe_args.cudnn_attention,
+                      "generation_options": {k: getattr(args_used, k) for k in ("generation_merge_adapter",
+                                                                                "generation_compile", "bf16")}}
+    result["step_profile"] = step_profile
+    result["dynamo"].update(training_first_step=counters_delta(before, clock.counters_after_first_step),
+                            training_later_steps=counters_delta(clock.counters_after_first_step, after_training))
+    result["dtypes"] = dtypes(trainer, args_used)
+    save(out_dir, result)
+    result["generation_profile"] = training_generation_profile(trainer, clock, device, lengths)
+    result["dynamo"]["training_generation_profile"] = counters_delta(after_training, dynamo_counters())
+    save(out_dir, result)
+    if not args.eval_first:  # an arm's evaluation: the trained model, after training (recipe._evaluate_arm)
+        evaluate(trainer.model, trainer.processing_class, "the trainer's model after training")
+    result["dynamo"]["guard_failures"] = guard_failure_reasons()
+    save(out_dir, result)
+    (out_dir / "step-profile.txt").write_text(report(result))
+    progress(f"done: {out_dir / 'step-profile.json'} and {out_dir / 'step-profile.txt'}")
+    return result
+
+
+def save(out_dir: Path, result: dict) -> None:
+    (out_dir / "step-profile.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+def report(r: dict) -> str:
+    s, g, e = r["step"], r["generation_profile"], r["eval"]
+    work = r["step_profile"]["work_items"]
+    lines = [f"bench/step.py on {r['device']}: {r['model']}, arm {r['arm']}, {s['rows']} rows per step, "
+             f"{r['order']}; {r['sync_note']}.", "",
+             f"Training step: median {s['total_s']:.3f} s over {s['steps_in_median']} steps (first step, with "
+             f"compilation: {s['first_step_s']:.1f} s); entropy source: {s['entropy_source']}.", "",
+             "| part | median step (s) | share | part's own median (s) |", "|---|---|---|---|"]
+    m = s["median_step"]
+    for p in PARTS:
+        lines.append(f"| {p} | {m[p]:.4f} | {100 * m[p] / m['total_s']:.1f}% | {s['part_medians_s'][p]:.4f} |")
+    lines.append(f"| total | {m['total_s']:.4f} | 100% | |")
+    gi = s["generation"]
+    lines += ["", f"Generation in the median step: {gi.get('rows')} rows, prompts up to {gi.get('prompt_tokens_max')} "
+              f"tokens, {gi.get('decode_steps')} decode steps (mean completion {gi.get('completion_tokens_mean', 0):.0f}"
+              f" tokens): {gi['wall_s']:.3f} s, {gi['ms_per_token_step']:.2f} ms per token step.",
+              "Forward per microbatch: " + ", ".join(f"{x:.3f}" for x in m["forward_per_microbatch_s"]) +
+              " s; backward: " + ", ".join(f"{x:.3f}" for x in m["backward_per_microbatch_s"]) + " s."]
+    lines += profile_lines(f"Training generation profiled ({g['rows']} rows, static cache {g['static_cache_len']}, "
+                           f"{work})", g)
+    sp = r["step_profile"]
+    lines += ["", f"Profiled step after its generation ({sp['covers']}; wall {sp['wall_s']:.3f} s with profiler "
+              f"overhead): {work} busy {sp['busy_s']:.3f} s, {sp['items']} items.",
+              "| part | busy (s) | items |", "|---|---|---|"]
+    lines += [f"| {p} | {v['busy_s']:.4f} | {v['items']} |" for p, v in sorted(sp["by_phase"].items())]
+    lines += top_lines(sp)
+    if "error" in e:
+        return "\n".join(lines + ["", f"Evaluation failed: {e['error']}"]) + "\n"
+    lines += ["", f"Evaluation of {e['evaluated']} ({e['parameter_dtype']}; eval.generate_samples, fast={e['fast']}, static cache {e['static_cache']}, compiled "
+              f"{e['compiled_decoding']}): {e['samples']} samples in one batch of {e['rows_per_batch']} rows, "
+              f"{e['decode_steps']} decode steps, prompts up to {e['prompt_tokens_max']} tokens, static cache "
+              f"{e['static_cache_len']}: first call {e['first_call_s']:.2f} s, second {e['seconds']:.2f} s "
+              f"({e['ms_per_token_step']:.2f} ms per token step); full test ~{e['full_test_estimate_s']:.0f} s "
+              f"({e['full_test_batches']} such batches, an estimate)."]
+    lines += profile_lines(f"Evaluation profiled ({work})", e["profile"])
+    lines += ["", "torch._dynamo counters that changed (empty: ran compiled code without compiling):"]
+    for name, delta in [("training, first step", r["dynamo"]["training_first_step"]),
+                        ("training, later steps", r["dynamo"]["training_later_steps"]),
+                        ("training generation profile", r["dynamo"]["training_generation_profile"]),
+                        *[(f"eval {k}", v) for k, v in e["dynamo"].items()]]:
+        lines.append(f"- {name}: {json.dumps(delta)[:600]}")
+    lines += [f"- guard failures (why functions recompiled), last reasons: {json.dumps(r['dynamo']['guard_failures'])[:1500]}",
+              "", "dtypes: " + json.dumps(r["dtypes"])]
+    return "\n".join(lines) + "\n"
+
+
+def profile_lines(title: str, p: dict) -> list[str]:
+    t = p["per_token_step"]
+    lines = ["", f"{title}: " + ", ".join(f"{q['new_tokens']} tokens ({q['decode_steps']} steps) busy "
+                                          f"{q['busy_s']:.3f} s, {q['items']} items, wall {q['wall_s']:.3f} s"
+                                          for q in p["points"])]
+    if "error" in t:
+        return lines + [f"per token step: {t['error']}"]
+    lines.append(f"per token step: busy {t['gpu_busy_ms']:.3f} ms, {t['items']:.0f} items, "
+                 f"{t['graph_launches']:.2f} CUDA graph launches, profiled wall "
+                 f"{t['profiled_wall_ms']:.3f} ms; prefill and fixed: busy {t['intercept_busy_ms']:.1f} ms, "
+                 f"{t['intercept_items']:.0f} items")
+    return lines + top_lines(p)
+
+
+def top_lines(p: dict) -> list[str]:
+    lines = ["", "| top work items | count | total ms | mean us | gemm dtype |", "|---|---|---|---|---|"]
+    lines += [f"| {row['name'][:100]} | {row['count']} | {row['total_ms']:.2f} | {row['mean_us']:.1f} | "
+              f"{row['gemm_dtype'] or ''} |" for row in p["top"]]
+    if p.get("matmul_ops"):
+        lines += ["", "| matmul/attention op (CPU side) | input dtypes | count | device ms | cpu ms |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {o['op']} | {','.join(o['input_dtypes'])} | {o['count']} | {o['device_ms']:.2f} | "
+                  f"{o['cpu_ms']:.2f} |" for o in p["matmul_ops"][:12]]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import recipe
+
+    try:
+        run(sys.argv[1:] if argv is None else argv)
+    except recipe.RecipeError as err:
+        print(f"step.py: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

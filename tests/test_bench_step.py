@@ -1,0 +1,86 @@
+"""bench/step.py --small end to end on the CPU: every part of the step is measured, the parts add up, the profiles
+are filled, and the JSON carries what issue #11 item 5 asks of a step row and an evaluation row."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bench_step", ROOT / "bench" / "step.py")
+step = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(step)
+
+MEASURED_PARTS = ("generation", "reward", "forward", "backward", "optimizer")  # each wrapper must have fired
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("step")
+    assert step.main(["--small", "--steps", "2", "--out", str(out)]) == 0
+    return out, json.loads((out / "step-profile.json").read_text())
+
+
+def test_small_run_breaks_a_real_step_into_parts_that_sum_to_its_total(small_run):
+    out, r = small_run
+    s = r["step"]
+    assert {"model", "rows", "total_s"} <= set(s) and s["rows"] == 16  # 2 microbatches of 8 rows
+    assert s["steps_in_median"] == 1 and len(s["steps"]) == 2  # the profiled step is reported apart
+    for row in s["steps"]:
+        assert set(step.PARTS) <= set(row)
+        assert all(row[p] >= 0 for p in step.PARTS), row  # host_other < 0 would mean parts overlap
+        assert abs(sum(row[p] for p in step.PARTS) - row["total_s"]) <= s["sum_tolerance_s"]
+        assert all(row[p] > 0 for p in MEASURED_PARTS), row
+        assert len(row["forward_per_microbatch_s"]) == len(row["backward_per_microbatch_s"]) == 2
+    assert s["total_s"] == s["median_step"]["total_s"] and s["entropy_source"] == "generation"
+    assert s["generation"]["decode_steps"] >= 1 and s["generation"]["ms_per_token_step"] > 0
+
+    sp = r["step_profile"]  # CPU operators stand in for kernels without CUDA
+    assert sp["top"] and sp["items"] > 0 and {"forward", "backward", "optimizer"} <= set(sp["by_phase"])
+    assert any(o["op"] == "aten::mm" and o["input_dtypes"][0] == "float" for o in sp["matmul_ops"])
+
+    for profile in (r["generation_profile"], r["eval"]["profile"]):
+        assert [p["new_tokens"] for p in profile["points"]] == [4, 8] and profile["top"]
+        assert "error" not in profile["per_token_step"] and profile["per_token_step"]["items"] > 0
+
+    e = r["eval"]
+    assert {"model", "samples", "seconds"} <= set(e) and e["samples"] == e["rows_per_batch"] == 6
+    assert e["first_call_s"] > 0 and e["seconds"] > 0 and e["decode_steps"] == 8
+    assert set(e["dynamo"]) == {"first_call", "second_call", "profiled_calls"}
+    assert r["dtypes"]["merged_weight_in_generation"] == "torch.float32"
+    for name in ("step-profile.json", "step-profile.txt"):
+        assert (out / name).stat().st_size < 2 * 2**20
+    assert "| host_other |" in (out / "step-profile.txt").read_text()
+
+
+@pytest.mark.slow
+def test_eval_first_evaluates_a_fresh_base_model_before_training(tmp_path):
+    assert step.main(["--small", "--steps", "2", "--eval_first", "--out", str(tmp_path)]) == 0
+    r = json.loads((tmp_path / "step-profile.json").read_text())
+    assert r["order"] == "eval, then training" and r["eval"]["evaluated"].startswith("base model")
+    assert r["eval"]["seconds"] > 0 and r["step"]["total_s"] > 0
+
+
+def test_breakdown_leaves_host_other_as_the_remainder_and_shows_overlap_as_negative():
+    part = {"dataloader": [0.1], "generation": [1.0], "reward": [0.2], "generate_and_score": [1.5],
+            "forward": [0.3, 0.3], "backward": [0.5, 0.5], "grad_clip": [0.05], "optimizer": [0.1], "log_save": [0.05]}
+    row = step.breakdown({**part, "total_s": 4.0})
+    assert row["scoring_rest"] == pytest.approx(0.3) and row["forward"] == pytest.approx(0.6)
+    assert row["host_other"] == pytest.approx(4.0 - 3.4)
+    assert step.breakdown({**part, "total_s": 3.0})["host_other"] < 0  # a part counted twice cannot hide
+
+
+@pytest.mark.parametrize("name, dtype", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off", "bf16"),
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "tf32"),
+    ("ampere_sgemm_128x64_tn", "fp32"),
+    ("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8", "bf16"),
+    ("cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align4", "tf32"),
+    ("ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_tn", "fp16"),
+    ("triton_tem_fused_mm_0", "triton"),
+    ("triton_per_fused_add_mean_mul_pow_rsqrt_0", None),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", None),
+])
+def test_gemm_dtype_reads_the_input_type_from_matmul_kernel_names(name, dtype):
+    assert step.gemm_dtype(name) == dtype
