@@ -44,6 +44,10 @@ def _generation_config(model, tokenizer, sampling: Sampling, max_new_tokens: int
     if static_cache:
         config.cache_implementation = "static"
         config.max_cache_len = cache_len
+    if compile_decoding:
+        from gmts_trainer import static_compile_config
+
+        config.compile_config = static_compile_config()  # the training decoder's settings: one graph per shape
     return config
 
 

@@ -28,7 +28,8 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    weights and restores the exact base weights afterwards.
 8. Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
    which TRL turns off with `disable_compile=True`. The cache is sized in buckets of `COMPILE_CACHE_BUCKET` tokens
-   so that prompts of another length reuse the compiled decoder instead of recompiling it every step.
+   so that prompts of another length reuse the compiled decoder instead of recompiling it every step, and compiled
+   with static shapes (`static_compile_config`).
 9. Optional (`generation_grouped_attention`): decoding steps attend through `attention.grouped_sdpa_forward`, the
    same attention without transformers' per-step copy of the key/value cache for every query head.
 
@@ -252,6 +253,16 @@ def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_t
     return -(-(longest + max_new_tokens) // COMPILE_CACHE_BUCKET) * COMPILE_CACHE_BUCKET
 
 
+def static_compile_config():
+    """transformers' compile settings for decoding, with static shapes: its default (`dynamic=None`) recompiles the
+    decoder with symbolic shapes the second time it sees another shape (the training's 64 rows, then the evaluation's
+    880, or a second cache bucket), and every later call then runs the generic kernels. With `dynamic=False` each
+    shape gets its own graph (a few per process), the first call of each paying its compilation."""
+    from transformers import CompileConfig
+
+    return CompileConfig(dynamic=False)
+
+
 class _EntropyRecorder(LogitsProcessor):
     """Records the entropy of softmax(logits / T) at each decoding step, and changes nothing.
 
@@ -382,6 +393,7 @@ class GMTSTrainer(GRPOTrainer):
         if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
             self.generation_config.cache_implementation = "static"
             self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder
+            self.generation_config.compile_config = static_compile_config()
             self.generation_kwargs["cache_implementation"] = "static"
 
     # ------------------------------------------------------------------ which entropy source

@@ -293,3 +293,14 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return bool(torch.equal(a, b))
+
+
+def test_compiled_evaluation_decodes_with_static_shapes():
+    """The evaluation's 880-row batches after the training's 64 rows must not turn the decoder dynamic."""
+    from eval import Sampling, _generation_config
+
+    model, tok = _tiny_chat_model()
+    compiled = _generation_config(model, tok, Sampling(), 8, True, True, 256)
+    assert compiled.compile_config.dynamic is False and not compiled.disable_compile
+    eager = _generation_config(model, tok, Sampling(), 8, False, False, 256)
+    assert eager.disable_compile

@@ -532,6 +532,7 @@ def test_generation_compile_turns_on_transformers_compiled_decoding(tmp_path):
     trainer = make_trainer(tmp_path, generation_compile=True, generation_merge_adapter=True)
     g = trainer.generation_config
     assert not g.disable_compile and g.cache_implementation == "static"
+    assert g.compile_config.dynamic is False  # one static graph per shape, never transformers' automatic dynamic
     prompts = []
     generate = trainer._generate_single_turn
 
