@@ -209,6 +209,19 @@ def _check_arm(arm: str) -> None:
     trained_arms(arm)
 
 
+def read_yaml_mapping(path: Path, error: type[Exception], shape: str) -> dict:
+    """A YAML file that must hold a mapping (a config, a sweep file): any problem is one line of `error`."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise error(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise error(f"{path} {shape}")
+    return raw
+
+
 def parse(argv: list[str]):
     """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides."""
     argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
@@ -225,16 +238,9 @@ def parse(argv: list[str]):
     if config_path is None or not config_path.is_file():
         raise RecipeError(f"config file {config_path} not found (configs: "
                           f"{', '.join(sorted(str(p) for p in Path('configs').glob('*.yaml')))})")
-    import yaml
-
     parser = _parser()
     allowed = sorted({a.dest for a in parser._actions if a.dest != "help"} | {"config"})
-    try:
-        config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise RecipeError(f"{config_path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(config, dict):
-        raise RecipeError(f"{config_path} must be a YAML mapping of field: value")
+    config = read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
     _check_keys(config, argv, allowed)
     argv = _hardware(config, argv)
     set_fields = {k for k in config if k != "env"} | {a[2:].split("=")[0] for a in argv if a.startswith("--")}

@@ -96,17 +96,12 @@ class Grid:
 
 def load_grid(path: str | Path) -> Grid:
     """Read and check a sweep file; every mistake is a one-line SweepError."""
-    import yaml
+    from recipe import read_yaml_mapping
 
     p = Path(path)
     if not p.is_file():
         raise SweepError(f"sweep file {p} not found")
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise SweepError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise SweepError(f"{p}: expected a mapping with config, blocks")
+    raw = read_yaml_mapping(p, SweepError, "must be a YAML mapping with config and blocks")
     unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants"}
     if unknown:
         raise SweepError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; allowed: name, config, results_dir, "
