@@ -2,7 +2,7 @@
 with one sealed summary that `check.py` verifies cell by cell.
 
     python sweep.py configs/sweeps/qwen.yaml                      # run what is missing, then summarize
-    python sweep.py configs/sweeps/qwen.yaml --gpus 0,1           # one worker per GPU, jobs from one queue
+    python sweep.py configs/sweeps/qwen.yaml --gpus 0,1           # one worker per GPU, cells from one queue
     python sweep.py configs/sweeps/qwen.yaml --only lr-sweep      # one block of the grid
     python sweep.py configs/sweeps/qwen.yaml --plan               # print the jobs, run nothing
     python sweep.py configs/sweeps/qwen.yaml --summarize          # only (re)write sweep.json and sweep.png
@@ -16,8 +16,8 @@ written by recipe.py, with one results.json that holds the cell's arms. Cells th
 The held-out tasks, their samples and the base evaluations are the same in every cell (recipe.py caches the base
 evaluations by what they depend on), so every comparison is paired by task.
 
-Each job is one `python recipe.py --arm ARM ... --resume` process: an interrupted sweep resumes where it stopped, and
-finished arms are kept. The summary pools each comparison over the seeds of a (variant, learning rate) with a
+Each cell's missing arms run in one `python recipe.py --arm ARM,ARM ... --resume` process (the later arms reuse what
+the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. The summary pools each comparison over the seeds of a (variant, learning rate) with a
 two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval includes seed-to-seed variance.
 """
 
@@ -156,13 +156,28 @@ def jobs(grid: Grid, only: str | None = None) -> list[tuple[Cell, str]]:
     return [(cell, arm) for cell, arm in grid.jobs_in_order(only) if arm not in done[cell]]
 
 
-def _command(grid: Grid, cell: Cell, arm: str, extra: list[str]) -> list[str]:
-    return [sys.executable, "recipe.py", "--config", grid.config, "--arm", arm, "--experiment", cell.name,
+def by_cell(todo: list[tuple[Cell, str]]) -> list[tuple[Cell, tuple[str, ...]]]:
+    """The jobs as one recipe process per cell, in the order of each cell's first job. The arms of a cell share the
+    process, so the second and third reuse what the first compiled (a new process compiles its decoder and training
+    graphs again: the first step of each arm process took 24-31 s on an H200, results/qwen/logs)."""
+    arms: dict[Cell, list[str]] = {}
+    for cell, arm in todo:
+        arms.setdefault(cell, []).append(arm)
+    return [(cell, tuple(a)) for cell, a in arms.items()]
+
+
+def _command(grid: Grid, cell: Cell, arms: tuple[str, ...], extra: list[str]) -> list[str]:
+    return [sys.executable, "recipe.py", "--config", grid.config, "--arm", ",".join(arms), "--experiment", cell.name,
             "--results_dir", str(Path(grid.results_dir) / grid.name), "--resume", *cell.recipe_args(), *extra]
 
 
+def _log_name(cell: Cell, arms: tuple[str, ...]) -> str:
+    return f"{cell.name}-{'+'.join(arms)}.log"
+
+
 def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, base_only: bool = False) -> list[str]:
-    """Run every missing job, one worker per GPU; returns the failed jobs (their logs are next to their results)."""
+    """Run every missing job, one worker per GPU id (an id given twice: two workers on that GPU), one process per
+    cell (`by_cell`); returns the failed jobs (their logs are next to their results)."""
     todo = jobs(grid, only)
     if base_only:
         todo = [(grid.jobs_in_order(only)[0][0], "base")]
@@ -175,44 +190,45 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
     first_cell = todo[0][0]
     failed: list[str] = []
     pending: queue.Queue = queue.Queue()
-    for job in todo:
-        pending.put(job)
+    for unit in by_cell(todo):
+        pending.put(unit)
     lock = threading.Lock()
     total, done = len(todo), [0]
     started = time.time()
 
-    def launch(cell: Cell, arm: str, gpu: str | None) -> int:
+    def launch(cell: Cell, arms: tuple[str, ...], gpu: str | None) -> int:
         env = dict(os.environ)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        log = log_dir / f"{cell.name}-{arm}.log"
-        with open(log, "a", encoding="utf-8") as out:
-            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(_command(grid, cell, arm, extra))}\n")
+        command = _command(grid, cell, arms, extra)
+        with open(log_dir / _log_name(cell, arms), "a", encoding="utf-8") as out:
+            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
             out.flush()
-            return subprocess.call(_command(grid, cell, arm, extra), stdout=out, stderr=subprocess.STDOUT, env=env)
+            return subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
-    print(f"[sweep] {grid.name}: {total} job(s) on {len(gpus) or 1} worker(s); base evaluations first")
-    if launch(first_cell, "base", gpus[0] if gpus else None) != 0:
-        return [f"{first_cell.name}-base (see {log_dir / (first_cell.name + '-base.log')})"]
+    print(f"[sweep] {grid.name}: {total} job(s) in {pending.qsize()} cell process(es) on {len(gpus) or 1} "
+          f"worker(s); base evaluations first")
+    if launch(first_cell, ("base",), gpus[0] if gpus else None) != 0:
+        return [f"{first_cell.name}-base (see {log_dir / _log_name(first_cell, ('base',))})"]
     if base_only:
         return []
 
     def worker(gpu: str | None) -> None:
         while True:
             try:
-                cell, arm = pending.get_nowait()
+                cell, arms = pending.get_nowait()
             except queue.Empty:
                 return
             t0 = time.time()
-            code = launch(cell, arm, gpu)
+            code = launch(cell, arms, gpu)
             with lock:
-                done[0] += 1
+                done[0] += len(arms)
                 eta = (time.time() - started) / done[0] * (total - done[0]) / max(len(gpus), 1)
                 status = "ok" if code == 0 else f"FAILED (exit {code})"
-                print(f"[sweep] {done[0]}/{total} {cell.name} {arm} on gpu {gpu}: {status}, "
+                print(f"[sweep] {done[0]}/{total} {cell.name} {','.join(arms)} on gpu {gpu}: {status}, "
                       f"{(time.time() - t0) / 60:.1f} min; about {eta / 60:.0f} min left", flush=True)
                 if code != 0:
-                    failed.append(f"{cell.name}-{arm} (see {log_dir / (cell.name + '-' + arm + '.log')})")
+                    failed.append(f"{cell.name} {','.join(arms)} (see {log_dir / _log_name(cell, arms)})")
 
     threads = [threading.Thread(target=worker, args=(g,)) for g in (gpus or [None])]
     for t in threads:

@@ -142,3 +142,31 @@ def test_the_seeds_column_says_what_an_interval_covers(n, text):
                            "high": 0.05, "per_seed": [0.02] * n}]}
     row = [line for line in sweep.render(summary).splitlines() if "gmts - ets" in line][0]
     assert text in row and (n >= sweep.MIN_SEEDS) == ("(" not in row.split("shared learning rate")[1].split("+")[0])
+
+
+def test_the_arms_of_a_cell_share_one_process_in_the_order_of_first_appearance(tmp_path):
+    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    units = [(c.name, arms) for c, arms in sweep.by_cell(sweep.jobs(grid))]
+    assert units == [("paper-lr0.0001-s1", ("ets", "gmts", "grpo")), ("paper-lr0.0002-s1", ("ets", "gmts")),
+                     ("paper-lr0.0001-s2", ("ets", "gmts", "grpo")), ("small-lr0.0001-s1", ("gmts",))]
+    cell = units[0]
+    command = sweep._command(grid, sweep.by_cell(sweep.jobs(grid))[0][0], cell[1], ["--gsm8k_path", "X"])
+    assert command[command.index("--arm") + 1] == "ets,gmts,grpo" and command[-2:] == ["--gsm8k_path", "X"]
+
+
+def test_a_sweep_runs_each_cell_in_one_process(tmp_path, monkeypatch):
+    """sweep.run starts one recipe process for the base evaluations and one per cell, whatever its arms."""
+    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    calls = []
+
+    def fake_call(command, stdout, stderr, env):
+        calls.append((command[command.index("--experiment") + 1], command[command.index("--arm") + 1]))
+        return 0
+
+    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
+    assert sweep.run(grid, ["0", "0"], []) == []
+    assert calls[0] == ("paper-lr0.0001-s1", "base")
+    assert sorted(calls[1:]) == sorted([("paper-lr0.0001-s1", "ets,gmts,grpo"), ("paper-lr0.0002-s1", "ets,gmts"),
+                                        ("paper-lr0.0001-s2", "ets,gmts,grpo"), ("small-lr0.0001-s1", "gmts")])
+    logs = sorted(p.name for p in (tmp_path / "results" / "demo" / "logs").glob("*.log"))
+    assert "paper-lr0.0001-s1-ets+gmts+grpo.log" in logs and "paper-lr0.0001-s1-base.log" in logs
