@@ -3,7 +3,8 @@
 - `pass_at_1`: mean over tasks of the per-task mean score.
 - `paired_delta`: mean(a) - mean(b) over the same tasks, with a paired bootstrap interval over tasks.
 - `pooled_delta`: the same delta pooled over training seeds, with a two-level bootstrap (seeds, then tasks) so the
-  interval includes seed-to-seed variance.
+  interval includes seed-to-seed variance, and beside it Student's t interval over the per-seed deltas (the bootstrap
+  can only redraw the few seeds there are, and is too narrow with 2-5 of them).
 - `noise_floor`: spread of the base model's pass@1 over sampling seeds.
 - `verdict` / `compare`: moved, flat or collapsed/regressed, with the same evidence required in both directions.
 - `hack_scan`: flags for length, shouting, repetition and answer-less output (flags, not verdicts).
@@ -74,6 +75,11 @@ def pooled_delta(a_by_seed: Sequence[Sequence[float]], b_by_seed: Sequence[Seque
     arms' scores), and averages the drawn seeds' resampled deltas. Resampling seeds carries the spread between
     training runs (which a task-only bootstrap of one run, or of the seed-averaged scores, leaves out); resampling
     tasks within a seed carries the finite held-out set. With one seed it is the one-level task bootstrap.
+
+    `t_low`, `t_high` (2+ seeds, else None): mean of the per-seed deltas +- t(n_seeds - 1) x their standard error.
+    Each seed's delta already carries its own task noise, so their spread holds both levels; with few seeds this is
+    the honest width (a percentile bootstrap over 3 seeds cannot be wider than their range), at the price of
+    assuming the per-seed deltas are roughly normal.
     """
     a = [np.asarray(x, dtype=float) for x in a_by_seed]
     b = [np.asarray(x, dtype=float) for x in b_by_seed]
@@ -96,8 +102,21 @@ def pooled_delta(a_by_seed: Sequence[Sequence[float]], b_by_seed: Sequence[Seque
     tail = 100 * (1 - confidence) / 2
     low, high = np.percentile(replicates, [tail, 100 - tail])
     delta = float(np.mean(per_seed))
+    t_low, t_high = seed_t_interval(per_seed, confidence)
     return {"delta": delta, "low": float(low), "high": float(high), "n_seeds": n_seeds,
-            "n_tasks": int(diffs[0].size), "per_seed": per_seed}
+            "n_tasks": int(diffs[0].size), "per_seed": per_seed, "t_low": t_low, "t_high": t_high}
+
+
+def seed_t_interval(per_seed: Sequence[float], confidence: float = 0.95) -> tuple[float | None, float | None]:
+    """Student's t interval for the mean of per-seed deltas; (None, None) with fewer than 2 seeds."""
+    from scipy import stats as scipy_stats
+
+    x = np.asarray(per_seed, dtype=float)
+    if x.size < 2:
+        return None, None
+    _check_confidence(confidence)
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
+    return float(x.mean() - half), float(x.mean() + half)
 
 
 def noise_floor(pass_at_1_scores: Sequence[float]) -> float:

@@ -483,11 +483,12 @@ def render(summary: dict, markdown: bool = False) -> str:
         lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \
             ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
         seeds = seeds_label(len(p["seeds"]))
+        t = "-" if p.get("t_low") is None else f"[{100 * p['t_low']:+.1f}, {100 * p['t_high']:+.1f}] pts"
         rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
-                      _interval(p) + " pts",
+                      _interval(p) + " pts", t,
                       ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))])
     head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95% CI, seeds then tasks)",
-             "per seed"]
+             "95% CI, t over seeds", "per seed"]
     rows3 = []
     for c in sorted(cells, key=lambda c: (c["variant"], c["learning_rate"], c["seed"])):
         for arm in ARM_ORDER:

@@ -119,3 +119,24 @@ def test_compare_in_both_directions_and_when_both_collapsed():
     assert compare(up, b, 0.05, ("GMTS", "ETS"), collapsed=(False, True))["flags"] == ["ETS collapsed"]
     small = shifted(b, -0.03, 0.05, rng)  # interval below zero, delta inside the floor: a dip, not a regression
     assert compare(small, b, 0.05)["flags"] == ["dip"] and compare(small, b, 0.05)["verdict"] == "flat"
+
+
+def test_seed_t_interval_by_hand_and_its_coverage():
+    from stats import seed_t_interval
+
+    low, high = seed_t_interval([0.075, 0.016])  # the two seeds of results/qwen at lr 1e-4: t(1) = 12.706
+    assert (low, high) == pytest.approx((0.0455 - 12.7062 * 0.0295, 0.0455 + 12.7062 * 0.0295), abs=1e-4)
+    assert seed_t_interval([0.02]) == (None, None)
+    rng = np.random.default_rng(0)  # 3 seeds from N(0.02, 0.03): ~95% of intervals hold the mean
+    covered = [lo <= 0.02 <= hi for lo, hi in (seed_t_interval(rng.normal(0.02, 0.03, 3)) for _ in range(2000))]
+    assert 0.93 <= np.mean(covered) <= 0.97
+
+
+def test_with_three_seeds_the_t_interval_is_wider_than_the_seed_bootstrap():
+    """The percentile bootstrap over 3 seeds stays inside their range; Student's t does not pretend to know more."""
+    rng = np.random.default_rng(1)
+    b = per_seed(rng, 3, 400)
+    a = [np.clip(x + s, 0, 1) for x, s in zip(b, [0.06, 0.0, 0.03])]
+    d = pooled_delta(a, b, n_resamples=2000)
+    assert d["t_low"] < d["low"] and d["t_high"] > d["high"]
+    assert d["t_low"] < min(d["per_seed"]) and d["t_high"] > max(d["per_seed"])
