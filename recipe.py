@@ -732,6 +732,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if PartialState().is_main_process:
         print(render(results))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():  # under a launcher: shut the process group down cleanly
+        dist.destroy_process_group()
     return 0
 
 
