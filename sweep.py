@@ -426,12 +426,20 @@ def plot(summary: dict, out: Path) -> None:
             x = [p["learning_rate"] * (1 + 0.04 * (i - 1)) for p in rows]
             y = [100 * p["delta"] for p in rows]
             err = [[100 * (p["delta"] - p["low"]) for p in rows], [100 * (p["high"] - p["delta"]) for p in rows]]
-            bx.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=f"{comparison} ({', '.join(str(len(p['seeds'])) for p in rows)} seeds)")
+            line = bx.errorbar(x, y, yerr=err, fmt="o", capsize=3,
+                               label=f"{comparison} ({', '.join(str(len(p['seeds'])) for p in rows)} seeds)")
+            t_rows = [(xi, p) for xi, p in zip(x, rows) if p.get("t_low") is not None]
+            if t_rows:  # Student's t over the seeds: the honest width with few of them (thin, same colour)
+                bx.errorbar([xi for xi, _ in t_rows], [100 * p["delta"] for _, p in t_rows],
+                            yerr=[[100 * (p["delta"] - p["t_low"]) for _, p in t_rows],
+                                  [100 * (p["t_high"] - p["delta"]) for _, p in t_rows]],
+                            fmt="none", lw=0.8, alpha=0.5, color=line[0].get_color())
         bx.axhline(0, color="k", lw=0.8)
         bx.set_xscale("log")
         bx.set_xlabel("learning rate")
         bx.set_ylabel("difference in pass@1 (points)")
-        bx.set_title(f"pooled over seeds, 95% CI (seeds then tasks; 1 seed: tasks only; < {MIN_SEEDS} seeds: spans them)")
+        bx.set_title(f"pooled over seeds, 95% CI: bootstrap seeds then tasks (caps), t over seeds (thin)",
+                     fontsize=9)
         bx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
