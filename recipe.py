@@ -196,13 +196,18 @@ def _hardware(config: dict, argv: list[str]) -> list[str]:
 
 
 def trained_arms(arm: str) -> list[str]:
-    """The arms to train for an --arm value (base evals always come first): `all`, one arm or a comma list."""
+    """The arms to train for an --arm value (base evals always come first): `all` (GRPO, ETS, GMTS), one arm, or a
+    comma list trained in the order given (a sweep puts the pair it compares first: a run cut short keeps it)."""
     names = [a.strip() for a in arm.split(",")]
     for name in names:
         if name not in ARMS:
             raise RecipeError(f"unknown arm '{name}': use one of {', '.join(ARMS)}, or a comma list (ets,gmts)")
-    wanted = {a for name in names for a in (RULE_OF_ARM if name == "all" else [name])}
-    return [a for a in RULE_OF_ARM if a in wanted]
+    out: list[str] = []
+    for name in names:
+        for a in (RULE_OF_ARM if name == "all" else [] if name == "base" else [name]):
+            if a not in out:
+                out.append(a)
+    return out
 
 
 def _check_arm(arm: str) -> None:

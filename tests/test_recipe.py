@@ -186,7 +186,9 @@ def test_n_heldout_0_holds_out_the_whole_test_split(tmp_path):
 
 def test_arm_lists():
     assert recipe.trained_arms("all") == ["grpo", "ets", "gmts"] and recipe.trained_arms("base") == []
-    assert recipe.trained_arms("gmts,ets") == ["ets", "gmts"] and recipe.trained_arms("grpo") == ["grpo"]
+    assert recipe.trained_arms("gmts,ets") == ["gmts", "ets"] and recipe.trained_arms("grpo") == ["grpo"]
+    assert recipe.trained_arms("ets,gmts,grpo,ets") == ["ets", "gmts", "grpo"]  # the order given, each arm once
+    assert recipe.trained_arms("base,gmts") == ["gmts"] and recipe.trained_arms("gmts,all") == ["gmts", "grpo", "ets"]
     r, *_ = recipe.parse(["--config", "configs/smoke.yaml", "--arm", "ets,gmts", "--grpo_learning_rate", "3e-5"])
     assert r.arm == "ets,gmts" and r.grpo_learning_rate == 3e-5
 
