@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import datetime
 import difflib
 import enum
 import gc
@@ -69,7 +70,8 @@ NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "loggi
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
               "save_minutes", "set_fields",
-              "ddp_find_unused_parameters"}
+              "ddp_find_unused_parameters", "ddp_timeout"}
+DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
 RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
@@ -250,6 +252,10 @@ def parse(argv: list[str]):
     argv = _hardware(config, argv)
     set_fields = {k for k in config if k != "env"} | {a[2:].split("=")[0] for a in argv if a.startswith("--")}
     argv = [*argv, *_current_names(parser, config, argv, set_fields)]
+    if "ddp_timeout" not in set_fields:
+        # Under a launcher the other processes wait at a barrier while the main process evaluates (the base model
+        # on 3 sampling seeds first): longer than transformers' 30 minutes on a slow GPU or a large held-out set.
+        argv += ["--ddp_timeout", str(DDP_TIMEOUT_S)]
     try:
         recipe, train, model, from_file, from_cli = parser.parse_args_and_config(
             argv, return_remaining_strings=True, separate_remaining_strings=True)
@@ -511,7 +517,8 @@ class Run:
         from accelerate import PartialState
 
         self.recipe, self.train_args, self.model_args, self.name = recipe, train, model, name
-        self.state = PartialState(cpu=train.use_cpu)  # the launcher's process group (one process without a launcher)
+        # the launcher's process group (one process without a launcher), with the run's timeout if it starts here
+        self.state = PartialState(cpu=train.use_cpu, timeout=datetime.timedelta(seconds=train.ddp_timeout))
         self.dir = Path(recipe.results_dir) / name
         self.path = self.dir / "results.json"
         self.record = config_record(recipe, train, model)

@@ -404,3 +404,11 @@ def test_the_batch_shape_line_counts_every_process():
     assert recipe.batch_shape(train, 2).startswith("128 rollouts per step (16 prompts x 8;")  # 2 GPUs: halve the GA
     train.gradient_accumulation_steps = 1
     assert recipe.batch_shape(train, 2).endswith("x 1 accumulation x 2 processes)")
+
+
+def test_processes_wait_for_the_main_process_evaluation_long_enough():
+    r, train, model, _ = recipe.parse(["--config", "configs/qwen.yaml", "--use_cpu", "true"])
+    assert train.ddp_timeout == recipe.DDP_TIMEOUT_S >= 3600  # not transformers' 1800 s
+    r, train, model, _ = recipe.parse(["--config", "configs/qwen.yaml", "--use_cpu", "true", "--ddp_timeout", "600"])
+    assert train.ddp_timeout == 600  # a config or flag that sets it wins
+    assert "ddp_timeout" not in recipe.config_record(r, train, model)  # how long to wait is not what is computed
