@@ -32,6 +32,8 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    with static shapes (`static_compile_config`).
 9. Optional (`generation_grouped_attention`): decoding steps attend through `attention.grouped_sdpa_forward`, the
    same attention without transformers' per-step copy of the key/value cache for every query head.
+10. After generation and every no-grad scoring pass, `drop_duplicate_input_grad_hooks`: TRL turns gradient
+    checkpointing off and on around them, and each time transformers adds an input-grad hook it never removes.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -329,6 +331,20 @@ def without_input_grad_hooks(model: torch.nn.Module):
         emb._forward_hooks.update(lifted)
 
 
+def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
+    """Keep one `make_inputs_require_grads` hook on the input embeddings. TRL turns gradient checkpointing off and on
+    around every generation; transformers' enable registers another hook each time, and for a PEFT-wrapped model its
+    disable removes none, so without this the hooks pile up, one more per step, each run by every forward."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    emb = model.get_input_embeddings()
+    keys = [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
+    current = {h.id for h in getattr(base, "_require_grads_hooks", None) or []}
+    keep = next((k for k in keys if k in current), keys[-1] if keys else None)  # the one transformers would remove
+    for k in keys:
+        if k != keep:
+            del emb._forward_hooks[k]
+
+
 @contextlib.contextmanager
 def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
     """Make every `model.generate` call inside the block run `processor` too (TRL builds the generate call itself)."""
@@ -478,6 +494,7 @@ class GMTSTrainer(GRPOTrainer):
         finally:
             recorder, captured = self._recorder, self._capture_scoring
             self._recorder, self._capture_scoring = None, None
+            drop_duplicate_input_grad_hooks(self.accelerator.unwrap_model(self.model))
         if not self.stats_on:
             return output
         rows = output["completion_ids"].size(0)
@@ -553,6 +570,7 @@ class GMTSTrainer(GRPOTrainer):
                 self.model, input_ids, attention_mask, batch["completion_ids"].size(1),
                 batch_size=self.args.per_device_train_batch_size, compute_entropy=True,
             )
+        drop_duplicate_input_grad_hooks(self.accelerator.unwrap_model(self.model))  # checkpointing was off and on
         return logps, ent
 
     def _select_generation_batch(self, output, recorder, captured) -> None:

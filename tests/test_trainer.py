@@ -552,6 +552,20 @@ def test_generation_compile_turns_on_transformers_compiled_decoding(tmp_path):
     assert int(out["selection_mask"].sum()) == kept_count(int(out["completion_mask"].sum()), 0.2)
 
 
+@pytest.mark.parametrize("source", ["auto", "scoring_pass"])
+def test_input_grad_hooks_do_not_pile_up_over_steps(tmp_path, source):
+    """TRL re-enables gradient checkpointing after every generation and no-grad scoring pass, and transformers adds a
+    hook each time (10 after 4 steps before)."""
+    trainer = make_trainer(tmp_path, gradient_checkpointing=True, max_steps=4, selection_entropy_source=source)
+    trainer.train()
+    assert trainer.entropy_source_used == ("generation" if source == "auto" else "extra_scoring_pass")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    hooks = [h for h in model.get_input_embeddings()._forward_hooks.values()
+             if h.__name__ == "make_inputs_require_grads"]
+    assert len(hooks) == 1
+    assert model.get_input_embeddings()(torch.tensor([[1, 2]])).requires_grad  # the one kept still works
+
+
 def test_input_grad_hooks_are_lifted_while_generating_and_put_back(tmp_path):
     from gmts_trainer import without_input_grad_hooks
 
