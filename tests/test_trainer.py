@@ -341,20 +341,27 @@ def test_same_seed_gives_bit_identical_lora_init_even_after_the_rng_moved(tmp_pa
 
 
 # ---------------------------------------------------------------- gradients flow only through kept tokens
-def test_dropped_tokens_get_exactly_zero_gradient(tmp_path):
-    trainer = make_trainer(tmp_path, gradient_accumulation_steps=1, peft=False)
-    out = next(o for seed in range(20) if (o := generation_batch(trainer, seed))["advantages"].abs().sum() > 0)
+def hold_policy_logps(trainer) -> dict:
+    """Keep the log-probs of the last grad-enabled policy forward in the returned dict (key "logps"), with their
+    .grad retained, so a test can read the gradient each token received."""
     held = {}
-    original = trainer._get_per_token_logps_and_entropies
+    forward = trainer._get_per_token_logps_and_entropies
 
     def spy(*args, **kwargs):
-        logps, ent, aux = original(*args, **kwargs)
+        logps, ent, aux = forward(*args, **kwargs)
         if torch.is_grad_enabled():
             logps.retain_grad()
             held["logps"] = logps
         return logps, ent, aux
 
     trainer._get_per_token_logps_and_entropies = spy
+    return held
+
+
+def test_dropped_tokens_get_exactly_zero_gradient(tmp_path):
+    trainer = make_trainer(tmp_path, gradient_accumulation_steps=1, peft=False)
+    out = next(o for seed in range(20) if (o := generation_batch(trainer, seed))["advantages"].abs().sum() > 0)
+    held = hold_policy_logps(trainer)
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop; we call compute_loss directly
     loss = trainer.compute_loss(trainer.model, out)
     loss.backward()
@@ -447,17 +454,7 @@ def test_dropped_tokens_get_exactly_zero_gradient_through_prepare_inputs_with_ac
     trainer.model.train()
     examples = [trainer.train_dataset[i // 4] for i in range(8)]
     torch.manual_seed(3)
-    held = {}
-    forward = trainer._get_per_token_logps_and_entropies
-
-    def spy(*args, **kwargs):
-        logps, ent, aux = forward(*args, **kwargs)
-        if torch.is_grad_enabled():
-            logps.retain_grad()
-            held["logps"] = logps
-        return logps, ent, aux
-
-    trainer._get_per_token_logps_and_entropies = spy
+    held = hold_policy_logps(trainer)
     trainer.current_gradient_accumulation_steps = 2
     kept_total = 0
     for step in range(2):
