@@ -313,6 +313,11 @@ def merged_lora(model: torch.nn.Module):
                 m.merged_adapters.clear()
 
 
+def _input_grad_hook_keys(emb: torch.nn.Module) -> list[int]:
+    """The forward-hook ids of transformers' `make_inputs_require_grads` on an embedding, oldest first (by name)."""
+    return [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
+
+
 @contextlib.contextmanager
 def without_input_grad_hooks(model: torch.nn.Module):
     """Lift transformers' `make_inputs_require_grads` hooks off the input embeddings while generating.
@@ -322,7 +327,7 @@ def without_input_grad_hooks(model: torch.nn.Module):
     decoding step is split in two graphs. Matched by name; a renamed hook stays on (slower, still correct).
     """
     emb = model.get_input_embeddings()
-    lifted = {k: h for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"}
+    lifted = {k: emb._forward_hooks[k] for k in _input_grad_hook_keys(emb)}
     for k in lifted:
         del emb._forward_hooks[k]
     try:
@@ -337,7 +342,7 @@ def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
     disable removes none, so without this the hooks pile up, one more per step, each run by every forward."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     emb = model.get_input_embeddings()
-    keys = [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
+    keys = _input_grad_hook_keys(emb)
     current = {h.id for h in getattr(base, "_require_grads_hooks", None) or []}
     keep = next((k for k in keys if k in current), keys[-1] if keys else None)  # the one transformers would remove
     for k in keys:

@@ -17,8 +17,9 @@ The held-out tasks, their samples and the base evaluations are the same in every
 evaluations by what they depend on), so every comparison is paired by task.
 
 Each cell's missing arms run in one `python recipe.py --arm ARM,ARM ... --resume` process (the later arms reuse what
-the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. The summary pools each comparison over the seeds of a (variant, learning rate) with a
-two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval includes seed-to-seed variance.
+the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. The summary pools
+each comparison over the seeds of a (variant, learning rate) with a two-level bootstrap (seeds, then tasks:
+stats.pooled_delta), so its interval includes seed-to-seed variance, and gives Student's t over the seeds beside it.
 """
 
 from __future__ import annotations
@@ -438,7 +439,7 @@ def plot(summary: dict, out: Path) -> None:
         bx.set_xscale("log")
         bx.set_xlabel("learning rate")
         bx.set_ylabel("difference in pass@1 (points)")
-        bx.set_title(f"pooled over seeds, 95% CI: bootstrap seeds then tasks (caps), t over seeds (thin)",
+        bx.set_title("pooled over seeds, 95% CI: bootstrap seeds then tasks (caps), t over seeds (thin)",
                      fontsize=9)
         bx.legend(fontsize=8)
     fig.tight_layout()
@@ -464,8 +465,12 @@ def seeds_label(n: int) -> str:
     return str(n)
 
 
+def _bracket(low: float, high: float) -> str:
+    return f"[{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
 def _interval(p: dict) -> str:
-    return f"{100 * p['delta']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]"
+    return f"{100 * p['delta']:+.1f} {_bracket(p['low'], p['high'])}"
 
 
 def render(summary: dict, markdown: bool = False) -> str:
@@ -491,7 +496,7 @@ def render(summary: dict, markdown: bool = False) -> str:
         lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \
             ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
         seeds = seeds_label(len(p["seeds"]))
-        t = "-" if p.get("t_low") is None else f"[{100 * p['t_low']:+.1f}, {100 * p['t_high']:+.1f}] pts"
+        t = "-" if p.get("t_low") is None else _bracket(p["t_low"], p["t_high"]) + " pts"
         rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
                       _interval(p) + " pts", t,
                       ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))])
@@ -531,7 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(description="Run a grid of recipe.py experiments and summarize it.")
     ap.add_argument("grid", help="sweep file (configs/sweeps/*.yaml)")
-    ap.add_argument("--gpus", default=None, help="comma-separated GPU ids, one worker each; repeat an id for two workers on one GPU (default: one worker)")
+    ap.add_argument("--gpus", default=None, help="comma-separated GPU ids, one worker each; repeat an id for two "
+                                                 "workers on one GPU (default: one worker)")
     ap.add_argument("--only", default=None, help="run only the block of this name")
     ap.add_argument("--plan", action="store_true", help="print the jobs still to run and exit")
     ap.add_argument("--summarize", action="store_true", help="only write sweep.json and sweep.png")
