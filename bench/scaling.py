@@ -5,6 +5,8 @@ Every paper-config step (configs/qwen.yaml: Qwen2.5-Coder-1.5B-Instruct, GSM8K, 
 
 - alone: one arm per H200 (`sweep.py --gpus 0,1`, the stretch of results/qwen/logs/sweep-2026-11-30.log);
 - shared: two arms on each H200 (`--gpus 0,0` and `1,1`, results/qwen/logs/stretch-2026-11-30b.log);
+- alone, grouped: one arm per H200 again, after grouped-query decoding (attention.py) and static compile shapes
+  (results/qwen/logs/stretch-2026-11-30c.log); the three ways above ran before them, so they compare with each other;
 - data parallel: one arm over two H200s (`accelerate launch --num_processes 2`, 32 rollouts per device and no
   accumulation, so 64 per step as above; bench/logs/h200x2-accelerate-2proc.log). Stopped after 12 steps: its
   evaluation is the same code as an arm's.
@@ -33,10 +35,14 @@ RUNS = {
     "shared": [("paper-lr0.0001-s17", "grpo"), ("paper-lr0.0001-s18", "ets"), ("paper-lr0.0001-s18", "gmts"),
                ("paper-lr0.0001-s18", "grpo")],
     "data_parallel": [("bench/logs/h200x2-accelerate-2proc-ets-train_log.jsonl", "ets")],
+    "alone_grouped": [(f"paper-lr0.0001-s{seed}", arm) for seed in (19, 20, 21) for arm in ("ets", "gmts", "grpo")]
+                     + [("paper-lr0.00015-s17", "ets"), ("paper-lr0.00015-s17", "gmts"), ("paper-lr5e-05-s17", "ets"),
+                        ("paper-lr5e-05-s17", "gmts"), ("paper-lr5e-05-s17", "grpo"), ("paper-lr2e-05-s17", "grpo")],
 }
-GPUS = {"alone": 1, "shared": 0.5, "data_parallel": 2}  # H200s per arm
+GPUS = {"alone": 1, "shared": 0.5, "data_parallel": 2, "alone_grouped": 1}  # H200s per arm
 LABEL = {"alone": "one arm per GPU", "shared": "two arms per GPU",
-         "data_parallel": "one arm on 2 GPUs (accelerate, 2 processes)"}
+         "data_parallel": "one arm on 2 GPUs (accelerate, 2 processes)",
+         "alone_grouped": "one arm per GPU, grouped-query decoding"}
 
 
 def _run(source: str, arm: str) -> dict:
@@ -68,6 +74,7 @@ def measure() -> dict:
     alone, shared, dp = (out["ways"][w]["total_s"] for w in ("alone", "shared", "data_parallel"))
     out["data_parallel_speedup"] = alone / dp  # one arm's steps per second, 2 GPUs vs 1 (target >= 1.8)
     out["sharing_throughput"] = 2 * alone / shared  # steps per second of one GPU with two arms vs one
+    out["grouped_speedup"] = alone / out["ways"]["alone_grouped"]["total_s"]  # same way, after attention.py
     return out
 
 
@@ -82,7 +89,8 @@ def table(m: dict, markdown: bool = False) -> str:
              if markdown else ["  ".join(head)] + ["  ".join(r) for r in rows])
     lines += ["", f"{m['model']}, {m['config']}, {m['rows']} rollouts per step on H200s. One arm on 2 GPUs: "
               f"{m['data_parallel_speedup']:.2f}x the steps per second of one GPU. Two arms on one GPU: "
-              f"{m['sharing_throughput']:.2f}x one arm's throughput."]
+              f"{m['sharing_throughput']:.2f}x one arm's throughput (these three before grouped-query decoding). "
+              f"With it, one arm per GPU: {m['grouped_speedup']:.2f}x the steps per second of before."]
     return "\n".join(lines)
 
 
