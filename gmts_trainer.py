@@ -34,6 +34,9 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    same attention without transformers' per-step copy of the key/value cache for every query head.
 10. After generation and every no-grad scoring pass, `drop_duplicate_input_grad_hooks`: TRL turns gradient
     checkpointing off and on around them, and each time transformers adds an input-grad hook it never removes.
+11. Optional (`generation_deferred_stop`): on CUDA, decoding reads the all-rows-finished flag one step late
+    (`decoding.deferred_stop_check`: transformers' own mechanism, which it enables on mps only), so the host queues
+    the next token step while the GPU runs this one. Same tokens per call.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -75,6 +78,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from attention import grouped_query_attention
+from decoding import deferred_stop_check
 from selection import ets_scores, gmts_omega, gmts_scores, select_top_fraction, selection_stats, update_cosine
 
 logger = logging.get_logger(__name__)
@@ -137,6 +141,13 @@ class GMTSConfig(GRPOConfig):
                           "head at every step (attention.py; same computation as sdpa). For models with fewer "
                           "key/value than query heads (Qwen2.5: 2 and 12); a no-op otherwise. Also used by the "
                           "recipe's fast evaluation."},
+    )
+    generation_deferred_stop: bool = field(
+        default=False,
+        metadata={"help": "On CUDA, read transformers' all-rows-finished flag one step late instead of waiting for the "
+                          "GPU at every token (decoding.py; transformers' DeferredStopCheck, which it enables on mps "
+                          "only). Same tokens; when every row stops before the limit, the cut extra step advances the "
+                          "random stream for the next call. Also used by the recipe's fast evaluation."},
     )
 
     def __post_init__(self):
@@ -453,6 +464,8 @@ class GMTSTrainer(GRPOTrainer):
                 stack.enter_context(merged_lora(model))
             if self.args.generation_grouped_attention:
                 stack.enter_context(grouped_query_attention(model))
+            if self.args.generation_deferred_stop:
+                stack.enter_context(deferred_stop_check())
             if self.args.generation_compile:
                 self.generation_config.max_cache_len = compile_cache_length(
                     prompt_ids, self.max_completion_length, self.pad_to_multiple_of)

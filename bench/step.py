@@ -461,13 +461,15 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
         return evaluation_module.generate_samples(
             model, tok, prompts, k=k, seed=recipe_args.base_eval_seeds[0], max_new_tokens=n,
             batch_size=recipe_args.eval_batch_size, progress=False, sampling=sampling(recipe_args, train_args),
-            fast=recipe_args.eval_fast, grouped_attention=train_args.generation_grouped_attention)
+            fast=recipe_args.eval_fast, grouped_attention=train_args.generation_grouped_attention,
+            deferred_stop=train_args.generation_deferred_stop)
 
     static, compiled = evaluation_module.decoding_plan(device.type, recipe_args.eval_fast)
     out = {"model": None, "samples": len(prompts) * k,
            "rows_per_batch": batch_rows, "prompts": len(prompts), "max_new_tokens": new_tokens,
            "batch_size": recipe_args.eval_batch_size, "fast": recipe_args.eval_fast, "static_cache": static,
            "grouped_attention": train_args.generation_grouped_attention,
+           "deferred_stop": train_args.generation_deferred_stop,
            "compiled_decoding": compiled, "full_test_batches": -(-len(heldout) * k // batch_rows),
            "parameter_dtype": str(next(model.parameters()).dtype), "prompt_tokens_max": max(prompt_lengths),
            "prompt_tokens_mean": statistics.mean(prompt_lengths), "dynamo": {},

@@ -1,12 +1,18 @@
-"""Evaluation decoding with and without grouped-query attention (attention.py), on real GSM8K prompts (issue 11).
+"""Evaluation decoding with one speed option off and on, on real GSM8K prompts (issue 11).
 
 One fast evaluation batch (`eval.generate_samples`, fast=True: merged adapter, static cache, compiled decoding on a
-GPU) of --rows samples, timed after a warm-up call that pays the compilation, once through transformers' `sdpa`
-(which repeats the key/value cache for every query head at every step) and once through `grouped_sdpa_forward`.
-Same seed for both: the share of identical completions says how far rounding moved the samples.
+GPU) of --rows samples, timed after a warm-up call that pays the compilation, with the option off and then on. Same
+seed for both: the share of identical completions says how far the option moved the samples.
 
-    python bench/grouped_attention.py --model smollm2-135m-instruct --gsm8k_path DIR --out bench/grouped-attention-h200.json
-    python bench/grouped_attention.py --markdown bench/grouped-attention-h200.json   # its table (bench/README.md)
+- `--option grouped_attention`: transformers' `sdpa` (which repeats the key/value cache for every query head at every
+  step) against `attention.grouped_sdpa_forward`; other bf16 rounding, so some samples move.
+- `--option deferred_stop`: the all-rows-finished flag read every step against one step late
+  (`decoding.deferred_stop_check`), both with grouped attention; the same tokens are expected.
+
+    python bench/decode_options.py --model smollm2-135m-instruct --gsm8k_path DIR --out bench/grouped-attention-h200.json
+    python bench/decode_options.py --option deferred_stop --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
+        --out bench/deferred-stop-h200.json
+    python bench/decode_options.py --markdown bench/grouped-attention-h200.json   # its table (bench/README.md)
 """
 
 from __future__ import annotations
@@ -20,18 +26,28 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+OPTIONS = {  # option: (column title, label off, label on, what the identical share means)
+    "grouped_attention": ("attention", "sdpa", "grouped", "bf16 rounding moves the samples; on a CPU in float32 "
+                          "tests/test_attention.py finds equal logits and identical samples"),
+    "deferred_stop": ("stop check", "every step", "one step late", "the same tokens per call are expected; a batch "
+                      "that ends early moves the random stream of the next"),
+}
+
+
 def table(result: dict) -> str:
-    rows = ["| attention | ms per token step | batch (s) |", "|---|---|---|"]
-    rows += [f"| {r['attention']} | {r['ms_per_token_step']:.1f} | {r['seconds']:.2f} |" for r in result["rows"]]
+    title, *_, meaning = OPTIONS[result.get("option", "grouped_attention")]
+    rows = [f"| {title} | ms per token step | batch (s) |", "|---|---|---|"]
+    rows += [f"| {r.get('label', r.get('attention'))} | {r['ms_per_token_step']:.1f} | {r['seconds']:.2f} |"
+             for r in result["rows"]]
     return "\n".join(rows + ["", f"{result['model']}, {result['samples']} samples x {result['new_tokens']} tokens on "
                               f"{result['device']}: {result['speedup']:.2f}x. Identical completions at the same seed: "
-                              f"{result['identical_completions']:.1%} (bf16 rounding moves the samples; on a CPU in "
-                              f"float32 tests/test_attention.py finds equal logits and identical samples)."])
+                              f"{result['identical_completions']:.1%} ({meaning})."])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", default=None, help="print the table of a results file and exit")
+    ap.add_argument("--option", default="grouped_attention", choices=sorted(OPTIONS))
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--gsm8k_path")
     ap.add_argument("--rows", type=int, default=880, help="samples in the batch (the Qwen evaluation's batch: 880)")
@@ -62,11 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     cfg = model.config
     out = {"model": args.model, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
            "samples": len(prompts), "new_tokens": args.new_tokens, "query_heads": cfg.num_attention_heads,
-           "key_value_heads": cfg.num_key_value_heads, "layers": cfg.num_hidden_layers, "rows": []}
+           "key_value_heads": cfg.num_key_value_heads, "layers": cfg.num_hidden_layers, "option": args.option,
+           "rows": []}
+    title, *labels, _ = OPTIONS[args.option]
     texts = {}
-    for grouped in (False, True):
+    for on in (False, True):
+        options = ({"grouped_attention": on} if args.option == "grouped_attention"
+                   else {"grouped_attention": True, "deferred_stop": on})
         run = lambda: generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=args.new_tokens,  # noqa: E731
-                                       batch_size=len(prompts), progress=False, fast=True, grouped_attention=grouped)
+                                       batch_size=len(prompts), progress=False, fast=True, **options)
         t0 = time.perf_counter()
         run()  # compiles
         first = time.perf_counter() - t0
@@ -75,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             if device == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            texts[grouped] = run()
+            texts[on] = run()
             if device == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-        row = {"attention": "grouped" if grouped else "sdpa", "first_s": first, "seconds": min(times),
+        row = {"label": labels[on], "options": options, "first_s": first, "seconds": min(times),
                "times_s": times, "ms_per_token_step": 1000 * min(times) / args.new_tokens}
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
