@@ -117,3 +117,35 @@ def test_every_row_says_model_rows_and_time():
     assert results["evaluation"]
     for r in results["evaluation"]:
         assert r["model"] and r["samples"] > 0 and r["seconds"] > 0
+
+
+def test_selection_writer_names_its_e2e_rows_and_keeps_the_real_model_rows(tmp_path, monkeypatch, capsys):
+    """A rerun of bench/selection.py's end-to-end part (end_to_end stubbed: no model is built) names its rows,
+    failed ones too, replaces only its own model's rows of the options it ran, and keeps bench/costs.py's rows."""
+    import sys
+
+    spec = importlib.util.spec_from_file_location("selection_bench", ROOT / "bench" / "selection.py")
+    sel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sel)
+    name = sel.e2e_model(sel.SMALL)
+    real = {"model": "qwen2.5-coder-1.5b-instruct", "rows": 64, "total_s": 2.5, "source": "bench/x.json"}
+    timed = {"completion": 32, "generation_s": 0.5, "scoring_s": 0.25, "update_s": 0.25, "total_s": 1.0,
+             "entropy_source": "generation"}
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"device": "cpu", "model": sel.SMALL, "e2e": [
+        real, {"option": "plain", "model": name, "rows": 4, **timed, "total_s": 9.0}]}))
+
+    def end_to_end(cfg, device, rows, completion, option, **kwargs):
+        if option == "merged":
+            raise RuntimeError("boom")
+        return {"option": option, "rows": rows, **timed}
+
+    monkeypatch.setattr(sel, "end_to_end", end_to_end)
+    monkeypatch.setattr(sys, "argv", ["selection.py", "--small", "--parts", "e2e", "--e2e-options", "plain,merged",
+                                      "--out", str(out)])
+    sel.main()
+    e2e = json.loads(out.read_text())["e2e"]
+    assert e2e[0] == real
+    assert [(r["option"], r["model"], r["rows"], r["total_s"]) for r in e2e[1:]] == [
+        ("plain", name, 4, 1.0), ("merged", name, 4, None)]
+    assert name.startswith("random-init") and "qwen2.5-coder" not in capsys.readouterr().out
