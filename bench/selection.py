@@ -42,6 +42,12 @@ VARIANTS = ["none", "entropy/microbatch", "gmts/microbatch", "entropy/batch", "g
             "gmts/group", "gmts/batch+pass", "old"]
 
 
+def e2e_model(cfg: dict) -> str:
+    """The end-to-end rows' `model`: random weights of a shape, never a checkpoint's name. The results file also holds
+    end-to-end rows of the real model (bench/costs.py); this name tells them apart."""
+    return "random-init qwen2.5-1.5b shape" if cfg == QWEN_1_5B else "random-init qwen2.5 small shape (--small)"
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -487,7 +493,9 @@ def main() -> None:
     # what runs now replaces its own earlier results: update rows by shape, e2e rows by option, other parts whole
     results["update"] = [r for r in results["update"] if "update" not in parts
                          or (r["rows"], r["prompt"], r["completion"]) not in shapes]
-    results["e2e"] = [r for r in results["e2e"] if "e2e" not in parts or r["option"] not in a.e2e_options.split(",")]
+    # e2e rows of another model (bench/costs.py's real-model rows) are never this run's to replace
+    results["e2e"] = [r for r in results["e2e"] if "e2e" not in parts or r.get("model") != e2e_model(cfg)
+                      or r["option"] not in a.e2e_options.split(",")]
     gen_options = a.gen_options.split(",")
     results["generation"] = [r for r in results["generation"] if "generation" not in parts
                              or r["option"] not in gen_options]
@@ -519,8 +527,9 @@ def main() -> None:
             try:
                 r = end_to_end(cfg, device, rows, completion, option, steps=a.e2e_steps, profile_update=a.e2e_profile)
             except Exception as e:  # noqa: BLE001 - an option that fails is a result to report, not a crash
-                r = {"option": option, "error": f"{type(e).__name__}: {str(e)[:300]}",
+                r = {"option": option, "rows": rows, "total_s": None, "error": f"{type(e).__name__}: {str(e)[:300]}",
                      "trace": traceback.format_exc()[-1500:]}
+            r = {"option": r["option"], "model": e2e_model(cfg), **r}
             results["e2e"].append(r)
             print(json.dumps({k: v for k, v in r.items() if k != "trace"}), flush=True)
             save()
@@ -584,10 +593,11 @@ def table(results: dict) -> str:
         lines += ["", f"Entropy accuracy ({acc['rows']} x {acc['completion']} tokens): fused bf16 head vs float64, max abs "
                   f"error {acc['max_abs_error']:.2e} nats (mean {acc['mean_abs_error']:.2e}); kept tokens that change "
                   f"{100 * acc['kept_changed_share']:.2f}%."]
-    if results.get("e2e"):
-        lines += ["", "| generation option | prompt tokens | rows x tokens | generation | scoring | update | full step "
+    e2e = [r for r in results.get("e2e", []) if r.get("model") == e2e_model(results["model"])]
+    if e2e:
+        lines += ["", f"End to end, {e2e_model(results['model'])}:", "", "| generation option | prompt tokens | rows x tokens | generation | scoring | update | full step "
                   "| first step | entropy source |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in results["e2e"]:
+        for r in e2e:
             if "error" in r:
                 lines.append(f"| {r['option']}{mark(r)} | - | - | failed: {r['error'].splitlines()[0][:70]} | | | | | |")
                 continue
@@ -597,10 +607,10 @@ def table(results: dict) -> str:
             lines.append(f"| {r['option']}{profiled}{mark(r)} | {prompt} | {r['rows']} x {r['completion']} | {r['generation_s']:.2f} s | "
                          f"{r['scoring_s']:.2f} s | {r['update_s']:.2f} s | {r['total_s']:.2f} s | {first} | "
                          f"{r['entropy_source']} |")
-        if any("update_profile" in r for r in results["e2e"]):
+        if any("update_profile" in r for r in e2e):
             lines.append("\n\\* the last step's update ran under the torch profiler (it is in the median).")
         shares = [f"{r['option']} {100 * r['generation_vs_forward']['kept_changed_share']:.2f}%"
-                  for r in results["e2e"] if "generation_vs_forward" in r]
+                  for r in e2e if "generation_vs_forward" in r]
         if shares:
             lines.append("\nKept tokens that change when ranking by the entropy recorded while generating instead of "
                          "the training forward's: " + ", ".join(shares) + ".")

@@ -1,0 +1,211 @@
+"""The cost of one experiment on one H200 (issue 11, deliverables 5 and 6), from measurements already committed.
+
+Why a script: every real-model row it puts in bench/results-h200.json is recomputed from the committed file it names
+(its `source`), so tests/test_bench_costs.py fails on a hand-edited number. It reads:
+
+- bench/step-profile-h200-{on,off}.json (bench/step.py, Qwen2.5-Coder-1.5B-Instruct, 64 rows per step, grouped
+  attention on/off): the median step and one 880-row evaluation batch;
+- results/qwen/<cell>/results.json (the sweep): per arm, the median `step_time` of its train_log (first step, which
+  compiles, apart), its full-test evaluation (generation + scoring seconds) and its wall minutes; an arm whose
+  generation_options lack `generation_grouped_attention` ran before that switch existed, so with it off;
+- results/qwen/base-evals/*.json: the cached base evaluations (measured before the switch: off).
+
+Which arms shared a GPU with another arm is bench/scaling.py's RUNS (a fact of the stretch logs); their times are kept
+as rows but left out of the medians. A complete run (3 base evaluations, ETS and GMTS arms of 40 steps with their
+full-test evaluations) is estimated per cell that ran ETS and GMTS alone: the arms' wall minutes (training +
+evaluation, not the process start) plus 3 base evaluations, each estimated as the mean of the cell's ETS and GMTS
+evaluation seconds (the cells reused base evaluations cached from an older run).
+
+    python bench/costs.py              # rewrites its rows of bench/results-h200.json and prints the table
+    python bench/costs.py --markdown   # the README's table (read-only: from the results file)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "results-h200.json"
+sys.path.insert(0, str(ROOT / "bench"))
+from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once there
+
+SHARED = set(RUNS["shared"])  # (cell, arm) pairs that ran two arms on one GPU
+TARGETS = {"step_s": 1.5, "full_test_s": 45.0, "complete_run_min": 5.0}  # issue 11
+
+
+def _source(path: Path, root: Path) -> str:
+    return str(path.relative_to(root))
+
+
+def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
+    """The end-to-end row (median step) and the evaluation row (one batch, second call: compiled) of a step profile.
+    The recipe's grouped-attention switch governs training generation and evaluation alike; the eval records it."""
+    d = json.loads(path.read_text())
+    step, ev = d["step"], d["eval"]
+    grouped = bool(ev["grouped_attention"])
+    e2e = {"model": step["model"], "rows": step["rows"], "total_s": step["total_s"],
+           "first_step_s": step["first_step_s"], "steps": step["steps_in_median"],
+           "generation_s": step["median_step"]["generation"], "forward_s": step["median_step"]["forward"],
+           "backward_s": step["median_step"]["backward"], "grouped_attention": grouped,
+           "source": _source(path, root), "measured_by": "bench/step.py"}
+    evaluation = {"model": ev["model"], "samples": ev["samples"], "seconds": ev["seconds"],
+                  "first_call_s": ev["first_call_s"], "grouped_attention": grouped, "source": _source(path, root),
+                  "measured_by": "bench/step.py (one batch of the full test: its longest prompts)"}
+    return e2e, evaluation
+
+
+def arm_rows(path: Path, root: Path) -> tuple[list[dict], list[dict]]:
+    """Per arm of a sweep cell: its end-to-end row (median training step, wall minutes) and its evaluation row."""
+    d = json.loads(path.read_text())
+    cell, cfg, gpus = path.parent.name, d["config"], d["versions"]["gpus"]
+    rows = cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] * gpus
+    e2e, evaluations = [], []
+    for arm, a in d["arms"].items():
+        where = {"grouped_attention": bool(a.get("generation_options", {}).get("generation_grouped_attention", False)),
+                 "arms_per_gpu": 2 if (cell, arm) in SHARED else 1, "source": _source(path, root), "cell": cell,
+                 "arm": arm}
+        steps = [s["step_time"] for s in a["train_log"]]
+        e2e.append({"model": cfg["model_name_or_path"], "rows": rows, "total_s": statistics.median(steps[1:]),
+                    "first_step_s": steps[0], "steps": len(steps) - 1, "wall_minutes": a["wall_minutes"], **where,
+                    "measured_by": "train_log step_time"})
+        ev = a["eval"]
+        evaluations.append({"model": cfg["model_name_or_path"], "samples": len(ev["records"]) * ev["k"],
+                            "seconds": ev["seconds"]["generation"] + ev["seconds"]["scoring"], **where,
+                            "measured_by": "arm evaluation (generation + scoring)"})
+    return e2e, evaluations
+
+
+def base_eval_rows(path: Path, root: Path) -> list[dict]:
+    """The cached base evaluations: measured before the grouped-attention switch existed (off)."""
+    d = json.loads(path.read_text())
+    return [{"model": d["eval_config"]["model"]["model_name_or_path"], "samples": len(e["records"]) * e["k"],
+             "seconds": e["seconds"]["generation"] + e["seconds"]["scoring"], "grouped_attention": False,
+             "arms_per_gpu": 1, "source": _source(path, root), "arm": "base", "seed": e["seed"],
+             "measured_by": "base evaluation (generation + scoring)"} for e in d["evals"]]
+
+
+def complete_runs(e2e: list[dict], evaluations: list[dict]) -> list[dict]:
+    """Per cell whose ETS and GMTS arms ran alone with the same switch: their wall minutes plus 3 estimated base
+    evaluations (each the mean of the two arms' evaluation seconds)."""
+    out = []
+    for cell in sorted({r["cell"] for r in e2e if "cell" in r}):
+        arms = {r["arm"]: r for r in e2e if r.get("cell") == cell and r["arms_per_gpu"] == 1}
+        evals = {r["arm"]: r["seconds"] for r in evaluations if r.get("cell") == cell}
+        if not {"ets", "gmts"} <= set(arms) or arms["ets"]["grouped_attention"] != arms["gmts"]["grouped_attention"]:
+            continue
+        base_s = (evals["ets"] + evals["gmts"]) / 2
+        arm_minutes = arms["ets"]["wall_minutes"] + arms["gmts"]["wall_minutes"]
+        out.append({"cell": cell, "source": arms["ets"]["source"],
+                    "grouped_attention": arms["ets"]["grouped_attention"],
+                    "ets_wall_minutes": arms["ets"]["wall_minutes"], "gmts_wall_minutes": arms["gmts"]["wall_minutes"],
+                    "base_evals": 3, "base_eval_estimate_s": base_s, "gpu_minutes": arm_minutes + 3 * base_s / 60,
+                    "base_evals_estimated": "each as the mean of this cell's ETS and GMTS evaluation seconds"})
+    return out
+
+
+def measure(root: Path = ROOT) -> dict:
+    """All real-model rows, recomputed from the committed files under root."""
+    e2e, evaluations = [], []
+    for path in sorted(root.glob("bench/step-profile-h200-*.json")):
+        row, ev = step_profile_rows(path, root)
+        e2e.append(row)
+        evaluations.append(ev)
+    for path in sorted(root.glob("results/qwen/*/results.json")):
+        rows, evs = arm_rows(path, root)
+        e2e += rows
+        evaluations += evs
+    for path in sorted(root.glob("results/qwen/base-evals/*.json")):
+        evaluations += base_eval_rows(path, root)
+    return {"e2e": e2e, "evaluation": evaluations, "complete_run": complete_runs(e2e, evaluations)}
+
+
+def merged(results: dict, measured: dict) -> dict:
+    """The results file with this script's rows replaced: e2e rows with a `source` are ours (bench/selection.py's
+    rows have none), `evaluation` and `complete_run` wholly."""
+    out = dict(results)
+    out["e2e"] = [r for r in results["e2e"] if "source" not in r] + measured["e2e"]
+    out["evaluation"] = measured["evaluation"]
+    out["complete_run"] = measured["complete_run"]
+    return out
+
+
+def _median_range(values: list[float], fmt: str) -> str:
+    if not values:
+        return "-"
+    med = format(statistics.median(values), fmt)
+    return med if len(values) == 1 else f"{med} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+
+def _verdict(values: list[float], target: float | None) -> str:
+    if target is None or not values:
+        return "-"
+    if max(values) <= target:
+        return "met"
+    return "met by the median, not by the slowest" if statistics.median(values) <= target else "not met"
+
+
+def _by_switch(rows: list[dict], key: str) -> dict[bool, list[float]]:
+    """The values of key, grouped attention off (False) and on (True)."""
+    return {on: [r[key] for r in rows if r["grouped_attention"] == on] for on in (False, True)}
+
+
+def table(results: dict) -> str:
+    """Off / on columns: medians (and ranges) of the rows that ran alone on their GPU; targets from issue 11."""
+    alone = [r for r in results["e2e"] if r.get("arms_per_gpu") == 1]
+    bench = [r for r in results["e2e"] if r.get("measured_by") == "bench/step.py"]
+    batch = [r for r in results["evaluation"] if r.get("measured_by", "").startswith("bench/step.py")]
+    full = [r for r in results["evaluation"] if r.get("arms_per_gpu") == 1 and r["samples"] == 5276]
+    rows = [("step, bench/step.py (s, 64 rows)", _by_switch(bench, "total_s"), ".2f", TARGETS["step_s"]),
+            ("step, the arms' training logs (s, 64 rows)", _by_switch(alone, "total_s"), ".2f", TARGETS["step_s"]),
+            ("880-row evaluation batch (s)", _by_switch(batch, "seconds"), ".2f", None),
+            ("full-test evaluation, 5276 samples (s)", _by_switch(full, "seconds"), ".0f", TARGETS["full_test_s"]),
+            ("one arm: 40 steps + full-test evaluation (min)", _by_switch(alone, "wall_minutes"), ".1f", None),
+            ("complete run: 3 base evaluations + ETS + GMTS (GPU min)",
+             _by_switch(results["complete_run"], "gpu_minutes"), ".1f", TARGETS["complete_run_min"])]
+    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | grouped attention off | on | target | on: target |",
+           "|---|---|---|---|---|"]
+    for label, values, fmt, target in rows:
+        out.append(f"| {label} | {_median_range(values[False], fmt)} | {_median_range(values[True], fmt)} | "
+                   f"{'-' if target is None else f'<= {target:g}'} | {_verdict(values[True], target)} |")
+    out += ["", "Medians, (min-max) over the runs; the first step of every run (compilation) is left out of its "
+            "median. The bench/step.py rows switch grouped attention alone; the sweep's rows compare arms run before "
+            "the switch existed with arms run after it, so other changes between those runs count too."]
+    on = [r for r in bench if r["grouped_attention"]]
+    if on:
+        step = on[0]
+        share = step["generation_s"] / step["total_s"]
+        out.append(f"With grouped attention the step is {step['total_s']:.2f} s: generation "
+                   f"{step['generation_s']:.2f} s ({100 * share:.0f}%), forward + backward "
+                   f"{step['forward_s'] + step['backward_s']:.2f} s (gradient checkpointing on).")
+    cells = {on: [r["cell"] for r in results["complete_run"] if r["grouped_attention"] == on] for on in (True, False)}
+    out.append(f"Complete run per cell (on: {', '.join(cells[True])}; off: {', '.join(cells[False])}): the ETS and "
+               "GMTS arms' wall minutes (training + evaluation; the process start is not counted) plus 3 base "
+               "evaluations, each ESTIMATED as the mean of the cell's ETS and GMTS evaluations: the cells reused base "
+               "evaluations cached from an older run.")
+    base = [r["seconds"] for r in results["evaluation"] if r.get("arm") == "base"]
+    if base:
+        out.append(f"The cached base evaluations themselves (grouped attention off): {_median_range(base, '.0f')} s.")
+    shared = sorted({f"{r['cell']} {r['arm']}" for r in results["e2e"] if r.get("arms_per_gpu") == 2})
+    if shared:
+        out.append("Left out of the medians (two arms shared one GPU): " + ", ".join(shared) + ".")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", action="store_true", help="print the table of the committed results file")
+    args = ap.parse_args(argv)
+    results = json.loads(OUT.read_text())
+    if not args.markdown:
+        results = merged(results, measure())
+        OUT.write_text(json.dumps(results, indent=1))  # bench/selection.py's format
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""bench/costs.py: the real-model rows of bench/results-h200.json are what the script computes from committed files."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results-h200.json"
+
+
+def _costs():
+    spec = importlib.util.spec_from_file_location("costs", ROOT / "bench" / "costs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def _profile(grouped: bool, total: float, eval_s: float) -> dict:
+    step = {"model": "m", "rows": 64, "total_s": total, "first_step_s": 20.0, "steps_in_median": 3,
+            "median_step": {"generation": 1.25, "forward": 0.25, "backward": 0.75}}
+    return {"step": step, "eval": {"model": "m", "samples": 880, "seconds": eval_s, "first_call_s": 30.0,
+                                   "grouped_attention": grouped}}
+
+
+def _arm(steps: list[float], gen_s: float, wall: float, grouped: bool | None) -> dict:
+    options = {"generation_compile": True}
+    if grouped is not None:  # None: a cell from before the switch existed
+        options["generation_grouped_attention"] = grouped
+    return {"train_log": [{"step_time": s} for s in steps], "wall_minutes": wall, "generation_options": options,
+            "eval": {"k": 4, "records": [{}] * 1319, "seconds": {"generation": gen_s, "scoring": 2.0}}}
+
+
+def _cell(arms: dict) -> dict:
+    return {"config": {"model_name_or_path": "m", "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2},
+            "versions": {"gpus": 1}, "arms": arms}
+
+
+def _fixture(root: Path) -> None:
+    _write(root / "bench" / "step-profile-h200-on.json", _profile(True, 2.5, 6.5))
+    _write(root / "bench" / "step-profile-h200-off.json", _profile(False, 3.5, 19.5))
+    _write(root / "results" / "qwen" / "cell-on" / "results.json", _cell({
+        "ets": _arm([30.0, 2.0, 3.0, 2.5], 30.0, 2.5, True),
+        "gmts": _arm([3.0, 2.25, 2.75], 46.0, 2.25, True),
+        "grpo": _arm([9.0, 4.0, 5.0, 6.0, 7.0], 38.0, 3.0, True)}))
+    _write(root / "results" / "qwen" / "paper-lr0.0002-s17" / "results.json", _cell({  # no switch: off
+        "ets": _arm([25.0, 4.0], 118.0, 5.0, None), "gmts": _arm([25.0, 3.75], 130.0, 5.5, None)}))
+    # bench/scaling.py's RUNS says s18's arms shared a GPU: rows kept, no complete run, out of the medians
+    _write(root / "results" / "qwen" / "paper-lr0.0001-s18" / "results.json", _cell({
+        "ets": _arm([25.0, 7.0], 280.0, 10.0, None), "gmts": _arm([25.0, 7.0], 280.0, 10.0, None)}))
+    _write(root / "results" / "qwen" / "base-evals" / "h.json", {
+        "eval_config": {"model": {"model_name_or_path": "m"}},
+        "evals": [{"seed": 0, "k": 4, "records": [{}] * 1319, "seconds": {"generation": 146.0, "scoring": 2.0}}]})
+
+
+def test_rows_and_medians_on_fixture_files(tmp_path):
+    costs = _costs()
+    _fixture(tmp_path)
+    m = costs.measure(tmp_path)
+    by = {(r.get("cell"), r.get("arm"), r["grouped_attention"]): r for r in m["e2e"]}
+    assert by[(None, None, True)] == {
+        "model": "m", "rows": 64, "total_s": 2.5, "first_step_s": 20.0, "steps": 3, "generation_s": 1.25,
+        "forward_s": 0.25, "backward_s": 0.75, "grouped_attention": True, "source": "bench/step-profile-h200-on.json",
+        "measured_by": "bench/step.py"}
+    assert by[(None, None, False)]["total_s"] == 3.5
+    ets = by[("cell-on", "ets", True)]
+    assert (ets["total_s"], ets["first_step_s"], ets["steps"], ets["rows"]) == (2.5, 30.0, 3, 64)
+    assert by[("cell-on", "gmts", True)]["total_s"] == 2.5  # median of 2.25 and 2.75: the first step left out
+    assert by[("cell-on", "grpo", True)]["total_s"] == 5.5
+    assert by[("paper-lr0.0002-s17", "ets", False)]["arms_per_gpu"] == 1
+    assert by[("paper-lr0.0001-s18", "ets", False)]["arms_per_gpu"] == 2
+    evals = {(r.get("cell"), r.get("arm"), r["grouped_attention"]): r for r in m["evaluation"]}
+    assert (evals[("cell-on", "ets", True)]["samples"], evals[("cell-on", "ets", True)]["seconds"]) == (5276, 32.0)
+    assert evals[(None, None, True)]["samples"] == 880 and evals[(None, None, True)]["seconds"] == 6.5
+    assert evals[(None, "base", False)]["seconds"] == 148.0
+    runs = {r["cell"]: r for r in m["complete_run"]}
+    assert set(runs) == {"cell-on", "paper-lr0.0002-s17"}  # s18 shared its GPU
+    assert runs["cell-on"]["base_eval_estimate_s"] == 40.0  # mean of 32 and 48 s
+    assert runs["cell-on"]["gpu_minutes"] == 2.5 + 2.25 + 3 * 40.0 / 60
+    assert runs["paper-lr0.0002-s17"]["gpu_minutes"] == 5.0 + 5.5 + 3 * 126.0 / 60
+
+
+def test_table_on_fixture_files(tmp_path):
+    costs = _costs()
+    _fixture(tmp_path)
+    lines = costs.table(costs.merged({"e2e": []}, costs.measure(tmp_path))).splitlines()
+    assert "| step, bench/step.py (s, 64 rows) | 3.50 | 2.50 | <= 1.5 | not met |" in lines
+    assert "| step, the arms' training logs (s, 64 rows) | 3.88 (3.75-4.00) | 2.50 (2.50-5.50) | <= 1.5 | not met |" \
+        in lines  # s18's 7.0 s (shared GPU) left out
+    assert ("| full-test evaluation, 5276 samples (s) | 132 (120-148) | 40 (32-48) | <= 45 "
+            "| met by the median, not by the slowest |") in lines
+    assert "| complete run: 3 base evaluations + ETS + GMTS (GPU min) | 16.8 | 6.8 | <= 5 | not met |" in lines
+
+
+def test_committed_rows_are_recomputed_from_the_committed_files():
+    """A hand edit of a real-model row, or a committed file changed without rerunning the script, fails here."""
+    costs = _costs()
+    committed = json.loads(RESULTS.read_text())
+    assert committed == json.loads(json.dumps(costs.merged(committed, costs.measure())))
+    assert any(r["rows"] == 64 and r["source"].startswith("bench/step-profile") for r in committed["e2e"]
+               if "source" in r)
+    assert len(committed["complete_run"]) >= 2
+
+
+def test_every_row_says_model_rows_and_time():
+    """Deliverable 5: e2e rows have model, rows, total_s (None only for a failed option); evaluation rows model,
+    samples, seconds; the random-weight rows say so in their model."""
+    results = json.loads(RESULTS.read_text())
+    for r in results["e2e"]:
+        assert r["model"] and r["rows"] > 0, r.get("option", r.get("source"))
+        assert (r["total_s"] is None) == ("error" in r) and (r["total_s"] is None or r["total_s"] > 0)
+        assert ("source" in r) or r["model"].startswith("random-init")
+    assert results["evaluation"]
+    for r in results["evaluation"]:
+        assert r["model"] and r["samples"] > 0 and r["seconds"] > 0
+
+
+def test_selection_writer_names_its_e2e_rows_and_keeps_the_real_model_rows(tmp_path, monkeypatch, capsys):
+    """A rerun of bench/selection.py's end-to-end part (end_to_end stubbed: no model is built) names its rows,
+    failed ones too, replaces only its own model's rows of the options it ran, and keeps bench/costs.py's rows."""
+    import sys
+
+    spec = importlib.util.spec_from_file_location("selection_bench", ROOT / "bench" / "selection.py")
+    sel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sel)
+    name = sel.e2e_model(sel.SMALL)
+    real = {"model": "qwen2.5-coder-1.5b-instruct", "rows": 64, "total_s": 2.5, "source": "bench/x.json"}
+    timed = {"completion": 32, "generation_s": 0.5, "scoring_s": 0.25, "update_s": 0.25, "total_s": 1.0,
+             "entropy_source": "generation"}
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"device": "cpu", "model": sel.SMALL, "e2e": [
+        real, {"option": "plain", "model": name, "rows": 4, **timed, "total_s": 9.0}]}))
+
+    def end_to_end(cfg, device, rows, completion, option, **kwargs):
+        if option == "merged":
+            raise RuntimeError("boom")
+        return {"option": option, "rows": rows, **timed}
+
+    monkeypatch.setattr(sel, "end_to_end", end_to_end)
+    monkeypatch.setattr(sys, "argv", ["selection.py", "--small", "--parts", "e2e", "--e2e-options", "plain,merged",
+                                      "--out", str(out)])
+    sel.main()
+    e2e = json.loads(out.read_text())["e2e"]
+    assert e2e[0] == real
+    assert [(r["option"], r["model"], r["rows"], r["total_s"]) for r in e2e[1:]] == [
+        ("plain", name, 4, 1.0), ("merged", name, 4, None)]
+    assert name.startswith("random-init") and "qwen2.5-coder" not in capsys.readouterr().out
