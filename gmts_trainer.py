@@ -37,6 +37,10 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
 11. Optional (`generation_deferred_stop`): on CUDA, decoding reads the all-rows-finished flag one step late
     (`decoding.deferred_stop_check`: transformers' own mechanism, which it enables on mps only), so the host queues
     the next token step while the GPU runs this one. Same tokens per call.
+12. Speed only, same numbers (`lora_autocast_inputs`, on by default): under bf16/fp16 autocast, `training_step` runs
+    with PEFT's cast of each LoRA layer's input to the adapter's float32 turned off (`lora_input_casting`), a copy that
+    autocast copies straight back, in the forward, the checkpoint recompute and the backward; generation, which runs
+    without autocast, keeps it, as do evaluation's forwards (`lora_autocast_blockers` says where it does not engage).
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -148,6 +152,14 @@ class GMTSConfig(GRPOConfig):
                           "GPU at every token (decoding.py; transformers' DeferredStopCheck, which it enables on mps "
                           "only). Same tokens; when every row stops before the limit, the cut extra step advances the "
                           "random stream for the next call. Also used by the recipe's fast evaluation."},
+    )
+    lora_autocast_inputs: bool = field(
+        default=True,
+        metadata={"help": "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's "
+                          "float32, which autocast then copies back (two elementwise copies per LoRA layer in the "
+                          "forward, the checkpoint recompute and the backward). Same numbers: bf16 -> float32 -> bf16 "
+                          "is exact. Engages only with autocast and plain LoRA Linear layers without dropout "
+                          "(gmts_trainer.lora_autocast_blockers); false: PEFT's cast, for comparison."},
     )
 
     def __post_init__(self):
@@ -324,6 +336,62 @@ def merged_lora(model: torch.nn.Module):
                 m.merged_adapters.clear()
 
 
+def lora_autocast_blockers(model: torch.nn.Module, autocast_dtype: torch.dtype | None) -> list[str]:
+    """Why PEFT's cast of LoRA inputs cannot be skipped with these settings ([]: it can, with the same numbers).
+
+    A plain `lora.Linear` casts its input to the adapter's dtype and then calls `lora_A`, an nn.Linear that autocast
+    casts to `autocast_dtype` anyway: from bf16/fp16 activations through float32 (which holds them exactly) to the
+    autocast dtype is the same single rounding as going there directly, and the backward's casts of the gradient
+    are exact too. That needs autocast (without it the float32 adapter would meet a bf16 input), adapters in float32 or
+    in the autocast dtype (a narrower adapter dtype would round twice), no LoRA dropout (its mask is drawn on the
+    cast input, whose dtype it could depend on), no variant (DoRA and others use the input outside autocast's linear),
+    and no other tuner layer (their forwards are not this one). Bit for bit on CPU, with and without checkpointing
+    (tests/test_lora_autocast.py).
+    """
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    if autocast_dtype not in (torch.bfloat16, torch.float16):
+        return ["no bf16/fp16 autocast in training"]
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    if not layers:
+        return ["not a PEFT model with adapter layers"]
+    reasons = set()
+    for m in layers:
+        if type(m) is not LoraLinear:
+            reasons.add(f"{type(m).__name__} is not a plain LoRA Linear layer")
+            continue
+        if m.lora_variant:
+            reasons.add(f"a LoRA variant ({', '.join(sorted({type(v).__name__ for v in m.lora_variant.values()}))})")
+        if any(not isinstance(d, torch.nn.Identity) for d in m.lora_dropout.values()):
+            reasons.add("lora_dropout > 0")
+        dtypes = {a.weight.dtype for a in m.lora_A.values()}
+        if dtypes - {torch.float32, autocast_dtype}:
+            names = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
+            reasons.add(f"adapter weights in {names}, neither float32 nor the autocast dtype")
+    return sorted(reasons)
+
+
+@contextlib.contextmanager
+def lora_input_casting(model: torch.nn.Module, enabled: bool):
+    """Set PEFT's `cast_input_dtype_enabled` on every adapter layer for the block, then restore each layer's own value.
+
+    `peft.helpers.disable_input_dtype_casting` sets the same switch, to False only; generation inside a training step
+    (no autocast there) needs it back on.
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    saved = [m.cast_input_dtype_enabled for m in layers]
+    for m in layers:
+        m.cast_input_dtype_enabled = enabled
+    try:
+        yield
+    finally:
+        for m, value in zip(layers, saved):
+            m.cast_input_dtype_enabled = value
+
+
 def _input_grad_hook_keys(emb: torch.nn.Module) -> list[int]:
     """The forward-hook ids of transformers' `make_inputs_require_grads` on an embedding, oldest first (by name)."""
     return [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
@@ -427,6 +495,15 @@ class GMTSTrainer(GRPOTrainer):
             self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder
             self.generation_config.compile_config = static_compile_config()
             self.generation_kwargs["cache_implementation"] = "static"
+        self.lora_autocast_inputs_on = False  # whether training steps skip PEFT's LoRA input cast (see training_step)
+        if self.args.lora_autocast_inputs:
+            with self.accelerator.autocast():  # the context TRL's forwards run in
+                device = self.accelerator.device.type
+                dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+            blockers = lora_autocast_blockers(self.accelerator.unwrap_model(self.model), dtype)
+            self.lora_autocast_inputs_on = not blockers
+            if blockers:
+                logger.info(f"lora_autocast_inputs does not engage ({'; '.join(blockers)}): PEFT casts LoRA inputs.")
 
     # ------------------------------------------------------------------ which entropy source
     def _trl_makes_scoring_pass(self) -> bool:
@@ -457,9 +534,19 @@ class GMTSTrainer(GRPOTrainer):
         )
 
     # ------------------------------------------------------------------ hooks into TRL
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's step (generation, scoring, forward and backward with its checkpoint recompute); with
+        `lora_autocast_inputs_on`, LoRA layers take their input in the autocast dtype (same numbers, fewer copies)."""
+        if not self.lora_autocast_inputs_on:
+            return super().training_step(model, inputs, num_items_in_batch)
+        with lora_input_casting(self.accelerator.unwrap_model(self.model), enabled=False):
+            return super().training_step(model, inputs, num_items_in_batch)
+
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         model = self.accelerator.unwrap_model(self.model_wrapped)
         with contextlib.ExitStack() as stack:
+            if self.lora_autocast_inputs_on:  # generation runs without autocast: PEFT's cast is needed there
+                stack.enter_context(lora_input_casting(model, enabled=True))
             if self.args.generation_merge_adapter and not self.use_vllm:
                 stack.enter_context(merged_lora(model))
             if self.args.generation_grouped_attention:

@@ -69,7 +69,7 @@ NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "loggi
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
-              "generation_deferred_stop", "save_minutes", "set_fields",
+              "generation_deferred_stop", "lora_autocast_inputs", "save_minutes", "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -77,7 +77,7 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
-                      "cudnn_attention", "generation_deferred_stop")
+                      "cudnn_attention", "generation_deferred_stop", "lora_autocast_inputs")
 
 
 @dataclass
