@@ -624,8 +624,10 @@ def run(argv: list[str]) -> dict:
     result["step"] = {"model": model_args.model_name_or_path, **summarize_steps(clock.steps),
                       "entropy_source": trainer.entropy_source_used, "profiled_step_total_s": profiled_step["total_s"],
                       "sum_tolerance_s": SUM_TOLERANCE_S, "cudnn_attention": recipe_args.cudnn_attention,
-                      "generation_options": {k: getattr(args_used, k) for k in ("generation_merge_adapter",
-                                                                                "generation_compile", "bf16")}}
+                      "generation_options": {k: getattr(args_used, k) for k in (
+                          "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
+                          "generation_deferred_stop", "bf16", "gradient_checkpointing", "lora_autocast_inputs")},
+                      "lora_autocast_inputs_on": trainer.lora_autocast_inputs_on}
     result["step_profile"] = step_profile
     result["dynamo"].update(training_first_step=counters_delta(before, clock.counters_after_first_step),
                             training_later_steps=counters_delta(clock.counters_after_first_step, after_training))
