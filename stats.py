@@ -119,6 +119,43 @@ def seed_t_interval(per_seed: Sequence[float], confidence: float = 0.95) -> tupl
     return float(x.mean() - half), float(x.mean() + half)
 
 
+def seeds_for_power(per_seed: Sequence[float], effect: float, alpha: float = 0.05, power: float = 0.8,
+                    max_seeds: int = 1000) -> int | None:
+    """Training seeds a two-sided one-sample t-test over per-seed deltas needs to detect a true mean delta `effect`
+    with probability `power`, if seed-to-seed spread is what `per_seed` shows: how many seeds a question needs, so a
+    grid can be planned instead of hoped for. The spread is itself estimated from the seeds given (from 3 on; None
+    below, or when more than `max_seeds` would be needed), so with few seeds the answer is rough."""
+    from scipy import stats as scipy_stats
+
+    x = np.asarray(per_seed, dtype=float)
+    if x.size < 3:
+        return None
+    sd = float(x.std(ddof=1))
+    if sd == 0.0:
+        return 2
+    n = np.arange(2, max_seeds + 1)
+    crit = scipy_stats.t.ppf(1 - alpha / 2, n - 1)
+    shift = abs(effect) / sd * np.sqrt(n)  # noncentrality of the t statistic under the effect
+    approx = scipy_stats.nct.sf(crit, n - 1, shift) + scipy_stats.nct.cdf(-crit, n - 1, shift)
+    for i in range(n.size):  # power grows with n: the first n that reaches it
+        if (approx[i] if np.isfinite(approx[i]) else _t_test_power(crit[i], n[i] - 1, shift[i])) >= power:
+            return int(n[i])
+    return None
+
+
+def _t_test_power(crit: float, df: int, shift: float) -> float:
+    """P(|T| > crit) for T noncentral t(df, shift), integrated directly (T = (Z + shift) / sqrt(V / df), V chi-square
+    with df degrees of freedom): scipy's nct gives NaN for a large shift at few degrees of freedom."""
+    from scipy import integrate
+    from scipy import stats as scipy_stats
+
+    def tails(v: float) -> float:
+        scale = crit * np.sqrt(v / df)
+        return (scipy_stats.norm.sf(scale - shift) + scipy_stats.norm.cdf(-scale - shift)) * scipy_stats.chi2.pdf(v, df)
+
+    return float(integrate.quad(tails, 0, np.inf)[0])
+
+
 def noise_floor(pass_at_1_scores: Sequence[float]) -> float:
     """Spread (max - min) of the base model's pass@1 across sampling seeds: a delta inside it is not a result."""
     s = list(pass_at_1_scores)

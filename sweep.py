@@ -40,6 +40,9 @@ from typing import Any
 SCHEMA = 1
 ARM_ORDER = ("grpo", "ets", "gmts")
 COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"))  # (a, b): a - b
+# The gains over ETS the GMTS paper reports (pass@1, as fractions): the effects a grid must be able to detect.
+CLAIMED = {"gmts - ets": (0.013, 0.034)}
+POWER, MAX_SEEDS = 0.8, 1000
 
 
 class SweepError(ValueError):
@@ -270,7 +273,7 @@ def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
 def summarize(grid: Grid) -> dict:
     """Every number of the sweep, from the cells' verified results files (check.load) alone."""
     from check import load, task_scores
-    from stats import pooled_delta
+    from stats import pooled_delta, seeds_for_power
 
     root = Path(grid.results_dir) / grid.name
     cells, scores = [], {}
@@ -306,6 +309,10 @@ def summarize(grid: Grid) -> dict:
             d = pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
             pooled.append({"variant": variant, "learning_rate": lr, "comparison": f"{a} - {b}", "seeds": both,
                            "comparison_kind": "shared learning rate", **d})
+            if f"{a} - {b}" in CLAIMED and len(both) >= 3:  # seeds this spread needs to detect the paper's gains
+                pooled[-1]["seeds_for_power"] = {  # None: more than MAX_SEEDS
+                    f"{100 * e:+.1f}": seeds_for_power(d["per_seed"], e, power=POWER, max_seeds=MAX_SEEDS)
+                    for e in CLAIMED[f"{a} - {b}"]}
     best = best_stable(cells)
     for variant in sorted({c["variant"] for c in cells}):
         lr_of = {row["arm"]: row["learning_rate"] for row in best if row["variant"] == variant}
@@ -497,11 +504,13 @@ def render(summary: dict, markdown: bool = False) -> str:
             ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
         seeds = seeds_label(len(p["seeds"]))
         t = "-" if p.get("t_low") is None else _bracket(p["t_low"], p["t_high"]) + " pts"
+        need = p.get("seeds_for_power") or {}
+        power = " / ".join(f"{f'>{MAX_SEEDS}' if n is None else n} at {e}" for e, n in need.items()) or "-"
         rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
                       _interval(p) + " pts", t,
-                      ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))])
+                      ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", [])), power])
     head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95% CI, seeds then tasks)",
-             "95% CI, t over seeds", "per seed"]
+             "95% CI, t over seeds", "per seed", f"seeds for {POWER:.0%} power at the paper's gain (pts)"]
     rows3 = []
     for c in sorted(cells, key=lambda c: (c["variant"], c["learning_rate"], c["seed"])):
         for arm in ARM_ORDER:

@@ -140,3 +140,53 @@ def test_with_three_seeds_the_t_interval_is_wider_than_the_seed_bootstrap():
     d = pooled_delta(a, b, n_resamples=2000)
     assert d["t_low"] < d["low"] and d["t_high"] > d["high"]
     assert d["t_low"] < min(d["per_seed"]) and d["t_high"] > max(d["per_seed"])
+
+
+@pytest.mark.parametrize("effect_size, seeds", [(0.2, 199), (0.5, 34), (0.8, 15)])
+def test_seeds_for_power_matches_the_one_sample_t_test_tables(effect_size, seeds):
+    """G*Power's one-sample t-test, two-tailed, alpha 0.05, power 0.8: 199, 34 and 15 for d = 0.2, 0.5, 0.8."""
+    from stats import seeds_for_power
+
+    per_seed = np.array([1.0, -1.0, 1.0, -1.0])
+    per_seed /= per_seed.std(ddof=1)  # seed-to-seed SD exactly 1: the effect is Cohen's d
+    assert seeds_for_power(per_seed, effect_size) == seeds
+    assert seeds_for_power(per_seed, -effect_size) == seeds  # two-sided
+
+
+@given(st.lists(st.floats(-0.05, 0.05), min_size=3, max_size=8).filter(lambda x: np.std(x) > 1e-3),
+       st.floats(0.01, 0.05), st.floats(-0.1, 0.1))
+@settings(max_examples=25, deadline=None)
+def test_seeds_for_power_depends_on_the_spread_only_and_falls_with_the_effect(per_seed, effect, shift):
+    from stats import seeds_for_power
+
+    n = seeds_for_power(per_seed, effect, max_seeds=20_000)
+    assert n == seeds_for_power([x + shift for x in per_seed], effect, max_seeds=20_000)  # the mean plays no part
+    assert seeds_for_power(per_seed, 2 * effect, max_seeds=20_000) <= n
+    assert seeds_for_power([2 * x for x in per_seed], effect, max_seeds=20_000) >= n
+
+
+def test_seeds_for_power_needs_three_seeds_to_estimate_the_spread():
+    from stats import seeds_for_power
+
+    assert seeds_for_power([0.01, 0.03], 0.02) is None
+    assert seeds_for_power([0.01, 0.03, 0.05], 0.02) is not None
+    assert seeds_for_power([0.5, -0.5, 0.5], 1e-6, max_seeds=50) is None  # more than the cap: said, not guessed
+
+
+def test_t_test_power_is_finite_where_scipy_gives_nan_and_agrees_where_it_does_not():
+    from scipy import stats as scipy_stats
+
+    from stats import _t_test_power
+
+    df = np.arange(1, 7)
+    crit = scipy_stats.t.ppf(0.975, df)
+    large = 4.744 * np.sqrt(df + 1)  # a 4.7-SD effect: scipy's nct returns NaN for some of these
+    assert np.isnan(scipy_stats.nct.sf(crit, df, large) + scipy_stats.nct.cdf(-crit, df, large)).any()
+    scipy_power = scipy_stats.nct.sf(crit, df, large) + scipy_stats.nct.cdf(-crit, df, large)
+    power = np.array([_t_test_power(c, k, m) for c, k, m in zip(crit, df, large)])
+    assert np.all((power > 0) & (power <= 1 + 1e-9)) and np.all(np.diff(power) > 0)  # more seeds, more power
+    finite = np.isfinite(scipy_power)
+    assert np.allclose(power[finite], scipy_power[finite])
+    moderate = 1.5 * np.sqrt(df + 1)
+    exact = scipy_stats.nct.sf(crit, df, moderate) + scipy_stats.nct.cdf(-crit, df, moderate)
+    assert np.allclose([_t_test_power(c, k, m) for c, k, m in zip(crit, df, moderate)], exact)

@@ -170,3 +170,28 @@ def test_a_sweep_runs_each_cell_in_one_process(tmp_path, monkeypatch):
                                         ("paper-lr0.0001-s2", "ets,gmts,grpo"), ("small-lr0.0001-s1", "gmts")])
     logs = sorted(p.name for p in (tmp_path / "results" / "demo" / "logs").glob("*.log"))
     assert "paper-lr0.0001-s1-ets+gmts+grpo.log" in logs and "paper-lr0.0001-s1-base.log" in logs
+
+
+def test_gmts_minus_ets_rows_say_how_many_seeds_the_papers_gains_need(tmp_path):
+    """From 3 seeds on, the spread of the per-seed deltas says how many seeds 80% power needs at each of the gains
+    the GMTS paper reports; fewer seeds give no estimate of that spread, and other comparisons have no claimed gain."""
+    from stats import seeds_for_power
+
+    grid_path = write_grid(tmp_path, GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]"))
+    grid = sweep.load_grid(grid_path)
+    root = tmp_path / "results" / "demo"
+    for seed, gmts in ((1, 0.6), (2, 0.5), (3, 0.55)):
+        fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": 0.5}, seed=seed)
+    summary = sweep.summarize(grid)
+    rows = {p["comparison"]: p for p in summary["pooled"]}
+    want = {f"{100 * e:+.1f}": seeds_for_power(rows["gmts - ets"]["per_seed"], e) for e in sweep.CLAIMED["gmts - ets"]}
+    assert rows["gmts - ets"]["seeds"] == [1, 2, 3] and rows["gmts - ets"]["seeds_for_power"] == want
+    assert want["+3.4"] is not None and (want["+1.3"] is None or want["+1.3"] > want["+3.4"])
+    assert "seeds_for_power" not in rows["ets - grpo"]
+    line = [x for x in sweep.render(summary).splitlines() if "gmts - ets" in x][0]
+    shown = {e: f">{sweep.MAX_SEEDS}" if n is None else str(n) for e, n in want.items()}
+    assert f"{shown['+1.3']} at +1.3 / {shown['+3.4']} at +3.4" in line
+    two_seeds = tmp_path / "two-seeds.yaml"  # the same cells, seeds 1 and 2 only
+    two_seeds.write_text(GRID.replace("RESULTS", str(tmp_path / "results")))
+    two = sweep.summarize(sweep.load_grid(two_seeds))
+    assert two["pooled"] and all("seeds_for_power" not in p for p in two["pooled"])
