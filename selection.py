@@ -225,6 +225,10 @@ def selection_stats(
             row where several tie).
         effective_answers: 1 / sum_i s_i^2, s_i = answer i's share of the kept tokens (B when uniform, 1 when one
             answer takes all; 0 when nothing is kept).
+        zero_advantage_kept_share: share of kept tokens in answers whose advantage is exactly 0 (a group whose
+            rewards are all equal): with beta 0 their omega is 0, so they take a slot and move nothing. ETS spends
+            slots there; GMTS's score is 0 there, so it does only when the batch has too few other tokens. Under
+            TRL's all-token normalizer this is a difference in step size, not only in ranking.
         entropy_kept_mean, entropy_all_mean: mean entropy of kept and of all valid tokens.
         top_answer_weight_share (with `omega`): see `top_answer_weight_share`.
     """
@@ -239,6 +243,7 @@ def selection_stats(
     out["effective_answers"] = torch.where(n_kept > 0, 1.0 / (shares**2).sum().clamp(min=1e-12), 0.0)
     is_top = top_answers(advantages, group_index).float()  # (B,) one answer per group
     out["top_answer_share"] = (per_answer * is_top).sum() / denom
+    out["zero_advantage_kept_share"] = (per_answer * (advantages == 0).float()).sum() / denom
     ent = entropy.float()
     out["entropy_kept_mean"] = (ent * kept_f).sum() / denom
     out["entropy_all_mean"] = (ent * valid_f).sum() / valid_f.sum().clamp(min=1)

@@ -250,12 +250,14 @@ def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[list[float], list
     return [a[k] for k in keys], [b[k] for k in keys]
 
 
-MECHANISM = ("selection/effective_answers", "selection/top_answer_weight_share", "update/cosine_prev", "grad_norm")
+MECHANISM = ("selection/effective_answers", "selection/top_answer_weight_share", "selection/zero_advantage_kept_share",
+             "update/cosine_prev", "grad_norm")
 
 
 def _mechanism(train_log: list[dict]) -> dict[str, float | None]:
     """Median over the steps of how concentrated each update was (issue 10.7): how many answers the kept tokens
-    spread over, the top answer's share of the kept |omega| per group, and how aligned successive updates were."""
+    spread over, the top answer's share of the kept |omega| per group, the share of kept tokens that move nothing
+    (advantage 0; logged since stretch d, None before), and how aligned successive updates were."""
     import statistics
 
     out = {}
@@ -519,7 +521,7 @@ def render(summary: dict, markdown: bool = False) -> str:
                 rows3.append([c["variant"], f"{c['learning_rate']:g}", str(c["seed"]), arm,
                               *("-" if m[k] is None else f"{m[k]:.3g}" for k in MECHANISM)])
     head3 = ["variant", "lr", "seed", "arm", "effective answers (of the batch)", "top answer's share of kept |omega|",
-             "cosine with the previous update", "grad norm"]
+             "kept tokens in zero-advantage answers", "cosine with the previous update", "grad norm"]
     base = cells[0] if cells else None
     note = (f"{summary['name']}: {len(cells)} cells; base pass@1 {_pct(base['base_mean'])} (noise floor "
             f"{100 * base['noise_floor']:.1f} pts); per arm: mean over seeds (each seed); * = collapsed below the "

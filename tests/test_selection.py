@@ -156,8 +156,8 @@ def test_selection_stats_with_nothing_kept_are_zero_not_nan():
     none = torch.zeros(2, 3, dtype=torch.bool)
     s = selection_stats(none, torch.ones(2, 3), torch.ones(2, 3), torch.zeros(2), torch.tensor([0, 0]))
     assert {k: v.item() for k, v in s.items()} == {"kept_fraction": 0.0, "effective_answers": 0.0,
-                                                   "top_answer_share": 0.0, "entropy_kept_mean": 0.0,
-                                                   "entropy_all_mean": 1.0}
+                                                   "top_answer_share": 0.0, "zero_advantage_kept_share": 0.0,
+                                                   "entropy_kept_mean": 0.0, "entropy_all_mean": 1.0}
 
 
 def test_selection_stats_by_hand():
@@ -178,6 +178,20 @@ def test_selection_stats_by_hand():
     assert s["effective_answers"] == pytest.approx(1 / (0.5**2 + 0.25**2 + 0.25**2))
     assert s["entropy_kept_mean"] == pytest.approx((0 + 1 + 3 + 9) / 4)
     assert s["entropy_all_mean"] == pytest.approx(5.5)
+    assert s["zero_advantage_kept_share"] == 0.0  # no answer has advantage 0 here
+    equal_rewards = selection_stats(kept, mask, entropy, torch.tensor([1.0, -2.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1]))
+    assert equal_rewards["zero_advantage_kept_share"].item() == pytest.approx(1 / 4)  # row 3 keeps 1 of the 4
+
+
+def test_ets_spends_slots_on_zero_advantage_answers_and_gmts_does_not():
+    """Two groups, one with equal rewards (advantage 0) and higher entropy: ETS keeps its tokens, GMTS none."""
+    entropy = torch.tensor([[1.0, 1.0], [1.0, 1.0], [3.0, 3.0], [3.0, 3.0]])
+    adv = torch.tensor([1.0, -1.0, 0.0, 0.0])
+    mask, gid = torch.ones(4, 2, dtype=torch.bool), torch.tensor([0, 0, 1, 1])
+    ets = select_top_fraction(ets_scores(entropy), mask, 0.5)
+    gmts = select_top_fraction(gmts_scores(entropy, adv[:, None].expand_as(entropy)), mask, 0.5)
+    assert selection_stats(ets, mask, entropy, adv, gid)["zero_advantage_kept_share"].item() == 1.0
+    assert selection_stats(gmts, mask, entropy, adv, gid)["zero_advantage_kept_share"].item() == 0.0
 
 
 @settings(max_examples=200, deadline=None)
