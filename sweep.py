@@ -3,7 +3,7 @@ with one sealed summary that `check.py` verifies cell by cell.
 
     python sweep.py configs/sweeps/qwen.yaml                      # run what is missing, then summarize
     python sweep.py configs/sweeps/qwen.yaml --gpus 0,1           # one worker per GPU, cells from one queue
-    python sweep.py configs/sweeps/qwen.yaml --only lr-sweep      # one block of the grid
+    python sweep.py configs/sweeps/qwen.yaml --only lr-sweep      # one block of the grid (or several: a,b)
     python sweep.py configs/sweeps/qwen.yaml --plan               # print the jobs, run nothing
     python sweep.py configs/sweeps/qwen.yaml --summarize          # only (re)write sweep.json and sweep.png
     python sweep.py configs/sweeps/qwen.yaml --base               # only the base evaluations (shared by all cells)
@@ -83,7 +83,7 @@ class Grid:
         """Every (cell, arm) in the grid's order (block by block, seed-major), each once even when blocks share it."""
         out: list[tuple[Cell, str]] = []
         for block in self.blocks:
-            if only is not None and block["name"] != only:
+            if only is not None and block["name"] not in only.split(","):
                 continue
             variant = block.get("variant", "paper")
             overrides = tuple(sorted(self.variants.get(variant, {}).items()))
@@ -549,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("grid", help="sweep file (configs/sweeps/*.yaml)")
     ap.add_argument("--gpus", default=None, help="comma-separated GPU ids, one worker each; repeat an id for two "
                                                  "workers on one GPU (default: one worker)")
-    ap.add_argument("--only", default=None, help="run only the block of this name")
+    ap.add_argument("--only", default=None, help="run only the block of this name (comma-separated: these blocks, "
+                                                 "in the grid's order)")
     ap.add_argument("--plan", action="store_true", help="print the jobs still to run and exit")
     ap.add_argument("--summarize", action="store_true", help="only write sweep.json and sweep.png")
     ap.add_argument("--base", action="store_true", help="only the base evaluations (cached for every cell)")
@@ -559,8 +560,9 @@ def main(argv: list[str] | None = None) -> int:
         grid = load_grid(args.grid)
         if args.results_dir is not None:
             grid.results_dir = args.results_dir
-        if args.only is not None and args.only not in {b["name"] for b in grid.blocks}:
-            raise SweepError(f"no block named {args.only!r}; blocks: {', '.join(b['name'] for b in grid.blocks)}")
+        unknown = [] if args.only is None else [n for n in args.only.split(",") if n not in {b["name"] for b in grid.blocks}]
+        if unknown:
+            raise SweepError(f"no block named {unknown[0]!r}; blocks: {', '.join(b['name'] for b in grid.blocks)}")
         if args.plan:
             todo = jobs(grid, args.only)
             for cell, arm in todo:

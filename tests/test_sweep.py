@@ -50,6 +50,17 @@ def test_jobs_follow_the_grid_and_shared_cells_run_once(tmp_path):
     small = [c for c in grid.cells() if c.variant == "small"][0]
     assert small.recipe_args() == ["--learning_rate", "0.0001", "--seed", "1", "--per_device_train_batch_size", "4"]
     assert [f"{c.name}:{a}" for c, a in sweep.jobs(grid, only="other")] == ["small-lr0.0001-s1:gmts"]
+    # several blocks: theirs in the grid's order, whatever order they are named in
+    assert [f"{c.name}:{a}" for c, a in sweep.jobs(grid, only="other,lr")] == [
+        "paper-lr0.0001-s1:ets", "paper-lr0.0001-s1:gmts", "paper-lr0.0002-s1:ets", "paper-lr0.0002-s1:gmts",
+        "small-lr0.0001-s1:gmts"]
+
+
+def test_an_unknown_block_name_among_several_gives_one_line(tmp_path, capsys):
+    grid = write_grid(tmp_path, GRID)
+    assert sweep.main([str(grid), "--only", "lr,nope", "--plan"]) == 2
+    assert capsys.readouterr().err.strip() == "sweep.py: no block named 'nope'; blocks: lr, seeds, other"
+    assert sweep.main([str(grid), "--only", "seeds,lr", "--plan"]) == 0
 
 
 @pytest.mark.parametrize("text,match", [
