@@ -22,6 +22,8 @@ from collections.abc import Iterator
 
 from transformers.generation.utils import DeferredStopCheck
 
+from attention import grouped_query_attention
+
 DEVICES = ("cuda",)  # where the block turns the deferred check on (transformers: mps already)
 
 
@@ -47,3 +49,15 @@ def deferred_stop_check() -> Iterator[None]:
         yield
     finally:
         DeferredStopCheck.is_supported = original
+
+
+@contextlib.contextmanager
+def decoding_options(model, grouped_attention: bool, deferred_stop: bool) -> Iterator[None]:
+    """The decoding options training generation and evaluation share, entered the same way for both:
+    `attention.grouped_query_attention` and `deferred_stop_check`."""
+    with contextlib.ExitStack() as stack:
+        if grouped_attention:
+            stack.enter_context(grouped_query_attention(model))
+        if deferred_stop:
+            stack.enter_context(deferred_stop_check())
+        yield

@@ -90,8 +90,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     import torch
     from tqdm.auto import tqdm
 
-    from attention import grouped_query_attention
-    from decoding import deferred_stop_check
+    from decoding import decoding_options
     from gmts_trainer import compile_cache_length, merged_lora, without_input_grad_hooks
 
     sampling = sampling or Sampling(temperature=temperature)
@@ -116,10 +115,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
             if fast:
                 stack.enter_context(merged_lora(model))
                 stack.enter_context(without_input_grad_hooks(model))
-            if grouped_attention:
-                stack.enter_context(grouped_query_attention(model))
-            if deferred_stop:
-                stack.enter_context(deferred_stop_check())
+            stack.enter_context(decoding_options(model, grouped_attention, deferred_stop))
             bar = stack.enter_context(tqdm(total=len(flat), desc=f"eval (seed {seed})", unit="sample",
                                            disable=not progress))
             for start in range(0, len(order), batch_size):

@@ -81,8 +81,7 @@ from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from attention import grouped_query_attention
-from decoding import deferred_stop_check
+from decoding import decoding_options
 from selection import ets_scores, gmts_omega, gmts_scores, select_top_fraction, selection_stats, update_cosine
 
 logger = logging.get_logger(__name__)
@@ -549,10 +548,8 @@ class GMTSTrainer(GRPOTrainer):
                 stack.enter_context(lora_input_casting(model, enabled=True))
             if self.args.generation_merge_adapter and not self.use_vllm:
                 stack.enter_context(merged_lora(model))
-            if self.args.generation_grouped_attention:
-                stack.enter_context(grouped_query_attention(model))
-            if self.args.generation_deferred_stop:
-                stack.enter_context(deferred_stop_check())
+            stack.enter_context(decoding_options(model, self.args.generation_grouped_attention,
+                                                 self.args.generation_deferred_stop))
             if self.args.generation_compile:
                 self.generation_config.max_cache_len = compile_cache_length(
                     prompt_ids, self.max_completion_length, self.pad_to_multiple_of)

@@ -5,6 +5,7 @@
 - `pooled_delta`: the same delta pooled over training seeds, with a two-level bootstrap (seeds, then tasks) so the
   interval includes seed-to-seed variance, and beside it Student's t interval over the per-seed deltas (the bootstrap
   can only redraw the few seeds there are, and is too narrow with 2-5 of them).
+- `seeds_for_power`: how many training seeds a t-test over per-seed deltas needs to detect a given gain.
 - `noise_floor`: spread of the base model's pass@1 over sampling seeds.
 - `verdict` / `compare`: moved, flat or collapsed/regressed, with the same evidence required in both directions.
 - `hack_scan`: flags for length, shouting, repetition and answer-less output (flags, not verdicts).
@@ -136,9 +137,9 @@ def seeds_for_power(per_seed: Sequence[float], effect: float, alpha: float = 0.0
     n = np.arange(2, max_seeds + 1)
     crit = scipy_stats.t.ppf(1 - alpha / 2, n - 1)
     shift = abs(effect) / sd * np.sqrt(n)  # noncentrality of the t statistic under the effect
-    approx = scipy_stats.nct.sf(crit, n - 1, shift) + scipy_stats.nct.cdf(-crit, n - 1, shift)
+    scipy_power = scipy_stats.nct.sf(crit, n - 1, shift) + scipy_stats.nct.cdf(-crit, n - 1, shift)  # NaN at times
     for i in range(n.size):  # power grows with n: the first n that reaches it
-        if (approx[i] if np.isfinite(approx[i]) else _t_test_power(crit[i], n[i] - 1, shift[i])) >= power:
+        if (scipy_power[i] if np.isfinite(scipy_power[i]) else _t_test_power(crit[i], n[i] - 1, shift[i])) >= power:
             return int(n[i])
     return None
 

@@ -560,9 +560,10 @@ def main(argv: list[str] | None = None) -> int:
         grid = load_grid(args.grid)
         if args.results_dir is not None:
             grid.results_dir = args.results_dir
-        unknown = [] if args.only is None else [n for n in args.only.split(",") if n not in {b["name"] for b in grid.blocks}]
+        blocks = [b["name"] for b in grid.blocks]
+        unknown = [] if args.only is None else [n for n in args.only.split(",") if n not in blocks]
         if unknown:
-            raise SweepError(f"no block named {unknown[0]!r}; blocks: {', '.join(b['name'] for b in grid.blocks)}")
+            raise SweepError(f"no block named {unknown[0]!r}; blocks: {', '.join(blocks)}")
         if args.plan:
             todo = jobs(grid, args.only)
             for cell, arm in todo:
