@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -191,6 +192,28 @@ def seal(results: dict) -> dict:
     results["summary"] = summarize(results)
     results["digest"] = digest(results)
     return results
+
+
+def json_text(obj: Any, width: int = 120, _level: int = 0) -> str:
+    """JSON with one indent per level, except that a value whose one-line form fits in `width` stays on one line: a
+    per-task record is one line. Half the size of `indent=1` (which puts every score on its own line), so the results
+    in the repository stay small, and still readable. Formatting only: the digest is over canonical JSON."""
+    flat = json.dumps(obj)
+    if not isinstance(obj, (dict, list)) or not obj or len(flat) + _level <= width:
+        return flat
+    pad = " " * (_level + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(str(k))}: {json_text(v, width, _level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * _level + "}"
+    return "[\n" + ",\n".join(pad + json_text(v, width, _level + 1) for v in obj) + "\n" + " " * _level + "]"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomic: a temporary file per process, renamed over the target; an interrupted write never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json_text(obj) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 def _pct(x: float | None) -> str:

@@ -355,13 +355,6 @@ def locked(path: Path):
         yield
 
 
-def write_json(path: Path, obj: dict) -> None:
-    """Atomic: a temporary file per process, renamed over the target; an interrupted write never leaves half a file."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1))
-    tmp.replace(path)
-
-
 # ---------------------------------------------------------------------------- data, model
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
@@ -548,7 +541,7 @@ class Run:
     def save(self, arm: str | None = None) -> None:
         """Merge into the file on disk under its lock: this process's data and base evals, and `arm` if given; the
         arms other processes wrote meanwhile are kept."""
-        from check import seal
+        from check import seal, write_json
 
         with locked(self.path):
             merged = self._load_or_new()
@@ -585,6 +578,8 @@ class Run:
                     base = json.loads(cache.read_text())
                     print(f"[recipe] base evals: reusing {len(base['evals'])} from {cache}")
                 else:
+                    from check import write_json
+
                     base = {"eval_hash": key, "eval_config": record, "evals": self._base_evals(heldout, device)}
                     write_json(cache, base)
             self.results["base"] = {"evals": base["evals"], "eval_hash": key}

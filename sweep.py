@@ -382,14 +382,14 @@ def verify(path: str | Path) -> dict:
 
 
 def write_summary(grid: Grid, grid_path: str | Path) -> Path:
+    from check import write_json
+
     root = Path(grid.results_dir) / grid.name
     root.mkdir(parents=True, exist_ok=True)
     (root / "grid.yaml").write_text(Path(grid_path).read_text(encoding="utf-8"), encoding="utf-8")
     summary = summarize(grid)
     path = root / "sweep.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=1))
-    tmp.replace(path)
+    write_json(path, summary)
     plot(summary, root / "sweep.png")
     return path
 

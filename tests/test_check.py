@@ -4,10 +4,13 @@ import copy
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 
 import check
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def sealed(base_scores: list[list[list[float]]], arm_scores: dict[str, list[list[float]]]) -> dict:
@@ -187,3 +190,31 @@ def test_the_digest_claims_only_what_it_proves(capsys):
     for text in (check.__doc__, check.DIGEST_NOTE):
         assert "SHA-256" in text and "recompute" in text and "not" in text
     assert "not that the records came from a run" in check.DIGEST_NOTE
+
+
+def test_write_json_keeps_each_record_on_one_line_and_the_file_valid(tmp_path, capsys):
+    """The repository's results files: the same JSON, half the bytes of indent=1, one line per task record."""
+    results = fake_results(seed=3, n=40)
+    path = tmp_path / "results.json"
+    check.write_json(path, results)
+    text = path.read_text()
+    assert json.loads(text) == results
+    lines = {line.strip().rstrip(",") for line in text.splitlines()}
+    evals = [e for e in results["base"]["evals"]] + [a["eval"] for a in results["arms"].values()]
+    assert all(json.dumps(r) in lines for e in evals for r in e["records"])
+    assert len(text) < 0.7 * len(json.dumps(results, indent=1))
+    assert max(len(line) for line in text.splitlines()) <= 200  # long values are broken over lines, not one blob
+    assert check.main([str(path)]) == 0
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+COMMITTED = sorted(str(p.relative_to(ROOT)) for pattern in ("results/*/results.json", "results/*/*/results.json",
+                                                           "results/*/sweep.json") for p in ROOT.glob(pattern))
+
+
+@pytest.mark.parametrize("path", COMMITTED)
+def test_every_committed_results_file_passes_check(path, capsys, monkeypatch):
+    """The README's numbers come from these files: each must still pass check.py under the current code (a summary
+    format change re-seals them, records untouched)."""
+    monkeypatch.chdir(ROOT)
+    assert check.main([path]) == 0, capsys.readouterr().err
