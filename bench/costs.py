@@ -3,8 +3,10 @@
 Why a script: every real-model row it puts in bench/results-h200.json is recomputed from the committed file it names
 (its `source`), so tests/test_bench_costs.py fails on a hand-edited number. It reads:
 
-- bench/step-profile-h200-{on,off}.json (bench/step.py, Qwen2.5-Coder-1.5B-Instruct, 64 rows per step, grouped
-  attention on/off): the median step and one 880-row evaluation batch;
+- bench/step-profile-h200-*.json (bench/step.py, Qwen2.5-Coder-1.5B-Instruct): the median step and one 880-row
+  evaluation batch, each with the speed options it ran with: grouped attention off ("off"), on ("on"), and on with
+  deferred stop and no gradient checkpointing ("all-levers"); the 32-row profile (one process of two) is
+  bench/scaling.py's, not a row of this table;
 - results/qwen/<cell>/results.json (the sweep): per arm, the median `step_time` of its train_log (first step, which
   compiles, apart), its full-test evaluation (generation + scoring seconds) and its wall minutes; an arm whose
   generation_options lack `generation_grouped_attention` ran before that switch existed, so with it off;
@@ -41,19 +43,26 @@ def _source(path: Path, root: Path) -> str:
     return str(path.relative_to(root))
 
 
+def _options(grouped: bool, deferred: bool, checkpointing: bool) -> dict:
+    return {"grouped_attention": grouped, "deferred_stop": deferred, "gradient_checkpointing": checkpointing}
+
+
 def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
     """The end-to-end row (median step) and the evaluation row (one batch, second call: compiled) of a step profile.
-    The recipe's grouped-attention switch governs training generation and evaluation alike; the eval records it."""
+    The recipe's decoding switches govern training generation and evaluation alike; profiles older than a switch ran
+    with it off (and with gradient checkpointing, the config's setting)."""
     d = json.loads(path.read_text())
-    step, ev = d["step"], d["eval"]
-    grouped = bool(ev["grouped_attention"])
+    step, ev, gen = d["step"], d["eval"], d["step"].get("generation_options", {})
+    options = _options(bool(ev["grouped_attention"]), bool(gen.get("generation_deferred_stop", False)),
+                       bool(gen.get("gradient_checkpointing", True)))
     e2e = {"model": step["model"], "rows": step["rows"], "total_s": step["total_s"],
            "first_step_s": step["first_step_s"], "steps": step["steps_in_median"],
            "generation_s": step["median_step"]["generation"], "forward_s": step["median_step"]["forward"],
-           "backward_s": step["median_step"]["backward"], "grouped_attention": grouped,
+           "backward_s": step["median_step"]["backward"], **options,
            "source": _source(path, root), "measured_by": "bench/step.py"}
     evaluation = {"model": ev["model"], "samples": ev["samples"], "seconds": ev["seconds"],
-                  "first_call_s": ev["first_call_s"], "grouped_attention": grouped, "source": _source(path, root),
+                  "first_call_s": ev["first_call_s"], "full_test_estimate_s": ev["full_test_estimate_s"], **options,
+                  "rows": step["rows"], "source": _source(path, root),
                   "measured_by": "bench/step.py (one batch of the full test: its longest prompts)"}
     return e2e, evaluation
 
@@ -65,7 +74,9 @@ def arm_rows(path: Path, root: Path) -> tuple[list[dict], list[dict]]:
     rows = cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] * gpus
     e2e, evaluations = [], []
     for arm, a in d["arms"].items():
-        where = {"grouped_attention": bool(a.get("generation_options", {}).get("generation_grouped_attention", False)),
+        gen = a.get("generation_options", {})
+        where = {**_options(bool(gen.get("generation_grouped_attention", False)),
+                            bool(gen.get("generation_deferred_stop", False)), bool(cfg.get("gradient_checkpointing", True))),
                  "arms_per_gpu": 2 if (cell, arm) in SHARED else 1, "source": _source(path, root), "cell": cell,
                  "arm": arm}
         steps = [s["step_time"] for s in a["train_log"]]
@@ -89,18 +100,18 @@ def base_eval_rows(path: Path, root: Path) -> list[dict]:
 
 
 def complete_runs(e2e: list[dict], evaluations: list[dict]) -> list[dict]:
-    """Per cell whose ETS and GMTS arms ran alone with the same switch: their wall minutes plus 3 estimated base
-    evaluations (each the mean of the two arms' evaluation seconds)."""
+    """Per cell whose ETS and GMTS arms ran alone at 64 rows per step with the same switches: their wall minutes plus
+    3 estimated base evaluations (each the mean of the two arms' evaluation seconds)."""
     out = []
     for cell in sorted({r["cell"] for r in e2e if "cell" in r}):
-        arms = {r["arm"]: r for r in e2e if r.get("cell") == cell and r["arms_per_gpu"] == 1}
+        arms = {r["arm"]: r for r in e2e if r.get("cell") == cell and r["arms_per_gpu"] == 1 and r["rows"] == 64}
         evals = {r["arm"]: r["seconds"] for r in evaluations if r.get("cell") == cell}
-        if not {"ets", "gmts"} <= set(arms) or arms["ets"]["grouped_attention"] != arms["gmts"]["grouped_attention"]:
+        if not {"ets", "gmts"} <= set(arms) or levers(arms["ets"]) != levers(arms["gmts"]):
             continue
         base_s = (evals["ets"] + evals["gmts"]) / 2
         arm_minutes = arms["ets"]["wall_minutes"] + arms["gmts"]["wall_minutes"]
         out.append({"cell": cell, "source": arms["ets"]["source"],
-                    "grouped_attention": arms["ets"]["grouped_attention"],
+                    **{k: arms["ets"][k] for k in ("grouped_attention", "deferred_stop", "gradient_checkpointing")},
                     "ets_wall_minutes": arms["ets"]["wall_minutes"], "gmts_wall_minutes": arms["gmts"]["wall_minutes"],
                     "base_evals": 3, "base_eval_estimate_s": base_s, "gpu_minutes": arm_minutes + 3 * base_s / 60,
                     "base_evals_estimated": "each as the mean of this cell's ETS and GMTS evaluation seconds"})
@@ -148,16 +159,40 @@ def _verdict(values: list[float], target: float | None) -> str:
     return "met by the median, not by the slowest" if statistics.median(values) <= target else "not met"
 
 
-def _by_switch(rows: list[dict], key: str) -> dict[bool, list[float]]:
-    """The values of key, grouped attention off (False) and on (True)."""
-    return {on: [r[key] for r in rows if r["grouped_attention"] == on] for on in (False, True)}
+LEVERS = ("off", "on", "all")  # the table's columns
+
+
+def levers(row: dict) -> str | None:
+    """Which column a row belongs to: grouped attention off; on; on with deferred stop and gradient checkpointing
+    off (every lever of issue 11). Other mixes (none measured) belong to no column."""
+    grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
+        row.get("gradient_checkpointing", True)
+    if not grouped:
+        return "off" if not deferred else None
+    if not deferred and checkpointing:
+        return "on"
+    return "all" if deferred and not checkpointing else None
+
+
+def _by_switch(rows: list[dict], key: str) -> dict[str, list[float]]:
+    """The values of key per column (LEVERS)."""
+    return {col: [r[key] for r in rows if levers(r) == col] for col in LEVERS}
+
+
+def estimated_complete_run_min(step: dict, evaluation: dict) -> float:
+    """A complete run from one step profile: one compilation (the first step; a process compiles once), 2 arms x 40
+    steps, and 5 full-test evaluations (3 base + 2 arms) each estimated from the profile's 880-row batch."""
+    return (step["first_step_s"] + 80 * step["total_s"] + 5 * evaluation["full_test_estimate_s"]) / 60
 
 
 def table(results: dict) -> str:
     """Off / on columns: medians (and ranges) of the rows that ran alone on their GPU; targets from issue 11."""
-    alone = [r for r in results["e2e"] if r.get("arms_per_gpu") == 1]
-    bench = [r for r in results["e2e"] if r.get("measured_by") == "bench/step.py"]
-    batch = [r for r in results["evaluation"] if r.get("measured_by", "").startswith("bench/step.py")]
+    alone = [r for r in results["e2e"] if r.get("arms_per_gpu") == 1 and r["rows"] == 64]
+    bench = [r for r in results["e2e"] if r.get("measured_by") == "bench/step.py" and r["rows"] == 64]
+    batch = [r for r in results["evaluation"] if r.get("measured_by", "").startswith("bench/step.py")
+             and r.get("rows", 64) == 64]
+    estimates = [{**s, "gpu_minutes": estimated_complete_run_min(s, e)} for s in bench for e in batch
+                 if e["source"] == s["source"]]
     full = [r for r in results["evaluation"] if r.get("arms_per_gpu") == 1 and r["samples"] == 5276]
     rows = [("step, bench/step.py (s, 64 rows)", _by_switch(bench, "total_s"), ".2f", TARGETS["step_s"]),
             ("step, the arms' training logs (s, 64 rows)", _by_switch(alone, "total_s"), ".2f", TARGETS["step_s"]),
@@ -165,24 +200,31 @@ def table(results: dict) -> str:
             ("full-test evaluation, 5276 samples (s)", _by_switch(full, "seconds"), ".0f", TARGETS["full_test_s"]),
             ("one arm: 40 steps + full-test evaluation (min)", _by_switch(alone, "wall_minutes"), ".1f", None),
             ("complete run: 3 base evaluations + ETS + GMTS (GPU min)",
-             _by_switch(results["complete_run"], "gpu_minutes"), ".1f", TARGETS["complete_run_min"])]
-    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | grouped attention off | on | target | on: target |",
-           "|---|---|---|---|---|"]
+             _by_switch(results["complete_run"], "gpu_minutes"), ".1f", TARGETS["complete_run_min"]),
+            ("complete run estimated from the bench/step.py row (GPU min)", _by_switch(estimates, "gpu_minutes"),
+             ".1f", TARGETS["complete_run_min"])]
+    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | grouped attention off | on | all levers | target | best: target |",
+           "|---|---|---|---|---|---|"]
     for label, values, fmt, target in rows:
-        out.append(f"| {label} | {_median_range(values[False], fmt)} | {_median_range(values[True], fmt)} | "
-                   f"{'-' if target is None else f'<= {target:g}'} | {_verdict(values[True], target)} |")
+        best = values["all"] or values["on"]
+        out.append(f"| {label} | {' | '.join(_median_range(values[c], fmt) for c in LEVERS)} | "
+                   f"{'-' if target is None else f'<= {target:g}'} | {_verdict(best, target)} |")
     out += ["", "Medians, (min-max) over the runs; the first step of every run (compilation) is left out of its "
-            "median. The bench/step.py rows switch grouped attention alone; the sweep's rows compare arms run before "
-            "the switch existed with arms run after it, so other changes between those runs count too."]
-    on = [r for r in bench if r["grouped_attention"]]
-    if on:
-        step = on[0]
-        share = step["generation_s"] / step["total_s"]
-        out.append(f"With grouped attention the step is {step['total_s']:.2f} s: generation "
-                   f"{step['generation_s']:.2f} s ({100 * share:.0f}%), forward + backward "
-                   f"{step['forward_s'] + step['backward_s']:.2f} s (gradient checkpointing on).")
-    cells = {on: [r["cell"] for r in results["complete_run"] if r["grouped_attention"] == on] for on in (True, False)}
-    out.append(f"Complete run per cell (on: {', '.join(cells[True])}; off: {', '.join(cells[False])}): the ETS and "
+            "median. Columns: grouped-query decoding off; on; on with deferred stop (decoding checks for finished "
+            "answers one token late) and without gradient checkpointing (\"all levers\": measured by bench/step.py "
+            "only, no sweep cell ran with them). The bench/step.py rows change only those switches; the sweep's rows "
+            "compare arms run before the grouped switch existed with arms run after it, so other changes between "
+            "those runs count too. The last column judges the fastest column that has a value. The estimate: one "
+            "compilation, 80 steps and 5 full-test evaluations (six 880-row batches each) from the profile alone."]
+    for step in bench:
+        if levers(step) in ("on", "all"):
+            share = step["generation_s"] / step["total_s"]
+            out.append(f"{'With grouped attention' if levers(step) == 'on' else 'With all levers'} the step is "
+                       f"{step['total_s']:.2f} s: generation {step['generation_s']:.2f} s ({100 * share:.0f}%), "
+                       f"forward + backward {step['forward_s'] + step['backward_s']:.2f} s (gradient checkpointing "
+                       f"{'on' if step['gradient_checkpointing'] else 'off'}).")
+    cells = {col: [r["cell"] for r in results["complete_run"] if levers(r) == col] for col in ("on", "off")}
+    out.append(f"Complete run per cell (on: {', '.join(cells['on'])}; off: {', '.join(cells['off'])}): the ETS and "
                "GMTS arms' wall minutes (training + evaluation; the process start is not counted) plus 3 base "
                "evaluations, each ESTIMATED as the mean of the cell's ETS and GMTS evaluations: the cells reused base "
                "evaluations cached from an older run.")

@@ -10,6 +10,11 @@ Every paper-config step (configs/qwen.yaml: Qwen2.5-Coder-1.5B-Instruct, GSM8K, 
 - data parallel: one arm over two H200s (`accelerate launch --num_processes 2`, 32 rollouts per device and no
   accumulation, so 64 per step as above; bench/logs/h200x2-accelerate-2proc.log). Stopped after 12 steps: its
   evaluation is the same code as an arm's.
+- data parallel, grouped: the same after grouped-query decoding, end to end (ETS then GMTS in one process pair,
+  fresh base evaluations on the main process, results/qwen-accelerate/; stretch d).
+
+What does not scale: bench/step.py's profile of one process's share (32 rows per step, no accumulation:
+bench/step-profile-h200-rows32.json) beside the 64-row step on one GPU (bench/step-profile-h200-on.json), part by part.
 
 The first step of each run compiles and is left out of its median. Which run was alone and which shared is a fact of
 the stretch (the logs above), written here once as RUNS.
@@ -38,11 +43,17 @@ RUNS = {
     "alone_grouped": [(f"paper-lr0.0001-s{seed}", arm) for seed in (19, 20, 21) for arm in ("ets", "gmts", "grpo")]
                      + [("paper-lr0.00015-s17", "ets"), ("paper-lr0.00015-s17", "gmts"), ("paper-lr5e-05-s17", "ets"),
                         ("paper-lr5e-05-s17", "gmts"), ("paper-lr5e-05-s17", "grpo"), ("paper-lr2e-05-s17", "grpo")],
+    "data_parallel_grouped": [("results/qwen-accelerate/paper-lr0.0001-s17", "ets"),
+                              ("results/qwen-accelerate/paper-lr0.0001-s17", "gmts")],
 }
-GPUS = {"alone": 1, "shared": 0.5, "data_parallel": 2, "alone_grouped": 1}  # H200s per arm
+GPUS = {"alone": 1, "shared": 0.5, "data_parallel": 2, "alone_grouped": 1, "data_parallel_grouped": 2}  # per arm
 LABEL = {"alone": "one arm per GPU", "shared": "two arms per GPU",
          "data_parallel": "one arm on 2 GPUs (accelerate, 2 processes)",
-         "alone_grouped": "one arm per GPU, grouped-query decoding"}
+         "alone_grouped": "one arm per GPU, grouped-query decoding",
+         "data_parallel_grouped": "one arm on 2 GPUs, grouped-query decoding (end to end)"}
+PROFILES = {"one GPU, 64 rows": "bench/step-profile-h200-on.json",
+            "one of 2 processes, 32 rows": "bench/step-profile-h200-rows32.json"}
+PARTS = ("generation", "forward", "backward")  # the rest of the step is "other"
 
 
 def _run(source: str, arm: str) -> dict:
@@ -51,7 +62,8 @@ def _run(source: str, arm: str) -> dict:
         log = [json.loads(line) for line in (ROOT / source).read_text().splitlines() if line.strip()]
         minutes = {}
     else:
-        entry = json.loads((CELLS / source / "results.json").read_text())["arms"][arm]
+        cell = ROOT / source if source.startswith("results/") else CELLS / source
+        entry = json.loads((cell / "results.json").read_text())["arms"][arm]
         log = entry["train_log"]
         minutes = {k: entry[k] for k in ("train_minutes", "eval_minutes", "wall_minutes")}
         minutes["eval_generation_s"] = entry["eval"]["seconds"]["generation"]
@@ -74,7 +86,22 @@ def measure() -> dict:
     alone, shared, dp = (out["ways"][w]["total_s"] for w in ("alone", "shared", "data_parallel"))
     out["data_parallel_speedup"] = alone / dp  # one arm's steps per second, 2 GPUs vs 1 (target >= 1.8)
     out["sharing_throughput"] = 2 * alone / shared  # steps per second of one GPU with two arms vs one
-    out["grouped_speedup"] = alone / out["ways"]["alone_grouped"]["total_s"]  # same way, after attention.py
+    grouped, dp_grouped = (out["ways"][w]["total_s"] for w in ("alone_grouped", "data_parallel_grouped"))
+    out["grouped_speedup"] = alone / grouped  # same way, after attention.py
+    out["data_parallel_grouped_speedup"] = grouped / dp_grouped
+    out["breakdown"] = breakdown()
+    return out
+
+
+def breakdown() -> dict:
+    """Seconds per part of the median step: one GPU at 64 rows vs one process's 32 rows (what 2 processes each do).
+    A part that does not shrink with the rows does not scale with the GPUs."""
+    out = {}
+    for label, path in PROFILES.items():
+        step = json.loads((ROOT / path).read_text())["step"]
+        parts = {p: step["median_step"][p] for p in PARTS}
+        out[label] = {"source": path, "rows": step["rows"], "total_s": step["total_s"], **parts,
+                      "other": step["total_s"] - sum(parts.values())}
     return out
 
 
@@ -90,7 +117,15 @@ def table(m: dict, markdown: bool = False) -> str:
     lines += ["", f"{m['model']}, {m['config']}, {m['rows']} rollouts per step on H200s. One arm on 2 GPUs: "
               f"{m['data_parallel_speedup']:.2f}x the steps per second of one GPU. Two arms on one GPU: "
               f"{m['sharing_throughput']:.2f}x one arm's throughput (these three before grouped-query decoding). "
-              f"With it, one arm per GPU: {m['grouped_speedup']:.2f}x the steps per second of before."]
+              f"With it, one arm per GPU: {m['grouped_speedup']:.2f}x the steps per second of before; one arm on 2 "
+              f"GPUs: {m['data_parallel_grouped_speedup']:.2f}x one GPU's."]
+    b = m["breakdown"]
+    cols = list(b)
+    head = ["part of the median step (s)"] + [f"{c} ({b[c]['source']})" for c in cols]
+    body = [[p] + [f"{b[c][p]:.2f}" for c in cols] for p in (*PARTS, "other", "total_s")]
+    lines += [""] + (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(r) + " |" for r in body] if markdown
+                     else ["  ".join(head)] + ["  ".join(r) for r in body])
     return "\n".join(lines)
 
 
