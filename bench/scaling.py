@@ -6,7 +6,8 @@ Every paper-config step (configs/qwen.yaml: Qwen2.5-Coder-1.5B-Instruct, GSM8K, 
 - alone: one arm per H200 (`sweep.py --gpus 0,1`, the stretch of results/qwen/logs/sweep-2026-11-30.log);
 - shared: two arms on each H200 (`--gpus 0,0` and `1,1`, results/qwen/logs/stretch-2026-11-30b.log);
 - alone, grouped: one arm per H200 again, after grouped-query decoding (attention.py) and static compile shapes
-  (results/qwen/logs/stretch-2026-11-30c.log); the three ways above ran before them, so they compare with each other;
+  (results/qwen/logs/stretch-2026-11-30c.log, and 1.5e-4 seeds 18-19 of stretch-2026-11-30d.log); the three ways
+  above ran before them, so they compare with each other;
 - data parallel: one arm over two H200s (`accelerate launch --num_processes 2`, 32 rollouts per device and no
   accumulation, so 64 per step as above; bench/logs/h200x2-accelerate-2proc.log). Stopped after 12 steps: its
   evaluation is the same code as an arm's.
@@ -42,7 +43,8 @@ RUNS = {
     "data_parallel": [("bench/logs/h200x2-accelerate-2proc-ets-train_log.jsonl", "ets")],
     "alone_grouped": [(f"paper-lr0.0001-s{seed}", arm) for seed in (19, 20, 21) for arm in ("ets", "gmts", "grpo")]
                      + [("paper-lr0.00015-s17", "ets"), ("paper-lr0.00015-s17", "gmts"), ("paper-lr5e-05-s17", "ets"),
-                        ("paper-lr5e-05-s17", "gmts"), ("paper-lr5e-05-s17", "grpo"), ("paper-lr2e-05-s17", "grpo")],
+                        ("paper-lr5e-05-s17", "gmts"), ("paper-lr5e-05-s17", "grpo"), ("paper-lr2e-05-s17", "grpo")]
+                     + [(f"paper-lr0.00015-s{seed}", arm) for seed in (18, 19) for arm in ("ets", "gmts")],  # stretch d
     "data_parallel_grouped": [("results/qwen-accelerate/paper-lr0.0001-s17", "ets"),
                               ("results/qwen-accelerate/paper-lr0.0001-s17", "gmts")],
 }
