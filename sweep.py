@@ -462,15 +462,21 @@ def _pct(x: float | None) -> str:
 
 # Seeds a pooled interval needs before its seed level means anything (issue 10 asks for at least 3 per arm).
 MIN_SEEDS = 3
+# Below this many seeds the bootstrap's seed level, which can only redraw the seeds it has, understates their spread
+# (with 3 seeds it gave [+0.2, +3.7] where t over the same deltas gave [-1.8, +5.9]): the t interval is the one to read.
+FEW_SEEDS = 5
 
 
 def seeds_label(n: int) -> str:
     """What a pooled interval over n seeds covers: with one seed only tasks; with two the seed level of the bootstrap
-    can only redraw those two, so the interval spans their values and is no estimate of seed-to-seed variance."""
+    can only redraw those two, so the interval spans their values and is no estimate of seed-to-seed variance; with
+    fewer than FEW_SEEDS the bootstrap is too narrow and the t interval is the honest one."""
     if n == 1:
         return "1 (interval over tasks only)"
     if n < MIN_SEEDS:
         return f"{n} (too few for the seed level: the interval spans these seeds)"
+    if n < FEW_SEEDS:
+        return f"{n} (few: the bootstrap understates the seed spread; read t)"
     return str(n)
 
 

@@ -144,7 +144,8 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     assert check.main([str(path)]) == 2
 
 
-@pytest.mark.parametrize("n, text", [(1, "interval over tasks only"), (2, "too few for the seed level"), (3, "3")])
+@pytest.mark.parametrize("n, text", [(1, "interval over tasks only"), (2, "too few for the seed level"),
+                                     (3, "few: the bootstrap understates the seed spread; read t"), (5, "5")])
 def test_the_seeds_column_says_what_an_interval_covers(n, text):
     summary = {"name": "demo", "best_stable": [], "cells": [{"variant": "paper", "learning_rate": 1e-4, "seed": 1,
                "arms": {}, "base_mean": 0.3, "noise_floor": 0.01}],
@@ -152,7 +153,7 @@ def test_the_seeds_column_says_what_an_interval_covers(n, text):
                            "learning_rate": 1e-4, "seeds": list(range(n)), "delta": 0.02, "low": -0.01,
                            "high": 0.05, "per_seed": [0.02] * n}]}
     row = [line for line in sweep.render(summary).splitlines() if "gmts - ets" in line][0]
-    assert text in row and (n >= sweep.MIN_SEEDS) == ("(" not in row.split("shared learning rate")[1].split("+")[0])
+    assert text in row and (n >= sweep.FEW_SEEDS) == ("(" not in row.split("shared learning rate")[1].split("+")[0])
 
 
 def test_the_arms_of_a_cell_share_one_process_in_the_order_of_first_appearance(tmp_path):
