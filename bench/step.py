@@ -333,9 +333,13 @@ def profiled(fn, device: torch.device):
     return out, profile_summary(prof, device, wall)
 
 
+POINT_KEYS = ("busy_s", "items", "wall_s", "graph_launches", "runtime_calls")  # what each profiled length keeps
+
+
 def per_token_step(points: list[dict]) -> dict:
     """Slope and intercept of busy time, work items and wall over decode steps between two profiled lengths: the slope
-    is the cost of one token step, the intercept the prefill and fixed costs."""
+    is the cost of one token step, the intercept the prefill and fixed costs. The CUDA runtime calls per token step
+    say where the host still waits: a cudaStreamSynchronize or a device-to-host cudaMemcpyAsync per step is a wait."""
     a, b = points[0], points[-1]
     steps = b["decode_steps"] - a["decode_steps"]
     if steps <= 0:
@@ -345,7 +349,9 @@ def per_token_step(points: list[dict]) -> dict:
     return {"gpu_busy_ms": 1000 * slope["busy_s"], "items": slope["items"], "profiled_wall_ms": 1000 * slope["wall_s"],
             "graph_launches": slope["graph_launches"],
             "intercept_busy_ms": 1000 * (a["busy_s"] - a["decode_steps"] * slope["busy_s"]),
-            "intercept_items": a["items"] - a["decode_steps"] * slope["items"]}
+            "intercept_items": a["items"] - a["decode_steps"] * slope["items"],
+            "runtime_calls": {k: (b["runtime_calls"][k] - a["runtime_calls"][k]) / steps
+                              for k in a.get("runtime_calls", {})}}
 
 
 def dynamo_counters() -> dict:
@@ -415,7 +421,7 @@ def training_generation_profile(trainer, clock: StepClock, device, lengths: list
             (completion_ids, _), summary = profiled(
                 lambda: trainer._generate_single_turn(prompt_ids, None, {}, num_generations), device)
         points.append({"new_tokens": n, "decode_steps": max(len(c) for c in completion_ids),
-                       **{k: summary[k] for k in ("busy_s", "items", "wall_s", "graph_launches")}})
+                       **{k: summary[k] for k in POINT_KEYS}})
         top = summary
     from gmts_trainer import compile_cache_length
 
@@ -499,7 +505,7 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
             with cache_length_of(new_tokens):
                 _, summary = profiled(lambda: call(n), device)
             points.append({"new_tokens": n, "decode_steps": decode_steps[-1],
-                           **{key: summary[key] for key in ("busy_s", "items", "wall_s", "graph_launches")}})
+                           **{key: summary[key] for key in POINT_KEYS}})
         out["dynamo"]["profiled_calls"] = counters_delta(before, dynamo_counters())
         out["profile"] = {"points": points, "per_token_step": per_token_step(points), "top": summary["top"],
                           "matmul_ops": summary["matmul_ops"]}
@@ -706,6 +712,9 @@ def profile_lines(title: str, p: dict) -> list[str]:
                  f"{t['graph_launches']:.2f} CUDA graph launches, profiled wall "
                  f"{t['profiled_wall_ms']:.3f} ms; prefill and fixed: busy {t['intercept_busy_ms']:.1f} ms, "
                  f"{t['intercept_items']:.0f} items")
+    calls = {k: v for k, v in t.get("runtime_calls", {}).items() if v}
+    if calls:
+        lines.append("CUDA runtime calls per token step: " + ", ".join(f"{k} {v:.2f}" for k, v in calls.items()))
     return lines + top_lines(p)
 
 

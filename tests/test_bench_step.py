@@ -43,6 +43,7 @@ def test_small_run_breaks_a_real_step_into_parts_that_sum_to_its_total(small_run
     for profile in (r["generation_profile"], r["eval"]["profile"]):
         assert [p["new_tokens"] for p in profile["points"]] == [4, 8] and profile["top"]
         assert "error" not in profile["per_token_step"] and profile["per_token_step"]["items"] > 0
+        assert set(profile["per_token_step"]["runtime_calls"]) == set(step.RUNTIME_CALLS)  # per step; 0 on a CPU
 
     e = r["eval"]
     assert {"model", "samples", "seconds"} <= set(e) and e["samples"] == e["rows_per_batch"] == 6
