@@ -10,7 +10,7 @@ import pytest
 
 import check
 import recipe
-from tiny import save_tiny_model
+from tiny import free_port, save_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -273,7 +273,7 @@ def test_two_data_parallel_processes_one_writer(tiny_config, tmp_path):
     one process with --cpu): both train, the main process alone evaluates and writes; the result is one valid
     results.json with the arm, the base evaluated once."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port(),
            "recipe.py", "--arm", "ets", "--config", str(tiny_config), "--results_dir", str(tmp_path)]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     out = done.stdout + done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import string
 
 import torch
@@ -82,3 +83,10 @@ def prepared_batch(vocab: int, groups: int = 4, group_size: int = 4, prompt: int
         "num_items_in_batch": completion_mask.sum(),
         "group_index": torch.arange(rows) // group_size,
     }
+
+
+def free_port() -> str:
+    """A free local port for torch.distributed.run: a fixed one collides with another test run on the same machine."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
