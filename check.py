@@ -14,7 +14,7 @@ editor re-sealed it; the recomputed summaries show every summary number follows 
 shows that the records came from a run: a forger who writes records and calls `seal` passes both checks.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
-and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO):
+and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz and ETS-nz vs ETS):
 - moved: the interval lies above zero and the delta exceeds the noise floor.
 - collapsed (vs the base) / regressed (between arms): the interval lies below zero and the delta is below minus the
   noise floor.
@@ -38,10 +38,13 @@ from typing import Any
 from stats import compare, noise_floor, paired_delta, pass_at_1, verdict
 
 SCHEMA = 1
-ARMS = ("grpo", "ets", "gmts")
-ARM_LABELS = {"grpo": "GRPO (all tokens)", "ets": "ETS (top-20% entropy)", "gmts": "GMTS (top-20% |entropy x omega|)"}
-SHORT_NAMES = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS"}
-COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"))  # (a, b): delta = a - b
+ARMS = ("grpo", "ets", "gmts", "ets_nz")  # ets_nz: the control (ETS, omega == 0 tokens ranked last), when it ran
+ARM_LABELS = {"grpo": "GRPO (all tokens)", "ets": "ETS (top-20% entropy)", "gmts": "GMTS (top-20% |entropy x omega|)",
+              "ets_nz": "ETS-nz (top-20% entropy, omega != 0 first)"}
+SHORT_NAMES = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz"}
+# (a, b): delta = a - b, for the pairs a file holds. GMTS - ETS-nz: the |advantage| weighting at one kept count without
+# zero-omega slots; ETS-nz - ETS: what skipping the zero-omega slots (a larger effective step) alone does.
+COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"), ("gmts", "ets_nz"), ("ets_nz", "ets"))
 
 
 class ResultsError(ValueError):

@@ -1,5 +1,8 @@
 """GMTSTrainer: GRPO that trains on the top fraction of completion tokens, ranked by entropy (ETS) or |entropy x omega|
-(GMTS, Lv, Zhang, Zhang, arXiv 2608.30632, eq. 4). The ranking math lives in selection.py.
+(GMTS, Lv, Zhang, Zhang, arXiv 2608.30632, eq. 4). The ranking math lives in selection.py. A control rule,
+token_selection="entropy_nonzero_omega", ranks like ETS but puts every token whose omega (the same one GMTS ranks with)
+is 0 after every other: the same kept count without the slots that move nothing (on-policy with beta 0, the answers of
+a group with equal rewards), which separates GMTS's |advantage| weighting from its larger effective step.
 
 What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
 1. `get_high_entropy_mask` (TRL's own hook in `_compute_loss`, applied as `per_token_loss * mask`) returns our
@@ -58,8 +61,8 @@ mask). With loss_type="bnpo" each microbatch is divided by its own token count, 
 ranked over the whole generation batch in "batch" and "group" scope, does not carry ("microbatch" scope is exact).
 
 Refused at construction, with the reason (`check_selection_config`), where selection would be inexact or undefined:
-per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for GMTS, off_policy_mask_threshold for GMTS
-(a live-policy factor omega does not model), and importance_sampling_level="sequence" (GSPO: the sequence ratio
+per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for the rules that rank with omega (GMTS and
+the control entropy_nonzero_omega), off_policy_mask_threshold for them (a live-policy factor omega does not model), and importance_sampling_level="sequence" (GSPO: the sequence ratio
 carries every token's log-prob, so a dropped token would still get gradient through it).
 
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
@@ -82,11 +85,17 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from decoding import decoding_options
-from selection import ets_scores, gmts_omega, gmts_scores, select_top_fraction, selection_stats, update_cosine
+from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, select_top_fraction,
+                       selection_stats, update_cosine)
 
 logger = logging.get_logger(__name__)
 
-TOKEN_SELECTIONS = ("all", "entropy", "gmts")
+TOKEN_SELECTIONS = ("all", "entropy", "gmts", "entropy_nonzero_omega")
+# Rules that rank with omega: it must be TRL's gradient coefficient (a token-level clipped surrogate, no sequence mask).
+OMEGA_RULES = ("gmts", "entropy_nonzero_omega")
+# Each rule's score (selection.py): entropy, |entropy x omega|, and the control arm's entropy with omega != 0 first.
+RULE_SCORES = {"entropy": lambda entropy, omega: ets_scores(entropy), "gmts": gmts_scores,
+               "entropy_nonzero_omega": ets_nonzero_omega_scores}
 SELECTION_SCOPES = ("batch", "microbatch", "group")
 SELECTION_NORMALIZERS = ("all_tokens", "kept_tokens")
 ENTROPY_SOURCES = ("auto", "scoring_pass")
@@ -101,8 +110,10 @@ class GMTSConfig(GRPOConfig):
 
     token_selection: str = field(
         default="gmts",
-        metadata={"help": "Which tokens train: 'all' (plain GRPO), 'entropy' (ETS: top entropy) or 'gmts' "
-                          "(top |entropy x omega|).", "choices": list(TOKEN_SELECTIONS)},
+        metadata={"help": "Which tokens train: 'all' (plain GRPO), 'entropy' (ETS: top entropy), 'gmts' "
+                          "(top |entropy x omega|) or 'entropy_nonzero_omega' (a control: ETS with every omega != 0 "
+                          "token ranked before every omega == 0 one, same kept count).",
+                  "choices": list(TOKEN_SELECTIONS)},
     )
     selection_ratio: float = field(
         default=0.2, metadata={"help": "Ratio of kept tokens, in (0, 1]: exactly ceil(ratio x valid tokens) are kept."}
@@ -194,12 +205,12 @@ def check_selection_config(args: GMTSConfig) -> None:
             f"every completion token's log-prob, so a dropped token still gets gradient through it (the mask only "
             f"rescales each answer's term by its kept count). Use importance_sampling_level='token'."
         )
-    if args.token_selection == "gmts" and args.loss_type not in PPO_CLIP_LOSSES:
+    if args.token_selection in OMEGA_RULES and args.loss_type not in PPO_CLIP_LOSSES:
         raise ValueError(
-            f"token_selection='gmts' needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), where omega = "
+            f"token_selection={args.token_selection!r} needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), where omega = "
             f"A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient coefficient."
         )
-    if args.token_selection == "gmts" and args.off_policy_mask_threshold is not None:
+    if args.token_selection in OMEGA_RULES and args.off_policy_mask_threshold is not None:
         raise ValueError("off_policy_mask_threshold drops answers by the live policy's divergence from the sampler, "
                          "a factor of the gradient that omega does not model; unset it or use "
                          "token_selection='entropy'.")
@@ -212,8 +223,8 @@ def check_selection_config(args: GMTSConfig) -> None:
 
 def omega_is_modeled(args: GMTSConfig) -> bool:
     """Whether `GMTSTrainer._omega` is TRL's gradient coefficient under these settings (the loss is a token-level
-    clipped surrogate without the off-policy sequence mask). GMTS is refused where it is not; the other arms log the
-    omega-based metrics only where it is."""
+    clipped surrogate without the off-policy sequence mask). The rules that rank with omega (OMEGA_RULES) are refused
+    where it is not; the other arms log the omega-based metrics only where it is."""
     return (args.loss_type in PPO_CLIP_LOSSES and args.importance_sampling_level == "token"
             and args.off_policy_mask_threshold is None)
 
@@ -459,7 +470,8 @@ class UpdateCosine(TrainerCallback):
 
 
 class GMTSTrainer(GRPOTrainer):
-    """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens (ETS or GMTS).
+    """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens (ETS, GMTS, or the control
+    'entropy_nonzero_omega', ETS with the omega == 0 tokens ranked last).
 
     See the module docstring for exactly what differs from `GRPOTrainer`. Selection metrics are logged under
     `selection/` every step: kept_fraction, overlap (with the other ranking), top_answer_share, effective_answers,
@@ -709,10 +721,9 @@ class GMTSTrainer(GRPOTrainer):
         if rule == "all":
             keep, keep_other = g_mask, None
         else:
-            scores = {"entropy": ets_scores(g_entropy), "gmts": gmts_scores(g_entropy, g_omega)}
-            other = "gmts" if rule == "entropy" else "entropy"
-            keep = select_top_fraction(scores[rule], g_mask, self.args.selection_ratio, group_size)
-            keep_other = select_top_fraction(scores[other], g_mask, self.args.selection_ratio, group_size)
+            other = "gmts" if rule == "entropy" else "entropy"  # the overlap's other ranking
+            keep, keep_other = (select_top_fraction(RULE_SCORES[r](g_entropy, g_omega), g_mask,
+                                                    self.args.selection_ratio, group_size) for r in (rule, other))
         mode = "train" if self.model.training else "eval"
         if group_index is None:
             group_index = torch.arange(g_mask.size(0), device=g_mask.device)

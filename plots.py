@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-ARM_ORDER = ("grpo", "ets", "gmts")
+ARM_ORDER = ("grpo", "ets", "gmts", "ets_nz")
 ARM_NAMES = {"base": "base (untrained)", "grpo": "GRPO (all tokens)", "ets": "ETS (top-20% by entropy)",
-             "gmts": "GMTS (top-20% by |entropy x omega|)"}
-COLORS = {"base": "0.45", "grpo": "tab:green", "ets": "tab:blue", "gmts": "tab:orange"}
+             "gmts": "GMTS (top-20% by |entropy x omega|)", "ets_nz": "ETS-nz (top-20% by entropy, omega != 0 first)"}
+COLORS = {"base": "0.45", "grpo": "tab:green", "ets": "tab:blue", "gmts": "tab:orange", "ets_nz": "tab:purple"}
 # Training curves: (log key, panel title, y label, fixed y range or None).
 CURVES = (
     ("reward", "training reward", "mean reward (fraction correct)", (0, 1)),

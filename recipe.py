@@ -8,6 +8,10 @@
 Arms: `base` (evaluate the untrained model 3 times: the noise floor), `grpo` (every completion token: plain GRPO),
 `ets` (top-20% tokens by entropy), `gmts` (top-20% by |entropy x omega|), `all` (base, then grpo, ets and gmts), or a
 comma list (`--arm ets,gmts`). Every arm has the same loss type, data, seed and LoRA init; only the kept tokens differ.
+A control arm, `ets_nz` (ETS with every token whose omega is 0 ranked after every other: the same kept count without
+the slots that move nothing, e.g. the answers of a group with equal rewards), is trained only when named (`--arm
+ets,gmts,ets_nz`), not by `all`: GMTS - ets_nz isolates the |advantage| weighting, ets_nz - ETS the slots ETS spends
+on tokens that move nothing (a smaller effective step under TRL's all-token normalizer).
 
 One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/,
 so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs and
@@ -52,7 +56,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-ARMS = ("base", "grpo", "ets", "gmts", "all")
+ARMS = ("base", "grpo", "ets", "gmts", "ets_nz", "all")
+ALL_ARMS = ("grpo", "ets", "gmts")  # what --arm all trains (after base): the control ets_nz only when named
 # The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
 EVAL_FIELDS = ("system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
                "base_eval_seeds", "eval_fast")
@@ -62,12 +67,14 @@ PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter
 # ModelConfig fields passed to both model loads (evaluation and the trainer's model_init_kwargs), besides the adapter's.
 # Any other model field set away from its default is refused (check_model_fields): it would reach neither load.
 LOADED_MODEL_FIELDS = ("model_name_or_path", "model_revision", "dtype", "attn_implementation")
-RULE_OF_ARM = {"grpo": "all", "ets": "entropy", "gmts": "gmts"}  # arm -> GMTSConfig.token_selection
+RULE_OF_ARM = {"grpo": "all", "ets": "entropy", "gmts": "gmts",  # arm -> GMTSConfig.token_selection
+               "ets_nz": "entropy_nonzero_omega"}
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash.
 NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
+              "ets_nz_learning_rate",
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
               "generation_deferred_stop", "lora_autocast_inputs", "save_minutes", "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
@@ -84,7 +91,9 @@ GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile
 class RecipeArgs:
     """The experiment's own fields (the trainer's are GMTSConfig's, the model's are TRL's ModelConfig)."""
 
-    arm: str = field(default="all", metadata={"help": "base, grpo, ets, gmts, all, or a comma list (ets,gmts)"})
+    arm: str = field(default="all", metadata={"help": "base, grpo, ets, gmts, ets_nz, all, or a comma list (ets,gmts); "
+                                                      "all = base, grpo, ets, gmts (not the control ets_nz: ETS with "
+                                                      "omega != 0 tokens ranked first; name it)"})
     experiment: str | None = field(default=None, metadata={"help": "run directory name (default: the config file name)"})
     results_dir: str = field(default="runs", metadata={"help": "parent of the run directories (references: results/)"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
@@ -108,6 +117,8 @@ class RecipeArgs:
     grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (default: learning_rate)"})
     ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (default: learning_rate)"})
     gmts_learning_rate: float | None = field(default=None, metadata={"help": "GMTS arm's lr (default: learning_rate)"})
+    ets_nz_learning_rate: float | None = field(default=None, metadata={
+        "help": "control arm ets_nz's lr (default: learning_rate)"})
     save_minutes: float = field(default=5.0, metadata={
         "help": "also save a checkpoint when this many minutes passed since the last one (0: steps only), so an "
                 "interrupted run resumes (--resume) losing at most that much work"})
@@ -198,15 +209,16 @@ def _hardware(config: dict, argv: list[str]) -> list[str]:
 
 
 def trained_arms(arm: str) -> list[str]:
-    """The arms to train for an --arm value (base evals always come first): `all` (GRPO, ETS, GMTS), one arm, or a
-    comma list trained in the order given (a sweep puts the pair it compares first: a run cut short keeps it)."""
+    """The arms to train for an --arm value (base evals always come first): `all` (GRPO, ETS, GMTS; not the control
+    ets_nz), one arm, or a comma list trained in the order given (a sweep puts the pair it compares first: a run cut
+    short keeps it)."""
     names = [a.strip() for a in arm.split(",")]
     for name in names:
         if name not in ARMS:
             raise RecipeError(f"unknown arm '{name}': use one of {', '.join(ARMS)}, or a comma list (ets,gmts)")
     out: list[str] = []
     for name in names:
-        for a in (RULE_OF_ARM if name == "all" else [] if name == "base" else [name]):
+        for a in (ALL_ARMS if name == "all" else [] if name == "base" else [name]):
             if a not in out:
                 out.append(a)
     return out

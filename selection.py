@@ -11,6 +11,7 @@ Notation (shapes are (B, T): B answers/rows, T completion positions):
     omega    w_t  the scalar in front of grad log pi(o_t) in the gradient of TRL's loss, for a kept token:
                   w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)  (see gmts_omega)
     score    ETS: E_t            GMTS: |E_t * w_t|   (paper eq. 4)
+             control (not in the paper): ETS over tokens with w_t != 0 first (ets_nonzero_omega_scores)
 
 Deviations from the paper, all deliberate:
 - Ties are broken by position (row-major order of the scored tensor, lower index first), so the kept count is
@@ -29,6 +30,7 @@ import torch
 __all__ = [
     "ets_scores",
     "gmts_scores",
+    "ets_nonzero_omega_scores",
     "gmts_omega",
     "select_top_fraction",
     "kept_count",
@@ -47,6 +49,40 @@ def ets_scores(entropy: torch.Tensor) -> torch.Tensor:
 def gmts_scores(entropy: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
     """GMTS ranks tokens by |E x omega| (paper eq. 4): an estimate of the token's share of the gradient norm."""
     return (entropy.float() * omega.float()).abs()
+
+
+def ets_nonzero_omega_scores(entropy: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
+    """The control arm's ranking: ETS, except that every token with omega != 0 ranks before every token with
+    omega == 0 (entropy decides within each of the two sets). With beta 0 on-policy, omega == 0 exactly in answers whose
+    advantage is 0 (a group with equal rewards): ETS spends slots there that move nothing, GMTS never does, so under
+    TRL's all-token normalizer GMTS takes the larger step at one learning rate. This rule keeps the same count as ETS
+    and GMTS but no slot that moves nothing while another is left: GMTS minus it isolates the |advantage| weighting,
+    it minus ETS isolates skipping the zero-omega tokens.
+
+    Exact semantics, with `select_top_fraction`: tokens are ordered by (omega != 0 first, entropy descending, lower
+    row-major index first). The score is the dense rank of the entropy over the whole tensor (equal entropies get
+    equal scores, so their tie goes to the lower index, as in ETS), plus the tensor's size where omega != 0: integers
+    below 2 x numel, exact in float64 for any size, so the order among omega != 0 tokens is ETS's order. A NaN entropy
+    stays NaN (select_top_fraction refuses it at a valid position). No host sync (sorts and scatters only).
+
+    Args:
+        entropy: (B, T) entropy per token.
+        omega: (B, T) omega per token (gmts_omega; expand a (B, 1) one), the same omega the GMTS rule uses.
+
+    Returns:
+        (B, T) float64 scores for select_top_fraction.
+    """
+    ent = entropy.float()
+    if omega.shape != ent.shape:
+        raise ValueError(f"entropy and omega must have one shape; got {tuple(ent.shape)} and {tuple(omega.shape)}")
+    flat = ent.reshape(-1)
+    values, order = torch.sort(flat, stable=True)  # ascending; NaN last
+    new_value = torch.ones_like(order)
+    new_value[1:] = (values[1:] != values[:-1]).long()
+    dense = torch.empty_like(order).scatter_(0, order, new_value.cumsum(0) - 1)  # 0 = lowest entropy
+    score = dense.double() + float(flat.numel()) * (omega.reshape(-1) != 0).double()
+    score = torch.where(torch.isnan(flat), torch.full_like(score, float("nan")), score)
+    return score.reshape(ent.shape)
 
 
 def gmts_omega(
@@ -144,7 +180,8 @@ def select_top_fraction(
         if group_size < 1 or rows % group_size != 0:
             raise ValueError(f"group_size={group_size} must divide the number of rows ({rows})")
         segments = rows // group_size
-    seg_scores = scores.float().reshape(segments, -1)  # (S, L)
+    # float64 scores stay float64 (ets_nonzero_omega_scores' integer ranks are exact there for any size)
+    seg_scores = (scores if scores.dtype == torch.float64 else scores.float()).reshape(segments, -1)  # (S, L)
     seg_valid = valid.reshape(segments, -1)  # (S, L)
     nan_at_valid = (torch.isnan(seg_scores) & seg_valid).any()
     if seg_scores.device.type == "cpu":

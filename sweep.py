@@ -38,8 +38,14 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = 1
-ARM_ORDER = ("grpo", "ets", "gmts")
-COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"))  # (a, b): a - b
+ARM_ORDER = ("grpo", "ets", "gmts", "ets_nz")
+# The control arm (ETS with omega == 0 tokens ranked last) gets a column in the tables only where a cell has it.
+CONTROL_ARMS = ("ets_nz",)
+ARM_COLUMNS = {"grpo": "GRPO (all tokens)", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz (omega != 0 first)"}
+ARM_COLORS = {"grpo": "tab:gray", "ets": "tab:blue", "gmts": "tab:red", "ets_nz": "tab:purple"}
+# (a, b): a - b, pooled wherever a cell holds both. gmts - ets_nz: the |advantage| weighting alone (same kept count,
+# no zero-omega slots in either); ets_nz - ets: skipping the zero-omega slots alone (the step-size confound).
+COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"), ("gmts", "ets_nz"), ("ets_nz", "ets"))
 # The gains over ETS the GMTS paper reports (pass@1, as fractions): the effects a grid must be able to detect.
 CLAIMED = {"gmts - ets": (0.013, 0.034)}
 POWER, MAX_SEEDS = 0.8, 1000
@@ -407,7 +413,6 @@ def plot(summary: dict, out: Path) -> None:
     if not cells:
         return
     fig, axes = plt.subplots(len(variants), 2, figsize=(12, 4 * len(variants)), squeeze=False)
-    colors = {"grpo": "tab:gray", "ets": "tab:blue", "gmts": "tab:red"}
     for row, variant in zip(axes, variants):
         ax, bx = row
         mine = [c for c in cells if c["variant"] == variant]
@@ -418,17 +423,17 @@ def plot(summary: dict, out: Path) -> None:
             pts = sorted((c["learning_rate"], c["arms"][arm]["pass@1"]) for c in mine if arm in c["arms"])
             if not pts:
                 continue
-            ax.scatter(*zip(*pts), color=colors[arm], s=14, alpha=0.6)
+            ax.scatter(*zip(*pts), color=ARM_COLORS[arm], s=14, alpha=0.6)
             lrs = sorted({lr for lr, _ in pts})
             means = [sum(v for x, v in pts if x == lr) / sum(1 for x, _ in pts if x == lr) for lr in lrs]
-            ax.plot(lrs, means, color=colors[arm], marker="o", label=f"{arm} (seed mean)")
+            ax.plot(lrs, means, color=ARM_COLORS[arm], marker="o", label=f"{arm} (seed mean)")
         ax.set_xscale("log")
         ax.set_xlabel("learning rate")
         ax.set_ylabel("pass@1 (held-out)")
         ax.set_ylim(0, 1)
         ax.set_title(f"{summary['name']} / {variant}: pass@1 per seed")
         ax.legend(fontsize=8)
-        for i, comparison in enumerate(c for c in ("gmts - ets", "ets - grpo", "gmts - grpo")):
+        for i, comparison in enumerate(f"{a} - {b}" for a, b in COMPARISONS):
             rows = [p for p in summary["pooled"] if p["variant"] == variant and p["comparison"] == comparison
                     and p["learning_rate"] is not None]
             if not rows:
@@ -492,11 +497,12 @@ def render(summary: dict, markdown: bool = False) -> str:
     """The sweep's tables: pass@1 per (variant, learning rate) and arm with every seed, then each pooled comparison
     with its two-level interval and the comparison it is (shared learning rate, or each arm at its own best)."""
     cells = summary["cells"]
+    columns = [a for a in ARM_ORDER if a not in CONTROL_ARMS or any(a in c["arms"] for c in cells)]
     rows1 = []
     for variant, lr in sorted({(c["variant"], c["learning_rate"]) for c in cells}):
         mine = sorted((c for c in cells if (c["variant"], c["learning_rate"]) == (variant, lr)), key=lambda c: c["seed"])
         row = [variant, f"{lr:g}"]
-        for arm in ARM_ORDER:
+        for arm in columns:
             runs = [(c["seed"], c["arms"][arm]) for c in mine if arm in c["arms"]]
             if not runs:
                 row.append("-")
@@ -505,7 +511,7 @@ def render(summary: dict, markdown: bool = False) -> str:
             seeds = ", ".join(f"{_pct(r['pass@1'])}" + ("*" if r["verdict"] == "collapsed" else "") for _, r in runs)
             row.append(f"{_pct(mean)} ({seeds})")
         rows1.append(row)
-    head1 = ["variant", "lr", "GRPO (all tokens)", "ETS", "GMTS"]
+    head1 = ["variant", "lr", *(ARM_COLUMNS[a] for a in columns)]
     rows2 = []
     for p in summary["pooled"]:
         lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \

@@ -59,7 +59,8 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     results = check.load(path)  # digest and recomputed summaries hold
     assert set(results["arms"]) == {"grpo", "ets", "gmts"} and len(results["base"]["evals"]) == 3
     assert results["data"]["train_kept"] + results["data"]["decontamination_dropped"] == 8
-    assert {a: results["arms"][a]["token_selection"] for a in results["arms"]} == recipe.RULE_OF_ARM
+    assert {a: results["arms"][a]["token_selection"] for a in results["arms"]} == {
+        a: recipe.RULE_OF_ARM[a] for a in ("grpo", "ets", "gmts")}  # all: not the control ets_nz
     for arm in ("grpo", "ets", "gmts"):
         entry = results["arms"][arm]
         assert [row["step"] for row in entry["train_log"]] == [1, 2]
@@ -87,6 +88,19 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     assert run("--arm", "all", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
     assert json.loads(path.read_text())["arms"] == after["arms"]
 
+    # the control arm joins the finished run as a 4th arm (what the sweep's resume does to an existing cell)
+    assert run("--arm", "ets,gmts,ets_nz", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
+    results = check.load(path)
+    assert {a: results["arms"][a] for a in ("grpo", "ets", "gmts")} == after["arms"]
+    control = results["arms"]["ets_nz"]
+    assert control["token_selection"] == "entropy_nonzero_omega" and [r["step"] for r in control["train_log"]] == [1, 2]
+    assert control["train_log"][0]["reward"] == after["arms"]["ets"]["train_log"][0]["reward"]
+    assert 0.2 <= control["train_log"][0]["selection/kept_fraction"] < 0.3
+    assert "selection/zero_advantage_kept_share" in control["train_log"][0]
+    assert {"gmts_vs_ets_nz", "ets_nz_vs_ets", "gmts_vs_ets"} <= set(results["summary"]["comparisons"])
+    assert "ETS-nz vs ETS" in check.render(results)
+    capsys.readouterr()  # its training's progress bars
+
     # another configuration never mixes into this run directory
     assert run("--arm", "gmts", "--config", tiny_config, "--results_dir", tmp_path, "--n_heldout", "5") == 2
     err = capsys.readouterr().err.strip()
@@ -94,7 +108,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--arm", "gmtss"], "unknown arm 'gmtss': use one of base, grpo, ets, gmts, all"),
+    (["--arm", "gmtss"], "unknown arm 'gmtss': use one of base, grpo, ets, gmts, ets_nz, all"),
     (["--arm", "ets,gmtss"], "unknown arm 'gmtss'"),
     (["--lerning_rate", "1"], "unknown key 'lerning_rate' in the command line: did you mean learning_rate"),
     (["--selection_scope", "global"], "invalid choice: 'global'"),
@@ -190,6 +204,8 @@ def test_arm_lists():
     assert recipe.trained_arms("gmts,ets") == ["gmts", "ets"] and recipe.trained_arms("grpo") == ["grpo"]
     assert recipe.trained_arms("ets,gmts,grpo,ets") == ["ets", "gmts", "grpo"]  # the order given, each arm once
     assert recipe.trained_arms("base,gmts") == ["gmts"] and recipe.trained_arms("gmts,all") == ["gmts", "grpo", "ets"]
+    assert recipe.trained_arms("ets,gmts,ets_nz") == ["ets", "gmts", "ets_nz"]  # the control only when named
+    assert recipe.trained_arms("all,ets_nz") == ["grpo", "ets", "gmts", "ets_nz"]
     r, *_ = recipe.parse(["--config", "configs/smoke.yaml", "--arm", "ets,gmts", "--grpo_learning_rate", "3e-5"])
     assert r.arm == "ets,gmts" and r.grpo_learning_rate == 3e-5
 

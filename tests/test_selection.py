@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from selection import (ets_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction, selection_stats,
-                       top_answer_weight_share, top_answers, update_cosine)
+from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction,
+                       selection_stats, top_answer_weight_share, top_answers, update_cosine)
 
 RATIOS = st.sampled_from([0.05, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.8, 1.0])
 
@@ -247,3 +247,120 @@ def test_update_cosine_by_hand():
     assert update_cosine(torch.tensor([1.0, 2.0]), torch.tensor([-2.0, 1.0])).item() == 0.0
     assert update_cosine(torch.tensor([1.0, 2.0]), torch.tensor([-3.0, -6.0])).item() == pytest.approx(-1.0)
     assert update_cosine(torch.zeros(2), torch.tensor([1.0, 1.0])).item() == 0.0
+
+
+# ---------------------------------------------------------------- the control arm: ETS over tokens with omega != 0
+@st.composite
+def entropy_omega_batches(draw, group_size=None):
+    """(entropy, omega, mask): entropies with ties and magnitudes from 1e-30 to 50 (so a score that adds an offset
+    in float32 merges distinct entropies), omega per answer or per token with many exact zeros, padding with a huge
+    entropy and nonzero omega (the most tempting tokens to keep)."""
+    scores, mask = draw(batches())
+    if group_size is not None:
+        rows = scores.size(0) - scores.size(0) % group_size
+        if rows == 0:
+            rows = group_size
+            scores, mask = scores.repeat(group_size, 1)[:rows], mask.repeat(group_size, 1)[:rows]
+        scores, mask = scores[:rows], mask[:rows]
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    scale = 10.0 ** torch.randint(-30, 1, scores.shape, generator=g).float() if draw(st.booleans()) else 1.0
+    entropy = scores * scale
+    choices = torch.tensor([0.0, 0.0, 1.0, -0.5, 2.0])
+    per_token = draw(st.booleans())
+    shape = scores.shape if per_token else (scores.size(0), 1)
+    omega = choices[torch.randint(0, len(choices), shape, generator=g)].expand_as(entropy).clone()
+    entropy = torch.where(mask, entropy, torch.full_like(entropy, 1e6))
+    omega = torch.where(mask, omega, torch.ones_like(omega))
+    return entropy, omega, mask
+
+
+def _reference_nonzero_omega_keep(entropy, omega, mask, ratio):
+    """The rule by hand: valid tokens sorted by (omega != 0 first, entropy descending, row-major index), the first
+    ceil(ratio x valid) kept."""
+    e, w, m = entropy.flatten().tolist(), omega.flatten().tolist(), mask.flatten().tolist()
+    valid = [i for i in range(len(e)) if m[i]]
+    order = sorted(valid, key=lambda i: (w[i] == 0, -e[i], i))
+    keep = torch.zeros(len(e), dtype=torch.bool)
+    keep[order[: kept_count(len(valid), ratio)]] = True
+    return keep.reshape(entropy.shape)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entropy_omega_batches(), RATIOS)
+def test_nonzero_omega_rule_is_the_rule_written_by_hand(batch, ratio):
+    entropy, omega, mask = batch
+    keep = select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, ratio)
+    assert torch.equal(keep, _reference_nonzero_omega_keep(entropy, omega, mask, ratio))
+
+
+@settings(max_examples=300, deadline=None)
+@given(entropy_omega_batches(), RATIOS, st.sampled_from([None, 1, 2, 3]))
+def test_nonzero_omega_rule_is_ets_when_no_omega_is_zero(batch, ratio, group_size):
+    """(a) Every valid token has omega != 0: the control keeps exactly what ETS keeps (batch and group scope)."""
+    entropy, omega, mask = batch
+    rows = entropy.size(0) - entropy.size(0) % (group_size or 1)
+    if rows == 0:
+        return
+    entropy, omega, mask = entropy[:rows], omega[:rows], mask[:rows]
+    omega = torch.where(omega == 0, torch.full_like(omega, -0.25), omega)
+    assert torch.equal(select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, ratio, group_size),
+                       select_top_fraction(ets_scores(entropy), mask, ratio, group_size))
+
+
+@settings(max_examples=300, deadline=None)
+@given(entropy_omega_batches(), RATIOS, st.sampled_from([None, 1, 2, 4]))
+def test_nonzero_omega_rule_never_keeps_a_zero_omega_token_while_a_nonzero_one_is_left(batch, ratio, group_size):
+    """(b) Within a scope, a valid token with omega == 0 is kept only once every valid token with omega != 0 is."""
+    entropy, omega, mask = batch
+    rows = entropy.size(0) - entropy.size(0) % (group_size or 1)
+    if rows == 0:
+        return
+    entropy, omega, mask = entropy[:rows], omega[:rows], mask[:rows]
+    keep = select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, ratio, group_size)
+    size = group_size or rows
+    for g in range(rows // size):
+        sl = slice(g * size, (g + 1) * size)
+        kept_zero = (keep[sl] & mask[sl] & (omega[sl] == 0)).any()
+        left_nonzero = (~keep[sl] & mask[sl] & (omega[sl] != 0)).any()
+        assert not (kept_zero and left_nonzero)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entropy_omega_batches(), RATIOS, st.sampled_from([None, 1, 2, 4]))
+def test_nonzero_omega_rule_keeps_as_many_tokens_as_ets_and_gmts_and_no_padding(batch, ratio, group_size):
+    """(c) The same kept count as ETS and GMTS for the same mask, scope and ratio; (d) never a padding position
+    (padding here has the largest entropy and omega != 0)."""
+    entropy, omega, mask = batch
+    rows = entropy.size(0) - entropy.size(0) % (group_size or 1)
+    if rows == 0:
+        return
+    entropy, omega, mask = entropy[:rows], omega[:rows], mask[:rows]
+    keep = select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, ratio, group_size)
+    ets = select_top_fraction(ets_scores(entropy), mask, ratio, group_size)
+    gmts = select_top_fraction(gmts_scores(entropy, omega), mask, ratio, group_size)
+    size = group_size or rows
+    for g in range(rows // size):
+        sl = slice(g * size, (g + 1) * size)
+        n = int(keep[sl].sum())
+        assert n == int(ets[sl].sum()) == int(gmts[sl].sum()) == kept_count(int(mask[sl].sum()), ratio)
+    assert not (keep & ~mask).any(), "a padding position was kept"
+
+
+def test_nonzero_omega_rule_by_hand_and_its_refusals():
+    entropy = torch.tensor([[9.0, 1e-30, 2e-30], [5.0, 4.0, 0.5]])
+    adv = torch.tensor([0.0, 1.0])  # row 0: a group with equal rewards
+    omega = gmts_omega(adv).expand_as(entropy)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    keep = select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, 0.5)
+    assert keep.tolist() == [[False, False, False], [True, True, True]]  # ETS would keep 9.0 of row 0 instead of 0.5
+    assert select_top_fraction(ets_scores(entropy), mask, 0.5).tolist() == [[True, False, False], [True, True, False]]
+    keep = select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, 0.8)  # 5 of 6
+    assert keep.tolist() == [[True, False, True], [True, True, True]]  # 2e-30 before 1e-30: entropy, not position
+    nan = torch.tensor([[1.0, float("nan")]])
+    assert select_top_fraction(ets_nonzero_omega_scores(nan, torch.ones(1, 2)), torch.tensor([[1, 0]]),
+                               1.0).tolist() == [[True, False]]
+    with pytest.raises(ValueError, match="NaN"):
+        select_top_fraction(ets_nonzero_omega_scores(nan, torch.ones(1, 2)), torch.tensor([[1, 1]]), 1.0)
+    with pytest.raises(ValueError, match="one shape"):
+        ets_nonzero_omega_scores(entropy, omega[:, :1])
+    assert selection_stats(keep, mask, entropy, adv, torch.tensor([0, 1]))["zero_advantage_kept_share"].item() == pytest.approx(0.4)

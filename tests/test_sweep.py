@@ -1,5 +1,6 @@
 """sweep.py: grid files, job order and resume, and a summary that check.py recomputes from the cells."""
 
+import copy
 import json
 import random
 from pathlib import Path
@@ -207,3 +208,47 @@ def test_gmts_minus_ets_rows_say_how_many_seeds_the_papers_gains_need(tmp_path):
     two_seeds.write_text(GRID.replace("RESULTS", str(tmp_path / "results")))
     two = sweep.summarize(sweep.load_grid(two_seeds))
     assert two["pooled"] and all("seeds_for_power" not in p for p in two["pooled"])
+
+
+CONTROL_BLOCK = """  - name: control
+    arms: [ets_nz]
+    learning_rates: [1.0e-4]
+    seeds: [1, 2]
+"""
+
+
+def test_the_control_arm_joins_existing_cells_and_leaves_their_summary_as_it_was(tmp_path):
+    """A block that adds ets_nz to cells that already have results: the resume runs only the new arm; until it has
+    run, every number and table is the same as without the block; after, the cells that have it gain a column and
+    the rows gmts - ets_nz and ets_nz - ets, and no other row changes."""
+    grid_path = write_grid(tmp_path, GRID)
+    root = tmp_path / "results" / "demo"
+    for seed, gmts in ((1, 0.6), (2, 0.5)):
+        fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": 0.5}, seed=seed)
+    before = sweep.summarize(sweep.load_grid(grid_path))
+    with_block = tmp_path / "with-control.yaml"
+    with_block.write_text(grid_path.read_text().replace("  - name: other", CONTROL_BLOCK + "  - name: other"))
+    grid = sweep.load_grid(with_block)
+    jobs = [f"{c.name}:{a}" for c, a in sweep.jobs(grid)]
+    assert [j for j in jobs if j.startswith("paper-lr0.0001")] == ["paper-lr0.0001-s1:ets_nz",
+                                                                    "paper-lr0.0001-s2:ets_nz"]
+    units = {c.name: arms for c, arms in sweep.by_cell(sweep.jobs(grid))}
+    assert units["paper-lr0.0001-s1"] == ("ets_nz",)  # one process per cell, the missing arm only
+    unchanged = sweep.summarize(grid)
+    assert unchanged == before and sweep.render(unchanged) == sweep.render(before)
+    assert "ETS-nz" not in sweep.render(before)
+    # seed 1 gains the arm (as recipe.py --resume merges it into the cell's results.json)
+    cell = json.loads((root / "paper-lr0.0001-s1" / "results.json").read_text())
+    cell["arms"]["ets_nz"] = {**copy.deepcopy(cell["arms"]["ets"]), "token_selection": "entropy_nonzero_omega"}
+    (root / "paper-lr0.0001-s1" / "results.json").write_text(json.dumps(seal(cell)))
+    after = sweep.summarize(grid)
+    rows = {(p["comparison"], p["learning_rate"]): p for p in after["pooled"]}
+    assert rows[("gmts - ets_nz", 1e-4)]["seeds"] == [1] and rows[("ets_nz - ets", 1e-4)]["delta"] == 0.0
+    old = [p for p in after["pooled"] if "ets_nz" not in p["comparison"]]
+    assert old == before["pooled"]
+    assert [c["arms"].get("ets") for c in after["cells"]] == [c["arms"].get("ets") for c in before["cells"]]
+    table = sweep.render(after).splitlines()
+    assert "ETS-nz (omega != 0 first)" in table[0] and table[0].startswith(sweep.render(before).splitlines()[0])
+    assert sweep.ARM_COLUMNS.keys() == set(sweep.ARM_ORDER) == set(sweep.ARM_COLORS)
+    path = sweep.write_summary(grid, with_block)
+    assert sweep.verify(path)["digest"] == after["digest"]

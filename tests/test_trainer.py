@@ -8,7 +8,7 @@ from peft import LoraConfig
 
 from gmts_trainer import GMTSConfig, GMTSTrainer
 from selection import gmts_omega as selection_gmts_omega
-from selection import gmts_scores, kept_count, select_top_fraction
+from selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
 from tiny import digit_reward, prepared_batch, tiny_dataset, tiny_model, tiny_tokenizer
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
@@ -60,7 +60,7 @@ def test_sequence_level_importance_sampling_is_refused_with_selection_on(tmp_pat
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("token_selection", "entropyy", "token_selection='entropyy' is not one of all, entropy, gmts"),
+    ("token_selection", "entropyy", "token_selection='entropyy' is not one of all, entropy, gmts, entropy_nonzero_omega"),
     ("selection_scope", "global", "selection_scope='global' is not one of batch, microbatch, group"),
     ("selection_ratio", 0.0, r"selection_ratio=0.0 must be in \(0, 1\]"),
     ("selection_ratio", 1.2, r"selection_ratio=1.2 must be in \(0, 1\]"),
@@ -225,7 +225,7 @@ def top_answer_share_by_hand(keep, advantages, group_index) -> float:
     return sum(per_row[i] for i in tops.values()) / max(sum(per_row), 1)
 
 
-@pytest.mark.parametrize("rule", ["entropy", "gmts"])
+@pytest.mark.parametrize("rule", ["entropy", "gmts", "entropy_nonzero_omega"])
 @pytest.mark.parametrize("scope", ["batch", "group", "microbatch"])
 def test_compute_loss_on_a_multi_group_prepared_batch_in_every_scope(tmp_path, rule, scope):
     # A trainer that never generated (as bench/selection.py calls it): the group count comes from the batch.
@@ -442,10 +442,72 @@ def test_omega_is_the_coefficient_of_grad_log_prob_in_trls_loss(tmp_path, name):
     assert torch.all(coefficient[~valid] == 0)
 
 
-def test_off_policy_masking_is_refused_for_gmts(tmp_path):
+@pytest.mark.parametrize("rule", ["gmts", "entropy_nonzero_omega"])
+def test_off_policy_masking_and_unclipped_losses_are_refused_for_the_rules_that_rank_with_omega(tmp_path, rule):
     with pytest.raises(ValueError, match="omega does not model"):
-        make_config(tmp_path, off_policy_mask_threshold=0.5)
+        make_config(tmp_path, off_policy_mask_threshold=0.5, token_selection=rule)
+    with pytest.raises(ValueError, match=f"token_selection='{rule}' needs a clipped-surrogate loss"):
+        make_config(tmp_path, loss_type="cispo", token_selection=rule)
     make_config(tmp_path, off_policy_mask_threshold=0.5, token_selection="entropy")
+
+
+def one_group_constant_reward(prompts, completions, **kwargs) -> list[float]:
+    """The first prompt's group: reward by completion length parity (advantages != 0 when lengths differ); every other
+    group: the same reward for all its answers (advantage 0, omega 0 on-policy with beta 0)."""
+    return [float(len(c) % 2 == 0) if p == prompts[0] else 1.0 for p, c in zip(prompts, completions)]
+
+
+def test_control_rule_keeps_ets_count_without_zero_omega_tokens(tmp_path):
+    """token_selection='entropy_nonzero_omega' on one generation batch: the rule of selection.py with the trainer's
+    omega, ETS's kept count, no token of the equal-reward group (ETS keeps some), and its logged share is 0."""
+    outs, stats = {}, {}
+    for rule in ("entropy", "entropy_nonzero_omega"):
+        trainer = make_trainer(tmp_path, token_selection=rule, selection_entropy_source="scoring_pass",
+                               reward=one_group_constant_reward)
+        seed = next(s for s in range(20) if generation_batch(trainer, s)["advantages"][:4].abs().sum() > 0)
+        outs[rule] = out = generation_batch(trainer, seed)
+        stats[rule] = trainer._pending_stats["train"][-1]
+    out, ets = outs["entropy_nonzero_omega"], outs["entropy"]
+    assert torch.equal(out["completion_ids"], ets["completion_ids"])  # the same batch
+    adv, mask = out["advantages"], out["completion_mask"].bool()
+    assert torch.all(adv[4:] == 0) and adv[:4].abs().sum() > 0
+    _, ent = trainer.scoring_pass(out)
+    omega = adv.unsqueeze(1).expand_as(ent)  # on-policy, beta 0
+    keep = out["selection_mask"]
+    assert torch.equal(keep, select_top_fraction(ets_nonzero_omega_scores(ent, omega), mask, 0.2))
+    assert int(keep.sum()) == int(ets["selection_mask"].sum()) == kept_count(int(mask.sum()), 0.2)
+    assert not (keep & ~mask).any() and not keep[4:].any()
+    assert ets["selection_mask"][4:].any(), "this batch does not tell the control from ETS"
+    assert stats["entropy_nonzero_omega"]["zero_advantage_kept_share"].item() == 0.0
+    assert stats["entropy"]["zero_advantage_kept_share"].item() > 0.0
+    assert stats["entropy_nonzero_omega"]["overlap"].item() < 1.0  # the overlap is with ETS's ranking
+
+
+def test_control_rule_off_policy_ranks_clipped_tokens_last(tmp_path):
+    """Microbatch scope with a live ratio: omega is 0 where the clip branch is active (A != 0), so the control ranks
+    those tokens after every token that moves: the same omega as GMTS, exact off-policy."""
+    trainer = make_trainer(tmp_path, token_selection="entropy_nonzero_omega", selection_scope="microbatch",
+                           gradient_accumulation_steps=1, per_device_train_batch_size=16)
+    batch = prepared_batch(len(trainer.processing_class), groups=4, group_size=4)
+    with torch.no_grad():
+        logps, _ = trainer.scoring_pass(batch)
+    batch["old_per_token_logps"] = logps + 0.4 * torch.randn(logps.shape, generator=torch.Generator().manual_seed(1))
+    seen, select = [], trainer._select_across_processes
+
+    def spy_select(entropy, omega, mask, *args, **kwargs):
+        keep, n = select(entropy, omega, mask, *args, **kwargs)
+        seen.append((entropy, omega, mask.bool(), keep))
+        return keep, n
+
+    trainer._select_across_processes = spy_select
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.compute_loss(trainer.model, batch).backward()
+    entropy, omega, valid, keep = seen[0]
+    a = batch["advantages"].unsqueeze(1).expand_as(omega)
+    clipped = valid & (a != 0) & (omega == 0)
+    assert clipped.any() and (valid & ~clipped & (omega != 0)).sum() >= keep.sum()
+    assert not (keep & (omega == 0)).any()
+    assert torch.equal(keep, select_top_fraction(ets_nonzero_omega_scores(entropy, omega), valid, 0.2))
 
 
 def test_dropped_tokens_get_exactly_zero_gradient_through_prepare_inputs_with_accumulation(tmp_path):
