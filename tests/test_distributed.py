@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from selection import gmts_scores, kept_count, select_top_fraction
+from selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
 from tiny import free_port
+
+CASES = ["batch-gmts", "group-gmts", "microbatch-gmts", "batch-entropy_nonzero_omega"]  # as dist_selection.py runs them
+SCORES = {"gmts": gmts_scores, "entropy_nonzero_omega": ets_nonzero_omega_scores}
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +24,7 @@ def records(tmp_path_factory):
            str(Path(__file__).parent / "dist_selection.py"), str(out)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    return {scope: [torch.load(out / f"{scope}-rank{r}.pt") for r in (0, 1)] for scope in ("batch", "group", "microbatch")}
+    return {case: [torch.load(out / f"{case}-rank{r}.pt") for r in (0, 1)] for case in CASES}
 
 
 def _concat(parts, key):
@@ -29,11 +32,12 @@ def _concat(parts, key):
     return torch.cat([torch.nn.functional.pad(p[key], (0, width - p[key].size(1))) for p in parts])
 
 
-@pytest.mark.parametrize("scope", ["batch", "group", "microbatch"])
-def test_union_of_process_masks_is_the_single_process_mask(records, scope):
-    parts = records[scope]
+@pytest.mark.parametrize("case", CASES)
+def test_union_of_process_masks_is_the_single_process_mask(records, case):
+    parts = records[case]
+    scope, rule = case.split("-")
     entropy, omega, mask, keep = (_concat(parts, k) for k in ("entropy", "omega", "mask", "keep"))
-    single = select_top_fraction(gmts_scores(entropy, omega), mask, 0.2, group_size=parts[0]["group_size"])
+    single = select_top_fraction(SCORES[rule](entropy, omega), mask, 0.2, group_size=parts[0]["group_size"])
     assert torch.equal(keep, single)
     assert parts[0]["kept_global"] == parts[1]["kept_global"] == int(keep.sum())
     if scope != "group":
