@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RULES = ("entropy", "gmts")
+RULES = ("entropy", "gmts", "entropy_nonzero_omega")  # ETS, GMTS, the control arm ets_nz
 SCOPES = ("batch", "group", "microbatch")
 
 
@@ -55,7 +55,8 @@ def compare(out_dir: Path) -> list[dict]:
     import torch
 
     sys.path[:0] = [str(ROOT)]
-    from selection import ets_scores, gmts_scores, select_top_fraction
+    from gmts_trainer import RULE_SCORES
+    from selection import select_top_fraction
 
     rows = []
     for rule in RULES:
@@ -64,7 +65,7 @@ def compare(out_dir: Path) -> list[dict]:
             width = max(p["mask"].size(1) for p in parts)
             cat = {k: torch.cat([torch.nn.functional.pad(p[k], (0, width - p[k].size(1))) for p in parts])
                    for k in ("entropy", "omega", "mask", "keep")}
-            scores = ets_scores(cat["entropy"]) if rule == "entropy" else gmts_scores(cat["entropy"], cat["omega"])
+            scores = RULE_SCORES[rule](cat["entropy"], cat["omega"])
             single = select_top_fraction(scores, cat["mask"], 0.2, group_size=parts[0]["group_size"])
             rows.append({"rule": rule, "scope": scope, "devices": [p["device"] for p in parts],
                          "valid_tokens": int(cat["mask"].sum()), "kept_by_2_processes": int(cat["keep"].sum()),
@@ -99,7 +100,7 @@ def main() -> int:
               "all_identical": all(r["identical"] and r["kept_global_agrees"] for r in rows)}
     Path(args.out).write_text(json.dumps(result, indent=1))
     for r in rows:
-        print(f"{r['rule']:8s} {r['scope']:10s} kept {r['kept_by_2_processes']} / {r['valid_tokens']} "
+        print(f"{r['rule']:21s} {r['scope']:10s} kept {r['kept_by_2_processes']} / {r['valid_tokens']} "
               f"identical={r['identical']} on {r['devices']}")
     print("all identical:", result["all_identical"])
     return 0 if result["all_identical"] else 1
