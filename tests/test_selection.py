@@ -285,6 +285,17 @@ def _reference_nonzero_omega_keep(entropy, omega, mask, ratio):
     return keep.reshape(entropy.shape)
 
 
+def scoped(batch, group_size):
+    """The batch cut to whole groups of group_size rows, and each scope's row slice (one: the batch scope); None when
+    not one whole group fits."""
+    entropy, omega, mask = batch
+    size = group_size or entropy.size(0)
+    rows = entropy.size(0) - entropy.size(0) % size
+    if rows == 0:
+        return None
+    return entropy[:rows], omega[:rows], mask[:rows], [slice(g, g + size) for g in range(0, rows, size)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(entropy_omega_batches(), RATIOS)
 def test_nonzero_omega_rule_is_the_rule_written_by_hand(batch, ratio):
@@ -297,11 +308,9 @@ def test_nonzero_omega_rule_is_the_rule_written_by_hand(batch, ratio):
 @given(entropy_omega_batches(), RATIOS, st.sampled_from([None, 1, 2, 3]))
 def test_nonzero_omega_rule_is_ets_when_no_omega_is_zero(batch, ratio, group_size):
     """(a) Every valid token has omega != 0: the control keeps exactly what ETS keeps (batch and group scope)."""
-    entropy, omega, mask = batch
-    rows = entropy.size(0) - entropy.size(0) % (group_size or 1)
-    if rows == 0:
+    if (cut := scoped(batch, group_size)) is None:
         return
-    entropy, omega, mask = entropy[:rows], omega[:rows], mask[:rows]
+    entropy, omega, mask, _ = cut
     omega = torch.where(omega == 0, torch.full_like(omega, -0.25), omega)
     assert torch.equal(select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, ratio, group_size),
                        select_top_fraction(ets_scores(entropy), mask, ratio, group_size))
@@ -311,15 +320,11 @@ def test_nonzero_omega_rule_is_ets_when_no_omega_is_zero(batch, ratio, group_siz
 @given(entropy_omega_batches(), RATIOS, st.sampled_from([None, 1, 2, 4]))
 def test_nonzero_omega_rule_never_keeps_a_zero_omega_token_while_a_nonzero_one_is_left(batch, ratio, group_size):
     """(b) Within a scope, a valid token with omega == 0 is kept only once every valid token with omega != 0 is."""
-    entropy, omega, mask = batch
-    rows = entropy.size(0) - entropy.size(0) % (group_size or 1)
-    if rows == 0:
+    if (cut := scoped(batch, group_size)) is None:
         return
-    entropy, omega, mask = entropy[:rows], omega[:rows], mask[:rows]
+    entropy, omega, mask, scopes = cut
     keep = select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, ratio, group_size)
-    size = group_size or rows
-    for g in range(rows // size):
-        sl = slice(g * size, (g + 1) * size)
+    for sl in scopes:
         kept_zero = (keep[sl] & mask[sl] & (omega[sl] == 0)).any()
         left_nonzero = (~keep[sl] & mask[sl] & (omega[sl] != 0)).any()
         assert not (kept_zero and left_nonzero)
@@ -330,17 +335,12 @@ def test_nonzero_omega_rule_never_keeps_a_zero_omega_token_while_a_nonzero_one_i
 def test_nonzero_omega_rule_keeps_as_many_tokens_as_ets_and_gmts_and_no_padding(batch, ratio, group_size):
     """(c) The same kept count as ETS and GMTS for the same mask, scope and ratio; (d) never a padding position
     (padding here has the largest entropy and omega != 0)."""
-    entropy, omega, mask = batch
-    rows = entropy.size(0) - entropy.size(0) % (group_size or 1)
-    if rows == 0:
+    if (cut := scoped(batch, group_size)) is None:
         return
-    entropy, omega, mask = entropy[:rows], omega[:rows], mask[:rows]
-    keep = select_top_fraction(ets_nonzero_omega_scores(entropy, omega), mask, ratio, group_size)
-    ets = select_top_fraction(ets_scores(entropy), mask, ratio, group_size)
-    gmts = select_top_fraction(gmts_scores(entropy, omega), mask, ratio, group_size)
-    size = group_size or rows
-    for g in range(rows // size):
-        sl = slice(g * size, (g + 1) * size)
+    entropy, omega, mask, scopes = cut
+    keep, ets, gmts = (select_top_fraction(scores, mask, ratio, group_size) for scores in (
+        ets_nonzero_omega_scores(entropy, omega), ets_scores(entropy), gmts_scores(entropy, omega)))
+    for sl in scopes:
         n = int(keep[sl].sum())
         assert n == int(ets[sl].sum()) == int(gmts[sl].sum()) == kept_count(int(mask[sl].sum()), ratio)
     assert not (keep & ~mask).any(), "a padding position was kept"
