@@ -110,3 +110,48 @@ def test_the_base_evaluation_cache_key_ignores_it_and_results_record_it():
     assert recipe.eval_record(off[0], off[2], off[1], [], "cuda") == recipe.eval_record(on[0], on[2], on[1], [], "cuda")
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert "generation_grouped_attention" in recipe.GENERATION_OPTIONS
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_matmul_kernel_decodes_what_sdpa_decodes(static, monkeypatch):
+    """The `matmul` kernel (eager's formulation on the folded shapes) on left-padded rows: in float32 the same logits
+    and tokens as transformers' sdpa, every decoding step of every layer through the two matrix products."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, hidden=64).eval()
+    batch = tok(["1+2=", "12+34=56?", "7="], return_tensors="pt", padding=True)
+    seq_ref, logits_ref = _generate(model, batch, static)
+    calls = []
+    original = attention._matmul_attention
+
+    def spy(q, *args, **kwargs):
+        calls.append(tuple(q.shape))
+        return original(q, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "_matmul_attention", spy)
+    with attention.grouped_query_attention(model, kernel="matmul"):
+        assert model.config._attn_implementation == attention.NAME_MATMUL
+        seq, logits = _generate(model, batch, static)
+    assert model.config._attn_implementation == "sdpa"
+    assert len(calls) == 5 * model.config.num_hidden_layers and set(calls) == {(3, 2, 2, 16)}
+    torch.testing.assert_close(logits, logits_ref, rtol=1e-5, atol=1e-5)
+    assert torch.equal(seq, seq_ref)
+
+
+@pytest.mark.parametrize("boolean", [True, False])
+def test_matmul_attention_equals_sdpa_with_either_mask_form(boolean):
+    """transformers builds boolean masks for sdpa (True: attend); an additive float mask must give the same."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(shape, generator=g, dtype=torch.float64) for shape in ((3, 2, 6, 8), (3, 2, 5, 8),
+                                                                                  (3, 2, 5, 8)))
+    attend = torch.rand(3, 1, 1, 5, generator=g) > 0.3
+    attend[..., -1] = True  # the current position: never a row without a key
+    attend = attend.expand(3, 1, 6, 5)
+    mask = attend if boolean else torch.zeros(attend.shape, dtype=torch.float64).masked_fill(~attend, float("-inf"))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attend, scale=0.3)
+    torch.testing.assert_close(attention._matmul_attention(q, k, v, mask, 0.3), expected)
+
+
+def test_unknown_kernel_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="use one of sdpa, matmul"), \
+            attention.grouped_query_attention(tiny_model(tiny_tokenizer()), kernel="flash"):
+        pass
