@@ -52,12 +52,12 @@ def deferred_stop_check() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def decoding_options(model, grouped_attention: bool, deferred_stop: bool) -> Iterator[None]:
+def decoding_options(model, grouped_attention: bool, deferred_stop: bool, kernel: str = "sdpa") -> Iterator[None]:
     """The decoding options training generation and evaluation share, entered the same way for both:
-    `attention.grouped_query_attention` and `deferred_stop_check`."""
+    `attention.grouped_query_attention` (with its kernel for the folded call) and `deferred_stop_check`."""
     with contextlib.ExitStack() as stack:
         if grouped_attention:
-            stack.enter_context(grouped_query_attention(model))
+            stack.enter_context(grouped_query_attention(model, kernel))
         if deferred_stop:
             stack.enter_context(deferred_stop_check())
         yield

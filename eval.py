@@ -76,14 +76,16 @@ def decoding_plan(device_type: str, fast: bool) -> tuple[bool, bool]:
 def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: int, max_new_tokens: int,
                      temperature: float = 1.0, batch_size: int = 32, progress: bool = True,
                      sampling: Sampling | None = None, fast: bool = False,
-                     grouped_attention: bool = False, deferred_stop: bool = False) -> list[list[str]]:
+                     grouped_attention: bool = False, deferred_stop: bool = False,
+                     decode_kernel: str = "sdpa") -> list[list[str]]:
     """k sampled completions per prompt, seeded. Returns texts, one list per prompt (in the order given).
 
     Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
     adapter folded into the weights (bit-exact restore after); on a GPU also a static KV cache (a growing cache copies
     itself every token step) and compiled decoding with CUDA graphs, with batches padded to one size so the compiled
     decoder is reused. The first fast call on a GPU compiles (about 30 s for a 1.5B model); the sampler is the same.
-    See `decoding_plan` for what runs where. `grouped_attention`: decode through `attention.grouped_query_attention`;
+    See `decoding_plan` for what runs where. `grouped_attention`: decode through `attention.grouped_query_attention`
+    (`decode_kernel`: its folded call through "sdpa" or "matmul");
     `deferred_stop`: through `decoding.deferred_stop_check` (CUDA only; a batch that ends before `max_new_tokens`
     then draws once more from the random stream, which moves the next batch's samples).
     """
@@ -115,7 +117,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
             if fast:
                 stack.enter_context(merged_lora(model))
                 stack.enter_context(without_input_grad_hooks(model))
-            stack.enter_context(decoding_options(model, grouped_attention, deferred_stop))
+            stack.enter_context(decoding_options(model, grouped_attention, deferred_stop, decode_kernel))
             bar = stack.enter_context(tqdm(total=len(flat), desc=f"eval (seed {seed})", unit="sample",
                                            disable=not progress))
             for start in range(0, len(order), batch_size):
@@ -149,7 +151,8 @@ def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:
 def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: int = 0, max_new_tokens: int = 256,
                        temperature: float = 1.0, batch_size: int = 32, system_prompt: str | None = None,
                        progress: bool = True, sampling: Sampling | None = None, fast: bool = False,
-                       grouped_attention: bool = False, deferred_stop: bool = False) -> dict:
+                       grouped_attention: bool = False, deferred_stop: bool = False,
+                       decode_kernel: str = "sdpa") -> dict:
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds"}."""
     import time
 
@@ -160,7 +163,7 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     prompts = [to_prompt(t["question"], resolve_prompt(system_prompt)) for t in tasks]
     samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress,
                                sampling=sampling, fast=fast, grouped_attention=grouped_attention,
-                               deferred_stop=deferred_stop)
+                               deferred_stop=deferred_stop, decode_kernel=decode_kernel)
     t1 = time.perf_counter()
     records = score_samples(samples, tasks)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,

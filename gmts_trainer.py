@@ -34,7 +34,8 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
    so that prompts of another length reuse the compiled decoder instead of recompiling it every step, and compiled
    with static shapes (`static_compile_config`).
 9. Optional (`generation_grouped_attention`): decoding steps attend through `attention.grouped_sdpa_forward`, the
-   same attention without transformers' per-step copy of the key/value cache for every query head.
+   same attention without transformers' per-step copy of the key/value cache for every query head;
+   `generation_decode_kernel` "matmul" computes its folded call as two matrix products (eager's formulation).
 10. After generation and every no-grad scoring pass, `drop_duplicate_input_grad_hooks`: TRL turns gradient
     checkpointing off and on around them, and each time transformers adds an input-grad hook it never removes.
 11. Optional (`generation_deferred_stop`): on CUDA, decoding reads the all-rows-finished flag one step late
@@ -84,6 +85,7 @@ from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
+from attention import KERNELS
 from decoding import decoding_options
 from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, select_top_fraction,
                        selection_stats, update_cosine)
@@ -163,6 +165,14 @@ class GMTSConfig(GRPOConfig):
                           "only). Same tokens; when every row stops before the limit, the cut extra step advances the "
                           "random stream for the next call. Also used by the recipe's fast evaluation."},
     )
+    generation_decode_kernel: str = field(
+        default="sdpa",
+        metadata={"help": "With generation_grouped_attention: the folded decoding call through PyTorch's fused "
+                          "kernel ('sdpa') or as transformers' eager attention computes it, two batched matrix "
+                          "products ('matmul': reads the cache at full bandwidth where the fused kernel, made for long "
+                          "queries, does not; attention.py). Same attention, other bf16 rounding. Also used by the "
+                          "recipe's fast evaluation."},
+    )
     lora_autocast_inputs: bool = field(
         default=True,
         metadata={"help": "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's "
@@ -188,6 +198,7 @@ def check_selection_config(args: GMTSConfig) -> None:
     _choice("selection_scope", args.selection_scope, SELECTION_SCOPES)
     _choice("selection_normalizer", args.selection_normalizer, SELECTION_NORMALIZERS)
     _choice("selection_entropy_source", args.selection_entropy_source, ENTROPY_SOURCES)
+    _choice("generation_decode_kernel", args.generation_decode_kernel, tuple(KERNELS))
     r = args.selection_ratio
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
         raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
@@ -560,8 +571,9 @@ class GMTSTrainer(GRPOTrainer):
                 stack.enter_context(lora_input_casting(model, enabled=True))
             if self.args.generation_merge_adapter and not self.use_vllm:
                 stack.enter_context(merged_lora(model))
-            stack.enter_context(decoding_options(model, self.args.generation_grouped_attention,
-                                                 self.args.generation_deferred_stop))
+            cfg = self.args
+            stack.enter_context(decoding_options(model, cfg.generation_grouped_attention,
+                                                 cfg.generation_deferred_stop, cfg.generation_decode_kernel))
             if self.args.generation_compile:
                 self.generation_config.max_cache_len = compile_cache_length(
                     prompt_ids, self.max_completion_length, self.pad_to_multiple_of)

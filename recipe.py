@@ -76,7 +76,8 @@ NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "loggi
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "ets_nz_learning_rate",
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
-              "generation_deferred_stop", "lora_autocast_inputs", "save_minutes", "set_fields",
+              "generation_deferred_stop", "generation_decode_kernel", "lora_autocast_inputs", "save_minutes",
+              "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -84,7 +85,7 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
-                      "cudnn_attention", "generation_deferred_stop", "lora_autocast_inputs")
+                      "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "lora_autocast_inputs")
 
 
 @dataclass
@@ -339,9 +340,9 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     """What decides a base evaluation, and nothing else (not the training seed, learning rate or other trainer
     fields): two runs with the same record share their base evaluations. What changes which samples are drawn is in
     it (eval_fast pads batches, so the random stream differs); what computes the same numbers with other rounding is
-    not, as the GPU model is not: `generation_grouped_attention` (attention.py). `generation_deferred_stop` returns the
-    same tokens per batch but can move the random stream between batches, so it is in the record when on (and absent
-    when off, so that records made before it existed keep their key)."""
+    not, as the GPU model is not: `generation_grouped_attention` and its `generation_decode_kernel` (attention.py).
+    `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
+    is in the record when on (and absent when off, so that records made before it existed keep their key)."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
@@ -617,7 +618,8 @@ class Run:
                                   batch_size=r.eval_batch_size, system_prompt=r.system_prompt,
                                   sampling=sampling(r, self.train_args), fast=r.eval_fast,
                                   grouped_attention=self.train_args.generation_grouped_attention,
-                                  deferred_stop=self.train_args.generation_deferred_stop)
+                                  deferred_stop=self.train_args.generation_deferred_stop,
+                                  decode_kernel=self.train_args.generation_decode_kernel)
 
     def build_trainer(self, arm: str, train_tasks):
         """(GMTSTrainer, its GMTSConfig) for one arm, as train_arm trains it; bench/step.py times this very trainer."""

@@ -9,8 +9,8 @@ seed for both: the share of identical completions says how far the option moved 
 - `--option deferred_stop`: the all-rows-finished flag read every step against one step late
   (`decoding.deferred_stop_check`), both with grouped attention; the same tokens are expected.
 - `--option decode_kernel`: grouped attention's folded call through PyTorch's fused kernel against two matrix
-  products (`attention.grouped_query_attention(model, kernel="matmul")`: transformers' eager formulation), both with
-  deferred stop; other bf16 rounding, so some samples move.
+  products (`generation_decode_kernel: matmul`, attention.py: transformers' eager formulation), both with deferred
+  stop; other bf16 rounding, so some samples move.
 
     python bench/decode_options.py --model smollm2-135m-instruct --gsm8k_path DIR --out bench/grouped-attention-h200.json
     python bench/decode_options.py --option deferred_stop --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
@@ -87,24 +87,15 @@ def main(argv: list[str] | None = None) -> int:
            "rows": []}
     title, *labels, _ = OPTIONS[args.option]
     texts = {}
-    import contextlib
-
-    from attention import grouped_query_attention
-
     for on in (False, True):
-        kernel = None
         if args.option == "grouped_attention":
             options = {"grouped_attention": on}
         elif args.option == "deferred_stop":
             options = {"grouped_attention": True, "deferred_stop": on}
-        else:  # the kernel is entered here, around the call: generate_samples then leaves attention as it finds it
-            kernel = "matmul" if on else "sdpa"
-            options = {"grouped_attention": False, "deferred_stop": True}
-
-        def run():
-            with grouped_query_attention(model, kernel) if kernel else contextlib.nullcontext():
-                return generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=args.new_tokens,
-                                        batch_size=len(prompts), progress=False, fast=True, **options)
+        else:
+            options = {"grouped_attention": True, "deferred_stop": True, "decode_kernel": "matmul" if on else "sdpa"}
+        run = lambda: generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=args.new_tokens,  # noqa: E731
+                                       batch_size=len(prompts), progress=False, fast=True, **options)
         t0 = time.perf_counter()
         run()  # compiles
         first = time.perf_counter() - t0
@@ -117,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
             if device == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-        if kernel:
-            options = {**options, "grouped_attention": True, "decode_kernel": kernel}
         row = {"label": labels[on], "options": options, "first_s": first, "seconds": min(times),
                "times_s": times, "ms_per_token_step": 1000 * min(times) / args.new_tokens}
         out["rows"].append(row)

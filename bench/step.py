@@ -468,14 +468,14 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
             model, tok, prompts, k=k, seed=recipe_args.base_eval_seeds[0], max_new_tokens=n,
             batch_size=recipe_args.eval_batch_size, progress=False, sampling=sampling(recipe_args, train_args),
             fast=recipe_args.eval_fast, grouped_attention=train_args.generation_grouped_attention,
-            deferred_stop=train_args.generation_deferred_stop)
+            deferred_stop=train_args.generation_deferred_stop, decode_kernel=train_args.generation_decode_kernel)
 
     static, compiled = evaluation_module.decoding_plan(device.type, recipe_args.eval_fast)
     out = {"model": None, "samples": len(prompts) * k,
            "rows_per_batch": batch_rows, "prompts": len(prompts), "max_new_tokens": new_tokens,
            "batch_size": recipe_args.eval_batch_size, "fast": recipe_args.eval_fast, "static_cache": static,
            "grouped_attention": train_args.generation_grouped_attention,
-           "deferred_stop": train_args.generation_deferred_stop,
+           "deferred_stop": train_args.generation_deferred_stop, "decode_kernel": train_args.generation_decode_kernel,
            "compiled_decoding": compiled, "full_test_batches": -(-len(heldout) * k // batch_rows),
            "parameter_dtype": str(next(model.parameters()).dtype), "prompt_tokens_max": max(prompt_lengths),
            "prompt_tokens_mean": statistics.mean(prompt_lengths), "dynamo": {},
@@ -632,7 +632,8 @@ def run(argv: list[str]) -> dict:
                       "sum_tolerance_s": SUM_TOLERANCE_S, "cudnn_attention": recipe_args.cudnn_attention,
                       "generation_options": {k: getattr(args_used, k) for k in (
                           "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
-                          "generation_deferred_stop", "bf16", "gradient_checkpointing", "lora_autocast_inputs")},
+                          "generation_deferred_stop", "generation_decode_kernel", "bf16", "gradient_checkpointing",
+                          "lora_autocast_inputs")},
                       "lora_autocast_inputs_on": trainer.lora_autocast_inputs_on}
     result["step_profile"] = step_profile
     result["dynamo"].update(training_first_step=counters_delta(before, clock.counters_after_first_step),

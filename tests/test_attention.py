@@ -110,6 +110,12 @@ def test_the_base_evaluation_cache_key_ignores_it_and_results_record_it():
     assert recipe.eval_record(off[0], off[2], off[1], [], "cuda") == recipe.eval_record(on[0], on[2], on[1], [], "cuda")
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert "generation_grouped_attention" in recipe.GENERATION_OPTIONS
+    kernel = recipe.parse([*flags, "--generation_grouped_attention", "true", "--generation_decode_kernel", "matmul"])
+    assert kernel[1].generation_decode_kernel == "matmul"
+    assert recipe.eval_record(off[0], off[2], off[1], [], "cuda") == recipe.eval_record(kernel[0], kernel[2], kernel[1],
+                                                                                          [], "cuda")
+    assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*kernel[:3]))
+    assert "generation_decode_kernel" in recipe.GENERATION_OPTIONS
 
 
 @pytest.mark.parametrize("static", [False, True])
@@ -155,3 +161,48 @@ def test_unknown_kernel_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="use one of sdpa, matmul"), \
             attention.grouped_query_attention(tiny_model(tiny_tokenizer()), kernel="flash"):
         pass
+
+
+def _count_matmul(monkeypatch) -> list:
+    calls = []
+    original = attention._matmul_attention
+
+    def counting(q, *args, **kwargs):
+        calls.append(tuple(q.shape))
+        return original(q, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "_matmul_attention", counting)
+    return calls
+
+
+def test_training_generation_and_evaluation_take_the_matmul_kernel_from_the_config(tmp_path, monkeypatch):
+    """generation_decode_kernel reaches both decoders (the trainer's generation and eval.generate_samples) and gives
+    the same completions as sdpa in float32."""
+    from eval import generate_samples
+    from test_trainer import generation_batch, make_trainer
+
+    plain = generation_batch(make_trainer(tmp_path / "a"))
+    forwards = []
+    original = attention.grouped_matmul_forward
+
+    def counting(module, query, *args, **kwargs):
+        forwards.append(query.shape[2])
+        return original(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "grouped_matmul_forward", counting)
+    trainer = make_trainer(tmp_path / "b", generation_grouped_attention=True, generation_decode_kernel="matmul")
+    assert torch.equal(generation_batch(trainer)["completion_ids"], plain["completion_ids"])
+    # the trainer's decoder attended through the matmul kernel's function (its equal-length prompts need no mask, so
+    # the folded call itself is exercised by the evaluation below, whose prompts are left-padded)
+    assert forwards.count(1) >= 2 * trainer.model.config.num_hidden_layers
+    calls = _count_matmul(monkeypatch)
+
+    tok = tiny_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
+    model = tiny_model(tok, hidden=64)
+    prompts = [[{"role": "user", "content": c}] for c in ("1+1", "123+45", "9")]
+    reference = generate_samples(model, tok, prompts, k=2, seed=5, max_new_tokens=5, progress=False, fast=True)
+    matmul = generate_samples(model, tok, prompts, k=2, seed=5, max_new_tokens=5, progress=False, fast=True,
+                              grouped_attention=True, decode_kernel="matmul")
+    assert matmul == reference and len(calls) == 4 * model.config.num_hidden_layers  # 4 decoding steps
+    assert model.config._attn_implementation == "sdpa"

@@ -62,6 +62,7 @@ def test_sequence_level_importance_sampling_is_refused_with_selection_on(tmp_pat
 @pytest.mark.parametrize("field,value,match", [
     ("token_selection", "entropyy", "token_selection='entropyy' is not one of all, entropy, gmts, entropy_nonzero_omega"),
     ("selection_scope", "global", "selection_scope='global' is not one of batch, microbatch, group"),
+    ("generation_decode_kernel", "flash", "generation_decode_kernel='flash' is not one of sdpa, matmul"),
     ("selection_ratio", 0.0, r"selection_ratio=0.0 must be in \(0, 1\]"),
     ("selection_ratio", 1.2, r"selection_ratio=1.2 must be in \(0, 1\]"),
     ("loss_type", "cispo", "needs a clipped-surrogate loss"),
