@@ -57,16 +57,25 @@ def test_restored_after_an_error():
     assert model.config._attn_implementation == "sdpa"
 
 
-def _count_grouped(monkeypatch) -> list:
+def _spy(monkeypatch, name: str, record) -> list:
+    """Wrap attention.<name>: each call appends record(*its positional args) to the returned list."""
     calls = []
-    original = attention.grouped_sdpa_forward
+    original = getattr(attention, name)
 
-    def counting(module, query, *args, **kwargs):
-        calls.append(query.shape[2])
-        return original(module, query, *args, **kwargs)
+    def counting(*args, **kwargs):
+        calls.append(record(*args))
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(attention, "grouped_sdpa_forward", counting)
+    monkeypatch.setattr(attention, name, counting)
     return calls
+
+
+def _count_grouped(monkeypatch) -> list:  # query lengths of the grouped forward's calls
+    return _spy(monkeypatch, "grouped_sdpa_forward", lambda module, query, *rest: query.shape[2])
+
+
+def _count_matmul(monkeypatch) -> list:  # folded query shapes of the matmul kernel's calls
+    return _spy(monkeypatch, "_matmul_attention", lambda q, *rest: tuple(q.shape))
 
 
 def test_evaluation_samples_the_same_through_grouped_attention(monkeypatch):
@@ -126,14 +135,7 @@ def test_matmul_kernel_decodes_what_sdpa_decodes(static, monkeypatch):
     model = tiny_model(tok, hidden=64).eval()
     batch = tok(["1+2=", "12+34=56?", "7="], return_tensors="pt", padding=True)
     seq_ref, logits_ref = _generate(model, batch, static)
-    calls = []
-    original = attention._matmul_attention
-
-    def spy(q, *args, **kwargs):
-        calls.append(tuple(q.shape))
-        return original(q, *args, **kwargs)
-
-    monkeypatch.setattr(attention, "_matmul_attention", spy)
+    calls = _count_matmul(monkeypatch)
     with attention.grouped_query_attention(model, kernel="matmul"):
         assert model.config._attn_implementation == attention.NAME_MATMUL
         seq, logits = _generate(model, batch, static)
@@ -163,18 +165,6 @@ def test_unknown_kernel_is_refused_with_the_choices():
         pass
 
 
-def _count_matmul(monkeypatch) -> list:
-    calls = []
-    original = attention._matmul_attention
-
-    def counting(q, *args, **kwargs):
-        calls.append(tuple(q.shape))
-        return original(q, *args, **kwargs)
-
-    monkeypatch.setattr(attention, "_matmul_attention", counting)
-    return calls
-
-
 def test_training_generation_and_evaluation_take_the_matmul_kernel_from_the_config(tmp_path, monkeypatch):
     """generation_decode_kernel reaches both decoders (the trainer's generation and eval.generate_samples) and gives
     the same completions as sdpa in float32."""
@@ -182,14 +172,7 @@ def test_training_generation_and_evaluation_take_the_matmul_kernel_from_the_conf
     from test_trainer import generation_batch, make_trainer
 
     plain = generation_batch(make_trainer(tmp_path / "a"))
-    forwards = []
-    original = attention.grouped_matmul_forward
-
-    def counting(module, query, *args, **kwargs):
-        forwards.append(query.shape[2])
-        return original(module, query, *args, **kwargs)
-
-    monkeypatch.setattr(attention, "grouped_matmul_forward", counting)
+    forwards = _spy(monkeypatch, "grouped_matmul_forward", lambda module, query, *rest: query.shape[2])
     trainer = make_trainer(tmp_path / "b", generation_grouped_attention=True, generation_decode_kernel="matmul")
     assert torch.equal(generation_batch(trainer)["completion_ids"], plain["completion_ids"])
     # the trainer's decoder attended through the matmul kernel's function (its equal-length prompts need no mask, so
