@@ -14,7 +14,8 @@ editor re-sealed it; the recomputed summaries show every summary number follows 
 shows that the records came from a run: a forger who writes records and calls `seal` passes both checks.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
-and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz and ETS-nz vs ETS):
+and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz
+and ETS-nz vs ETS):
 - moved: the interval lies above zero and the delta exceeds the noise floor.
 - collapsed (vs the base) / regressed (between arms): the interval lies below zero and the delta is below minus the
   noise floor.
@@ -42,8 +43,9 @@ ARMS = ("grpo", "ets", "gmts", "ets_nz")  # ets_nz: the control (ETS, omega == 0
 ARM_LABELS = {"grpo": "GRPO (all tokens)", "ets": "ETS (top-20% entropy)", "gmts": "GMTS (top-20% |entropy x omega|)",
               "ets_nz": "ETS-nz (top-20% entropy, omega != 0 first)"}
 SHORT_NAMES = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz"}
-# (a, b): delta = a - b, for the pairs a file holds. GMTS - ETS-nz: the |advantage| weighting at one kept count without
-# zero-omega slots; ETS-nz - ETS: what skipping the zero-omega slots (a larger effective step) alone does.
+# (a, b): delta = a - b, for the pairs a file holds (sweep.py pools the same pairs over seeds). GMTS - ETS-nz: the
+# |advantage| weighting at one kept count without zero-omega slots; ETS-nz - ETS: what skipping the zero-omega slots
+# (a larger effective step) alone does.
 COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"), ("gmts", "ets_nz"), ("ets_nz", "ets"))
 
 

@@ -63,8 +63,9 @@ ranked over the whole generation batch in "batch" and "group" scope, does not ca
 
 Refused at construction, with the reason (`check_selection_config`), where selection would be inexact or undefined:
 per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for the rules that rank with omega (GMTS and
-the control entropy_nonzero_omega), off_policy_mask_threshold for them (a live-policy factor omega does not model), and importance_sampling_level="sequence" (GSPO: the sequence ratio
-carries every token's log-prob, so a dropped token would still get gradient through it).
+the control entropy_nonzero_omega), off_policy_mask_threshold for them (a live-policy factor omega does not model),
+and importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a dropped token
+would still get gradient through it).
 
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
 with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks
@@ -218,8 +219,9 @@ def check_selection_config(args: GMTSConfig) -> None:
         )
     if args.token_selection in OMEGA_RULES and args.loss_type not in PPO_CLIP_LOSSES:
         raise ValueError(
-            f"token_selection={args.token_selection!r} needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), where omega = "
-            f"A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient coefficient."
+            f"token_selection={args.token_selection!r} needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), "
+            f"where omega = A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient "
+            f"coefficient."
         )
     if args.token_selection in OMEGA_RULES and args.off_policy_mask_threshold is not None:
         raise ValueError("off_policy_mask_threshold drops answers by the live policy's divergence from the sampler, "
@@ -571,9 +573,9 @@ class GMTSTrainer(GRPOTrainer):
                 stack.enter_context(lora_input_casting(model, enabled=True))
             if self.args.generation_merge_adapter and not self.use_vllm:
                 stack.enter_context(merged_lora(model))
-            cfg = self.args
-            stack.enter_context(decoding_options(model, cfg.generation_grouped_attention,
-                                                 cfg.generation_deferred_stop, cfg.generation_decode_kernel))
+            stack.enter_context(decoding_options(model, self.args.generation_grouped_attention,
+                                                 self.args.generation_deferred_stop,
+                                                 self.args.generation_decode_kernel))
             if self.args.generation_compile:
                 self.generation_config.max_cache_len = compile_cache_length(
                     prompt_ids, self.max_completion_length, self.pad_to_multiple_of)

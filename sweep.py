@@ -37,15 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from check import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's: one list each
+from check import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
+
 SCHEMA = 1
-ARM_ORDER = ("grpo", "ets", "gmts", "ets_nz")
 # The control arm (ETS with omega == 0 tokens ranked last) gets a column in the tables only where a cell has it.
 CONTROL_ARMS = ("ets_nz",)
 ARM_COLUMNS = {"grpo": "GRPO (all tokens)", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz (omega != 0 first)"}
 ARM_COLORS = {"grpo": "tab:gray", "ets": "tab:blue", "gmts": "tab:red", "ets_nz": "tab:purple"}
-# (a, b): a - b, pooled wherever a cell holds both. gmts - ets_nz: the |advantage| weighting alone (same kept count,
-# no zero-omega slots in either); ets_nz - ets: skipping the zero-omega slots alone (the step-size confound).
-COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"), ("gmts", "ets_nz"), ("ets_nz", "ets"))
 # The gains over ETS the GMTS paper reports (pass@1, as fractions): the effects a grid must be able to detect.
 CLAIMED = {"gmts - ets": (0.013, 0.034)}
 POWER, MAX_SEEDS = 0.8, 1000

@@ -43,8 +43,11 @@ def _source(path: Path, root: Path) -> str:
     return str(path.relative_to(root))
 
 
+LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing")  # the switches each row records
+
+
 def _options(grouped: bool, deferred: bool, checkpointing: bool) -> dict:
-    return {"grouped_attention": grouped, "deferred_stop": deferred, "gradient_checkpointing": checkpointing}
+    return dict(zip(LEVER_KEYS, (grouped, deferred, checkpointing)))
 
 
 def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
@@ -76,7 +79,8 @@ def arm_rows(path: Path, root: Path) -> tuple[list[dict], list[dict]]:
     for arm, a in d["arms"].items():
         gen = a.get("generation_options", {})
         where = {**_options(bool(gen.get("generation_grouped_attention", False)),
-                            bool(gen.get("generation_deferred_stop", False)), bool(cfg.get("gradient_checkpointing", True))),
+                            bool(gen.get("generation_deferred_stop", False)),
+                            bool(cfg.get("gradient_checkpointing", True))),
                  "arms_per_gpu": 2 if (cell, arm) in SHARED else 1, "source": _source(path, root), "cell": cell,
                  "arm": arm}
         steps = [s["step_time"] for s in a["train_log"]]
@@ -111,7 +115,7 @@ def complete_runs(e2e: list[dict], evaluations: list[dict]) -> list[dict]:
         base_s = (evals["ets"] + evals["gmts"]) / 2
         arm_minutes = arms["ets"]["wall_minutes"] + arms["gmts"]["wall_minutes"]
         out.append({"cell": cell, "source": arms["ets"]["source"],
-                    **{k: arms["ets"][k] for k in ("grouped_attention", "deferred_stop", "gradient_checkpointing")},
+                    **{k: arms["ets"][k] for k in LEVER_KEYS},
                     "ets_wall_minutes": arms["ets"]["wall_minutes"], "gmts_wall_minutes": arms["gmts"]["wall_minutes"],
                     "base_evals": 3, "base_eval_estimate_s": base_s, "gpu_minutes": arm_minutes + 3 * base_s / 60,
                     "base_evals_estimated": "each as the mean of this cell's ETS and GMTS evaluation seconds"})
