@@ -29,13 +29,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+ROUNDING = "bf16 rounding moves the samples; on a CPU in float32 tests/test_attention.py finds equal logits and " \
+           "identical samples"  # both attention options compute the same attention with other rounding
 OPTIONS = {  # option: (column title, label off, label on, what the identical share means)
-    "grouped_attention": ("attention", "sdpa", "grouped", "bf16 rounding moves the samples; on a CPU in float32 "
-                          "tests/test_attention.py finds equal logits and identical samples"),
+    "grouped_attention": ("attention", "sdpa", "grouped", ROUNDING),
     "deferred_stop": ("stop check", "every step", "one step late", "the same tokens per call are expected; a batch "
                       "that ends early moves the random stream of the next"),
-    "decode_kernel": ("decoding attention", "sdpa kernel", "two matmuls", "bf16 rounding moves the samples; on a CPU "
-                      "in float32 tests/test_attention.py finds equal logits and identical samples"),
+    "decode_kernel": ("decoding attention", "sdpa kernel", "two matmuls", ROUNDING),
 }
 
 
