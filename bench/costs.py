@@ -4,8 +4,9 @@ Why a script: every real-model row it puts in bench/results-h200.json is recompu
 (its `source`), so tests/test_bench_costs.py fails on a hand-edited number. It reads:
 
 - bench/step-profile-h200-*.json (bench/step.py, Qwen2.5-Coder-1.5B-Instruct): the median step and one 880-row
-  evaluation batch, each with the speed options it ran with: grouped attention off ("off"), on ("on"), and on with
-  deferred stop and no gradient checkpointing ("all-levers"); the 32-row profile (one process of two) is
+  evaluation batch, each with the speed options it ran with: grouped attention off ("off"), on ("on"), on with
+  deferred stop and no gradient checkpointing ("all-levers"), and those with the two-matmul decode attention kernel
+  ("all-levers-matmul"); the 32-row profile (one process of two) is
   bench/scaling.py's, not a row of this table;
 - results/qwen/<cell>/results.json (the sweep): per arm, the median `step_time` of its train_log (first step, which
   compiles, apart), its full-test evaluation (generation + scoring seconds) and its wall minutes; an arm whose
@@ -43,11 +44,11 @@ def _source(path: Path, root: Path) -> str:
     return str(path.relative_to(root))
 
 
-LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing")  # the switches each row records
+LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing", "decode_kernel")  # each row records
 
 
-def _options(grouped: bool, deferred: bool, checkpointing: bool) -> dict:
-    return dict(zip(LEVER_KEYS, (grouped, deferred, checkpointing)))
+def _options(grouped: bool, deferred: bool, checkpointing: bool, kernel: str) -> dict:
+    return dict(zip(LEVER_KEYS, (grouped, deferred, checkpointing, kernel)))
 
 
 def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
@@ -57,7 +58,7 @@ def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
     d = json.loads(path.read_text())
     step, ev, gen = d["step"], d["eval"], d["step"].get("generation_options", {})
     options = _options(bool(ev["grouped_attention"]), bool(gen.get("generation_deferred_stop", False)),
-                       bool(gen.get("gradient_checkpointing", True)))
+                       bool(gen.get("gradient_checkpointing", True)), gen.get("generation_decode_kernel", "sdpa"))
     e2e = {"model": step["model"], "rows": step["rows"], "total_s": step["total_s"],
            "first_step_s": step["first_step_s"], "steps": step["steps_in_median"],
            "generation_s": step["median_step"]["generation"], "forward_s": step["median_step"]["forward"],
@@ -80,7 +81,8 @@ def arm_rows(path: Path, root: Path) -> tuple[list[dict], list[dict]]:
         gen = a.get("generation_options", {})
         where = {**_options(bool(gen.get("generation_grouped_attention", False)),
                             bool(gen.get("generation_deferred_stop", False)),
-                            bool(cfg.get("gradient_checkpointing", True))),
+                            bool(cfg.get("gradient_checkpointing", True)),
+                            gen.get("generation_decode_kernel", "sdpa")),
                  "arms_per_gpu": 2 if (cell, arm) in SHARED else 1, "source": _source(path, root), "cell": cell,
                  "arm": arm}
         steps = [s["step_time"] for s in a["train_log"]]
@@ -163,19 +165,23 @@ def _verdict(values: list[float], target: float | None) -> str:
     return "met by the median, not by the slowest" if statistics.median(values) <= target else "not met"
 
 
-LEVERS = ("off", "on", "all")  # the table's columns
+LEVERS = ("off", "on", "all", "matmul")  # the table's columns
 
 
 def levers(row: dict) -> str | None:
     """Which column a row belongs to: grouped attention off; on; on with deferred stop and gradient checkpointing
-    off (every lever of issue 11). Other mixes (none measured) belong to no column."""
+    off (every lever of issue 11); those with the two-matmul decode kernel. Other mixes (none measured) belong to no
+    column. Rows from before the kernel switch ran PyTorch's sdpa kernel."""
     grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
         row.get("gradient_checkpointing", True)
+    every_lever = grouped and deferred and not checkpointing
+    if row.get("decode_kernel", "sdpa") != "sdpa":
+        return "matmul" if every_lever else None
     if not grouped:
         return "off" if not deferred else None
     if not deferred and checkpointing:
         return "on"
-    return "all" if deferred and not checkpointing else None
+    return "all" if every_lever else None
 
 
 def _by_switch(rows: list[dict], key: str) -> dict[str, list[float]]:
@@ -207,23 +213,28 @@ def table(results: dict) -> str:
              _by_switch(results["complete_run"], "gpu_minutes"), ".1f", TARGETS["complete_run_min"]),
             ("complete run estimated from the bench/step.py row (GPU min)", _by_switch(estimates, "gpu_minutes"),
              ".1f", TARGETS["complete_run_min"])]
-    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | grouped attention off | on | all levers | target | best: target |",
-           "|---|---|---|---|---|---|"]
+    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | grouped attention off | on | all levers | all + matmul kernel "
+           "| target | best: target |",
+           "|---|---|---|---|---|---|---|"]
     for label, values, fmt, target in rows:
-        best = values["all"] or values["on"]
+        best = values["matmul"] or values["all"] or values["on"]
         out.append(f"| {label} | {' | '.join(_median_range(values[c], fmt) for c in LEVERS)} | "
                    f"{'-' if target is None else f'<= {target:g}'} | {_verdict(best, target)} |")
     out += ["", "Medians, (min-max) over the runs; the first step of every run (compilation) is left out of its "
             "median. Columns: grouped-query decoding off; on; on with deferred stop (decoding checks for finished "
             "answers one token late) and without gradient checkpointing (\"all levers\": measured by bench/step.py "
-            "only, no sweep cell ran with them). The bench/step.py rows change only those switches; the sweep's rows "
-            "compare arms run before the grouped switch existed with arms run after it, so other changes between "
-            "those runs count too. The last column judges the fastest column that has a value. The estimate: one "
-            "compilation, 80 steps and 5 full-test evaluations (six 880-row batches each) from the profile alone."]
+            "only, no sweep cell ran with them); \"all + matmul kernel\": those with "
+            "`generation_decode_kernel: matmul`, decoding attention as two matrix products instead of PyTorch's "
+            "memory-efficient kernel (other bf16 rounding, so other sampled tokens: bench/decode-kernel-h200.json). "
+            "The bench/step.py rows change only those switches; the sweep's rows compare arms run before the "
+            "grouped switch existed with arms run after it, so other changes between those runs count too. The "
+            "last column judges the fastest column that has a value. The estimate: one compilation, 80 steps and 5 full-test evaluations (six 880-row batches each) from the profile alone."]
+    names = {"on": "With grouped attention", "all": "With all levers",
+             "matmul": "With all levers and the matmul kernel"}
     for step in bench:
-        if levers(step) in ("on", "all"):
+        if levers(step) in names:
             share = step["generation_s"] / step["total_s"]
-            out.append(f"{'With grouped attention' if levers(step) == 'on' else 'With all levers'} the step is "
+            out.append(f"{names[levers(step)]} the step is "
                        f"{step['total_s']:.2f} s: generation {step['generation_s']:.2f} s ({100 * share:.0f}%), "
                        f"forward + backward {step['forward_s'] + step['backward_s']:.2f} s (gradient checkpointing "
                        f"{'on' if step['gradient_checkpointing'] else 'off'}).")

@@ -47,6 +47,9 @@ def _fixture(root: Path) -> None:
     _write(root / "bench" / "step-profile-h200-off.json", _profile(False, 3.5, 19.5))
     _write(root / "bench" / "step-profile-h200-all-levers.json", _profile(True, 2.0, 6.0, {
         "generation_grouped_attention": True, "generation_deferred_stop": True, "gradient_checkpointing": False}))
+    _write(root / "bench" / "step-profile-h200-all-levers-matmul.json", _profile(True, 1.75, 5.0, {
+        "generation_grouped_attention": True, "generation_deferred_stop": True, "gradient_checkpointing": False,
+        "generation_decode_kernel": "matmul"}))
     _write(root / "bench" / "step-profile-h200-rows32.json", _profile(True, 2.25, 7.5, {  # bench/scaling.py's
         "generation_grouped_attention": True, "generation_deferred_stop": False, "gradient_checkpointing": True}, 32))
     _write(root / "results" / "qwen" / "earlier-8rows" / "results.json", _cell({  # 8 rows per step: no 64-row row
@@ -69,14 +72,18 @@ def test_rows_and_medians_on_fixture_files(tmp_path):
     costs = _costs()
     _fixture(tmp_path)
     m = costs.measure(tmp_path)
-    by = {(r.get("cell"), r.get("arm"), r["grouped_attention"], r["rows"], r["deferred_stop"]): r for r in m["e2e"]}
-    assert by[(None, None, True, 64, False)] == {
+    by = {(r.get("cell"), r.get("arm"), r["grouped_attention"], r["rows"], r["deferred_stop"], r["decode_kernel"]): r
+          for r in m["e2e"]}
+    assert by[(None, None, True, 64, False, "sdpa")] == {
         "model": "m", "rows": 64, "total_s": 2.5, "first_step_s": 20.0, "steps": 3, "generation_s": 1.25,
         "forward_s": 0.25, "backward_s": 0.75, "grouped_attention": True, "deferred_stop": False,
-        "gradient_checkpointing": True, "source": "bench/step-profile-h200-on.json", "measured_by": "bench/step.py"}
-    assert by[(None, None, False, 64, False)]["total_s"] == 3.5
-    assert costs.levers(by[(None, None, True, 64, True)]) == "all"
-    assert costs.levers(by[(None, None, True, 32, False)]) == "on"  # a column, but the table keeps only 64 rows
+        "gradient_checkpointing": True, "decode_kernel": "sdpa", "source": "bench/step-profile-h200-on.json",
+        "measured_by": "bench/step.py"}
+    assert by[(None, None, False, 64, False, "sdpa")]["total_s"] == 3.5
+    assert costs.levers(by[(None, None, True, 64, True, "sdpa")]) == "all"
+    assert costs.levers(by[(None, None, True, 64, True, "matmul")]) == "matmul"
+    assert costs.levers({**by[(None, None, True, 64, False, "sdpa")], "decode_kernel": "matmul"}) is None  # no column
+    assert costs.levers(by[(None, None, True, 32, False, "sdpa")]) == "on"  # a column, but the table keeps 64 rows
     by = {(r.get("cell"), r.get("arm"), r["grouped_attention"]): r for r in m["e2e"] if r["rows"] == 64}
     ets = by[("cell-on", "ets", True)]
     assert (ets["total_s"], ets["first_step_s"], ets["steps"], ets["rows"]) == (2.5, 30.0, 3, 64)
@@ -100,17 +107,19 @@ def test_table_on_fixture_files(tmp_path):
     costs = _costs()
     _fixture(tmp_path)
     lines = costs.table(costs.merged({"e2e": []}, costs.measure(tmp_path))).splitlines()
-    assert "| step, bench/step.py (s, 64 rows) | 3.50 | 2.50 | 2.00 | <= 1.5 | not met |" in lines  # not rows32's
-    assert ("| step, the arms' training logs (s, 64 rows) | 3.88 (3.75-4.00) | 2.50 (2.50-5.50) | - | <= 1.5 "
+    assert "| step, bench/step.py (s, 64 rows) | 3.50 | 2.50 | 2.00 | 1.75 | <= 1.5 | not met |" in lines  # no rows32
+    assert ("| step, the arms' training logs (s, 64 rows) | 3.88 (3.75-4.00) | 2.50 (2.50-5.50) | - | - | <= 1.5 "
             "| not met |") in lines  # s18's 7.0 s (shared GPU) and the 8-row cell's 1.0 s left out
-    assert "| 880-row evaluation batch (s) | 19.50 | 6.50 | 6.00 | - | - |" in lines  # rows32's 7.5 s left out
-    assert ("| full-test evaluation, 5276 samples (s) | 132 (120-148) | 32 (32-48) | - | <= 45 "
+    assert "| 880-row evaluation batch (s) | 19.50 | 6.50 | 6.00 | 5.00 | - | - |" in lines  # rows32's 7.5 s left out
+    assert ("| full-test evaluation, 5276 samples (s) | 132 (120-148) | 32 (32-48) | - | - | <= 45 "
             "| met by the median, not by the slowest |") in lines  # evaluation does not depend on training rows
-    assert "| complete run: 3 base evaluations + ETS + GMTS (GPU min) | 16.8 | 6.8 | - | <= 5 | not met |" in lines
+    assert ("| complete run: 3 base evaluations + ETS + GMTS (GPU min) | 16.8 | 6.8 | - | - | <= 5 | not met |"
+            in lines)
     # one compilation (20 s) + 80 steps + 5 evaluations of six batches: all levers (20 + 80 * 2 + 5 * 36) / 60 = 6.0,
-    # off (20 + 80 * 3.5 + 5 * 117) / 60 = 14.75, on (20 + 80 * 2.5 + 5 * 39) / 60 = 6.92
-    assert "| complete run estimated from the bench/step.py row (GPU min) | 14.8 | 6.9 | 6.0 | <= 5 | not met |" \
-        in lines
+    # off (20 + 80 * 3.5 + 5 * 117) / 60 = 14.75, on (20 + 80 * 2.5 + 5 * 39) / 60 = 6.92,
+    # matmul kernel (20 + 80 * 1.75 + 5 * 30) / 60 = 5.17
+    assert ("| complete run estimated from the bench/step.py row (GPU min) | 14.8 | 6.9 | 6.0 | 5.2 | <= 5 "
+            "| not met |") in lines
 
 
 def test_committed_rows_are_recomputed_from_the_committed_files():
