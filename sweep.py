@@ -406,6 +406,7 @@ def plot(summary: dict, out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     cells = summary["cells"]
     variants = sorted({c["variant"] for c in cells})
@@ -450,6 +451,10 @@ def plot(summary: dict, out: Path) -> None:
                             fmt="none", lw=0.8, alpha=0.5, color=line[0].get_color())
         bx.axhline(0, color="k", lw=0.8)
         bx.set_xscale("log")
+        grid_lrs = sorted({c["learning_rate"] for c in mine})
+        for axis in (ax, bx):  # the grid's learning rates as ticks: log-scale minor labels overlap at 2e-5..4e-5
+            axis.set_xticks(grid_lrs, [f"{lr:g}" for lr in grid_lrs], rotation=30, fontsize=8)
+            axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         bx.set_xlabel("learning rate")
         bx.set_ylabel("difference in pass@1 (points)")
         bx.set_title("pooled over seeds, 95% CI: bootstrap seeds then tasks (caps), t over seeds (thin)",
