@@ -557,6 +557,29 @@ def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
     return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])
 
 
+def parse_gpus(text: str | None, visible: int | None = None) -> list[str]:
+    """The --gpus list, checked before anything runs: a typo would otherwise start every cell's process with a
+    CUDA_VISIBLE_DEVICES that hides every GPU, and each would fail (or run on the CPU) only after its start-up.
+    Ids are indices below the visible count (repeat one for two workers) or GPU-/MIG- UUIDs, passed through."""
+    if text is None:
+        return []
+    ids = [g.strip() for g in text.split(",")]
+    if visible is None:
+        import torch
+
+        visible = torch.cuda.device_count()
+    for g in ids:
+        if g.startswith(("GPU-", "MIG-")):
+            continue
+        if not g.isdigit():
+            raise SweepError(f"--gpus {text}: {g!r} is not a GPU index (e.g. --gpus 0,1)")
+        if int(g) >= visible:
+            raise SweepError(f"--gpus {text}: GPU {g} is not visible here ("
+                             + (f"{visible} GPU(s): 0-{visible - 1})" if visible else
+                                "no GPU: leave out --gpus for one worker on this machine)"))
+    return ids
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -586,8 +609,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{cell.name:40s} {arm}")
             print(f"[sweep] {len(todo)} job(s) to run")
             return 0
-        failed = [] if args.summarize else run(grid, args.gpus.split(",") if args.gpus else [], extra, args.only,
-                                               base_only=args.base)
+        gpus = [] if args.summarize else parse_gpus(args.gpus)
+        failed = [] if args.summarize else run(grid, gpus, extra, args.only, base_only=args.base)
         path = write_summary(grid, args.grid)
         print(f"[sweep] summary: {path} (verify with: python check.py {path})")
         if failed:

@@ -86,6 +86,24 @@ def test_main_reports_grid_errors_in_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.strip().count("\n") == 0
 
 
+@pytest.mark.parametrize("gpus, visible, match", [
+    ("x", 2, "'x' is not a GPU index"), ("0,2", 2, "GPU 2 is not visible here \\(2 GPU\\(s\\): 0-1\\)"),
+    ("0", 0, "no GPU: leave out --gpus")])
+def test_a_bad_gpu_list_is_refused_before_anything_runs(gpus, visible, match):
+    with pytest.raises(sweep.SweepError, match=match):
+        sweep.parse_gpus(gpus, visible)
+
+
+def test_gpu_lists_that_run(tmp_path, monkeypatch, capsys):
+    assert sweep.parse_gpus("0,0,1", 2) == ["0", "0", "1"]  # an id twice: two workers on that GPU
+    assert sweep.parse_gpus("GPU-8f2a,MIG-1c", 0) == ["GPU-8f2a", "MIG-1c"]  # UUIDs pass through
+    assert sweep.parse_gpus(None, 0) == []
+    launched = []
+    monkeypatch.setattr(sweep, "run", lambda *a, **k: launched.append(a) or [])
+    assert sweep.main([str(write_grid(tmp_path, GRID)), "--gpus", "x"]) == 2  # main: one line, nothing launched
+    assert launched == [] and "not a GPU index" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- summary from fake cells
 TASKS = [f"{i:016x}" for i in range(40)]
 
