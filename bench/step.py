@@ -333,6 +333,13 @@ def profiled(fn, device: torch.device):
     return out, profile_summary(prof, device, wall)
 
 
+# a runtime call per token step is the difference of two runs divided by the extra token steps: calls made at other
+# times (the caching allocator freeing in one run and not the other, a one-off sync) make it negative or fractional;
+# below one call every two token steps it does not scale with tokens
+RUNTIME_NOISE_CALLS = 0.5
+RUNTIME_NOISE_NOTE = (f"(a difference of the two runs over the extra token steps; below {RUNTIME_NOISE_CALLS} per token "
+                      "step, negative included, a count does not scale with tokens: shown as ~0 with its raw value, "
+                      "e.g. the allocator freeing at another time; raw numbers in the JSON)")
 POINT_KEYS = ("busy_s", "items", "wall_s", "graph_launches", "runtime_calls")  # what each profiled length keeps
 
 
@@ -715,8 +722,17 @@ def profile_lines(title: str, p: dict) -> list[str]:
                  f"{t['intercept_items']:.0f} items")
     calls = {k: v for k, v in t.get("runtime_calls", {}).items() if v}
     if calls:
-        lines.append("CUDA runtime calls per token step: " + ", ".join(f"{k} {v:.2f}" for k, v in calls.items()))
+        lines += ["CUDA runtime calls per token step: " + ", ".join(runtime_call_text(k, v) for k, v in calls.items()),
+                  RUNTIME_NOISE_NOTE]
     return lines + top_lines(p)
+
+
+def runtime_call_text(name: str, per_token_step: float) -> str:
+    """One runtime call's count per token step; a difference below RUNTIME_NOISE_CALLS (negative included) does not
+    scale with tokens and is shown as ~0 with its raw value (the JSON keeps every raw number)."""
+    if per_token_step < RUNTIME_NOISE_CALLS:
+        return f"{name} ~0 (noise: {per_token_step:.2f})"
+    return f"{name} {per_token_step:.2f}"
 
 
 def top_lines(p: dict) -> list[str]:

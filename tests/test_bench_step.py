@@ -85,3 +85,16 @@ def test_breakdown_leaves_host_other_as_the_remainder_and_shows_overlap_as_negat
 ])
 def test_gemm_dtype_reads_the_input_type_from_matmul_kernel_names(name, dtype):
     assert step.gemm_dtype(name) == dtype
+
+
+def test_runtime_calls_that_do_not_scale_with_tokens_show_as_noise_not_as_counts():
+    """A difference of two runs can be negative (the allocator freed at another time): the text says ~0 and keeps the
+    raw value beside it; calls that scale with tokens show their count."""
+    point = {"new_tokens": 4, "decode_steps": 4, "busy_s": 0.1, "items": 10, "wall_s": 0.2}
+    t = {"gpu_busy_ms": 1.0, "items": 5.0, "graph_launches": 1.0, "profiled_wall_ms": 4.0, "intercept_busy_ms": 2.0,
+         "intercept_items": 3.0, "runtime_calls": {"cudaGraphLaunch": 1.0, "cudaMemcpyAsync": 2.0, "cudaFree": -13.46,
+                                                    "cudaMalloc": 0.04, "cudaStreamSynchronize": 0.0}}
+    text = "\n".join(step.profile_lines("profile", {"points": [point], "per_token_step": t, "top": []}))
+    assert "cudaGraphLaunch 1.00" in text and "cudaMemcpyAsync 2.00" in text
+    assert "cudaFree ~0 (noise: -13.46)" in text and "cudaMalloc ~0 (noise: 0.04)" in text
+    assert "cudaStreamSynchronize" not in text.split("CUDA runtime calls per token step:")[1].splitlines()[0]
