@@ -3,7 +3,8 @@
     python bench/step.py --config configs/qwen.yaml --gsm8k_path /root/m/gsm8k --steps 4 --out OUT   # one GPU
     python bench/step.py --small --out /tmp/step-small          # CPU: tiny random model, tiny shapes, seconds
 
-Every argument besides this script's own (--out, --steps, --arm, --small, --profile_tokens) is a recipe.py override,
+Every argument besides this script's own (--out, --steps, --arm, --small, --eval_first, --profile_tokens,
+--host_profile, --skip_guard_eval) is a recipe.py override,
 parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data recipe.load_tasks', so what runs is what
 `python recipe.py --arm gmts ...` trains, minus checkpoints (save_strategy no) and with max_steps = --steps + 1.
 
@@ -24,6 +25,14 @@ parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data reci
    launches per token step. Default: the trainer's model after training (an arm's evaluation); --eval_first: a freshly
    loaded base model before training (the recipe's order: base evaluations first, so the training's compiled decoder
    meets the evaluation's shapes first).
+4. --host_profile (off by default): the training generation at the same two lengths once more, under cProfile alone
+   (never inside the torch profiler): per token step, the Python functions' calls and own and cumulative time
+   (transformers' _sample loop, its compiled call, the logits processors, ...). cProfile inflates every Python call:
+   its times are shares of the cProfile wall, reported beside them.
+5. --skip_guard_eval (off by default; a bench-only A/B, no trainer option): the generation calls after the first
+   (compiling) step run under torch.compiler.set_stance("default", skip_guard_eval_unsafe=True), to measure whether
+   torch._dynamo's guard evaluation is part of the host time per token step. Unsafe if a new shape arrives after the
+   warmup, so a call enters it only with rows and a static cache that a guarded call compiled.
 Writes OUT/step-profile.json and OUT/step-profile.txt, and prints a progress line per phase.
 """
 
