@@ -406,8 +406,9 @@ def function_name(key: tuple[str, int, str]) -> str:
 HOST_TOP_OWN, HOST_TOP_CUMULATIVE = 25, 15  # functions reported per token step, by own and by cumulative time
 HOST_NOTE = ("cProfile slows every Python call, so its times are inflated: read them as shares of the profiled wall "
              "per token step beside them, not as the milliseconds the loop spends unprofiled. Native work that no "
-             "Python frame owns (torch._dynamo's guards, run in C++ before a compiled frame starts) counts as own time "
-             "of the Python function that called it.")
+             "Python frame owns counts as own time of the Python function that called it: torch._dynamo's guard "
+             "checks (C++, before a compiled frame starts) show as own time of torch/_dynamo/eval_frame.py's "
+             "compile_wrapper, which --skip_guard_eval shrinks.")
 
 
 def host_per_token_step(points: list[dict]) -> dict:
