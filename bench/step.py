@@ -3,7 +3,8 @@
     python bench/step.py --config configs/qwen.yaml --gsm8k_path /root/m/gsm8k --steps 4 --out OUT   # one GPU
     python bench/step.py --small --out /tmp/step-small          # CPU: tiny random model, tiny shapes, seconds
 
-Every argument besides this script's own (--out, --steps, --arm, --small, --profile_tokens) is a recipe.py override,
+Every argument besides this script's own (--out, --steps, --arm, --small, --eval_first, --profile_tokens,
+--host_profile, --skip_guard_eval) is a recipe.py override,
 parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data recipe.load_tasks', so what runs is what
 `python recipe.py --arm gmts ...` trains, minus checkpoints (save_strategy no) and with max_steps = --steps + 1.
 
@@ -24,6 +25,14 @@ parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data reci
    launches per token step. Default: the trainer's model after training (an arm's evaluation); --eval_first: a freshly
    loaded base model before training (the recipe's order: base evaluations first, so the training's compiled decoder
    meets the evaluation's shapes first).
+4. --host_profile (off by default): the training generation at the same two lengths once more, under cProfile alone
+   (never inside the torch profiler): per token step, the Python functions' calls and own and cumulative time
+   (transformers' _sample loop, its compiled call, the logits processors, ...). cProfile inflates every Python call:
+   its times are shares of the cProfile wall, reported beside them.
+5. --skip_guard_eval (off by default; a bench-only A/B, no trainer option): the generation calls after the first
+   (compiling) step run under torch.compiler.set_stance("default", skip_guard_eval_unsafe=True), to measure whether
+   torch._dynamo's guard evaluation is part of the host time per token step. Unsafe if a new shape arrives after the
+   warmup, so a call enters it only with rows and a static cache that a guarded call compiled.
 Writes OUT/step-profile.json and OUT/step-profile.txt, and prints a progress line per phase.
 """
 
@@ -31,8 +40,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import importlib.util
 import json
+import pstats
 import re
 import statistics
 import sys
@@ -175,6 +186,37 @@ class StepClock:
         trainer._clip_grad_norm = self.timed("grad_clip", trainer._clip_grad_norm)
         trainer._maybe_log_save_evaluate = end(trainer._maybe_log_save_evaluate)
         trainer.add_callback(OptimizerClock(self))  # last of the callbacks: UpdateCosine's work stays in host_other
+
+
+def skip_guard_eval_after_first_step(trainer, clock: StepClock) -> dict:
+    """--skip_guard_eval (a bench-only A/B, not a trainer option): every generation call after the first (compiling)
+    step runs under torch.compiler.set_stance("default", skip_guard_eval_unsafe=True), which skips torch._dynamo's
+    guards but those that already told two compiled entries apart. Unsafe when a shape arrives that has not compiled:
+    the wrong graph would run silently. So a call enters the stance only with the rows and no more static cache than
+    the calls that ran with guards compiled (transformers keeps the largest cache it made: see compile_cache_length);
+    any other runs with guards and its shape counts as compiled from then on. Returns the record it fills."""
+    from gmts_trainer import compile_cache_length
+
+    record = {"calls_with_guards": 0, "calls_in_stance": 0, "calls_with_a_new_shape": 0, "compiled": {}}
+    generate = trainer._generate_single_turn
+
+    def wrapper(prompt_ids, *args, **kwargs):
+        rows, cache = len(prompt_ids), (compile_cache_length(prompt_ids, trainer.max_completion_length,
+                                                             trainer.pad_to_multiple_of)
+                                        if trainer.args.generation_compile else 0)
+        compiled = record["compiled"]  # rows -> the largest static cache the guarded calls compiled
+        if clock.steps and cache <= compiled.get(rows, -1):
+            record["calls_in_stance"] += 1
+            with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+                return generate(prompt_ids, *args, **kwargs)
+        record["calls_with_guards"] += 1
+        if clock.steps:  # after the first step: a shape no guarded call had compiled
+            record["calls_with_a_new_shape"] += 1
+        compiled[rows] = max(cache, compiled.get(rows, -1))
+        return generate(prompt_ids, *args, **kwargs)
+
+    trainer._generate_single_turn = wrapper
+    return record
 
 
 class OptimizerClock(TrainerCallback):
@@ -333,18 +375,92 @@ def profiled(fn, device: torch.device):
     return out, profile_summary(prof, device, wall)
 
 
+def host_profiled(fn, device: torch.device):
+    """(fn's result, cProfile's count, own and cumulative seconds of every Python function in one call), synchronized
+    like `profiled` and never nested in it: cProfile and the torch profiler each slow what the other measures."""
+    profiler = cProfile.Profile()
+    sync(device)
+    t0 = time.perf_counter()
+    profiler.enable()
+    try:
+        out = fn()
+        sync(device)
+    finally:
+        profiler.disable()
+    wall = time.perf_counter() - t0
+    functions = {function_name(key): {"calls": calls, "own_s": own, "cumulative_s": cumulative}
+                 for key, (_, calls, own, cumulative, _) in pstats.Stats(profiler).stats.items()}
+    return out, {"wall_s": wall, "functions": functions}
+
+
+def function_name(key: tuple[str, int, str]) -> str:
+    """cProfile's (file, line, function) as file:line(function), the file relative to site-packages or this
+    repository; C functions (file '~') by their own name, e.g. <method 'item' of 'torch._C.TensorBase' objects>."""
+    file, line, name = key
+    if file == "~":
+        return name
+    file = file.split("site-packages/", 1)[-1]
+    return f"{file.removeprefix(str(ROOT) + '/')}:{line}({name})"
+
+
+HOST_TOP_OWN, HOST_TOP_CUMULATIVE = 25, 15  # functions reported per token step, by own and by cumulative time
+HOST_NOTE = ("cProfile slows every Python call, so its times are inflated: read them as shares of the profiled wall "
+             "per token step beside them, not as the milliseconds the loop spends unprofiled. Native work that no "
+             "Python frame owns counts as own time of the Python function that called it: torch._dynamo's guard "
+             "checks (C++, before a compiled frame starts) show as own time of torch/_dynamo/eval_frame.py's "
+             "compile_wrapper, which --skip_guard_eval shrinks.")
+
+
+def host_per_token_step(points: list[dict]) -> dict:
+    """Each Python function's calls, own and cumulative time per token step: the difference of the two profiled
+    calls over the decode steps the long one added, as per_token_step does for the profiler's numbers; the top
+    HOST_TOP_OWN by own time and HOST_TOP_CUMULATIVE by cumulative time."""
+    try:
+        a, b, steps = short_long(points)
+    except ValueError as err:
+        return {"error": str(err)}
+    zero = {"calls": 0, "own_s": 0.0, "cumulative_s": 0.0}  # a function only one of the two calls ran
+
+    def slope(name: str, key: str) -> float:
+        return (b["functions"].get(name, zero)[key] - a["functions"].get(name, zero)[key]) / steps
+
+    rows = [{"function": name, "calls": slope(name, "calls"), "own_ms": 1000 * slope(name, "own_s"),
+             "cumulative_ms": 1000 * slope(name, "cumulative_s")} for name in set(a["functions"]) | set(b["functions"])]
+    return {"profiled_wall_ms": 1000 * (b["wall_s"] - a["wall_s"]) / steps,
+            "own_ms_all_functions": sum(r["own_ms"] for r in rows), "functions": len(rows),
+            "top_own": sorted(rows, key=lambda r: -r["own_ms"])[:HOST_TOP_OWN],
+            "top_cumulative": sorted(rows, key=lambda r: -r["cumulative_ms"])[:HOST_TOP_CUMULATIVE]}
+
+
+# a runtime call per token step is the difference of two runs divided by the extra token steps: calls made at other
+# times (the caching allocator freeing in one run and not the other, a one-off sync) make it negative or fractional;
+# below one call every two token steps it does not scale with tokens
+RUNTIME_NOISE_CALLS = 0.5
+RUNTIME_NOISE_NOTE = (f"(a difference of the two runs over the extra token steps; below {RUNTIME_NOISE_CALLS} per "
+                      "token step, negative included, a count does not scale with tokens: shown as ~0 with its raw "
+                      "value, e.g. the allocator freeing at another time; raw numbers in the JSON)")
 POINT_KEYS = ("busy_s", "items", "wall_s", "graph_launches", "runtime_calls")  # what each profiled length keeps
+
+
+def short_long(points: list[dict]) -> tuple[dict, dict, int]:
+    """The short and the long profiled point and the decode steps the long one added (the divisor of every per token
+    step number); ValueError, with the reason, when it added none."""
+    a, b = points[0], points[-1]
+    steps = b["decode_steps"] - a["decode_steps"]
+    if steps <= 0:
+        raise ValueError(f"decode steps did not grow between the profiled lengths ({a['decode_steps']} -> "
+                         f"{b['decode_steps']}): every row stopped early")
+    return a, b, steps
 
 
 def per_token_step(points: list[dict]) -> dict:
     """Slope and intercept of busy time, work items and wall over decode steps between two profiled lengths: the slope
     is the cost of one token step, the intercept the prefill and fixed costs. The CUDA runtime calls per token step
     say where the host still waits: a cudaStreamSynchronize or a device-to-host cudaMemcpyAsync per step is a wait."""
-    a, b = points[0], points[-1]
-    steps = b["decode_steps"] - a["decode_steps"]
-    if steps <= 0:
-        return {"error": f"decode steps did not grow between the profiled lengths ({a['decode_steps']} -> "
-                         f"{b['decode_steps']}): every row stopped early"}
+    try:
+        a, b, steps = short_long(points)
+    except ValueError as err:
+        return {"error": str(err)}
     slope = {k: (b[k] - a[k]) / steps for k in ("busy_s", "items", "wall_s", "graph_launches")}
     return {"gpu_busy_ms": 1000 * slope["busy_s"], "items": slope["items"], "profiled_wall_ms": 1000 * slope["wall_s"],
             "graph_launches": slope["graph_launches"],
@@ -410,25 +526,40 @@ def cache_length_of(max_new_tokens: int):
 
 
 # ---------------------------------------------------------------------------- the parts of the run
-def training_generation_profile(trainer, clock: StepClock, device, lengths: list[int]) -> dict:
-    """The trainer's own _generate_single_turn (merged LoRA, compiled decoding as configured) on the last step's
-    prompts, profiled at each length; without the entropy recorder (~0.1-0.2 ms per token step, bench/README.md)."""
+def generation_at_lengths(trainer, clock: StepClock, device, lengths: list[int], measure, what: str) -> list[dict]:
+    """The trainer's own _generate_single_turn on the last step's prompts at each length, one call each, measured by
+    `measure` (profiled or host_profiled): per length its new tokens, decode steps and `measure`'s summary."""
     prompt_ids, num_generations = clock.last_prompts
-    points, top = [], None
+    points = []
     for n in lengths:
-        progress(f"training generation: profiling {len(prompt_ids)} rows x {n} new tokens")
+        progress(f"training generation: {what} {len(prompt_ids)} rows x {n} new tokens")
         with generation_length(trainer, n):
-            (completion_ids, _), summary = profiled(
+            (completion_ids, _), summary = measure(
                 lambda: trainer._generate_single_turn(prompt_ids, None, {}, num_generations), device)
-        points.append({"new_tokens": n, "decode_steps": max(len(c) for c in completion_ids),
-                       **{k: summary[k] for k in POINT_KEYS}})
-        top = summary
+        points.append({"new_tokens": n, "decode_steps": max(len(c) for c in completion_ids), **summary})
+    return points
+
+
+def training_generation_profile(trainer, clock: StepClock, device, lengths: list[int], host_profile: bool) -> dict:
+    """The trainer's own _generate_single_turn (merged LoRA, compiled decoding as configured) on the last step's
+    prompts, profiled at each length; without the entropy recorder (~0.1-0.2 ms per token step, bench/README.md).
+    With host_profile, two more calls at the same lengths under cProfile alone (host_profiled, host_per_token_step)."""
+    profiles = generation_at_lengths(trainer, clock, device, lengths, profiled, "profiling")
+    points = [{k: p[k] for k in ("new_tokens", "decode_steps", *POINT_KEYS)} for p in profiles]
     from gmts_trainer import compile_cache_length
 
+    prompt_ids = clock.last_prompts[0]
     cache = (compile_cache_length(prompt_ids, trainer.max_completion_length, trainer.pad_to_multiple_of)
              if trainer.args.generation_compile else None)  # as GMTSTrainer._generate_single_turn sizes it
-    return {"rows": len(prompt_ids), "static_cache_len": cache, "points": points,
-            "per_token_step": per_token_step(points), "top": top["top"], "matmul_ops": top["matmul_ops"]}
+    out = {"rows": len(prompt_ids), "static_cache_len": cache, "points": points,
+           "per_token_step": per_token_step(points), "top": profiles[-1]["top"],
+           "matmul_ops": profiles[-1]["matmul_ops"]}
+    if host_profile:  # the per-function tables stay out of the points: per_token_step keeps the top ones
+        hosts = generation_at_lengths(trainer, clock, device, lengths, host_profiled, "cProfile of")
+        out["host_profile"] = {"points": [{"new_tokens": h["new_tokens"], "decode_steps": h["decode_steps"],
+                                           "wall_s": h["wall_s"], "functions": len(h["functions"])} for h in hosts],
+                               "per_token_step": host_per_token_step(hosts), "note": HOST_NOTE}
+    return out
 
 
 def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int, list[int]]:
@@ -557,6 +688,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                          "first); default: the trainer's model after training (an arm's evaluation)")
     ap.add_argument("--profile_tokens", default=None, help="two generation lengths to profile (default 16,40; "
                                                            "--small: 4,8)")
+    ap.add_argument("--host_profile", action="store_true",
+                    help="also run the two profiled training generations under cProfile (separate calls): the Python "
+                         "functions' calls and time per token step (times inflated by cProfile: read them as shares)")
+    ap.add_argument("--skip_guard_eval", action="store_true",
+                    help="A/B, bench only: generation calls after the first (compiling) step run under "
+                         "torch.compiler.set_stance(skip_guard_eval_unsafe=True), whose shapes have compiled")
     args, rest = ap.parse_known_args(argv)
     if args.steps < 2:
         ap.error("--steps must be at least 2: the first step compiles and is reported apart")
@@ -597,6 +734,7 @@ def run(argv: list[str]) -> dict:
               "config_name": name, "order": "eval, then training" if args.eval_first else "training, then eval",
               "sync_note": "every part is CUDA-synchronized at both ends: a small cost per part, and no host/GPU "
                            "overlap",
+              "bench_options": {"host_profile": args.host_profile, "skip_guard_eval": args.skip_guard_eval},
               "dynamo": {"recompile_limit": getattr(torch._dynamo.config, "recompile_limit",
                                                     getattr(torch._dynamo.config, "cache_size_limit", None))}}
 
@@ -620,6 +758,8 @@ def run(argv: list[str]) -> dict:
     clock = StepClock(device)
     clock.profile_step = args.steps + 1
     clock.instrument(trainer)
+    if args.skip_guard_eval:
+        result["bench_options"]["skip_guard_eval_calls"] = skip_guard_eval_after_first_step(trainer, clock)
     progress(f"training: {args.steps} steps (the first compiles), then one profiled step")
     before = dynamo_counters()
     trainer.train()
@@ -640,7 +780,7 @@ def run(argv: list[str]) -> dict:
                             training_later_steps=counters_delta(clock.counters_after_first_step, after_training))
     result["dtypes"] = dtypes(trainer, args_used)
     save(out_dir, result)
-    result["generation_profile"] = training_generation_profile(trainer, clock, device, lengths)
+    result["generation_profile"] = training_generation_profile(trainer, clock, device, lengths, args.host_profile)
     result["dynamo"]["training_generation_profile"] = counters_delta(after_training, dynamo_counters())
     save(out_dir, result)
     if not args.eval_first:  # an arm's evaluation: the trained model, after training (recipe._evaluate_arm)
@@ -660,7 +800,7 @@ def report(r: dict) -> str:
     s, g, e = r["step"], r["generation_profile"], r["eval"]
     work = r["step_profile"]["work_items"]
     lines = [f"bench/step.py on {r['device']}: {r['model']}, arm {r['arm']}, {s['rows']} rows per step, "
-             f"{r['order']}; {r['sync_note']}.", "",
+             f"{r['order']}; {r['sync_note']}.", options_line(r["bench_options"]), "",
              f"Training step: median {s['total_s']:.3f} s over {s['steps_in_median']} steps (first step, with "
              f"compilation: {s['first_step_s']:.1f} s); entropy source: {s['entropy_source']}.", "",
              "| part | median step (s) | share | part's own median (s) |", "|---|---|---|---|"]
@@ -676,6 +816,8 @@ def report(r: dict) -> str:
               " s; backward: " + ", ".join(f"{x:.3f}" for x in m["backward_per_microbatch_s"]) + " s."]
     lines += profile_lines(f"Training generation profiled ({g['rows']} rows, static cache {g['static_cache_len']}, "
                            f"{work})", g)
+    if "host_profile" in g:
+        lines += host_lines(g["host_profile"], g["per_token_step"], gi)
     sp = r["step_profile"]
     lines += ["", f"Profiled step after its generation ({sp['covers']}; wall {sp['wall_s']:.3f} s with profiler "
               f"overhead): {work} busy {sp['busy_s']:.3f} s, {sp['items']} items.",
@@ -702,6 +844,19 @@ def report(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def options_line(o: dict) -> str:
+    """Which bench-only options ran (--host_profile, --skip_guard_eval) and how many calls the stance covered."""
+    line = (f"Bench options: host_profile {'on' if o['host_profile'] else 'off'}, skip_guard_eval "
+            f"{'on' if o['skip_guard_eval'] else 'off'}")
+    c = o.get("skip_guard_eval_calls")
+    if c:
+        line += (f" ({c['calls_in_stance']} generation calls under torch.compiler.set_stance(skip_guard_eval_unsafe="
+                 f"True), {c['calls_with_guards']} with guards: the first step's, which compiles, and "
+                 f"{c['calls_with_a_new_shape']} with a shape not compiled before: the later training steps and the "
+                 "generation profiles ran in it, the evaluation did not)")
+    return line + "."
+
+
 def profile_lines(title: str, p: dict) -> list[str]:
     t = p["per_token_step"]
     lines = ["", f"{title}: " + ", ".join(f"{q['new_tokens']} tokens ({q['decode_steps']} steps) busy "
@@ -715,8 +870,39 @@ def profile_lines(title: str, p: dict) -> list[str]:
                  f"{t['intercept_items']:.0f} items")
     calls = {k: v for k, v in t.get("runtime_calls", {}).items() if v}
     if calls:
-        lines.append("CUDA runtime calls per token step: " + ", ".join(f"{k} {v:.2f}" for k, v in calls.items()))
+        lines += ["CUDA runtime calls per token step: " + ", ".join(runtime_call_text(k, v) for k, v in calls.items()),
+                  RUNTIME_NOISE_NOTE]
     return lines + top_lines(p)
+
+
+def runtime_call_text(name: str, per_token_step: float) -> str:
+    """One runtime call's count per token step; a difference below RUNTIME_NOISE_CALLS (negative included) does not
+    scale with tokens and is shown as ~0 with its raw value (the JSON keeps every raw number)."""
+    if per_token_step < RUNTIME_NOISE_CALLS:
+        return f"{name} ~0 (noise: {per_token_step:.2f})"
+    return f"{name} {per_token_step:.2f}"
+
+
+def host_lines(h: dict, torch_profile: dict, unprofiled: dict) -> list[str]:
+    """The --host_profile tables: Python functions per token step by own and by cumulative time."""
+    lines = ["", "Host time per token step (--host_profile: cProfile around two more training generations, "
+             + ", ".join(f"{q['new_tokens']} tokens ({q['decode_steps']} steps) wall {q['wall_s']:.3f} s"
+                         for q in h["points"]) + "; separate calls, not inside the torch profiler)."]
+    t = h["per_token_step"]
+    if "error" in t:
+        return lines + [f"per token step: {t['error']}"]
+    lines.append(f"Wall per token step: {t['profiled_wall_ms']:.3f} ms under cProfile, "
+                 f"{torch_profile.get('profiled_wall_ms', float('nan')):.3f} ms under the torch profiler, "
+                 f"{unprofiled['ms_per_token_step']:.3f} ms in the unprofiled median step (with its prefill). "
+                 f"Own time of all {t['functions']} functions: {t['own_ms_all_functions']:.3f} ms. {h['note']}")
+    share = lambda ms: f"{100 * ms / t['profiled_wall_ms']:.1f}%" if t["profiled_wall_ms"] > 0 else "-"  # noqa: E731
+    for title, rows, key in (("own time (tottime)", t["top_own"], "own_ms"),
+                             ("cumulative time", t["top_cumulative"], "cumulative_ms")):
+        lines += ["", f"| function, by {title} | calls per token step | ms per token step | share of cProfile wall |",
+                  "|---|---|---|---|"]
+        lines += [f"| {row['function'][:140]} | {row['calls']:.2f} | {row[key]:.4f} | {share(row[key])} |"
+                  for row in rows]
+    return lines
 
 
 def top_lines(p: dict) -> list[str]:

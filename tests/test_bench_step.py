@@ -4,8 +4,10 @@ are filled, and the JSON carries what issue #11 item 5 asks of a step row and an
 import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("bench_step", ROOT / "bench" / "step.py")
@@ -17,8 +19,9 @@ MEASURED_PARTS = ("generation", "reward", "forward", "backward", "optimizer")  #
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
+    """One --small run for every test here, with both bench-only options (off by default) on."""
     out = tmp_path_factory.mktemp("step")
-    assert step.main(["--small", "--steps", "2", "--out", str(out)]) == 0
+    assert step.main(["--small", "--steps", "2", "--host_profile", "--skip_guard_eval", "--out", str(out)]) == 0
     return out, json.loads((out / "step-profile.json").read_text())
 
 
@@ -85,3 +88,87 @@ def test_breakdown_leaves_host_other_as_the_remainder_and_shows_overlap_as_negat
 ])
 def test_gemm_dtype_reads_the_input_type_from_matmul_kernel_names(name, dtype):
     assert step.gemm_dtype(name) == dtype
+
+
+def test_runtime_calls_that_do_not_scale_with_tokens_show_as_noise_not_as_counts():
+    """A difference of two runs can be negative (the allocator freed at another time): the text says ~0 and keeps the
+    raw value beside it; calls that scale with tokens show their count."""
+    point = {"new_tokens": 4, "decode_steps": 4, "busy_s": 0.1, "items": 10, "wall_s": 0.2}
+    t = {"gpu_busy_ms": 1.0, "items": 5.0, "graph_launches": 1.0, "profiled_wall_ms": 4.0, "intercept_busy_ms": 2.0,
+         "intercept_items": 3.0, "runtime_calls": {"cudaGraphLaunch": 1.0, "cudaMemcpyAsync": 2.0, "cudaFree": -13.46,
+                                                    "cudaMalloc": 0.04, "cudaStreamSynchronize": 0.0}}
+    text = "\n".join(step.profile_lines("profile", {"points": [point], "per_token_step": t, "top": []}))
+    assert "cudaGraphLaunch 1.00" in text and "cudaMemcpyAsync 2.00" in text
+    assert "cudaFree ~0 (noise: -13.46)" in text and "cudaMalloc ~0 (noise: 0.04)" in text
+    assert "cudaStreamSynchronize" not in text.split("CUDA runtime calls per token step:")[1].splitlines()[0]
+
+
+def test_host_profile_reports_python_functions_per_token_step_in_json_and_text(small_run):
+    out, r = small_run
+    h = r["generation_profile"]["host_profile"]
+    assert [p["new_tokens"] for p in h["points"]] == [4, 8] and all(p["functions"] > 0 for p in h["points"])
+    assert h["points"][1]["decode_steps"] > h["points"][0]["decode_steps"]
+    t = h["per_token_step"]
+    assert t["profiled_wall_ms"] > 0 and t["own_ms_all_functions"] > 0
+    assert len(t["top_own"]) == step.HOST_TOP_OWN and len(t["top_cumulative"]) == step.HOST_TOP_CUMULATIVE
+    assert [row["own_ms"] for row in t["top_own"]] == sorted((row["own_ms"] for row in t["top_own"]), reverse=True)
+    per_step = [row for row in t["top_own"] if row["calls"] >= 1]  # functions every token step calls
+    assert len(per_step) >= step.HOST_TOP_OWN // 2 and all(row["own_ms"] > 0 for row in per_step)
+    assert any(row["function"].endswith("(_sample)") for row in t["top_cumulative"])  # transformers' sampling loop
+    text = (out / "step-profile.txt").read_text()
+    assert "| function, by own time (tottime) | calls per token step |" in text
+    assert "| function, by cumulative time | calls per token step |" in text
+    assert f"| {t['top_own'][0]['function'][:140]} | {t['top_own'][0]['calls']:.2f} |" in text
+    assert "inflated" in text and f"{t['profiled_wall_ms']:.3f} ms under cProfile" in text
+
+
+def test_host_per_token_step_is_the_difference_of_the_two_calls_over_the_extra_token_steps():
+    short = {"decode_steps": 4, "wall_s": 0.10,
+             "functions": {"f": {"calls": 8, "own_s": 0.040, "cumulative_s": 0.050},
+                           "once": {"calls": 1, "own_s": 0.010, "cumulative_s": 0.090}}}
+    long = {"decode_steps": 8, "wall_s": 0.14,
+            "functions": {"f": {"calls": 16, "own_s": 0.080, "cumulative_s": 0.100},
+                          "once": {"calls": 1, "own_s": 0.010, "cumulative_s": 0.130},
+                          "late": {"calls": 4, "own_s": 0.002, "cumulative_s": 0.002}}}
+    t = step.host_per_token_step([short, long])
+    rows = {row["function"]: row for row in t["top_own"]}
+    assert t["profiled_wall_ms"] == pytest.approx(10.0) and t["functions"] == 3
+    assert rows["f"] == pytest.approx({"function": "f", "calls": 2.0, "own_ms": 10.0, "cumulative_ms": 12.5})
+    assert rows["once"]["calls"] == 0 and rows["once"]["cumulative_ms"] == pytest.approx(10.0)
+    assert rows["late"]["calls"] == 1.0  # only the long call ran it: counted from zero
+    assert [row["function"] for row in t["top_own"]] == ["f", "late", "once"]
+    assert "did not grow" in step.host_per_token_step([short, short])["error"]
+
+
+def test_skip_guard_eval_runs_later_generations_in_the_stance_and_records_itself(small_run):
+    out, r = small_run
+    o = r["bench_options"]
+    assert o["host_profile"] is True and o["skip_guard_eval"] is True
+    c = o["skip_guard_eval_calls"]
+    # 3 training steps (--steps 2 and the profiled one), the first with guards; 2 torch-profiler and 2 cProfile calls
+    assert (c["calls_with_guards"], c["calls_with_a_new_shape"], c["calls_in_stance"]) == (1, 0, 2 + 2 + 2)
+    assert "skip_guard_eval on (6 generation calls under torch.compiler.set_stance" in (
+        out / "step-profile.txt").read_text()
+
+
+def test_skip_guard_eval_enters_the_stance_only_for_shapes_that_compiled():
+    """Only calls after the first step whose rows and static cache a guarded call compiled skip the guards."""
+    in_stance = torch._dynamo.eval_frame._is_skip_guard_eval_unsafe_stance
+    trainer = SimpleNamespace(args=SimpleNamespace(generation_compile=True), max_completion_length=8,
+                              pad_to_multiple_of=None, _generate_single_turn=lambda prompt_ids, *a, **k: in_stance())
+    clock = SimpleNamespace(steps=[])
+    record = step.skip_guard_eval_after_first_step(trainer, clock)
+    short, long = [[0] * 10] * 4, [[0] * 300] * 4  # static cache 256 and 512
+    assert trainer._generate_single_turn(short) is False  # the first step compiles: guards on
+    clock.steps.append({})
+    assert trainer._generate_single_turn(short) is True
+    assert trainer._generate_single_turn(long) is False  # a larger cache: not compiled yet
+    assert trainer._generate_single_turn(long) is True and trainer._generate_single_turn(short) is True
+    assert trainer._generate_single_turn(short * 2) is False  # other rows
+    assert in_stance() is False  # left again after each call
+    assert (record["calls_with_guards"], record["calls_with_a_new_shape"], record["calls_in_stance"]) == (3, 2, 3)
+
+
+def test_bench_only_options_are_off_by_default():
+    args, _ = step.parse_args(["--out", "x"])
+    assert args.host_profile is False and args.skip_guard_eval is False
