@@ -281,6 +281,9 @@ def parse(argv: list[str]):
     _check_arm(recipe.arm)  # an arm set in the config file
     if recipe.task not in ("gsm8k", "arithmetic"):
         raise RecipeError(f"unknown task '{recipe.task}': use gsm8k or arithmetic")
+    if recipe.gsm8k_path is not None and recipe.task != "gsm8k":  # it would be ignored, and the run not be on GSM8K
+        raise RecipeError(f"gsm8k_path is for task gsm8k, but this config's task is {recipe.task}: add --task gsm8k "
+                          f"(or use configs/qwen.yaml), or drop --gsm8k_path")
     if recipe.n_heldout < 0 or (recipe.n_heldout == 0 and recipe.task != "gsm8k"):
         raise RecipeError(f"n_heldout={recipe.n_heldout}: use a positive count (0, the whole test split, is for gsm8k; "
                           f"the generated task has no fixed test split)")
