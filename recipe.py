@@ -293,6 +293,7 @@ def parse(argv: list[str]):
         raise RecipeError("evaluation runs on the main process only, which a sharded model cannot do: use plain "
                           "data parallelism (accelerate launch without FSDP or DeepSpeed)")
     check_model_fields(model, train)
+    check_counts(train)
     if train.ddp_find_unused_parameters is None:
         # Under data parallelism transformers asks DDP to search for unused parameters whenever the model is not a
         # PreTrainedModel (a PEFT model is not): a graph traversal every backward. Every LoRA weight takes part in
@@ -369,6 +370,20 @@ def locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         yield
+
+
+POSITIVE_COUNTS = ("num_iterations", "num_generations", "max_completion_length", "per_device_train_batch_size",
+                   "gradient_accumulation_steps", "steps_per_generation")
+
+
+def check_counts(train: GMTSConfig) -> None:
+    """Counts TRL takes as given: num_iterations 0 ran a whole experiment here without a word. One line instead."""
+    for name in POSITIVE_COUNTS:
+        value = getattr(train, name, None)
+        if value is not None and value < 1:
+            raise RecipeError(f"{name}={value}: must be a positive count")
+    if train.learning_rate < 0:
+        raise RecipeError(f"learning_rate={train.learning_rate}: must be >= 0")
 
 
 # ---------------------------------------------------------------------------- data, model

@@ -114,6 +114,9 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     (["--selection_scope", "global"], "invalid choice: 'global'"),
     (["--learning_rate", "abc"], "invalid float value: 'abc'"),
     (["--task", "gsm9k"], "unknown task 'gsm9k'"),
+    (["--num_iterations", "0"], "num_iterations=0: must be a positive count"),
+    (["--max_completion_length", "-1"], "max_completion_length=-1: must be a positive count"),
+    (["--learning_rate", "-1"], "learning_rate=-1.0: must be >= 0"),
     (["--gsm8k_path", "/data/gsm8k"], "gsm8k_path is for task gsm8k, but this config's task is arithmetic"),
     (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found"),
     (["--task", "gsm8k"], "GSM8K: the Hugging Face Hub cannot be reached"),  # no hub: --gsm8k_path
