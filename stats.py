@@ -6,6 +6,7 @@
   interval includes seed-to-seed variance, and beside it Student's t interval over the per-seed deltas (the bootstrap
   can only redraw the few seeds there are, and is too narrow with 2-5 of them).
 - `seeds_for_power`: how many training seeds a t-test over per-seed deltas needs to detect a given gain.
+- `plan_decision`: a pre-registered decision rule (reproduced / refuted / undecided) applied to that t interval.
 - `noise_floor`: spread of the base model's pass@1 over sampling seeds.
 - `verdict` / `compare`: moved, flat or collapsed/regressed, with the same evidence required in both directions.
 - `hack_scan`: flags for length, shouting, repetition and answer-less output (flags, not verdicts).
@@ -118,6 +119,26 @@ def seed_t_interval(per_seed: Sequence[float], confidence: float = 0.95) -> tupl
     _check_confidence(confidence)
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
     return float(x.mean() - half), float(x.mean() + half)
+
+
+def plan_decision(t_low: float, t_high: float, reproduced_above: float, refuted_below: float) -> str:
+    """The decision rule of an analysis plan fixed before its seeds ran, applied to the t interval over seeds (all in
+    the same unit): the claim counts as reproduced where the interval lies above `reproduced_above`, as refuted at
+    `refuted_below` where the interval's upper end lies below it, undecided otherwise. Both can hold at once: a gain
+    that is real but smaller than the claimed one; the text says so rather than picking one."""
+    above, below = t_low > reproduced_above, t_high < refuted_below
+    if above and below:
+        return f"a gain above {signed(reproduced_above)} but below {signed(refuted_below)}: smaller than claimed"
+    if above:
+        return "reproduced"
+    if below:
+        return f"refuted at {signed(refuted_below)}"
+    return "undecided"
+
+
+def signed(x: float) -> str:
+    """A threshold as the plan writes it: 0, +1.3, -2."""
+    return "0" if x == 0 else f"{x:+g}"
 
 
 def seeds_for_power(per_seed: Sequence[float], effect: float, alpha: float = 0.05, power: float = 0.8,

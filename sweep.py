@@ -83,6 +83,7 @@ class Grid:
     results_dir: str
     blocks: list[dict] = field(default_factory=list)
     variants: dict[str, dict] = field(default_factory=dict)
+    primary: dict | None = None  # the analysis plan's one primary test (PRIMARY_KEYS), fixed before its cells ran
 
     def jobs_in_order(self, only: str | None = None) -> list[tuple[Cell, str]]:
         """Every (cell, arm) in the grid's order (block by block, seed-major), each once even when blocks share it."""
@@ -103,6 +104,35 @@ class Grid:
         return list(dict.fromkeys(cell for cell, _ in self.jobs_in_order()))
 
 
+PRIMARY_KEYS = {"fixed_on": str, "variant": str, "comparison": str, "learning_rate": float, "seeds": list,
+                "reproduced_above_points": float, "refuted_below_points": float}
+
+
+def _check_primary(primary: Any, grid: Grid, p: Path) -> dict:
+    """The grid's `primary:` mapping (every key of PRIMARY_KEYS, nothing else), each mistake one line."""
+    where = f"{p}: primary"
+    if not isinstance(primary, dict):
+        raise SweepError(f"{where}: must be a mapping with {', '.join(PRIMARY_KEYS)}")
+    missing, extra = set(PRIMARY_KEYS) - set(primary), set(primary) - set(PRIMARY_KEYS)
+    if missing or extra:
+        raise SweepError(f"{where}: " + (f"missing {', '.join(sorted(missing))}" if missing else
+                                         f"unknown key(s) {', '.join(sorted(extra))}"))
+    try:
+        out = {k: (str(v) if t is str else float(v) if t is float else [int(x) for x in v])
+               for k, v in primary.items() for t in [PRIMARY_KEYS[k]]}
+    except (TypeError, ValueError):
+        raise SweepError(f"{where}: learning_rate and the two thresholds must be numbers, seeds a list of "
+                         f"integers") from None
+    comparisons = [f"{a} - {b}" for a, b in COMPARISONS]
+    if out["comparison"] not in comparisons:
+        raise SweepError(f"{where}: comparison {out['comparison']!r} is not one of {', '.join(comparisons)}")
+    if out["variant"] != "paper" and out["variant"] not in grid.variants:
+        raise SweepError(f"{where}: variant {out['variant']!r} is not defined under variants")
+    if len(out["seeds"]) < 2:
+        raise SweepError(f"{where}: a t interval over seeds needs at least 2 seeds")
+    return out
+
+
 def load_grid(path: str | Path) -> Grid:
     """Read and check a sweep file; every mistake is a one-line SweepError."""
     from recipe import read_yaml_mapping
@@ -111,10 +141,10 @@ def load_grid(path: str | Path) -> Grid:
     if not p.is_file():
         raise SweepError(f"sweep file {p} not found")
     raw = read_yaml_mapping(p, SweepError, "must be a YAML mapping with config and blocks")
-    unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants"}
+    unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants", "primary"}
     if unknown:
         raise SweepError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; allowed: name, config, results_dir, "
-                         f"blocks, variants")
+                         f"blocks, variants, primary")
     grid = Grid(name=str(raw.get("name", p.stem)), config=str(raw.get("config", "")),
                 results_dir=str(raw.get("results_dir", "results")), blocks=list(raw.get("blocks") or []),
                 variants=dict(raw.get("variants") or {}))
@@ -143,6 +173,8 @@ def load_grid(path: str | Path) -> Grid:
         variant = block.get("variant", "paper")
         if variant != "paper" and variant not in grid.variants:
             raise SweepError(f"{where}: variant {variant!r} is not defined under variants")
+    if "primary" in raw:
+        grid.primary = _check_primary(raw["primary"], grid, p)
     return grid
 
 
@@ -338,8 +370,49 @@ def summarize(grid: Grid) -> dict:
                            "comparison_kind": "each arm at its own best stable learning rate", **d})
     out = {"schema": SCHEMA, "kind": "sweep", "name": grid.name, "config": grid.config, "cells": cells,
            "pooled": pooled, "best_stable": best}
+    if grid.primary is not None:
+        out["primary"] = primary_test(grid.primary, scores)
     out["digest"] = _digest(out)
     return out
+
+
+def primary_test(spec: dict, scores: dict) -> dict:
+    """The analysis plan's primary test: its comparison over its planned seeds only (a seed counts once both arms
+    have run), Student's t over the per-seed deltas, and the plan's decision, which is "interim" until every planned
+    seed has run: the plan commits to running all of them whatever the interim rows show."""
+    from stats import plan_decision, pooled_delta
+
+    a, b = spec["comparison"].split(" - ")
+    key = (spec["variant"], spec["learning_rate"])
+    done = [s for s in spec["seeds"] if (*key, s, a) in scores and (*key, s, b) in scores]
+    out = {**spec, "seeds_done": done, "delta": None, "t_low": None, "t_high": None, "per_seed": []}
+    if len(done) >= 2:
+        pairs = [_paired(scores[(*key, s, a)], scores[(*key, s, b)]) for s in done]
+        d = pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
+        out.update(delta=d["delta"], t_low=d["t_low"], t_high=d["t_high"], per_seed=d["per_seed"])
+    complete = len(done) == len(spec["seeds"])
+    out["decision"] = plan_decision(100 * out["t_low"], 100 * out["t_high"], spec["reproduced_above_points"],
+                                    spec["refuted_below_points"]) if complete else "interim"
+    return out
+
+
+def primary_line(p: dict) -> str:
+    """One paragraph: the primary test as the plan states it, where it stands, and its decision (or why none yet)."""
+    from stats import signed
+
+    seeds = p["seeds"]
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+    head = (f"Primary test (analysis plan fixed {p['fixed_on']}): {p['comparison']} at lr "
+            f"{p['learning_rate']:g} ({p['variant']}) over seeds {span}, Student's t over the per-seed deltas, 95%; "
+            f"reproduced if the interval lies above {signed(p['reproduced_above_points'])} points, refuted at "
+            f"{signed(p['refuted_below_points'])} if its upper end lies below that.")
+    if p["delta"] is None:
+        return f"{head} {len(p['seeds_done'])} of {len(seeds)} seeds have run: no interval yet."
+    now = (f"{len(p['seeds_done'])} of {len(seeds)} seeds: {100 * p['delta']:+.1f} points, t "
+           f"{_bracket(p['t_low'], p['t_high'])}")
+    if p["decision"] == "interim":
+        return f"{head} So far {now}: interim, no decision until every planned seed has run."
+    return f"{head} All {now}: **{p['decision']}**."
 
 
 def best_stable(cells: list[dict]) -> list[dict]:
@@ -545,7 +618,8 @@ def render(summary: dict, markdown: bool = False) -> str:
             + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
             + ".") if base else f"{summary['name']}: no finished cells yet."
     mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)
-    return "\n\n".join([_table(head1, rows1, markdown), _table(head2, rows2, markdown), note, mechanism])
+    primary = [primary_line(summary["primary"])] if "primary" in summary else []
+    return "\n\n".join([*primary, _table(head1, rows1, markdown), _table(head2, rows2, markdown), note, mechanism])
 
 
 def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:

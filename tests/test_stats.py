@@ -190,3 +190,14 @@ def test_t_test_power_is_finite_where_scipy_gives_nan_and_agrees_where_it_does_n
     moderate = 1.5 * np.sqrt(df + 1)
     exact = scipy_stats.nct.sf(crit, df, moderate) + scipy_stats.nct.cdf(-crit, df, moderate)
     assert np.allclose([_t_test_power(c, k, m) for c, k, m in zip(crit, df, moderate)], exact)
+
+
+@pytest.mark.parametrize("t_low, t_high, decision", [
+    (0.4, 6.1, "reproduced"),                                   # above 0, reaches past +1.3
+    (-1.3, 6.1, "undecided"),                                   # the interim row of the qwen grid
+    (-2.0, 1.0, "refuted at +1.3"),                             # cannot reach the paper's smallest gain
+    (0.2, 1.1, "a gain above 0 but below +1.3: smaller than claimed"),
+    (0.0, 1.3, "undecided"),                                    # the bounds themselves decide nothing
+])
+def test_plan_decision_applies_the_rule_fixed_before_the_seeds_ran(t_low, t_high, decision):
+    assert stats.plan_decision(t_low, t_high, reproduced_above=0.0, refuted_below=1.3) == decision

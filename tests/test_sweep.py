@@ -270,3 +270,55 @@ def test_the_control_arm_joins_existing_cells_and_leaves_their_summary_as_it_was
     assert sweep.ARM_COLUMNS.keys() == set(sweep.ARM_ORDER) == set(sweep.ARM_COLORS)
     path = sweep.write_summary(grid, with_block)
     assert sweep.verify(path)["digest"] == after["digest"]
+
+
+PRIMARY = """primary:
+  fixed_on: 2026-11-30
+  variant: paper
+  comparison: gmts - ets
+  learning_rate: 1.0e-4
+  seeds: SEEDS
+  reproduced_above_points: 0.0
+  refuted_below_points: 1.3
+"""
+
+
+def test_the_primary_test_is_interim_until_every_planned_seed_has_run(tmp_path):
+    """The plan's test over its own seeds: an interval as seeds arrive, a decision only when all have run, computed
+    by code (and verified by check.py), so the README cannot state it by hand or early."""
+    root = tmp_path / "results" / "demo"
+    for seed, gmts in ((1, 0.6), (2, 0.65)):
+        fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": 0.5}, seed=seed)
+    planned = write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2, 3]"))
+    interim = sweep.summarize(sweep.load_grid(planned))["primary"]
+    assert interim["seeds_done"] == [1, 2] and interim["decision"] == "interim"
+    assert interim["t_low"] < interim["delta"] < interim["t_high"]
+    pooled = [p for p in sweep.summarize(sweep.load_grid(planned))["pooled"]
+              if p["comparison"] == "gmts - ets" and p["learning_rate"] == 1e-4][0]
+    assert (interim["delta"], interim["t_low"], interim["t_high"]) == (pooled["delta"], pooled["t_low"],
+                                                                       pooled["t_high"])  # the same seeds here
+    line = sweep.render(sweep.summarize(sweep.load_grid(planned))).splitlines()[0]
+    assert line.startswith("Primary test (analysis plan fixed 2026-11-30") and "over seeds 1-3" in line
+    assert "So far 2 of 3 seeds" in line and "interim, no decision until every planned seed has run" in line
+    complete = tmp_path / "complete.yaml"
+    complete.write_text(planned.read_text().replace("seeds: [1, 2, 3]\n  reproduced", "seeds: [1, 2]\n  reproduced"))
+    done = sweep.summarize(sweep.load_grid(complete))["primary"]
+    from stats import plan_decision
+
+    assert done["decision"] == plan_decision(100 * done["t_low"], 100 * done["t_high"], 0.0, 1.3) != "interim"
+    assert f"**{done['decision']}**" in sweep.render(sweep.summarize(sweep.load_grid(complete)))
+    path = sweep.write_summary(sweep.load_grid(complete), complete)
+    assert sweep.verify(path)["primary"] == done  # the copy of the grid in results keeps the plan: check.py sees it
+
+
+@pytest.mark.parametrize("edit, match", [
+    (("comparison: gmts - ets", "comparison: gmts - base"), "comparison 'gmts - base' is not one of"),
+    (("  refuted_below_points: 1.3\n", ""), "primary: missing refuted_below_points"),
+    (("fixed_on: 2026-11-30", "fixed_on: 2026-11-30\n  alpha: 0.05"), "primary: unknown key\\(s\\) alpha"),
+    (("seeds: SEEDS", "seeds: [1]"), "at least 2 seeds"),
+    (("seeds: SEEDS", "seeds: [one, two]"), "seeds a list of integers"),
+])
+def test_a_bad_primary_block_is_one_line(tmp_path, edit, match):
+    text = GRID + PRIMARY.replace(*edit).replace("SEEDS", "[1, 2]")
+    with pytest.raises(sweep.SweepError, match=match):
+        sweep.load_grid(write_grid(tmp_path, text))
