@@ -1,0 +1,220 @@
+"""Sampling with the whole decode step compiled as one function: one CUDA-graph replay per token (issue 11).
+
+Why: transformers' `generate` (`_sample`) compiles only the model forward (one CUDA graph per token) and runs the rest
+of each token step in Python around it: `prepare_inputs_for_generation`, dynamo's guards, the logits processors,
+softmax, `torch.multinomial` (which breaks CUDA graphs), the unfinished-rows bookkeeping, the stopping criteria and
+`torch.cat`. At 64 rows on an H200 that is 57 kernel launches and 5 copies per token step outside the graph, and the
+step takes 3.98 ms of wall time against 2.71 ms of GPU work: the GPU waits for the host.
+
+What this loop does differently from `_sample`: every tensor a step reads or writes is allocated once with a fixed
+shape (the static KV cache, the token, the position ids, the cache slot, the 2-D attention mask over the whole cache
+length, the unfinished rows, the (B, max_new_tokens) output), and one function (`decode_step`) runs the forward on one
+token, the sampling and the bookkeeping in place on them. `compiled=True` wraps that function in
+torch.compile(mode="reduce-overhead", fullgraph=True, dynamic=False): one graph for every step of every batch of
+the same shape. The all-rows-finished flag is read on the host every `check_every` steps, from a non-blocking copy
+made one check earlier (CUDA), so the host never waits on the GPU; the surplus steps are cut from the output, as
+transformers' deferred stop does. The prefill is one ordinary (eager) model forward.
+
+Only the exact subset of transformers' sampling: temperature > 0 and nothing else (no top-k, top-p, min-p,
+repetition penalty; any of them is refused). Two samplers of the same distribution softmax(logits / T):
+- "multinomial": transformers' own draw, torch.multinomial(softmax(logits / T), 1) on float32 logits. On the CPU with
+  the same seed the tokens equal `model.generate(do_sample=True, top_k=0, top_p=1.0)` (tests/test_decode_loop.py).
+  It breaks CUDA graphs, so it is the reference, not the fast path.
+- "exponential": argmax(probs / E) with E ~ Exponential(1) per vocabulary entry, E clamped away from 0 so that a
+  zero-probability token can never win. This is torch.multinomial's own algorithm for one sample (ATen's
+  Distributions.cpp, `multinomial`: "s = argmax( p / q ) where q ~ Exp(1)") without its input checks, which read a
+  result on the host and so break CUDA graphs. In eager on the CPU it therefore gives the same tokens as
+  "multinomial" at the same seed (tested); compiled, inductor may draw other random numbers (on the CPU it does).
+
+Attention mask: ones past the current slot would be harmless with sdpa/eager masks: `create_causal_mask` never
+skips the mask for a compileable cache and a one-token query (masking_utils.py, `allow_is_causal_skip`), and the
+causal function hides every slot past the query's own (kv_idx <= q_idx + the cache's length). The loop still keeps the 2-D mask true (1 up to the current
+slot, one slot set per step, one small kernel) so that a mask builder that reads it directly (flash attention's
+unpadding counts its ones) sees the real lengths.
+
+Positions: transformers' for left padding (attention_mask.cumsum(-1) - 1, 0 on padding). With rotary embeddings only
+differences of positions matter, so plain 0..P-1 for every row would give the same attention up to rounding.
+
+Unmeasured on a GPU: the compiled path was written for CUDA (no .item()/.tolist() in the step, no branching on
+tensor values, the state marked static as transformers marks its cache) and traced without a graph break on the CPU
+(backend aot_eager, tests/test_decode_loop.py), but neither its CUDA-graph capture nor its speed has been run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+SAMPLERS = ("multinomial", "exponential")
+CHECK_EVERY = 8  # token steps between two reads of the all-rows-finished flag
+
+
+def sample_next(logits: torch.Tensor, temperature: float, sampler: str = "exponential",
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row from softmax(logits / T): logits (B, V) -> (B,) long. A pure function of (logits, T,
+    generator); None draws from the default generator (the one a compiled graph can use)."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)  # transformers: float32 logits, then / T, softmax
+    if sampler == "multinomial":
+        return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+    noise = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    return torch.argmax(probs / noise.clamp_min(torch.finfo(probs.dtype).tiny), dim=-1)
+
+
+@dataclass
+class DecodeState:
+    """Every tensor a decode step reads or writes, fixed-shape and updated in place (static addresses for a graph)."""
+
+    token: torch.Tensor  # (B, 1) long: the token fed to the next step
+    position_ids: torch.Tensor  # (B, 1) long: its position (transformers' for left padding)
+    cache_position: torch.Tensor  # (1,) long: the cache slot it is written to
+    attention_mask: torch.Tensor  # (B, L) long: 1 for the prompt's real tokens and every slot written so far
+    unfinished: torch.Tensor  # (B,) bool: rows that have not emitted EOS
+    step: torch.Tensor  # (1,) long: the next column of `tokens`
+    tokens: torch.Tensor  # (B, N) long: the completion, pad after a row's EOS
+
+    def mark_static(self) -> None:
+        for f in fields(self):
+            torch._dynamo.mark_static_address(getattr(self, f.name))
+
+
+def _advance(state: DecodeState, logits: torch.Tensor, temperature: float, eos_token_ids: tuple[int, ...],
+             pad_token_id: int, sampler: str) -> None:
+    """Sample the next token from logits (B, V) and do transformers' bookkeeping: pad for a finished row, the row
+    finished once it emits EOS, the token written to the output and fed to the next step."""
+    next_tokens = sample_next(logits, temperature, sampler)
+    next_tokens = torch.where(state.unfinished, next_tokens, pad_token_id)
+    is_eos = torch.zeros_like(state.unfinished)
+    for eos in eos_token_ids:
+        is_eos = is_eos | (next_tokens == eos)
+    state.tokens.index_copy_(1, state.step, next_tokens[:, None])
+    state.unfinished.logical_and_(~is_eos)
+    state.token.copy_(next_tokens[:, None])
+    state.step.add_(1)
+
+
+def decode_step(model, cache, state: DecodeState, temperature: float, eos_token_ids: tuple[int, ...],
+                pad_token_id: int, sampler: str) -> None:
+    """One token step on fixed-shape tensors, all in place: the forward on `state.token` at its cache slot, then
+    `_advance`. What `compiled=True` turns into one graph."""
+    state.attention_mask.index_fill_(1, state.cache_position, 1)
+    logits = model(input_ids=state.token, position_ids=state.position_ids, attention_mask=state.attention_mask,
+                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    state.position_ids.add_(1)
+    state.cache_position.add_(1)
+    _advance(state, logits, temperature, eos_token_ids, pad_token_id, sampler)
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def compiled_step(backend: str = "inductor"):
+    """`decode_step` compiled once per process (fullgraph, static shapes; CUDA graphs with inductor)."""
+    if backend not in _COMPILED:
+        options = {"mode": "reduce-overhead"} if backend == "inductor" else {}
+        _COMPILED[backend] = torch.compile(decode_step, backend=backend, fullgraph=True, dynamic=False, **options)
+    return _COMPILED[backend]
+
+
+class _DoneFlag:
+    """Whether every row has finished, read without waiting: on CUDA the flag is copied to pinned memory without
+    blocking and read at the next check (by then the GPU is past it); on the CPU it is read at once."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.host = torch.zeros((), dtype=torch.bool, pin_memory=self.cuda)
+        self.event = None
+
+    def poll(self, unfinished: torch.Tensor) -> bool:
+        if not self.cuda:
+            return not bool(unfinished.any())
+        done = False
+        if self.event is not None:
+            self.event.synchronize()
+            done = bool(self.host)
+        self.host.copy_(~unfinished.any(), non_blocking=True)
+        self.event = torch.cuda.Event()
+        self.event.record()
+        return done
+
+
+def check_supported(temperature: float, sampler: str, top_k: int | None = 0, top_p: float | None = 1.0,
+                    min_p: float | None = None, repetition_penalty: float | None = 1.0) -> None:
+    """Refuse what this loop does not compute exactly as transformers would, with the reason."""
+    if not temperature > 0 or temperature == float("inf"):
+        raise ValueError(f"decode_loop: temperature {temperature} unsupported; it samples at a finite temperature > 0")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"decode_loop: unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
+    for name, value, neutral in (("top_k", top_k, (0, None)), ("top_p", top_p, (1.0, None)),
+                                 ("min_p", min_p, (None, 0.0)), ("repetition_penalty", repetition_penalty, (1.0, None))):
+        if value not in neutral:
+            raise ValueError(f"decode_loop: {name}={value} unsupported; it samples softmax(logits / T) only, use "
+                             f"decode_loop='transformers' for {name}")
+
+
+def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
+           temperature: float, eos_token_ids: int | list[int] | tuple[int, ...], pad_token_id: int, compiled: bool,
+           sampler: str = "exponential", cache_len: int | None = None, check_every: int = CHECK_EVERY,
+           compile_backend: str = "inductor", top_k: int | None = 0, top_p: float | None = 1.0,
+           min_p: float | None = None, repetition_penalty: float | None = 1.0) -> torch.LongTensor:
+    """What `model.generate(input_ids, attention_mask, do_sample=True, temperature=T, top_k=0, top_p=1.0)` returns:
+    the left-padded prompt and the completion, (B, P + n), pad after a row's EOS, n = max_new_tokens or the step at
+    which the last row emitted EOS. The top_k .. repetition_penalty arguments only refuse what is not supported."""
+    from transformers import StaticCache
+
+    check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
+    batch, prompt_len = input_ids.shape
+    total = prompt_len + max_new_tokens
+    cache_len = cache_len or total
+    if max_new_tokens < 1:
+        raise ValueError(f"decode_loop: max_new_tokens={max_new_tokens}; it needs at least 1")
+    if cache_len < total:
+        raise ValueError(f"decode_loop: cache_len {cache_len} < prompt {prompt_len} + {max_new_tokens} new tokens")
+    mask = attention_mask.long()
+    if bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
+    eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else tuple(eos_token_ids)
+    device = input_ids.device
+
+    cache = StaticCache(config=model.config, max_cache_len=cache_len)
+    position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
+    full_mask = torch.zeros(batch, cache_len, dtype=torch.long, device=device)
+    full_mask[:, :prompt_len] = mask
+    logits = model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, past_key_values=cache,
+                   use_cache=True, logits_to_keep=1).logits[:, -1]  # the prefill: one ordinary forward
+    state = DecodeState(
+        token=torch.zeros(batch, 1, dtype=torch.long, device=device),
+        position_ids=position_ids[:, -1:] + 1,
+        cache_position=torch.tensor([prompt_len], device=device),
+        attention_mask=full_mask,
+        unfinished=torch.ones(batch, dtype=torch.bool, device=device),
+        step=torch.zeros(1, dtype=torch.long, device=device),
+        tokens=torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long, device=device),
+    )
+    _advance(state, logits, temperature, eos, pad_token_id, sampler)
+    step = decode_step
+    if compiled:
+        state.mark_static()
+        step = compiled_step(compile_backend)
+    flag = _DoneFlag(device)
+    done = 1
+    while done < max_new_tokens:
+        if compiled:
+            torch.compiler.cudagraph_mark_step_begin()
+        step(model, cache, state, temperature, eos, pad_token_id, sampler)
+        done += 1
+        if done % check_every == 0 and flag.poll(state.unfinished):
+            break
+    tokens = state.tokens[:, :done]
+    return torch.cat([input_ids, tokens[:, : completion_length(tokens, eos)]], dim=-1)
+
+
+def completion_length(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> int:
+    """Columns transformers would have generated: all of them while a row has no EOS, else up to the last row's
+    first EOS (the steps run after every row had finished are the surplus a deferred stop check cuts)."""
+    is_eos = torch.zeros_like(tokens, dtype=torch.bool)
+    for eos in eos_token_ids:
+        is_eos |= tokens == eos
+    if not bool(is_eos.any(dim=1).all()):
+        return tokens.size(1)
+    return int(is_eos.int().argmax(dim=1).max()) + 1

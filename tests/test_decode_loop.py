@@ -1,0 +1,149 @@
+"""decode_loop.sample against transformers' generate (tiny random Qwen2, float32, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny import tiny_model, tiny_tokenizer
+
+import decode_loop
+
+RAGGED = ["1+2=", "34+5=", "7+8+9+10=", "9=", "6+6=", "12+30+4="]  # left padding of 0 to 7 tokens
+EQUAL = ["1+2=", "3+4=", "5+6=", "7+8="]  # no padding: the attention mask alone must hide the empty cache slots
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny model with its embeddings (hence the tied logits) and its query/key projections scaled 4x: at random
+    init the next-token distribution is nearly uniform and attention nearly flat, so the draw is decided by the
+    random numbers alone and a wrong position or mask changes no token. Scaled, it does (checked by mutation)."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok).eval()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(4.0)
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(4.0)
+            layer.self_attn.k_proj.weight.mul_(4.0)
+    return tok, model
+
+
+def _both(tiny, prompts, temperature, eos, max_new_tokens, seed, sampler="multinomial", cache=None):
+    """(model.generate, decode_loop.sample) at the same seed, completions only."""
+    tok, model = tiny
+    batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    kwargs = {"cache_implementation": cache} if cache else {}
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        ref = model.generate(**batch, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                             max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=tok.pad_token_id, **kwargs)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        got = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens,
+                                 temperature=temperature, eos_token_ids=eos, pad_token_id=tok.pad_token_id,
+                                 compiled=False, sampler=sampler)
+    return ref, got, batch["input_ids"].size(1)
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+@pytest.mark.parametrize("cache", [None, "static"])
+def test_tokens_equal_generate_some_rows_stop_early(tiny, temperature, cache):
+    """Left-padded prompts of different lengths; EOS ids 1 and 5: at seed 3 some rows stop, others run to the limit."""
+    tok, _ = tiny
+    eos = [tok.eos_token_id, 5]
+    ref, got, prompt_len = _both(tiny, RAGGED, temperature, eos, max_new_tokens=24, seed=3, cache=cache)
+    completion = ref[:, prompt_len:]
+    stopped = torch.isin(completion, torch.tensor(eos)).any(dim=1)
+    assert 0 < int(stopped.sum()) < len(RAGGED)  # the EOS path and the limit are both exercised
+    assert completion.size(1) == 24
+    assert bool((completion[stopped][:, -1] == tok.pad_token_id).all())  # pad after EOS
+    assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("sampler", ["multinomial", "exponential"])
+def test_all_rows_stop_before_the_limit_surplus_steps_cut(tiny, sampler):
+    """Six EOS ids: every row stops well before 40 tokens; the steps run until the flag is read are cut. The
+    exponential sampler is torch.multinomial's own single-draw algorithm (argmax(p / Exp(1)), ATen's fast path for one
+    sample), so in eager on the CPU it gives the same tokens too."""
+    eos = [1, 5, 9, 13, 17, 21]
+    for prompts in (RAGGED, EQUAL):
+        ref, got, prompt_len = _both(tiny, prompts, 1.0, eos, max_new_tokens=40, seed=0, sampler=sampler)
+        assert ref.size(1) - prompt_len < 40 - decode_loop.CHECK_EVERY  # stopped early, past a flag read
+        assert torch.equal(got, ref)
+
+
+def test_exponential_sampler_matches_softmax_over_temperature():
+    """20,000 draws of one row: each token's frequency within 0.012 of softmax(logits / T) (about 3.4 standard
+    deviations at p = 0.5); the -inf token is never drawn."""
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0, float("-inf")])
+    temperature, draws = 0.7, 20_000
+    generator = torch.Generator().manual_seed(0)
+    tokens = decode_loop.sample_next(logits.expand(draws, -1), temperature, "exponential", generator)
+    freq = torch.bincount(tokens, minlength=logits.numel()).double() / draws
+    expected = torch.softmax(logits.double() / temperature, dim=-1)
+    assert float((freq - expected).abs().max()) < 0.012
+    assert int(freq[-1] * draws) == 0
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ({"temperature": 0.0}, "temperature 0.0"),
+    ({"top_k": 50}, "top_k=50"),
+    ({"top_p": 0.9}, "top_p=0.9"),
+    ({"min_p": 0.1}, "min_p=0.1"),
+    ({"repetition_penalty": 1.1}, "repetition_penalty=1.1"),
+    ({"sampler": "greedy"}, "unknown sampler"),
+    ({"cache_len": 8}, "cache_len 8"),
+])
+def test_unsupported_settings_refused(tiny, bad, reason):
+    tok, model = tiny
+    batch = tok(RAGGED[:2], return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    kwargs = {"max_new_tokens": 4, "temperature": 1.0, "eos_token_ids": 1, "pad_token_id": 0, "compiled": False} | bad
+    with pytest.raises(ValueError, match=reason):
+        decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], **kwargs)
+
+
+def test_right_padding_refused(tiny):
+    tok, model = tiny
+    batch = tok(RAGGED[:2], return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    with pytest.raises(ValueError, match="left-padded"):
+        decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=4, temperature=1.0,
+                           eos_token_ids=1, pad_token_id=0, compiled=False)
+
+
+def test_compiled_step_traces_as_one_graph(tiny):
+    """compiled=True with fullgraph=True through dynamo and AOT autograd (backend aot_eager: no CUDA graphs on the
+    CPU): no graph break in the step, and the same tokens as eager at the same seed."""
+    tok, model = tiny
+    batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    out = {}
+    for compiled in (False, True):
+        torch.manual_seed(1)
+        with torch.no_grad():
+            out[compiled] = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12,
+                                               temperature=0.8, eos_token_ids=[1, 5], pad_token_id=0,
+                                               compiled=compiled, compile_backend="aot_eager")
+    assert torch.equal(out[True], out[False])
+
+
+@pytest.mark.parametrize("prompts", [RAGGED, EQUAL], ids=["ragged", "equal"])
+def test_step_logits_equal_an_uncached_forward(tiny, monkeypatch, prompts):
+    """The logits every step samples from equal one plain forward over prompt + completion (no cache, the full
+    2-D mask, transformers' positions): the static cache, the cache slot, the mask and the positions are right. Sampled
+    tokens alone can miss a small error in them (a near-tie moves no token)."""
+    tok, model = tiny
+    seen = []
+    original = decode_loop.sample_next
+    monkeypatch.setattr(decode_loop, "sample_next", lambda logits, *a, **k: seen.append(logits.clone()) or
+                        original(logits, *a, **k))
+    batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    torch.manual_seed(2)
+    with torch.no_grad():
+        out = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=16,
+                                 temperature=1.0, eos_token_ids=[1], pad_token_id=0, compiled=False)
+        prompt_len = batch["input_ids"].size(1)
+        mask = torch.cat([batch["attention_mask"], torch.ones_like(out[:, prompt_len:])], dim=1)
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        full = model(input_ids=out, attention_mask=mask, position_ids=positions).logits  # (B, P + n, V)
+    steps = out.size(1) - prompt_len
+    assert len(seen) >= steps
+    for t in range(steps):
+        torch.testing.assert_close(seen[t], full[:, prompt_len - 1 + t], atol=1e-4, rtol=1e-4)
