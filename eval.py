@@ -66,6 +66,9 @@ def _clean_generation_defaults(model):
         owner.generation_config = saved
 
 
+DECODE_LOOPS = ("transformers", "compiled_step")
+
+
 def decoding_plan(device_type: str, fast: bool) -> tuple[bool, bool]:
     """(static KV cache, compiled decoding) for `generate_samples`. Both only on a GPU: on a CPU the static cache made
     a 60-sample evaluation 3x slower (results/LOG.md, 2026-11-30), and there are no CUDA graphs to gain."""
@@ -77,7 +80,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                      temperature: float = 1.0, batch_size: int = 32, progress: bool = True,
                      sampling: Sampling | None = None, fast: bool = False,
                      grouped_attention: bool = False, deferred_stop: bool = False,
-                     decode_kernel: str = "sdpa") -> list[list[str]]:
+                     decode_kernel: str = "sdpa", decode_loop: str = "transformers") -> list[list[str]]:
     """k sampled completions per prompt, seeded. Returns texts, one list per prompt (in the order given).
 
     Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
@@ -88,6 +91,9 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     (`decode_kernel`: its folded call through "sdpa" or "matmul");
     `deferred_stop`: through `decoding.deferred_stop_check` (CUDA only; a batch that ends before `max_new_tokens`
     then draws once more from the random stream, which moves the next batch's samples).
+    `decode_loop`: "transformers" (`model.generate`) or, on the fast path only, "compiled_step" (`decode_loop.sample`:
+    the whole token step as one compiled graph on CUDA, eager on a CPU, its "exponential" sampler; bench level only,
+    unmeasured on a GPU so far).
     """
     import torch
     from tqdm.auto import tqdm
@@ -96,6 +102,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     from gmts_trainer import compile_cache_length, merged_lora, without_input_grad_hooks
 
     sampling = sampling or Sampling(temperature=temperature)
+    compiled_step = _check_decode_loop(decode_loop, fast, sampling)
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
     prompt_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     lengths = [len(ids) for ids in prompt_ids]
@@ -122,10 +129,14 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                                            disable=not progress))
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
-                rows = chunk + chunk[-1:] * (batch_size - len(chunk) if static else 0)  # one shape per cache
+                pad_rows = static or compiled_step
+                rows = chunk + chunk[-1:] * (batch_size - len(chunk) if pad_rows else 0)  # one shape per cache
                 batch = tokenizer([texts[flat[j]] for j in rows], return_tensors="pt", padding=True,
                                   padding_side="left", add_special_tokens=False).to(device)  # (B, P), left-padded
-                gen = model.generate(**batch, generation_config=config)  # (B, P + new)
+                if compiled_step:
+                    gen = _sample_compiled_step(model, batch, config, sampling, max_new_tokens, cache_len)
+                else:
+                    gen = model.generate(**batch, generation_config=config)  # (B, P + new)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
                                                  skip_special_tokens=True)
                 for j, text in zip(chunk, decoded):
@@ -134,6 +145,34 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     finally:
         model.train(was_training)
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
+
+
+def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool:
+    """Whether `generate_samples` decodes through `decode_loop.sample`; what it cannot do is refused here, in one line."""
+    from decode_loop import check_supported
+
+    if decode_loop not in DECODE_LOOPS:
+        raise ValueError(f"unknown decode_loop {decode_loop!r}: use one of {', '.join(DECODE_LOOPS)}")
+    if decode_loop == "transformers":
+        return False
+    if not fast:
+        raise ValueError("decode_loop='compiled_step' replaces the fast path's generate: pass fast=True")
+    check_supported(sampling.temperature, "exponential", sampling.top_k, sampling.top_p, sampling.min_p,
+                    sampling.repetition_penalty)
+    return True
+
+
+def _sample_compiled_step(model, batch, config, sampling: Sampling, max_new_tokens: int, cache_len: int):
+    """`model.generate(**batch, generation_config=config)` through `decode_loop.sample`: compiled on CUDA, eager on a
+    CPU (no CUDA graphs there), the exponential sampler, the evaluation's bucketed cache length."""
+    import decode_loop
+
+    eos = [] if config.eos_token_id is None else config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos)
+    pad = eos[0] if config.pad_token_id is None else config.pad_token_id  # transformers' fallback: pad with EOS
+    return decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens,
+                              temperature=sampling.temperature, eos_token_ids=eos, pad_token_id=pad, compiled=batch["input_ids"].device.type == "cuda",
+                              sampler="exponential", cache_len=cache_len)
 
 
 def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:

@@ -12,19 +12,22 @@ RAGGED = ["1+2=", "34+5=", "7+8+9+10=", "9=", "6+6=", "12+30+4="]  # left paddin
 EQUAL = ["1+2=", "3+4=", "5+6=", "7+8="]  # no padding: the attention mask alone must hide the empty cache slots
 
 
+def sharpen(model, factor: float = 4.0):
+    """The tiny model with its embeddings (hence the tied logits) and its query/key projections scaled: at random init
+    the next-token distribution is nearly uniform and attention nearly flat, so the draw is decided by the random
+    numbers alone and a wrong position or mask changes no token. Scaled 4x, it does (checked by mutation)."""
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(factor)
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(factor)
+            layer.self_attn.k_proj.weight.mul_(factor)
+    return model
+
+
 @pytest.fixture(scope="module")
 def tiny():
-    """The tiny model with its embeddings (hence the tied logits) and its query/key projections scaled 4x: at random
-    init the next-token distribution is nearly uniform and attention nearly flat, so the draw is decided by the
-    random numbers alone and a wrong position or mask changes no token. Scaled, it does (checked by mutation)."""
     tok = tiny_tokenizer()
-    model = tiny_model(tok).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(4.0)
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(4.0)
-            layer.self_attn.k_proj.weight.mul_(4.0)
-    return tok, model
+    return tok, sharpen(tiny_model(tok).eval())
 
 
 def _both(tiny, prompts, temperature, eos, max_new_tokens, seed, sampler="multinomial", cache=None):

@@ -304,3 +304,39 @@ def test_compiled_evaluation_decodes_with_static_shapes():
     assert compiled.compile_config.dynamic is False and not compiled.disable_compile
     eager = _generation_config(model, tok, Sampling(), 8, False, False, 256)
     assert eager.disable_compile
+
+
+def test_compiled_step_loop_samples_what_generate_samples_on_the_cpu():
+    """decode_loop="compiled_step" (eager on a CPU, the exponential sampler: torch.multinomial's own single-draw
+    algorithm) gives the same texts as transformers' generate at the same seed, in one batch (no surplus steps between
+    batches), through grouped attention and a LoRA adapter merged for the call."""
+    from peft import LoraConfig, get_peft_model
+
+    from eval import generate_samples
+
+    from test_decode_loop import sharpen
+
+    model, tok = _tiny_chat_model()
+    model = get_peft_model(sharpen(model), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                      init_lora_weights=False))
+    prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8")]
+    out = {loop: generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=8, progress=False, fast=True,
+                                  grouped_attention=True, decode_loop=loop) for loop in ("transformers", "compiled_step")}
+    assert out["compiled_step"] == out["transformers"]
+    assert len({s for outs in out["transformers"] for s in outs}) > 1  # sampled, not one text
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"decode_loop": "vllm", "fast": True}, "unknown decode_loop 'vllm'"),
+    ({"decode_loop": "compiled_step"}, "pass fast=True"),
+    ({"decode_loop": "compiled_step", "fast": True, "sampling": "top_p"}, "top_p=0.9 unsupported"),
+])
+def test_compiled_step_loop_refuses_what_it_cannot_do(kwargs, reason):
+    from eval import Sampling, generate_samples
+
+    model, tok = _tiny_chat_model()
+    if kwargs.get("sampling") == "top_p":
+        kwargs = kwargs | {"sampling": Sampling(top_p=0.9)}
+    with pytest.raises(ValueError, match=reason):
+        generate_samples(model, tok, [[{"role": "user", "content": "1"}]], k=1, seed=0, max_new_tokens=2,
+                         progress=False, **kwargs)
