@@ -26,11 +26,11 @@ repetition penalty; any of them is refused). Two samplers of the same distributi
   result on the host and so break CUDA graphs. In eager on the CPU it therefore gives the same tokens as
   "multinomial" at the same seed (tested); compiled, inductor may draw other random numbers (on the CPU it does).
 
-Attention mask: ones past the current slot would be harmless with sdpa/eager masks: `create_causal_mask` never
-skips the mask for a compileable cache and a one-token query (masking_utils.py, `allow_is_causal_skip`), and the
-causal function hides every slot past the query's own (kv_idx <= q_idx + the cache's length). The loop still keeps the 2-D mask true (1 up to the current
-slot, one slot set per step, one small kernel) so that a mask builder that reads it directly (flash attention's
-unpadding counts its ones) sees the real lengths.
+Attention mask: ones past the current slot would be harmless with sdpa/eager masks: `create_causal_mask` never skips
+the mask for a compileable cache and a one-token query (masking_utils.py, `allow_is_causal_skip`), and the causal
+function hides every slot past the query's own (kv_idx <= q_idx + the cache's length). The loop still keeps the 2-D
+mask true (1 up to the current slot, one slot set per step, one small kernel) so that a mask builder that reads it
+directly (flash attention's unpadding counts its ones) sees the real lengths.
 
 Positions: transformers' for left padding (attention_mask.cumsum(-1) - 1, 0 on padding). With rotary embeddings only
 differences of positions matter, so plain 0..P-1 for every row would give the same attention up to rounding.
@@ -42,6 +42,7 @@ tensor values, the state marked static as transformers marks its cache) and trac
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields
 
 import torch
@@ -106,6 +107,29 @@ def decode_step(model, cache, state: DecodeState, temperature: float, eos_token_
 
 
 _COMPILED: dict[str, object] = {}
+_BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
+
+
+def _buffers(model, batch: int, cache_len: int, max_new_tokens: int, device: torch.device):
+    """The static cache and the decode state for this shape, reset in place when the last call had the same shape:
+    the same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record),
+    as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes)."""
+    from transformers import StaticCache
+
+    key = (batch, cache_len, max_new_tokens, device, next(model.parameters()).dtype)
+    if _BUFFERS and _BUFFERS[0][0]() is model and _BUFFERS[0][1] == key:
+        cache, state = _BUFFERS[0][2:]
+        cache.reset()
+        return cache, state
+    _BUFFERS.clear()
+    long = {"dtype": torch.long, "device": device}
+    cache = StaticCache(config=model.config, max_cache_len=cache_len)
+    state = DecodeState(token=torch.zeros(batch, 1, **long), position_ids=torch.zeros(batch, 1, **long),
+                        cache_position=torch.zeros(1, **long), attention_mask=torch.zeros(batch, cache_len, **long),
+                        unfinished=torch.ones(batch, dtype=torch.bool, device=device),
+                        step=torch.zeros(1, **long), tokens=torch.zeros(batch, max_new_tokens, **long))
+    _BUFFERS.append((weakref.ref(model), key, cache, state))
+    return cache, state
 
 
 def compiled_step(backend: str = "inductor"):
@@ -145,13 +169,15 @@ def check_supported(temperature: float, sampler: str, top_k: int | None = 0, top
         raise ValueError(f"decode_loop: temperature {temperature} unsupported; it samples at a finite temperature > 0")
     if sampler not in SAMPLERS:
         raise ValueError(f"decode_loop: unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
-    for name, value, neutral in (("top_k", top_k, (0, None)), ("top_p", top_p, (1.0, None)),
-                                 ("min_p", min_p, (None, 0.0)), ("repetition_penalty", repetition_penalty, (1.0, None))):
+    neutral_values = {"top_k": (top_k, (0, None)), "top_p": (top_p, (1.0, None)), "min_p": (min_p, (None, 0.0)),
+                      "repetition_penalty": (repetition_penalty, (1.0, None))}
+    for name, (value, neutral) in neutral_values.items():
         if value not in neutral:
             raise ValueError(f"decode_loop: {name}={value} unsupported; it samples softmax(logits / T) only, use "
                              f"decode_loop='transformers' for {name}")
 
 
+@torch.no_grad()
 def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
            temperature: float, eos_token_ids: int | list[int] | tuple[int, ...], pad_token_id: int, compiled: bool,
            sampler: str = "exponential", cache_len: int | None = None, check_every: int = CHECK_EVERY,
@@ -160,8 +186,6 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     """What `model.generate(input_ids, attention_mask, do_sample=True, temperature=T, top_k=0, top_p=1.0)` returns:
     the left-padded prompt and the completion, (B, P + n), pad after a row's EOS, n = max_new_tokens or the step at
     which the last row emitted EOS. The top_k .. repetition_penalty arguments only refuse what is not supported."""
-    from transformers import StaticCache
-
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
     batch, prompt_len = input_ids.shape
     total = prompt_len + max_new_tokens
@@ -176,21 +200,17 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else tuple(eos_token_ids)
     device = input_ids.device
 
-    cache = StaticCache(config=model.config, max_cache_len=cache_len)
+    cache, state = _buffers(model, batch, cache_len, max_new_tokens, device)
     position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
-    full_mask = torch.zeros(batch, cache_len, dtype=torch.long, device=device)
-    full_mask[:, :prompt_len] = mask
-    logits = model(input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, past_key_values=cache,
-                   use_cache=True, logits_to_keep=1).logits[:, -1]  # the prefill: one ordinary forward
-    state = DecodeState(
-        token=torch.zeros(batch, 1, dtype=torch.long, device=device),
-        position_ids=position_ids[:, -1:] + 1,
-        cache_position=torch.tensor([prompt_len], device=device),
-        attention_mask=full_mask,
-        unfinished=torch.ones(batch, dtype=torch.bool, device=device),
-        step=torch.zeros(1, dtype=torch.long, device=device),
-        tokens=torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long, device=device),
-    )
+    state.attention_mask.zero_()
+    state.attention_mask[:, :prompt_len] = mask
+    logits = model(input_ids=input_ids, attention_mask=state.attention_mask, position_ids=position_ids,
+                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]  # the prefill: one forward
+    state.position_ids.copy_(position_ids[:, -1:] + 1)
+    state.cache_position.fill_(prompt_len)
+    state.unfinished.fill_(True)
+    state.step.zero_()
+    state.tokens.fill_(pad_token_id)
     _advance(state, logits, temperature, eos, pad_token_id, sampler)
     step = decode_step
     if compiled:

@@ -148,7 +148,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
 
 
 def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool:
-    """Whether `generate_samples` decodes through `decode_loop.sample`; what it cannot do is refused here, in one line."""
+    """Whether `generate_samples` decodes through `decode_loop.sample`; what it cannot do is refused, in one line."""
     from decode_loop import check_supported
 
     if decode_loop not in DECODE_LOOPS:
@@ -171,8 +171,9 @@ def _sample_compiled_step(model, batch, config, sampling: Sampling, max_new_toke
     eos = [eos] if isinstance(eos, int) else list(eos)
     pad = eos[0] if config.pad_token_id is None else config.pad_token_id  # transformers' fallback: pad with EOS
     return decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens,
-                              temperature=sampling.temperature, eos_token_ids=eos, pad_token_id=pad, compiled=batch["input_ids"].device.type == "cuda",
-                              sampler="exponential", cache_len=cache_len)
+                              temperature=sampling.temperature, eos_token_ids=eos, pad_token_id=pad,
+                              compiled=batch["input_ids"].device.type == "cuda", sampler="exponential",
+                              cache_len=cache_len)
 
 
 def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:

@@ -11,10 +11,18 @@ seed for both: the share of identical completions says how far the option moved 
 - `--option decode_kernel`: grouped attention's folded call through PyTorch's fused kernel against two matrix
   products (`generation_decode_kernel: matmul`, attention.py: transformers' eager formulation), both with deferred
   stop; other bf16 rounding, so some samples move.
+- `--option decode_loop`: transformers' `generate` (only the forward compiled, one CUDA graph per token, Python
+  around it) against `decode_loop.sample` (the whole token step, forward + sampling + bookkeeping, as one compiled
+  graph), both with grouped attention, deferred stop and the matmul decode kernel. Other random numbers, so few
+  identical samples are expected: each row's pass@1 on the same prompts is the check that the loop samples soundly.
+
+Every row records its pass@1 (GSM8K's scorer, `eval.score_samples`) on the prompts it decoded.
 
     python bench/decode_options.py --model smollm2-135m-instruct --gsm8k_path DIR --out bench/grouped-attention-h200.json
     python bench/decode_options.py --option deferred_stop --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
         --out bench/deferred-stop-h200.json
+    python bench/decode_options.py --option decode_loop --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
+        --rows 64 --out bench/decode-loop-64-h200.json
     python bench/decode_options.py --markdown bench/grouped-attention-h200.json   # its table (bench/README.md)
 """
 
@@ -36,14 +44,20 @@ OPTIONS = {  # option: (column title, label off, label on, what the identical sh
     "deferred_stop": ("stop check", "every step", "one step late", "the same tokens per call are expected; a batch "
                       "that ends early moves the random stream of the next"),
     "decode_kernel": ("decoding attention", "sdpa kernel", "two matmuls", ROUNDING),
+    "decode_loop": ("decoding loop", "generate", "compiled step", "the compiled step's sampler is torch.multinomial's "
+                    "own one-sample algorithm, argmax(p / Exp(1)) (same texts in eager on a CPU, tests/test_eval.py), "
+                    "but the graph draws other random numbers and rounds the forward otherwise in bf16, so a low share "
+                    "is expected; pass@1 of both rows is the check"),
 }
 
 
 def table(result: dict) -> str:
     title, *_, meaning = OPTIONS[result.get("option", "grouped_attention")]
-    rows = [f"| {title} | ms per token step | batch (s) |", "|---|---|---|"]
+    scored = all("pass@1" in r for r in result["rows"])  # recorded since the decode_loop option
+    rows = [f"| {title} | ms per token step | batch (s) |" + (" pass@1 |" if scored else ""),
+            "|---|---|---|" + ("---|" if scored else "")]
     rows += [f"| {r.get('label', r.get('attention'))} | {r['ms_per_token_step']:.1f} | {r['seconds']:.2f} |"
-             for r in result["rows"]]
+             + (f" {r['pass@1']:.3f} |" if scored else "") for r in result["rows"]]
     return "\n".join(rows + ["", f"{result['model']}, {result['samples']} samples x {result['new_tokens']} tokens on "
                               f"{result['device']}: {result['speedup']:.2f}x. Identical completions at the same seed: "
                               f"{result['identical_completions']:.1%} ({meaning})."])
@@ -70,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from data import load_gsm8k, to_prompt
-    from eval import generate_samples
+    from eval import generate_samples, score_samples
     from models import resolve_model
+    from stats import pass_at_1
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     path = resolve_model(args.model)
@@ -92,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             options = {"grouped_attention": on}
         elif args.option == "deferred_stop":
             options = {"grouped_attention": True, "deferred_stop": on}
-        else:
+        elif args.option == "decode_kernel":
             options = {"grouped_attention": True, "deferred_stop": True, "decode_kernel": "matmul" if on else "sdpa"}
+        else:
+            options = {"grouped_attention": True, "deferred_stop": True, "decode_kernel": "matmul",
+                       "decode_loop": "compiled_step" if on else "transformers"}
         run = lambda: generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=args.new_tokens,  # noqa: E731
                                        batch_size=len(prompts), progress=False, fast=True, **options)
         t0 = time.perf_counter()
@@ -109,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         row = {"label": labels[on], "options": options, "first_s": first, "seconds": min(times),
-               "times_s": times, "ms_per_token_step": 1000 * min(times) / args.new_tokens}
+               "times_s": times, "ms_per_token_step": 1000 * min(times) / args.new_tokens,
+               "pass@1": pass_at_1(score_samples(texts[on], tasks))}
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
     same = sum(a == b for a, b in zip(texts[False], texts[True]))

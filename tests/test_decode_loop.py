@@ -112,18 +112,25 @@ def test_right_padding_refused(tiny):
                            eos_token_ids=1, pad_token_id=0, compiled=False)
 
 
-def test_compiled_step_traces_as_one_graph(tiny):
+@pytest.mark.parametrize("kernel", [None, "matmul"])
+def test_compiled_step_traces_as_one_graph(tiny, kernel):
     """compiled=True with fullgraph=True through dynamo and AOT autograd (backend aot_eager: no CUDA graphs on the
-    CPU): no graph break in the step, and the same tokens as eager at the same seed."""
+    CPU): no graph break in the step, also through grouped attention's matmul kernel (the bench's setting), and the
+    same tokens as eager at the same seed."""
+    import contextlib
+
+    from attention import grouped_query_attention
+
     tok, model = tiny
     batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
     out = {}
-    for compiled in (False, True):
-        torch.manual_seed(1)
-        with torch.no_grad():
-            out[compiled] = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12,
-                                               temperature=0.8, eos_token_ids=[1, 5], pad_token_id=0,
-                                               compiled=compiled, compile_backend="aot_eager")
+    with grouped_query_attention(model, kernel) if kernel else contextlib.nullcontext():
+        for compiled in (False, True):
+            torch.manual_seed(1)
+            with torch.no_grad():
+                out[compiled] = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"],
+                                                   max_new_tokens=12, temperature=0.8, eos_token_ids=[1, 5],
+                                                   pad_token_id=0, compiled=compiled, compile_backend="aot_eager")
     assert torch.equal(out[True], out[False])
 
 
@@ -150,3 +157,16 @@ def test_step_logits_equal_an_uncached_forward(tiny, monkeypatch, prompts):
     assert len(seen) >= steps
     for t in range(steps):
         torch.testing.assert_close(seen[t], full[:, prompt_len - 1 + t], atol=1e-4, rtol=1e-4)
+
+
+def test_a_second_call_of_the_same_shape_reuses_the_buffers_and_starts_clean(tiny):
+    """Same shape, same cache and state tensors (a CUDA graph replays only at the addresses it recorded), reset in
+    place: the second call still equals generate."""
+    tok, _ = tiny
+    eos = [tok.eos_token_id, 5]
+    ref, got, _ = _both(tiny, RAGGED, 1.0, eos, max_new_tokens=24, seed=3)
+    assert torch.equal(got, ref)
+    cache, state = decode_loop._BUFFERS[0][2:]
+    ref, got, _ = _both(tiny, RAGGED[::-1], 0.7, eos, max_new_tokens=24, seed=7)
+    assert decode_loop._BUFFERS[0][2] is cache and decode_loop._BUFFERS[0][3] is state
+    assert torch.equal(got, ref)

@@ -321,7 +321,8 @@ def test_compiled_step_loop_samples_what_generate_samples_on_the_cpu():
                                                       init_lora_weights=False))
     prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8")]
     out = {loop: generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=8, progress=False, fast=True,
-                                  grouped_attention=True, decode_loop=loop) for loop in ("transformers", "compiled_step")}
+                                  grouped_attention=True, decode_loop=loop)
+           for loop in ("transformers", "compiled_step")}
     assert out["compiled_step"] == out["transformers"]
     assert len({s for outs in out["transformers"] for s in outs}) > 1  # sampled, not one text
 
