@@ -199,6 +199,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
         raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
     eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else tuple(eos_token_ids)
     device = input_ids.device
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # as generate: PEFT's wrapper off
 
     cache, state = _buffers(model, batch, cache_len, max_new_tokens, device)
     position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
