@@ -79,15 +79,22 @@ class DecodeState:
             torch._dynamo.mark_static_address(getattr(self, f.name))
 
 
+def _is_eos(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tensor:
+    """Where tokens are one of the EOS ids (bool, tokens' shape); a fixed chain of compares, which compiles into the
+    step's graph."""
+    is_eos = torch.zeros_like(tokens, dtype=torch.bool)
+    for eos in eos_token_ids:
+        is_eos = is_eos | (tokens == eos)
+    return is_eos
+
+
 def _advance(state: DecodeState, logits: torch.Tensor, temperature: float, eos_token_ids: tuple[int, ...],
              pad_token_id: int, sampler: str) -> None:
     """Sample the next token from logits (B, V) and do transformers' bookkeeping: pad for a finished row, the row
     finished once it emits EOS, the token written to the output and fed to the next step."""
     next_tokens = sample_next(logits, temperature, sampler)
     next_tokens = torch.where(state.unfinished, next_tokens, pad_token_id)
-    is_eos = torch.zeros_like(state.unfinished)
-    for eos in eos_token_ids:
-        is_eos = is_eos | (next_tokens == eos)
+    is_eos = _is_eos(next_tokens, eos_token_ids)
     state.tokens.index_copy_(1, state.step, next_tokens[:, None])
     state.unfinished.logical_and_(~is_eos)
     state.token.copy_(next_tokens[:, None])
@@ -233,9 +240,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
 def completion_length(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> int:
     """Columns transformers would have generated: all of them while a row has no EOS, else up to the last row's
     first EOS (the steps run after every row had finished are the surplus a deferred stop check cuts)."""
-    is_eos = torch.zeros_like(tokens, dtype=torch.bool)
-    for eos in eos_token_ids:
-        is_eos |= tokens == eos
+    is_eos = _is_eos(tokens, eos_token_ids)
     if not bool(is_eos.any(dim=1).all()):
         return tokens.size(1)
     return int(is_eos.int().argmax(dim=1).max()) + 1

@@ -127,10 +127,10 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
             stack.enter_context(decoding_options(model, grouped_attention, deferred_stop, decode_kernel))
             bar = stack.enter_context(tqdm(total=len(flat), desc=f"eval (seed {seed})", unit="sample",
                                            disable=not progress))
+            pad_rows = static or compiled_step  # one shape per cache (and per recorded graph)
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
-                pad_rows = static or compiled_step
-                rows = chunk + chunk[-1:] * (batch_size - len(chunk) if pad_rows else 0)  # one shape per cache
+                rows = chunk + chunk[-1:] * (batch_size - len(chunk) if pad_rows else 0)
                 batch = tokenizer([texts[flat[j]] for j in rows], return_tensors="pt", padding=True,
                                   padding_side="left", add_special_tokens=False).to(device)  # (B, P), left-padded
                 if compiled_step:

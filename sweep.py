@@ -104,8 +104,9 @@ class Grid:
         return list(dict.fromkeys(cell for cell, _ in self.jobs_in_order()))
 
 
-PRIMARY_KEYS = {"fixed_on": str, "variant": str, "comparison": str, "learning_rate": float, "seeds": list,
-                "reproduced_above_points": float, "refuted_below_points": float}
+_INTS = lambda v: [int(x) for x in v]  # noqa: E731 - a list of seeds
+PRIMARY_KEYS = {"fixed_on": str, "variant": str, "comparison": str, "learning_rate": float, "seeds": _INTS,
+                "reproduced_above_points": float, "refuted_below_points": float}  # key: its conversion
 
 
 def _check_primary(primary: Any, grid: Grid, p: Path) -> dict:
@@ -118,8 +119,7 @@ def _check_primary(primary: Any, grid: Grid, p: Path) -> dict:
         raise SweepError(f"{where}: " + (f"missing {', '.join(sorted(missing))}" if missing else
                                          f"unknown key(s) {', '.join(sorted(extra))}"))
     try:
-        out = {k: (str(v) if t is str else float(v) if t is float else [int(x) for x in v])
-               for k, v in primary.items() for t in [PRIMARY_KEYS[k]]}
+        out = {k: PRIMARY_KEYS[k](v) for k, v in primary.items()}
     except (TypeError, ValueError):
         raise SweepError(f"{where}: learning_rate and the two thresholds must be numbers, seeds a list of "
                          f"integers") from None
@@ -287,6 +287,15 @@ def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[list[float], list
     return [a[k] for k in keys], [b[k] for k in keys]
 
 
+def _pooled(scores: dict, a: tuple[str, float, str], b: tuple[str, float, str], seeds: list[int]) -> dict:
+    """stats.pooled_delta of arm a against arm b, each given as (variant, learning rate, arm), over `seeds`, the
+    per-task scores paired by task: the one computation behind every pooled row and the primary test."""
+    from stats import pooled_delta
+
+    pairs = [_paired(scores[(*a[:2], s, a[2])], scores[(*b[:2], s, b[2])]) for s in seeds]
+    return pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
+
+
 MECHANISM = ("selection/effective_answers", "selection/top_answer_weight_share", "selection/zero_advantage_kept_share",
              "update/cosine_prev", "grad_norm")
 
@@ -312,7 +321,7 @@ def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
 def summarize(grid: Grid) -> dict:
     """Every number of the sweep, from the cells' verified results files (check.load) alone."""
     from check import load, task_scores
-    from stats import pooled_delta, seeds_for_power
+    from stats import seeds_for_power
 
     root = Path(grid.results_dir) / grid.name
     cells, scores = [], {}
@@ -344,8 +353,7 @@ def summarize(grid: Grid) -> dict:
             both = [s for s in seeds if (variant, lr, s, a) in scores and (variant, lr, s, b) in scores]
             if not both:
                 continue
-            pairs = [_paired(scores[(variant, lr, s, a)], scores[(variant, lr, s, b)]) for s in both]
-            d = pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
+            d = _pooled(scores, (variant, lr, a), (variant, lr, b), both)
             pooled.append({"variant": variant, "learning_rate": lr, "comparison": f"{a} - {b}", "seeds": both,
                            "comparison_kind": "shared learning rate", **d})
             if f"{a} - {b}" in CLAIMED and len(both) >= 3:  # seeds this spread needs to detect the paper's gains
@@ -363,8 +371,7 @@ def summarize(grid: Grid) -> dict:
                           & {s for (v, lr, s, arm) in scores if (v, lr, arm) == (*key_b, b)})
             if not both:
                 continue
-            pairs = [_paired(scores[(*key_a, s, a)], scores[(*key_b, s, b)]) for s in both]
-            d = pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
+            d = _pooled(scores, (*key_a, a), (*key_b, b), both)
             pooled.append({"variant": variant, "learning_rate": None, "learning_rates": {a: lr_of[a], b: lr_of[b]},
                            "comparison": f"{a} - {b}", "seeds": both,
                            "comparison_kind": "each arm at its own best stable learning rate", **d})
@@ -380,15 +387,14 @@ def primary_test(spec: dict, scores: dict) -> dict:
     """The analysis plan's primary test: its comparison over its planned seeds only (a seed counts once both arms
     have run), Student's t over the per-seed deltas, and the plan's decision, which is "interim" until every planned
     seed has run: the plan commits to running all of them whatever the interim rows show."""
-    from stats import plan_decision, pooled_delta
+    from stats import plan_decision
 
     a, b = spec["comparison"].split(" - ")
     key = (spec["variant"], spec["learning_rate"])
     done = [s for s in spec["seeds"] if (*key, s, a) in scores and (*key, s, b) in scores]
     out = {**spec, "seeds_done": done, "delta": None, "t_low": None, "t_high": None, "per_seed": []}
     if len(done) >= 2:
-        pairs = [_paired(scores[(*key, s, a)], scores[(*key, s, b)]) for s in done]
-        d = pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
+        d = _pooled(scores, (*key, a), (*key, b), done)
         out.update(delta=d["delta"], t_low=d["t_low"], t_high=d["t_high"], per_seed=d["per_seed"])
     complete = len(done) == len(spec["seeds"])
     out["decision"] = plan_decision(100 * out["t_low"], 100 * out["t_high"], spec["reproduced_above_points"],
