@@ -87,6 +87,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from attention import KERNELS
+from decode_loop import token_entropy
 from decoding import decoding_options
 from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, select_top_fraction,
                        selection_stats, update_cosine)
@@ -315,7 +316,8 @@ class _EntropyRecorder(LogitsProcessor):
     """Records the entropy of softmax(logits / T) at each decoding step, and changes nothing.
 
     Custom processors run before transformers' warpers (temperature, top-k, top-p), so `scores` are the model's
-    logits; dividing by T gives exactly the distribution TRL's fused LM head scores in training.
+    logits; dividing by T gives exactly the distribution TRL's fused LM head scores in training. A decode that computes
+    the entropy itself (decode_loop.sample, inside its compiled step) hands it over whole with `take`.
     """
 
     def __init__(self, temperature: float):
@@ -323,9 +325,12 @@ class _EntropyRecorder(LogitsProcessor):
         self.steps: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)  # (B, V), one row per sequence
-        self.steps.append(torch.special.entr(probs).sum(dim=-1))  # (B,)
+        self.steps.append(token_entropy(scores, self.temperature))  # (B,), one row per sequence
         return scores
+
+    def take(self, entropy: torch.Tensor) -> None:
+        """Record a whole decode's (B, n) entropy at once, as n calls would."""
+        self.steps.extend(entropy.unbind(dim=1))
 
     def entropy(self, rows: int, width: int, device: torch.device) -> torch.Tensor | None:
         if not self.steps or self.steps[0].numel() != rows:

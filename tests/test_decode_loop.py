@@ -112,11 +112,11 @@ def test_right_padding_refused(tiny):
                            eos_token_ids=1, pad_token_id=0, compiled=False)
 
 
-@pytest.mark.parametrize("kernel", [None, "matmul"])
-def test_compiled_step_traces_as_one_graph(tiny, kernel):
+@pytest.mark.parametrize("kernel, entropy", [(None, False), (None, True), ("matmul", True)])
+def test_compiled_step_traces_as_one_graph(tiny, kernel, entropy):
     """compiled=True with fullgraph=True through dynamo and AOT autograd (backend aot_eager: no CUDA graphs on the
-    CPU): no graph break in the step, also through grouped attention's matmul kernel (the bench's setting), and the
-    same tokens as eager at the same seed."""
+    CPU): no graph break in the step, also through grouped attention's matmul kernel (the bench's setting) and with
+    the entropy buffer (the trainer's setting), and the same tokens and entropy as eager at the same seed."""
     import contextlib
 
     from attention import grouped_query_attention
@@ -130,8 +130,40 @@ def test_compiled_step_traces_as_one_graph(tiny, kernel):
             with torch.no_grad():
                 out[compiled] = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"],
                                                    max_new_tokens=12, temperature=0.8, eos_token_ids=[1, 5],
-                                                   pad_token_id=0, compiled=compiled, compile_backend="aot_eager")
-    assert torch.equal(out[True], out[False])
+                                                   pad_token_id=0, compiled=compiled, compile_backend="aot_eager",
+                                                   return_entropy=entropy)
+    if entropy:
+        (tokens, ent), (eager_tokens, eager_ent) = out[True], out[False]
+        assert torch.equal(tokens, eager_tokens)
+        torch.testing.assert_close(ent, eager_ent)
+    else:
+        assert torch.equal(out[True], out[False])
+
+
+def test_entropy_is_the_recorders_on_the_logits_each_token_was_drawn_from(tiny, monkeypatch):
+    """The entropy written inside the step, column t, equals gmts_trainer._EntropyRecorder's (transformers' logits
+    processor) on the logits token t was sampled from, exactly; it is trimmed like the tokens (every row stops early
+    here: the steps run past the last EOS are cut from both), and computing it moves no token."""
+    from gmts_trainer import _EntropyRecorder
+
+    tok, model = tiny
+    eos, temperature = [1, 5, 9, 13, 17, 21], 0.7
+    batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    kwargs = dict(max_new_tokens=40, temperature=temperature, eos_token_ids=eos, pad_token_id=0, compiled=False)
+    torch.manual_seed(0)
+    plain = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], **kwargs)
+    recorder = _EntropyRecorder(temperature)
+    original = decode_loop.sample_next
+    monkeypatch.setattr(decode_loop, "sample_next", lambda logits, *a, **k: recorder(None, logits) is None or
+                        original(logits, *a, **k))
+    torch.manual_seed(0)
+    tokens, entropy = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], return_entropy=True,
+                                         **kwargs)
+    assert torch.equal(tokens, plain)
+    completion = tokens.size(1) - batch["input_ids"].size(1)
+    assert completion < 40 - decode_loop.CHECK_EVERY and len(recorder.steps) > completion  # surplus steps were run
+    assert entropy.shape == (len(RAGGED), completion) and entropy.dtype == torch.float32
+    assert torch.equal(entropy, recorder.entropy(len(RAGGED), completion, entropy.device))
 
 
 @pytest.mark.parametrize("prompts", [RAGGED, EQUAL], ids=["ragged", "equal"])
