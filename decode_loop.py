@@ -8,7 +8,7 @@ step takes 3.98 ms of wall time against 2.71 ms of GPU work: the GPU waits for t
 
 What this loop does differently from `_sample`: every tensor a step reads or writes is allocated once with a fixed
 shape (the static KV cache, the token, the position ids, the cache slot, the 2-D attention mask over the whole cache
-length, the unfinished rows, the (B, max_new_tokens) output), and one function (`decode_step`) runs the forward on one
+length, the unfinished rows, the (B, cache length) output), and one function (`decode_step`) runs the forward on one
 token, the sampling and the bookkeeping in place on them. `compiled=True` wraps that function in
 torch.compile(mode="reduce-overhead", fullgraph=True, dynamic=False): one graph for every step of every batch of
 the same shape. The all-rows-finished flag is read on the host every `check_every` steps, from a non-blocking copy
@@ -27,7 +27,7 @@ repetition penalty; any of them is refused). Two samplers of the same distributi
   "multinomial" at the same seed (tested); compiled, inductor may draw other random numbers (on the CPU it does).
 
 Entropy (`return_entropy=True`): the step also writes `token_entropy(logits, T)`, the entropy of the distribution
-each token is drawn from, into a (B, max_new_tokens) float32 buffer at the token's column (the prefill's first token
+each token is drawn from, into a float32 buffer like the tokens' at the token's column (the prefill's first token
 too), inside the compiled graph, trimmed like the tokens. `token_entropy` is the formula of gmts_trainer's
 `_EntropyRecorder` (the logits processor that records it around transformers' generate), which calls it: the trainer's
 batch-scope selection takes the loop's entropy with no scoring pass and no processor outside the graph.
@@ -90,8 +90,8 @@ class DecodeState:
     attention_mask: torch.Tensor  # (B, L) long: 1 for the prompt's real tokens and every slot written so far
     unfinished: torch.Tensor  # (B,) bool: rows that have not emitted EOS
     step: torch.Tensor  # (1,) long: the next column of `tokens`
-    tokens: torch.Tensor  # (B, N) long: the completion, pad after a row's EOS
-    entropy: torch.Tensor | None = None  # (B, N) float32: token_entropy of the logits each token was drawn from
+    tokens: torch.Tensor  # (B, L) long: the completion in its first columns, pad after a row's EOS
+    entropy: torch.Tensor | None = None  # (B, L) float32: token_entropy of the logits each token was drawn from
 
     def mark_static(self) -> None:
         for f in fields(self):
@@ -140,13 +140,15 @@ _COMPILED: dict[str, object] = {}
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
 
 
-def _buffers(model, batch: int, cache_len: int, max_new_tokens: int, device: torch.device, entropy: bool):
+def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: bool):
     """The static cache and the decode state for this shape, reset in place when the last call had the same shape:
     the same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record),
-    as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes)."""
+    as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs
+    are as wide as the cache, which bounds any max_new_tokens: as transformers' compiled decoder, one graph per (rows,
+    cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the 256-token call's graph)."""
     from transformers import StaticCache
 
-    key = (batch, cache_len, max_new_tokens, device, next(model.parameters()).dtype, entropy)
+    key = (batch, cache_len, device, next(model.parameters()).dtype, entropy)
     if _BUFFERS and _BUFFERS[0][0]() is model and _BUFFERS[0][1] == key:
         cache, state = _BUFFERS[0][2:]
         cache.reset()
@@ -157,8 +159,8 @@ def _buffers(model, batch: int, cache_len: int, max_new_tokens: int, device: tor
     state = DecodeState(token=torch.zeros(batch, 1, **long), position_ids=torch.zeros(batch, 1, **long),
                         cache_position=torch.zeros(1, **long), attention_mask=torch.zeros(batch, cache_len, **long),
                         unfinished=torch.ones(batch, dtype=torch.bool, device=device),
-                        step=torch.zeros(1, **long), tokens=torch.zeros(batch, max_new_tokens, **long),
-                        entropy=torch.zeros(batch, max_new_tokens, dtype=torch.float32, device=device)
+                        step=torch.zeros(1, **long), tokens=torch.zeros(batch, cache_len, **long),
+                        entropy=torch.zeros(batch, cache_len, dtype=torch.float32, device=device)
                         if entropy else None)
     _BUFFERS.append((weakref.ref(model), key, cache, state))
     return cache, state
@@ -236,7 +238,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     device = input_ids.device
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # as generate: PEFT's wrapper off
 
-    cache, state = _buffers(model, batch, cache_len, max_new_tokens, device, return_entropy)
+    cache, state = _buffers(model, batch, cache_len, device, return_entropy)
     position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
     state.attention_mask.zero_()
     state.attention_mask[:, :prompt_len] = mask

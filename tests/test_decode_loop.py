@@ -30,7 +30,7 @@ def tiny():
     return tok, sharpen(tiny_model(tok).eval())
 
 
-def _both(tiny, prompts, temperature, eos, max_new_tokens, seed, sampler="multinomial", cache=None):
+def _both(tiny, prompts, temperature, eos, max_new_tokens, seed, sampler="multinomial", cache=None, cache_len=None):
     """(model.generate, decode_loop.sample) at the same seed, completions only."""
     tok, model = tiny
     batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
@@ -43,7 +43,7 @@ def _both(tiny, prompts, temperature, eos, max_new_tokens, seed, sampler="multin
     with torch.no_grad():
         got = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens,
                                  temperature=temperature, eos_token_ids=eos, pad_token_id=tok.pad_token_id,
-                                 compiled=False, sampler=sampler)
+                                 compiled=False, sampler=sampler, cache_len=cache_len)
     return ref, got, batch["input_ids"].size(1)
 
 
@@ -193,12 +193,16 @@ def test_step_logits_equal_an_uncached_forward(tiny, monkeypatch, prompts):
 
 def test_a_second_call_of_the_same_shape_reuses_the_buffers_and_starts_clean(tiny):
     """Same shape, same cache and state tensors (a CUDA graph replays only at the addresses it recorded), reset in
-    place: the second call still equals generate."""
+    place: the second call still equals generate; so does a third with fewer new tokens in the same cache length
+    (the outputs are as wide as the cache: bench/step.py's 16- and 40-token profiles replay the 256-token graph)."""
     tok, _ = tiny
     eos = [tok.eos_token_id, 5]
-    ref, got, _ = _both(tiny, RAGGED, 1.0, eos, max_new_tokens=24, seed=3)
+    ref, got, prompt_len = _both(tiny, RAGGED, 1.0, eos, max_new_tokens=24, seed=3)
     assert torch.equal(got, ref)
     cache, state = decode_loop._BUFFERS[0][2:]
     ref, got, _ = _both(tiny, RAGGED[::-1], 0.7, eos, max_new_tokens=24, seed=7)
     assert decode_loop._BUFFERS[0][2] is cache and decode_loop._BUFFERS[0][3] is state
     assert torch.equal(got, ref)
+    ref, got, _ = _both(tiny, RAGGED, 1.0, eos, max_new_tokens=10, seed=4, cache_len=prompt_len + 24)
+    assert decode_loop._BUFFERS[0][2] is cache and decode_loop._BUFFERS[0][3] is state
+    assert torch.equal(got, ref) and ref.size(1) == prompt_len + 10
