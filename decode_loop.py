@@ -144,8 +144,9 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: b
     """The static cache and the decode state for this shape, reset in place when the last call had the same shape:
     the same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record),
     as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs
-    are as wide as the cache, which bounds any max_new_tokens: as transformers' compiled decoder, one graph per (rows,
-    cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the 256-token call's graph)."""
+    are as wide as the cache, which bounds any max_new_tokens: as transformers' compiled decoder, one graph per
+    (rows, cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the 256-token
+    call's graph)."""
     from transformers import StaticCache
 
     key = (batch, cache_len, device, next(model.parameters()).dtype, entropy)

@@ -322,7 +322,8 @@ def settings_off_softmax(config: GenerationConfig, temperature: float) -> list[s
 
 
 # Settings the recorder's allow-list accepts at any value (they act after it) that decode_loop.sample does not compute;
-# with generation_decode_loop="compiled_step" they must be at these values (top_k .. repetition_penalty: check_supported).
+# with generation_decode_loop="compiled_step" they must be at these values (top_k .. repetition_penalty:
+# check_supported).
 DECODE_LOOP_NEUTRAL_VALUES = {"top_h": (None,), "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0),
                               "eta_cutoff": (None, 0.0), "stop_strings": (None,), "max_time": (None,),
                               "return_dict_in_generate": (None, False)}
