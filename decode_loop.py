@@ -8,7 +8,7 @@ step takes 3.98 ms of wall time against 2.71 ms of GPU work: the GPU waits for t
 
 What this loop does differently from `_sample`: every tensor a step reads or writes is allocated once with a fixed
 shape (the static KV cache, the token, the position ids, the cache slot, the 2-D attention mask over the whole cache
-length, the unfinished rows, the (B, max_new_tokens) output), and one function (`decode_step`) runs the forward on one
+length, the unfinished rows, the (B, cache length) output), and one function (`decode_step`) runs the forward on one
 token, the sampling and the bookkeeping in place on them. `compiled=True` wraps that function in
 torch.compile(mode="reduce-overhead", fullgraph=True, dynamic=False): one graph for every step of every batch of
 the same shape. The all-rows-finished flag is read on the host every `check_every` steps, from a non-blocking copy
@@ -25,6 +25,15 @@ repetition penalty; any of them is refused). Two samplers of the same distributi
   Distributions.cpp, `multinomial`: "s = argmax( p / q ) where q ~ Exp(1)") without its input checks, which read a
   result on the host and so break CUDA graphs. In eager on the CPU it therefore gives the same tokens as
   "multinomial" at the same seed (tested); compiled, inductor may draw other random numbers (on the CPU it does).
+
+Entropy (`return_entropy=True`): the step also writes `token_entropy(logits, T)`, the entropy of the distribution
+each token is drawn from, into a float32 buffer like the tokens' at the token's column (the prefill's first token
+too), inside the compiled graph, trimmed like the tokens. `token_entropy` is the formula of gmts_trainer's
+`_EntropyRecorder` (the logits processor that records it around transformers' generate), which calls it: the trainer's
+batch-scope selection takes the loop's entropy with no scoring pass and no processor outside the graph.
+
+Users: `eval.generate_samples(decode_loop="compiled_step")` and the trainer's `generation_decode_loop="compiled_step"`
+(gmts_trainer.py), which serves TRL's `generate` call with `sample_with_config`.
 
 Attention mask: ones past the current slot would be harmless with sdpa/eager masks: `create_causal_mask` never skips
 the mask for a compileable cache and a one-token query (masking_utils.py, `allow_is_causal_skip`), and the causal
@@ -48,6 +57,7 @@ from dataclasses import dataclass, fields
 import torch
 
 SAMPLERS = ("multinomial", "exponential")
+DECODE_LOOPS = ("transformers", "compiled_step")  # transformers' generate, or `sample` (eval.py, gmts_trainer.py)
 CHECK_EVERY = 8  # token steps between two reads of the all-rows-finished flag
 
 
@@ -62,6 +72,14 @@ def sample_next(logits: torch.Tensor, temperature: float, sampler: str = "expone
     return torch.argmax(probs / noise.clamp_min(torch.finfo(probs.dtype).tiny), dim=-1)
 
 
+def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Entropy of softmax(logits / T) per row: (B, V) -> (B,) float32, the distribution transformers samples from
+    (float32 logits, / T, softmax). The one formula for the entropy recorded while generating: the compiled step
+    writes it, gmts_trainer._EntropyRecorder (the logits processor of transformers' generate) calls it."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return torch.special.entr(probs).sum(dim=-1)
+
+
 @dataclass
 class DecodeState:
     """Every tensor a decode step reads or writes, fixed-shape and updated in place (static addresses for a graph)."""
@@ -72,11 +90,13 @@ class DecodeState:
     attention_mask: torch.Tensor  # (B, L) long: 1 for the prompt's real tokens and every slot written so far
     unfinished: torch.Tensor  # (B,) bool: rows that have not emitted EOS
     step: torch.Tensor  # (1,) long: the next column of `tokens`
-    tokens: torch.Tensor  # (B, N) long: the completion, pad after a row's EOS
+    tokens: torch.Tensor  # (B, L) long: the completion in its first columns, pad after a row's EOS
+    entropy: torch.Tensor | None = None  # (B, L) float32: token_entropy of the logits each token was drawn from
 
     def mark_static(self) -> None:
         for f in fields(self):
-            torch._dynamo.mark_static_address(getattr(self, f.name))
+            if getattr(self, f.name) is not None:
+                torch._dynamo.mark_static_address(getattr(self, f.name))
 
 
 def _is_eos(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tensor:
@@ -91,7 +111,10 @@ def _is_eos(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tenso
 def _advance(state: DecodeState, logits: torch.Tensor, temperature: float, eos_token_ids: tuple[int, ...],
              pad_token_id: int, sampler: str) -> None:
     """Sample the next token from logits (B, V) and do transformers' bookkeeping: pad for a finished row, the row
-    finished once it emits EOS, the token written to the output and fed to the next step."""
+    finished once it emits EOS, the token written to the output and fed to the next step; with an entropy buffer,
+    the entropy of the distribution it was drawn from, at the same column."""
+    if state.entropy is not None:
+        state.entropy.index_copy_(1, state.step, token_entropy(logits, temperature)[:, None])
     next_tokens = sample_next(logits, temperature, sampler)
     next_tokens = torch.where(state.unfinished, next_tokens, pad_token_id)
     is_eos = _is_eos(next_tokens, eos_token_ids)
@@ -117,13 +140,16 @@ _COMPILED: dict[str, object] = {}
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
 
 
-def _buffers(model, batch: int, cache_len: int, max_new_tokens: int, device: torch.device):
+def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: bool):
     """The static cache and the decode state for this shape, reset in place when the last call had the same shape:
     the same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record),
-    as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes)."""
+    as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs
+    are as wide as the cache, which bounds any max_new_tokens: as transformers' compiled decoder, one graph per
+    (rows, cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the 256-token
+    call's graph)."""
     from transformers import StaticCache
 
-    key = (batch, cache_len, max_new_tokens, device, next(model.parameters()).dtype)
+    key = (batch, cache_len, device, next(model.parameters()).dtype, entropy)
     if _BUFFERS and _BUFFERS[0][0]() is model and _BUFFERS[0][1] == key:
         cache, state = _BUFFERS[0][2:]
         cache.reset()
@@ -134,7 +160,9 @@ def _buffers(model, batch: int, cache_len: int, max_new_tokens: int, device: tor
     state = DecodeState(token=torch.zeros(batch, 1, **long), position_ids=torch.zeros(batch, 1, **long),
                         cache_position=torch.zeros(1, **long), attention_mask=torch.zeros(batch, cache_len, **long),
                         unfinished=torch.ones(batch, dtype=torch.bool, device=device),
-                        step=torch.zeros(1, **long), tokens=torch.zeros(batch, max_new_tokens, **long))
+                        step=torch.zeros(1, **long), tokens=torch.zeros(batch, cache_len, **long),
+                        entropy=torch.zeros(batch, cache_len, dtype=torch.float32, device=device)
+                        if entropy else None)
     _BUFFERS.append((weakref.ref(model), key, cache, state))
     return cache, state
 
@@ -189,10 +217,13 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
            temperature: float, eos_token_ids: int | list[int] | tuple[int, ...], pad_token_id: int, compiled: bool,
            sampler: str = "exponential", cache_len: int | None = None, check_every: int = CHECK_EVERY,
            compile_backend: str = "inductor", top_k: int | None = 0, top_p: float | None = 1.0,
-           min_p: float | None = None, repetition_penalty: float | None = 1.0) -> torch.LongTensor:
+           min_p: float | None = None, repetition_penalty: float | None = 1.0, return_entropy: bool = False
+           ) -> torch.LongTensor | tuple[torch.LongTensor, torch.Tensor]:
     """What `model.generate(input_ids, attention_mask, do_sample=True, temperature=T, top_k=0, top_p=1.0)` returns:
     the left-padded prompt and the completion, (B, P + n), pad after a row's EOS, n = max_new_tokens or the step at
-    which the last row emitted EOS. The top_k .. repetition_penalty arguments only refuse what is not supported."""
+    which the last row emitted EOS. The top_k .. repetition_penalty arguments only refuse what is not supported.
+    `return_entropy`: also the (B, n) float32 entropy of each completion token's distribution (`token_entropy`),
+    computed inside the step, column t for token t."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
     batch, prompt_len = input_ids.shape
     total = prompt_len + max_new_tokens
@@ -208,7 +239,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     device = input_ids.device
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # as generate: PEFT's wrapper off
 
-    cache, state = _buffers(model, batch, cache_len, max_new_tokens, device)
+    cache, state = _buffers(model, batch, cache_len, device, return_entropy)
     position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
     state.attention_mask.zero_()
     state.attention_mask[:, :prompt_len] = mask
@@ -233,8 +264,24 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
         done += 1
         if done % check_every == 0 and flag.poll(state.unfinished):
             break
-    tokens = state.tokens[:, :done]
-    return torch.cat([input_ids, tokens[:, : completion_length(tokens, eos)]], dim=-1)
+    n = completion_length(state.tokens[:, :done], eos)
+    out = torch.cat([input_ids, state.tokens[:, :n]], dim=-1)
+    return (out, state.entropy[:, :n].clone()) if return_entropy else out  # a copy: the buffer is reused
+
+
+def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, config,
+                       cache_len: int | None = None, return_entropy: bool = False):
+    """`model.generate(input_ids, attention_mask=..., generation_config=config)` through `sample`: compiled on CUDA,
+    eager elsewhere (no CUDA graphs to gain), the exponential sampler; temperature, max_new_tokens, EOS and pad ids from
+    the config, whose top_k .. repetition_penalty `sample` refuses unless neutral (eval.py and the trainer use it)."""
+    eos = [] if config.eos_token_id is None else config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos)
+    pad = eos[0] if config.pad_token_id is None else config.pad_token_id  # transformers' fallback: pad with EOS
+    return sample(model, input_ids, attention_mask, max_new_tokens=config.max_new_tokens,
+                  temperature=1.0 if config.temperature is None else config.temperature, eos_token_ids=eos,
+                  pad_token_id=pad, compiled=input_ids.device.type == "cuda", sampler="exponential",
+                  cache_len=cache_len, top_k=config.top_k, top_p=config.top_p, min_p=config.min_p,
+                  repetition_penalty=config.repetition_penalty, return_entropy=return_entropy)
 
 
 def completion_length(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> int:

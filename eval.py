@@ -66,9 +66,6 @@ def _clean_generation_defaults(model):
         owner.generation_config = saved
 
 
-DECODE_LOOPS = ("transformers", "compiled_step")
-
-
 def decoding_plan(device_type: str, fast: bool) -> tuple[bool, bool]:
     """(static KV cache, compiled decoding) for `generate_samples`. Both only on a GPU: on a CPU the static cache made
     a 60-sample evaluation 3x slower (results/LOG.md, 2026-11-30), and there are no CUDA graphs to gain."""
@@ -98,6 +95,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     import torch
     from tqdm.auto import tqdm
 
+    from decode_loop import sample_with_config
     from decoding import decoding_options
     from gmts_trainer import compile_cache_length, merged_lora, without_input_grad_hooks
 
@@ -134,7 +132,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                 batch = tokenizer([texts[flat[j]] for j in rows], return_tensors="pt", padding=True,
                                   padding_side="left", add_special_tokens=False).to(device)  # (B, P), left-padded
                 if compiled_step:
-                    gen = _sample_compiled_step(model, batch, config, sampling, max_new_tokens, cache_len)
+                    gen = sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len)
                 else:
                     gen = model.generate(**batch, generation_config=config)  # (B, P + new)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
@@ -149,7 +147,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
 
 def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool:
     """Whether `generate_samples` decodes through `decode_loop.sample`; what it cannot do is refused, in one line."""
-    from decode_loop import check_supported
+    from decode_loop import DECODE_LOOPS, check_supported
 
     if decode_loop not in DECODE_LOOPS:
         raise ValueError(f"unknown decode_loop {decode_loop!r}: use one of {', '.join(DECODE_LOOPS)}")
@@ -160,20 +158,6 @@ def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool
     check_supported(sampling.temperature, "exponential", sampling.top_k, sampling.top_p, sampling.min_p,
                     sampling.repetition_penalty)
     return True
-
-
-def _sample_compiled_step(model, batch, config, sampling: Sampling, max_new_tokens: int, cache_len: int):
-    """`model.generate(**batch, generation_config=config)` through `decode_loop.sample`: compiled on CUDA, eager on a
-    CPU (no CUDA graphs there), the exponential sampler, the evaluation's bucketed cache length."""
-    import decode_loop
-
-    eos = [] if config.eos_token_id is None else config.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos)
-    pad = eos[0] if config.pad_token_id is None else config.pad_token_id  # transformers' fallback: pad with EOS
-    return decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens,
-                              temperature=sampling.temperature, eos_token_ids=eos, pad_token_id=pad,
-                              compiled=batch["input_ids"].device.type == "cuda", sampler="exponential",
-                              cache_len=cache_len)
 
 
 def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:

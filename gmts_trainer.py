@@ -45,6 +45,18 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
     with PEFT's cast of each LoRA layer's input to the adapter's float32 turned off (`lora_input_casting`), a copy that
     autocast copies straight back, in the forward, the checkpoint recompute and the backward; generation, which runs
     without autocast, keeps it, as do evaluation's forwards (`lora_autocast_blockers` says where it does not engage).
+13. Optional (`generation_decode_loop="compiled_step"`): TRL's `generate` call is served by `decode_loop.sample`, the
+    whole token step (one-token forward on a static cache, sampling, bookkeeping) as one compiled graph, one CUDA-graph
+    replay per token on CUDA (eager elsewhere), inside the same context (merged LoRA, grouped attention and decode
+    kernel, the cache length of `compile_cache_length`; generation_compile's settings are generate's and go unused).
+    It samples softmax(logits / T) and stops at EOS or max_new_tokens, nothing else: any other setting of the config
+    generate would use (generation_kwargs, the checkpoint's generation_config) is refused at construction, never
+    dropped. Its sampler is torch.multinomial's own algorithm (argmax(p / Exp(1))), but compiled on CUDA it draws other
+    random numbers, so completions differ from generate's at the same seed: the same distribution (eager on the CPU
+    they are equal, tested). The entropy for the batch and group scopes is computed inside the step
+    (`decode_loop.token_entropy`, the recorder's formula) and handed to the recorder: source (a) of item 3, with no
+    processor outside the graph. `generation_deferred_stop` is for generate: the loop never waits for the GPU on its
+    all-rows-finished flag anyway (a non-blocking copy read `decode_loop.CHECK_EVERY` steps later).
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -87,6 +99,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from attention import KERNELS
+from decode_loop import DECODE_LOOPS, check_supported, sample_with_config, token_entropy
 from decoding import decoding_options
 from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, select_top_fraction,
                        selection_stats, update_cosine)
@@ -174,6 +187,15 @@ class GMTSConfig(GRPOConfig):
                           "queries, does not; attention.py). Same attention, other bf16 rounding. Also used by the "
                           "recipe's fast evaluation."},
     )
+    generation_decode_loop: str = field(
+        default="transformers",
+        metadata={"help": "'transformers': TRL's call of transformers' generate. 'compiled_step': decode_loop.sample, "
+                          "the whole token step (one-token forward, sampling, bookkeeping, the entropy for selection) "
+                          "as one torch.compile graph, a CUDA-graph replay per token on a GPU (eager on a CPU). "
+                          "Samples softmax(logits / T) only: other sampling settings are refused. Same distribution, "
+                          "other random numbers on CUDA than generate's. Measured by bench/step.py "
+                          "--generation_decode_loop compiled_step.", "choices": list(DECODE_LOOPS)},
+    )
     lora_autocast_inputs: bool = field(
         default=True,
         metadata={"help": "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's "
@@ -200,6 +222,7 @@ def check_selection_config(args: GMTSConfig) -> None:
     _choice("selection_normalizer", args.selection_normalizer, SELECTION_NORMALIZERS)
     _choice("selection_entropy_source", args.selection_entropy_source, ENTROPY_SOURCES)
     _choice("generation_decode_kernel", args.generation_decode_kernel, tuple(KERNELS))
+    _choice("generation_decode_loop", args.generation_decode_loop, DECODE_LOOPS)
     r = args.selection_ratio
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
         raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
@@ -244,6 +267,12 @@ def omega_is_modeled(args: GMTSConfig) -> bool:
 
 def check_generation_config(args: GMTSConfig) -> None:
     """The generation options apply to transformers' `generate`, the path TRL takes without vLLM or batching."""
+    if args.generation_decode_loop == "compiled_step":
+        if args.use_vllm or args.use_transformers_continuous_batching:
+            other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
+            raise ValueError(f"generation_decode_loop='compiled_step' replaces transformers' generate, which "
+                             f"{other}=True does not use; drop one of them.")
+        check_decode_loop_sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repetition_penalty)
     if args.generation_compile:
         other = "use_vllm" if args.use_vllm else (
             "use_transformers_continuous_batching" if args.use_transformers_continuous_batching else None)
@@ -292,6 +321,36 @@ def settings_off_softmax(config: GenerationConfig, temperature: float) -> list[s
     return off
 
 
+# Settings the recorder's allow-list accepts at any value (they act after it) that decode_loop.sample does not compute;
+# with generation_decode_loop="compiled_step" they must be at these values (top_k .. repetition_penalty:
+# check_supported).
+DECODE_LOOP_NEUTRAL_VALUES = {"top_h": (None,), "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0),
+                              "eta_cutoff": (None, 0.0), "stop_strings": (None,), "max_time": (None,),
+                              "return_dict_in_generate": (None, False)}
+
+
+def check_decode_loop_sampling(temperature: float, top_k, top_p, min_p, repetition_penalty) -> None:
+    """decode_loop.check_supported, its one-line refusal naming this trainer's option."""
+    try:
+        check_supported(temperature, "exponential", top_k, top_p, min_p, repetition_penalty)
+    except ValueError as err:
+        raise ValueError(f"generation_decode_loop='compiled_step': {err}") from None
+
+
+def check_decode_loop_generation(config: GenerationConfig, temperature: float) -> None:
+    """Refuse generation_decode_loop='compiled_step' where the generation config transformers' generate would use
+    (TRL's, generation_kwargs, the checkpoint's generation_config) has a setting the loop would drop: it samples
+    softmax(logits / T) and stops at EOS or max_new_tokens, nothing else. The recorder's allow-list
+    (`settings_off_softmax`), then the truncation and stopping settings that list allows, then check_supported."""
+    off = settings_off_softmax(config, temperature) + [
+        name for name, neutral in DECODE_LOOP_NEUTRAL_VALUES.items() if getattr(config, name, None) not in neutral]
+    if off:
+        raise ValueError(f"generation_decode_loop='compiled_step' samples softmax(logits / T) only and would drop the "
+                         f"generation settings {', '.join(off)} (generation_kwargs or the model's generation_config); "
+                         f"unset them or use generation_decode_loop='transformers'.")
+    check_decode_loop_sampling(temperature, config.top_k, config.top_p, config.min_p, config.repetition_penalty)
+
+
 def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_to_multiple_of: Any) -> int:
     """Static KV cache length for a generation batch, rounded up to `COMPILE_CACHE_BUCKET`: transformers keeps the
     largest length seen, so the compiled decoder sees a new shape (and recompiles) only when a bucket is outgrown."""
@@ -315,7 +374,8 @@ class _EntropyRecorder(LogitsProcessor):
     """Records the entropy of softmax(logits / T) at each decoding step, and changes nothing.
 
     Custom processors run before transformers' warpers (temperature, top-k, top-p), so `scores` are the model's
-    logits; dividing by T gives exactly the distribution TRL's fused LM head scores in training.
+    logits; dividing by T gives exactly the distribution TRL's fused LM head scores in training. A decode that computes
+    the entropy itself (decode_loop.sample, inside its compiled step) hands it over whole with `take`.
     """
 
     def __init__(self, temperature: float):
@@ -323,9 +383,12 @@ class _EntropyRecorder(LogitsProcessor):
         self.steps: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)  # (B, V), one row per sequence
-        self.steps.append(torch.special.entr(probs).sum(dim=-1))  # (B,)
+        self.steps.append(token_entropy(scores, self.temperature))  # (B,), one row per sequence
         return scores
+
+    def take(self, entropy: torch.Tensor) -> None:
+        """Record a whole decode's (B, n) entropy at once, as n calls would."""
+        self.steps.extend(entropy.unbind(dim=1))
 
     def entropy(self, rows: int, width: int, device: torch.device) -> torch.Tensor | None:
         if not self.steps or self.steps[0].numel() != rows:
@@ -453,6 +516,30 @@ def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
 
 
 @contextlib.contextmanager
+def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None):
+    """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
+    with decode_loop.sample_with_config, compiled on CUDA; the recorder, if any, takes the entropy computed inside the
+    step. Other inputs (a VLM's pixel values) are refused: the loop decodes token ids only."""
+
+    def generate(input_ids, attention_mask, generation_config, **other):
+        if other:
+            raise ValueError(f"generation_decode_loop='compiled_step' decodes token ids only, not {', '.join(other)}; "
+                             f"use generation_decode_loop='transformers'.")
+        out = sample_with_config(model, input_ids, attention_mask, generation_config, cache_len,
+                                 return_entropy=recorder is not None)
+        if recorder is None:
+            return out
+        recorder.take(out[1])
+        return out[0]
+
+    model.generate = generate
+    try:
+        yield
+    finally:
+        del model.generate  # drop the instance attribute: the class method shows through again
+
+
+@contextlib.contextmanager
 def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
     """Make every `model.generate` call inside the block run `processor` too (TRL builds the generate call itself)."""
     model.generate = functools.partial(model.generate, logits_processor=LogitsProcessorList([processor]))
@@ -514,6 +601,8 @@ class GMTSTrainer(GRPOTrainer):
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
         self._update_cosine = UpdateCosine()
         self.add_callback(self._update_cosine)
+        if self.args.generation_decode_loop == "compiled_step":  # refused, not dropped, where it is not exact
+            check_decode_loop_generation(self._generation_config_used(), self.temperature)
         if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
             self.generation_config.cache_implementation = "static"
             self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder
@@ -576,11 +665,14 @@ class GMTSTrainer(GRPOTrainer):
             stack.enter_context(decoding_options(model, self.args.generation_grouped_attention,
                                                  self.args.generation_deferred_stop,
                                                  self.args.generation_decode_kernel))
-            if self.args.generation_compile:
-                self.generation_config.max_cache_len = compile_cache_length(
-                    prompt_ids, self.max_completion_length, self.pad_to_multiple_of)
+            loop = self.args.generation_decode_loop == "compiled_step"
+            if self.args.generation_compile or loop:
+                cache_len = compile_cache_length(prompt_ids, self.max_completion_length, self.pad_to_multiple_of)
+                self.generation_config.max_cache_len = cache_len
                 stack.enter_context(without_input_grad_hooks(model))
-            if self._recorder is not None:
+            if loop:  # the recorder, if any, takes the entropy the compiled step computed
+                stack.enter_context(with_decode_loop(model, cache_len, self._recorder))
+            elif self._recorder is not None:
                 stack.enter_context(with_logits_processor(model, self._recorder))
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 

@@ -195,15 +195,11 @@ def skip_guard_eval_after_first_step(trainer, clock: StepClock) -> dict:
     the wrong graph would run silently. So a call enters the stance only with the rows and no more static cache than
     the calls that ran with guards compiled (transformers keeps the largest cache it made: see compile_cache_length);
     any other runs with guards and its shape counts as compiled from then on. Returns the record it fills."""
-    from gmts_trainer import compile_cache_length
-
     record = {"calls_with_guards": 0, "calls_in_stance": 0, "calls_with_a_new_shape": 0, "compiled": {}}
     generate = trainer._generate_single_turn
 
     def wrapper(prompt_ids, *args, **kwargs):
-        rows, cache = len(prompt_ids), (compile_cache_length(prompt_ids, trainer.max_completion_length,
-                                                             trainer.pad_to_multiple_of)
-                                        if trainer.args.generation_compile else 0)
+        rows, cache = len(prompt_ids), static_cache_length(trainer, prompt_ids) or 0
         compiled = record["compiled"]  # rows -> the largest static cache the guarded calls compiled
         if clock.steps and cache <= compiled.get(rows, -1):
             record["calls_in_stance"] += 1
@@ -500,6 +496,17 @@ def counters_delta(before: dict, after: dict) -> dict:
     return out
 
 
+def static_cache_length(trainer, prompt_ids: list[list[int]]) -> int | None:
+    """The static KV cache length GMTSTrainer._generate_single_turn decodes these prompts with (generation_compile or
+    generation_decode_loop="compiled_step"), None where generation has no static cache."""
+    from gmts_trainer import compile_cache_length
+
+    args = trainer.args
+    if not (args.generation_compile or getattr(args, "generation_decode_loop", None) == "compiled_step"):
+        return None
+    return compile_cache_length(prompt_ids, trainer.max_completion_length, trainer.pad_to_multiple_of)
+
+
 @contextlib.contextmanager
 def generation_length(trainer, new_tokens: int):
     """TRL's generation_config with fewer new tokens; GMTSTrainer sizes the static cache from max_completion_length,
@@ -546,11 +553,8 @@ def training_generation_profile(trainer, clock: StepClock, device, lengths: list
     With host_profile, two more calls at the same lengths under cProfile alone (host_profiled, host_per_token_step)."""
     profiles = generation_at_lengths(trainer, clock, device, lengths, profiled, "profiling")
     points = [{k: p[k] for k in ("new_tokens", "decode_steps", *POINT_KEYS)} for p in profiles]
-    from gmts_trainer import compile_cache_length
-
     prompt_ids = clock.last_prompts[0]
-    cache = (compile_cache_length(prompt_ids, trainer.max_completion_length, trainer.pad_to_multiple_of)
-             if trainer.args.generation_compile else None)  # as GMTSTrainer._generate_single_turn sizes it
+    cache = static_cache_length(trainer, prompt_ids)
     out = {"rows": len(prompt_ids), "static_cache_len": cache, "points": points,
            "per_token_step": per_token_step(points), "top": profiles[-1]["top"],
            "matmul_ops": profiles[-1]["matmul_ops"]}
@@ -772,7 +776,8 @@ def run(argv: list[str]) -> dict:
                       "sum_tolerance_s": SUM_TOLERANCE_S, "cudnn_attention": recipe_args.cudnn_attention,
                       "generation_options": {k: getattr(args_used, k) for k in (
                           "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
-                          "generation_deferred_stop", "generation_decode_kernel", "bf16", "gradient_checkpointing",
+                          "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "bf16",
+                          "gradient_checkpointing",
                           "lora_autocast_inputs")},
                       "lora_autocast_inputs_on": trainer.lora_autocast_inputs_on}
     result["step_profile"] = step_profile
@@ -802,7 +807,8 @@ def report(r: dict) -> str:
     lines = [f"bench/step.py on {r['device']}: {r['model']}, arm {r['arm']}, {s['rows']} rows per step, "
              f"{r['order']}; {r['sync_note']}.", options_line(r["bench_options"]), "",
              f"Training step: median {s['total_s']:.3f} s over {s['steps_in_median']} steps (first step, with "
-             f"compilation: {s['first_step_s']:.1f} s); entropy source: {s['entropy_source']}.", "",
+             f"compilation: {s['first_step_s']:.1f} s); entropy source: {s['entropy_source']}; decode loop: "
+             f"{s['generation_options'].get('generation_decode_loop', 'transformers')}.", "",
              "| part | median step (s) | share | part's own median (s) |", "|---|---|---|---|"]
     m = s["median_step"]
     for p in PARTS:

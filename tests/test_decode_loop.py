@@ -30,7 +30,7 @@ def tiny():
     return tok, sharpen(tiny_model(tok).eval())
 
 
-def _both(tiny, prompts, temperature, eos, max_new_tokens, seed, sampler="multinomial", cache=None):
+def _both(tiny, prompts, temperature, eos, max_new_tokens, seed, sampler="multinomial", cache=None, cache_len=None):
     """(model.generate, decode_loop.sample) at the same seed, completions only."""
     tok, model = tiny
     batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
@@ -43,7 +43,7 @@ def _both(tiny, prompts, temperature, eos, max_new_tokens, seed, sampler="multin
     with torch.no_grad():
         got = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens,
                                  temperature=temperature, eos_token_ids=eos, pad_token_id=tok.pad_token_id,
-                                 compiled=False, sampler=sampler)
+                                 compiled=False, sampler=sampler, cache_len=cache_len)
     return ref, got, batch["input_ids"].size(1)
 
 
@@ -112,11 +112,11 @@ def test_right_padding_refused(tiny):
                            eos_token_ids=1, pad_token_id=0, compiled=False)
 
 
-@pytest.mark.parametrize("kernel", [None, "matmul"])
-def test_compiled_step_traces_as_one_graph(tiny, kernel):
+@pytest.mark.parametrize("kernel, entropy", [(None, False), (None, True), ("matmul", True)])
+def test_compiled_step_traces_as_one_graph(tiny, kernel, entropy):
     """compiled=True with fullgraph=True through dynamo and AOT autograd (backend aot_eager: no CUDA graphs on the
-    CPU): no graph break in the step, also through grouped attention's matmul kernel (the bench's setting), and the
-    same tokens as eager at the same seed."""
+    CPU): no graph break in the step, also through grouped attention's matmul kernel (the bench's setting) and with
+    the entropy buffer (the trainer's setting), and the same tokens and entropy as eager at the same seed."""
     import contextlib
 
     from attention import grouped_query_attention
@@ -130,8 +130,40 @@ def test_compiled_step_traces_as_one_graph(tiny, kernel):
             with torch.no_grad():
                 out[compiled] = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"],
                                                    max_new_tokens=12, temperature=0.8, eos_token_ids=[1, 5],
-                                                   pad_token_id=0, compiled=compiled, compile_backend="aot_eager")
-    assert torch.equal(out[True], out[False])
+                                                   pad_token_id=0, compiled=compiled, compile_backend="aot_eager",
+                                                   return_entropy=entropy)
+    if entropy:
+        (tokens, ent), (eager_tokens, eager_ent) = out[True], out[False]
+        assert torch.equal(tokens, eager_tokens)
+        torch.testing.assert_close(ent, eager_ent)
+    else:
+        assert torch.equal(out[True], out[False])
+
+
+def test_entropy_is_the_recorders_on_the_logits_each_token_was_drawn_from(tiny, monkeypatch):
+    """The entropy written inside the step, column t, equals gmts_trainer._EntropyRecorder's (transformers' logits
+    processor) on the logits token t was sampled from, exactly; it is trimmed like the tokens (every row stops early
+    here: the steps run past the last EOS are cut from both), and computing it moves no token."""
+    from gmts_trainer import _EntropyRecorder
+
+    tok, model = tiny
+    eos, temperature = [1, 5, 9, 13, 17, 21], 0.7
+    batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    kwargs = dict(max_new_tokens=40, temperature=temperature, eos_token_ids=eos, pad_token_id=0, compiled=False)
+    torch.manual_seed(0)
+    plain = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], **kwargs)
+    recorder = _EntropyRecorder(temperature)
+    original = decode_loop.sample_next
+    monkeypatch.setattr(decode_loop, "sample_next", lambda logits, *a, **k: recorder(None, logits) is None or
+                        original(logits, *a, **k))
+    torch.manual_seed(0)
+    tokens, entropy = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], return_entropy=True,
+                                         **kwargs)
+    assert torch.equal(tokens, plain)
+    completion = tokens.size(1) - batch["input_ids"].size(1)
+    assert completion < 40 - decode_loop.CHECK_EVERY and len(recorder.steps) > completion  # surplus steps were run
+    assert entropy.shape == (len(RAGGED), completion) and entropy.dtype == torch.float32
+    assert torch.equal(entropy, recorder.entropy(len(RAGGED), completion, entropy.device))
 
 
 @pytest.mark.parametrize("prompts", [RAGGED, EQUAL], ids=["ragged", "equal"])
@@ -161,12 +193,16 @@ def test_step_logits_equal_an_uncached_forward(tiny, monkeypatch, prompts):
 
 def test_a_second_call_of_the_same_shape_reuses_the_buffers_and_starts_clean(tiny):
     """Same shape, same cache and state tensors (a CUDA graph replays only at the addresses it recorded), reset in
-    place: the second call still equals generate."""
+    place: the second call still equals generate; so does a third with fewer new tokens in the same cache length
+    (the outputs are as wide as the cache: bench/step.py's 16- and 40-token profiles replay the 256-token graph)."""
     tok, _ = tiny
     eos = [tok.eos_token_id, 5]
-    ref, got, _ = _both(tiny, RAGGED, 1.0, eos, max_new_tokens=24, seed=3)
+    ref, got, prompt_len = _both(tiny, RAGGED, 1.0, eos, max_new_tokens=24, seed=3)
     assert torch.equal(got, ref)
     cache, state = decode_loop._BUFFERS[0][2:]
     ref, got, _ = _both(tiny, RAGGED[::-1], 0.7, eos, max_new_tokens=24, seed=7)
     assert decode_loop._BUFFERS[0][2] is cache and decode_loop._BUFFERS[0][3] is state
     assert torch.equal(got, ref)
+    ref, got, _ = _both(tiny, RAGGED, 1.0, eos, max_new_tokens=10, seed=4, cache_len=prompt_len + 24)
+    assert decode_loop._BUFFERS[0][2] is cache and decode_loop._BUFFERS[0][3] is state
+    assert torch.equal(got, ref) and ref.size(1) == prompt_len + 10

@@ -642,3 +642,93 @@ def test_input_grad_hooks_are_lifted_while_generating_and_put_back(tmp_path):
     # the training forward still gets an embedding output that requires grad (what checkpointing needs)
     out = emb(torch.tensor([[1, 2]]))
     assert out.requires_grad
+
+
+# ---------------------------------------------------------------- the compiled decode step (decode_loop.py)
+def test_compiled_step_loop_generates_what_generate_does_and_feeds_the_recorder(tmp_path, monkeypatch):
+    """Same seed, first generation batch: generation_decode_loop="compiled_step" (eager on the CPU, the exponential
+    sampler: torch.multinomial's own single-draw algorithm, so the same random numbers as generate's multinomial)
+    gives the same completions as transformers' generate, and its entropy, computed inside the step, reaches the
+    batch-scope selection with no scoring pass (the same kept tokens)."""
+    import gmts_trainer
+
+    calls = []
+    original = gmts_trainer.sample_with_config
+    monkeypatch.setattr(gmts_trainer, "sample_with_config", lambda *a, **k: calls.append(k) or original(*a, **k))
+    out, entropy = {}, {}
+    for loop in ("transformers", "compiled_step"):
+        trainer = make_trainer(tmp_path, temperature=0.7, generation_decode_loop=loop)
+        batch_entropy = trainer._batch_entropy
+
+        def spy(*args, loop=loop, batch_entropy=batch_entropy):
+            entropy[loop], logps = batch_entropy(*args)
+            return entropy[loop], logps
+
+        trainer._batch_entropy = spy
+        out[loop] = generation_batch(trainer)
+        assert trainer.entropy_source_used == "generation"
+    assert len(calls) == 1 and calls[0]["return_entropy"]  # the loop decoded, once, with the entropy buffer
+    ref, got = out["transformers"], out["compiled_step"]
+    assert ref["completion_mask"].sum(1).min() < ref["completion_ids"].size(1)  # a row stopped at EOS
+    assert torch.equal(got["completion_ids"], ref["completion_ids"])
+    assert entropy["compiled_step"].shape == entropy["transformers"].shape
+    torch.testing.assert_close(entropy["compiled_step"], entropy["transformers"], rtol=1e-5, atol=1e-5)
+    assert torch.equal(got["selection_mask"], ref["selection_mask"])
+
+
+def test_compiled_step_loop_restores_generate_and_refuses_other_inputs(tmp_path):
+    from gmts_trainer import with_decode_loop
+
+    trainer = make_trainer(tmp_path)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with with_decode_loop(model, cache_len=64):
+        with pytest.raises(ValueError, match="decodes token ids only, not pixel_values"):
+            model.generate(input_ids=torch.ones(1, 2, dtype=torch.long), attention_mask=torch.ones(1, 2),
+                           generation_config=trainer.generation_config, pixel_values=torch.zeros(1))
+    assert "generate" not in vars(model)  # the class method again
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"generation_decode_loop": "compiled"}, "generation_decode_loop='compiled' is not one of transformers, "
+                                             "compiled_step"),
+    ({"use_vllm": True}, "use_vllm=True does not use"),
+    ({"use_transformers_continuous_batching": True}, "use_transformers_continuous_batching=True does not use"),
+    ({"use_transformers_paged": True}, "use_transformers_continuous_batching=True does not use"),
+    ({"top_k": 50}, "top_k=50 unsupported"),
+    ({"top_p": 0.9}, "top_p=0.9 unsupported"),
+    ({"min_p": 0.1}, "min_p=0.1 unsupported"),
+    ({"repetition_penalty": 1.1}, "repetition_penalty=1.1 unsupported"),
+    ({"temperature": 0.0}, "temperature 0.0 unsupported"),
+])
+def test_compiled_step_loop_refuses_at_config_what_it_cannot_sample(tmp_path, overrides, match):
+    with pytest.raises(ValueError, match=match) as err:
+        make_config(tmp_path, **{"generation_decode_loop": "compiled_step", **overrides})
+    assert "\n" not in str(err.value)
+    if "generation_decode_loop" not in overrides:
+        make_config(tmp_path, **overrides)  # each is fine with transformers' generate
+
+
+@pytest.mark.parametrize("setting,match", [
+    ({"suppress_tokens": [5]}, "drop the generation settings suppress_tokens"),
+    ({"min_new_tokens": 3}, "drop the generation settings min_new_tokens"),
+    ({"temperature": 0.5}, "drop the generation settings temperature"),
+    ({"typical_p": 0.9}, "drop the generation settings typical_p"),
+    ({"stop_strings": ["="]}, "drop the generation settings stop_strings"),
+    ({"top_k": 5}, "top_k=5 unsupported"),
+])
+def test_compiled_step_loop_refuses_generation_settings_it_would_drop(tmp_path, setting, match):
+    with pytest.raises(ValueError, match=match) as err:
+        make_trainer(tmp_path, generation_decode_loop="compiled_step", generation_kwargs=setting)
+    assert "\n" not in str(err.value)
+
+
+def test_compiled_step_loop_refuses_a_checkpoint_generation_config_it_would_drop(tmp_path):
+    """A field TRL leaves unset (min_p, suppress_tokens) is filled from the model's generation_config by generate."""
+    tok = tiny_tokenizer()
+    for name, value, match in (("min_p", 0.05, "min_p=0.05 unsupported"),
+                               ("suppress_tokens", [5], "settings suppress_tokens")):
+        model = tiny_model(tok)
+        setattr(model.generation_config, name, value)
+        with pytest.raises(ValueError, match=match):
+            GMTSTrainer(model=model, reward_funcs=digit_reward, processing_class=tok, train_dataset=tiny_dataset(16),
+                        args=make_config(tmp_path, generation_decode_loop="compiled_step"))
