@@ -76,7 +76,8 @@ NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "loggi
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "ets_nz_learning_rate",
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
-              "generation_deferred_stop", "generation_decode_kernel", "lora_autocast_inputs", "save_minutes",
+              "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "lora_autocast_inputs",
+              "save_minutes",
               "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
@@ -85,7 +86,8 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
-                      "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "lora_autocast_inputs")
+                      "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
+                      "lora_autocast_inputs")
 
 
 @dataclass
@@ -294,6 +296,9 @@ def parse(argv: list[str]):
                           "data parallelism (accelerate launch without FSDP or DeepSpeed)")
     check_model_fields(model, train)
     check_counts(train)
+    if train.generation_decode_loop != "transformers" and not recipe.eval_fast:
+        raise RecipeError(f"generation_decode_loop={train.generation_decode_loop!r} also decodes the evaluations, "
+                          "through the fast path only: set eval_fast true or generation_decode_loop 'transformers'")
     if train.ddp_find_unused_parameters is None:
         # Under data parallelism transformers asks DDP to search for unused parameters whenever the model is not a
         # PreTrainedModel (a PEFT model is not): a graph traversal every backward. Every LoRA weight takes part in
@@ -346,13 +351,16 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     it (eval_fast pads batches, so the random stream differs); what computes the same numbers with other rounding is
     not, as the GPU model is not: `generation_grouped_attention` and its `generation_decode_kernel` (attention.py).
     `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
-    is in the record when on (and absent when off, so that records made before it existed keep their key)."""
+    is in the record when on (and absent when off, so that records made before it existed keep their key); so is
+    `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
             "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
             "device": device.split(":")[0],
-            **({"deferred_stop": True} if getattr(train, "generation_deferred_stop", False) else {})}
+            **({"deferred_stop": True} if getattr(train, "generation_deferred_stop", False) else {}),
+            **({"decode_loop": train.generation_decode_loop}
+               if getattr(train, "generation_decode_loop", "transformers") != "transformers" else {})}
 
 
 def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
@@ -637,7 +645,8 @@ class Run:
                                   sampling=sampling(r, self.train_args), fast=r.eval_fast,
                                   grouped_attention=self.train_args.generation_grouped_attention,
                                   deferred_stop=self.train_args.generation_deferred_stop,
-                                  decode_kernel=self.train_args.generation_decode_kernel)
+                                  decode_kernel=self.train_args.generation_decode_kernel,
+                                  decode_loop=self.train_args.generation_decode_loop)
 
     def build_trainer(self, arm: str, train_tasks):
         """(GMTSTrainer, its GMTSConfig) for one arm, as train_arm trains it; bench/step.py times this very trainer."""

@@ -136,3 +136,27 @@ def test_the_base_evaluation_key_has_it_only_when_on_and_results_record_it():
     assert recipe.eval_record(on[0], on[2], on[1], [], "cuda") == {**record_off, "deferred_stop": True}
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert "generation_deferred_stop" in recipe.GENERATION_OPTIONS
+
+
+def test_the_decode_loop_keys_base_evaluations_only_when_on_and_reaches_every_evaluation(monkeypatch):
+    """generation_decode_loop 'compiled_step' draws other random numbers than generate on CUDA: another base evaluation
+    key when on (the old key when off), not in the config hash, recorded with the arm's generation options, and the
+    recipe's evaluations decode through it too (Run._evaluate passes it to eval.evaluate_pass_at_1)."""
+    import eval as evaluation
+    import recipe
+
+    flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false"]
+    off = recipe.parse(flags)
+    on = recipe.parse([*flags, "--generation_decode_loop", "compiled_step"])
+    record_off = recipe.eval_record(off[0], off[2], off[1], [], "cuda")
+    assert "decode_loop" not in record_off
+    assert recipe.eval_record(on[0], on[2], on[1], [], "cuda") == {**record_off, "decode_loop": "compiled_step"}
+    assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
+    assert "generation_decode_loop" in recipe.GENERATION_OPTIONS
+
+    seen = {}
+    monkeypatch.setattr(evaluation, "evaluate_pass_at_1", lambda *a, **kw: seen.update(kw) or {"pass@1": 0.0})
+    run = recipe.Run.__new__(recipe.Run)
+    run.recipe, run.train_args = on[0], on[1]
+    run._evaluate(None, None, [], 0)
+    assert seen["decode_loop"] == "compiled_step"

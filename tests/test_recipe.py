@@ -71,7 +71,8 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
         assert entry["generation_options"] == {"use_cpu": True, "generation_merge_adapter": False,
                                                "generation_compile": False, "generation_grouped_attention": False,
                                                "cudnn_attention": True, "generation_deferred_stop": False,
-                                               "generation_decode_kernel": "sdpa", "lora_autocast_inputs": True}
+                                               "generation_decode_kernel": "sdpa",
+                                               "generation_decode_loop": "transformers", "lora_autocast_inputs": True}
     assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
     assert results["versions"]["trl"].startswith("1.16")
     # the arms started from the same LoRA init and saw the same data: their first-step rewards match
@@ -117,6 +118,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     (["--num_iterations", "0"], "num_iterations=0: must be a positive count"),
     (["--max_completion_length", "-1"], "max_completion_length=-1: must be a positive count"),
     (["--learning_rate", "-1"], "learning_rate=-1.0: must be >= 0"),
+    (["--generation_decode_loop", "compiled_step", "--eval_fast", "false"], "set eval_fast true"),
     (["--gsm8k_path", "/data/gsm8k"], "gsm8k_path is for task gsm8k, but this config's task is arithmetic"),
     (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found"),
     (["--task", "gsm8k"], "GSM8K: the Hugging Face Hub cannot be reached"),  # no hub: --gsm8k_path
