@@ -136,7 +136,12 @@ def decode_step(model, cache, state: DecodeState, temperature: float, eos_token_
     _advance(state, logits, temperature, eos_token_ids, pad_token_id, sampler)
 
 
-_COMPILED: dict[str, object] = {}
+_COMPILED: dict[tuple[str, str], object] = {}
+# torch.compile mode of the step with inductor. Both record CUDA graphs; "max-autotune" also times Triton GEMM templates
+# against cuBLAS for each matrix product of the step when it first compiles (minutes): a bench-level setting
+# (bench/decode_options.py --option decode_loop_autotune), as the small-batch decode GEMMs are latency-bound.
+COMPILE_MODES = ("reduce-overhead", "max-autotune")
+COMPILE_MODE = "reduce-overhead"
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
 
 
@@ -168,11 +173,15 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: b
 
 
 def compiled_step(backend: str = "inductor"):
-    """`decode_step` compiled once per process (fullgraph, static shapes; CUDA graphs with inductor)."""
-    if backend not in _COMPILED:
-        options = {"mode": "reduce-overhead"} if backend == "inductor" else {}
-        _COMPILED[backend] = torch.compile(decode_step, backend=backend, fullgraph=True, dynamic=False, **options)
-    return _COMPILED[backend]
+    """`decode_step` compiled once per process and `COMPILE_MODE` (fullgraph, static shapes; CUDA graphs with
+    inductor)."""
+    if COMPILE_MODE not in COMPILE_MODES:
+        raise ValueError(f"decode_loop.COMPILE_MODE {COMPILE_MODE!r}: use one of {', '.join(COMPILE_MODES)}")
+    key = (backend, COMPILE_MODE)
+    if key not in _COMPILED:
+        options = {"mode": COMPILE_MODE} if backend == "inductor" else {}
+        _COMPILED[key] = torch.compile(decode_step, backend=backend, fullgraph=True, dynamic=False, **options)
+    return _COMPILED[key]
 
 
 class _DoneFlag:

@@ -15,6 +15,9 @@ seed for both: the share of identical completions says how far the option moved 
   around it) against `decode_loop.sample` (the whole token step, forward + sampling + bookkeeping, as one compiled
   graph), both with grouped attention, deferred stop and the matmul decode kernel. Other random numbers, so few
   identical samples are expected: each row's pass@1 on the same prompts is the check that the loop samples soundly.
+- `--option decode_loop_autotune`: `decode_loop.sample` compiled with mode "reduce-overhead" against "max-autotune"
+  (inductor also times Triton GEMM templates against cuBLAS for the step's small-batch matrix products; its first call
+  takes minutes), same options as decode_loop's "on" row. Other GEMM kernels, other rounding.
 
 Every row records its pass@1 (GSM8K's scorer, `eval.score_samples`) on the prompts it decoded.
 
@@ -48,6 +51,8 @@ OPTIONS = {  # option: (column title, label off, label on, what the identical sh
                     "own one-sample algorithm, argmax(p / Exp(1)) (same texts in eager on a CPU, tests/test_eval.py), "
                     "but the graph draws other random numbers and rounds the forward otherwise in bf16, so a low share "
                     "is expected; pass@1 of both rows is the check"),
+    "decode_loop_autotune": ("compiled step's mode", "reduce-overhead", "max-autotune", "other GEMM kernels round "
+                             "otherwise in bf16, which moves the samples; pass@1 of both rows is the check"),
 }
 
 
@@ -83,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import decode_loop
     from data import load_gsm8k, to_prompt
     from eval import generate_samples, score_samples
     from models import resolve_model
@@ -109,9 +115,13 @@ def main(argv: list[str] | None = None) -> int:
             options = {"grouped_attention": True, "deferred_stop": on}
         elif args.option == "decode_kernel":
             options = {"grouped_attention": True, "deferred_stop": True, "decode_kernel": "matmul" if on else "sdpa"}
-        else:
+        elif args.option == "decode_loop":
             options = {"grouped_attention": True, "deferred_stop": True, "decode_kernel": "matmul",
                        "decode_loop": "compiled_step" if on else "transformers"}
+        else:
+            options = {"grouped_attention": True, "deferred_stop": True, "decode_kernel": "matmul",
+                       "decode_loop": "compiled_step"}
+            decode_loop.COMPILE_MODE = labels[on]  # the compiled step is cached per mode: each compiles once
         run = lambda: generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=args.new_tokens,  # noqa: E731
                                        batch_size=len(prompts), progress=False, fast=True, **options)
         t0 = time.perf_counter()

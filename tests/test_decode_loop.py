@@ -206,3 +206,18 @@ def test_a_second_call_of_the_same_shape_reuses_the_buffers_and_starts_clean(tin
     ref, got, _ = _both(tiny, RAGGED, 1.0, eos, max_new_tokens=10, seed=4, cache_len=prompt_len + 24)
     assert decode_loop._BUFFERS[0][2] is cache and decode_loop._BUFFERS[0][3] is state
     assert torch.equal(got, ref) and ref.size(1) == prompt_len + 10
+
+
+def test_the_compiled_step_is_cached_per_compile_mode_and_a_bad_mode_is_refused(monkeypatch):
+    """bench/decode_options.py --option decode_loop_autotune compiles the step in both modes in one process: each mode
+    gets its own compiled function (a cache keyed on the backend alone would time the first mode twice)."""
+    monkeypatch.setattr(decode_loop, "_COMPILED", {})
+    monkeypatch.setattr(decode_loop, "COMPILE_MODE", "reduce-overhead")
+    overhead = decode_loop.compiled_step()
+    assert decode_loop.compiled_step() is overhead
+    monkeypatch.setattr(decode_loop, "COMPILE_MODE", "max-autotune")
+    autotune = decode_loop.compiled_step()
+    assert autotune is not overhead and decode_loop.compiled_step() is autotune
+    monkeypatch.setattr(decode_loop, "COMPILE_MODE", "max-autotun")
+    with pytest.raises(ValueError, match="max-autotun'.*use one of reduce-overhead, max-autotune"):
+        decode_loop.compiled_step()
