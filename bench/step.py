@@ -773,7 +773,7 @@ def run(argv: list[str]) -> dict:
                       "generation_options": {k: getattr(args_used, k) for k in (
                           "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
                           "generation_deferred_stop", "generation_decode_kernel", "bf16", "gradient_checkpointing",
-                          "lora_autocast_inputs")},
+                          "lora_autocast_inputs", "training_compile")},
                       "lora_autocast_inputs_on": trainer.lora_autocast_inputs_on}
     result["step_profile"] = step_profile
     result["dynamo"].update(training_first_step=counters_delta(before, clock.counters_after_first_step),
