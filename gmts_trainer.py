@@ -49,8 +49,10 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
     through the decoder layers compiled with torch.compile (regional compilation, `compiled_forward`), so inductor
     fuses the elementwise work around the matrix products (norms, rotary, SiLU x mul, LoRA's scale and add, the
     residual adds); generation and every no-grad scoring pass inside it run the layers' own forwards
-    (`layer_forwards`). Other rounding in the update (fp32 on the CPU: loss and LoRA gradients within 1e-5), same
-    tokens; the first step with a new shape pays the compilation (static, then once with a symbolic sequence length).
+    (`layer_forwards`). Same tokens, other rounding in the update: in fp32 (CPU, inductor) log-probs move by ~5e-7;
+    under bf16 autocast the fused kernels keep intermediates in float32 that eager rounds to bf16 at every operation
+    (log-probs ~1e-3 apart on the tiny model). The first step pays the compilation, the second once more for a
+    symbolic sequence length; later steps, and later trainers in the process, compile nothing.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
