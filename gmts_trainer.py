@@ -57,6 +57,14 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
     (`decode_loop.token_entropy`, the recorder's formula) and handed to the recorder: source (a) of item 3, with no
     processor outside the graph. `generation_deferred_stop` is for generate: the loop never waits for the GPU on its
     all-rows-finished flag anyway (a non-blocking copy read `decode_loop.CHECK_EVERY` steps later).
+14. Optional (`training_compile`): `training_step` runs the loss forward, the checkpoint recompute and the backward
+    through the decoder layers compiled with torch.compile (regional compilation, `compiled_forward`), so inductor
+    fuses the elementwise work around the matrix products (norms, rotary, SiLU x mul, LoRA's scale and add, the
+    residual adds); generation and every no-grad scoring pass inside it run the layers' own forwards
+    (`layer_forwards`). Same tokens, other rounding in the update: in fp32 (CPU, inductor) log-probs move by ~5e-7;
+    under bf16 autocast the fused kernels keep intermediates in float32 that eager rounds to bf16 at every operation
+    (log-probs ~1e-3 apart on the tiny model). The first step pays the compilation, the second once more for a
+    symbolic sequence length; later steps, and later trainers in the process, compile nothing.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -89,8 +97,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, TrainerCallback
@@ -118,6 +127,7 @@ ENTROPY_SOURCES = ("auto", "scoring_pass")
 PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: undoes the selection
 PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] (+ KL) is the gradient coefficient
 COMPILE_CACHE_BUCKET = 256  # static KV cache length granularity with generation_compile (one compile per bucket)
+TRAINING_COMPILE_BACKEND = "inductor"  # torch.compile backend of training_compile (tests: "aot_eager")
 
 
 @dataclass
@@ -203,6 +213,14 @@ class GMTSConfig(GRPOConfig):
                           "forward, the checkpoint recompute and the backward). Same numbers: bf16 -> float32 -> bf16 "
                           "is exact. Engages only with autocast and plain LoRA Linear layers without dropout "
                           "(gmts_trainer.lora_autocast_blockers); false: PEFT's cast, for comparison."},
+    )
+    training_compile: bool = field(
+        default=False,
+        metadata={"help": "Run the training forward and backward through the decoder layers compiled with "
+                          "torch.compile (one compiled forward for every layer: regional compilation), so the "
+                          "elementwise work between the matrix products is fused. Generation and the no-grad scoring "
+                          "passes keep the layers' own forwards. Other rounding in the update; the first step pays "
+                          "the compilation, the second once more for a symbolic sequence length."},
     )
 
     def __post_init__(self):
@@ -478,6 +496,52 @@ def lora_input_casting(model: torch.nn.Module, enabled: bool):
             m.cast_input_dtype_enabled = value
 
 
+def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder layers: the children of each outermost ModuleList whose children share one class (accelerate's
+    `is_repeated_blocks`, the regions its `compile_regions` compiles)."""
+    from accelerate.utils.other import is_repeated_blocks
+
+    lists = [(name, m) for name, m in model.named_modules() if is_repeated_blocks(m)]
+    return [layer for name, m in lists if not any(name.startswith(f"{other}.") for other, _ in lists) for layer in m]
+
+
+@functools.cache
+def compiled_forward(layer_class: type, backend: str) -> Callable:
+    """One compiled forward per layer class and backend in the process, shared by every layer (parameters are graph
+    inputs) and by every trainer built later (the arms of a run, a sweep's cells), so each graph compiles once.
+
+    Per-layer `torch.compile` of the forward, not accelerate's `compile_regions` or the Trainer's dynamo plugin: those
+    return a new module tree that `accelerator.unwrap_model` (TRL's way to the generation model) keeps compiled, so
+    generation and the no-grad scoring passes would run it too, nested inside transformers' compiled decoding; they
+    also compile every other leaf module and wrap the layer's `__call__`, tracing gradient checkpointing itself. A
+    compiled forward set on the layer instance only inside `training_step` (`layer_forwards`) leaves generation,
+    the state dict and transformers' eager checkpoint wrapper (which recomputes through the same compiled forward) as
+    they are. `dynamic=None`: the first shape compiles static, the second once more with a symbolic sequence length,
+    which every later length reuses."""
+    return torch.compile(layer_class.forward, backend=backend, dynamic=None)
+
+
+@contextlib.contextmanager
+def layer_forwards(layers: list[torch.nn.Module], compiled: bool):
+    """Run `layers` through `compiled_forward` (compiled=True, with `TRAINING_COMPILE_BACKEND`) or their class's own
+    forward for the block, then give each layer back the forward it had (nested blocks: generation inside a compiled
+    training step runs eagerly)."""
+    saved = [layer.__dict__.get("forward") for layer in layers]
+    for layer in layers:
+        if compiled:
+            layer.forward = types.MethodType(compiled_forward(type(layer), TRAINING_COMPILE_BACKEND), layer)
+        else:
+            layer.__dict__.pop("forward", None)
+    try:
+        yield
+    finally:
+        for layer, forward in zip(layers, saved):
+            if forward is None:
+                layer.__dict__.pop("forward", None)
+            else:
+                layer.forward = forward
+
+
 def _input_grad_hook_keys(emb: torch.nn.Module) -> list[int]:
     """The forward-hook ids of transformers' `make_inputs_require_grads` on an embedding, oldest first (by name)."""
     return [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
@@ -617,6 +681,12 @@ class GMTSTrainer(GRPOTrainer):
             self.lora_autocast_inputs_on = not blockers
             if blockers:
                 logger.info(f"lora_autocast_inputs does not engage ({'; '.join(blockers)}): PEFT casts LoRA inputs.")
+        # training_compile: the layers that training_step compiles (none without it)
+        self.training_layers = repeated_layers(self.accelerator.unwrap_model(self.model)) if (
+            self.args.training_compile) else []
+        if self.args.training_compile and not self.training_layers:
+            raise ValueError("training_compile compiles the model's repeated decoder layers (a ModuleList of one "
+                             "class) and this model has none; set training_compile=False.")
 
     # ------------------------------------------------------------------ which entropy source
     def _trl_makes_scoring_pass(self) -> bool:
@@ -649,10 +719,14 @@ class GMTSTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ hooks into TRL
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's step (generation, scoring, forward and backward with its checkpoint recompute); with
-        `lora_autocast_inputs_on`, LoRA layers take their input in the autocast dtype (same numbers, fewer copies)."""
-        if not self.lora_autocast_inputs_on:
-            return super().training_step(model, inputs, num_items_in_batch)
-        with lora_input_casting(self.accelerator.unwrap_model(self.model), enabled=False):
+        `lora_autocast_inputs_on`, LoRA layers take their input in the autocast dtype (same numbers, fewer copies);
+        with training_compile, the decoder layers run compiled (generation and scoring: see
+        `_generate_and_score_completions`)."""
+        with contextlib.ExitStack() as stack:
+            if self.lora_autocast_inputs_on:
+                stack.enter_context(lora_input_casting(self.accelerator.unwrap_model(self.model), enabled=False))
+            if self.training_layers:
+                stack.enter_context(layer_forwards(self.training_layers, compiled=True))
             return super().training_step(model, inputs, num_items_in_batch)
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
@@ -710,7 +784,8 @@ class GMTSTrainer(GRPOTrainer):
         elif batch_wide and self._trl_makes_scoring_pass():
             self._capture_scoring = {}
         try:
-            output = super()._generate_and_score_completions(inputs)
+            with layer_forwards(self.training_layers, compiled=False):  # generation and scoring: the layers' own
+                output = super()._generate_and_score_completions(inputs)
         finally:
             recorder, captured = self._recorder, self._capture_scoring
             self._recorder, self._capture_scoring = None, None

@@ -77,7 +77,7 @@ NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "loggi
               "ets_nz_learning_rate",
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
               "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "lora_autocast_inputs",
-              "save_minutes",
+              "save_minutes", "training_compile",
               "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
@@ -87,7 +87,7 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
                       "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
-                      "lora_autocast_inputs")
+                      "lora_autocast_inputs", "training_compile")
 
 
 @dataclass
