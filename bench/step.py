@@ -593,9 +593,17 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
     decode_steps: list[int] = []
     generate = model.generate
 
+    import decode_loop
+    sample_with_config = decode_loop.sample_with_config  # what generate_samples calls with decode_loop compiled_step
+
     def counted_generate(*args, **kwargs):  # the decode steps of each call: output width minus prompt width
         out = generate(*args, **kwargs)
         decode_steps.append(out.size(1) - kwargs["input_ids"].size(1))
+        return out
+
+    def counted_sample(model_, input_ids, *args, **kwargs):  # the same for the compiled decode loop
+        out = sample_with_config(model_, input_ids, *args, **kwargs)
+        decode_steps.append((out[0] if isinstance(out, tuple) else out).size(1) - input_ids.size(1))
         return out
 
     def call(n):
@@ -618,7 +626,7 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
            # the static KV cache every decode step attends over, whatever the position (eval.generate_samples)
            "static_cache_len": compile_cache_length([[0] * n for n in prompt_lengths], new_tokens, None)
            if static else None}
-    model.generate = counted_generate
+    model.generate, decode_loop.sample_with_config = counted_generate, counted_sample
     try:
         for name in ("first_call", "second_call"):
             progress(f"evaluation: {name} ({len(prompts)} prompts x {k} samples, {new_tokens} new tokens"
@@ -647,6 +655,7 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
                           "matmul_ops": summary["matmul_ops"]}
     finally:
         del model.generate  # the class method shows through again
+        decode_loop.sample_with_config = sample_with_config
     return out
 
 

@@ -67,6 +67,19 @@ def test_eval_first_evaluates_a_fresh_base_model_before_training(tmp_path):
     assert r["eval"]["seconds"] > 0 and r["step"]["total_s"] > 0
 
 
+def test_the_compiled_decode_loop_and_training_compile_are_measured_and_recorded(tmp_path):
+    """The next lease's A/B: with both options the step, its generation (entropy from the loop) and the evaluation
+    (decode steps counted through the loop, which never calls model.generate) are all measured."""
+    assert step.main(["--small", "--steps", "2", "--generation_decode_loop", "compiled_step", "--training_compile",
+                      "true", "--out", str(tmp_path)]) == 0
+    r = json.loads((tmp_path / "step-profile.json").read_text())
+    options = r["step"]["generation_options"]
+    assert options["generation_decode_loop"] == "compiled_step" and options["training_compile"] is True
+    assert r["step"]["entropy_source"] == "generation"
+    assert "error" not in r["eval"] and r["eval"]["decode_loop"] == "compiled_step"
+    assert r["eval"]["decode_steps"] > 0 and r["eval"]["seconds"] > 0
+
+
 def test_breakdown_leaves_host_other_as_the_remainder_and_shows_overlap_as_negative():
     part = {"dataloader": [0.1], "generation": [1.0], "reward": [0.2], "generate_and_score": [1.5],
             "forward": [0.3, 0.3], "backward": [0.5, 0.5], "grad_clip": [0.05], "optimizer": [0.1], "log_save": [0.05]}
