@@ -63,8 +63,8 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
     residual adds); generation and every no-grad scoring pass inside it run the layers' own forwards
     (`layer_forwards`). Same tokens, other rounding in the update: in fp32 (CPU, inductor) log-probs move by ~5e-7;
     under bf16 autocast the fused kernels keep intermediates in float32 that eager rounds to bf16 at every operation
-    (log-probs ~1e-3 apart on the tiny model). The first step pays the compilation, the second once more for a
-    symbolic sequence length; later steps, and later trainers in the process, compile nothing.
+    (log-probs ~1e-3 apart on the tiny model). The first step pays the compilation (symbolic shapes from the start);
+    later steps, and later trainers in the process, compile nothing.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -220,7 +220,7 @@ class GMTSConfig(GRPOConfig):
                           "torch.compile (one compiled forward for every layer: regional compilation), so the "
                           "elementwise work between the matrix products is fused. Generation and the no-grad scoring "
                           "passes keep the layers' own forwards. Other rounding in the update; the first step pays "
-                          "the compilation, the second once more for a symbolic sequence length."},
+                          "the compilation; later steps reuse it."},
     )
 
     def __post_init__(self):
@@ -516,9 +516,10 @@ def compiled_forward(layer_class: type, backend: str) -> Callable:
     also compile every other leaf module and wrap the layer's `__call__`, tracing gradient checkpointing itself. A
     compiled forward set on the layer instance only inside `training_step` (`layer_forwards`) leaves generation,
     the state dict and transformers' eager checkpoint wrapper (which recomputes through the same compiled forward) as
-    they are. `dynamic=None`: the first shape compiles static, the second once more with a symbolic sequence length,
-    which every later length reuses."""
-    return torch.compile(layer_class.forward, backend=backend, dynamic=None)
+    they are. `dynamic=True`: compiled with symbolic shapes at the first step, which every later length reuses; with
+    `dynamic=None` the first shape compiled static and the second once more symbolic: on the H200 that second compile
+    cost a whole step ~19 s (bench/step-profile-h200-decode-loop-compile.json, step 2)."""
+    return torch.compile(layer_class.forward, backend=backend, dynamic=True)
 
 
 @contextlib.contextmanager

@@ -44,11 +44,17 @@ def _source(path: Path, root: Path) -> str:
     return str(path.relative_to(root))
 
 
-LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing", "decode_kernel")  # each row records
+LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing", "decode_kernel", "decode_loop",
+              "training_compile")  # each row records
 
 
-def _options(grouped: bool, deferred: bool, checkpointing: bool, kernel: str) -> dict:
-    return dict(zip(LEVER_KEYS, (grouped, deferred, checkpointing, kernel)))
+def _options(grouped: bool, deferred: bool, checkpointing: bool, kernel: str, loop: str, compiled: bool) -> dict:
+    return dict(zip(LEVER_KEYS, (grouped, deferred, checkpointing, kernel, loop, compiled)))
+
+
+def _loop_and_compile(gen: dict) -> tuple[str, bool]:
+    """The two later switches, as a run's generation options record them (absent: before they existed, off)."""
+    return gen.get("generation_decode_loop", "transformers"), bool(gen.get("training_compile", False))
 
 
 def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
@@ -58,9 +64,11 @@ def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
     d = json.loads(path.read_text())
     step, ev, gen = d["step"], d["eval"], d["step"].get("generation_options", {})
     options = _options(bool(ev["grouped_attention"]), bool(gen.get("generation_deferred_stop", False)),
-                       bool(gen.get("gradient_checkpointing", True)), gen.get("generation_decode_kernel", "sdpa"))
+                       bool(gen.get("gradient_checkpointing", True)), gen.get("generation_decode_kernel", "sdpa"),
+                       *_loop_and_compile(gen))
     e2e = {"model": step["model"], "rows": step["rows"], "total_s": step["total_s"],
            "first_step_s": step["first_step_s"], "steps": step["steps_in_median"],
+           **({"step_times_s": [s["total_s"] for s in step["steps"]]} if "steps" in step else {}),
            "generation_s": step["median_step"]["generation"], "forward_s": step["median_step"]["forward"],
            "backward_s": step["median_step"]["backward"], **options,
            "source": _source(path, root), "measured_by": "bench/step.py"}
@@ -82,7 +90,7 @@ def arm_rows(path: Path, root: Path) -> tuple[list[dict], list[dict]]:
         where = {**_options(bool(gen.get("generation_grouped_attention", False)),
                             bool(gen.get("generation_deferred_stop", False)),
                             bool(cfg.get("gradient_checkpointing", True)),
-                            gen.get("generation_decode_kernel", "sdpa")),
+                            gen.get("generation_decode_kernel", "sdpa"), *_loop_and_compile(gen)),
                  "arms_per_gpu": 2 if (cell, arm) in SHARED else 1, "source": _source(path, root), "cell": cell,
                  "arm": arm}
         steps = [s["step_time"] for s in a["train_log"]]
@@ -165,17 +173,27 @@ def _verdict(values: list[float], target: float | None) -> str:
     return "met by the median, not by the slowest" if statistics.median(values) <= target else "not met"
 
 
-LEVERS = ("off", "on", "all", "matmul")  # the table's columns
+LEVERS = ("off", "on", "all", "matmul", "loop", "compiled")  # the table's columns, slowest to fastest
+HEADERS = ("grouped attention off", "on", "all levers", "all + matmul kernel", "+ compiled decode loop",
+           "+ training compile")
 
 
 def levers(row: dict) -> str | None:
     """Which column a row belongs to: grouped attention off; on; on with deferred stop and gradient checkpointing
-    off (every lever of issue 11); those with the two-matmul decode kernel. Other mixes (none measured) belong to no
-    column. Rows from before the kernel switch ran PyTorch's sdpa kernel."""
+    off (every lever of issue 11); those with the two-matmul decode kernel; those with the compiled decode loop
+    (`generation_decode_loop: compiled_step`); those with the decoder layers compiled for the update too
+    (`training_compile`). Each column adds its switch to the one before; other mixes (none measured) belong to no
+    column. Rows from before a switch existed ran with it off."""
     grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
         row.get("gradient_checkpointing", True)
     every_lever = grouped and deferred and not checkpointing
-    if row.get("decode_kernel", "sdpa") != "sdpa":
+    matmul = row.get("decode_kernel", "sdpa") != "sdpa"
+    loop = row.get("decode_loop", "transformers") != "transformers"
+    if row.get("training_compile", False):
+        return "compiled" if every_lever and matmul and loop else None
+    if loop:
+        return "loop" if every_lever and matmul else None
+    if matmul:
         return "matmul" if every_lever else None
     if not grouped:
         return "off" if not deferred else None
@@ -190,9 +208,15 @@ def _by_switch(rows: list[dict], key: str) -> dict[str, list[float]]:
 
 
 def estimated_complete_run_min(step: dict, evaluation: dict) -> float:
-    """A complete run from one step profile: one compilation (the first step; a process compiles once), 2 arms x 40
-    steps, and 5 full-test evaluations (3 base + 2 arms) each estimated from the profile's 880-row batch."""
-    return (step["first_step_s"] + 80 * step["total_s"] + 5 * evaluation["full_test_estimate_s"]) / 60
+    """A complete run (one process: 3 base evaluations, 2 arms x 40 steps, 2 arm evaluations) from one step profile,
+    every compilation counted once: each measured step as it ran (the first compiles, a later one may recompile), the
+    rest of the 80 steps at the median, 5 full-test evaluations each estimated from the profile's 880-row batch, and
+    the evaluation's own compilation (its first call minus its second). Profiles from before the per-step times were
+    recorded count their first step only."""
+    times = step.get("step_times_s") or [step["first_step_s"]]
+    steps_s = sum(times) + (80 - len(times)) * step["total_s"]
+    eval_compile_s = max(0.0, evaluation["first_call_s"] - evaluation["seconds"])
+    return (steps_s + 5 * evaluation["full_test_estimate_s"] + eval_compile_s) / 60
 
 
 def table(results: dict) -> str:
@@ -213,11 +237,10 @@ def table(results: dict) -> str:
              _by_switch(results["complete_run"], "gpu_minutes"), ".1f", TARGETS["complete_run_min"]),
             ("complete run estimated from the bench/step.py row (GPU min)", _by_switch(estimates, "gpu_minutes"),
              ".1f", TARGETS["complete_run_min"])]
-    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | grouped attention off | on | all levers | all + matmul kernel "
-           "| target | best: target |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | " + " | ".join(HEADERS) + " | target | best: target |",
+           "|---" * (len(HEADERS) + 3) + "|"]
     for label, values, fmt, target in rows:
-        best = values["matmul"] or values["all"] or values["on"]
+        best = next((values[c] for c in reversed(LEVERS) if values[c]), [])
         out.append(f"| {label} | {' | '.join(_median_range(values[c], fmt) for c in LEVERS)} | "
                    f"{'-' if target is None else f'<= {target:g}'} | {_verdict(best, target)} |")
     out += ["", "Medians, (min-max) over the runs; the first step of every run (compilation) is left out of its "
@@ -225,12 +248,19 @@ def table(results: dict) -> str:
             "answers one token late) and without gradient checkpointing (\"all levers\": measured by bench/step.py "
             "only, no sweep cell ran with them); \"all + matmul kernel\": those with "
             "`generation_decode_kernel: matmul`, decoding attention as two matrix products instead of PyTorch's "
-            "memory-efficient kernel (other bf16 rounding, so other sampled tokens: bench/decode-kernel-h200.json). "
+            "memory-efficient kernel (other bf16 rounding, so other sampled tokens: bench/decode-kernel-h200.json); "
+            "\"+ compiled decode loop\": those with `generation_decode_loop: compiled_step`, the whole token step as one "
+            "CUDA graph in training generation and evaluation (other random numbers: bench/decode-loop-880-h200.json); "
+            "\"+ training compile\": those with `training_compile: true`, the decoder layers compiled for the update "
+            "(other rounding in the update). "
             "The bench/step.py rows change only those switches; the sweep's rows compare arms run before the "
             "grouped switch existed with arms run after it, so other changes between those runs count too. The "
-            "last column judges the fastest column that has a value. The estimate: one compilation, 80 steps and 5 full-test evaluations (six 880-row batches each) from the profile alone."]
+            "last column judges the fastest column that has a value. The estimate, from the profile alone: every measured "
+            "step as it ran (compilations included), the rest of the 80 steps at the median, 5 full-test evaluations "
+            "(six 880-row batches each) and the evaluation's compilation (its first call minus its second)."]
     names = {"on": "With grouped attention", "all": "With all levers",
-             "matmul": "With all levers and the matmul kernel"}
+             "matmul": "With all levers and the matmul kernel", "loop": "Adding the compiled decode loop",
+             "compiled": "Adding training compile"}
     for step in bench:
         if levers(step) in names:
             share = step["generation_s"] / step["total_s"]

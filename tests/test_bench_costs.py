@@ -20,11 +20,14 @@ def _write(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data))
 
 
-def _profile(grouped: bool, total: float, eval_s: float, options: dict | None = None, rows: int = 64) -> dict:
-    """options: bench/step.py's generation_options (None: a profile from before it recorded them)."""
-    step = {"model": "m", "rows": rows, "total_s": total, "first_step_s": 20.0, "steps_in_median": 3,
-            "median_step": {"generation": 1.25, "forward": 0.25, "backward": 0.75},
-            **({} if options is None else {"generation_options": options})}
+def _profile(grouped: bool, total: float, eval_s: float, options: dict | None = None, rows: int = 64,
+             steps: list[float] | None = None) -> dict:
+    """options: bench/step.py's generation_options (None: a profile from before it recorded them); steps: every
+    step's total (None: a profile from before it recorded them)."""
+    step = {"model": "m", "rows": rows, "total_s": total, "first_step_s": steps[0] if steps else 20.0,
+            "steps_in_median": 3, "median_step": {"generation": 1.25, "forward": 0.25, "backward": 0.75},
+            **({} if options is None else {"generation_options": options}),
+            **({} if steps is None else {"steps": [{"total_s": t} for t in steps]})}
     return {"step": step, "eval": {"model": "m", "samples": 880, "seconds": eval_s, "first_call_s": 30.0,
                                    "grouped_attention": grouped, "full_test_estimate_s": 6 * eval_s}}
 
@@ -50,6 +53,15 @@ def _fixture(root: Path) -> None:
     _write(root / "bench" / "step-profile-h200-all-levers-matmul.json", _profile(True, 1.75, 5.0, {
         "generation_grouped_attention": True, "generation_deferred_stop": True, "gradient_checkpointing": False,
         "generation_decode_kernel": "matmul"}))
+    every_lever = {"generation_grouped_attention": True, "generation_deferred_stop": True,
+                   "gradient_checkpointing": False, "generation_decode_kernel": "matmul"}
+    _write(root / "bench" / "step-profile-h200-decode-loop.json", _profile(True, 1.6, 4.8, {
+        **every_lever, "generation_decode_loop": "compiled_step"}, steps=[40.0, 1.6, 1.6]))
+    _write(root / "bench" / "step-profile-h200-decode-loop-compile.json", _profile(True, 1.25, 4.0, {
+        **every_lever, "generation_decode_loop": "compiled_step", "training_compile": True},
+        steps=[20.0, 10.0, 1.25, 1.25]))
+    _write(root / "bench" / "step-profile-h200-compile-only.json", _profile(True, 1.0, 4.0, {  # no column
+        **every_lever, "training_compile": True}))
     _write(root / "bench" / "step-profile-h200-rows32.json", _profile(True, 2.25, 7.5, {  # bench/scaling.py's
         "generation_grouped_attention": True, "generation_deferred_stop": False, "gradient_checkpointing": True}, 32))
     _write(root / "results" / "qwen" / "earlier-8rows" / "results.json", _cell({  # 8 rows per step: no 64-row row
@@ -73,17 +85,22 @@ def test_rows_and_medians_on_fixture_files(tmp_path):
     _fixture(tmp_path)
     m = costs.measure(tmp_path)
     by = {(r.get("cell"), r.get("arm"), r["grouped_attention"], r["rows"], r["deferred_stop"], r["decode_kernel"]): r
-          for r in m["e2e"]}
+          for r in m["e2e"] if r["decode_loop"] == "transformers" and not r["training_compile"]}
     assert by[(None, None, True, 64, False, "sdpa")] == {
         "model": "m", "rows": 64, "total_s": 2.5, "first_step_s": 20.0, "steps": 3, "generation_s": 1.25,
         "forward_s": 0.25, "backward_s": 0.75, "grouped_attention": True, "deferred_stop": False,
-        "gradient_checkpointing": True, "decode_kernel": "sdpa", "source": "bench/step-profile-h200-on.json",
-        "measured_by": "bench/step.py"}
+        "gradient_checkpointing": True, "decode_kernel": "sdpa", "decode_loop": "transformers",
+        "training_compile": False, "source": "bench/step-profile-h200-on.json", "measured_by": "bench/step.py"}
     assert by[(None, None, False, 64, False, "sdpa")]["total_s"] == 3.5
     assert costs.levers(by[(None, None, True, 64, True, "sdpa")]) == "all"
     assert costs.levers(by[(None, None, True, 64, True, "matmul")]) == "matmul"
     assert costs.levers({**by[(None, None, True, 64, False, "sdpa")], "decode_kernel": "matmul"}) is None  # no column
     assert costs.levers(by[(None, None, True, 32, False, "sdpa")]) == "on"  # a column, but the table keeps 64 rows
+    loop = [r for r in m["e2e"] if r.get("decode_loop") == "compiled_step"]
+    assert sorted(costs.levers(r) for r in loop) == ["compiled", "loop"]
+    assert [r.get("step_times_s") for r in loop if costs.levers(r) == "loop"] == [
+        [40.0, 1.6, 1.6]]
+    assert costs.levers({**loop[0], "deferred_stop": False}) is None  # the loop without every lever: no column
     by = {(r.get("cell"), r.get("arm"), r["grouped_attention"]): r for r in m["e2e"] if r["rows"] == 64}
     ets = by[("cell-on", "ets", True)]
     assert (ets["total_s"], ets["first_step_s"], ets["steps"], ets["rows"]) == (2.5, 30.0, 3, 64)
@@ -107,19 +124,22 @@ def test_table_on_fixture_files(tmp_path):
     costs = _costs()
     _fixture(tmp_path)
     lines = costs.table(costs.merged({"e2e": []}, costs.measure(tmp_path))).splitlines()
-    assert "| step, bench/step.py (s, 64 rows) | 3.50 | 2.50 | 2.00 | 1.75 | <= 1.5 | not met |" in lines  # no rows32
-    assert ("| step, the arms' training logs (s, 64 rows) | 3.88 (3.75-4.00) | 2.50 (2.50-5.50) | - | - | <= 1.5 "
+    # no rows32, no compile-only (1.0 s: training compile without the loop is no column)
+    assert "| step, bench/step.py (s, 64 rows) | 3.50 | 2.50 | 2.00 | 1.75 | 1.60 | 1.25 | <= 1.5 | met |" in lines
+    assert ("| step, the arms' training logs (s, 64 rows) | 3.88 (3.75-4.00) | 2.50 (2.50-5.50) | - | - | - | - | <= 1.5 "
             "| not met |") in lines  # s18's 7.0 s (shared GPU) and the 8-row cell's 1.0 s left out
-    assert "| 880-row evaluation batch (s) | 19.50 | 6.50 | 6.00 | 5.00 | - | - |" in lines  # rows32's 7.5 s left out
-    assert ("| full-test evaluation, 5276 samples (s) | 132 (120-148) | 32 (32-48) | - | - | <= 45 "
+    assert "| 880-row evaluation batch (s) | 19.50 | 6.50 | 6.00 | 5.00 | 4.80 | 4.00 | - | - |" in lines  # not rows32's
+    assert ("| full-test evaluation, 5276 samples (s) | 132 (120-148) | 32 (32-48) | - | - | - | - | <= 45 "
             "| met by the median, not by the slowest |") in lines  # evaluation does not depend on training rows
-    assert ("| complete run: 3 base evaluations + ETS + GMTS (GPU min) | 16.8 | 6.8 | - | - | <= 5 | not met |"
-            in lines)
-    # one compilation (20 s) + 80 steps + 5 evaluations of six batches: all levers (20 + 80 * 2 + 5 * 36) / 60 = 6.0,
-    # off (20 + 80 * 3.5 + 5 * 117) / 60 = 14.75, on (20 + 80 * 2.5 + 5 * 39) / 60 = 6.92,
-    # matmul kernel (20 + 80 * 1.75 + 5 * 30) / 60 = 5.17
-    assert ("| complete run estimated from the bench/step.py row (GPU min) | 14.8 | 6.9 | 6.0 | 5.2 | <= 5 "
-            "| not met |") in lines
+    assert ("| complete run: 3 base evaluations + ETS + GMTS (GPU min) | 16.8 | 6.8 | - | - | - | - | <= 5 "
+            "| not met |" in lines)
+    # every recorded step as it ran (older profiles: the first, 20 s), the rest of the 80 at the median, 5 evaluations
+    # of six batches, the evaluation's compilation (first call 30 s minus one batch): off (20 + 79 * 3.5 + 5 * 117 +
+    # 10.5) / 60 = 14.87, on (20 + 79 * 2.5 + 5 * 39 + 23.5) / 60 = 7.27, all levers (20 + 79 * 2 + 5 * 36 + 24) / 60
+    # = 6.37, matmul (20 + 79 * 1.75 + 5 * 30 + 25) / 60 = 5.55, loop (43.2 + 77 * 1.6 + 5 * 28.8 + 25.2) / 60 = 5.59,
+    # compiled (32.5 + 76 * 1.25 + 5 * 24 + 26) / 60 = 4.56 (its second step's recompile, 10 s, counted)
+    assert ("| complete run estimated from the bench/step.py row (GPU min) | 14.9 | 7.3 | 6.4 | 5.6 | 5.6 | 4.6 "
+            "| <= 5 | met |") in lines
 
 
 def test_committed_rows_are_recomputed_from_the_committed_files():
