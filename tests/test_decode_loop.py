@@ -273,3 +273,18 @@ def test_rows_that_are_not_whole_groups_of_one_prompt_are_refused(tiny):
     ids, mask = torch.tensor([[0, 5, 6], [0, 5, 6]]), torch.tensor([[0, 1, 1], [1, 1, 1]])
     with pytest.raises(ValueError, match="holds different prompts"):
         decode_loop.sample(model, ids, mask, rows_per_prompt=2, **kwargs)
+
+
+def test_a_shared_prefill_is_refused_for_sliding_window_layers(tiny):
+    """A sliding-window layer of the static cache keeps other slots than the prompt's first ones: refused."""
+    from transformers import Qwen2ForCausalLM
+
+    tok, model = tiny
+    config = model.config.__class__.from_dict(model.config.to_dict() | {
+        "use_sliding_window": True, "sliding_window": 4, "layer_types": ["sliding_attention"] * 2})
+    sliding = Qwen2ForCausalLM(config).eval()
+    batch = tok(grouped(RAGGED[:2], 2), return_tensors="pt", padding=True, padding_side="left",
+                add_special_tokens=False)
+    with pytest.raises(ValueError, match="rows_per_prompt > 1 needs full-attention layers only"):
+        decode_loop.sample(sliding, batch["input_ids"], batch["attention_mask"], max_new_tokens=4, temperature=1.0,
+                           eos_token_ids=1, pad_token_id=0, compiled=False, rows_per_prompt=2)
