@@ -44,6 +44,19 @@ directly (flash attention's unpadding counts its ones) sees the real lengths.
 Positions: transformers' for left padding (attention_mask.cumsum(-1) - 1, 0 on padding). With rotary embeddings only
 differences of positions matter, so plain 0..P-1 for every row would give the same attention up to rounding.
 
+Shared prefill (`rows_per_prompt` g > 1): the evaluation samples k completions of each prompt as k consecutive
+identical rows (eval.generate_samples), so a prefill per row computes every prompt's keys and values k times (at 880
+rows x ~235 prompt tokens ~1.6 s of the 4.8 s batch on an H200). With g the prefill forward runs on one row per group
+(input_ids[::g]) into a StaticCache of B / g rows and the same length, then its keys and values of the prompt's slots
+are written into the g rows of the group (repeat_interleave, through the full cache's `update`), and the first
+token's logits are repeated the same way; the first draw, one per row, and the decode steps are unchanged, on the
+full-batch cache and state (the same shapes and addresses for the CUDA graph). A smaller cache of the same length
+rather than transformers' dynamic cache: the unique rows then see the very prefill of today (same kernels, same mask
+width over the whole cache), only fewer rows, so on the CPU in float32 logits, tokens and entropy equal a prefill per
+row bit for bit (tests/test_decode_loop.py); on a GPU the smaller GEMMs may round otherwise in bf16. Rows that are
+not whole groups of one prompt (input_ids and mask compared on the device, once) are refused, as are caches with
+sliding-window layers (they keep other slots).
+
 Unmeasured on a GPU: the compiled path was written for CUDA (no .item()/.tolist() in the step, no branching on
 tensor values, the state marked static as transformers marks its cache) and traced without a graph break on the CPU
 (backend aot_eager, tests/test_decode_loop.py), but neither its CUDA-graph capture nor its speed has been run.
@@ -221,18 +234,60 @@ def check_supported(temperature: float, sampler: str, top_k: int | None = 0, top
                              f"decode_loop='transformers' for {name}")
 
 
+def _check_prompt_groups(input_ids: torch.Tensor, mask: torch.Tensor, rows_per_prompt: int) -> None:
+    """Refuse a `rows_per_prompt` the rows do not have: a shared prefill of unequal rows would be silently wrong."""
+    batch = input_ids.size(0)
+    if rows_per_prompt == 1:
+        return
+    if rows_per_prompt < 1 or batch % rows_per_prompt:
+        raise ValueError(f"decode_loop: rows_per_prompt={rows_per_prompt} does not divide the {batch} rows; "
+                         f"pass 1 or a divisor whose groups are one prompt's rows")
+    groups = (input_ids.unflatten(0, (-1, rows_per_prompt)) == input_ids[::rows_per_prompt, None]).all()
+    groups &= (mask.unflatten(0, (-1, rows_per_prompt)) == mask[::rows_per_prompt, None]).all()
+    if not bool(groups):
+        raise ValueError(f"decode_loop: rows_per_prompt={rows_per_prompt} but a group of {rows_per_prompt} "
+                         f"consecutive rows holds different prompts; pass 1 or group each prompt's rows")
+
+
+def _prefill(model, cache, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+             rows_per_prompt: int) -> torch.Tensor:
+    """The prompts' forward (eager) into `cache`; the last position's logits (B, V). With rows_per_prompt g > 1 the
+    forward runs on the first row of each group only, into a StaticCache of g times fewer rows and the same length
+    (the very computation of the full batch's prefill on those rows, with the same mask width), and its keys and
+    values of the prompt's slots are written into every row of the group through the cache's own `update`, as the
+    forward would have written them (which also advances the layer's cumulative length the decode step reads)."""
+    if rows_per_prompt == 1:
+        return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                     past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    if any(type(layer) is not StaticLayer for layer in cache.layers):  # a sliding window keeps other slots
+        raise ValueError("decode_loop: rows_per_prompt > 1 needs full-attention layers only; pass rows_per_prompt=1")
+    g, prompt_len = rows_per_prompt, input_ids.size(1)
+    unique = StaticCache(config=model.config, max_cache_len=attention_mask.size(1))
+    logits = model(input_ids=input_ids[::g], attention_mask=attention_mask[::g], position_ids=position_ids[::g],
+                   past_key_values=unique, use_cache=True, logits_to_keep=1).logits[:, -1]
+    for i, layer in enumerate(unique.layers):
+        cache.update(layer.keys[:, :, :prompt_len].repeat_interleave(g, dim=0),
+                     layer.values[:, :, :prompt_len].repeat_interleave(g, dim=0), i)
+    return logits.repeat_interleave(g, dim=0)
+
+
 @torch.no_grad()
 def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
            temperature: float, eos_token_ids: int | list[int] | tuple[int, ...], pad_token_id: int, compiled: bool,
            sampler: str = "exponential", cache_len: int | None = None, check_every: int = CHECK_EVERY,
            compile_backend: str = "inductor", top_k: int | None = 0, top_p: float | None = 1.0,
-           min_p: float | None = None, repetition_penalty: float | None = 1.0, return_entropy: bool = False
-           ) -> torch.LongTensor | tuple[torch.LongTensor, torch.Tensor]:
+           min_p: float | None = None, repetition_penalty: float | None = 1.0, return_entropy: bool = False,
+           rows_per_prompt: int = 1) -> torch.LongTensor | tuple[torch.LongTensor, torch.Tensor]:
     """What `model.generate(input_ids, attention_mask, do_sample=True, temperature=T, top_k=0, top_p=1.0)` returns:
     the left-padded prompt and the completion, (B, P + n), pad after a row's EOS, n = max_new_tokens or the step at
     which the last row emitted EOS. The top_k .. repetition_penalty arguments only refuse what is not supported.
     `return_entropy`: also the (B, n) float32 entropy of each completion token's distribution (`token_entropy`),
-    computed inside the step, column t for token t."""
+    computed inside the step, column t for token t. `rows_per_prompt` g: the rows come in consecutive groups of g
+    with identical input_ids and attention_mask (k samples of one prompt), whose prefill is computed once per group
+    (`_prefill`); rows that are not such groups are refused."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
     batch, prompt_len = input_ids.shape
     total = prompt_len + max_new_tokens
@@ -244,6 +299,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     mask = attention_mask.long()
     if bool((mask[:, 1:] < mask[:, :-1]).any()):
         raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
+    _check_prompt_groups(input_ids, mask, rows_per_prompt)
     eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else tuple(eos_token_ids)
     device = input_ids.device
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # as generate: PEFT's wrapper off
@@ -252,8 +308,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
     state.attention_mask.zero_()
     state.attention_mask[:, :prompt_len] = mask
-    logits = model(input_ids=input_ids, attention_mask=state.attention_mask, position_ids=position_ids,
-                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]  # the prefill: one forward
+    logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
     state.position_ids.copy_(position_ids[:, -1:] + 1)
     state.cache_position.fill_(prompt_len)
     state.unfinished.fill_(True)
@@ -279,7 +334,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
 
 
 def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, config,
-                       cache_len: int | None = None, return_entropy: bool = False):
+                       cache_len: int | None = None, return_entropy: bool = False, rows_per_prompt: int = 1):
     """`model.generate(input_ids, attention_mask=..., generation_config=config)` through `sample`: compiled on CUDA,
     eager elsewhere (no CUDA graphs to gain), the exponential sampler; temperature, max_new_tokens, EOS and pad ids from
     the config, whose top_k .. repetition_penalty `sample` refuses unless neutral (eval.py and the trainer use it)."""
@@ -290,7 +345,8 @@ def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch
                   temperature=1.0 if config.temperature is None else config.temperature, eos_token_ids=eos,
                   pad_token_id=pad, compiled=input_ids.device.type == "cuda", sampler="exponential",
                   cache_len=cache_len, top_k=config.top_k, top_p=config.top_p, min_p=config.min_p,
-                  repetition_penalty=config.repetition_penalty, return_entropy=return_entropy)
+                  repetition_penalty=config.repetition_penalty, return_entropy=return_entropy,
+                  rows_per_prompt=rows_per_prompt)
 
 
 def completion_length(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> int:

@@ -91,6 +91,9 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     `decode_loop`: "transformers" (`model.generate`) or, on the fast path only, "compiled_step" (`decode_loop.sample`:
     the whole token step as one compiled graph on CUDA, eager on a CPU, its "exponential" sampler; the recipe's
     evaluations use it with generation_decode_loop; bench/decode-loop-64-h200.json: 1.13x at 64 rows on an H200).
+    There, when every batch holds whole groups of a prompt's k rows (batch size a multiple of k: the paper's 880 rows,
+    k=4), each prompt's prefill is computed once and its KV cache copied to its k rows (`rows_per_prompt`), which
+    leaves the samples unchanged (equal on the CPU; on a GPU the smaller prefill GEMMs may round otherwise in bf16).
     """
     import torch
     from tqdm.auto import tqdm
@@ -111,6 +114,9 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     cache_len = compile_cache_length(prompt_ids, max_new_tokens, None)  # the trainer's bucketing: one compiled shape
     config = _generation_config(model, tokenizer, sampling, max_new_tokens, static, compile_decoding, cache_len)
     batch_size = -(-len(flat) // -(-len(flat) // batch_size)) if flat else batch_size  # even batches: little padding
+    # a prompt's k rows stay adjacent from a multiple of k (stable sort) and padding repeats the last row, so batches
+    # of a multiple of k rows hold whole groups: each prompt's prefill is computed once (decode_loop.sample)
+    rows_per_prompt = k if k > 0 and batch_size % k == 0 else 1
     out: list[str | None] = [None] * len(flat)
     torch.manual_seed(seed)
     was_training = model.training
@@ -132,7 +138,8 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                 batch = tokenizer([texts[flat[j]] for j in rows], return_tensors="pt", padding=True,
                                   padding_side="left", add_special_tokens=False).to(device)  # (B, P), left-padded
                 if compiled_step:
-                    gen = sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len)
+                    gen = sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len,
+                                             rows_per_prompt=rows_per_prompt)
                 else:
                     gen = model.generate(**batch, generation_config=config)  # (B, P + new)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],

@@ -18,6 +18,12 @@ seed for both: the share of identical completions says how far the option moved 
 - `--option decode_loop_autotune`: `decode_loop.sample` compiled with mode "reduce-overhead" against "max-autotune"
   (inductor also times Triton GEMM templates against cuBLAS for the step's small-batch matrix products; its first call
   takes minutes), same options as decode_loop's "on" row. Other GEMM kernels, other rounding.
+- `--option shared_prefill` (with `--k` > 1): `decode_loop.sample` with a prefill per row against one per prompt
+  copied to its k rows (`rows_per_prompt`, what generate_samples passes when its batches hold whole groups), same
+  options as decode_loop's "on" row.
+
+`--k`: samples per prompt, --rows / k prompts (the evaluation's layout: k=4); with k > 1 the decode_loop option's
+compiled-step row shares each prompt's prefill.
 
 Every row records its pass@1 (GSM8K's scorer, `eval.score_samples`) on the prompts it decoded.
 
@@ -26,6 +32,8 @@ Every row records its pass@1 (GSM8K's scorer, `eval.score_samples`) on the promp
         --out bench/deferred-stop-h200.json
     python bench/decode_options.py --option decode_loop --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
         --rows 64 --out bench/decode-loop-64-h200.json
+    python bench/decode_options.py --option shared_prefill --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
+        --rows 880 --k 4 --out bench/shared-prefill-880-h200.json
     python bench/decode_options.py --markdown bench/grouped-attention-h200.json   # its table (bench/README.md)
 """
 
@@ -53,6 +61,8 @@ OPTIONS = {  # option: (column title, label off, label on, what the identical sh
                     "is expected; pass@1 of both rows is the check"),
     "decode_loop_autotune": ("compiled step's mode", "reduce-overhead", "max-autotune", "other GEMM kernels round "
                              "otherwise in bf16, which moves the samples; pass@1 of both rows is the check"),
+    "shared_prefill": ("prefill", "per row", "once per prompt", "the same prefill on k times fewer rows; other GEMM "
+                       "shapes may round it otherwise in bf16 (equal on a CPU in float32, tests/test_decode_loop.py)"),
 }
 
 
@@ -75,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--gsm8k_path")
     ap.add_argument("--rows", type=int, default=880, help="samples in the batch (the Qwen evaluation's batch: 880)")
+    ap.add_argument("--k", type=int, default=1, help="samples per prompt: --rows / k prompts (the evaluation's: 4)")
     ap.add_argument("--new_tokens", type=int, default=256)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--out")
@@ -84,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.gsm8k_path or not args.out:
         ap.error("--gsm8k_path and --out are needed to measure")
+    if args.k < 1 or args.rows % args.k or (args.option == "shared_prefill" and args.k == 1):
+        ap.error(f"--k {args.k}: pass a divisor of --rows {args.rows} (> 1 for --option shared_prefill)")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -99,15 +112,17 @@ def main(argv: list[str] | None = None) -> int:
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
     model = model.to(device)
-    tasks = load_gsm8k(args.gsm8k_path)["test"][: args.rows]
+    tasks = load_gsm8k(args.gsm8k_path)["test"][: args.rows // args.k]
     prompts = [to_prompt(t["question"]) for t in tasks]
     cfg = model.config
     out = {"model": args.model, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-           "samples": len(prompts), "new_tokens": args.new_tokens, "query_heads": cfg.num_attention_heads,
-           "key_value_heads": cfg.num_key_value_heads, "layers": cfg.num_hidden_layers, "option": args.option,
-           "rows": []}
+           "samples": len(prompts) * args.k, "k": args.k, "new_tokens": args.new_tokens,
+           "query_heads": cfg.num_attention_heads, "key_value_heads": cfg.num_key_value_heads,
+           "layers": cfg.num_hidden_layers, "option": args.option, "rows": []}
     title, *labels, _ = OPTIONS[args.option]
     texts = {}
+    shared = decode_loop.sample_with_config  # what generate_samples calls: rows_per_prompt=k for whole groups
+    per_row = lambda *a, rows_per_prompt=1, **kw: shared(*a, **kw)  # noqa: E731
     for on in (False, True):
         if args.option == "grouped_attention":
             options = {"grouped_attention": on}
@@ -121,9 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             options = {"grouped_attention": True, "deferred_stop": True, "decode_kernel": "matmul",
                        "decode_loop": "compiled_step"}
-            decode_loop.COMPILE_MODE = labels[on]  # the compiled step is cached per mode: each compiles once
-        run = lambda: generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=args.new_tokens,  # noqa: E731
-                                       batch_size=len(prompts), progress=False, fast=True, **options)
+            if args.option == "shared_prefill":
+                decode_loop.sample_with_config = shared if on else per_row
+            else:
+                decode_loop.COMPILE_MODE = labels[on]  # the compiled step is cached per mode: each compiles once
+        run = lambda: generate_samples(model, tok, prompts, k=args.k, seed=0,  # noqa: E731
+                                       max_new_tokens=args.new_tokens, batch_size=out["samples"], progress=False,
+                                       fast=True, **options)
         t0 = time.perf_counter()
         run()  # compiles
         first = time.perf_counter() - t0
@@ -141,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                "pass@1": pass_at_1(score_samples(texts[on], tasks))}
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
-    same = sum(a == b for a, b in zip(texts[False], texts[True]))
-    out["identical_completions"] = same / len(prompts)
+    same = sum(a == b for x, y in zip(texts[False], texts[True]) for a, b in zip(x, y))
+    out["identical_completions"] = same / out["samples"]
     out["speedup"] = out["rows"][0]["seconds"] / out["rows"][1]["seconds"]
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(f"speedup {out['speedup']:.2f}x, identical completions {out['identical_completions']:.1%}")

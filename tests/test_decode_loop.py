@@ -112,17 +112,25 @@ def test_right_padding_refused(tiny):
                            eos_token_ids=1, pad_token_id=0, compiled=False)
 
 
-@pytest.mark.parametrize("kernel, entropy", [(None, False), (None, True), ("matmul", True)])
-def test_compiled_step_traces_as_one_graph(tiny, kernel, entropy):
+def grouped(prompts, k):
+    """Each prompt k times in a row: the layout of eval.generate_samples' batches (k samples of one prompt)."""
+    return [p for p in prompts for _ in range(k)]
+
+
+@pytest.mark.parametrize("kernel, entropy, rows_per_prompt", [(None, False, 1), (None, True, 1), ("matmul", True, 1),
+                                                              (None, True, 2)])
+def test_compiled_step_traces_as_one_graph(tiny, kernel, entropy, rows_per_prompt):
     """compiled=True with fullgraph=True through dynamo and AOT autograd (backend aot_eager: no CUDA graphs on the
-    CPU): no graph break in the step, also through grouped attention's matmul kernel (the bench's setting) and with
-    the entropy buffer (the trainer's setting), and the same tokens and entropy as eager at the same seed."""
+    CPU): no graph break in the step, also through grouped attention's matmul kernel (the bench's setting), with
+    the entropy buffer (the trainer's setting) and after a shared prefill (the evaluation's), and the same tokens and
+    entropy as eager at the same seed."""
     import contextlib
 
     from attention import grouped_query_attention
 
     tok, model = tiny
-    batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    prompts = RAGGED if rows_per_prompt == 1 else grouped(RAGGED[:3], rows_per_prompt)
+    batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
     out = {}
     with grouped_query_attention(model, kernel) if kernel else contextlib.nullcontext():
         for compiled in (False, True):
@@ -131,7 +139,7 @@ def test_compiled_step_traces_as_one_graph(tiny, kernel, entropy):
                 out[compiled] = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"],
                                                    max_new_tokens=12, temperature=0.8, eos_token_ids=[1, 5],
                                                    pad_token_id=0, compiled=compiled, compile_backend="aot_eager",
-                                                   return_entropy=entropy)
+                                                   return_entropy=entropy, rows_per_prompt=rows_per_prompt)
     if entropy:
         (tokens, ent), (eager_tokens, eager_ent) = out[True], out[False]
         assert torch.equal(tokens, eager_tokens)
@@ -221,3 +229,62 @@ def test_the_compiled_step_is_cached_per_compile_mode_and_a_bad_mode_is_refused(
     monkeypatch.setattr(decode_loop, "COMPILE_MODE", "max-autotun")
     with pytest.raises(ValueError, match="max-autotun'.*use one of reduce-overhead, max-autotune"):
         decode_loop.compiled_step()
+
+
+@pytest.mark.parametrize("k, entropy", [(1, False), (2, True), (3, False), (3, True)])
+def test_a_shared_prefill_samples_what_a_prefill_per_row_samples(tiny, monkeypatch, k, entropy):
+    """rows_per_prompt=k on k consecutive copies of each ragged prompt (left padding of 0 to 7 tokens): the prefill
+    runs once per prompt and its keys and values fill the group's rows; the logits every step samples from, the
+    tokens and the entropy equal those of a prefill per row at the same seed (bit for bit here: the unique rows'
+    prefill is the same computation per row, same cache length and mask width)."""
+    tok, model = tiny
+    batch = tok(grouped(RAGGED, k), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    original = decode_loop.sample_next
+    out, seen = {}, {}
+    for rows_per_prompt in (1, k):
+        seen[rows_per_prompt] = []
+        monkeypatch.setattr(decode_loop, "sample_next", lambda logits, *a, **kw: seen[rows_per_prompt].append(
+            logits.clone()) or original(logits, *a, **kw))
+        torch.manual_seed(5)
+        out[rows_per_prompt] = decode_loop.sample(
+            model, batch["input_ids"], batch["attention_mask"], max_new_tokens=20, temperature=1.0,
+            eos_token_ids=[1], pad_token_id=0, compiled=False, return_entropy=entropy, rows_per_prompt=rows_per_prompt)
+    tokens, shared = (out[1][0], out[k][0]) if entropy else (out[1], out[k])
+    assert torch.equal(shared, tokens)
+    if entropy:
+        torch.testing.assert_close(out[k][1], out[1][1])
+    assert len(seen[k]) == len(seen[1]) == 20
+    for per_row, once in zip(seen[1], seen[k]):
+        torch.testing.assert_close(once, per_row)
+    if k > 1:  # the group's rows draw their own tokens
+        assert any(not torch.equal(tokens[i], tokens[i + 1]) for i in range(0, len(tokens), k))
+
+
+def test_rows_that_are_not_whole_groups_of_one_prompt_are_refused(tiny):
+    """A shared prefill of rows that differ would be silently wrong: 6 rows in groups of 4, groups of 2 holding two
+    prompts, and equal token ids under different masks (a pad id that is also a token) are refused."""
+    tok, model = tiny
+    kwargs = {"max_new_tokens": 4, "temperature": 1.0, "eos_token_ids": 1, "pad_token_id": 0, "compiled": False}
+    two = tok(grouped(RAGGED[:3], 2), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    with pytest.raises(ValueError, match="rows_per_prompt=4 does not divide the 6 rows"):
+        decode_loop.sample(model, two["input_ids"], two["attention_mask"], rows_per_prompt=4, **kwargs)
+    with pytest.raises(ValueError, match="rows_per_prompt=3 but a group of 3 consecutive rows holds different"):
+        decode_loop.sample(model, two["input_ids"], two["attention_mask"], rows_per_prompt=3, **kwargs)
+    ids, mask = torch.tensor([[0, 5, 6], [0, 5, 6]]), torch.tensor([[0, 1, 1], [1, 1, 1]])
+    with pytest.raises(ValueError, match="holds different prompts"):
+        decode_loop.sample(model, ids, mask, rows_per_prompt=2, **kwargs)
+
+
+def test_a_shared_prefill_is_refused_for_sliding_window_layers(tiny):
+    """A sliding-window layer of the static cache keeps other slots than the prompt's first ones: refused."""
+    from transformers import Qwen2ForCausalLM
+
+    tok, model = tiny
+    config = model.config.__class__.from_dict(model.config.to_dict() | {
+        "use_sliding_window": True, "sliding_window": 4, "layer_types": ["sliding_attention"] * 2})
+    sliding = Qwen2ForCausalLM(config).eval()
+    batch = tok(grouped(RAGGED[:2], 2), return_tensors="pt", padding=True, padding_side="left",
+                add_special_tokens=False)
+    with pytest.raises(ValueError, match="rows_per_prompt > 1 needs full-attention layers only"):
+        decode_loop.sample(sliding, batch["input_ids"], batch["attention_mask"], max_new_tokens=4, temperature=1.0,
+                           eos_token_ids=1, pad_token_id=0, compiled=False, rows_per_prompt=2)

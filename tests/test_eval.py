@@ -327,6 +327,33 @@ def test_compiled_step_loop_samples_what_generate_samples_on_the_cpu():
     assert len({s for outs in out["transformers"] for s in outs}) > 1  # sampled, not one text
 
 
+def test_compiled_step_evaluation_shares_each_prompts_prefill_when_batches_hold_whole_groups(monkeypatch):
+    """5 prompts x k=2: even batches of 10 rows, or of 4 (the last one 2 rows padded with 2 copies of its last row:
+    whole groups still), pass rows_per_prompt=2; batches of 3 rows split groups and pass 1. The texts equal those of
+    a prefill per row at the same seed."""
+    import decode_loop
+    from eval import generate_samples
+
+    from test_decode_loop import sharpen
+
+    model, tok = _tiny_chat_model()
+    sharpen(model)
+    prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8", "99", "4+4+4")]
+    original, seen = decode_loop.sample_with_config, []
+    shared = lambda *a, rows_per_prompt=1, **kw: seen.append(rows_per_prompt) or original(  # noqa: E731
+        *a, rows_per_prompt=rows_per_prompt, **kw)
+    per_row = lambda *a, rows_per_prompt=1, **kw: original(*a, **kw)  # noqa: E731
+    for batch_size, expected in ((10, [2]), (4, [2, 2, 2]), (3, [1, 1, 1, 1])):
+        texts = {}
+        for name, loop in (("shared", shared), ("per_row", per_row)):
+            monkeypatch.setattr(decode_loop, "sample_with_config", loop)
+            texts[name] = generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=8, progress=False,
+                                           fast=True, batch_size=batch_size, decode_loop="compiled_step")
+        assert seen == expected, batch_size
+        assert texts["shared"] == texts["per_row"]
+        seen.clear()
+
+
 @pytest.mark.parametrize("kwargs, reason", [
     ({"decode_loop": "vllm", "fast": True}, "unknown decode_loop 'vllm'"),
     ({"decode_loop": "compiled_step"}, "pass fast=True"),
