@@ -11,7 +11,9 @@ Why a script: every real-model row it puts in bench/results-h200.json is recompu
 - results/qwen/<cell>/results.json (the sweep): per arm, the median `step_time` of its train_log (first step, which
   compiles, apart), its full-test evaluation (generation + scoring seconds) and its wall minutes; an arm whose
   generation_options lack `generation_grouped_attention` ran before that switch existed, so with it off;
-- results/qwen/base-evals/*.json: the cached base evaluations (measured before the switch: off).
+- results/qwen/base-evals/*.json: the cached base evaluations (measured before the switch: off);
+- bench/complete-run-h200*.json (bench/complete_run.py): complete runs timed as one recipe.py process, start to exit,
+  in a results directory of their own (no cached base evaluations), with the speed options they ran with.
 
 Which arms shared a GPU with another arm is bench/scaling.py's RUNS (a fact of the stretch logs); their times are kept
 as rows but left out of the medians. A complete run (3 base evaluations, ETS and GMTS arms of 40 steps with their
@@ -113,6 +115,19 @@ def base_eval_rows(path: Path, root: Path) -> list[dict]:
              "measured_by": "base evaluation (generation + scoring)"} for e in d["evals"]]
 
 
+def measured_complete_run_row(path: Path, root: Path) -> dict | None:
+    """A bench/complete_run.py file as a row (None when recipe.py did not exit cleanly: not a complete run)."""
+    d = json.loads(path.read_text())
+    if d["returncode"] != 0:
+        return None
+    gen = d["generation_options"]
+    return {"model": d["model"], "rows": d["rows"], "gpu_minutes": d["gpu_minutes"], "wall_s": d["wall_s"],
+            **_options(bool(gen.get("generation_grouped_attention", False)),
+                       bool(gen.get("generation_deferred_stop", False)), d["gradient_checkpointing"],
+                       gen.get("generation_decode_kernel", "sdpa"), *_loop_and_compile(gen)),
+            "source": _source(path, root), "measured_by": "bench/complete_run.py (one recipe.py process, wall)"}
+
+
 def complete_runs(e2e: list[dict], evaluations: list[dict]) -> list[dict]:
     """Per cell whose ETS and GMTS arms ran alone at 64 rows per step with the same switches: their wall minutes plus
     3 estimated base evaluations (each the mean of the two arms' evaluation seconds)."""
@@ -145,16 +160,20 @@ def measure(root: Path = ROOT) -> dict:
         evaluations += evs
     for path in sorted(root.glob("results/qwen/base-evals/*.json")):
         evaluations += base_eval_rows(path, root)
-    return {"e2e": e2e, "evaluation": evaluations, "complete_run": complete_runs(e2e, evaluations)}
+    timed = [r for r in (measured_complete_run_row(p, root) for p in sorted(root.glob("bench/complete-run-h200*.json")))
+             if r is not None]
+    return {"e2e": e2e, "evaluation": evaluations, "complete_run": complete_runs(e2e, evaluations),
+            "complete_run_timed": timed}
 
 
 def merged(results: dict, measured: dict) -> dict:
     """The results file with this script's rows replaced: e2e rows with a `source` are ours (bench/selection.py's
-    rows have none), `evaluation` and `complete_run` wholly."""
+    rows have none), `evaluation`, `complete_run` and `complete_run_timed` wholly."""
     out = dict(results)
     out["e2e"] = [r for r in results["e2e"] if "source" not in r] + measured["e2e"]
     out["evaluation"] = measured["evaluation"]
     out["complete_run"] = measured["complete_run"]
+    out["complete_run_timed"] = measured["complete_run_timed"]
     return out
 
 
@@ -236,7 +255,10 @@ def table(results: dict) -> str:
             ("complete run: 3 base evaluations + ETS + GMTS (GPU min)",
              _by_switch(results["complete_run"], "gpu_minutes"), ".1f", TARGETS["complete_run_min"]),
             ("complete run estimated from the bench/step.py row (GPU min)", _by_switch(estimates, "gpu_minutes"),
-             ".1f", TARGETS["complete_run_min"])]
+             ".1f", TARGETS["complete_run_min"]),
+            ("complete run timed: one recipe.py process, start to exit (GPU min)",
+             _by_switch([r for r in results.get("complete_run_timed", []) if r["rows"] == 64], "gpu_minutes"), ".1f",
+             TARGETS["complete_run_min"])]
     out = ["| qwen2.5-coder-1.5b-instruct, one H200 | " + " | ".join(HEADERS) + " | target | best: target |",
            "|---" * (len(HEADERS) + 3) + "|"]
     for label, values, fmt, target in rows:

@@ -75,6 +75,13 @@ def _fixture(root: Path) -> None:
     # bench/scaling.py's RUNS says s18's arms shared a GPU: rows kept, no complete run, out of the medians
     _write(root / "results" / "qwen" / "paper-lr0.0001-s18" / "results.json", _cell({
         "ets": _arm([25.0, 7.0], 280.0, 10.0, None), "gmts": _arm([25.0, 7.0], 280.0, 10.0, None)}))
+    timed = {"model": "m", "rows": 64, "gpu_minutes": 4.75, "wall_s": 285.0, "returncode": 0,
+             "gradient_checkpointing": False, "generation_options": {
+                 "generation_grouped_attention": True, "generation_deferred_stop": True,
+                 "generation_decode_kernel": "matmul", "generation_decode_loop": "compiled_step",
+                 "training_compile": True}}
+    _write(root / "bench" / "complete-run-h200.json", timed)
+    _write(root / "bench" / "complete-run-h200-crashed.json", {**timed, "gpu_minutes": 1.0, "returncode": 1})
     _write(root / "results" / "qwen" / "base-evals" / "h.json", {
         "eval_config": {"model": {"model_name_or_path": "m"}},
         "evals": [{"seed": 0, "k": 4, "records": [{}] * 1319, "seconds": {"generation": 146.0, "scoring": 2.0}}]})
@@ -140,6 +147,9 @@ def test_table_on_fixture_files(tmp_path):
     # compiled (32.5 + 76 * 1.25 + 5 * 24 + 26) / 60 = 4.56 (its second step's recompile, 10 s, counted)
     assert ("| complete run estimated from the bench/step.py row (GPU min) | 14.9 | 7.3 | 6.4 | 5.6 | 5.6 | 4.6 "
             "| <= 5 | met |") in lines
+    # bench/complete_run.py's file, in its levers' column; the run that exited 1 is no complete run
+    assert ("| complete run timed: one recipe.py process, start to exit (GPU min) | - | - | - | - | - | 4.8 | <= 5 "
+            "| met |") in lines
 
 
 def test_committed_rows_are_recomputed_from_the_committed_files():

@@ -1,0 +1,92 @@
+"""One complete run timed as a user pays for it (issue 11, deliverable 6): the wall time of one `recipe.py --arm
+ets,gmts` process from start to exit, i.e. model loading, the 3 base evaluations, the ETS and GMTS arms (40 steps
+each, every compilation included) and their full-test evaluations, in a results directory of its own (refused when
+it already holds the run or cached base evaluations: reusing them would time an incomplete run).
+
+    python bench/complete_run.py --out bench/complete-run-h200.json -- --config configs/qwen.yaml --gsm8k_path DIR \
+        --results_dir /tmp/complete-run --generation_deferred_stop true --gradient_checkpointing false \
+        --generation_decode_kernel matmul --generation_decode_loop compiled_step --training_compile true
+
+Everything after `--` goes to recipe.py (which arms run is this script's: no --arm there). The one-time conversion of
+a GGUF model into the cache (models.resolve_model) is not part of a run: do it first. bench/costs.py reads every
+bench/complete-run-h200*.json into its table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+ARMS = "ets,gmts"  # a complete run: the base evaluations and the two arms the paper compares
+
+
+def run_dir(recipe_argv: list[str]) -> tuple[Path, Path]:
+    """(the run's results.json, the base-evaluation cache folder) as recipe.py will place them; refuses a directory
+    that already holds either, and an --arm of the caller's."""
+    import recipe
+
+    if any(a == "--arm" or a.startswith("--arm=") for a in recipe_argv):
+        raise recipe.RecipeError(f"no --arm after '--': a complete run is --arm {ARMS}")
+    recipe_args, _, _, name = recipe.parse(["--arm", ARMS, *recipe_argv])
+    results_dir = Path(recipe_args.results_dir)
+    path, cache = results_dir / name / "results.json", results_dir / "base-evals"
+    for taken in (path.parent, cache):
+        if taken.exists():
+            raise recipe.RecipeError(f"{taken} exists: a complete run needs a results directory of its own (pass "
+                                     f"--results_dir to a new folder)")
+    return path, cache
+
+
+def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str]) -> dict:
+    """What bench/costs.py reads: the model, rows per step, the process's wall time and GPU minutes (wall x GPUs), and
+    the run's own account of its parts (base evaluation seconds, each arm's wall minutes and speed options)."""
+    cfg, versions = results["config"], results["versions"]
+    gpus = versions.get("gpus", 1)
+    arms = results.get("arms", {})
+    return {"model": cfg["model_name_or_path"], "device": versions.get("gpu"), "gpus": gpus,
+            "rows": cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] * gpus,
+            "gradient_checkpointing": bool(cfg.get("gradient_checkpointing", True)),
+            "wall_s": wall_s, "gpu_minutes": wall_s / 60 * gpus, "returncode": returncode,
+            "base_eval_s": [e["seconds"]["generation"] + e["seconds"]["scoring"]
+                            for e in results.get("base", {}).get("evals", [])],
+            "arm_wall_minutes": {arm: a["wall_minutes"] for arm, a in arms.items()},
+            "generation_options": next(iter(arms.values()), {}).get("generation_options", {}),
+            "pass@1": {arm: a["eval"]["pass@1"] for arm, a in arms.items()},
+            "recipe_argv": ["--arm", ARMS, *recipe_argv], "versions": versions}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ours, recipe_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="the JSON file to write (bench/complete-run-h200.json)")
+    args = ap.parse_args(ours)
+    import recipe
+
+    try:
+        path, _ = run_dir(recipe_argv)
+    except recipe.RecipeError as err:
+        print(f"complete_run.py: {err}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    returncode = subprocess.run([sys.executable, str(ROOT / "recipe.py"), "--arm", ARMS, *recipe_argv],
+                                cwd=ROOT).returncode
+    wall_s = time.perf_counter() - t0
+    if not path.is_file():
+        print(f"complete_run.py: recipe.py exited {returncode} without writing {path}", file=sys.stderr)
+        return returncode or 1
+    out = summary(json.loads(path.read_text()), wall_s, returncode, recipe_argv)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"complete run: {wall_s / 60:.2f} min wall ({out['gpu_minutes']:.2f} GPU-min), recipe.py exit {returncode}, "
+          f"{len(out['base_eval_s'])} base evaluations, arms {', '.join(out['arm_wall_minutes'])}: {args.out}")
+    return returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

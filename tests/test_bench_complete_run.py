@@ -1,0 +1,63 @@
+"""bench/complete_run.py: one recipe.py process timed start to exit, in a results directory of its own."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ["--config", "configs/smoke.yaml"]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("complete_run", ROOT / "bench" / "complete_run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _results(arms=("ets", "gmts")) -> dict:
+    options = {"generation_grouped_attention": True, "generation_deferred_stop": True,
+               "generation_decode_kernel": "matmul", "generation_decode_loop": "compiled_step",
+               "training_compile": True}
+    return {"config": {"model_name_or_path": "m", "per_device_train_batch_size": 32,
+                       "gradient_accumulation_steps": 2, "gradient_checkpointing": False},
+            "versions": {"gpu": "NVIDIA H200", "gpus": 1},
+            "base": {"evals": [{"seconds": {"generation": 28.0, "scoring": 2.0}}] * 3},
+            "arms": {arm: {"wall_minutes": 1.5, "generation_options": options, "eval": {"pass@1": 0.5}}
+                     for arm in arms}}
+
+
+def test_a_run_is_timed_as_one_process_and_summarized(tmp_path, monkeypatch):
+    mod = _module()
+    results_dir = tmp_path / "fresh"
+    seen = {}
+
+    def fake_recipe(cmd, cwd):  # recipe.py writes results.json where run_dir says
+        seen["cmd"] = cmd
+        path = results_dir / "smoke" / "results.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(_results()))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(mod.subprocess, "run", fake_recipe)
+    out = tmp_path / "complete-run.json"
+    assert mod.main(["--out", str(out), "--", *SMOKE, "--results_dir", str(results_dir)]) == 0
+    assert seen["cmd"][1:4] == [str(ROOT / "recipe.py"), "--arm", "ets,gmts"]
+    r = json.loads(out.read_text())
+    assert r["wall_s"] > 0 and r["gpu_minutes"] == r["wall_s"] / 60 and r["returncode"] == 0
+    assert (r["model"], r["rows"], r["gradient_checkpointing"]) == ("m", 64, False)
+    assert r["base_eval_s"] == [30.0] * 3 and r["arm_wall_minutes"] == {"ets": 1.5, "gmts": 1.5}
+    assert r["generation_options"]["generation_decode_loop"] == "compiled_step"
+
+
+def test_a_results_directory_with_cached_base_evaluations_or_an_arm_flag_is_refused(tmp_path):
+    (tmp_path / "used" / "base-evals").mkdir(parents=True)
+    for extra, message in ([["--results_dir", str(tmp_path / "used")], "base-evals exists"],
+                           [["--results_dir", str(tmp_path / "new"), "--arm", "gmts"], "no --arm after '--'"]):
+        done = subprocess.run([sys.executable, "bench/complete_run.py", "--out", str(tmp_path / "o.json"), "--",
+                               *SMOKE, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr[-2000:]
+        assert not (tmp_path / "o.json").exists()
