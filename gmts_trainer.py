@@ -597,17 +597,23 @@ def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyR
         recorder.take(out[1])
         return out[0]
 
-    model.generate = generate
-    try:
+    with generate_replaced(model, generate):
         yield
-    finally:
-        del model.generate  # drop the instance attribute: the class method shows through again
 
 
 @contextlib.contextmanager
 def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
     """Make every `model.generate` call inside the block run `processor` too (TRL builds the generate call itself)."""
-    model.generate = functools.partial(model.generate, logits_processor=LogitsProcessorList([processor]))
+    with generate_replaced(model, functools.partial(model.generate,
+                                                    logits_processor=LogitsProcessorList([processor]))):
+        yield
+
+
+@contextlib.contextmanager
+def generate_replaced(model: torch.nn.Module, generate: Callable):
+    """`model.generate` is `generate` inside the block (an instance attribute over the class method), then the class
+    method again."""
+    model.generate = generate
     try:
         yield
     finally:

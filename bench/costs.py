@@ -50,13 +50,13 @@ LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing", "d
               "training_compile")  # each row records
 
 
-def _options(grouped: bool, deferred: bool, checkpointing: bool, kernel: str, loop: str, compiled: bool) -> dict:
-    return dict(zip(LEVER_KEYS, (grouped, deferred, checkpointing, kernel, loop, compiled)))
-
-
-def _loop_and_compile(gen: dict) -> tuple[str, bool]:
-    """The two later switches, as a run's generation options record them (absent: before they existed, off)."""
-    return gen.get("generation_decode_loop", "transformers"), bool(gen.get("training_compile", False))
+def _options(gen: dict, grouped: bool, checkpointing: bool) -> dict:
+    """A run's switches from its recorded generation options (a switch absent from them: before it existed, off);
+    grouped attention and gradient checkpointing from wherever that kind of run records them."""
+    return dict(zip(LEVER_KEYS, (grouped, bool(gen.get("generation_deferred_stop", False)), checkpointing,
+                                 gen.get("generation_decode_kernel", "sdpa"),
+                                 gen.get("generation_decode_loop", "transformers"),
+                                 bool(gen.get("training_compile", False)))))
 
 
 def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
@@ -65,9 +65,7 @@ def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
     with it off (and with gradient checkpointing, the config's setting)."""
     d = json.loads(path.read_text())
     step, ev, gen = d["step"], d["eval"], d["step"].get("generation_options", {})
-    options = _options(bool(ev["grouped_attention"]), bool(gen.get("generation_deferred_stop", False)),
-                       bool(gen.get("gradient_checkpointing", True)), gen.get("generation_decode_kernel", "sdpa"),
-                       *_loop_and_compile(gen))
+    options = _options(gen, bool(ev["grouped_attention"]), bool(gen.get("gradient_checkpointing", True)))
     e2e = {"model": step["model"], "rows": step["rows"], "total_s": step["total_s"],
            "first_step_s": step["first_step_s"], "steps": step["steps_in_median"],
            **({"step_times_s": [s["total_s"] for s in step["steps"]]} if "steps" in step else {}),
@@ -89,10 +87,8 @@ def arm_rows(path: Path, root: Path) -> tuple[list[dict], list[dict]]:
     e2e, evaluations = [], []
     for arm, a in d["arms"].items():
         gen = a.get("generation_options", {})
-        where = {**_options(bool(gen.get("generation_grouped_attention", False)),
-                            bool(gen.get("generation_deferred_stop", False)),
-                            bool(cfg.get("gradient_checkpointing", True)),
-                            gen.get("generation_decode_kernel", "sdpa"), *_loop_and_compile(gen)),
+        where = {**_options(gen, bool(gen.get("generation_grouped_attention", False)),
+                            bool(cfg.get("gradient_checkpointing", True))),
                  "arms_per_gpu": 2 if (cell, arm) in SHARED else 1, "source": _source(path, root), "cell": cell,
                  "arm": arm}
         steps = [s["step_time"] for s in a["train_log"]]
@@ -122,9 +118,7 @@ def measured_complete_run_row(path: Path, root: Path) -> dict | None:
         return None
     gen = d["generation_options"]
     return {"model": d["model"], "rows": d["rows"], "gpu_minutes": d["gpu_minutes"], "wall_s": d["wall_s"],
-            **_options(bool(gen.get("generation_grouped_attention", False)),
-                       bool(gen.get("generation_deferred_stop", False)), d["gradient_checkpointing"],
-                       gen.get("generation_decode_kernel", "sdpa"), *_loop_and_compile(gen)),
+            **_options(gen, bool(gen.get("generation_grouped_attention", False)), d["gradient_checkpointing"]),
             "source": _source(path, root), "measured_by": "bench/complete_run.py (one recipe.py process, wall)"}
 
 
