@@ -96,6 +96,15 @@ def paired(scores: dict[str, float], reference: list[str], where: str) -> list[f
     return [scores[h] for h in reference]
 
 
+def optional_seconds(entry: dict, key: str, where: str) -> None:
+    """A time field a file may lack (written before the field existed) is, where present, a finite number >= 0:
+    `compile_seconds` of every evaluation and `train_compile_seconds` of every arm (recipe.compile_seconds: the
+    process's torch.compile time during that phase, CUDA-graph recording not included)."""
+    x = entry.get(key, 0.0)
+    if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0):
+        raise ResultsError(f"{where}: {key} is {x!r}, not a number of seconds >= 0")
+
+
 def _grad_norm_summary(train_log: list[dict]) -> dict:
     norms = [row["grad_norm"] for row in train_log if "grad_norm" in row]
     finite = [x for x in norms if isinstance(x, (int, float)) and math.isfinite(x)]
@@ -116,6 +125,8 @@ def summarize(results: dict) -> dict:
     order = list(ref_scores)
     for i, ev in enumerate(base_evals[1:], 1):
         paired(task_scores(ev, f"base eval {i}"), order, f"base eval {i}")
+    for i, ev in enumerate(base_evals):
+        optional_seconds(ev, "compile_seconds", f"base eval {i}")
     base_scores = [pass_at_1(e["records"]) for e in base_evals]
     floor = noise_floor(base_scores)
     summary: dict[str, Any] = {"base": {"pass@1": base_scores, "mean": statistics.fmean(base_scores),
@@ -133,6 +144,8 @@ def summarize(results: dict) -> dict:
             raise ResultsError(f"arm {arm}: evaluated with seed {ev['seed']!r}, the base's first seed is "
                                f"{reference['seed']!r} (the pairing needs the same samples' seed)")
         arm_scores[arm] = paired(task_scores(ev, f"arm {arm}"), order, f"arm {arm}")
+        optional_seconds(ev, "compile_seconds", f"arm {arm}")
+        optional_seconds(entry, "train_compile_seconds", f"arm {arm}")
         vs_base = paired_delta(arm_scores[arm], [ref_scores[h] for h in order])
         v, flags = verdict(vs_base, floor, down="collapsed")
         log = entry.get("train_log", [])

@@ -63,8 +63,9 @@ What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
     residual adds); generation and every no-grad scoring pass inside it run the layers' own forwards
     (`layer_forwards`). Same tokens, other rounding in the update: in fp32 (CPU, inductor) log-probs move by ~5e-7;
     under bf16 autocast the fused kernels keep intermediates in float32 that eager rounds to bf16 at every operation
-    (log-probs ~1e-3 apart on the tiny model). The first step pays the compilation (symbolic shapes from the start);
-    later steps, and later trainers in the process, compile nothing.
+    (log-probs ~1e-3 apart on the tiny model). The first step pays the compilation (symbolic shapes from the start,
+    one graph for every layer: layer 0's input is made to require grad, ~1% more backward work); later steps, and
+    later trainers in the process, compile nothing.
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -518,8 +519,23 @@ def compiled_forward(layer_class: type, backend: str) -> Callable:
     the state dict and transformers' eager checkpoint wrapper (which recomputes through the same compiled forward) as
     they are. `dynamic=True`: compiled with symbolic shapes at the first step, which every later length reuses; with
     `dynamic=None` the first shape compiled static and the second once more symbolic: on the H200 that second compile
-    cost a whole step ~19 s (bench/step-profile-h200-decode-loop-compile.json, step 2)."""
-    return torch.compile(layer_class.forward, backend=backend, dynamic=True)
+    cost a whole step ~19 s (bench/step-profile-h200-decode-loop-compile.json, step 2).
+
+    One graph for every layer: with grad enabled, a layer input that does not require grad (layer 0's, the frozen
+    embeddings' output under LoRA without gradient checkpointing, whose hook `make_inputs_require_grads` does the same)
+    enters as a view that does, so layer 0 hits the graph of layers 1..n-1 instead of failing dynamo's requires_grad
+    guard and compiling its own forward and backward (on the H200: two compiles of the 28-layer model's layer). The
+    LoRA gradients are unchanged; the cost is layer 0's input gradient, which nobody reads: the backward through its
+    q, k, v, gate and up projections' frozen weights and its input norm, for Qwen2.5-1.5B 2 x 1536 x 19968 ~ 61 MFLOP
+    per token, ~1% of the update's forward + backward (28 layers and the head: ~6.2 GFLOP per token)."""
+    compiled = torch.compile(layer_class.forward, backend=backend, dynamic=True)
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        if torch.is_grad_enabled() and not hidden_states.requires_grad:
+            hidden_states = hidden_states.detach().requires_grad_()  # a view of the same storage: no copy
+        return compiled(self, hidden_states, *args, **kwargs)
+
+    return forward
 
 
 @contextlib.contextmanager

@@ -211,6 +211,16 @@ def _hardware(config: dict, argv: list[str]) -> list[str]:
             "--generation_compile", "false"]
 
 
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling so far: torch.compile's frame compiles (dynamo, and the backend's
+    forward code) plus AOTAutograd's backward compiles (calculate_time_spent's total_wall_time). The difference around
+    a phase is that phase's compile time. CUDA-graph recording is not in it: it happens at a graph's first replay and
+    counts as running time."""
+    from torch._dynamo.utils import calculate_time_spent
+
+    return calculate_time_spent()["total_wall_time"]
+
+
 def trained_arms(arm: str) -> list[str]:
     """The arms to train for an --arm value (base evals always come first): `all` (GRPO, ETS, GMTS; not the control
     ets_nz), one arm, or a comma list trained in the order given (a sweep puts the pair it compares first: a run cut
@@ -640,13 +650,16 @@ class Run:
         from eval import evaluate_pass_at_1
 
         r = self.recipe
-        return evaluate_pass_at_1(model, tok, heldout, k=r.eval_samples, seed=seed, max_new_tokens=r.eval_max_new_tokens,
-                                  batch_size=r.eval_batch_size, system_prompt=r.system_prompt,
-                                  sampling=sampling(r, self.train_args), fast=r.eval_fast,
-                                  grouped_attention=self.train_args.generation_grouped_attention,
-                                  deferred_stop=self.train_args.generation_deferred_stop,
-                                  decode_kernel=self.train_args.generation_decode_kernel,
-                                  decode_loop=self.train_args.generation_decode_loop)
+        compiled_before = compile_seconds()
+        ev = evaluate_pass_at_1(model, tok, heldout, k=r.eval_samples, seed=seed, max_new_tokens=r.eval_max_new_tokens,
+                                batch_size=r.eval_batch_size, system_prompt=r.system_prompt,
+                                sampling=sampling(r, self.train_args), fast=r.eval_fast,
+                                grouped_attention=self.train_args.generation_grouped_attention,
+                                deferred_stop=self.train_args.generation_deferred_stop,
+                                decode_kernel=self.train_args.generation_decode_kernel,
+                                decode_loop=self.train_args.generation_decode_loop)
+        ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
+        return ev
 
     def build_trainer(self, arm: str, train_tasks):
         """(GMTSTrainer, its GMTSConfig) for one arm, as train_arm trains it; bench/step.py times this very trainer."""
@@ -684,19 +697,20 @@ class Run:
         if self.recipe.resume and any(arm_dir.glob("checkpoints/checkpoint-*")):
             checkpoint = True
             print(f"[recipe] {arm}: resuming from the last checkpoint in {arm_dir / 'checkpoints'}")
-        t0 = time.time()
+        t0, compiled_before = time.time(), compile_seconds()
         trainer.train(resume_from_checkpoint=checkpoint)
-        train_minutes = (time.time() - t0) / 60
+        train_minutes, train_compile_s = (time.time() - t0) / 60, compile_seconds() - compiled_before
         if self.state.is_main_process:
-            self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes)
+            self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes, train_compile_s)
         self.state.wait_for_everyone()
         del trainer  # the next arm (or the next cell of an in-process sweep) starts with the memory free
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def _evaluate_arm(self, arm, trainer, args, heldout, t0, train_minutes) -> None:
-        """The trained arm on the held-out tasks (main process), merged into results.json."""
+    def _evaluate_arm(self, arm, trainer, args, heldout, t0, train_minutes, train_compile_s) -> None:
+        """The trained arm on the held-out tasks (main process), merged into results.json. Compile seconds (see
+        compile_seconds): the training's in train_compile_seconds, the evaluation's in its eval's compile_seconds."""
         arm_dir = self.dir / f"arm-{arm}"
         log = [row for row in trainer.state.log_history if "step" in row and "loss" in row]
         arm_dir.mkdir(parents=True, exist_ok=True)
@@ -708,7 +722,8 @@ class Run:
         self.results["arms"][arm] = {
             "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": RULE_OF_ARM[arm],
             "entropy_source": trainer.entropy_source_used, "train_minutes": train_minutes,
-            "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall, "gpu_minutes": wall * gpus,
+            "train_compile_seconds": train_compile_s, "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall,
+            "gpu_minutes": wall * gpus,
             "generation_options": {k: getattr(self.recipe if k == "cudnn_attention" else args, k)
                                    for k in GENERATION_OPTIONS},
         }

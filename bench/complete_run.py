@@ -9,7 +9,8 @@ it already holds the run or cached base evaluations: reusing them would time an 
 
 Everything after `--` goes to recipe.py (which arms run is this script's: no --arm there). The one-time conversion of
 a GGUF model into the cache (models.resolve_model) is not part of a run: do it first. bench/costs.py reads every
-bench/complete-run-h200*.json into its table.
+bench/complete-run-h200*.json into its table. Beside the wall time, the file says how much of it was compiling (per
+phase and in all: compile_phases) and how long each arm's first training step took (it compiles the update).
 """
 
 from __future__ import annotations
@@ -43,12 +44,25 @@ def run_dir(recipe_argv: list[str]) -> tuple[Path, Path]:
     return path, cache
 
 
+def compile_phases(results: dict) -> tuple[list, dict, float | None]:
+    """The seconds the process spent compiling per phase (recipe.compile_seconds: torch.compile's frame and backward
+    compiles, not CUDA-graph recording, which happens at a graph's first replay): each base evaluation, each arm's
+    training and evaluation; and their sum, None when a phase lacks the field (a run of a recipe.py before it)."""
+    base = [e.get("compile_seconds") for e in results.get("base", {}).get("evals", [])]
+    arms = {arm: {"train": a.get("train_compile_seconds"), "eval": a["eval"].get("compile_seconds")}
+            for arm, a in results.get("arms", {}).items()}
+    phases = [*base, *(s for arm in arms.values() for s in arm.values())]
+    return base, arms, (sum(phases) if phases and None not in phases else None)
+
+
 def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str]) -> dict:
     """What bench/costs.py reads: the model, rows per step, the process's wall time and GPU minutes (wall x GPUs), and
-    the run's own account of its parts (base evaluation seconds, each arm's wall minutes and speed options)."""
+    the run's own account of its parts (base evaluation seconds, each arm's wall minutes, first training step and
+    speed options; the compile seconds of each phase and of the process, their sum: compile_phases)."""
     cfg, versions = results["config"], results["versions"]
     gpus = versions.get("gpus", 1)
     arms = results.get("arms", {})
+    base_compile_s, arm_compile_s, compile_s = compile_phases(results)
     return {"model": cfg["model_name_or_path"], "device": versions.get("gpu"), "gpus": gpus,
             "rows": cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] * gpus,
             "gradient_checkpointing": bool(cfg.get("gradient_checkpointing", True)),
@@ -56,6 +70,9 @@ def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str
             "base_eval_s": [e["seconds"]["generation"] + e["seconds"]["scoring"]
                             for e in results.get("base", {}).get("evals", [])],
             "arm_wall_minutes": {arm: a["wall_minutes"] for arm, a in arms.items()},
+            "first_step_s": {arm: next((r["step_time"] for r in a.get("train_log", []) if r.get("step") == 1), None)
+                             for arm, a in arms.items()},
+            "compile_s": compile_s, "base_eval_compile_s": base_compile_s, "arm_compile_s": arm_compile_s,
             "generation_options": next(iter(arms.values()), {}).get("generation_options", {}),
             "pass@1": {arm: a["eval"]["pass@1"] for arm, a in arms.items()},
             "recipe_argv": ["--arm", ARMS, *recipe_argv], "versions": versions}
@@ -83,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         return returncode or 1
     out = summary(json.loads(path.read_text()), wall_s, returncode, recipe_argv)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"complete run: {wall_s / 60:.2f} min wall ({out['gpu_minutes']:.2f} GPU-min), recipe.py exit {returncode}, "
-          f"{len(out['base_eval_s'])} base evaluations, arms {', '.join(out['arm_wall_minutes'])}: {args.out}")
+    compiling = "unrecorded" if out["compile_s"] is None else f"{out['compile_s']:.0f} s"
+    print(f"complete run: {wall_s / 60:.2f} min wall ({out['gpu_minutes']:.2f} GPU-min; compiling {compiling}), "
+          f"recipe.py exit {returncode}, {len(out['base_eval_s'])} base evaluations, arms "
+          f"{', '.join(out['arm_wall_minutes'])}: {args.out}")
     return returncode
 
 

@@ -13,7 +13,8 @@ Why a script: every real-model row it puts in bench/results-h200.json is recompu
   generation_options lack `generation_grouped_attention` ran before that switch existed, so with it off;
 - results/qwen/base-evals/*.json: the cached base evaluations (measured before the switch: off);
 - bench/complete-run-h200*.json (bench/complete_run.py): complete runs timed as one recipe.py process, start to exit,
-  in a results directory of their own (no cached base evaluations), with the speed options they ran with.
+  in a results directory of their own (no cached base evaluations), with the speed options they ran with and, where
+  the run recorded it, the time it spent compiling (torch.compile's, summed over its phases) and each arm's first step.
 
 Which arms shared a GPU with another arm is bench/scaling.py's RUNS (a fact of the stretch logs); their times are kept
 as rows but left out of the medians. A complete run (3 base evaluations, ETS and GMTS arms of 40 steps with their
@@ -112,12 +113,15 @@ def base_eval_rows(path: Path, root: Path) -> list[dict]:
 
 
 def measured_complete_run_row(path: Path, root: Path) -> dict | None:
-    """A bench/complete_run.py file as a row (None when recipe.py did not exit cleanly: not a complete run)."""
+    """A bench/complete_run.py file as a row (None when recipe.py did not exit cleanly: not a complete run); with the
+    time it spent compiling in GPU minutes and each arm's first step, where the run recorded them."""
     d = json.loads(path.read_text())
     if d["returncode"] != 0:
         return None
     gen = d["generation_options"]
-    return {"model": d["model"], "rows": d["rows"], "gpu_minutes": d["gpu_minutes"], "wall_s": d["wall_s"],
+    compiling = {} if d.get("compile_s") is None else {
+        "compile_gpu_minutes": d["compile_s"] / 60 * d["gpus"], "first_step_s": d["first_step_s"]}
+    return {"model": d["model"], "rows": d["rows"], "gpu_minutes": d["gpu_minutes"], "wall_s": d["wall_s"], **compiling,
             **_options(gen, bool(gen.get("generation_grouped_attention", False)), d["gradient_checkpointing"]),
             "source": _source(path, root), "measured_by": "bench/complete_run.py (one recipe.py process, wall)"}
 
@@ -240,6 +244,8 @@ def table(results: dict) -> str:
              and r.get("rows", 64) == 64]
     estimates = [{**s, "gpu_minutes": estimated_complete_run_min(s, e)} for s in bench for e in batch
                  if e["source"] == s["source"]]
+    timed = [r for r in results.get("complete_run_timed", []) if r["rows"] == 64]
+    compiling = [r for r in timed if "compile_gpu_minutes" in r]  # runs of a recipe.py that records it
     full = [r for r in results["evaluation"] if r.get("arms_per_gpu") == 1 and r["samples"] == 5276]
     rows = [("step, bench/step.py (s, 64 rows)", _by_switch(bench, "total_s"), ".2f", TARGETS["step_s"]),
             ("step, the arms' training logs (s, 64 rows)", _by_switch(alone, "total_s"), ".2f", TARGETS["step_s"]),
@@ -250,9 +256,11 @@ def table(results: dict) -> str:
              _by_switch(results["complete_run"], "gpu_minutes"), ".1f", TARGETS["complete_run_min"]),
             ("complete run estimated from the bench/step.py row (GPU min)", _by_switch(estimates, "gpu_minutes"),
              ".1f", TARGETS["complete_run_min"]),
-            ("complete run timed: one recipe.py process, start to exit (GPU min)",
-             _by_switch([r for r in results.get("complete_run_timed", []) if r["rows"] == 64], "gpu_minutes"), ".1f",
-             TARGETS["complete_run_min"])]
+            ("complete run timed: one recipe.py process, start to exit (GPU min)", _by_switch(timed, "gpu_minutes"),
+             ".1f", TARGETS["complete_run_min"])]
+    if compiling:
+        rows.append(("of which compiling: torch.compile's own time, every phase (GPU min)",
+                     _by_switch(compiling, "compile_gpu_minutes"), ".1f", None))
     out = ["| qwen2.5-coder-1.5b-instruct, one H200 | " + " | ".join(HEADERS) + " | target | best: target |",
            "|---" * (len(HEADERS) + 3) + "|"]
     for label, values, fmt, target in rows:
@@ -284,6 +292,14 @@ def table(results: dict) -> str:
                        f"{step['total_s']:.2f} s: generation {step['generation_s']:.2f} s ({100 * share:.0f}%), "
                        f"forward + backward {step['forward_s'] + step['backward_s']:.2f} s (gradient checkpointing "
                        f"{'on' if step['gradient_checkpointing'] else 'off'}).")
+    for r in compiling:
+        first = ", ".join(f"{arm.upper()} {s:.1f} s" for arm, s in r["first_step_s"].items() if s is not None)
+        out.append(f"Of the timed run {r['source']} ({r['gpu_minutes']:.2f} GPU min), compiling took "
+                   f"{r['compile_gpu_minutes']:.2f}: the seconds the process spent in torch.compile (dynamo's frame "
+                   "compiles with their forward code, and the backward compiles: torch._dynamo's "
+                   "calculate_time_spent) summed over its phases (3 base evaluations, each arm's training and "
+                   "evaluation); CUDA-graph recording happens at a graph's first replay and is not in it. The first "
+                   f"training step of each arm, which compiles the update: {first}.")
     cells = {col: [r["cell"] for r in results["complete_run"] if levers(r) == col] for col in ("on", "off")}
     out.append(f"Complete run per cell (on: {', '.join(cells['on'])}; off: {', '.join(cells['off'])}): the ETS and "
                "GMTS arms' wall minutes (training + evaluation; the process start is not counted) plus 3 base "

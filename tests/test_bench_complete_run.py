@@ -17,16 +17,21 @@ def _module():
     return mod
 
 
-def _results(arms=("ets", "gmts")) -> dict:
+def _results(arms=("ets", "gmts"), compile_seconds: bool = True) -> dict:
+    """compile_seconds False: a run of a recipe.py from before it recorded them."""
     options = {"generation_grouped_attention": True, "generation_deferred_stop": True,
                "generation_decode_kernel": "matmul", "generation_decode_loop": "compiled_step",
                "training_compile": True}
     return {"config": {"model_name_or_path": "m", "per_device_train_batch_size": 32,
                        "gradient_accumulation_steps": 2, "gradient_checkpointing": False},
             "versions": {"gpu": "NVIDIA H200", "gpus": 1},
-            "base": {"evals": [{"seconds": {"generation": 28.0, "scoring": 2.0}}] * 3},
-            "arms": {arm: {"wall_minutes": 1.5, "generation_options": options, "eval": {"pass@1": 0.5}}
-                     for arm in arms}}
+            "base": {"evals": [{"seconds": {"generation": 28.0, "scoring": 2.0},
+                                **({"compile_seconds": c} if compile_seconds else {})} for c in (33.0, 0.0, 0.5)]},
+            "arms": {arm: {"wall_minutes": 1.5, "generation_options": options,
+                           "train_log": [{"step": 1, "step_time": first}, {"step": 2, "step_time": 1.25}],
+                           **({"train_compile_seconds": train} if compile_seconds else {}),
+                           "eval": {"pass@1": 0.5, **({"compile_seconds": ev} if compile_seconds else {})}}
+                     for arm, first, train, ev in zip(arms, (122.5, 1.5), (121.0, 0.25), (21.0, 0.0))}}
 
 
 def test_a_run_is_timed_as_one_process_and_summarized(tmp_path, monkeypatch):
@@ -50,6 +55,16 @@ def test_a_run_is_timed_as_one_process_and_summarized(tmp_path, monkeypatch):
     assert (r["model"], r["rows"], r["gradient_checkpointing"]) == ("m", 64, False)
     assert r["base_eval_s"] == [30.0] * 3 and r["arm_wall_minutes"] == {"ets": 1.5, "gmts": 1.5}
     assert r["generation_options"]["generation_decode_loop"] == "compiled_step"
+    # compiling, per phase and in all: 33 + 0 + 0.5 (base) + 121 + 21 (ETS) + 0.25 + 0 (GMTS); the first steps
+    assert r["base_eval_compile_s"] == [33.0, 0.0, 0.5]
+    assert r["arm_compile_s"] == {"ets": {"train": 121.0, "eval": 21.0}, "gmts": {"train": 0.25, "eval": 0.0}}
+    assert r["compile_s"] == 175.75 and r["first_step_s"] == {"ets": 122.5, "gmts": 1.5}
+
+
+def test_a_run_of_a_recipe_without_compile_seconds_says_unrecorded():
+    r = _module().summary(_results(compile_seconds=False), 300.0, 0, [])
+    assert r["compile_s"] is None and r["base_eval_compile_s"] == [None] * 3
+    assert r["arm_compile_s"]["ets"] == {"train": None, "eval": None} and r["first_step_s"]["gmts"] == 1.5
 
 
 def test_a_results_directory_with_cached_base_evaluations_or_an_arm_flag_is_refused(tmp_path):

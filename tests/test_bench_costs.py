@@ -75,13 +75,16 @@ def _fixture(root: Path) -> None:
     # bench/scaling.py's RUNS says s18's arms shared a GPU: rows kept, no complete run, out of the medians
     _write(root / "results" / "qwen" / "paper-lr0.0001-s18" / "results.json", _cell({
         "ets": _arm([25.0, 7.0], 280.0, 10.0, None), "gmts": _arm([25.0, 7.0], 280.0, 10.0, None)}))
-    timed = {"model": "m", "rows": 64, "gpu_minutes": 4.75, "wall_s": 285.0, "returncode": 0,
+    timed = {"model": "m", "rows": 64, "gpus": 1, "gpu_minutes": 4.75, "wall_s": 285.0, "returncode": 0,
              "gradient_checkpointing": False, "generation_options": {
                  "generation_grouped_attention": True, "generation_deferred_stop": True,
                  "generation_decode_kernel": "matmul", "generation_decode_loop": "compiled_step",
                  "training_compile": True}}
-    _write(root / "bench" / "complete-run-h200.json", timed)
+    _write(root / "bench" / "complete-run-h200.json", {**timed, "compile_s": 174.0,
+                                                        "first_step_s": {"ets": 122.5, "gmts": 1.5}})
     _write(root / "bench" / "complete-run-h200-crashed.json", {**timed, "gpu_minutes": 1.0, "returncode": 1})
+    # from a recipe.py before compile seconds were recorded (and of 32 rows: no row of the table)
+    _write(root / "bench" / "complete-run-h200-older.json", {**timed, "rows": 32, "gpu_minutes": 9.0})
     _write(root / "results" / "qwen" / "base-evals" / "h.json", {
         "eval_config": {"model": {"model_name_or_path": "m"}},
         "evals": [{"seed": 0, "k": 4, "records": [{}] * 1319, "seconds": {"generation": 146.0, "scoring": 2.0}}]})
@@ -125,6 +128,11 @@ def test_rows_and_medians_on_fixture_files(tmp_path):
     assert runs["cell-on"]["base_eval_estimate_s"] == 40.0  # mean of 32 and 48 s
     assert runs["cell-on"]["gpu_minutes"] == 2.5 + 2.25 + 3 * 40.0 / 60
     assert runs["paper-lr0.0002-s17"]["gpu_minutes"] == 5.0 + 5.5 + 3 * 126.0 / 60
+    timed = {r["source"]: r for r in m["complete_run_timed"]}
+    assert set(timed) == {"bench/complete-run-h200.json", "bench/complete-run-h200-older.json"}  # not the crashed
+    assert timed["bench/complete-run-h200.json"]["compile_gpu_minutes"] == 174.0 / 60
+    assert timed["bench/complete-run-h200.json"]["first_step_s"] == {"ets": 122.5, "gmts": 1.5}
+    assert "compile_gpu_minutes" not in timed["bench/complete-run-h200-older.json"]
 
 
 def test_table_on_fixture_files(tmp_path):
@@ -150,6 +158,13 @@ def test_table_on_fixture_files(tmp_path):
     # bench/complete_run.py's file, in its levers' column; the run that exited 1 is no complete run
     assert ("| complete run timed: one recipe.py process, start to exit (GPU min) | - | - | - | - | - | 4.8 | <= 5 "
             "| met |") in lines
+    # of it, compiling: 174 s on one GPU, 2.9 GPU min, the row under it; the note says what is counted
+    timed = next(i for i, line in enumerate(lines) if line.startswith("| complete run timed"))
+    assert lines[timed + 1] == ("| of which compiling: torch.compile's own time, every phase (GPU min) "
+                                "| - | - | - | - | - | 2.9 | - | - |")
+    note = next(line for line in lines if line.startswith("Of the timed run bench/complete-run-h200.json"))
+    assert "(4.75 GPU min), compiling took 2.90" in note and "CUDA-graph recording" in note
+    assert note.endswith("which compiles the update: ETS 122.5 s, GMTS 1.5 s.")
 
 
 def test_committed_rows_are_recomputed_from_the_committed_files():

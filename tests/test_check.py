@@ -171,6 +171,9 @@ def test_records_are_paired_by_task_not_by_position():
     (lambda r: r["arms"]["ets"]["eval"].update(seed=1), "evaluated with seed 1"),
     (lambda r: r["base"]["evals"][1].update({"pass@1": 0.9}), "base eval 1: pass@1 is 0.9"),
     (lambda r: r["arms"].update(foo=r["arms"]["ets"]), "unknown arm 'foo'"),
+    (lambda r: r["base"]["evals"][2].update(compile_seconds=-1.0), "base eval 2: compile_seconds is -1.0"),
+    (lambda r: r["arms"]["ets"]["eval"].update(compile_seconds="2"), "arm ets: compile_seconds is '2'"),
+    (lambda r: r["arms"]["gmts"].update(train_compile_seconds=float("nan")), "arm gmts: train_compile_seconds is nan"),
 ])
 def test_a_forged_then_resealed_file_is_refused(tmp_path, capsys, forge, reason):
     r = fake_results()

@@ -109,6 +109,32 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     assert "another configuration" in err and "n_heldout" in err and "\n" not in err
 
 
+def test_every_phase_records_its_compile_seconds(tiny_config, tmp_path, monkeypatch):
+    """Each evaluation records the seconds the process spent compiling during it, each arm its training's: 0.0 where
+    nothing compiles (evaluation on the CPU), more for a training_compile step (aot_eager here, as in
+    tests/test_training_compile.py; inductor on a GPU)."""
+    import torch
+
+    import gmts_trainer
+
+    monkeypatch.setattr(gmts_trainer, "TRAINING_COMPILE_BACKEND", "aot_eager")
+
+    def fresh():  # no graph of another test reused, none left behind
+        torch._dynamo.reset()
+        gmts_trainer.compiled_forward.cache_clear()
+
+    fresh()
+    try:
+        assert run("--arm", "gmts", "--config", tiny_config, "--results_dir", tmp_path, "--training_compile", "true") == 0
+    finally:
+        fresh()
+    results = check.load(tmp_path / "tiny" / "results.json")
+    assert [e["compile_seconds"] for e in results["base"]["evals"]] == [0.0, 0.0, 0.0]
+    gmts = results["arms"]["gmts"]
+    assert gmts["eval"]["compile_seconds"] == 0.0 and gmts["train_compile_seconds"] > 0
+    assert gmts["train_compile_seconds"] < 60 * gmts["train_minutes"]  # a part of the training's time
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--arm", "gmtss"], "unknown arm 'gmtss': use one of base, grpo, ets, gmts, ets_nz, all"),
     (["--arm", "ets,gmtss"], "unknown arm 'gmtss'"),

@@ -92,6 +92,8 @@ def test_one_step_compiled_matches_eager_and_saves_the_same_adapter(tmp_path, ch
     assert not any("forward" in layer.__dict__ for layer in trainer.training_layers)
     assert len(loss) == 1 and loss == pytest.approx(loss_eager, rel=RTOL)
     assert grad.abs().sum() > 0 and torch.allclose(grad, grad_eager, rtol=RTOL, atol=ATOL)
+    if not bf16:  # aot_eager runs eager's operations: the LoRA gradients are eager's to the bit (layer 0's input
+        assert torch.equal(grad, grad_eager)  # gradient, computed now and read by nobody, changes none of them)
     # the saved adapter: same keys (no "_orig_mod."), and it loads back into a fresh model with the trained values
     saved = {name: load_file(run / "checkpoint-1" / "adapter_model.safetensors")
              for name, run in (("eager", tmp_path / "eager"), ("compiled", tmp_path / "compiled"))}
@@ -123,12 +125,13 @@ def test_the_first_step_compiles_every_graph_and_the_next_arm_compiles_none(tmp_
     trainer.add_callback(counted)
     trainer.train()
     assert len(set(widths)) >= 3, widths  # sequence lengths vary from step to step
-    # the first step compiles symbolic graphs, two without checkpointing (the first
-    # layer's input needs no grad, the next ones' does); every later length reuses them (40 steps: the same)
-    assert counted.graphs == [2, 2, 2, 2, 2, 2]  # dynamic=None compiled static, then symbolic: [2, 4, 4, ...]
-    # the next arm of the same process (a new model and trainer) reuses the graphs: compile once per process
+    # the first step compiles one symbolic graph for every layer, without checkpointing too (the first layer's input,
+    # which needs no grad, enters as a view that does; before: a second graph for it, [2, 2, ...]); every later
+    # length reuses it (40 steps: the same)
+    assert counted.graphs == [1, 1, 1, 1, 1, 1]  # dynamic=None compiled static, then symbolic: [1, 2, 2, ...]
+    # the next arm of the same process (a new model and trainer) reuses the graph: compile once per process
     varied_prompt_trainer(tmp_path / "ets", max_steps=2, token_selection="entropy", seed=7).train()
-    assert graphs() == 2
+    assert graphs() == 1
 
 
 def test_logps_and_entropy_of_the_training_forward_match_eager(tmp_path):
