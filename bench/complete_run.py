@@ -78,6 +78,18 @@ def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str
             "recipe_argv": ["--arm", ARMS, *recipe_argv], "versions": versions}
 
 
+def compile_cache() -> dict:
+    """torch.compile's on-disk cache for this run (inductor's folder: $TORCHINDUCTOR_CACHE_DIR or its default) and
+    whether it already held compiled graphs: a warm cache (a machine that has run the recipe before) skips inductor's
+    code generation and the Triton builds of every graph it holds, not dynamo's tracing, so a first run on a machine
+    (cold) and a later one (warm) are different numbers and the file says which it timed."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    folder = Path(cache_dir())  # also pins the folder in the environment the recipe process inherits
+    graphs = folder / "fxgraph"
+    return {"dir": str(folder), "warm": graphs.is_dir() and any(graphs.iterdir())}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, recipe_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -91,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     except recipe.RecipeError as err:
         print(f"complete_run.py: {err}", file=sys.stderr)
         return 2
+    cache = compile_cache()
     t0 = time.perf_counter()
     returncode = subprocess.run([sys.executable, str(ROOT / "recipe.py"), "--arm", ARMS, *recipe_argv],
                                 cwd=ROOT).returncode
@@ -98,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         print(f"complete_run.py: recipe.py exited {returncode} without writing {path}", file=sys.stderr)
         return returncode or 1
-    out = summary(json.loads(path.read_text()), wall_s, returncode, recipe_argv)
+    out = {**summary(json.loads(path.read_text()), wall_s, returncode, recipe_argv), "compile_cache": cache}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     compiling = "unrecorded" if out["compile_s"] is None else f"{out['compile_s']:.0f} s"
-    print(f"complete run: {wall_s / 60:.2f} min wall ({out['gpu_minutes']:.2f} GPU-min; compiling {compiling}), "
+    print(f"complete run: {wall_s / 60:.2f} min wall ({out['gpu_minutes']:.2f} GPU-min; compiling {compiling}, "
+          f"{'warm' if cache['warm'] else 'cold'} compile cache {cache['dir']}), "
           f"recipe.py exit {returncode}, {len(out['base_eval_s'])} base evaluations, arms "
           f"{', '.join(out['arm_wall_minutes'])}: {args.out}")
     return returncode

@@ -47,6 +47,8 @@ def test_a_run_is_timed_as_one_process_and_summarized(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 0)
 
     monkeypatch.setattr(mod.subprocess, "run", fake_recipe)
+    cache = tmp_path / "inductor-cache"  # a fresh machine's: cold
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
     out = tmp_path / "complete-run.json"
     assert mod.main(["--out", str(out), "--", *SMOKE, "--results_dir", str(results_dir)]) == 0
     assert seen["cmd"][1:4] == [str(ROOT / "recipe.py"), "--arm", "ets,gmts"]
@@ -59,6 +61,17 @@ def test_a_run_is_timed_as_one_process_and_summarized(tmp_path, monkeypatch):
     assert r["base_eval_compile_s"] == [33.0, 0.0, 0.5]
     assert r["arm_compile_s"] == {"ets": {"train": 121.0, "eval": 21.0}, "gmts": {"train": 0.25, "eval": 0.0}}
     assert r["compile_s"] == 175.75 and r["first_step_s"] == {"ets": 122.5, "gmts": 1.5}
+    assert r["compile_cache"] == {"dir": str(cache), "warm": False}
+
+
+def test_the_compile_cache_is_warm_once_it_holds_a_graph(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    mod = _module()
+    assert mod.compile_cache() == {"dir": str(tmp_path), "warm": False}
+    (tmp_path / "fxgraph").mkdir()
+    assert mod.compile_cache()["warm"] is False  # an empty folder holds nothing
+    (tmp_path / "fxgraph" / "ab").mkdir()
+    assert mod.compile_cache()["warm"] is True
 
 
 def test_a_run_of_a_recipe_without_compile_seconds_says_unrecorded():

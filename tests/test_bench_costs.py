@@ -83,6 +83,10 @@ def _fixture(root: Path) -> None:
     _write(root / "bench" / "complete-run-h200.json", {**timed, "compile_s": 174.0,
                                                         "first_step_s": {"ets": 122.5, "gmts": 1.5}})
     _write(root / "bench" / "complete-run-h200-crashed.json", {**timed, "gpu_minutes": 1.0, "returncode": 1})
+    # the same levers again on the machine that had compiled them (complete_run.py's compile_cache: warm)
+    _write(root / "bench" / "complete-run-h200-warm.json", {**timed, "gpu_minutes": 3.5, "compile_s": 30.0,
+                                                             "first_step_s": {"ets": 20.0, "gmts": 1.5},
+                                                             "compile_cache": {"dir": "/c", "warm": True}})
     # from a recipe.py before compile seconds were recorded (and of 32 rows: no row of the table)
     _write(root / "bench" / "complete-run-h200-older.json", {**timed, "rows": 32, "gpu_minutes": 9.0})
     _write(root / "results" / "qwen" / "base-evals" / "h.json", {
@@ -129,7 +133,11 @@ def test_rows_and_medians_on_fixture_files(tmp_path):
     assert runs["cell-on"]["gpu_minutes"] == 2.5 + 2.25 + 3 * 40.0 / 60
     assert runs["paper-lr0.0002-s17"]["gpu_minutes"] == 5.0 + 5.5 + 3 * 126.0 / 60
     timed = {r["source"]: r for r in m["complete_run_timed"]}
-    assert set(timed) == {"bench/complete-run-h200.json", "bench/complete-run-h200-older.json"}  # not the crashed
+    assert set(timed) == {"bench/complete-run-h200.json", "bench/complete-run-h200-older.json",
+                          "bench/complete-run-h200-warm.json"}  # not the crashed
+    assert {s: r["compile_cache"] for s, r in timed.items()} == {  # no field: cold
+        "bench/complete-run-h200.json": "cold", "bench/complete-run-h200-older.json": "cold",
+        "bench/complete-run-h200-warm.json": "warm"}
     assert timed["bench/complete-run-h200.json"]["compile_gpu_minutes"] == 174.0 / 60
     assert timed["bench/complete-run-h200.json"]["first_step_s"] == {"ets": 122.5, "gmts": 1.5}
     assert "compile_gpu_minutes" not in timed["bench/complete-run-h200-older.json"]
@@ -156,14 +164,19 @@ def test_table_on_fixture_files(tmp_path):
     assert ("| complete run estimated from the bench/step.py row (GPU min) | 14.9 | 7.3 | 6.4 | 5.6 | 5.6 | 4.6 "
             "| <= 5 | met |") in lines
     # bench/complete_run.py's file, in its levers' column; the run that exited 1 is no complete run
-    assert ("| complete run timed: one recipe.py process, start to exit (GPU min) | - | - | - | - | - | 4.8 | <= 5 "
-            "| met |") in lines
+    # cold and warm compile caches apart: a first run on a machine and a later one are different numbers
+    cold = next(i for i, line in enumerate(lines) if line.startswith("| complete run timed, cold"))
+    assert lines[cold] == ("| complete run timed, cold compile cache (a first run on a machine): one recipe.py process,"
+                           " start to exit (GPU min) | - | - | - | - | - | 4.8 | <= 5 | met |")
     # of it, compiling: 174 s on one GPU, 2.9 GPU min, the row under it; the note says what is counted
-    timed = next(i for i, line in enumerate(lines) if line.startswith("| complete run timed"))
-    assert lines[timed + 1] == ("| of which compiling: torch.compile's own time, every phase (GPU min) "
-                                "| - | - | - | - | - | 2.9 | - | - |")
+    assert lines[cold + 1] == ("| of which compiling: torch.compile's own time, every phase (GPU min) "
+                               "| - | - | - | - | - | 2.9 | - | - |")
+    assert lines[cold + 2] == ("| complete run timed, warm compile cache (a machine that ran it before): one recipe.py "
+                               "process, start to exit (GPU min) | - | - | - | - | - | 3.5 | <= 5 | met |")
+    assert lines[cold + 3] == ("| of which compiling: torch.compile's own time, every phase (GPU min) "
+                               "| - | - | - | - | - | 0.5 | - | - |")
     note = next(line for line in lines if line.startswith("Of the timed run bench/complete-run-h200.json"))
-    assert "(4.75 GPU min), compiling took 2.90" in note and "CUDA-graph recording" in note
+    assert "(4.75 GPU min, cold compile cache), compiling took 2.90" in note and "CUDA-graph recording" in note
     assert note.endswith("which compiles the update: ETS 122.5 s, GMTS 1.5 s.")
 
 
