@@ -66,7 +66,10 @@ shared prefill is not measured on a GPU yet.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import torch
@@ -106,12 +109,7 @@ class DecodeState:
     unfinished: torch.Tensor  # (B,) bool: rows that have not emitted EOS
     step: torch.Tensor  # (1,) long: the next column of `tokens`
     tokens: torch.Tensor  # (B, L) long: the completion in its first columns, pad after a row's EOS
-    entropy: torch.Tensor | None = None  # (B, L) float32: token_entropy of the logits each token was drawn from
-
-    def mark_static(self) -> None:
-        for f in fields(self):
-            if getattr(self, f.name) is not None:
-                torch._dynamo.mark_static_address(getattr(self, f.name))
+    entropy: torch.Tensor  # (B, L) float32: token_entropy of the logits each token was drawn from, always computed
 
 
 def _is_eos(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tensor:
@@ -128,8 +126,7 @@ def _advance(state: DecodeState, logits: torch.Tensor, temperature: float, eos_t
     """Sample the next token from logits (B, V) and do transformers' bookkeeping: pad for a finished row, the row
     finished once it emits EOS, the token written to the output and fed to the next step; with an entropy buffer,
     the entropy of the distribution it was drawn from, at the same column."""
-    if state.entropy is not None:
-        state.entropy.index_copy_(1, state.step, token_entropy(logits, temperature)[:, None])
+    state.entropy.index_copy_(1, state.step, token_entropy(logits, temperature)[:, None])
     next_tokens = sample_next(logits, temperature, sampler)
     next_tokens = torch.where(state.unfinished, next_tokens, pad_token_id)
     is_eos = _is_eos(next_tokens, eos_token_ids)
@@ -160,7 +157,7 @@ COMPILE_MODE = "reduce-overhead"
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
 
 
-def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: bool):
+def _buffers(model, batch: int, cache_len: int, device: torch.device):
     """The static cache and the decode state for this shape, reset in place when the last call had the same shape:
     the same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record),
     as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs
@@ -169,7 +166,7 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: b
     call's graph)."""
     from transformers import StaticCache
 
-    key = (batch, cache_len, device, next(model.parameters()).dtype, entropy)
+    key = (batch, cache_len, device, next(model.parameters()).dtype)
     if _BUFFERS and _BUFFERS[0][0]() is model and _BUFFERS[0][1] == key:
         cache, state = _BUFFERS[0][2:]
         cache.reset()
@@ -181,10 +178,119 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: b
                         cache_position=torch.zeros(1, **long), attention_mask=torch.zeros(batch, cache_len, **long),
                         unfinished=torch.ones(batch, dtype=torch.bool, device=device),
                         step=torch.zeros(1, **long), tokens=torch.zeros(batch, cache_len, **long),
-                        entropy=torch.zeros(batch, cache_len, dtype=torch.float32, device=device)
-                        if entropy else None)
+                        entropy=torch.zeros(batch, cache_len, dtype=torch.float32, device=device))
     _BUFFERS.append((weakref.ref(model), key, cache, state))
     return cache, state
+
+
+def _mark_for_compile(cache, state: DecodeState) -> None:
+    """Before the compiled step's first call on these tensors: static addresses (a CUDA graph replays at them, and
+    cudagraph trees take their in-place updates as mutations of static inputs), and dim 0, the rows, symbolic, every
+    other dim static (the cache length above all): 64 and 880 rows trace one graph. `maybe_mark_dynamic`, not
+    `mark_dynamic`: where the model specializes the rows (1 row: dynamo fixes sizes 0 and 1) the step recompiles for
+    that size instead of failing."""
+    for f in fields(state):
+        torch._dynamo.mark_static_address(getattr(state, f.name))
+    rows = [state.token, state.position_ids, state.attention_mask, state.unfinished, state.tokens, state.entropy]
+    rows += [t for layer in cache.layers for t in (layer.keys, layer.values)]
+    for t in rows:
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+
+
+def _merged_lora_layers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """(parent, name, layer) of every PEFT LoRA Linear or Embedding whose forward is exactly its base layer's: merged,
+    adapters enabled, no hook and no instance forward. peft 0.21's `forward` then runs `self.base_layer(x)` alone
+    (`_check_forward_args` checks adapter_names only, which the step never passes): the merged adapter is in the base
+    weights. Other tuner layers (and subclasses: quantized LoRA) keep their own forwards."""
+    from peft.tuners.lora.layer import Embedding, Linear
+
+    return [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+            if type(child) in (Linear, Embedding) and child.merged and not child.disable_adapters
+            and not child._forward_hooks and not child._forward_pre_hooks and "forward" not in vars(child)]
+
+
+def _trl_fused_head(model: torch.nn.Module) -> bool:
+    """Whether the model's own `forward` attribute is TRL's fused LM head over its class's forward
+    (trl.trainer.utils.add_fused_lm_head, which GRPOTrainer applies to the model it trains): called without
+    `fused_lm_head=True` and labels, as the loop calls it, it returns `original_forward(*args, **kwargs)`, the class's
+    forward bound to this model (checked here in its closure)."""
+    func = getattr(vars(model).get("forward"), "__func__", None)
+    if func is None or func.__code__.co_qualname != "add_fused_lm_head.<locals>._fused_forward":  # not __qualname__:
+        return False  # functools.wraps gives it the class forward's
+    original = inspect.getclosurevars(func).nonlocals.get("original_forward")
+    return getattr(original, "__func__", None) is type(model).forward and original.__self__ is model
+
+
+_UNSET = object()
+DROPOUT_NAMES = ("dropout", "pdrop", "jitter")  # module attributes holding a train-mode-only probability or noise
+
+
+def _eval_mode_is_exact(model: torch.nn.Module) -> bool:
+    """Whether the model computes the same in eval mode as in train mode under no_grad: no dropout module with p > 0
+    and no module attribute named like a dropout or a router's jitter (Qwen2Attention's `attention_dropout`, GPT-2's
+    `resid_pdrop`, Mixtral's `jitter_noise`) other than 0. Conservative: a model that fails keeps its mode."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            return False
+        for name, value in vars(module).items():
+            if (isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0
+                    and any(word in name for word in DROPOUT_NAMES)):
+                return False
+    return True
+
+
+@contextlib.contextmanager
+def step_view(model: torch.nn.Module) -> Iterator[None]:
+    """The model as every decode step sees it, for the block, then exactly as it was (also on an exception).
+
+    Dynamo guards on what the traced code reads: module classes, each module's `training`, each parameter's
+    requires_grad. The plain model of the base evaluation (eval mode, parameters requiring grad), the PEFT model of a
+    training step's generation (train mode, LoRA wrappers, frozen base) and of an arm's evaluation (eval mode) would
+    each trace their own 28-layer graph (compiled three times per process on an H200, ~20-50 s each). Inside the
+    block, with the same sampled distribution:
+    - every merged LoRA layer (`_merged_lora_layers`) is replaced in its parent by its base layer, whose weights hold
+      the merged adapter: PEFT's own forward would call just that;
+    - the modules are in eval mode where that changes nothing (`_eval_mode_is_exact`; TRL generates in train mode);
+    - no parameter requires grad (the step runs under no_grad, where the flag changes nothing computed);
+    - gradient checkpointing is off, as an instance attribute on every module that has the flag (whether a layer's
+      flag is its class's or its own is guarded too): under no_grad it recomputes nothing, and a checkpointed layer in
+      train mode would drop the cache the loop decodes from (TRL turns it off around generation, not around an
+      evaluation after training).
+    - TRL's fused LM head (`_trl_fused_head`), the trained model's own `forward`, is dropped: the class's forward,
+      which it calls, is called directly.
+    The plain and the merged PEFT model of one architecture then hit one compiled graph."""
+    swaps = _merged_lora_layers(model)
+    modes = [(m, m.training) for m in model.modules()]  # the wrappers' base layers included
+    grads = [p for p in model.parameters() if p.requires_grad]
+    checkpointing = [(m, vars(m).get("gradient_checkpointing", _UNSET)) for m in model.modules()
+                     if hasattr(m, "gradient_checkpointing")]
+    fused_head = vars(model)["forward"] if _trl_fused_head(model) else None
+    try:
+        if fused_head is not None:
+            del model.forward
+        for parent, name, layer in swaps:
+            setattr(parent, name, layer.base_layer)
+        if _eval_mode_is_exact(model):
+            model.eval()
+        for p in grads:
+            p.requires_grad_(False)
+        for m, _ in checkpointing:
+            m.gradient_checkpointing = False
+        yield
+    finally:
+        for m, value in checkpointing:
+            if value is _UNSET:
+                del m.gradient_checkpointing
+            else:
+                m.gradient_checkpointing = value
+        for p in grads:
+            p.requires_grad_(True)
+        for m, training in modes:
+            m.training = training
+        for parent, name, layer in reversed(swaps):
+            setattr(parent, name, layer)
+        if fused_head is not None:
+            model.forward = fused_head
 
 
 def compiled_step(backend: str = "inductor"):
@@ -302,34 +408,36 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     if bool((mask[:, 1:] < mask[:, :-1]).any()):
         raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
     _check_prompt_groups(input_ids, mask, rows_per_prompt)
-    eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else tuple(eos_token_ids)
+    eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else eos_token_ids
+    eos = tuple(sorted(set(eos)))  # a constant of the step's graph: one order for the evaluation's and TRL's lists
     device = input_ids.device
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # as generate: PEFT's wrapper off
 
-    cache, state = _buffers(model, batch, cache_len, device, return_entropy)
-    position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
-    state.attention_mask.zero_()
-    state.attention_mask[:, :prompt_len] = mask
-    logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
-    state.position_ids.copy_(position_ids[:, -1:] + 1)
-    state.cache_position.fill_(prompt_len)
-    state.unfinished.fill_(True)
-    state.step.zero_()
-    state.tokens.fill_(pad_token_id)
-    _advance(state, logits, temperature, eos, pad_token_id, sampler)
-    step = decode_step
-    if compiled:
-        state.mark_static()
-        step = compiled_step(compile_backend)
-    flag = _DoneFlag(device)
-    done = 1
-    while done < max_new_tokens:
+    with step_view(model):  # the module tree, modes and flags every model's step shares: one graph
+        cache, state = _buffers(model, batch, cache_len, device)
+        position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
+        state.attention_mask.zero_()
+        state.attention_mask[:, :prompt_len] = mask
+        logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
+        state.position_ids.copy_(position_ids[:, -1:] + 1)
+        state.cache_position.fill_(prompt_len)
+        state.unfinished.fill_(True)
+        state.step.zero_()
+        state.tokens.fill_(pad_token_id)
+        _advance(state, logits, temperature, eos, pad_token_id, sampler)
+        step = decode_step
         if compiled:
-            torch.compiler.cudagraph_mark_step_begin()
-        step(model, cache, state, temperature, eos, pad_token_id, sampler)
-        done += 1
-        if done % check_every == 0 and flag.poll(state.unfinished):
-            break
+            _mark_for_compile(cache, state)
+            step = compiled_step(compile_backend)
+        flag = _DoneFlag(device)
+        done = 1
+        while done < max_new_tokens:
+            if compiled:
+                torch.compiler.cudagraph_mark_step_begin()
+            step(model, cache, state, temperature, eos, pad_token_id, sampler)
+            done += 1
+            if done % check_every == 0 and flag.poll(state.unfinished):
+                break
     n = completion_length(state.tokens[:, :done], eos)
     out = torch.cat([input_ids, state.tokens[:, :n]], dim=-1)
     return (out, state.entropy[:, :n].clone()) if return_entropy else out  # a copy: the buffer is reused
