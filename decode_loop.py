@@ -6,14 +6,15 @@ softmax, `torch.multinomial` (which breaks CUDA graphs), the unfinished-rows boo
 `torch.cat`. At 64 rows on an H200 that is 57 kernel launches and 5 copies per token step outside the graph, and the
 step takes 3.98 ms of wall time against 2.71 ms of GPU work: the GPU waits for the host.
 
-What this loop does differently from `_sample`: every tensor a step reads or writes is allocated once with a fixed
-shape (the static KV cache, the token, the position ids, the cache slot, the 2-D attention mask over the whole cache
-length, the unfinished rows, the (B, cache length) output), and one function (`decode_step`) runs the forward on one
-token, the sampling and the bookkeeping in place on them. `compiled=True` wraps that function in
-torch.compile(mode="reduce-overhead", fullgraph=True, dynamic=False): one graph for every step of every batch of
-the same shape. The all-rows-finished flag is read on the host every `check_every` steps, from a non-blocking copy
-made one check earlier (CUDA), so the host never waits on the GPU; the surplus steps are cut from the output, as
-transformers' deferred stop does. The prefill is one ordinary (eager) model forward.
+What this loop does differently from `_sample`: every tensor a step reads or writes is allocated once with a fixed shape
+(the static KV cache, the token, the position ids, the cache slot, the 2-D attention mask over the whole cache length,
+the unfinished rows, the (B, cache length) output), and one function (`decode_step`) runs the forward on one token, the
+sampling and the bookkeeping in place on them. `compiled=True` wraps that function in
+torch.compile(mode="reduce-overhead", fullgraph=True, dynamic=False) with the rows symbolic: one graph for every step of
+every batch of the same cache length (see "One graph per process"). The all-rows-finished flag is read on the host every
+`check_every` steps, from a non-blocking copy made one check earlier (CUDA), so the host never waits on the GPU; the
+surplus steps are cut from the output, as transformers' deferred stop does. The prefill is one ordinary (eager) model
+forward.
 
 Only the exact subset of transformers' sampling: temperature > 0 and nothing else (no top-k, top-p, min-p,
 repetition penalty; any of them is refused). Two samplers of the same distribution softmax(logits / T):
@@ -26,11 +27,16 @@ repetition penalty; any of them is refused). Two samplers of the same distributi
   result on the host and so break CUDA graphs. In eager on the CPU it therefore gives the same tokens as
   "multinomial" at the same seed (tested); compiled, inductor may draw other random numbers (on the CPU it does).
 
-Entropy (`return_entropy=True`): the step also writes `token_entropy(logits, T)`, the entropy of the distribution
-each token is drawn from, into a float32 buffer like the tokens' at the token's column (the prefill's first token
-too), inside the compiled graph, trimmed like the tokens. `token_entropy` is the formula of gmts_trainer's
-`_EntropyRecorder` (the logits processor that records it around transformers' generate), which calls it: the trainer's
-batch-scope selection takes the loop's entropy with no scoring pass and no processor outside the graph.
+Entropy: the step always writes `token_entropy(logits, T)`, the entropy of the distribution each token is drawn
+from, into a float32 buffer like the tokens' at the token's column (the prefill's first token too), inside the
+compiled graph; `return_entropy=True` returns it, trimmed like the tokens, and the evaluation ignores it. Always: one
+signature for the training step's generation and the evaluation, hence one compilation less per process (~20-45 s of
+dynamo and inductor on an H200 for the 28-layer step), at the cost of one more reduction over the vocabulary per row
+and token step (a softmax and a sum of p log p over 151,936 float32 logits), which inductor can fuse with the
+sampling's softmax of the same logits where it can; it draws no random number, so the tokens are the same.
+`token_entropy` is the formula of gmts_trainer's `_EntropyRecorder` (the logits processor that records it around
+transformers' generate), which calls it: the trainer's batch-scope selection takes the loop's entropy with no scoring
+pass and no processor outside the graph.
 
 Users: `eval.generate_samples(decode_loop="compiled_step")` and the trainer's `generation_decode_loop="compiled_step"`
 (gmts_trainer.py), which serves TRL's `generate` call with `sample_with_config`.
@@ -56,6 +62,22 @@ width over the whole cache), only fewer rows, so on the CPU in float32 logits, t
 row bit for bit (tests/test_decode_loop.py); on a GPU the smaller GEMMs may round otherwise in bf16. Rows that are
 not whole groups of one prompt (input_ids and mask compared on the device, once) are refused, as are caches with
 sliding-window layers (they keep other slots).
+
+One graph per process: a complete run (recipe.py --arm ets,gmts) used the compiled step three ways, and compiled it
+three times on an H200 (+33 s at the first base evaluation, ~40-50 s at the first training step, +21 s at the first
+arm's evaluation; issue 11, a run of 7.27 GPU-minutes with every speed lever): the plain model at 880 rows without
+entropy, the merged PEFT model at 64 rows with it, the merged PEFT model at 880 rows without it. Dynamo guards on what
+the traced code reads, so each differed: (a) the entropy buffer (None or a tensor): now always a tensor; (b) the number
+of rows (every buffer's dim 0): now symbolic (`_mark_for_compile`; every other dim static, the cache length above all,
+so a new cache bucket still compiles anew); (c) the model as traced: module classes (PEFT's LoRA wrappers), `training`
+(TRL generates in train mode, the evaluation in eval mode), parameters' requires_grad (the plain model's require grad,
+the PEFT base is frozen), gradient checkpointing flags (on after training) and TRL's fused LM head on the trained
+model's forward. `step_view` makes every model's step see the same plain transformers model, each change exact for what
+is sampled (its docstring says why) and undone after the call. On the CPU the sequence of a complete run now traces one
+graph where it traced three (tests/test_decode_loop.py); each part of the view was needed there (without any one: two or
+three graphs). Still separate graphs: another cache length, temperature or sampler (constants of the graph), a model
+with dropout (it keeps its train mode while generating), unmerged adapters. The effect on an H200 (expected: one compile
+of ~33 s instead of three, and one CUDA graph recorded per number of rows as before) is not measured yet.
 
 Measured on an H200 (Qwen2.5-Coder-1.5B): 1.13x against generate at 64 rows, 1.10x at 880 with pass@1 0.336
 against 0.318 (bench/decode-loop-*-h200.json); in the training step generation 1.02 -> 0.85 s
@@ -124,8 +146,8 @@ def _is_eos(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tenso
 def _advance(state: DecodeState, logits: torch.Tensor, temperature: float, eos_token_ids: tuple[int, ...],
              pad_token_id: int, sampler: str) -> None:
     """Sample the next token from logits (B, V) and do transformers' bookkeeping: pad for a finished row, the row
-    finished once it emits EOS, the token written to the output and fed to the next step; with an entropy buffer,
-    the entropy of the distribution it was drawn from, at the same column."""
+    finished once it emits EOS, the token written to the output and fed to the next step; the entropy of the
+    distribution it was drawn from at the same column (always: one signature for every caller)."""
     state.entropy.index_copy_(1, state.step, token_entropy(logits, temperature)[:, None])
     next_tokens = sample_next(logits, temperature, sampler)
     next_tokens = torch.where(state.unfinished, next_tokens, pad_token_id)
@@ -158,12 +180,12 @@ _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last sh
 
 
 def _buffers(model, batch: int, cache_len: int, device: torch.device):
-    """The static cache and the decode state for this shape, reset in place when the last call had the same shape:
-    the same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record),
-    as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs
-    are as wide as the cache, which bounds any max_new_tokens: as transformers' compiled decoder, one graph per
-    (rows, cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the 256-token
-    call's graph)."""
+    """The static cache and the decode state for this shape, reset in place when the last call had the same shape: the
+    same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record), as
+    transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs are
+    as wide as the cache, which bounds any max_new_tokens: one compiled graph per cache length and one CUDA graph
+    recorded per (rows, cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the
+    256-token call's graph)."""
     from transformers import StaticCache
 
     key = (batch, cache_len, device, next(model.parameters()).dtype)
@@ -294,8 +316,8 @@ def step_view(model: torch.nn.Module) -> Iterator[None]:
 
 
 def compiled_step(backend: str = "inductor"):
-    """`decode_step` compiled once per process and `COMPILE_MODE` (fullgraph, static shapes; CUDA graphs with
-    inductor)."""
+    """`decode_step` compiled once per process and `COMPILE_MODE` (fullgraph, static shapes but the rows, which
+    `sample` marks symbolic; CUDA graphs with inductor)."""
     if COMPILE_MODE not in COMPILE_MODES:
         raise ValueError(f"decode_loop.COMPILE_MODE {COMPILE_MODE!r}: use one of {', '.join(COMPILE_MODES)}")
     key = (backend, COMPILE_MODE)
@@ -395,7 +417,8 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     `return_entropy`: also the (B, n) float32 entropy of each completion token's distribution (`token_entropy`),
     computed inside the step, column t for token t. `rows_per_prompt` g: the rows come in consecutive groups of g
     with identical input_ids and attention_mask (k samples of one prompt), whose prefill is computed once per group
-    (`_prefill`); rows that are not such groups are refused."""
+    (`_prefill`); rows that are not such groups are refused. The model is run as `step_view` shows it: a merged PEFT
+    model as its plain transformers model, one compiled step for both."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
     batch, prompt_len = input_ids.shape
     total = prompt_len + max_new_tokens
