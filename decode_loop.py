@@ -6,14 +6,15 @@ softmax, `torch.multinomial` (which breaks CUDA graphs), the unfinished-rows boo
 `torch.cat`. At 64 rows on an H200 that is 57 kernel launches and 5 copies per token step outside the graph, and the
 step takes 3.98 ms of wall time against 2.71 ms of GPU work: the GPU waits for the host.
 
-What this loop does differently from `_sample`: every tensor a step reads or writes is allocated once with a fixed
-shape (the static KV cache, the token, the position ids, the cache slot, the 2-D attention mask over the whole cache
-length, the unfinished rows, the (B, cache length) output), and one function (`decode_step`) runs the forward on one
-token, the sampling and the bookkeeping in place on them. `compiled=True` wraps that function in
-torch.compile(mode="reduce-overhead", fullgraph=True, dynamic=False): one graph for every step of every batch of
-the same shape. The all-rows-finished flag is read on the host every `check_every` steps, from a non-blocking copy
-made one check earlier (CUDA), so the host never waits on the GPU; the surplus steps are cut from the output, as
-transformers' deferred stop does. The prefill is one ordinary (eager) model forward.
+What this loop does differently from `_sample`: every tensor a step reads or writes is allocated once with a fixed shape
+(the static KV cache, the token, the position ids, the cache slot, the 2-D attention mask over the whole cache length,
+the unfinished rows, the (B, cache length) output), and one function (`decode_step`) runs the forward on one token, the
+sampling and the bookkeeping in place on them. `compiled=True` wraps that function in
+torch.compile(mode="reduce-overhead", fullgraph=True, dynamic=False) with the rows symbolic: one graph for every step of
+every batch of the same cache length (see "One graph per process"). The all-rows-finished flag is read on the host every
+`check_every` steps, from a non-blocking copy made one check earlier (CUDA), so the host never waits on the GPU; the
+surplus steps are cut from the output, as transformers' deferred stop does. The prefill is one ordinary (eager) model
+forward.
 
 Only the exact subset of transformers' sampling: temperature > 0 and nothing else (no top-k, top-p, min-p,
 repetition penalty; any of them is refused). Two samplers of the same distribution softmax(logits / T):
@@ -26,11 +27,16 @@ repetition penalty; any of them is refused). Two samplers of the same distributi
   result on the host and so break CUDA graphs. In eager on the CPU it therefore gives the same tokens as
   "multinomial" at the same seed (tested); compiled, inductor may draw other random numbers (on the CPU it does).
 
-Entropy (`return_entropy=True`): the step also writes `token_entropy(logits, T)`, the entropy of the distribution
-each token is drawn from, into a float32 buffer like the tokens' at the token's column (the prefill's first token
-too), inside the compiled graph, trimmed like the tokens. `token_entropy` is the formula of gmts_trainer's
-`_EntropyRecorder` (the logits processor that records it around transformers' generate), which calls it: the trainer's
-batch-scope selection takes the loop's entropy with no scoring pass and no processor outside the graph.
+Entropy: the step always writes `token_entropy(logits, T)`, the entropy of the distribution each token is drawn
+from, into a float32 buffer like the tokens' at the token's column (the prefill's first token too), inside the
+compiled graph; `return_entropy=True` returns it, trimmed like the tokens, and the evaluation ignores it. Always: one
+signature for the training step's generation and the evaluation, hence one compilation less per process (~20-45 s of
+dynamo and inductor on an H200 for the 28-layer step), at the cost of one more reduction over the vocabulary per row
+and token step (a softmax and a sum of p log p over 151,936 float32 logits), which inductor can fuse with the
+sampling's softmax of the same logits where it can; it draws no random number, so the tokens are the same.
+`token_entropy` is the formula of gmts_trainer's `_EntropyRecorder` (the logits processor that records it around
+transformers' generate), which calls it: the trainer's batch-scope selection takes the loop's entropy with no scoring
+pass and no processor outside the graph.
 
 Users: `eval.generate_samples(decode_loop="compiled_step")` and the trainer's `generation_decode_loop="compiled_step"`
 (gmts_trainer.py), which serves TRL's `generate` call with `sample_with_config`.
@@ -57,6 +63,22 @@ row bit for bit (tests/test_decode_loop.py); on a GPU the smaller GEMMs may roun
 not whole groups of one prompt (input_ids and mask compared on the device, once) are refused, as are caches with
 sliding-window layers (they keep other slots).
 
+One graph per process: a complete run (recipe.py --arm ets,gmts) used the compiled step three ways, and compiled it
+three times on an H200 (+33 s at the first base evaluation, ~40-50 s at the first training step, +21 s at the first
+arm's evaluation; issue 11, a run of 7.27 GPU-minutes with every speed lever): the plain model at 880 rows without
+entropy, the merged PEFT model at 64 rows with it, the merged PEFT model at 880 rows without it. Dynamo guards on what
+the traced code reads, so each differed: (a) the entropy buffer (None or a tensor): now always a tensor; (b) the number
+of rows (every buffer's dim 0): now symbolic (`_mark_for_compile`; every other dim static, the cache length above all,
+so a new cache bucket still compiles anew); (c) the model as traced: module classes (PEFT's LoRA wrappers), `training`
+(TRL generates in train mode, the evaluation in eval mode), parameters' requires_grad (the plain model's require grad,
+the PEFT base is frozen), gradient checkpointing flags (on after training) and TRL's fused LM head on the trained
+model's forward. `step_view` makes every model's step see the same plain transformers model, each change exact for what
+is sampled (its docstring says why) and undone after the call. On the CPU the sequence of a complete run now traces one
+graph where it traced three (tests/test_decode_loop.py); each part of the view was needed there (without any one: two or
+three graphs). Still separate graphs: another cache length, temperature or sampler (constants of the graph), a model
+with dropout (it keeps its train mode while generating), unmerged adapters. The effect on an H200 (expected: one compile
+of ~33 s instead of three, and one CUDA graph recorded per number of rows as before) is not measured yet.
+
 Measured on an H200 (Qwen2.5-Coder-1.5B): 1.13x against generate at 64 rows, 1.10x at 880 with pass@1 0.336
 against 0.318 (bench/decode-loop-*-h200.json); in the training step generation 1.02 -> 0.85 s
 (bench/step-profile-h200-decode-loop.txt). The compiled path has no .item()/.tolist() in the step and no branching
@@ -66,7 +88,10 @@ shared prefill is not measured on a GPU yet.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import torch
@@ -106,12 +131,7 @@ class DecodeState:
     unfinished: torch.Tensor  # (B,) bool: rows that have not emitted EOS
     step: torch.Tensor  # (1,) long: the next column of `tokens`
     tokens: torch.Tensor  # (B, L) long: the completion in its first columns, pad after a row's EOS
-    entropy: torch.Tensor | None = None  # (B, L) float32: token_entropy of the logits each token was drawn from
-
-    def mark_static(self) -> None:
-        for f in fields(self):
-            if getattr(self, f.name) is not None:
-                torch._dynamo.mark_static_address(getattr(self, f.name))
+    entropy: torch.Tensor  # (B, L) float32: token_entropy of the logits each token was drawn from, always computed
 
 
 def _is_eos(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tensor:
@@ -126,10 +146,9 @@ def _is_eos(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tenso
 def _advance(state: DecodeState, logits: torch.Tensor, temperature: float, eos_token_ids: tuple[int, ...],
              pad_token_id: int, sampler: str) -> None:
     """Sample the next token from logits (B, V) and do transformers' bookkeeping: pad for a finished row, the row
-    finished once it emits EOS, the token written to the output and fed to the next step; with an entropy buffer,
-    the entropy of the distribution it was drawn from, at the same column."""
-    if state.entropy is not None:
-        state.entropy.index_copy_(1, state.step, token_entropy(logits, temperature)[:, None])
+    finished once it emits EOS, the token written to the output and fed to the next step; the entropy of the
+    distribution it was drawn from at the same column (always: one signature for every caller)."""
+    state.entropy.index_copy_(1, state.step, token_entropy(logits, temperature)[:, None])
     next_tokens = sample_next(logits, temperature, sampler)
     next_tokens = torch.where(state.unfinished, next_tokens, pad_token_id)
     is_eos = _is_eos(next_tokens, eos_token_ids)
@@ -160,16 +179,16 @@ COMPILE_MODE = "reduce-overhead"
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
 
 
-def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: bool):
-    """The static cache and the decode state for this shape, reset in place when the last call had the same shape:
-    the same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record),
-    as transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs
-    are as wide as the cache, which bounds any max_new_tokens: as transformers' compiled decoder, one graph per
-    (rows, cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the 256-token
-    call's graph)."""
+def _buffers(model, batch: int, cache_len: int, device: torch.device):
+    """The static cache and the decode state for this shape, reset in place when the last call had the same shape: the
+    same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record), as
+    transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs are
+    as wide as the cache, which bounds any max_new_tokens: one compiled graph per cache length and one CUDA graph
+    recorded per (rows, cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the
+    256-token call's graph)."""
     from transformers import StaticCache
 
-    key = (batch, cache_len, device, next(model.parameters()).dtype, entropy)
+    key = (batch, cache_len, device, next(model.parameters()).dtype)
     if _BUFFERS and _BUFFERS[0][0]() is model and _BUFFERS[0][1] == key:
         cache, state = _BUFFERS[0][2:]
         cache.reset()
@@ -181,15 +200,124 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device, entropy: b
                         cache_position=torch.zeros(1, **long), attention_mask=torch.zeros(batch, cache_len, **long),
                         unfinished=torch.ones(batch, dtype=torch.bool, device=device),
                         step=torch.zeros(1, **long), tokens=torch.zeros(batch, cache_len, **long),
-                        entropy=torch.zeros(batch, cache_len, dtype=torch.float32, device=device)
-                        if entropy else None)
+                        entropy=torch.zeros(batch, cache_len, dtype=torch.float32, device=device))
     _BUFFERS.append((weakref.ref(model), key, cache, state))
     return cache, state
 
 
+def _mark_for_compile(cache, state: DecodeState) -> None:
+    """Before the compiled step's first call on these tensors: static addresses (a CUDA graph replays at them, and
+    cudagraph trees take their in-place updates as mutations of static inputs), and dim 0, the rows, symbolic, every
+    other dim static (the cache length above all): 64 and 880 rows trace one graph. `maybe_mark_dynamic`, not
+    `mark_dynamic`: where the model specializes the rows (1 row: dynamo fixes sizes 0 and 1) the step recompiles for
+    that size instead of failing."""
+    for f in fields(state):
+        torch._dynamo.mark_static_address(getattr(state, f.name))
+    rows = [state.token, state.position_ids, state.attention_mask, state.unfinished, state.tokens, state.entropy]
+    rows += [t for layer in cache.layers for t in (layer.keys, layer.values)]
+    for t in rows:
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+
+
+def _merged_lora_layers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """(parent, name, layer) of every PEFT LoRA Linear or Embedding whose forward is exactly its base layer's: merged,
+    adapters enabled, no hook and no instance forward. peft 0.21's `forward` then runs `self.base_layer(x)` alone
+    (`_check_forward_args` checks adapter_names only, which the step never passes): the merged adapter is in the base
+    weights. Other tuner layers (and subclasses: quantized LoRA) keep their own forwards."""
+    from peft.tuners.lora.layer import Embedding, Linear
+
+    return [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+            if type(child) in (Linear, Embedding) and child.merged and not child.disable_adapters
+            and not child._forward_hooks and not child._forward_pre_hooks and "forward" not in vars(child)]
+
+
+def _trl_fused_head(model: torch.nn.Module) -> bool:
+    """Whether the model's own `forward` attribute is TRL's fused LM head over its class's forward
+    (trl.trainer.utils.add_fused_lm_head, which GRPOTrainer applies to the model it trains): called without
+    `fused_lm_head=True` and labels, as the loop calls it, it returns `original_forward(*args, **kwargs)`, the class's
+    forward bound to this model (checked here in its closure)."""
+    func = getattr(vars(model).get("forward"), "__func__", None)
+    if func is None or func.__code__.co_qualname != "add_fused_lm_head.<locals>._fused_forward":  # not __qualname__:
+        return False  # functools.wraps gives it the class forward's
+    original = inspect.getclosurevars(func).nonlocals.get("original_forward")
+    return getattr(original, "__func__", None) is type(model).forward and original.__self__ is model
+
+
+_UNSET = object()
+DROPOUT_NAMES = ("dropout", "pdrop", "jitter")  # module attributes holding a train-mode-only probability or noise
+
+
+def _eval_mode_is_exact(model: torch.nn.Module) -> bool:
+    """Whether the model computes the same in eval mode as in train mode under no_grad: no dropout module with p > 0
+    and no module attribute named like a dropout or a router's jitter (Qwen2Attention's `attention_dropout`, GPT-2's
+    `resid_pdrop`, Mixtral's `jitter_noise`) other than 0. Conservative: a model that fails keeps its mode."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            return False
+        for name, value in vars(module).items():
+            if (isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0
+                    and any(word in name for word in DROPOUT_NAMES)):
+                return False
+    return True
+
+
+@contextlib.contextmanager
+def step_view(model: torch.nn.Module) -> Iterator[None]:
+    """The model as every decode step sees it, for the block, then exactly as it was (also on an exception).
+
+    Dynamo guards on what the traced code reads: module classes, each module's `training`, each parameter's
+    requires_grad. The plain model of the base evaluation (eval mode, parameters requiring grad), the PEFT model of a
+    training step's generation (train mode, LoRA wrappers, frozen base) and of an arm's evaluation (eval mode) would
+    each trace their own 28-layer graph (compiled three times per process on an H200, ~20-50 s each). Inside the
+    block, with the same sampled distribution:
+    - every merged LoRA layer (`_merged_lora_layers`) is replaced in its parent by its base layer, whose weights hold
+      the merged adapter: PEFT's own forward would call just that;
+    - the modules are in eval mode where that changes nothing (`_eval_mode_is_exact`; TRL generates in train mode);
+    - no parameter requires grad (the step runs under no_grad, where the flag changes nothing computed);
+    - gradient checkpointing is off, as an instance attribute on every module that has the flag (whether a layer's
+      flag is its class's or its own is guarded too): under no_grad it recomputes nothing, and a checkpointed layer in
+      train mode would drop the cache the loop decodes from (TRL turns it off around generation, not around an
+      evaluation after training).
+    - TRL's fused LM head (`_trl_fused_head`), the trained model's own `forward`, is dropped: the class's forward,
+      which it calls, is called directly.
+    The plain and the merged PEFT model of one architecture then hit one compiled graph."""
+    swaps = _merged_lora_layers(model)
+    modes = [(m, m.training) for m in model.modules()]  # the wrappers' base layers included
+    grads = [p for p in model.parameters() if p.requires_grad]
+    checkpointing = [(m, vars(m).get("gradient_checkpointing", _UNSET)) for m in model.modules()
+                     if hasattr(m, "gradient_checkpointing")]
+    fused_head = vars(model)["forward"] if _trl_fused_head(model) else None
+    try:
+        if fused_head is not None:
+            del model.forward
+        for parent, name, layer in swaps:
+            setattr(parent, name, layer.base_layer)
+        if _eval_mode_is_exact(model):
+            model.eval()
+        for p in grads:
+            p.requires_grad_(False)
+        for m, _ in checkpointing:
+            m.gradient_checkpointing = False
+        yield
+    finally:
+        for m, value in checkpointing:
+            if value is _UNSET:
+                del m.gradient_checkpointing
+            else:
+                m.gradient_checkpointing = value
+        for p in grads:
+            p.requires_grad_(True)
+        for m, training in modes:
+            m.training = training
+        for parent, name, layer in reversed(swaps):
+            setattr(parent, name, layer)
+        if fused_head is not None:
+            model.forward = fused_head
+
+
 def compiled_step(backend: str = "inductor"):
-    """`decode_step` compiled once per process and `COMPILE_MODE` (fullgraph, static shapes; CUDA graphs with
-    inductor)."""
+    """`decode_step` compiled once per process and `COMPILE_MODE` (fullgraph, static shapes but the rows, which
+    `sample` marks symbolic; CUDA graphs with inductor)."""
     if COMPILE_MODE not in COMPILE_MODES:
         raise ValueError(f"decode_loop.COMPILE_MODE {COMPILE_MODE!r}: use one of {', '.join(COMPILE_MODES)}")
     key = (backend, COMPILE_MODE)
@@ -289,7 +417,8 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     `return_entropy`: also the (B, n) float32 entropy of each completion token's distribution (`token_entropy`),
     computed inside the step, column t for token t. `rows_per_prompt` g: the rows come in consecutive groups of g
     with identical input_ids and attention_mask (k samples of one prompt), whose prefill is computed once per group
-    (`_prefill`); rows that are not such groups are refused."""
+    (`_prefill`); rows that are not such groups are refused. The model is run as `step_view` shows it: a merged PEFT
+    model as its plain transformers model, one compiled step for both."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
     batch, prompt_len = input_ids.shape
     total = prompt_len + max_new_tokens
@@ -302,34 +431,36 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     if bool((mask[:, 1:] < mask[:, :-1]).any()):
         raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
     _check_prompt_groups(input_ids, mask, rows_per_prompt)
-    eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else tuple(eos_token_ids)
+    eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else eos_token_ids
+    eos = tuple(sorted(set(eos)))  # a constant of the step's graph: one order for the evaluation's and TRL's lists
     device = input_ids.device
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # as generate: PEFT's wrapper off
 
-    cache, state = _buffers(model, batch, cache_len, device, return_entropy)
-    position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
-    state.attention_mask.zero_()
-    state.attention_mask[:, :prompt_len] = mask
-    logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
-    state.position_ids.copy_(position_ids[:, -1:] + 1)
-    state.cache_position.fill_(prompt_len)
-    state.unfinished.fill_(True)
-    state.step.zero_()
-    state.tokens.fill_(pad_token_id)
-    _advance(state, logits, temperature, eos, pad_token_id, sampler)
-    step = decode_step
-    if compiled:
-        state.mark_static()
-        step = compiled_step(compile_backend)
-    flag = _DoneFlag(device)
-    done = 1
-    while done < max_new_tokens:
+    with step_view(model):  # the module tree, modes and flags every model's step shares: one graph
+        cache, state = _buffers(model, batch, cache_len, device)
+        position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
+        state.attention_mask.zero_()
+        state.attention_mask[:, :prompt_len] = mask
+        logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
+        state.position_ids.copy_(position_ids[:, -1:] + 1)
+        state.cache_position.fill_(prompt_len)
+        state.unfinished.fill_(True)
+        state.step.zero_()
+        state.tokens.fill_(pad_token_id)
+        _advance(state, logits, temperature, eos, pad_token_id, sampler)
+        step = decode_step
         if compiled:
-            torch.compiler.cudagraph_mark_step_begin()
-        step(model, cache, state, temperature, eos, pad_token_id, sampler)
-        done += 1
-        if done % check_every == 0 and flag.poll(state.unfinished):
-            break
+            _mark_for_compile(cache, state)
+            step = compiled_step(compile_backend)
+        flag = _DoneFlag(device)
+        done = 1
+        while done < max_new_tokens:
+            if compiled:
+                torch.compiler.cudagraph_mark_step_begin()
+            step(model, cache, state, temperature, eos, pad_token_id, sampler)
+            done += 1
+            if done % check_every == 0 and flag.poll(state.unfinished):
+                break
     n = completion_length(state.tokens[:, :done], eos)
     out = torch.cat([input_ids, state.tokens[:, :n]], dim=-1)
     return (out, state.entropy[:, :n].clone()) if return_entropy else out  # a copy: the buffer is reused

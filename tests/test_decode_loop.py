@@ -288,3 +288,131 @@ def test_a_shared_prefill_is_refused_for_sliding_window_layers(tiny):
     with pytest.raises(ValueError, match="rows_per_prompt > 1 needs full-attention layers only"):
         decode_loop.sample(sliding, batch["input_ids"], batch["attention_mask"], max_new_tokens=4, temperature=1.0,
                            eos_token_ids=1, pad_token_id=0, compiled=False, rows_per_prompt=2)
+
+
+def compile_counting(monkeypatch) -> list:
+    """Every `decode_loop.sample` compiled on the CPU through a backend that records each graph dynamo hands it (one
+    per compilation of the step: fullgraph) and runs it as traced; dynamo's caches start empty."""
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    original = decode_loop.sample
+    monkeypatch.setattr(decode_loop, "sample", lambda *a, **kw: original(
+        *a, **(kw | {"compiled": True, "compile_backend": counting})))
+    monkeypatch.setattr(decode_loop, "_COMPILED", {})
+    torch._dynamo.reset()
+    return graphs
+
+
+def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch):
+    """A complete run's uses of the compiled step in one process (recipe.py --arm ets,gmts): the base evaluation of the
+    plain model (12 rows, k=2 samples per prompt: a shared prefill, no entropy), then per arm a training step's
+    generation (8 rows, the PEFT model with its adapter merged, train mode, gradient checkpointing turned off around
+    it by TRL, the entropy recorded) and the arm's evaluation (12 rows, the PEFT model merged, eval mode, gradient
+    checkpointing left on after training). One compilation for all of them: before this change three (one per
+    entropy signature and number of rows, one more for the PEFT model's wrappers, train mode and frozen weights)."""
+    from eval import generate_samples
+    from test_eval import _tiny_chat_model
+    from test_trainer import make_trainer
+
+    graphs = compile_counting(monkeypatch)
+    base, tok = _tiny_chat_model()
+    prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8", "99", "4+4+4", "6")]
+    evaluate = lambda model: generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=6,  # noqa: E731
+                                              progress=False, fast=True, batch_size=12, decode_loop="compiled_step")
+    evaluate(base)
+    assert len(graphs) == 1
+    for arm in ("entropy", "gmts"):
+        trainer = make_trainer(tmp_path / arm, token_selection=arm, generation_decode_loop="compiled_step",
+                               generation_merge_adapter=True, max_completion_length=6)
+        assert trainer.args.gradient_checkpointing
+        recorded = []
+        original = trainer._batch_entropy
+        trainer._batch_entropy = lambda *a: recorded.append(a) or original(*a)
+        trainer.train()
+        assert recorded and trainer.entropy_source_used == "generation"  # the step's entropy, at 8 rows
+        evaluate(trainer.model)
+    assert len(graphs) == 1
+
+
+def test_one_graph_for_every_number_of_rows_with_the_tokens_and_entropy_of_eager(tiny, monkeypatch):
+    """The rows are the step's one symbolic dim: compiled (dynamo and AOT autograd, backend aot_eager) at 12 rows, the
+    step serves 6 rows with no second compilation (before: one graph per number of rows), and at both sizes the
+    tokens and the entropy equal eager's at the same seed: the symbolic batch computes what the static one did."""
+    from torch._dynamo.backends.debugging import aot_eager
+
+    graphs = []
+    counting = lambda gm, inputs: graphs.append(gm) or aot_eager(gm, inputs)  # noqa: E731
+    monkeypatch.setattr(decode_loop, "_COMPILED", {})
+    torch._dynamo.reset()
+    tok, model = tiny
+    for prompts in (grouped(RAGGED, 2), RAGGED):
+        batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        out = {}
+        for compiled in (False, True):
+            torch.manual_seed(1)
+            out[compiled] = decode_loop.sample(
+                model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12, temperature=0.8,
+                eos_token_ids=[1, 5], pad_token_id=0, compiled=compiled, cache_len=32, return_entropy=True,
+                compile_backend=counting)
+        (tokens, entropy), (eager_tokens, eager_entropy) = out[True], out[False]
+        assert tokens.size(0) == len(prompts) and torch.equal(tokens, eager_tokens)
+        torch.testing.assert_close(entropy, eager_entropy)
+    assert len(graphs) == 1
+
+
+def trained_peft_model(tok):
+    """The tiny model as GRPOTrainer holds it: TRL's fused LM head on the model's forward, a LoRA adapter (not zero)
+    around q and v, gradient checkpointing on, train mode."""
+    from peft import LoraConfig, get_peft_model
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = sharpen(tiny_model(tok))
+    add_fused_lm_head(model)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                  init_lora_weights=False))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return peft_model.train()
+
+
+def test_the_step_view_is_the_plain_model_samples_the_same_and_is_undone_on_an_exception():
+    """Inside `step_view` the merged PEFT model is a plain transformers model (no LoRA wrapper, no instance forward,
+    eval mode, no gradient checkpointing, no parameter requiring grad: what dynamo guards on); afterwards, also after
+    an exception, every module, mode, flag and forward is back. The loop through the view samples the tokens
+    transformers' generate samples from the model as TRL generates with it (train mode, wrappers, checkpointing off),
+    at the same seed."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    from gmts_trainer import merged_lora
+
+    tok = tiny_tokenizer()
+    peft_model = trained_peft_model(tok)
+    model = peft_model.get_base_model()
+
+    def snapshot():
+        return ([(name, m, m.training, vars(m).get("gradient_checkpointing")) for name, m in model.named_modules()],
+                [(p, p.requires_grad) for p in peft_model.parameters()], vars(model).get("forward"))
+
+    batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    with torch.no_grad(), merged_lora(peft_model):
+        before = snapshot()
+        with pytest.raises(RuntimeError, match="inside"), decode_loop.step_view(model):
+            assert not any(isinstance(m, BaseTunerLayer) for m in model.modules())
+            assert not any(m.training or getattr(m, "gradient_checkpointing", False) for m in model.modules())
+            assert not any(p.requires_grad for p in model.parameters()) and "forward" not in vars(model)
+            raise RuntimeError("inside")
+        assert snapshot() == before
+        model.gradient_checkpointing_disable()  # TRL's state around generate
+        torch.manual_seed(3)
+        ref = peft_model.generate(**batch, do_sample=True, temperature=0.7, top_k=0, top_p=1.0, max_new_tokens=16,
+                                  eos_token_id=[1, 5], pad_token_id=0)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # as after training
+        torch.manual_seed(3)
+        got = decode_loop.sample(peft_model, batch["input_ids"], batch["attention_mask"], max_new_tokens=16,
+                                 temperature=0.7, eos_token_ids=[5, 1], pad_token_id=0, compiled=False,
+                                 sampler="multinomial")
+        assert snapshot() == before
+    assert torch.equal(got, ref)
