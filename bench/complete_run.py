@@ -55,6 +55,18 @@ def compile_phases(results: dict) -> tuple[list, dict, float | None]:
     return base, arms, (sum(phases) if phases and None not in phases else None)
 
 
+def evaluations(results: dict) -> list[dict]:
+    """Every full evaluation of the run in the order it ran (3 base, then each arm's): samples, seconds (generation +
+    scoring, as the recipe's cached base evaluations count them) and its compile seconds where recorded. The first of
+    them compiles the decode step; bench/costs.py reads them into the full-test evaluation row."""
+    def row(phase: str, e: dict) -> dict:
+        return {"phase": phase, "seed": e.get("seed"), "samples": len(e["records"]) * e["k"],
+                "seconds": e["seconds"]["generation"] + e["seconds"]["scoring"],
+                "compile_seconds": e.get("compile_seconds")}
+    return [row("base", e) for e in results.get("base", {}).get("evals", [])] + \
+        [row(arm, a["eval"]) for arm, a in results.get("arms", {}).items()]
+
+
 def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str]) -> dict:
     """What bench/costs.py reads: the model, rows per step, the process's wall time and GPU minutes (wall x GPUs), and
     the run's own account of its parts (base evaluation seconds, each arm's wall minutes, first training step and
@@ -74,7 +86,7 @@ def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str
                              for arm, a in arms.items()},
             "compile_s": compile_s, "base_eval_compile_s": base_compile_s, "arm_compile_s": arm_compile_s,
             "generation_options": next(iter(arms.values()), {}).get("generation_options", {}),
-            "pass@1": {arm: a["eval"]["pass@1"] for arm, a in arms.items()},
+            "pass@1": {arm: a["eval"]["pass@1"] for arm, a in arms.items()}, "evaluations": evaluations(results),
             "recipe_argv": ["--arm", ARMS, *recipe_argv], "versions": versions}
 
 
@@ -90,12 +102,37 @@ def compile_cache() -> dict:
     return {"dir": str(folder), "warm": graphs.is_dir() and any(graphs.iterdir())}
 
 
+def resummarize(out: Path, results_path: Path) -> int:
+    """--from_results: the summary of a run timed earlier, recomputed from its results.json with this script's fields;
+    what only the timing process knew (wall time, exit status, arguments, compile cache) is kept from the old file."""
+    for path in (out, results_path):
+        if not path.is_file():
+            print(f"complete_run.py: {path} does not exist (--from_results needs --out's earlier summary and the "
+                  f"run's results.json)", file=sys.stderr)
+            return 2
+    old = json.loads(out.read_text())
+    argv = old["recipe_argv"]
+    recipe_argv = argv[2:] if argv[:2] == ["--arm", ARMS] else argv
+    new = summary(json.loads(results_path.read_text()), old["wall_s"], old["returncode"], recipe_argv)
+    if "compile_cache" in old:
+        new["compile_cache"] = old["compile_cache"]
+    out.write_text(json.dumps(new, indent=1) + "\n")
+    print(f"complete_run.py: {out} summarized again from {results_path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, recipe_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="the JSON file to write (bench/complete-run-h200.json)")
+    ap.add_argument("--from_results", default=None, metavar="RESULTS_JSON",
+                    help="summarize an earlier run again from its results.json, after this script gained fields: "
+                         "--out's wall time, exit status, recipe arguments and compile cache are kept, the rest is "
+                         "recomputed (nothing runs)")
     args = ap.parse_args(ours)
+    if args.from_results:
+        return resummarize(Path(args.out), Path(args.from_results))
     import recipe
 
     try:

@@ -129,6 +129,21 @@ def measured_complete_run_row(path: Path, root: Path) -> dict | None:
             "source": _source(path, root), "measured_by": "bench/complete_run.py (one recipe.py process, wall)"}
 
 
+def complete_run_eval_rows(path: Path, root: Path) -> list[dict]:
+    """The evaluations of a bench/complete_run.py run that exited cleanly (3 base, then each arm's), each with the
+    run's switches: the full-test evaluation as a complete run pays it, its first (compiling) one included. Files
+    from before complete_run.py listed them have none."""
+    d = json.loads(path.read_text())
+    if d["returncode"] != 0:
+        return []
+    gen = d["generation_options"]
+    options = _options(gen, bool(gen.get("generation_grouped_attention", False)), d["gradient_checkpointing"])
+    return [{"model": d["model"], "samples": e["samples"], "seconds": e["seconds"], **options, "arms_per_gpu": 1,
+             "arm": e["phase"], "seed": e["seed"], "source": _source(path, root),
+             "measured_by": "bench/complete_run.py (generation + scoring, in one recipe.py process)"}
+            for e in d.get("evaluations", [])]
+
+
 def complete_runs(e2e: list[dict], evaluations: list[dict]) -> list[dict]:
     """Per cell whose ETS and GMTS arms ran alone at 64 rows per step with the same switches: their wall minutes plus
     3 estimated base evaluations (each the mean of the two arms' evaluation seconds)."""
@@ -161,8 +176,9 @@ def measure(root: Path = ROOT) -> dict:
         evaluations += evs
     for path in sorted(root.glob("results/qwen/base-evals/*.json")):
         evaluations += base_eval_rows(path, root)
-    timed = [r for r in (measured_complete_run_row(p, root) for p in sorted(root.glob("bench/complete-run-h200*.json")))
-             if r is not None]
+    runs = sorted(root.glob("bench/complete-run-h200*.json"))
+    timed = [r for r in (measured_complete_run_row(p, root) for p in runs) if r is not None]
+    evaluations += [row for p in runs for row in complete_run_eval_rows(p, root)]
     return {"e2e": e2e, "evaluation": evaluations, "complete_run": complete_runs(e2e, evaluations),
             "complete_run_timed": timed}
 

@@ -25,13 +25,18 @@ def _results(arms=("ets", "gmts"), compile_seconds: bool = True) -> dict:
     return {"config": {"model_name_or_path": "m", "per_device_train_batch_size": 32,
                        "gradient_accumulation_steps": 2, "gradient_checkpointing": False},
             "versions": {"gpu": "NVIDIA H200", "gpus": 1},
-            "base": {"evals": [{"seconds": {"generation": 28.0, "scoring": 2.0},
-                                **({"compile_seconds": c} if compile_seconds else {})} for c in (33.0, 0.0, 0.5)]},
+            "base": {"evals": [{"seconds": {"generation": 28.0, "scoring": 2.0}, "seed": seed, "k": 4,
+                                "records": [{}] * 1319,
+                                **({"compile_seconds": c} if compile_seconds else {})}
+                               for seed, c in zip((0, 1, 2), (33.0, 0.0, 0.5))]},
             "arms": {arm: {"wall_minutes": 1.5, "generation_options": options,
                            "train_log": [{"step": 1, "step_time": first}, {"step": 2, "step_time": 1.25}],
                            **({"train_compile_seconds": train} if compile_seconds else {}),
-                           "eval": {"pass@1": 0.5, **({"compile_seconds": ev} if compile_seconds else {})}}
-                     for arm, first, train, ev in zip(arms, (122.5, 1.5), (121.0, 0.25), (21.0, 0.0))}}
+                           "eval": {"pass@1": 0.5, "seed": 0, "k": 4, "records": [{}] * 1319,
+                                    "seconds": {"generation": gen, "scoring": 1.0},
+                                    **({"compile_seconds": ev} if compile_seconds else {})}}
+                     for arm, first, train, ev, gen in zip(arms, (122.5, 1.5), (121.0, 0.25), (21.0, 0.0),
+                                                           (41.0, 20.0))}}
 
 
 def test_a_run_is_timed_as_one_process_and_summarized(tmp_path, monkeypatch):
@@ -62,6 +67,25 @@ def test_a_run_is_timed_as_one_process_and_summarized(tmp_path, monkeypatch):
     assert r["arm_compile_s"] == {"ets": {"train": 121.0, "eval": 21.0}, "gmts": {"train": 0.25, "eval": 0.0}}
     assert r["compile_s"] == 175.75 and r["first_step_s"] == {"ets": 122.5, "gmts": 1.5}
     assert r["compile_cache"] == {"dir": str(cache), "warm": False}
+    # every full evaluation in the order it ran, generation + scoring, with its compile seconds
+    assert [(e["phase"], e["seed"], e["samples"], e["seconds"], e["compile_seconds"]) for e in r["evaluations"]] == [
+        ("base", 0, 5276, 30.0, 33.0), ("base", 1, 5276, 30.0, 0.0), ("base", 2, 5276, 30.0, 0.5),
+        ("ets", 0, 5276, 42.0, 21.0), ("gmts", 0, 5276, 21.0, 0.0)]
+
+
+def test_an_earlier_run_is_summarized_again_from_its_results_keeping_what_only_its_timing_knew(tmp_path):
+    mod = _module()
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(_results(compile_seconds=False)))
+    out = tmp_path / "complete-run.json"
+    out.write_text(json.dumps({"wall_s": 436.0, "returncode": 0, "recipe_argv": ["--arm", "ets,gmts", "--seed", "3"],
+                               "base_eval_s": [1.0]}))  # an older summary: no evaluations, no compile cache
+    assert mod.main(["--out", str(out), "--from_results", str(results)]) == 0
+    r = json.loads(out.read_text())
+    assert (r["wall_s"], r["returncode"], r["recipe_argv"]) == (436.0, 0, ["--arm", "ets,gmts", "--seed", "3"])
+    assert r["base_eval_s"] == [30.0] * 3 and len(r["evaluations"]) == 5 and "compile_cache" not in r
+    assert r["evaluations"][3]["compile_seconds"] is None  # that recipe.py did not record it
+    assert mod.main(["--out", str(tmp_path / "none.json"), "--from_results", str(results)]) == 2
 
 
 def test_the_compile_cache_is_warm_once_it_holds_a_graph(tmp_path, monkeypatch):

@@ -81,8 +81,13 @@ def _fixture(root: Path) -> None:
                  "generation_decode_kernel": "matmul", "generation_decode_loop": "compiled_step",
                  "training_compile": True}}
     _write(root / "bench" / "complete-run-h200.json", {**timed, "compile_s": 174.0,
-                                                        "first_step_s": {"ets": 122.5, "gmts": 1.5}})
-    _write(root / "bench" / "complete-run-h200-crashed.json", {**timed, "gpu_minutes": 1.0, "returncode": 1})
+                                                        "first_step_s": {"ets": 122.5, "gmts": 1.5},
+                                                        "evaluations": [
+        {"phase": p, "seed": 0, "samples": 5276, "seconds": s, "compile_seconds": 0.0}
+        for p, s in (("base", 54.0), ("base", 20.0), ("base", 21.0), ("ets", 42.0), ("gmts", 20.5))]})
+    _write(root / "bench" / "complete-run-h200-crashed.json", {**timed, "gpu_minutes": 1.0, "returncode": 1,
+                                                                "evaluations": [{"phase": "base", "seed": 0,
+                                                                                 "samples": 5276, "seconds": 99.0}]})
     # the same levers again on the machine that had compiled them (complete_run.py's compile_cache: warm)
     _write(root / "bench" / "complete-run-h200-warm.json", {**timed, "gpu_minutes": 3.5, "compile_s": 30.0,
                                                              "first_step_s": {"ets": 20.0, "gmts": 1.5},
@@ -152,8 +157,10 @@ def test_table_on_fixture_files(tmp_path):
     assert ("| step, the arms' training logs (s, 64 rows) | 3.88 (3.75-4.00) | 2.50 (2.50-5.50) | - | - | - | - | <= 1.5 "
             "| not met |") in lines  # s18's 7.0 s (shared GPU) and the 8-row cell's 1.0 s left out
     assert "| 880-row evaluation batch (s) | 19.50 | 6.50 | 6.00 | 5.00 | 4.80 | 4.00 | - | - |" in lines  # not rows32's
-    assert ("| full-test evaluation, 5276 samples (s) | 132 (120-148) | 32 (32-48) | - | - | - | - | <= 45 "
-            "| met by the median, not by the slowest |") in lines  # evaluation does not depend on training rows
+    # evaluation does not depend on training rows; the timed run's five evaluations (its first compiles) in its
+    # levers' column, the crashed run's none
+    assert ("| full-test evaluation, 5276 samples (s) | 132 (120-148) | 32 (32-48) | - | - | - | 21 (20-54) | <= 45 "
+            "| met by the median, not by the slowest |") in lines
     assert ("| complete run: 3 base evaluations + ETS + GMTS (GPU min) | 16.8 | 6.8 | - | - | - | - | <= 5 "
             "| not met |" in lines)
     # every recorded step as it ran (older profiles: the first, 20 s), the rest of the 80 at the median, 5 evaluations
