@@ -75,18 +75,18 @@ def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str
     gpus = versions.get("gpus", 1)
     arms = results.get("arms", {})
     base_compile_s, arm_compile_s, compile_s = compile_phases(results)
+    evals = evaluations(results)
     return {"model": cfg["model_name_or_path"], "device": versions.get("gpu"), "gpus": gpus,
             "rows": cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] * gpus,
             "gradient_checkpointing": bool(cfg.get("gradient_checkpointing", True)),
             "wall_s": wall_s, "gpu_minutes": wall_s / 60 * gpus, "returncode": returncode,
-            "base_eval_s": [e["seconds"]["generation"] + e["seconds"]["scoring"]
-                            for e in results.get("base", {}).get("evals", [])],
+            "base_eval_s": [e["seconds"] for e in evals if e["phase"] == "base"],
             "arm_wall_minutes": {arm: a["wall_minutes"] for arm, a in arms.items()},
             "first_step_s": {arm: next((r["step_time"] for r in a.get("train_log", []) if r.get("step") == 1), None)
                              for arm, a in arms.items()},
             "compile_s": compile_s, "base_eval_compile_s": base_compile_s, "arm_compile_s": arm_compile_s,
             "generation_options": next(iter(arms.values()), {}).get("generation_options", {}),
-            "pass@1": {arm: a["eval"]["pass@1"] for arm, a in arms.items()}, "evaluations": evaluations(results),
+            "pass@1": {arm: a["eval"]["pass@1"] for arm, a in arms.items()}, "evaluations": evals,
             "recipe_argv": ["--arm", ARMS, *recipe_argv], "versions": versions}
 
 

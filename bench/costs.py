@@ -112,36 +112,30 @@ def base_eval_rows(path: Path, root: Path) -> list[dict]:
              "measured_by": "base evaluation (generation + scoring)"} for e in d["evals"]]
 
 
-def measured_complete_run_row(path: Path, root: Path) -> dict | None:
-    """A bench/complete_run.py file as a row (None when recipe.py did not exit cleanly: not a complete run); with the
-    time it spent compiling in GPU minutes and each arm's first step, where the run recorded them."""
+def complete_run_rows(path: Path, root: Path) -> tuple[dict | None, list[dict]]:
+    """A bench/complete_run.py file as (its row, its evaluation rows), both with the run's switches; (None, []) when
+    recipe.py did not exit cleanly: not a complete run. The row carries the time it spent compiling in GPU minutes and
+    each arm's first step where the run recorded them; the evaluation rows are its full evaluations (3 base, then each
+    arm's), its first (compiling) one included: the full-test evaluation as a complete run pays it. Files from before
+    complete_run.py listed them have none."""
     d = json.loads(path.read_text())
     if d["returncode"] != 0:
-        return None
+        return None, []
     gen = d["generation_options"]
+    options = _options(gen, bool(gen.get("generation_grouped_attention", False)), d["gradient_checkpointing"])
+    source = _source(path, root)
     compiling = {} if d.get("compile_s") is None else {
         "compile_gpu_minutes": d["compile_s"] / 60 * d["gpus"], "first_step_s": d["first_step_s"]}
     # files from before complete_run.py recorded its compile cache ran on a fresh machine (stretch h): cold
     cache = "warm" if d.get("compile_cache", {}).get("warm") else "cold"
-    return {"model": d["model"], "rows": d["rows"], "gpu_minutes": d["gpu_minutes"], "wall_s": d["wall_s"], **compiling,
-            "compile_cache": cache,
-            **_options(gen, bool(gen.get("generation_grouped_attention", False)), d["gradient_checkpointing"]),
-            "source": _source(path, root), "measured_by": "bench/complete_run.py (one recipe.py process, wall)"}
-
-
-def complete_run_eval_rows(path: Path, root: Path) -> list[dict]:
-    """The evaluations of a bench/complete_run.py run that exited cleanly (3 base, then each arm's), each with the
-    run's switches: the full-test evaluation as a complete run pays it, its first (compiling) one included. Files
-    from before complete_run.py listed them have none."""
-    d = json.loads(path.read_text())
-    if d["returncode"] != 0:
-        return []
-    gen = d["generation_options"]
-    options = _options(gen, bool(gen.get("generation_grouped_attention", False)), d["gradient_checkpointing"])
-    return [{"model": d["model"], "samples": e["samples"], "seconds": e["seconds"], **options, "arms_per_gpu": 1,
-             "arm": e["phase"], "seed": e["seed"], "source": _source(path, root),
-             "measured_by": "bench/complete_run.py (generation + scoring, in one recipe.py process)"}
-            for e in d.get("evaluations", [])]
+    row = {"model": d["model"], "rows": d["rows"], "gpu_minutes": d["gpu_minutes"], "wall_s": d["wall_s"], **compiling,
+           "compile_cache": cache, **options, "source": source,
+           "measured_by": "bench/complete_run.py (one recipe.py process, wall)"}
+    evaluations = [{"model": d["model"], "samples": e["samples"], "seconds": e["seconds"], **options, "arms_per_gpu": 1,
+                    "arm": e["phase"], "seed": e["seed"], "source": source,
+                    "measured_by": "bench/complete_run.py (generation + scoring, in one recipe.py process)"}
+                   for e in d.get("evaluations", [])]
+    return row, evaluations
 
 
 def complete_runs(e2e: list[dict], evaluations: list[dict]) -> list[dict]:
@@ -176,9 +170,11 @@ def measure(root: Path = ROOT) -> dict:
         evaluations += evs
     for path in sorted(root.glob("results/qwen/base-evals/*.json")):
         evaluations += base_eval_rows(path, root)
-    runs = sorted(root.glob("bench/complete-run-h200*.json"))
-    timed = [r for r in (measured_complete_run_row(p, root) for p in runs) if r is not None]
-    evaluations += [row for p in runs for row in complete_run_eval_rows(p, root)]
+    timed = []
+    for path in sorted(root.glob("bench/complete-run-h200*.json")):
+        row, evs = complete_run_rows(path, root)
+        timed += [row] if row is not None else []
+        evaluations += evs
     return {"e2e": e2e, "evaluation": evaluations, "complete_run": complete_runs(e2e, evaluations),
             "complete_run_timed": timed}
 
@@ -281,10 +277,10 @@ def table(results: dict) -> str:
         if cache == "cold" or runs:  # the cold row always: the number a first-time user pays
             rows.append((f"complete run timed, {label}: one recipe.py process, start to exit (GPU min)",
                          _by_switch(runs, "gpu_minutes"), ".1f", TARGETS["complete_run_min"]))
-        if [r for r in compiling if r["compile_cache"] == cache]:
+        recorded = [r for r in runs if "compile_gpu_minutes" in r]
+        if recorded:
             rows.append(("of which compiling: torch.compile's own time, every phase (GPU min)",
-                         _by_switch([r for r in compiling if r["compile_cache"] == cache], "compile_gpu_minutes"),
-                         ".1f", None))
+                         _by_switch(recorded, "compile_gpu_minutes"), ".1f", None))
     out = ["| qwen2.5-coder-1.5b-instruct, one H200 | " + " | ".join(HEADERS) + " | target | best: target |",
            "|---" * (len(HEADERS) + 3) + "|"]
     for label, values, fmt, target in rows:

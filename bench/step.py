@@ -620,7 +620,8 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
            "batch_size": recipe_args.eval_batch_size, "fast": recipe_args.eval_fast, "static_cache": static,
            "grouped_attention": train_args.generation_grouped_attention,
            "deferred_stop": train_args.generation_deferred_stop, "decode_kernel": train_args.generation_decode_kernel,
-           "decode_loop": train_args.generation_decode_loop, "compiled_decoding": compiled, "full_test_batches": -(-len(heldout) * k // batch_rows),
+           "decode_loop": train_args.generation_decode_loop, "compiled_decoding": compiled,
+           "full_test_batches": -(-len(heldout) * k // batch_rows),
            "parameter_dtype": str(next(model.parameters()).dtype), "prompt_tokens_max": max(prompt_lengths),
            "prompt_tokens_mean": statistics.mean(prompt_lengths), "dynamo": {},
            # the static KV cache every decode step attends over, whatever the position (eval.generate_samples)
