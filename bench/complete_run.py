@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -67,6 +68,12 @@ def evaluations(results: dict) -> list[dict]:
         [row(arm, a["eval"]) for arm, a in results.get("arms", {}).items()]
 
 
+def median_step(train_log: list[dict]) -> float | None:
+    """The median step time after the first (which compiles); None for a log of one step or none."""
+    times = [r["step_time"] for r in train_log if r.get("step", 1) > 1 and "step_time" in r]
+    return statistics.median(times) if times else None
+
+
 def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str]) -> dict:
     """What bench/costs.py reads: the model, rows per step, the process's wall time and GPU minutes (wall x GPUs), and
     the run's own account of its parts (base evaluation seconds, each arm's wall minutes, first training step and
@@ -84,6 +91,7 @@ def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str
             "arm_wall_minutes": {arm: a["wall_minutes"] for arm, a in arms.items()},
             "first_step_s": {arm: next((r["step_time"] for r in a.get("train_log", []) if r.get("step") == 1), None)
                              for arm, a in arms.items()},
+            "median_step_s": {arm: median_step(a.get("train_log", [])) for arm, a in arms.items()},
             "compile_s": compile_s, "base_eval_compile_s": base_compile_s, "arm_compile_s": arm_compile_s,
             "generation_options": next(iter(arms.values()), {}).get("generation_options", {}),
             "pass@1": {arm: a["eval"]["pass@1"] for arm, a in arms.items()}, "evaluations": evals,
@@ -121,16 +129,53 @@ def resummarize(out: Path, results_path: Path) -> int:
     return 0
 
 
+TABLE_HEADER = ("| run | training_compile | compile cache | GPU min | compiling (s) | first base evaluation (s) "
+                "| first step ETS, GMTS (s) | median step ETS, GMTS (s) | arms ETS, GMTS (min) | pass@1 ETS, GMTS |")
+
+
+def table(paths: list[Path]) -> str:
+    """The timed runs side by side (a markdown table, one row per file in the order given; a run that did not exit
+    cleanly says so): the README's table of them, so no number of it is typed by hand."""
+    def pair(d: dict, fmt: str) -> str:
+        return ", ".join("-" if d.get(arm) is None else format(d[arm], fmt) for arm in ARMS.split(","))
+
+    lines = [TABLE_HEADER, "|---" * TABLE_HEADER.count(" | ") + "|---|"]
+    for path in paths:
+        d = json.loads(path.read_text())
+        if d["returncode"] != 0:
+            lines.append(f"| {path.name} | recipe.py exited {d['returncode']}: not a complete run |")
+            continue
+        cache = d.get("compile_cache")
+        compiling = "-" if d.get("compile_s") is None else f"{d['compile_s']:.0f}"
+        lines.append(f"| {path.name} | {'on' if d['generation_options'].get('training_compile') else 'off'} "
+                     f"| {'-' if cache is None else ('warm' if cache['warm'] else 'cold')} | {d['gpu_minutes']:.2f} "
+                     f"| {compiling} | {d['base_eval_s'][0]:.0f} | {pair(d['first_step_s'], '.1f')} "
+                     f"| {pair(d.get('median_step_s', {}), '.2f')} | {pair(d['arm_wall_minutes'], '.2f')} "
+                     f"| {pair({a: 100 * v for a, v in d['pass@1'].items()}, '.1f')} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, recipe_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="the JSON file to write (bench/complete-run-h200.json)")
+    ap.add_argument("--out", default=None, help="the JSON file to write (bench/complete-run-h200.json)")
+    ap.add_argument("--table", nargs="+", default=None, metavar="RUN_JSON",
+                    help="print the markdown table of these timed runs (nothing runs)")
     ap.add_argument("--from_results", default=None, metavar="RESULTS_JSON",
                     help="summarize an earlier run again from its results.json, after this script gained fields: "
                          "--out's wall time, exit status, recipe arguments and compile cache are kept, the rest is "
                          "recomputed (nothing runs)")
     args = ap.parse_args(ours)
+    if args.table:
+        missing = [p for p in args.table if not Path(p).is_file()]
+        if missing:
+            print(f"complete_run.py: no such file: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        print(table([Path(p) for p in args.table]))
+        return 0
+    if args.out is None:
+        ap.error("--out is required (or --table FILES)")
     if args.from_results:
         return resummarize(Path(args.out), Path(args.from_results))
     import recipe

@@ -66,6 +66,7 @@ def test_a_run_is_timed_as_one_process_and_summarized(tmp_path, monkeypatch):
     assert r["base_eval_compile_s"] == [33.0, 0.0, 0.5]
     assert r["arm_compile_s"] == {"ets": {"train": 121.0, "eval": 21.0}, "gmts": {"train": 0.25, "eval": 0.0}}
     assert r["compile_s"] == 175.75 and r["first_step_s"] == {"ets": 122.5, "gmts": 1.5}
+    assert r["median_step_s"] == {"ets": 1.25, "gmts": 1.25}  # the steps after the first
     assert r["compile_cache"] == {"dir": str(cache), "warm": False}
     # every full evaluation in the order it ran, generation + scoring, with its compile seconds
     assert [(e["phase"], e["seed"], e["samples"], e["seconds"], e["compile_seconds"]) for e in r["evaluations"]] == [
@@ -113,3 +114,24 @@ def test_a_results_directory_with_cached_base_evaluations_or_an_arm_flag_is_refu
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr[-2000:]
         assert not (tmp_path / "o.json").exists()
+
+
+def test_the_timed_runs_table_reads_every_number_off_the_files(tmp_path, capsys):
+    mod = _module()
+    ok = {**mod.summary(_results(), 300.0, 0, []), "compile_cache": {"dir": "/c", "warm": True}}
+    ok["median_step_s"]["gmts"] = None  # a log of one step
+    older = {**mod.summary(_results(compile_seconds=False), 436.2, 0, [])}  # no compile seconds, no cache
+    del older["median_step_s"]  # a summary from before it recorded them
+    crashed = {**ok, "returncode": 1}
+    paths = []
+    for name, d in (("warm.json", ok), ("older.json", older), ("crashed.json", crashed)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(d))
+    assert mod.main(["--table", *map(str, paths)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == mod.TABLE_HEADER and lines[1] == "|---" * 10 + "|"
+    assert lines[2:] == [
+        "| warm.json | on | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 50.0 |",
+        "| older.json | on | - | 7.27 | - | 30 | 122.5, 1.5 | -, - | 1.50, 1.50 | 50.0, 50.0 |",
+        "| crashed.json | recipe.py exited 1: not a complete run |"]
+    assert mod.main(["--table", str(tmp_path / "none.json")]) == 2
