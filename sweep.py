@@ -9,6 +9,7 @@ with one sealed summary that `check.py` verifies cell by cell.
     python sweep.py configs/sweeps/qwen.yaml --base               # only the base evaluations (shared by all cells)
     python sweep.py configs/sweeps/qwen.yaml -- --gsm8k_path DIR  # anything after -- goes to every recipe.py call
     python sweep.py configs/sweeps/qwen.yaml --results_dir /scratch  # the sweep's folder under another parent
+    python sweep.py configs/sweeps/qwen.yaml --merge OTHER/results/qwen  # bring in cells another machine ran
     python check.py results/qwen/sweep.json                       # verify: every cell recomputed from its results.json
 
 A cell is one (setting variant, learning rate, training seed): its own run directory `<results_dir>/<name>/<cell>/`
@@ -20,6 +21,12 @@ Each cell's missing arms run in one `python recipe.py --arm ARM,ARM ... --resume
 the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. The summary pools
 each comparison over the seeds of a (variant, learning rate) with a two-level bootstrap (seeds, then tasks:
 stats.pooled_delta), so its interval includes seed-to-seed variance, and gives Student's t over the seeds beside it.
+
+`--merge DIR` brings in cells that another machine ran (DIR: its sweep folder), without running anything: each
+incoming results.json must verify and match the local cell's config hash and held-out tasks and this tree's base
+evaluation hash; its arms join the local ones (an arm in both must be identical), and the cell keeps this tree's
+shared base evaluation, the one every local cell carries. A base evaluated again elsewhere (bf16 is not bit-exact)
+is replaced, and the file's `merges` says so with that base's pass@1. Its absent logs are copied; then --summarize.
 """
 
 from __future__ import annotations
@@ -277,6 +284,110 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
     for t in threads:
         t.join()
     return failed
+
+
+# ---------------------------------------------------------------------------- merging cells run elsewhere
+@dataclass
+class Merge:
+    """What merging one incoming cell does: the sealed file to write (None: the cell is unchanged), the incoming logs
+    that are absent here, and the line that says so."""
+
+    cell: Cell
+    results: dict | None
+    logs: list[Path]
+    line: str
+
+
+def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
+    """Every cell of the grid that `incoming` (another tree's sweep folder) holds, checked against this tree before
+    anything is written: one refusal (a SweepError naming cell and reason) and no cell is merged."""
+    if not incoming.is_dir():
+        raise SweepError(f"--merge {incoming}: no such folder (give another tree's sweep folder, e.g. results/qwen)")
+    root = Path(grid.results_dir) / grid.name
+    caches = {p.stem: p for p in (root / "base-evals").glob("*.json")}
+    return [_merge_cell(cell, incoming, root, caches) for cell in grid.cells()
+            if (incoming / cell.name / "results.json").is_file()]
+
+
+def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, Path]) -> Merge:
+    """One cell: the incoming arms added to the local ones, paired with this tree's base evaluation. The shared
+    cache is the base every local cell carries, so it wins; an incoming base computed again elsewhere (bf16 differs
+    run to run) is replaced, and its pass@1 recorded in the file's `merges`. The arms never read the base (recipe.py
+    trains after, and independently of, the base evaluation), so this is the cell the sweep would have written had
+    the cache travelled."""
+    from check import ResultsError, load, seal
+
+    def refuse(reason: str) -> SweepError:
+        return SweepError(f"--merge: {cell.name}: {reason}")
+
+    local_path = root / cell.name / "results.json"
+    try:
+        new = load(incoming / cell.name / "results.json")
+        old = load(local_path) if local_path.is_file() else None
+    except ResultsError as e:
+        raise refuse(str(e)) from None
+    key = new["base"]["eval_hash"]
+    if old is not None and old["config_hash"] != new["config_hash"]:
+        raise refuse(f"config_hash {new['config_hash'][:12]} differs from the local cell's {old['config_hash'][:12]}")
+    if old is not None and old.get("data", {}).get("heldout") != new.get("data", {}).get("heldout"):
+        raise refuse("held-out tasks differ from the local cell's")
+    if old is not None and old["base"]["eval_hash"] != key:
+        raise refuse(f"base eval hash {key[:12]} differs from the local cell's {old['base']['eval_hash'][:12]}")
+    if caches and key not in caches:
+        raise refuse(f"base eval hash {key[:12]} is not the local shared cache's "
+                     f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'})")
+    cache = json.loads(caches[key].read_text(encoding="utf-8")) if key in caches else None
+    if cache is not None and cache["eval_config"]["heldout"] != new.get("data", {}).get("heldout"):
+        raise refuse("held-out tasks differ from the local shared cache's")
+    kept, source = ((cache["evals"], "shared cache") if cache is not None else
+                    (old["base"]["evals"], "local cell") if old is not None else (new["base"]["evals"], "incoming"))
+    if old is not None and old["base"]["evals"] != kept:
+        raise refuse("the local cell's base differs from the local shared cache; merging would rewrite a local result")
+    arms = dict(old["arms"]) if old is not None else {}
+    for arm, entry in new["arms"].items():
+        if arm in arms and arms[arm] != entry:
+            raise refuse(f"arm {arm} differs from the local one")
+    added = [arm for arm in new["arms"] if arm not in arms]
+    logs = [p for p in sorted((incoming / "logs").glob(f"{cell.name}-*.log")) if not (root / "logs" / p.name).exists()]
+    copied = f"; {len(logs)} log(s) copied" if logs else ""
+    if not added:
+        return Merge(cell, None, logs, f"{cell.name}: unchanged{copied}")
+    replaced = new["base"]["evals"] != kept
+    entry = {"arms": added, "incoming_digest": new["digest"], "versions": new.get("versions"), "base": source}
+    if replaced:
+        entry["replaced_base_pass@1"] = [ev["pass@1"] for ev in new["base"]["evals"]]
+    merged = {k: v for k, v in (old or new).items() if k not in ("summary", "digest")}
+    merged.update(arms={**arms, **{arm: new["arms"][arm] for arm in added}}, base={"evals": kept, "eval_hash": key},
+                  merges=[*merged.get("merges", []), entry])
+    try:
+        seal(merged)
+    except ResultsError as e:
+        raise refuse(f"the merged cell does not verify: {e}") from None
+    base = (f"base replaced by the {source} (incoming pass@1 "
+            f"{', '.join(f'{p:.4f}' for p in entry['replaced_base_pass@1'])})" if replaced else f"base kept ({source})")
+    return Merge(cell, merged, logs, f"{cell.name}: added arm(s) {', '.join(added)}; {base}{copied}")
+
+
+def merge(grid: Grid, incoming: Path) -> list[str]:
+    """Bring the cells of `incoming` into this tree (plan_merge: all checked first), redraw each merged cell's curves
+    as recipe.py does, copy their absent logs, and return one line per cell. Never overwrites a log, never writes
+    the sweep's summary (--summarize does); merging the same folder again changes nothing."""
+    import shutil
+
+    from check import write_json
+    from plots import plot_run
+
+    plans = plan_merge(grid, incoming)
+    root = Path(grid.results_dir) / grid.name
+    for m in plans:
+        if m.results is not None:
+            (root / m.cell.name).mkdir(parents=True, exist_ok=True)
+            write_json(root / m.cell.name / "results.json", m.results)
+            plot_run(m.results, root / m.cell.name / "curves.png")
+        for log in m.logs:
+            (root / "logs").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(log, root / "logs" / log.name)
+    return [m.line for m in plans] or [f"no cell of {grid.name} in {incoming}"]
 
 
 # ---------------------------------------------------------------------------- summary
@@ -673,6 +784,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="store_true", help="print the jobs still to run and exit")
     ap.add_argument("--summarize", action="store_true", help="only write sweep.json and sweep.png")
     ap.add_argument("--base", action="store_true", help="only the base evaluations (cached for every cell)")
+    ap.add_argument("--merge", default=None, metavar="DIR", help="bring in the cells of another tree's sweep folder "
+                    "(DIR/<cell>/results.json, logs/), paired with this tree's base evaluation; nothing runs")
     ap.add_argument("--results_dir", default=None, help="parent of the sweep's folder (default: the grid's)")
     args = ap.parse_args(argv)
     try:
@@ -688,6 +801,10 @@ def main(argv: list[str] | None = None) -> int:
             for cell, arm in todo:
                 print(f"{cell.name:40s} {arm}")
             print(f"[sweep] {len(todo)} job(s) to run")
+            return 0
+        if args.merge is not None:
+            for line in merge(grid, Path(args.merge)):
+                print(f"[sweep] merge {line}")
             return 0
         gpus = [] if args.summarize else parse_gpus(args.gpus)
         failed = [] if args.summarize else run(grid, gpus, extra, args.only, base_only=args.base)

@@ -115,16 +115,20 @@ def evaluation(p: float, seed: int, rng: random.Random) -> dict:
             "records": records, "hack_scan": {}}
 
 
-def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: float = 0.5) -> None:
+def base_evals(base_seed: int = 0) -> list[dict]:
+    """The base evaluations (seeds 0, 1, 2) every cell shares; another base_seed: the base evaluated again elsewhere
+    (bf16 is not bit-exact), the same tasks with other scores."""
+    rng = random.Random(base_seed)
+    return [{**evaluation(0.3, 0, rng), "seed": s} for s in (0, 1, 2)]
+
+
+def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: float = 0.5,
+              base_seed: int = 0) -> None:
     rng = random.Random(seed)
-    base_rng = random.Random(0)  # every cell shares the base evaluations
-    results = {"config_name": name, "config": {}, "config_hash": "x",
-               "base": {"evals": [evaluation(0.3, s, base_rng) for s in (0, 1, 2)]},
+    results = {"config_name": name, "config": {}, "config_hash": "x", "base": {"evals": base_evals(base_seed)},
                "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": 1e-4, "token_selection": arm,
                               "train_log": [{"step": i, "loss": 0.0, "reward": reward} for i in range(1, 11)]}
                         for arm, p in arms.items()}}
-    for evaluation_ in [e for e in results["base"]["evals"]]:
-        evaluation_["seed"] = results["base"]["evals"].index(evaluation_)
     (root / name).mkdir(parents=True)
     (root / name / "results.json").write_text(json.dumps(seal(results)))
 
@@ -322,3 +326,177 @@ def test_a_bad_primary_block_is_one_line(tmp_path, edit, match):
     text = GRID + PRIMARY.replace(*edit).replace("SEEDS", "[1, 2]")
     with pytest.raises(sweep.SweepError, match=match):
         sweep.load_grid(write_grid(tmp_path, text))
+
+
+# ---------------------------------------------------------------- --merge: cells run on another machine
+EVAL_HASH = "e" * 64
+HELDOUT = [[i, h] for i, h in enumerate(TASKS)]
+
+
+def tree_cell(root: Path, name: str, arms: dict[str, float], seed: int, base_seed: int = 0) -> dict:
+    """A cell as recipe.py writes it: its held-out tasks and its base's evaluation hash beside fake_cell's fields."""
+    fake_cell(root, name, arms, seed, base_seed=base_seed)
+    path = root / name / "results.json"
+    results = json.loads(path.read_text())
+    results["data"], results["base"]["eval_hash"] = {"heldout": HELDOUT}, EVAL_HASH
+    path.write_text(json.dumps(seal(results)))
+    return results
+
+
+def write_cache(root: Path) -> dict:
+    """The shared base-evals cache (recipe.py _main_base_evals), with base seed 0: the base every local cell has."""
+    cache = {"eval_hash": EVAL_HASH, "eval_config": {"heldout": HELDOUT}, "evals": base_evals(0)}
+    (root / "base-evals").mkdir(parents=True)
+    (root / "base-evals" / f"{EVAL_HASH}.json").write_text(json.dumps(cache))
+    return cache
+
+
+def write_log(root: Path, name: str, text: str) -> None:
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    (root / "logs" / name).write_text(text)
+
+
+def trees(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(grid file, local sweep folder, incoming sweep folder). Local: the cache and paper-lr0.0001-s1 with ETS.
+    Incoming (another machine that lacked the cache): s1 with ETS and GMTS on the same base; paper-lr0.0001-s2 (new)
+    and paper-lr0.0002-s1 (local has ETS, GMTS; incoming GRPO) with their base evaluated again (base_seed 7)."""
+    grid_path = write_grid(tmp_path, GRID)
+    local, incoming = tmp_path / "results" / "demo", tmp_path / "other" / "demo"
+    write_cache(local)
+    tree_cell(local, "paper-lr0.0001-s1", {"ets": 0.5}, seed=1)
+    tree_cell(local, "paper-lr0.0002-s1", {"ets": 0.5, "gmts": 0.5}, seed=3)
+    write_log(local, "paper-lr0.0001-s1-ets.log", "local")
+    tree_cell(incoming, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6}, seed=1)
+    tree_cell(incoming, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.6}, seed=2, base_seed=7)
+    tree_cell(incoming, "paper-lr0.0002-s1", {"grpo": 0.4}, seed=4, base_seed=7)
+    for name in ("paper-lr0.0001-s1-ets.log", "paper-lr0.0001-s1-ets+gmts.log", "paper-lr0.0001-s2-ets+gmts.log",
+                 "paper-lr0.0001-s20-ets.log", "stretch.log"):
+        write_log(incoming, name, "incoming")
+    return grid_path, local, incoming
+
+
+def files(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def test_merge_adds_the_incoming_arms_and_the_file_verifies(tmp_path, capsys):
+    from check import load
+
+    grid_path, local, incoming = trees(tmp_path)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[sweep] merge paper-lr0.0001-s1: added arm(s) gmts; base kept (shared cache); 1 log(s) copied"
+    merged, theirs = load(local / "paper-lr0.0001-s1" / "results.json"), load(incoming / "paper-lr0.0001-s1" /
+                                                                               "results.json")
+    assert list(merged["arms"]) == ["ets", "gmts"] and merged["arms"] == theirs["arms"]
+    assert merged["base"] == theirs["base"] and merged["summary"] == theirs["summary"]
+    assert merged["merges"] == [{"arms": ["gmts"], "incoming_digest": theirs["digest"], "versions": None,
+                                 "base": "shared cache"}]
+    assert (local / "paper-lr0.0001-s1" / "curves.png").is_file()
+    # the absent log of the cell is copied; a local log is never overwritten; other cells' logs stay out
+    assert (local / "logs" / "paper-lr0.0001-s1-ets+gmts.log").read_text() == "incoming"
+    assert (local / "logs" / "paper-lr0.0001-s1-ets.log").read_text() == "local"
+    assert sorted(p.name for p in (local / "logs").iterdir()) == [
+        "paper-lr0.0001-s1-ets+gmts.log", "paper-lr0.0001-s1-ets.log", "paper-lr0.0001-s2-ets+gmts.log"]
+    assert not (local / "sweep.json").exists() and not (local / "sweep.png").exists()  # --summarize writes those
+
+
+def test_merge_pairs_a_recomputed_base_with_the_shared_cache_and_records_it(tmp_path, capsys):
+    from check import load
+
+    grid_path, local, incoming = trees(tmp_path)
+    replaced = [e["pass@1"] for e in base_evals(7)]
+    assert replaced != [e["pass@1"] for e in base_evals(0)]
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = f"base replaced by the shared cache (incoming pass@1 {', '.join(f'{p:.4f}' for p in replaced)})"
+    assert lines[1:] == [f"[sweep] merge paper-lr0.0002-s1: added arm(s) grpo; {said}",
+                         f"[sweep] merge paper-lr0.0001-s2: added arm(s) ets, gmts; {said}; 1 log(s) copied"]
+    cache = json.loads((local / "base-evals" / f"{EVAL_HASH}.json").read_text())
+    for name, arms in (("paper-lr0.0002-s1", ["ets", "gmts", "grpo"]), ("paper-lr0.0001-s2", ["ets", "gmts"])):
+        merged, theirs = load(local / name / "results.json"), load(incoming / name / "results.json")
+        assert list(merged["arms"]) == arms and all(merged["arms"][a] == theirs["arms"][a] for a in theirs["arms"])
+        assert merged["base"] == {"evals": cache["evals"], "eval_hash": EVAL_HASH}
+        assert merged["merges"] == [{"arms": list(theirs["arms"]), "incoming_digest": theirs["digest"],
+                                     "versions": None, "base": "shared cache", "replaced_base_pass@1": replaced}]
+        assert merged["summary"]["base"]["pass@1"] == [e["pass@1"] for e in cache["evals"]]
+    assert load(local / "paper-lr0.0002-s1" / "results.json")["data"] == {"heldout": HELDOUT}
+
+
+def test_summarize_needs_the_merge_after_a_base_was_evaluated_again(tmp_path):
+    import shutil
+
+    grid_path, local, incoming = trees(tmp_path)
+    copied = tmp_path / "copied" / "demo"  # the incoming cell copied in as it is: its base is not the others'
+    shutil.copytree(local, copied)
+    shutil.copytree(incoming / "paper-lr0.0001-s2", copied / "paper-lr0.0001-s2")
+    unmerged = sweep.load_grid(grid_path)
+    unmerged.results_dir = str(copied.parent)
+    with pytest.raises(sweep.SweepError, match="cells disagree on the base evaluation"):
+        sweep.summarize(unmerged)
+    grid = sweep.load_grid(grid_path)
+    sweep.merge(grid, incoming)
+    summary = sweep.verify(sweep.write_summary(grid, grid_path))
+    rows = {(p["comparison"], p["learning_rate"]): p for p in summary["pooled"]}
+    assert rows[("gmts - ets", 1e-4)]["seeds"] == [1, 2] and rows[("gmts - ets", 2e-4)]["seeds"] == [1]
+
+
+def test_merging_the_same_folder_again_changes_nothing(tmp_path, capsys):
+    grid_path, local, incoming = trees(tmp_path)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    before = files(local)
+    capsys.readouterr()
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    assert files(local) == before
+    assert capsys.readouterr().out.splitlines() == [f"[sweep] merge {name}: unchanged" for name in
+                                                    ("paper-lr0.0001-s1", "paper-lr0.0002-s1", "paper-lr0.0001-s2")]
+
+
+def _other_arm(r: dict) -> None:
+    r["arms"]["ets"]["learning_rate"] = 2e-4
+
+
+def _other_config(r: dict) -> None:
+    r["config_hash"] = "y"
+
+
+def _other_heldout(r: dict) -> None:
+    r["data"]["heldout"] = HELDOUT[::-1]
+
+
+def _other_eval_hash(r: dict) -> None:
+    r["base"]["eval_hash"] = "f" * 64
+
+
+@pytest.mark.parametrize("cell, edit, reseal, match", [
+    ("paper-lr0.0001-s1", _other_arm, True, "paper-lr0.0001-s1: arm ets differs from the local one"),
+    ("paper-lr0.0001-s1", _other_config, True, "paper-lr0.0001-s1: config_hash y differs from the local cell's x"),
+    ("paper-lr0.0001-s1", _other_heldout, True, "paper-lr0.0001-s1: held-out tasks differ from the local cell's"),
+    ("paper-lr0.0001-s1", _other_eval_hash, True,
+     "paper-lr0.0001-s1: base eval hash ffffffffffff differs from the local cell's eeeeeeeeeeee"),
+    ("paper-lr0.0001-s2", _other_eval_hash, True,
+     "paper-lr0.0001-s2: base eval hash ffffffffffff is not the local shared cache's \\(eeeeeeeeeeee in "),
+    ("paper-lr0.0001-s2", _other_arm, False, "paper-lr0.0001-s2: .*results.json: digest mismatch"),
+])
+def test_a_merge_that_cannot_be_exact_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys, cell, edit,
+                                                                                 reseal, match):
+    """Every cell is checked before any is written: paper-lr0.0002-s1 (fine, earlier in the grid) is not merged
+    either."""
+    import re
+
+    grid_path, local, incoming = trees(tmp_path)
+    path = incoming / cell / "results.json"
+    results = json.loads(path.read_text())
+    edit(results)
+    path.write_text(json.dumps(seal(results) if reseal else results))
+    before = files(local)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and re.match(f"sweep.py: --merge: {match}", err), err
+    assert files(local) == before
+
+
+def test_merge_needs_an_existing_folder(tmp_path, capsys):
+    grid_path = write_grid(tmp_path, GRID)
+    assert sweep.main([str(grid_path), "--merge", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.startswith(f"sweep.py: --merge {tmp_path / 'nowhere'}: no such folder")
