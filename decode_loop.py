@@ -79,6 +79,16 @@ three graphs). Still separate graphs: another cache length, temperature or sampl
 with dropout (it keeps its train mode while generating), unmerged adapters. The effect on an H200 (expected: one compile
 of ~33 s instead of three, and one CUDA graph recorded per number of rows as before) is not measured yet.
 
+Nested compile regions (`compile_regions=True`, the trainer's `generation_compile_regions`; off until an H200 measures
+it): the cold compilation of the 28-layer step is mostly inductor's lowering and code generation of 28 unrolled copies
+of one layer (48 s cold against 11 s on a warm cache on an H200). `layer_regions` marks each decoder layer's forward
+as a torch.compiler.nested_compile_region: dynamo still traces every layer, but installs equal layer graphs once
+(invoke_subgraph) and inductor compiles that one. It traces with fullgraph through the layer's in-place cache write,
+with the tokens of eager (tests/test_decode_loop.py), but only with static rows (`_mark_for_compile` says why): one
+compilation per number of rows, two in a complete run (the evaluation's and the training step's batch), where the
+unrolled step compiles once. On the CPU (28 tiny layers, inductor) one compilation took ~37 s against ~93 s unrolled
+(bench/README.md, "Nested compile regions").
+
 Measured on an H200 (Qwen2.5-Coder-1.5B): 1.13x against generate at 64 rows, 1.10x at 880 with pass@1 0.336
 against 0.318 (bench/decode-loop-*-h200.json); in the training step generation 1.02 -> 0.85 s
 (bench/step-profile-h200-decode-loop.txt). The compiled path has no .item()/.tolist() in the step and no branching
@@ -90,6 +100,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import types
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -179,16 +190,16 @@ COMPILE_MODE = "reduce-overhead"
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
 
 
-def _buffers(model, batch: int, cache_len: int, device: torch.device):
+def _buffers(model, batch: int, cache_len: int, device: torch.device, regions: bool = False):
     """The static cache and the decode state for this shape, reset in place when the last call had the same shape: the
     same addresses every call, so a CUDA graph recorded once is replayed (new tensors would make it re-record), as
     transformers reuses its static cache. Only the last shape is kept (an 880-row cache is gigabytes). The outputs are
     as wide as the cache, which bounds any max_new_tokens: one compiled graph per cache length and one CUDA graph
     recorded per (rows, cache length), whatever the number of new tokens (bench/step.py profiles 16 and 40 on the
-    256-token call's graph)."""
+    256-token call's graph). `regions` is in the key: its tensors carry other dynamo marks (`_mark_for_compile`)."""
     from transformers import StaticCache
 
-    key = (batch, cache_len, device, next(model.parameters()).dtype)
+    key = (batch, cache_len, device, next(model.parameters()).dtype, regions)
     if _BUFFERS and _BUFFERS[0][0]() is model and _BUFFERS[0][1] == key:
         cache, state = _BUFFERS[0][2:]
         cache.reset()
@@ -205,14 +216,21 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device):
     return cache, state
 
 
-def _mark_for_compile(cache, state: DecodeState) -> None:
+def _mark_for_compile(cache, state: DecodeState, regions: bool = False) -> None:
     """Before the compiled step's first call on these tensors: static addresses (a CUDA graph replays at them, and
     cudagraph trees take their in-place updates as mutations of static inputs), and dim 0, the rows, symbolic, every
     other dim static (the cache length above all): 64 and 880 rows trace one graph. `maybe_mark_dynamic`, not
     `mark_dynamic`: where the model specializes the rows (1 row: dynamo fixes sizes 0 and 1) the step recompiles for
-    that size instead of failing."""
+    that size instead of failing. With `regions` (`layer_regions`) the rows stay static: one graph per number of rows.
+    Symbolic rows cannot serve there (torch 2.13): dynamo gives each marked tensor's rows a symbol of its own, so
+    each layer's subgraph (reading its own cache layer) differs from the others, and where they are made one symbol
+    (dynamic=True, every other dim marked static), AOT autograd, functionalizing a region that writes the cache in
+    place (auto_functionalized_v2), reads the rows as an int inside the layer's first matrix product and fixes them
+    anyway (bench/README.md, "Nested compile regions")."""
     for f in fields(state):
         torch._dynamo.mark_static_address(getattr(state, f.name))
+    if regions:
+        return
     rows = [state.token, state.position_ids, state.attention_mask, state.unfinished, state.tokens, state.entropy]
     rows += [t for layer in cache.layers for t in (layer.keys, layer.values)]
     for t in rows:
@@ -259,6 +277,48 @@ def _eval_mode_is_exact(model: torch.nn.Module) -> bool:
                     and any(word in name for word in DROPOUT_NAMES)):
                 return False
     return True
+
+
+_REGION_FORWARDS: dict[type, object] = {}  # decoder layer class -> its forward as a nested compile region
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated decoder layers: transformers' layers (GradientCheckpointingLayer) held in a ModuleList, without a
+    forward of their own instance (a hook's or adapter's: wrapping the class's forward would skip it)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [layer for parent in model.modules() if isinstance(parent, torch.nn.ModuleList) for layer in parent
+            if isinstance(layer, GradientCheckpointingLayer) and "forward" not in vars(layer)]
+
+
+def _region_forward(cls: type):
+    """`cls.forward` marked as torch.compiler.nested_compile_region, one object per class: dynamo guards on the
+    function the step calls, so a new wrapper per call would recompile."""
+    if cls not in _REGION_FORWARDS:
+        _REGION_FORWARDS[cls] = torch.compiler.nested_compile_region(cls.forward)
+    return _REGION_FORWARDS[cls]
+
+
+@contextlib.contextmanager
+def layer_regions(model: torch.nn.Module) -> Iterator[None]:
+    """Each decoder layer's forward as a nested compile region for the block (an instance attribute, deleted after,
+    also on an exception): dynamo traces each layer into a subgraph, the equal subgraphs are installed once
+    (invoke_subgraph) and inductor compiles the layer once instead of 28 unrolled copies. Eager it calls the
+    layer's forward as it is. The layer's in-place write of its keys and values into the static cache is an input
+    mutation, which invoke_subgraph supports, with static shapes only (`_mark_for_compile`). Refused for a model with
+    no decoder layer to wrap."""
+    layers = _decoder_layers(model)
+    if not layers:
+        raise ValueError(f"decode_loop: compile_regions=True found no decoder layer (transformers' "
+                         f"GradientCheckpointingLayer in a ModuleList) in {type(model).__name__}; pass "
+                         f"compile_regions=False")
+    try:
+        for layer in layers:
+            layer.forward = types.MethodType(_region_forward(type(layer)), layer)
+        yield
+    finally:
+        for layer in layers:
+            vars(layer).pop("forward", None)
 
 
 @contextlib.contextmanager
@@ -315,12 +375,12 @@ def step_view(model: torch.nn.Module) -> Iterator[None]:
             model.forward = fused_head
 
 
-def compiled_step(backend: str = "inductor"):
-    """`decode_step` compiled once per process and `COMPILE_MODE` (fullgraph, static shapes but the rows, which
-    `sample` marks symbolic; CUDA graphs with inductor)."""
+def compiled_step(backend: str = "inductor", regions: bool = False):
+    """`decode_step` compiled once per process, `COMPILE_MODE` and `regions` (fullgraph, static shapes but the rows,
+    which `sample` marks symbolic unless `regions`; CUDA graphs with inductor)."""
     if COMPILE_MODE not in COMPILE_MODES:
         raise ValueError(f"decode_loop.COMPILE_MODE {COMPILE_MODE!r}: use one of {', '.join(COMPILE_MODES)}")
-    key = (backend, COMPILE_MODE)
+    key = (backend, COMPILE_MODE, regions)
     if key not in _COMPILED:
         options = {"mode": COMPILE_MODE} if backend == "inductor" else {}
         _COMPILED[key] = torch.compile(decode_step, backend=backend, fullgraph=True, dynamic=False, **options)
@@ -410,7 +470,8 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
            sampler: str = "exponential", cache_len: int | None = None, check_every: int = CHECK_EVERY,
            compile_backend: str = "inductor", top_k: int | None = 0, top_p: float | None = 1.0,
            min_p: float | None = None, repetition_penalty: float | None = 1.0, return_entropy: bool = False,
-           rows_per_prompt: int = 1) -> torch.LongTensor | tuple[torch.LongTensor, torch.Tensor]:
+           rows_per_prompt: int = 1, compile_regions: bool = False
+           ) -> torch.LongTensor | tuple[torch.LongTensor, torch.Tensor]:
     """What `model.generate(input_ids, attention_mask, do_sample=True, temperature=T, top_k=0, top_p=1.0)` returns:
     the left-padded prompt and the completion, (B, P + n), pad after a row's EOS, n = max_new_tokens or the step at
     which the last row emitted EOS. The top_k .. repetition_penalty arguments only refuse what is not supported.
@@ -418,7 +479,9 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     computed inside the step, column t for token t. `rows_per_prompt` g: the rows come in consecutive groups of g
     with identical input_ids and attention_mask (k samples of one prompt), whose prefill is computed once per group
     (`_prefill`); rows that are not such groups are refused. The model is run as `step_view` shows it: a merged PEFT
-    model as its plain transformers model, one compiled step for both."""
+    model as its plain transformers model, one compiled step for both. `compile_regions` (with `compiled`): the
+    decoder layers compiled once as nested compile regions (`layer_regions`), not unrolled, the same computation, but
+    the rows static: one compilation per number of rows (`_mark_for_compile` says why)."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
     batch, prompt_len = input_ids.shape
     total = prompt_len + max_new_tokens
@@ -436,8 +499,9 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     device = input_ids.device
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # as generate: PEFT's wrapper off
 
-    with step_view(model):  # the module tree, modes and flags every model's step shares: one graph
-        cache, state = _buffers(model, batch, cache_len, device)
+    regions = compiled and compile_regions
+    with step_view(model), layer_regions(model) if regions else contextlib.nullcontext():  # one graph
+        cache, state = _buffers(model, batch, cache_len, device, regions)
         position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
         state.attention_mask.zero_()
         state.attention_mask[:, :prompt_len] = mask
@@ -450,8 +514,8 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
         _advance(state, logits, temperature, eos, pad_token_id, sampler)
         step = decode_step
         if compiled:
-            _mark_for_compile(cache, state)
-            step = compiled_step(compile_backend)
+            _mark_for_compile(cache, state, regions)
+            step = compiled_step(compile_backend, regions)
         flag = _DoneFlag(device)
         done = 1
         while done < max_new_tokens:
@@ -467,7 +531,8 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
 
 
 def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, config,
-                       cache_len: int | None = None, return_entropy: bool = False, rows_per_prompt: int = 1):
+                       cache_len: int | None = None, return_entropy: bool = False, rows_per_prompt: int = 1,
+                       compile_regions: bool = False):
     """`model.generate(input_ids, attention_mask=..., generation_config=config)` through `sample`: compiled on CUDA,
     eager elsewhere (no CUDA graphs to gain), the exponential sampler; temperature, max_new_tokens, EOS and pad ids from
     the config, whose top_k .. repetition_penalty `sample` refuses unless neutral (eval.py and the trainer use it)."""
@@ -479,7 +544,7 @@ def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch
                   pad_token_id=pad, compiled=input_ids.device.type == "cuda", sampler="exponential",
                   cache_len=cache_len, top_k=config.top_k, top_p=config.top_p, min_p=config.min_p,
                   repetition_penalty=config.repetition_penalty, return_entropy=return_entropy,
-                  rows_per_prompt=rows_per_prompt)
+                  rows_per_prompt=rows_per_prompt, compile_regions=compile_regions)
 
 
 def completion_length(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> int:

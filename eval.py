@@ -77,7 +77,8 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                      temperature: float = 1.0, batch_size: int = 32, progress: bool = True,
                      sampling: Sampling | None = None, fast: bool = False,
                      grouped_attention: bool = False, deferred_stop: bool = False,
-                     decode_kernel: str = "sdpa", decode_loop: str = "transformers") -> list[list[str]]:
+                     decode_kernel: str = "sdpa", decode_loop: str = "transformers",
+                     compile_regions: bool = False) -> list[list[str]]:
     """k sampled completions per prompt, seeded. Returns texts, one list per prompt (in the order given).
 
     Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
@@ -94,6 +95,8 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     There, when every batch holds whole groups of a prompt's k rows (batch size a multiple of k: the paper's 880 rows,
     k=4), each prompt's prefill is computed once and its KV cache copied to its k rows (`rows_per_prompt`), which
     leaves the samples unchanged (equal on the CPU; on a GPU the smaller prefill GEMMs may round otherwise in bf16).
+    `compile_regions`: the compiled step's decoder layers compiled once, not unrolled (`decode_loop.layer_regions`,
+    the trainer's generation_compile_regions); CUDA only, where the step is compiled.
     """
     import torch
     from tqdm.auto import tqdm
@@ -139,7 +142,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                                   padding_side="left", add_special_tokens=False).to(device)  # (B, P), left-padded
                 if compiled_step:
                     gen = sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len,
-                                             rows_per_prompt=rows_per_prompt)
+                                             rows_per_prompt=rows_per_prompt, compile_regions=compile_regions)
                 else:
                     gen = model.generate(**batch, generation_config=config)  # (B, P + new)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
@@ -183,7 +186,8 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
                        temperature: float = 1.0, batch_size: int = 32, system_prompt: str | None = None,
                        progress: bool = True, sampling: Sampling | None = None, fast: bool = False,
                        grouped_attention: bool = False, deferred_stop: bool = False,
-                       decode_kernel: str = "sdpa", decode_loop: str = "transformers") -> dict:
+                       decode_kernel: str = "sdpa", decode_loop: str = "transformers",
+                       compile_regions: bool = False) -> dict:
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds"}."""
     import time
 
@@ -194,7 +198,8 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     prompts = [to_prompt(t["question"], resolve_prompt(system_prompt)) for t in tasks]
     samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress,
                                sampling=sampling, fast=fast, grouped_attention=grouped_attention,
-                               deferred_stop=deferred_stop, decode_kernel=decode_kernel, decode_loop=decode_loop)
+                               deferred_stop=deferred_stop, decode_kernel=decode_kernel, decode_loop=decode_loop,
+                               compile_regions=compile_regions)
     t1 = time.perf_counter()
     records = score_samples(samples, tasks)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,

@@ -207,6 +207,15 @@ class GMTSConfig(GRPOConfig):
                           "other random numbers on CUDA than generate's. Measured by bench/step.py "
                           "--generation_decode_loop compiled_step.", "choices": list(DECODE_LOOPS)},
     )
+    generation_compile_regions: bool = field(
+        default=False,
+        metadata={"help": "With generation_decode_loop compiled_step: compile the step's decoder layers once as nested "
+                          "compile regions (decode_loop.layer_regions) instead of as 28 unrolled copies: less "
+                          "inductor work per compilation, but one compilation per number of rows (the evaluation's "
+                          "and the training step's) where the unrolled step compiles once. Same computation, maybe "
+                          "other rounding (no fusion across layers). Unmeasured on a GPU: bench/decode_options.py "
+                          "--option compile_regions. Also used by the recipe's fast evaluation."},
+    )
     lora_autocast_inputs: bool = field(
         default=True,
         metadata={"help": "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's "
@@ -286,6 +295,9 @@ def omega_is_modeled(args: GMTSConfig) -> bool:
 
 def check_generation_config(args: GMTSConfig) -> None:
     """The generation options apply to transformers' `generate`, the path TRL takes without vLLM or batching."""
+    if args.generation_compile_regions and args.generation_decode_loop != "compiled_step":
+        raise ValueError("generation_compile_regions compiles the decoder layers of decode_loop's compiled step; set "
+                         "generation_decode_loop='compiled_step' or drop it.")
     if args.generation_decode_loop == "compiled_step":
         if args.use_vllm or args.use_transformers_continuous_batching:
             other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
@@ -597,17 +609,19 @@ def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
 
 
 @contextlib.contextmanager
-def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None):
+def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None,
+                     compile_regions: bool = False):
     """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
-    with decode_loop.sample_with_config, compiled on CUDA; the recorder, if any, takes the entropy computed inside the
-    step. Other inputs (a VLM's pixel values) are refused: the loop decodes token ids only."""
+    with decode_loop.sample_with_config, compiled on CUDA (`compile_regions`: its decoder layers as nested compile
+    regions); the recorder, if any, takes the entropy computed inside the step. Other inputs (a VLM's pixel values)
+    are refused: the loop decodes token ids only."""
 
     def generate(input_ids, attention_mask, generation_config, **other):
         if other:
             raise ValueError(f"generation_decode_loop='compiled_step' decodes token ids only, not {', '.join(other)}; "
                              f"use generation_decode_loop='transformers'.")
         out = sample_with_config(model, input_ids, attention_mask, generation_config, cache_len,
-                                 return_entropy=recorder is not None)
+                                 return_entropy=recorder is not None, compile_regions=compile_regions)
         if recorder is None:
             return out
         recorder.take(out[1])
@@ -768,7 +782,8 @@ class GMTSTrainer(GRPOTrainer):
                 self.generation_config.max_cache_len = cache_len
                 stack.enter_context(without_input_grad_hooks(model))
             if loop:  # the recorder, if any, takes the entropy the compiled step computed
-                stack.enter_context(with_decode_loop(model, cache_len, self._recorder))
+                stack.enter_context(with_decode_loop(model, cache_len, self._recorder,
+                                                     self.args.generation_compile_regions))
             elif self._recorder is not None:
                 stack.enter_context(with_logits_processor(model, self._recorder))
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)

@@ -77,7 +77,7 @@ NOT_HASHED = {"arm", "resume", "results_dir", "experiment", "output_dir", "loggi
               "ets_nz_learning_rate",
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
               "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "lora_autocast_inputs",
-              "save_minutes", "training_compile",
+              "save_minutes", "training_compile", "generation_compile_regions",
               "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
@@ -87,7 +87,7 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
                       "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
-                      "lora_autocast_inputs", "training_compile")
+                      "lora_autocast_inputs", "training_compile", "generation_compile_regions")
 
 
 @dataclass
@@ -657,7 +657,8 @@ class Run:
                                 grouped_attention=self.train_args.generation_grouped_attention,
                                 deferred_stop=self.train_args.generation_deferred_stop,
                                 decode_kernel=self.train_args.generation_decode_kernel,
-                                decode_loop=self.train_args.generation_decode_loop)
+                                decode_loop=self.train_args.generation_decode_loop,
+                                compile_regions=self.train_args.generation_compile_regions)
         ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
         return ev
 

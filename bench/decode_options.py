@@ -21,6 +21,12 @@ seed for both: the share of identical completions says how far the option moved 
 - `--option shared_prefill` (with `--k` > 1): `decode_loop.sample` with a prefill per row against one per prompt
   copied to its k rows (`rows_per_prompt`, what generate_samples passes when its batches hold whole groups), same
   options as decode_loop's "on" row.
+- `--option compile_regions`: `decode_loop.sample` with the 28 decoder layers unrolled in the compiled step against
+  each compiled once as a nested compile region (`compile_regions`, generation_compile_regions), same options as
+  decode_loop's "on" row: the per-token speed of each, and each row's first call (`first_s`, its compilation). The
+  second row's first call can reuse Triton kernels the first row built in the same process (same inductor cache), so
+  the cold cost of the switch is a complete run's (bench/complete_run.py ... --generation_compile_regions true on a
+  fresh TORCHINDUCTOR_CACHE_DIR, against the committed cold run without it; bench/README.md says the command).
 
 `--k`: samples per prompt, --rows / k prompts (the evaluation's layout: k=4); with k > 1 the decode_loop option's
 compiled-step row shares each prompt's prefill.
@@ -34,6 +40,8 @@ Every row records its pass@1 (GSM8K's scorer, `eval.score_samples`) on the promp
         --rows 64 --out bench/decode-loop-64-h200.json
     python bench/decode_options.py --option shared_prefill --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
         --rows 880 --k 4 --out bench/shared-prefill-880-h200.json
+    python bench/decode_options.py --option compile_regions --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
+        --rows 64 --out bench/compile-regions-64-h200.json
     python bench/decode_options.py --markdown bench/grouped-attention-h200.json   # its table (bench/README.md)
 """
 
@@ -63,6 +71,9 @@ OPTIONS = {  # option: (column title, label off, label on, what the identical sh
                              "otherwise in bf16, which moves the samples; pass@1 of both rows is the check"),
     "shared_prefill": ("prefill", "per row", "once per prompt", "the same prefill on k times fewer rows; other GEMM "
                        "shapes may round it otherwise in bf16 (equal on a CPU in float32, tests/test_decode_loop.py)"),
+    "compile_regions": ("decoder layers in the step", "unrolled", "nested regions", "the same computation; inductor "
+                        "fuses no kernel across a layer's boundary, which may round otherwise in bf16 (equal tokens "
+                        "on a CPU in float32, tests/test_decode_loop.py)"),
 }
 
 
@@ -138,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                        "decode_loop": "compiled_step"}
             if args.option == "shared_prefill":
                 decode_loop.sample_with_config = shared if on else per_row
+            elif args.option == "compile_regions":
+                options["compile_regions"] = on
             else:
                 decode_loop.COMPILE_MODE = labels[on]  # the compiled step is cached per mode: each compiles once
         run = lambda: generate_samples(model, tok, prompts, k=args.k, seed=0,  # noqa: E731

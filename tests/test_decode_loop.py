@@ -307,13 +307,15 @@ def compile_counting(monkeypatch) -> list:
     return graphs
 
 
-def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch):
+@pytest.mark.parametrize("regions", [False, True], ids=["unrolled", "regions"])
+def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch, regions):
     """A complete run's uses of the compiled step in one process (recipe.py --arm ets,gmts): the base evaluation of the
     plain model (12 rows, k=2 samples per prompt: a shared prefill, no entropy), then per arm a training step's
     generation (8 rows, the PEFT model with its adapter merged, train mode, gradient checkpointing turned off around
     it by TRL, the entropy recorded) and the arm's evaluation (12 rows, the PEFT model merged, eval mode, gradient
     checkpointing left on after training). One compilation for all of them: before this change three (one per
-    entropy signature and number of rows, one more for the PEFT model's wrappers, train mode and frozen weights)."""
+    entropy signature and number of rows, one more for the PEFT model's wrappers, train mode and frozen weights).
+    With generation_compile_regions: one per number of rows (12 and 8), each with the decoder layers as one subgraph."""
     from eval import generate_samples
     from test_eval import _tiny_chat_model
     from test_trainer import make_trainer
@@ -322,12 +324,14 @@ def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch):
     base, tok = _tiny_chat_model()
     prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8", "99", "4+4+4", "6")]
     evaluate = lambda model: generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=6,  # noqa: E731
-                                              progress=False, fast=True, batch_size=12, decode_loop="compiled_step")
+                                              progress=False, fast=True, batch_size=12, decode_loop="compiled_step",
+                                              compile_regions=regions)
     evaluate(base)
     assert len(graphs) == 1
     for arm in ("entropy", "gmts"):
         trainer = make_trainer(tmp_path / arm, token_selection=arm, generation_decode_loop="compiled_step",
-                               generation_merge_adapter=True, max_completion_length=6)
+                               generation_merge_adapter=True, max_completion_length=6,
+                               generation_compile_regions=regions)
         assert trainer.args.gradient_checkpointing
         recorded = []
         original = trainer._batch_entropy
@@ -335,7 +339,9 @@ def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch):
         trainer.train()
         assert recorded and trainer.entropy_source_used == "generation"  # the step's entropy, at 8 rows
         evaluate(trainer.model)
-    assert len(graphs) == 1
+    assert len(graphs) == (2 if regions else 1)
+    subgraphs = [sum(isinstance(c, torch.fx.GraphModule) for _, c in graph.named_children()) for graph in graphs]
+    assert subgraphs == ([1, 1] if regions else [0])
 
 
 def test_one_graph_for_every_number_of_rows_with_the_tokens_and_entropy_of_eager(tiny, monkeypatch):
@@ -416,3 +422,111 @@ def test_the_step_view_is_the_plain_model_samples_the_same_and_is_undone_on_an_e
                                  sampler="multinomial")
         assert snapshot() == before
     assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("kernel", [None, "matmul"])
+def test_compile_regions_trace_one_layer_subgraph_for_every_layer_with_the_tokens_of_eager(monkeypatch, kernel):
+    """compile_regions=True on a 4-layer model (dynamo and AOT autograd, backend aot_eager), also through grouped
+    attention's matmul kernel (the evaluation's setting): the 4 decoder layers are 4 calls of one subgraph
+    (invoke_subgraph), through each layer's in-place cache write, and the tokens and the entropy equal eager's at the
+    same seed. The rows are static there: 12 then 6 rows compile twice, 12 rows again not."""
+    import contextlib
+
+    from torch._dynamo.backends.debugging import aot_eager
+
+    from attention import grouped_query_attention
+
+    graphs = []
+    counting = lambda gm, inputs: graphs.append(gm) or aot_eager(gm, inputs)  # noqa: E731
+    monkeypatch.setattr(decode_loop, "_COMPILED", {})
+    torch._dynamo.reset()
+    tok = tiny_tokenizer()
+    model = sharpen(tiny_model(tok, layers=4).eval())
+    stack = contextlib.ExitStack()
+    if kernel:
+        stack.enter_context(grouped_query_attention(model, kernel))
+    for prompts in (grouped(RAGGED, 2), RAGGED, grouped(RAGGED, 2)):
+        batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        out = {}
+        for compiled in (False, True):
+            torch.manual_seed(1)
+            out[compiled] = decode_loop.sample(
+                model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12, temperature=0.8,
+                eos_token_ids=[1, 5], pad_token_id=0, compiled=compiled, cache_len=32, return_entropy=True,
+                compile_backend=counting, compile_regions=True)
+        (tokens, entropy), (eager_tokens, eager_entropy) = out[True], out[False]
+        assert tokens.size(0) == len(prompts) and torch.equal(tokens, eager_tokens)
+        torch.testing.assert_close(entropy, eager_entropy)
+    stack.close()
+    assert len(graphs) == 2
+    for graph in graphs:
+        subgraphs = [name for name, child in graph.named_children() if isinstance(child, torch.fx.GraphModule)]
+        calls = [n for n in graph.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
+        assert len(subgraphs) == 1 and len(calls) == 4
+    assert not any("forward" in vars(layer) for layer in model.model.layers)
+
+
+def test_layer_regions_wrap_every_decoder_layer_and_are_undone_also_on_an_exception():
+    """Inside `layer_regions` each decoder layer's forward is its class's forward as one nested compile region (the
+    same function object for every layer and call: dynamo guards on it); afterwards, also after an exception, the
+    layers have no forward of their own again. A model without decoder layers is refused in one line."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, layers=3)
+    with pytest.raises(RuntimeError, match="inside"), decode_loop.layer_regions(model):
+        functions = {vars(layer)["forward"].__func__ for layer in model.model.layers}
+        assert len(functions) == 1 and hasattr(functions.pop(), "__marked_compile_region_fn__")
+        raise RuntimeError("inside")
+    assert not any("forward" in vars(layer) for layer in model.model.layers)
+    with decode_loop.layer_regions(model):
+        assert {vars(layer)["forward"].__func__ for layer in model.model.layers} == set(
+            decode_loop._REGION_FORWARDS.values())
+    with pytest.raises(ValueError, match="compile_regions=True found no decoder layer .* in Linear; pass "
+                                         "compile_regions=False"):
+        with decode_loop.layer_regions(torch.nn.Linear(2, 2)):
+            pass
+
+
+def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_need_the_compiled_step(tmp_path,
+                                                                                                        monkeypatch):
+    """generation_compile_regions: refused in one line without the compiled step (it would do nothing), not in the
+    config hash (same computation), recorded with the arm's generation options; the recipe's evaluations
+    (Run._evaluate -> eval.evaluate_pass_at_1 -> generate_samples) and the trainer's generation (with_decode_loop)
+    pass it on to decode_loop.sample."""
+    import eval as evaluation
+    import gmts_trainer
+    import recipe
+    from test_trainer import make_config
+
+    with pytest.raises(ValueError, match="set generation_decode_loop='compiled_step' or drop it") as err:
+        make_config(tmp_path, generation_compile_regions=True)
+    assert "\n" not in str(err.value)
+    flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false", "--generation_decode_loop",
+             "compiled_step"]
+    off = recipe.parse(flags)
+    on = recipe.parse([*flags, "--generation_compile_regions", "true"])
+    assert on[1].generation_compile_regions and not off[1].generation_compile_regions
+    assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
+    assert "generation_compile_regions" in recipe.GENERATION_OPTIONS
+
+    seen = {}
+    monkeypatch.setattr(evaluation, "evaluate_pass_at_1", lambda *a, **kw: seen.update(kw) or {"pass@1": 0.0})
+    run = recipe.Run.__new__(recipe.Run)
+    run.recipe, run.train_args = on[0], on[1]
+    run._evaluate(None, None, [], 0)
+    assert seen["compile_regions"] is True
+
+    from test_eval import _tiny_chat_model
+
+    calls, original = [], decode_loop.sample_with_config
+    monkeypatch.setattr(decode_loop, "sample_with_config", lambda *a, **kw: calls.append(kw) or original(*a, **kw))
+    base, tok = _tiny_chat_model()
+    evaluation.generate_samples(base, tok, [[{"role": "user", "content": "1+2"}]], k=2, seed=0, max_new_tokens=4,
+                                progress=False, fast=True, decode_loop="compiled_step", compile_regions=True)
+    assert calls and calls[0]["compile_regions"] is True
+
+    calls = []
+    monkeypatch.setattr(gmts_trainer, "sample_with_config", lambda *a, **kw: calls.append(kw) or a[1])
+    model = torch.nn.Linear(1, 1)
+    with gmts_trainer.with_decode_loop(model, 16, None, compile_regions=True):
+        model.generate(input_ids=torch.zeros(1, 2, dtype=torch.long), attention_mask=None, generation_config=None)
+    assert calls[0]["compile_regions"] is True
