@@ -86,8 +86,8 @@ as a torch.compiler.nested_compile_region: dynamo still traces every layer, but 
 (invoke_subgraph) and inductor compiles that one. It traces with fullgraph through the layer's in-place cache write,
 with the tokens of eager (tests/test_decode_loop.py), but only with static rows (`_mark_for_compile` says why): one
 compilation per number of rows, two in a complete run (the evaluation's and the training step's batch), where the
-unrolled step compiles once. On the CPU (28 tiny layers, inductor) one compilation took ~37 s against ~93 s unrolled
-(bench/README.md, "Nested compile regions").
+unrolled step compiles once. On the CPU (28 tiny layers, inductor; a one-off experiment, bench/README.md "Nested
+compile regions") one compilation took well under half the unrolled one's time; the GPU's gain is unmeasured.
 
 Measured on an H200 (Qwen2.5-Coder-1.5B): 1.13x against generate at 64 rows, 1.10x at 880 with pass@1 0.336
 against 0.318 (bench/decode-loop-*-h200.json); in the training step generation 1.02 -> 0.85 s
