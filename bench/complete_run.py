@@ -129,7 +129,7 @@ def resummarize(out: Path, results_path: Path) -> int:
     return 0
 
 
-TABLE_HEADER = ("| run | training_compile | compile cache | GPU min | compiling (s) | first base evaluation (s) "
+TABLE_HEADER = ("| run | training_compile | compile regions | compile cache | GPU min | compiling (s) | first base evaluation (s) "
                 "| first step ETS, GMTS (s) | median step ETS, GMTS (s) | arms ETS, GMTS (min) | pass@1 ETS, GMTS |")
 
 
@@ -147,7 +147,9 @@ def table(paths: list[Path]) -> str:
             continue
         cache = d.get("compile_cache")
         compiling = "-" if d.get("compile_s") is None else f"{d['compile_s']:.0f}"
-        lines.append(f"| {path.name} | {'on' if d['generation_options'].get('training_compile') else 'off'} "
+        switch = {k: "on" if d["generation_options"].get(k) else "off"
+                  for k in ("training_compile", "generation_compile_regions")}
+        lines.append(f"| {path.name} | {switch['training_compile']} | {switch['generation_compile_regions']} "
                      f"| {'-' if cache is None else ('warm' if cache['warm'] else 'cold')} | {d['gpu_minutes']:.2f} "
                      f"| {compiling} | {d['base_eval_s'][0]:.0f} | {pair(d['first_step_s'], '.1f')} "
                      f"| {pair(d.get('median_step_s', {}), '.2f')} | {pair(d['arm_wall_minutes'], '.2f')} "

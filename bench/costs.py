@@ -48,7 +48,7 @@ def _source(path: Path, root: Path) -> str:
 
 
 LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing", "decode_kernel", "decode_loop",
-              "training_compile")  # each row records
+              "training_compile", "compile_regions")  # each row records
 
 
 def _options(gen: dict, grouped: bool, checkpointing: bool) -> dict:
@@ -57,7 +57,8 @@ def _options(gen: dict, grouped: bool, checkpointing: bool) -> dict:
     return dict(zip(LEVER_KEYS, (grouped, bool(gen.get("generation_deferred_stop", False)), checkpointing,
                                  gen.get("generation_decode_kernel", "sdpa"),
                                  gen.get("generation_decode_loop", "transformers"),
-                                 bool(gen.get("training_compile", False)))))
+                                 bool(gen.get("training_compile", False)),
+                                 bool(gen.get("generation_compile_regions", False)))))
 
 
 def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
@@ -215,7 +216,10 @@ def levers(row: dict) -> str | None:
     off (every lever of issue 11); those with the two-matmul decode kernel; those with the compiled decode loop
     (`generation_decode_loop: compiled_step`); those with the decoder layers compiled for the update too
     (`training_compile`). Each column adds its switch to the one before; other mixes (none measured) belong to no
-    column. Rows from before a switch existed ran with it off."""
+    column. Rows from before a switch existed ran with it off. `generation_compile_regions` (unmeasured until a lease
+    times it: bench/complete_run.py --table lists such runs) is no column yet."""
+    if row.get("compile_regions", False):
+        return None
     grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
         row.get("gradient_checkpointing", True)
     every_lever = grouped and deferred and not checkpointing

@@ -123,15 +123,18 @@ def test_the_timed_runs_table_reads_every_number_off_the_files(tmp_path, capsys)
     older = {**mod.summary(_results(compile_seconds=False), 436.2, 0, [])}  # no compile seconds, no cache
     del older["median_step_s"]  # a summary from before it recorded them
     crashed = {**ok, "returncode": 1}
+    regions = {**ok, "generation_options": {**ok["generation_options"], "training_compile": False,
+                                            "generation_compile_regions": True}}
     paths = []
-    for name, d in (("warm.json", ok), ("older.json", older), ("crashed.json", crashed)):
+    for name, d in (("warm.json", ok), ("older.json", older), ("crashed.json", crashed), ("regions.json", regions)):
         paths.append(tmp_path / name)
         paths[-1].write_text(json.dumps(d))
     assert mod.main(["--table", *map(str, paths)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == mod.TABLE_HEADER and lines[1] == "|---" * 10 + "|"
+    assert lines[0] == mod.TABLE_HEADER and lines[1] == "|---" * 11 + "|"
     assert lines[2:] == [
-        "| warm.json | on | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 50.0 |",
-        "| older.json | on | - | 7.27 | - | 30 | 122.5, 1.5 | -, - | 1.50, 1.50 | 50.0, 50.0 |",
-        "| crashed.json | recipe.py exited 1: not a complete run |"]
+        "| warm.json | on | off | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 50.0 |",
+        "| older.json | on | off | - | 7.27 | - | 30 | 122.5, 1.5 | -, - | 1.50, 1.50 | 50.0, 50.0 |",
+        "| crashed.json | recipe.py exited 1: not a complete run |",
+        "| regions.json | off | on | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 50.0 |"]
     assert mod.main(["--table", str(tmp_path / "none.json")]) == 2

@@ -92,6 +92,9 @@ def _fixture(root: Path) -> None:
     _write(root / "bench" / "complete-run-h200-warm.json", {**timed, "gpu_minutes": 3.5, "compile_s": 30.0,
                                                              "first_step_s": {"ets": 20.0, "gmts": 1.5},
                                                              "compile_cache": {"dir": "/c", "warm": True}})
+    # decoder layers as nested compile regions: no column yet (a faster run must not enter the loop column's median)
+    _write(root / "bench" / "complete-run-h200-regions.json", {**timed, "gpu_minutes": 2.0, "generation_options": {
+        **timed["generation_options"], "training_compile": False, "generation_compile_regions": True}})
     # from a recipe.py before compile seconds were recorded (and of 32 rows: no row of the table)
     _write(root / "bench" / "complete-run-h200-older.json", {**timed, "rows": 32, "gpu_minutes": 9.0})
     _write(root / "results" / "qwen" / "base-evals" / "h.json", {
@@ -109,7 +112,8 @@ def test_rows_and_medians_on_fixture_files(tmp_path):
         "model": "m", "rows": 64, "total_s": 2.5, "first_step_s": 20.0, "steps": 3, "generation_s": 1.25,
         "forward_s": 0.25, "backward_s": 0.75, "grouped_attention": True, "deferred_stop": False,
         "gradient_checkpointing": True, "decode_kernel": "sdpa", "decode_loop": "transformers",
-        "training_compile": False, "source": "bench/step-profile-h200-on.json", "measured_by": "bench/step.py"}
+        "training_compile": False, "compile_regions": False, "source": "bench/step-profile-h200-on.json",
+        "measured_by": "bench/step.py"}
     assert by[(None, None, False, 64, False, "sdpa")]["total_s"] == 3.5
     assert costs.levers(by[(None, None, True, 64, True, "sdpa")]) == "all"
     assert costs.levers(by[(None, None, True, 64, True, "matmul")]) == "matmul"
@@ -139,10 +143,12 @@ def test_rows_and_medians_on_fixture_files(tmp_path):
     assert runs["paper-lr0.0002-s17"]["gpu_minutes"] == 5.0 + 5.5 + 3 * 126.0 / 60
     timed = {r["source"]: r for r in m["complete_run_timed"]}
     assert set(timed) == {"bench/complete-run-h200.json", "bench/complete-run-h200-older.json",
-                          "bench/complete-run-h200-warm.json"}  # not the crashed
+                          "bench/complete-run-h200-warm.json", "bench/complete-run-h200-regions.json"}  # not the crashed
+    assert costs.levers(timed["bench/complete-run-h200-regions.json"]) is None
+    assert costs.levers({**timed["bench/complete-run-h200-regions.json"], "compile_regions": False}) == "loop"
     assert {s: r["compile_cache"] for s, r in timed.items()} == {  # no field: cold
         "bench/complete-run-h200.json": "cold", "bench/complete-run-h200-older.json": "cold",
-        "bench/complete-run-h200-warm.json": "warm"}
+        "bench/complete-run-h200-warm.json": "warm", "bench/complete-run-h200-regions.json": "cold"}
     assert timed["bench/complete-run-h200.json"]["compile_gpu_minutes"] == 174.0 / 60
     assert timed["bench/complete-run-h200.json"]["first_step_s"] == {"ets": 122.5, "gmts": 1.5}
     assert "compile_gpu_minutes" not in timed["bench/complete-run-h200-older.json"]
