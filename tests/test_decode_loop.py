@@ -344,6 +344,22 @@ def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch, region
     assert subgraphs == ([1, 1] if regions else [0])
 
 
+def _assert_compiled_matches_eager(tok, model, prompts: list[str], backend, **options) -> None:
+    """The compiled step (through `backend`, with `options`) gives eager's tokens and entropy at the same seed, one
+    row per prompt (left padding, a 32-slot cache, 12 new tokens)."""
+    batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    out = {}
+    for compiled in (False, True):
+        torch.manual_seed(1)
+        out[compiled] = decode_loop.sample(
+            model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12, temperature=0.8,
+            eos_token_ids=[1, 5], pad_token_id=0, compiled=compiled, cache_len=32, return_entropy=True,
+            compile_backend=backend, **options)
+    (tokens, entropy), (eager_tokens, eager_entropy) = out[True], out[False]
+    assert tokens.size(0) == len(prompts) and torch.equal(tokens, eager_tokens)
+    torch.testing.assert_close(entropy, eager_entropy)
+
+
 def test_one_graph_for_every_number_of_rows_with_the_tokens_and_entropy_of_eager(tiny, monkeypatch):
     """The rows are the step's one symbolic dim: compiled (dynamo and AOT autograd, backend aot_eager) at 12 rows, the
     step serves 6 rows with no second compilation (before: one graph per number of rows), and at both sizes the
@@ -356,17 +372,7 @@ def test_one_graph_for_every_number_of_rows_with_the_tokens_and_entropy_of_eager
     torch._dynamo.reset()
     tok, model = tiny
     for prompts in (grouped(RAGGED, 2), RAGGED):
-        batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-        out = {}
-        for compiled in (False, True):
-            torch.manual_seed(1)
-            out[compiled] = decode_loop.sample(
-                model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12, temperature=0.8,
-                eos_token_ids=[1, 5], pad_token_id=0, compiled=compiled, cache_len=32, return_entropy=True,
-                compile_backend=counting)
-        (tokens, entropy), (eager_tokens, eager_entropy) = out[True], out[False]
-        assert tokens.size(0) == len(prompts) and torch.equal(tokens, eager_tokens)
-        torch.testing.assert_close(entropy, eager_entropy)
+        _assert_compiled_matches_eager(tok, model, prompts, counting)
     assert len(graphs) == 1
 
 
@@ -446,17 +452,7 @@ def test_compile_regions_trace_one_layer_subgraph_for_every_layer_with_the_token
     if kernel:
         stack.enter_context(grouped_query_attention(model, kernel))
     for prompts in (grouped(RAGGED, 2), RAGGED, grouped(RAGGED, 2)):
-        batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-        out = {}
-        for compiled in (False, True):
-            torch.manual_seed(1)
-            out[compiled] = decode_loop.sample(
-                model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12, temperature=0.8,
-                eos_token_ids=[1, 5], pad_token_id=0, compiled=compiled, cache_len=32, return_entropy=True,
-                compile_backend=counting, compile_regions=True)
-        (tokens, entropy), (eager_tokens, eager_entropy) = out[True], out[False]
-        assert tokens.size(0) == len(prompts) and torch.equal(tokens, eager_tokens)
-        torch.testing.assert_close(entropy, eager_entropy)
+        _assert_compiled_matches_eager(tok, model, prompts, counting, compile_regions=True)
     stack.close()
     assert len(graphs) == 2
     for graph in graphs:
