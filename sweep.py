@@ -304,12 +304,12 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
     if not incoming.is_dir():
         raise SweepError(f"--merge {incoming}: no such folder (give another tree's sweep folder, e.g. results/qwen)")
     root = Path(grid.results_dir) / grid.name
-    caches = {p.stem: p for p in (root / "base-evals").glob("*.json")}
+    caches = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in (root / "base-evals").glob("*.json")}
     return [_merge_cell(cell, incoming, root, caches) for cell in grid.cells()
             if (incoming / cell.name / "results.json").is_file()]
 
 
-def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, Path]) -> Merge:
+def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict]) -> Merge:
     """One cell: the incoming arms added to the local ones, paired with this tree's base evaluation. The shared
     cache is the base every local cell carries, so it wins; an incoming base computed again elsewhere (bf16 differs
     run to run) is replaced, and its pass@1 recorded in the file's `merges`. The arms never read the base (recipe.py
@@ -336,7 +336,7 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, Path])
     if caches and key not in caches:
         raise refuse(f"base eval hash {key[:12]} is not the local shared cache's "
                      f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'})")
-    cache = json.loads(caches[key].read_text(encoding="utf-8")) if key in caches else None
+    cache = caches.get(key)
     if cache is not None and cache["eval_config"]["heldout"] != new.get("data", {}).get("heldout"):
         raise refuse("held-out tasks differ from the local shared cache's")
     kept, source = ((cache["evals"], "shared cache") if cache is not None else
