@@ -119,6 +119,7 @@ def test_a_results_directory_with_cached_base_evaluations_or_an_arm_flag_is_refu
 def test_the_timed_runs_table_reads_every_number_off_the_files(tmp_path, capsys):
     mod = _module()
     ok = {**mod.summary(_results(), 300.0, 0, []), "compile_cache": {"dir": "/c", "warm": True}}
+    ok["pass@1"] = {"ets": 0.5, "gmts": 0.5375}
     ok["median_step_s"]["gmts"] = None  # a log of one step
     older = {**mod.summary(_results(compile_seconds=False), 436.2, 0, [])}  # no compile seconds, no cache
     del older["median_step_s"]  # a summary from before it recorded them
@@ -131,10 +132,10 @@ def test_the_timed_runs_table_reads_every_number_off_the_files(tmp_path, capsys)
         paths[-1].write_text(json.dumps(d))
     assert mod.main(["--table", *map(str, paths)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == mod.TABLE_HEADER and lines[1] == "|---" * 11 + "|"
+    assert lines[0] == mod.TABLE_HEADER and lines[1] == "|---" * 12 + "|"
     assert lines[2:] == [
-        "| warm.json | on | off | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 50.0 |",
-        "| older.json | on | off | - | 7.27 | - | 30 | 122.5, 1.5 | -, - | 1.50, 1.50 | 50.0, 50.0 |",
+        "| warm.json | on | off | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 53.8 | +3.8 |",
+        "| older.json | on | off | - | 7.27 | - | 30 | 122.5, 1.5 | -, - | 1.50, 1.50 | 50.0, 50.0 | +0.0 |",
         "| crashed.json | recipe.py exited 1: not a complete run |",
-        "| regions.json | off | on | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 50.0 |"]
+        "| regions.json | off | on | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 53.8 | +3.8 |"]
     assert mod.main(["--table", str(tmp_path / "none.json")]) == 2
