@@ -76,18 +76,23 @@ model's forward. `step_view` makes every model's step see the same plain transfo
 is sampled (its docstring says why) and undone after the call. On the CPU the sequence of a complete run now traces one
 graph where it traced three (tests/test_decode_loop.py); each part of the view was needed there (without any one: two or
 three graphs). Still separate graphs: another cache length, temperature or sampler (constants of the graph), a model
-with dropout (it keeps its train mode while generating), unmerged adapters. The effect on an H200 (expected: one compile
-of ~33 s instead of three, and one CUDA graph recorded per number of rows as before) is not measured yet.
+with dropout (it keeps its train mode while generating), unmerged adapters. On an H200 a complete run now compiles the
+step once, in its first base evaluation (48-54 s on a cold compile cache, 11-12 s warm; bench/complete-run-h200-i-*.json
+and -j-*.json), and records one CUDA graph per number of rows as before.
 
-Nested compile regions (`compile_regions=True`, the trainer's `generation_compile_regions`; off until an H200 measures
-it): the cold compilation of the 28-layer step is mostly inductor's lowering and code generation of 28 unrolled copies
+Nested compile regions (`compile_regions=True`, the trainer's `generation_compile_regions`; on in configs/paper.yaml):
+the cold compilation of the 28-layer step is mostly inductor's lowering and code generation of 28 unrolled copies
 of one layer (48 s cold against 11 s on a warm cache on an H200). `layer_regions` marks each decoder layer's forward
 as a torch.compiler.nested_compile_region: dynamo still traces every layer, but installs equal layer graphs once
 (invoke_subgraph) and inductor compiles that one. It traces with fullgraph through the layer's in-place cache write,
 with the tokens of eager (tests/test_decode_loop.py), but only with static rows (`_mark_for_compile` says why): one
 compilation per number of rows, two in a complete run (the evaluation's and the training step's batch), where the
 unrolled step compiles once. On the CPU (28 tiny layers, inductor; a one-off experiment, bench/README.md "Nested
-compile regions") one compilation took well under half the unrolled one's time; the GPU's gain is unmeasured.
+compile regions") one compilation took well under half the unrolled one's time. On an H200 (stretch j, the two GPUs of
+one machine side by side, bench/complete-run-h200-j-*.json) a cold complete run compiled for 36 s instead of 54 (its
+first full-test evaluation 44 s instead of 81; the training batch's compilation moves into the first step, 20 s) and
+took 5.42 GPU-minutes instead of 5.84; on a warm cache 4.93 against 4.98. The token step is as fast (3.4 ms at 64 rows,
+1.01x; 67% identical completions at one seed, bf16 rounding: bench/compile-regions-64-h200.json).
 
 Measured on an H200 (Qwen2.5-Coder-1.5B): 1.13x against generate at 64 rows, 1.10x at 880 with pass@1 0.336
 against 0.318 (bench/decode-loop-*-h200.json); in the training step generation 1.02 -> 0.85 s

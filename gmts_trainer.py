@@ -213,8 +213,10 @@ class GMTSConfig(GRPOConfig):
                           "compile regions (decode_loop.layer_regions) instead of as 28 unrolled copies: less "
                           "inductor work per compilation, but one compilation per number of rows (the evaluation's "
                           "and the training step's) where the unrolled step compiles once. Same computation, maybe "
-                          "other rounding (no fusion across layers). Unmeasured on a GPU: bench/decode_options.py "
-                          "--option compile_regions. Also used by the recipe's fast evaluation."},
+                          "other rounding (no fusion across layers). On an H200 a cold complete run compiled 36 s instead "
+                          "of 54 (5.42 against 5.84 GPU-min), a warm one the same (bench/complete-run-h200-j-*.json); "
+                          "the token step as fast (bench/compile-regions-64-h200.json). Also used by the recipe's fast "
+                          "evaluation."},
     )
     lora_autocast_inputs: bool = field(
         default=True,

@@ -206,25 +206,26 @@ def _verdict(values: list[float], target: float | None) -> str:
     return "met by the median, not by the slowest" if statistics.median(values) <= target else "not met"
 
 
-LEVERS = ("off", "on", "all", "matmul", "loop", "compiled")  # the table's columns, slowest to fastest
+LEVERS = ("off", "on", "all", "matmul", "loop", "compiled", "regions")  # the table's columns
 HEADERS = ("grouped attention off", "on", "all levers", "all + matmul kernel", "+ compiled decode loop",
-           "+ training compile")
+           "+ training compile", "loop + compile regions")
 
 
 def levers(row: dict) -> str | None:
     """Which column a row belongs to: grouped attention off; on; on with deferred stop and gradient checkpointing
     off (every lever of issue 11); those with the two-matmul decode kernel; those with the compiled decode loop
     (`generation_decode_loop: compiled_step`); those with the decoder layers compiled for the update too
-    (`training_compile`). Each column adds its switch to the one before; other mixes (none measured) belong to no
-    column. Rows from before a switch existed ran with it off. `generation_compile_regions` (unmeasured until a lease
-    times it: bench/complete_run.py --table lists such runs) is no column yet."""
-    if row.get("compile_regions", False):
-        return None
+    (`training_compile`). Each of those columns adds its switch to the one before. The last column is the compiled
+    decode loop with its decoder layers as nested compile regions (`generation_compile_regions`, training compile
+    off): it adds its switch to the loop column, not to training compile. Other mixes (none measured) belong to no
+    column. Rows from before a switch existed ran with it off."""
     grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
         row.get("gradient_checkpointing", True)
     every_lever = grouped and deferred and not checkpointing
     matmul = row.get("decode_kernel", "sdpa") != "sdpa"
     loop = row.get("decode_loop", "transformers") != "transformers"
+    if row.get("compile_regions", False):
+        return "regions" if every_lever and matmul and loop and not row.get("training_compile", False) else None
     if row.get("training_compile", False):
         return "compiled" if every_lever and matmul and loop else None
     if loop:
@@ -306,7 +307,10 @@ def table(results: dict) -> str:
             "\"+ compiled decode loop\": those with `generation_decode_loop: compiled_step`, the whole token step as one "
             "CUDA graph in training generation and evaluation (other random numbers: bench/decode-loop-880-h200.json); "
             "\"+ training compile\": those with `training_compile: true`, the decoder layers compiled for the update "
-            "(other rounding in the update). "
+            "(other rounding in the update); \"loop + compile regions\": the compiled decode loop (training compile "
+            "off) with `generation_compile_regions: true`, each decoder layer a nested compile region, so inductor "
+            "compiles one layer instead of 28 unrolled copies, once per number of rows (other rounding: "
+            "bench/compile-regions-64-h200.json). "
             "The bench/step.py rows change only those switches; the sweep's rows compare arms run before the "
             "grouped switch existed with arms run after it, so other changes between those runs count too. The "
             "last column judges the column with the lowest median (not always the last: a lever can cost more than it "
