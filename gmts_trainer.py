@@ -298,8 +298,10 @@ def omega_is_modeled(args: GMTSConfig) -> bool:
 def check_generation_config(args: GMTSConfig) -> None:
     """The generation options apply to transformers' `generate`, the path TRL takes without vLLM or batching."""
     if args.generation_compile_regions and args.generation_decode_loop != "compiled_step":
-        raise ValueError("generation_compile_regions compiles the decoder layers of decode_loop's compiled step; set "
-                         "generation_decode_loop='compiled_step' or drop it.")
+        raise ValueError("generation_compile_regions (on in configs/paper.yaml) compiles the decoder layers of "
+                         "decode_loop's compiled step: with generation_decode_loop="
+                         f"'{args.generation_decode_loop}' also pass --generation_compile_regions false, or keep "
+                         "generation_decode_loop='compiled_step'.")
     if args.generation_decode_loop == "compiled_step":
         if args.use_vllm or args.use_transformers_continuous_batching:
             other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
