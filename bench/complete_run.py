@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from common import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+
 ARMS = "ets,gmts"  # a complete run: the base evaluations and the two arms the paper compares
 
 
@@ -68,12 +69,6 @@ def evaluations(results: dict) -> list[dict]:
         [row(arm, a["eval"]) for arm, a in results.get("arms", {}).items()]
 
 
-def median_step(train_log: list[dict]) -> float | None:
-    """The median step time after the first (which compiles); None for a log of one step or none."""
-    times = [r["step_time"] for r in train_log if r.get("step", 1) > 1 and "step_time" in r]
-    return statistics.median(times) if times else None
-
-
 def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str]) -> dict:
     """What bench/costs.py reads: the model, rows per step, the process's wall time and GPU minutes (wall x GPUs), and
     the run's own account of its parts (base evaluation seconds, each arm's wall minutes, first training step and
@@ -91,7 +86,8 @@ def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str
             "arm_wall_minutes": {arm: a["wall_minutes"] for arm, a in arms.items()},
             "first_step_s": {arm: next((r["step_time"] for r in a.get("train_log", []) if r.get("step") == 1), None)
                              for arm, a in arms.items()},
-            "median_step_s": {arm: median_step(a.get("train_log", [])) for arm, a in arms.items()},
+            "median_step_s": {arm: median_step_s(a["train_log"]) if len(a.get("train_log", [])) > 1 else None
+                              for arm, a in arms.items()},  # an arm of one step or none has none: null
             "compile_s": compile_s, "base_eval_compile_s": base_compile_s, "arm_compile_s": arm_compile_s,
             "generation_options": next(iter(arms.values()), {}).get("generation_options", {}),
             "pass@1": {arm: a["eval"]["pass@1"] for arm, a in arms.items()}, "evaluations": evals,

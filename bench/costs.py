@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results-h200.json"
 sys.path.insert(0, str(ROOT / "bench"))
+from common import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once there
 
 SHARED = set(RUNS["shared"])  # (cell, arm) pairs that ran two arms on one GPU
@@ -94,7 +95,7 @@ def arm_rows(path: Path, root: Path) -> tuple[list[dict], list[dict]]:
                  "arms_per_gpu": 2 if (cell, arm) in SHARED else 1, "source": _source(path, root), "cell": cell,
                  "arm": arm}
         steps = [s["step_time"] for s in a["train_log"]]
-        e2e.append({"model": cfg["model_name_or_path"], "rows": rows, "total_s": statistics.median(steps[1:]),
+        e2e.append({"model": cfg["model_name_or_path"], "rows": rows, "total_s": median_step_s(a["train_log"]),
                     "first_step_s": steps[0], "steps": len(steps) - 1, "wall_minutes": a["wall_minutes"], **where,
                     "measured_by": "train_log step_time"})
         ev = a["eval"]

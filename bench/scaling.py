@@ -33,6 +33,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from common import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+
 OUT = ROOT / "bench" / "scaling-h200.json"
 CELLS = ROOT / "results" / "qwen"
 RUNS = {
@@ -71,7 +74,7 @@ def _run(source: str, arm: str) -> dict:
         minutes["eval_generation_s"] = entry["eval"]["seconds"]["generation"]
     steps = [row["step_time"] for row in log]
     return {"source": source, "arm": arm, "steps": len(steps), "first_step_s": steps[0],
-            "median_step_s": statistics.median(steps[1:]), **minutes}
+            "median_step_s": median_step_s(log), **minutes}
 
 
 def measure() -> dict:

@@ -2,17 +2,26 @@
 
 import importlib.util
 import json
+import statistics
 from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results-h200.json"
 
 
-def _costs():
-    spec = importlib.util.spec_from_file_location("costs", ROOT / "bench" / "costs.py")
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _costs():
+    return _bench("costs")
 
 
 def _write(path: Path, data: dict) -> None:
@@ -260,3 +269,46 @@ def test_selection_writer_names_its_e2e_rows_and_keeps_the_real_model_rows(tmp_p
     assert [(r["option"], r["model"], r["rows"], r["total_s"]) for r in e2e[1:]] == [
         ("plain", name, 4, 1.0), ("merged", name, 4, None)]
     assert name.startswith("random-init") and "qwen2.5-coder" not in capsys.readouterr().out
+
+
+@settings(max_examples=50, deadline=None)
+@given(first=st.floats(0, 1e4), later=st.lists(st.floats(0.01, 100), min_size=1, max_size=40))
+def test_median_step_leaves_out_the_first_step_whatever_it_took(first, later):
+    """bench/common.py's median_step_s: the first step (it compiles) never moves the median of the steps after it."""
+    median_step_s = _bench("common").median_step_s
+    log = [{"step": i + 1, "step_time": t} for i, t in enumerate([first, *later])]
+    assert median_step_s(log) == statistics.median(later)
+    assert min(later) <= median_step_s(log) <= max(later)
+
+
+def test_median_step_edge_cases_and_the_three_scripts_that_read_it(tmp_path, monkeypatch):
+    """No median without a step after the first, no step without its time; costs.py, scaling.py and complete_run.py
+    all take their median step from it (a stand-in for it shows in each one's number); complete_run.py records null
+    for an arm of one step or none, as before (costs.py and scaling.py still refuse such a log: the error above)."""
+    median_step_s = _bench("common").median_step_s
+    assert median_step_s([{"step": 1, "step_time": 90.0}, {"step": 2, "step_time": 1.5}]) == 1.5
+    for log, error in (([], statistics.StatisticsError), ([{"step": 1, "step_time": 90.0}], statistics.StatisticsError),
+                       ([{"step": 1, "step_time": 90.0}, {"step": 2}], KeyError)):
+        with pytest.raises(error):
+            median_step_s(log)
+
+    def stand_in(train_log: list[dict]) -> float:
+        return 1000.0 + len(train_log)
+
+    costs = _costs()
+    monkeypatch.setattr(costs, "median_step_s", stand_in)
+    cell = tmp_path / "results" / "qwen" / "cell" / "results.json"
+    _write(cell, _cell({"ets": _arm([20.0, 2.0, 3.0], 40.0, 9.0, None)}))
+    e2e, _ = costs.arm_rows(cell, tmp_path)
+    assert e2e[0]["total_s"] == 1003.0
+    scaling = _bench("scaling")
+    monkeypatch.setattr(scaling, "median_step_s", stand_in)
+    run = scaling._run(*scaling.RUNS["alone"][0])
+    assert run["median_step_s"] == 1000.0 + run["steps"]
+    complete_run = _bench("complete_run")
+    monkeypatch.setattr(complete_run, "median_step_s", stand_in)
+    evaluation = {"pass@1": 0.5, "k": 4, "records": [{}], "seconds": {"generation": 1.0, "scoring": 0.0}}
+    logs = {"ets": [{"step": i, "step_time": 2.0} for i in (1, 2, 3)], "gmts": [{"step": 1, "step_time": 2.0}],
+            "grpo": []}
+    results = _cell({arm: {"wall_minutes": 1.0, "train_log": log, "eval": evaluation} for arm, log in logs.items()})
+    assert complete_run.summary(results, 60.0, 0, [])["median_step_s"] == {"ets": 1003.0, "gmts": None, "grpo": None}
