@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-from common import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
 ARMS = "ets,gmts"  # a complete run: the base evaluations and the two arms the paper compares
 

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results-h200.json"
 sys.path.insert(0, str(ROOT / "bench"))
-from common import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once there
 
 SHARED = set(RUNS["shared"])  # (cell, arm) pairs that ran two arms on one GPU

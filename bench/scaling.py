@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from common import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
 OUT = ROOT / "bench" / "scaling-h200.json"
 CELLS = ROOT / "results" / "qwen"
