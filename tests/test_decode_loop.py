@@ -491,6 +491,7 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     import eval as evaluation
     import gmts_trainer
     import recipe
+    from test_decoding import evaluation_options
     from test_trainer import make_config
 
     with pytest.raises(ValueError, match="with generation_decode_loop='transformers' also pass "
@@ -504,13 +505,7 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     assert on[1].generation_compile_regions and not off[1].generation_compile_regions
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert "generation_compile_regions" in recipe.GENERATION_OPTIONS
-
-    seen = {}
-    monkeypatch.setattr(evaluation, "evaluate_pass_at_1", lambda *a, **kw: seen.update(kw) or {"pass@1": 0.0})
-    run = recipe.Run.__new__(recipe.Run)
-    run.recipe, run.train_args = on[0], on[1]
-    run._evaluate(None, None, [], 0)
-    assert seen["compile_regions"] is True
+    assert evaluation_options(monkeypatch, on)["compile_regions"] is True
 
     from test_eval import _tiny_chat_model
 

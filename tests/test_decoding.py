@@ -138,11 +138,24 @@ def test_the_base_evaluation_key_has_it_only_when_on_and_results_record_it():
     assert "generation_deferred_stop" in recipe.GENERATION_OPTIONS
 
 
+def evaluation_options(monkeypatch, parsed) -> dict:
+    """The keyword arguments the recipe's evaluation (Run._evaluate) passes to eval.evaluate_pass_at_1 under the parsed
+    config (recipe.parse's result): how a speed switch is shown to reach every evaluation."""
+    import eval as evaluation
+    import recipe
+
+    seen = {}
+    monkeypatch.setattr(evaluation, "evaluate_pass_at_1", lambda *a, **kw: seen.update(kw) or {"pass@1": 0.0})
+    run = recipe.Run.__new__(recipe.Run)
+    run.recipe, run.train_args = parsed[0], parsed[1]
+    run._evaluate(None, None, [], 0)
+    return seen
+
+
 def test_the_decode_loop_keys_base_evaluations_only_when_on_and_reaches_every_evaluation(monkeypatch):
     """generation_decode_loop 'compiled_step' draws other random numbers than generate on CUDA: another base evaluation
     key when on (the old key when off), not in the config hash, recorded with the arm's generation options, and the
     recipe's evaluations decode through it too (Run._evaluate passes it to eval.evaluate_pass_at_1)."""
-    import eval as evaluation
     import recipe
 
     flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false"]
@@ -153,10 +166,4 @@ def test_the_decode_loop_keys_base_evaluations_only_when_on_and_reaches_every_ev
     assert recipe.eval_record(on[0], on[2], on[1], [], "cuda") == {**record_off, "decode_loop": "compiled_step"}
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert "generation_decode_loop" in recipe.GENERATION_OPTIONS
-
-    seen = {}
-    monkeypatch.setattr(evaluation, "evaluate_pass_at_1", lambda *a, **kw: seen.update(kw) or {"pass@1": 0.0})
-    run = recipe.Run.__new__(recipe.Run)
-    run.recipe, run.train_args = on[0], on[1]
-    run._evaluate(None, None, [], 0)
-    assert seen["decode_loop"] == "compiled_step"
+    assert evaluation_options(monkeypatch, on)["decode_loop"] == "compiled_step"
