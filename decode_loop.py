@@ -17,7 +17,7 @@ surplus steps are cut from the output, as transformers' deferred stop does. The 
 forward.
 
 Only the exact subset of transformers' sampling: temperature > 0 and nothing else (no top-k, top-p, min-p,
-repetition penalty; any of them is refused). Two samplers of the same distribution softmax(logits / T):
+repetition penalty; any of them is refused). Three samplers of the same distribution softmax(logits / T):
 - "multinomial": transformers' own draw, torch.multinomial(softmax(logits / T), 1) on float32 logits. On the CPU with
   the same seed the tokens equal `model.generate(do_sample=True, top_k=0, top_p=1.0)` (tests/test_decode_loop.py).
   It breaks CUDA graphs, so it is the reference, not the fast path.
@@ -26,6 +26,16 @@ repetition penalty; any of them is refused). Two samplers of the same distributi
   Distributions.cpp, `multinomial`: "s = argmax( p / q ) where q ~ Exp(1)") without its input checks, which read a
   result on the host and so break CUDA graphs. In eager on the CPU it therefore gives the same tokens as
   "multinomial" at the same seed (tested); compiled, inductor may draw other random numbers (on the CPU it does).
+- "counter": the same argmax(p / E), with E = -log u and u a hash of (row key, column, vocabulary entry)
+  (`counter_noise`; `noise_keys` makes the row keys from a seed, a stream and the row's index). Nothing is drawn from
+  a generator, so a row's tokens depend on its key, its logits and nothing else: not on the other rows, the batches
+  before, CUDA-graph warm-ups or anything else the process ran (tests/test_counter_noise.py). The recipe's
+  evaluation keys sample s of task i by (eval seed, i * k + s), a training step's rollout r by (seed, step, r), so two
+  arms of a seed draw the same numbers at every step (the trainer's `sampling_noise="counter"`).
+
+Repeatable kernels: inductor's deterministic mode (`inductor_options`): by default inductor times the launch
+configurations of each reduction kernel at its first run and keeps the fastest, and which one wins (it changes the
+order of the sums) depends on timing noise, so two processes on cold compile caches could compute other logits.
 
 Entropy: the step always writes `token_entropy(logits, T)`, the entropy of the distribution each token is drawn
 from, into a float32 buffer like the tokens' at the token's column (the prefill's first token too), inside the
@@ -112,18 +122,71 @@ from dataclasses import dataclass, fields
 
 import torch
 
-SAMPLERS = ("multinomial", "exponential")
+SAMPLERS = ("multinomial", "exponential", "counter")
 DECODE_LOOPS = ("transformers", "compiled_step")  # transformers' generate, or `sample` (eval.py, gmts_trainer.py)
 CHECK_EVERY = 8  # token steps between two reads of the all-rows-finished flag
+_MASK32 = 0xFFFFFFFF
+# Where a generation's sampling noise comes from: "stream", torch's generator (what transformers' generate does: each
+# draw depends on every draw before it in the process); "counter", a function of (seed, stream, row, column, token)
+# (`noise_keys`, `counter_noise`), in the compiled step. The evaluation's stream is EVAL_STREAM, training step t's
+# `train_stream(t)`: one seed's arms draw the same numbers at every step.
+SAMPLING_NOISES = ("stream", "counter")
+EVAL_STREAM = 0x5EED
+
+
+def train_stream(step: int) -> int:
+    """The `noise_keys` stream of the generation at training step `step` (apart from EVAL_STREAM below 2^31)."""
+    return (1 << 31) + step
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for int64 x in [0, 2^32) and a constant c < 2^32, with every intermediate below 2^49: the
+    product is split at c's 16th bit, so int64 never overflows (signed overflow is undefined in C++ kernels)."""
+    return ((((x * (c >> 16)) & 0xFFFF) << 16) + x * (c & 0xFFFF)) & _MASK32
+
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 (C. Wellons' hash prospector: x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b;
+    x ^= x >> 16), a bijection of the 32-bit integers in which every input bit flips each output bit with probability
+    ~1/2. On int64 tensors holding [0, 2^32); the same integers on any device, eager or compiled."""
+    x = x & _MASK32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def noise_keys(seed: int, stream: int, rows: torch.Tensor) -> torch.Tensor:
+    """Per-row keys of the "counter" sampler, (R,) int64: a hash of (seed, stream, row). `stream` names one generation
+    call's noise (the evaluation, or a training step), `rows` each row's index in it (a sample's place in the
+    evaluation, a rollout's in the step's batch), so the noise a row gets depends on nothing else."""
+    base = hash32(hash32(torch.tensor(seed & _MASK32, dtype=torch.long)) ^ (stream & _MASK32))
+    return hash32(base ^ (rows.long() & _MASK32))
+
+
+def counter_noise(keys: torch.Tensor, column: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Exp(1) noise (B, V) float32, a pure function of (each row's key, the token's column, the vocabulary entry):
+    u = (24 hashed bits + 1/2) / 2^24 in (0, 1), E = -log u (> 0 and finite). Nothing is drawn from a generator, so
+    the noise repeats whatever ran before in the process, whatever the batch holds and whether the step is compiled
+    (CUDA-graph warm-ups and recordings consume no random state). keys (B,), column (1,) long."""
+    row = hash32(keys ^ hash32(column))  # (B,): one 32-bit state per row and column
+    token = torch.arange(vocab, device=keys.device)  # (V,)
+    bits = hash32(hash32(row[:, None] ^ token[None, :])) >> 8  # (B, V): 24 bits, exact in float32
+    return -torch.log((bits.float() + 0.5) * 2.0 ** -24)
 
 
 def sample_next(logits: torch.Tensor, temperature: float, sampler: str = "exponential",
-                generator: torch.Generator | None = None) -> torch.Tensor:
+                generator: torch.Generator | None = None, keys: torch.Tensor | None = None,
+                column: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row from softmax(logits / T): logits (B, V) -> (B,) long. A pure function of (logits, T,
-    generator); None draws from the default generator (the one a compiled graph can use)."""
+    generator); None draws from the default generator (the one a compiled graph can use). "counter": of (logits, T,
+    keys (B,), column (1,)) instead (`counter_noise`), the same argmax(p / E) with E ~ Exp(1)."""
     probs = torch.softmax(logits.float() / temperature, dim=-1)  # transformers: float32 logits, then / T, softmax
     if sampler == "multinomial":
         return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+    if sampler == "counter":
+        return torch.argmax(probs / counter_noise(keys, column, probs.size(-1)), dim=-1)
     noise = torch.empty_like(probs).exponential_(1.0, generator=generator)
     return torch.argmax(probs / noise.clamp_min(torch.finfo(probs.dtype).tiny), dim=-1)
 
@@ -148,6 +211,7 @@ class DecodeState:
     step: torch.Tensor  # (1,) long: the next column of `tokens`
     tokens: torch.Tensor  # (B, L) long: the completion in its first columns, pad after a row's EOS
     entropy: torch.Tensor  # (B, L) float32: token_entropy of the logits each token was drawn from, always computed
+    noise_key: torch.Tensor  # (B,) long: each row's key of the "counter" sampler (`noise_keys`; unused by the others)
 
 
 def _is_eos(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tensor:
@@ -165,7 +229,7 @@ def _advance(state: DecodeState, logits: torch.Tensor, temperature: float, eos_t
     finished once it emits EOS, the token written to the output and fed to the next step; the entropy of the
     distribution it was drawn from at the same column (always: one signature for every caller)."""
     state.entropy.index_copy_(1, state.step, token_entropy(logits, temperature)[:, None])
-    next_tokens = sample_next(logits, temperature, sampler)
+    next_tokens = sample_next(logits, temperature, sampler, keys=state.noise_key, column=state.step)
     next_tokens = torch.where(state.unfinished, next_tokens, pad_token_id)
     is_eos = _is_eos(next_tokens, eos_token_ids)
     state.tokens.index_copy_(1, state.step, next_tokens[:, None])
@@ -216,7 +280,8 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device, regions: b
                         cache_position=torch.zeros(1, **long), attention_mask=torch.zeros(batch, cache_len, **long),
                         unfinished=torch.ones(batch, dtype=torch.bool, device=device),
                         step=torch.zeros(1, **long), tokens=torch.zeros(batch, cache_len, **long),
-                        entropy=torch.zeros(batch, cache_len, dtype=torch.float32, device=device))
+                        entropy=torch.zeros(batch, cache_len, dtype=torch.float32, device=device),
+                        noise_key=torch.zeros(batch, **long))
     _BUFFERS.append((weakref.ref(model), key, cache, state))
     return cache, state
 
@@ -236,7 +301,8 @@ def _mark_for_compile(cache, state: DecodeState, regions: bool = False) -> None:
         torch._dynamo.mark_static_address(getattr(state, f.name))
     if regions:
         return
-    rows = [state.token, state.position_ids, state.attention_mask, state.unfinished, state.tokens, state.entropy]
+    rows = [state.token, state.position_ids, state.attention_mask, state.unfinished, state.tokens, state.entropy,
+            state.noise_key]
     rows += [t for layer in cache.layers for t in (layer.keys, layer.values)]
     for t in rows:
         torch._dynamo.maybe_mark_dynamic(t, 0)
@@ -380,14 +446,31 @@ def step_view(model: torch.nn.Module) -> Iterator[None]:
             model.forward = fused_head
 
 
+def inductor_options(mode: str) -> dict:
+    """torch.compile's inductor options for `mode`, with inductor's deterministic mode where the mode does not time
+    kernels: by default inductor benchmarks the launch configurations of every reduction kernel (RMSNorm, the
+    softmax and entropy over the vocabulary) the first time it runs them and keeps the fastest, and the block size and
+    warp count it keeps change the order of the sums. Which one wins depends on timing noise, so a process on a cold
+    compile cache could compute other logits, hence draw other tokens, than one that found the winner cached
+    (`deterministic` fixes each kernel's configuration by a rule instead; torch >= 2.8). "max-autotune" times the
+    matrix products' kernels too: a bench-level setting, not repeatable."""
+    import torch._inductor
+
+    options = dict(torch._inductor.list_mode_options(mode))
+    if mode == "reduce-overhead" and "deterministic" in torch._inductor.config._config:
+        options["deterministic"] = True
+    return options
+
+
 def compiled_step(backend: str = "inductor", regions: bool = False):
     """`decode_step` compiled once per process, `COMPILE_MODE` and `regions` (fullgraph, static shapes but the rows,
-    which `sample` marks symbolic unless `regions`; CUDA graphs with inductor)."""
+    which `sample` marks symbolic unless `regions`; CUDA graphs and deterministic kernels with inductor:
+    `inductor_options`)."""
     if COMPILE_MODE not in COMPILE_MODES:
         raise ValueError(f"decode_loop.COMPILE_MODE {COMPILE_MODE!r}: use one of {', '.join(COMPILE_MODES)}")
     key = (backend, COMPILE_MODE, regions)
     if key not in _COMPILED:
-        options = {"mode": COMPILE_MODE} if backend == "inductor" else {}
+        options = {"options": inductor_options(COMPILE_MODE)} if backend == "inductor" else {}
         _COMPILED[key] = torch.compile(decode_step, backend=backend, fullgraph=True, dynamic=False, **options)
     return _COMPILED[key]
 
@@ -475,7 +558,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
            sampler: str = "exponential", cache_len: int | None = None, check_every: int = CHECK_EVERY,
            compile_backend: str = "inductor", top_k: int | None = 0, top_p: float | None = 1.0,
            min_p: float | None = None, repetition_penalty: float | None = 1.0, return_entropy: bool = False,
-           rows_per_prompt: int = 1, compile_regions: bool = False
+           rows_per_prompt: int = 1, compile_regions: bool = False, noise_keys: torch.Tensor | None = None
            ) -> torch.LongTensor | tuple[torch.LongTensor, torch.Tensor]:
     """What `model.generate(input_ids, attention_mask, do_sample=True, temperature=T, top_k=0, top_p=1.0)` returns:
     the left-padded prompt and the completion, (B, P + n), pad after a row's EOS, n = max_new_tokens or the step at
@@ -486,9 +569,14 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     (`_prefill`); rows that are not such groups are refused. The model is run as `step_view` shows it: a merged PEFT
     model as its plain transformers model, one compiled step for both. `compile_regions` (with `compiled`): the
     decoder layers compiled once as nested compile regions (`layer_regions`), not unrolled, the same computation, but
-    the rows static: one compilation per number of rows (`_mark_for_compile` says why)."""
+    the rows static: one compilation per number of rows (`_mark_for_compile` says why). `noise_keys` (B,): the
+    "counter" sampler's per-row keys (`noise_keys`), which it needs and the other samplers refuse."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
     batch, prompt_len = input_ids.shape
+    if (sampler == "counter") != (noise_keys is not None):
+        raise ValueError(f"decode_loop: noise_keys go with sampler='counter' and only with it (sampler={sampler!r})")
+    if noise_keys is not None and tuple(noise_keys.shape) != (batch,):
+        raise ValueError(f"decode_loop: noise_keys of shape {tuple(noise_keys.shape)}; one key per row: ({batch},)")
     total = prompt_len + max_new_tokens
     cache_len = cache_len or total
     if max_new_tokens < 1:
@@ -516,6 +604,7 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
         state.unfinished.fill_(True)
         state.step.zero_()
         state.tokens.fill_(pad_token_id)
+        state.noise_key.copy_(noise_keys if noise_keys is not None else torch.zeros_like(state.noise_key))
         _advance(state, logits, temperature, eos, pad_token_id, sampler)
         step = decode_step
         if compiled:
@@ -537,16 +626,17 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
 
 def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, config,
                        cache_len: int | None = None, return_entropy: bool = False, rows_per_prompt: int = 1,
-                       compile_regions: bool = False):
+                       compile_regions: bool = False, noise_keys: torch.Tensor | None = None):
     """`model.generate(input_ids, attention_mask=..., generation_config=config)` through `sample`: compiled on CUDA,
-    eager elsewhere (no CUDA graphs to gain), the exponential sampler; temperature, max_new_tokens, EOS and pad ids from
-    the config, whose top_k .. repetition_penalty `sample` refuses unless neutral (eval.py and the trainer use it)."""
+    eager elsewhere (no CUDA graphs to gain), the exponential sampler (the "counter" one with `noise_keys`);
+    temperature, max_new_tokens, EOS and pad ids from the config, whose top_k .. repetition_penalty `sample` refuses unless neutral (eval.py and the trainer use it)."""
     eos = [] if config.eos_token_id is None else config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos)
     pad = eos[0] if config.pad_token_id is None else config.pad_token_id  # transformers' fallback: pad with EOS
     return sample(model, input_ids, attention_mask, max_new_tokens=config.max_new_tokens,
                   temperature=1.0 if config.temperature is None else config.temperature, eos_token_ids=eos,
-                  pad_token_id=pad, compiled=input_ids.device.type == "cuda", sampler="exponential",
+                  pad_token_id=pad, compiled=input_ids.device.type == "cuda",
+                  sampler="exponential" if noise_keys is None else "counter", noise_keys=noise_keys,
                   cache_len=cache_len, top_k=config.top_k, top_p=config.top_p, min_p=config.min_p,
                   repetition_penalty=config.repetition_penalty, return_entropy=return_entropy,
                   rows_per_prompt=rows_per_prompt, compile_regions=compile_regions)

@@ -78,7 +78,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                      sampling: Sampling | None = None, fast: bool = False,
                      grouped_attention: bool = False, deferred_stop: bool = False,
                      decode_kernel: str = "sdpa", decode_loop: str = "transformers",
-                     compile_regions: bool = False) -> list[list[str]]:
+                     compile_regions: bool = False, sampling_noise: str = "stream") -> list[list[str]]:
     """k sampled completions per prompt, seeded. Returns texts, one list per prompt (in the order given).
 
     Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
@@ -97,16 +97,22 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     leaves the samples unchanged (equal on the CPU; on a GPU the smaller prefill GEMMs may round otherwise in bf16).
     `compile_regions`: the compiled step's decoder layers compiled once, not unrolled (`decode_loop.layer_regions`,
     the trainer's generation_compile_regions); CUDA only, where the step is compiled.
+    `sampling_noise`: "stream" draws from torch's generator, seeded once before the first batch; "counter" gives
+    sample s of prompt i, in the compiled step, the noise of `decode_loop.noise_keys(seed, EVAL_STREAM, i * k + s)`,
+    so each sample depends on the weights, its prompt and (seed, i, s) only: not on the batches, their order, or what
+    the process ran before (the trainer's `sampling_noise`). transformers' generate draws from the seeded generator
+    either way.
     """
     import torch
     from tqdm.auto import tqdm
 
-    from decode_loop import sample_with_config
+    from decode_loop import EVAL_STREAM, noise_keys, sample_with_config
     from decoding import decoding_options
     from gmts_trainer import compile_cache_length, merged_lora, without_input_grad_hooks
 
     sampling = sampling or Sampling(temperature=temperature)
     compiled_step = _check_decode_loop(decode_loop, fast, sampling)
+    counter = _check_sampling_noise(sampling_noise, compiled_step)
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
     prompt_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     lengths = [len(ids) for ids in prompt_ids]
@@ -141,8 +147,10 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                 batch = tokenizer([texts[flat[j]] for j in rows], return_tensors="pt", padding=True,
                                   padding_side="left", add_special_tokens=False).to(device)  # (B, P), left-padded
                 if compiled_step:
+                    keys = noise_keys(seed, EVAL_STREAM, torch.tensor(rows)) if counter else None  # j = i * k + s
                     gen = sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len,
-                                             rows_per_prompt=rows_per_prompt, compile_regions=compile_regions)
+                                             rows_per_prompt=rows_per_prompt, compile_regions=compile_regions,
+                                             noise_keys=keys)
                 else:
                     gen = model.generate(**batch, generation_config=config)  # (B, P + new)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
@@ -153,6 +161,15 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     finally:
         model.train(was_training)
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
+
+
+def _check_sampling_noise(sampling_noise: str, compiled_step: bool) -> bool:
+    """Whether the compiled step samples with the "counter" noise (an unknown name is refused in one line)."""
+    from decode_loop import SAMPLING_NOISES
+
+    if sampling_noise not in SAMPLING_NOISES:
+        raise ValueError(f"unknown sampling_noise {sampling_noise!r}: use one of {', '.join(SAMPLING_NOISES)}")
+    return compiled_step and sampling_noise == "counter"
 
 
 def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool:
@@ -187,7 +204,7 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
                        progress: bool = True, sampling: Sampling | None = None, fast: bool = False,
                        grouped_attention: bool = False, deferred_stop: bool = False,
                        decode_kernel: str = "sdpa", decode_loop: str = "transformers",
-                       compile_regions: bool = False) -> dict:
+                       compile_regions: bool = False, sampling_noise: str = "stream") -> dict:
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds"}."""
     import time
 
@@ -199,7 +216,7 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress,
                                sampling=sampling, fast=fast, grouped_attention=grouped_attention,
                                deferred_stop=deferred_stop, decode_kernel=decode_kernel, decode_loop=decode_loop,
-                               compile_regions=compile_regions)
+                               compile_regions=compile_regions, sampling_noise=sampling_noise)
     t1 = time.perf_counter()
     records = score_samples(samples, tasks)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,

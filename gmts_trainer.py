@@ -98,6 +98,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -109,7 +110,8 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from attention import KERNELS
-from decode_loop import DECODE_LOOPS, check_supported, sample_with_config, token_entropy
+from decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, noise_keys, sample_with_config,
+                         token_entropy, train_stream)
 from decoding import decoding_options
 from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, select_top_fraction,
                        selection_stats, update_cosine)
@@ -218,6 +220,18 @@ class GMTSConfig(GRPOConfig):
                           "the token step as fast (bench/compile-regions-64-h200.json). Also used by the recipe's fast "
                           "evaluation."},
     )
+    sampling_noise: str = field(
+        default="stream",
+        metadata={"help": "Where the rollouts' sampling noise comes from. 'stream': torch's generator, as TRL and "
+                          "transformers draw (each draw depends on every draw before it in the process). 'counter': "
+                          "a function of (seed, step) only: in the compiled step (generation_decode_loop "
+                          "compiled_step) a hash of (seed, step, rollout, position, token) (decode_loop.counter_noise), "
+                          "with transformers' generate the generator reseeded from (seed, step) for the step's call. "
+                          "Each arm's rollouts stay exact samples of its own policy; arms of one seed draw the same "
+                          "numbers at every step (identical rollouts while their weights are equal), which couples "
+                          "them and makes a run repeat whatever ran before it in the process. Also used by the "
+                          "recipe's evaluation.", "choices": list(SAMPLING_NOISES)},
+    )
     lora_autocast_inputs: bool = field(
         default=True,
         metadata={"help": "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's "
@@ -253,6 +267,7 @@ def check_selection_config(args: GMTSConfig) -> None:
     _choice("selection_entropy_source", args.selection_entropy_source, ENTROPY_SOURCES)
     _choice("generation_decode_kernel", args.generation_decode_kernel, tuple(KERNELS))
     _choice("generation_decode_loop", args.generation_decode_loop, DECODE_LOOPS)
+    _choice("sampling_noise", args.sampling_noise, SAMPLING_NOISES)
     r = args.selection_ratio
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
         raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
@@ -302,6 +317,10 @@ def check_generation_config(args: GMTSConfig) -> None:
                          "decode_loop's compiled step: with generation_decode_loop="
                          f"'{args.generation_decode_loop}' also pass --generation_compile_regions false, or keep "
                          "generation_decode_loop='compiled_step'.")
+    if args.sampling_noise == "counter" and (args.use_vllm or args.use_transformers_continuous_batching):
+        other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
+        raise ValueError(f"sampling_noise='counter' sets the noise of transformers' generate or the compiled step, "
+                         f"which {other}=True does not use; drop one of them.")
     if args.generation_decode_loop == "compiled_step":
         if args.use_vllm or args.use_transformers_continuous_batching:
             other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
@@ -614,18 +633,19 @@ def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
 
 @contextlib.contextmanager
 def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None,
-                     compile_regions: bool = False):
+                     compile_regions: bool = False, keys: torch.Tensor | None = None):
     """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
     with decode_loop.sample_with_config, compiled on CUDA (`compile_regions`: its decoder layers as nested compile
     regions); the recorder, if any, takes the entropy computed inside the step. Other inputs (a VLM's pixel values)
-    are refused: the loop decodes token ids only."""
+    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`rollout_noise_keys`)."""
 
     def generate(input_ids, attention_mask, generation_config, **other):
         if other:
             raise ValueError(f"generation_decode_loop='compiled_step' decodes token ids only, not {', '.join(other)}; "
                              f"use generation_decode_loop='transformers'.")
         out = sample_with_config(model, input_ids, attention_mask, generation_config, cache_len,
-                                 return_entropy=recorder is not None, compile_regions=compile_regions)
+                                 return_entropy=recorder is not None, compile_regions=compile_regions,
+                                 noise_keys=keys)
         if recorder is None:
             return out
         recorder.take(out[1])
@@ -633,6 +653,18 @@ def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyR
 
     with generate_replaced(model, generate):
         yield
+
+
+def completion_digest(token_ids: list[int]) -> str:
+    """8 hex digits naming a completion's token ids: equal completions, equal digests (different ones collide with
+    probability 2^-32)."""
+    return hashlib.blake2b(",".join(map(str, token_ids)).encode(), digest_size=4).hexdigest()
+
+
+def rollout_noise_keys(seed: int, step: int, rows: int, process_index: int = 0) -> torch.Tensor:
+    """The "counter" noise keys (rows,) of one process's rollouts at training step `step`: rollout r of process p is
+    row p * rows + r of the step's global batch, so the keys are a function of (seed, step, its place) only."""
+    return noise_keys(seed, train_stream(step), process_index * rows + torch.arange(rows))
 
 
 @contextlib.contextmanager
@@ -703,6 +735,9 @@ class GMTSTrainer(GRPOTrainer):
         self._recorder: _EntropyRecorder | None = None
         self._capture_scoring: dict[str, torch.Tensor] | None = None
         self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
+        # step -> a digest of each rollout this process generated at that step (`completion_digest`): two arms'
+        # rollouts are compared by these (stats.rollout_agreement) to see how long sampling_noise 'counter' couples
+        self.rollout_digests: dict[str, list[str]] = {}
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
         self._update_cosine = UpdateCosine()
         self.add_callback(self._update_cosine)
@@ -785,12 +820,26 @@ class GMTSTrainer(GRPOTrainer):
                 cache_len = compile_cache_length(prompt_ids, self.max_completion_length, self.pad_to_multiple_of)
                 self.generation_config.max_cache_len = cache_len
                 stack.enter_context(without_input_grad_hooks(model))
+            keys = None
+            if self.args.sampling_noise == "counter":  # the step's noise: a function of (seed, step) only
+                step = self.state.global_step
+                if loop:
+                    keys = rollout_noise_keys(self.args.seed, step, len(prompt_ids), self.accelerator.process_index)
+                else:
+                    stack.enter_context(torch.random.fork_rng(devices=[model.device] if model.device.type == "cuda"
+                                                              else [], device_type=model.device.type))
+                    torch.manual_seed(int(noise_keys(self.args.seed, train_stream(step),
+                                                     torch.tensor([self.accelerator.process_index]))))
             if loop:  # the recorder, if any, takes the entropy the compiled step computed
                 stack.enter_context(with_decode_loop(model, cache_len, self._recorder,
-                                                     self.args.generation_compile_regions))
+                                                     self.args.generation_compile_regions, keys))
             elif self._recorder is not None:
                 stack.enter_context(with_logits_processor(model, self._recorder))
-            return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            out = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        if self.model.training:
+            digests = self.rollout_digests.setdefault(str(self.state.global_step), [])
+            digests.extend(completion_digest(ids) for ids in out[0])
+        return out
 
     def _get_per_token_logps_and_entropies(self, model, *args, compute_entropy: bool = False, **kwargs):
         capture = self._capture_scoring is not None and not self._capture_scoring

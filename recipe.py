@@ -361,8 +361,9 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     it (eval_fast pads batches, so the random stream differs); what computes the same numbers with other rounding is
     not, as the GPU model is not: `generation_grouped_attention` and its `generation_decode_kernel` (attention.py).
     `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
-    is in the record when on (and absent when off, so that records made before it existed keep their key); so is
-    `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA."""
+    is in the record when on (and absent when off, so that records made before it existed keep their key); so are
+    `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
+    `sampling_noise` "counter"."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
@@ -370,7 +371,9 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
             "device": device.split(":")[0],
             **({"deferred_stop": True} if getattr(train, "generation_deferred_stop", False) else {}),
             **({"decode_loop": train.generation_decode_loop}
-               if getattr(train, "generation_decode_loop", "transformers") != "transformers" else {})}
+               if getattr(train, "generation_decode_loop", "transformers") != "transformers" else {}),
+            **({"sampling_noise": train.sampling_noise}
+               if getattr(train, "sampling_noise", "stream") != "stream" else {})}
 
 
 def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
@@ -658,7 +661,8 @@ class Run:
                                 deferred_stop=self.train_args.generation_deferred_stop,
                                 decode_kernel=self.train_args.generation_decode_kernel,
                                 decode_loop=self.train_args.generation_decode_loop,
-                                compile_regions=self.train_args.generation_compile_regions)
+                                compile_regions=self.train_args.generation_compile_regions,
+                                sampling_noise=self.train_args.sampling_noise)
         ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
         return ev
 
@@ -722,7 +726,8 @@ class Run:
         gpus = self.state.num_processes if trainer.model.device.type == "cuda" else 0
         self.results["arms"][arm] = {
             "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": RULE_OF_ARM[arm],
-            "entropy_source": trainer.entropy_source_used, "train_minutes": train_minutes,
+            "entropy_source": trainer.entropy_source_used, "rollout_digests": trainer.rollout_digests,
+            "train_minutes": train_minutes,
             "train_compile_seconds": train_compile_s, "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall,
             "gpu_minutes": wall * gpus,
             "generation_options": {k: getattr(self.recipe if k == "cudnn_attention" else args, k)

@@ -1,0 +1,89 @@
+"""Does a complete run repeat? The results.json of runs of one configuration (same seed, same machine and software),
+compared field by field against the first: each base evaluation's and each arm's evaluation records (every task's
+per-sample scores and completion lengths), each arm's training log (every logged metric but wall-clock times) and its
+rollouts (`rollout_digests`, a digest of every completion of every step).
+
+    python bench/repeat.py --out bench/repeat-h200.json cold=A/results.json warm=B/results.json \
+        after-another=C/results.json
+
+Writes the comparison (one entry per later run: what differs from the first, counted) and `identical`, true when
+every later run equals the first in all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+WALL_CLOCK = ("runtime", "per_second", "time", "seconds")  # a training log's timing fields: not expected to repeat
+
+
+def _records_differ(a: list[dict], b: list[dict]) -> int:
+    """Tasks whose records (scores and completion lengths of every sample) differ; a task missing on one side too."""
+    by_task = {r["hash"]: r for r in b}
+    return sum(by_task.get(r["hash"], {}).get("scores") != r["scores"]
+               or by_task.get(r["hash"], {}).get("lengths") != r["lengths"] for r in a) + abs(len(a) - len(b))
+
+
+def _log(entry: dict) -> list[dict]:
+    return [{k: v for k, v in row.items() if not any(w in k for w in WALL_CLOCK)} for row in entry["train_log"]]
+
+
+def compare(first: dict, other: dict) -> dict:
+    """What of `other` differs from `first` (two results.json of one configuration), counted per part."""
+    base = {}
+    for a, b in zip(first["base"]["evals"], other["base"]["evals"], strict=True):
+        base[str(a["seed"])] = {"tasks_differing": _records_differ(a["records"], b["records"]),
+                                "pass@1": [a["pass@1"], b["pass@1"]]}
+    arms = {}
+    for arm in sorted(set(first["arms"]) | set(other["arms"])):
+        if arm not in first["arms"] or arm not in other["arms"]:
+            arms[arm] = {"missing": True}
+            continue
+        a, b = first["arms"][arm], other["arms"][arm]
+        log_a, log_b = _log(a), _log(b)
+        digests_a, digests_b = a.get("rollout_digests"), b.get("rollout_digests")
+        arms[arm] = {
+            "train_steps_differing": sum(x != y for x, y in zip(log_a, log_b)) + abs(len(log_a) - len(log_b)),
+            "rollout_steps_differing": (None if digests_a is None or digests_b is None else
+                                        sum(digests_a.get(s) != digests_b.get(s) for s in set(digests_a) | set(digests_b))),
+            "eval_tasks_differing": _records_differ(a["eval"]["records"], b["eval"]["records"]),
+            "pass@1": [a["eval"]["pass@1"], b["eval"]["pass@1"]],
+        }
+    same = (all(v["tasks_differing"] == 0 for v in base.values())
+            and all(not v.get("missing") and v["train_steps_differing"] == 0 and v["eval_tasks_differing"] == 0
+                    and v["rollout_steps_differing"] in (0, None) for v in arms.values()))
+    return {"identical": same, "base": base, "arms": arms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="LABEL=results.json, the first is the reference")
+    parser.add_argument("--out", required=True, help="the comparison, as JSON")
+    args = parser.parse_args(argv)
+    runs = []
+    for spec in args.runs:
+        label, sep, path = spec.partition("=")
+        if not sep or not Path(path).is_file():
+            print(f"repeat.py: {spec!r}: expected LABEL=PATH to an existing results.json", file=sys.stderr)
+            return 2
+        runs.append((label, path, json.loads(Path(path).read_text())))
+    if len(runs) < 2:
+        print("repeat.py: give at least two runs", file=sys.stderr)
+        return 2
+    (ref_label, ref_path, ref), rest = runs[0], runs[1:]
+    pairs = {label: compare(ref, results) for label, _, results in rest}
+    out = {"reference": ref_label, "runs": {label: path for label, path, _ in runs},
+           "config_hash": {label: r.get("config_hash") for label, _, r in runs},
+           "versions": ref.get("versions"), "identical": all(p["identical"] for p in pairs.values()),
+           "compared": pairs}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{'identical' if out['identical'] else 'DIFFERENT'}: " + ", ".join(
+        f"{label} vs {ref_label}: {'same' if p['identical'] else 'differs'}" for label, p in pairs.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

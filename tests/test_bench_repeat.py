@@ -1,0 +1,56 @@
+"""bench/repeat.py: what of a repeated run differs from the first, counted."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import repeat  # noqa: E402
+
+
+def _run() -> dict:
+    records = [{"task": i, "hash": f"h{i}", "scores": [1, 0], "lengths": [10, 12]} for i in range(4)]
+    arm = {"train_log": [{"step": 1, "loss": 0.5, "reward": 0.25, "step_time": 1.2},
+                         {"step": 2, "loss": 0.4, "reward": 0.5, "step_time": 1.1}],
+           "rollout_digests": {"0": ["aa", "bb"], "1": ["cc", "dd"]},
+           "eval": {"pass@1": 0.5, "records": records}}
+    return {"config_hash": "x", "base": {"evals": [{"seed": 0, "pass@1": 0.5, "records": copy.deepcopy(records)}]},
+            "arms": {"ets": arm, "gmts": copy.deepcopy(arm)}}
+
+
+def test_a_repeat_with_other_wall_clock_times_is_identical():
+    other = _run()
+    other["arms"]["ets"]["train_log"][0]["step_time"] = 9.0
+    assert repeat.compare(_run(), other)["identical"]
+
+
+def test_each_difference_is_counted_where_it_is():
+    other = _run()
+    other["base"]["evals"][0]["records"][2]["scores"] = [1, 1]
+    other["arms"]["gmts"]["eval"]["records"][0]["lengths"] = [10, 13]
+    other["arms"]["gmts"]["train_log"][1]["loss"] = 0.41
+    other["arms"]["ets"]["rollout_digests"]["1"] = ["cc", "de"]
+    got = repeat.compare(_run(), other)
+    assert not got["identical"]
+    assert got["base"]["0"]["tasks_differing"] == 1
+    assert got["arms"]["gmts"]["eval_tasks_differing"] == 1 and got["arms"]["gmts"]["train_steps_differing"] == 1
+    assert got["arms"]["ets"]["rollout_steps_differing"] == 1 and got["arms"]["ets"]["train_steps_differing"] == 0
+    missing = _run()
+    del missing["arms"]["gmts"]
+    assert repeat.compare(_run(), missing)["arms"]["gmts"] == {"missing": True}
+
+
+def test_the_file_written(tmp_path, capsys):
+    paths = []
+    for i, results in enumerate([_run(), _run()]):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(results))
+    out = tmp_path / "repeat.json"
+    assert repeat.main(["--out", str(out), f"cold={paths[0]}", f"warm={paths[1]}"]) == 0
+    written = json.loads(out.read_text())
+    assert written["identical"] and written["reference"] == "cold" and set(written["compared"]) == {"warm"}
+    assert repeat.main(["--out", str(out), f"cold={paths[0]}"]) == 2
+    assert repeat.main(["--out", str(out), "cold", f"warm={paths[1]}"]) == 2

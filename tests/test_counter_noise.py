@@ -1,0 +1,147 @@
+"""The "counter" sampler (decode_loop.counter_noise): noise that is a function of (key, column, token) alone, so a
+sample repeats whatever ran before in the process and two arms at one training step can draw the same numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+from tiny import tiny_model, tiny_tokenizer
+
+import decode_loop
+from test_decode_loop import RAGGED, sharpen
+
+
+def lowbias32(x: int) -> int:
+    """The published hash in plain Python integers (hash prospector, lowbias32), the reference for `hash32`."""
+    x &= 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64))
+def test_hash32_is_lowbias32_without_int64_overflow(values):
+    """Every 32-bit input, including those whose product with the constants passes 2^63, hashes as the reference."""
+    got = decode_loop.hash32(torch.tensor(values, dtype=torch.long)).tolist()
+    assert got == [lowbias32(v) for v in values]
+
+
+def test_hash32_edges():
+    edges = [0, 1, 2**31 - 1, 2**31, 2**32 - 1]
+    assert decode_loop.hash32(torch.tensor(edges)).tolist() == [lowbias32(v) for v in edges]
+
+
+def test_counter_sampler_matches_softmax_over_temperature():
+    """40,000 rows with their own keys draw one token from the same logits: the counts fit softmax(logits / T)
+    (chi-square p > 0.001), at two columns, and the -inf token is never drawn."""
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0, float("-inf")])
+    temperature, draws = 0.7, 40_000
+    keys = decode_loop.noise_keys(seed=5, stream=11, rows=torch.arange(draws))
+    expected = torch.softmax(logits.double() / temperature, dim=-1).numpy()
+    for column in (0, 137):
+        tokens = decode_loop.sample_next(logits.expand(draws, -1), temperature, "counter", keys=keys,
+                                         column=torch.tensor([column]))
+        counts = np.bincount(tokens.numpy(), minlength=logits.numel())
+        assert counts[-1] == 0
+        assert stats.chisquare(counts[:-1], expected[:-1] * draws).pvalue > 1e-3
+
+
+def test_counter_noise_is_exponential_and_independent_across_rows_columns_and_tokens():
+    """E = -log u: mean 1, variance 1 (Exp(1)); u uniform (Kolmogorov-Smirnov p > 0.001); and no correlation between
+    neighbouring rows, columns or vocabulary entries (|r| < 0.01 over 256 x 2,000 values, ~4.5 standard errors)."""
+    keys = decode_loop.noise_keys(seed=0, stream=3, rows=torch.arange(256))
+    e0 = decode_loop.counter_noise(keys, torch.tensor([0]), 2000).double()
+    e1 = decode_loop.counter_noise(keys, torch.tensor([1]), 2000).double()
+    assert bool((e0 > 0).all()) and bool(torch.isfinite(e0).all())
+    assert abs(float(e0.mean()) - 1) < 0.01 and abs(float(e0.var()) - 1) < 0.02
+    assert stats.kstest(torch.exp(-e0).flatten().numpy(), "uniform").pvalue > 1e-3
+    for a, b in ((e0[:-1], e0[1:]), (e0, e1), (e0[:, :-1], e0[:, 1:])):
+        assert abs(float(np.corrcoef(a.flatten().numpy(), b.flatten().numpy())[0, 1])) < 0.01
+
+
+def test_noise_keys_separate_seeds_streams_and_rows():
+    rows = torch.arange(1000)
+    a = decode_loop.noise_keys(1, 0, rows)
+    assert len(set(a.tolist())) == 1000  # a bijection of the row: no two rows share noise
+    for other in (decode_loop.noise_keys(2, 0, rows), decode_loop.noise_keys(1, 1, rows)):
+        assert len(set(a.tolist()) & set(other.tolist())) < 3
+    assert torch.equal(a, decode_loop.noise_keys(1, 0, rows))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = tiny_tokenizer()
+    return tok, sharpen(tiny_model(tok).eval())
+
+
+def _sample(tok, model, prompts, keys, compiled=False, backend="inductor"):
+    batch = tok(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    return decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12, temperature=1.0,
+                              eos_token_ids=[1, 5], pad_token_id=0, compiled=compiled, cache_len=32,
+                              sampler="counter", noise_keys=keys, compile_backend=backend, return_entropy=True)
+
+
+def test_counter_samples_repeat_whatever_the_process_drew_before(tiny):
+    """The same prompts and keys give the same tokens after other draws from the global generator (which move the
+    "exponential" sampler's tokens), and a row's tokens do not depend on the other rows of its batch."""
+    tok, model = tiny
+    keys = decode_loop.noise_keys(0, 0, torch.arange(len(RAGGED)))
+    first, _ = _sample(tok, model, RAGGED, keys)
+    torch.rand(12345)
+    again, _ = _sample(tok, model, RAGGED, keys)
+    assert torch.equal(first, again)
+    batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    other = []
+    for _ in range(2):  # the stream sampler, for contrast: the same call twice differs
+        other.append(decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=12,
+                                        temperature=1.0, eos_token_ids=[1, 5], pad_token_id=0, compiled=False,
+                                        cache_len=32))
+    assert not torch.equal(*other)
+    alone = [_sample(tok, model, [p], keys[i : i + 1])[0] for i, p in enumerate(RAGGED)]
+    prompt_len = first.size(1) - 12
+    for i, row in enumerate(alone):  # the row's completion (its own prompt has no padding here)
+        got = row[0, row.size(1) - 12 :]
+        assert torch.equal(got[: (got != 0).sum()], first[i, prompt_len:][: (got != 0).sum()])
+
+
+def test_equal_weights_and_keys_give_equal_rollouts_other_keys_other_rollouts(tiny):
+    """Two arms at one step: equal weights and the step's keys give identical rollouts; another step's keys do not."""
+    tok, model = tiny
+    keys = decode_loop.noise_keys(17, 4, torch.arange(len(RAGGED)))
+    a, _ = _sample(tok, model, RAGGED, keys)
+    b, _ = _sample(tok, model, RAGGED, keys.clone())
+    c, _ = _sample(tok, model, RAGGED, decode_loop.noise_keys(17, 5, torch.arange(len(RAGGED))))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_counter_step_gives_eager_tokens(tiny, backend, monkeypatch):
+    """The counter sampler compiled (dynamo + AOT autograd; and inductor's generated kernels) draws eager's tokens:
+    the noise is integer arithmetic, exact everywhere, not a generator that a compiled graph may consume otherwise."""
+    monkeypatch.setattr(decode_loop, "_COMPILED", {})
+    torch._dynamo.reset()
+    tok, model = tiny
+    keys = decode_loop.noise_keys(3, 9, torch.arange(len(RAGGED)))
+    eager = _sample(tok, model, RAGGED, keys)
+    compiled = _sample(tok, model, RAGGED, keys, compiled=True, backend=backend)
+    assert torch.equal(compiled[0], eager[0])
+    torch.testing.assert_close(compiled[1], eager[1])
+
+
+@pytest.mark.parametrize("bad, match", [({"sampler": "counter"}, "noise_keys go with sampler='counter'"),
+                                        ({"noise_keys": torch.zeros(6, dtype=torch.long)}, "noise_keys go with"),
+                                        ({"sampler": "counter", "noise_keys": torch.zeros(2, dtype=torch.long)},
+                                         r"one key per row: \(6,\)")])
+def test_counter_keys_refused_where_they_do_not_fit(tiny, bad, match):
+    tok, model = tiny
+    batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    with pytest.raises(ValueError, match=match):
+        decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=4, temperature=1.0,
+                           eos_token_ids=[1], pad_token_id=0, compiled=False, **bad)
