@@ -167,13 +167,20 @@ def noise_keys(seed: int, stream: int, rows: torch.Tensor) -> torch.Tensor:
 
 def counter_noise(keys: torch.Tensor, column: torch.Tensor, vocab: int) -> torch.Tensor:
     """Exp(1) noise (B, V) float32, a pure function of (each row's key, the token's column, the vocabulary entry):
-    u = (24 hashed bits + 1/2) / 2^24 in (0, 1), E = -log u (> 0 and finite). Nothing is drawn from a generator, so
+    u = (23 hashed bits + 1/2) / 2^23 in (0, 1), E = -log u (> 0 and finite: `exponential_of_bits`). Nothing is drawn from a generator, so
     the noise repeats whatever ran before in the process, whatever the batch holds and whether the step is compiled
     (CUDA-graph warm-ups and recordings consume no random state). keys (B,), column (1,) long."""
     row = hash32(keys ^ hash32(column))  # (B,): one 32-bit state per row and column
     token = torch.arange(vocab, device=keys.device)  # (V,)
-    bits = hash32(hash32(row[:, None] ^ token[None, :])) >> 8  # (B, V): 24 bits, exact in float32
-    return -torch.log((bits.float() + 0.5) * 2.0 ** -24)
+    return exponential_of_bits(hash32(hash32(row[:, None] ^ token[None, :])) >> 9)  # (B, V)
+
+
+def exponential_of_bits(bits: torch.Tensor) -> torch.Tensor:
+    """E = -log u, u = (bits + 1/2) / 2^23 for 23 random bits: u in [2^-24, 1 - 2^-24], every value exact in float32,
+    so E is finite and > 0 (6e-8 to 16.6). With 24 bits the top value, 2^24 - 1/2, rounds to 2^24 in float32: u = 1
+    and E = 0, and p / E = inf picks that token whatever its probability, once per ~2^24 entries: ~1% of token steps
+    over a 151,936-token vocabulary."""
+    return -torch.log((bits.float() + 0.5) * 2.0 ** -23)
 
 
 def sample_next(logits: torch.Tensor, temperature: float, sampler: str = "exponential",

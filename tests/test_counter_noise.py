@@ -66,6 +66,14 @@ def test_counter_noise_is_exponential_and_independent_across_rows_columns_and_to
         assert abs(float(np.corrcoef(a.flatten().numpy(), b.flatten().numpy())[0, 1])) < 0.01
 
 
+def test_the_noise_is_positive_and_finite_at_every_bit_pattern():
+    """Every 23-bit value gives 0 < E < inf in float32, the extremes included (24 bits gave E = 0 at the top value:
+    p / E = inf, a token picked whatever its probability, ~1% of token steps over Qwen's vocabulary)."""
+    e = decode_loop.exponential_of_bits(torch.arange(2**23, dtype=torch.long))
+    assert bool((e > 0).all()) and bool(torch.isfinite(e).all())
+    assert float(e.min()) < 1e-7 and 16 < float(e.max()) < 17
+
+
 def test_noise_keys_separate_seeds_streams_and_rows():
     rows = torch.arange(1000)
     a = decode_loop.noise_keys(1, 0, rows)
