@@ -6,6 +6,7 @@ rollouts (`rollout_digests`, a digest of every completion of every step).
     python bench/repeat.py --out bench/repeat-h200.json cold=A/results.json warm=B/results.json \
         after-another=C/results.json
 
+A later run may be of the base evaluations alone (`recipe.py --arm base`): its base evaluations are compared.
 Writes the comparison (one entry per later run: what differs from the first, counted) and `identical`, true when
 every later run equals the first in all of it.
 """
@@ -32,13 +33,14 @@ def _log(entry: dict) -> list[dict]:
 
 
 def compare(first: dict, other: dict) -> dict:
-    """What of `other` differs from `first` (two results.json of one configuration), counted per part."""
+    """What of `other` differs from `first` (two results.json of one configuration), counted per part: every base
+    evaluation, and the arms `other` ran (a process that ran only the base evaluations compares those)."""
     base = {}
     for a, b in zip(first["base"]["evals"], other["base"]["evals"], strict=True):
         base[str(a["seed"])] = {"tasks_differing": _records_differ(a["records"], b["records"]),
                                 "pass@1": [a["pass@1"], b["pass@1"]]}
     arms = {}
-    for arm in sorted(set(first["arms"]) | set(other["arms"])):
+    for arm in sorted(other["arms"]):
         if arm not in first["arms"] or arm not in other["arms"]:
             arms[arm] = {"missing": True}
             continue

@@ -40,7 +40,10 @@ def test_each_difference_is_counted_where_it_is():
     assert got["arms"]["ets"]["rollout_steps_differing"] == 1 and got["arms"]["ets"]["train_steps_differing"] == 0
     missing = _run()
     del missing["arms"]["gmts"]
-    assert repeat.compare(_run(), missing)["arms"]["gmts"] == {"missing": True}
+    assert repeat.compare(missing, _run())["arms"]["gmts"] == {"missing": True}
+    base_only = _run()
+    base_only["arms"] = {}
+    assert repeat.compare(_run(), base_only) == {"identical": True, "arms": {}, "base": repeat.compare(_run(), _run())["base"]}
 
 
 def test_the_file_written(tmp_path, capsys):
