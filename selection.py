@@ -34,6 +34,7 @@ __all__ = [
     "gmts_omega",
     "select_top_fraction",
     "kept_count",
+    "smallest_fraction_at_least",
     "selection_stats",
     "top_answers",
     "top_answer_weight_share",
@@ -135,6 +136,9 @@ def gmts_omega(
     return omega
 
 
+_MAX_SEGMENT = math.isqrt(2**63 - 1) - 1  # n x c + d - 1 <= L^2 + L - 1 stays below 2^63
+
+
 def _as_fraction(ratio: float) -> Fraction:
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0.0 < float(ratio) <= 1.0):
         raise ValueError(f"ratio of kept tokens must be a number in (0, 1], got {ratio!r}")
@@ -145,6 +149,32 @@ def kept_count(num_valid: int, ratio: float) -> int:
     """ceil(ratio * num_valid), in exact arithmetic (see module docstring)."""
     f = _as_fraction(ratio)
     return math.ceil(f * int(num_valid))
+
+
+def smallest_fraction_at_least(f: Fraction, max_denominator: int) -> Fraction:
+    """The smallest fraction c/d >= f with d <= max_denominator: for every integer 0 <= n <= max_denominator,
+    ceil(n x c/d) == ceil(n x f), since ceil(n x f) = k exactly when (k-1)/n < f <= k/n and no fraction of
+    denominator <= max_denominator lies in [f, c/d). So a device tensor of counts n <= L gets the exact
+    ceil(ratio x n) in int64 from n x c <= L^2, where f itself (0.1 + 0.2 read as a decimal has a 17-digit
+    numerator, 1e-300 a 301-digit denominator) would overflow.
+
+    The upper of f's two neighbours among fractions of denominator <= max_denominator, found as
+    `Fraction.limit_denominator` finds them (continued fraction convergents, then the best semiconvergent)."""
+    if max_denominator < 1:
+        raise ValueError(f"max_denominator must be >= 1, got {max_denominator}")
+    if f.denominator <= max_denominator:
+        return f
+    p0, q0, p1, q1 = 0, 1, 1, 0
+    n, d = f.numerator, f.denominator
+    while True:
+        a = n // d
+        q2 = q0 + a * q1
+        if q2 > max_denominator:
+            break
+        p0, q0, p1, q1 = p1, q1, p0 + a * p1, q2
+        n, d = d, n - a * d
+    k = (max_denominator - q0) // q1
+    return max(Fraction(p0 + k * p1, q0 + k * q1), Fraction(p1, q1))  # the neighbours below and above f
 
 
 def select_top_fraction(
@@ -194,8 +224,13 @@ def select_top_fraction(
     valid_in_score_order = torch.gather(seg_valid, 1, by_score)
     order = torch.gather(by_score, 1, torch.sort(valid_in_score_order.to(torch.uint8), dim=1, descending=True,
                                                  stable=True).indices)  # (S, L) flat positions, best first
-    n_valid = seg_valid.sum(dim=1)  # (S,)
-    k = (n_valid * f.numerator + f.denominator - 1) // f.denominator  # (S,) exact ceil(ratio * n)
+    n_valid = seg_valid.sum(dim=1)  # (S,) each <= L
+    segment = seg_valid.size(1)
+    if segment > _MAX_SEGMENT:
+        raise ValueError(f"select_top_fraction: {segment} positions in one scope exceed {_MAX_SEGMENT}, the most "
+                         f"whose kept count is exact in int64")
+    g = smallest_fraction_at_least(f, max(segment, 1))  # same ceil as f for every count <= L, and n x c <= L^2
+    k = (n_valid * g.numerator + g.denominator - 1) // g.denominator  # (S,) exact ceil(ratio * n)
     keep_in_order = torch.arange(order.size(1), device=order.device).unsqueeze(0) < k.unsqueeze(1)  # (S, L)
     keep = torch.zeros_like(seg_valid).scatter_(1, order, keep_in_order)
     return keep.reshape(rows, cols)
