@@ -9,7 +9,7 @@ trainer (gmts_trainer.py) only decides *which* tensors to pass and over which sc
 Notation (shapes are (B, T): B answers/rows, T completion positions):
     entropy  E_t  entropy of the policy's next-token distribution at position t (at the sampling temperature)
     omega    w_t  the scalar in front of grad log pi(o_t) in the gradient of TRL's loss, for a kept token:
-                  w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)  (see gmts_omega)
+                  w_t = A * r_t * 1[the branch min picks passes r] + beta * (pi_ref / pi_theta - 1)  (see gmts_omega)
     score    ETS: E_t            GMTS: |E_t * w_t|   (paper eq. 4)
              control (not in the paper): ETS over tokens with w_t != 0 first (ets_nonzero_omega_scores)
 
@@ -101,10 +101,14 @@ def gmts_omega(
     """Omega per token: the coefficient of grad log pi_theta(o_t) in the gradient of TRL 1.16's clipped-surrogate
     objective, for a kept token (times the loss normalizer, a positive constant per microbatch).
 
-    Policy part, which the selection mask multiplies: for min(r A, clip(r, 1-eps_low, 1+eps_high) A) it is r A where
-    the unclipped branch is active and 0 where the clipped one is (r > 1+eps_high with A > 0, r < 1-eps_low with
-    A < 0); TRL's two-sided clipping (`delta`: r is capped at delta) also zeroes it where r > delta. `weight` (the
-    vLLM importance-sampling ratio, (B, T) or (B, 1)) multiplies it.
+    Policy part, which the selection mask multiplies: TRL's loss is -min(c1 A, c2 A) with c1 = r, or min(r, delta)
+    with two-sided clipping (`delta`), and c2 = clip(r, 1-eps_low, 1+eps_high). Its coefficient is r A times the
+    derivative of the term torch.min picks (half of each on a tie, as torch.min's backward): 1 where that term's clamp
+    passes r through, 0 where it caps it. Without delta that is r A except where the clipped branch is active
+    (r > 1+eps_high with A > 0, r < 1-eps_low with A < 0). Where r > delta: with A > 0 min picks the capped c1, so 0
+    (also on-policy, r = 1, when delta < 1); with A < 0 it picks the larger factor, and when delta < 1+eps_high that
+    is c2, so a token with r inside the clip range still moves by r A (a rule 'r > delta means 0' gave it 0).
+    `weight` (the vLLM importance-sampling ratio, (B, T) or (B, 1)) multiplies it.
     KL part, which TRL adds after the mask, so that every valid token receives it, kept or not: the gradient of
     -beta * k3, k3 = pi_ref/pi - log(pi_ref/pi) - 1, is beta * (pi_ref/pi - 1); with `kl_bias_correction`
     (TRL's use_bias_correction_kl: k3 times r) it is beta * r * log(pi_ref/pi).
@@ -122,10 +126,12 @@ def gmts_omega(
     if a.dim() == 1:
         a = a.unsqueeze(1)  # (B, 1)
     r = torch.ones_like(a) if ratio is None else ratio.float()
-    clipped = ((r > 1 + epsilon_high) & (a > 0)) | ((r < 1 - epsilon_low) & (a < 0))
-    if delta is not None:
-        clipped = clipped | (r > delta)
-    omega = torch.where(clipped, torch.zeros_like(r * a), r * a)
+    low, high = 1 - epsilon_low, 1 + epsilon_high
+    c2, passes2 = r.clamp(low, high), (r >= low) & (r <= high)  # clamp's gradient: 1 on [min, max], else 0
+    c1, passes1 = (r, torch.ones_like(passes2)) if delta is None else (r.clamp(max=delta), r <= delta)
+    term1, term2 = c1 * a, c2 * a
+    share1 = torch.where(term1 < term2, 1.0, torch.where(term1 == term2, 0.5, 0.0))  # torch.min's backward
+    omega = r * a * (share1 * passes1 + (1.0 - share1) * passes2)
     if weight is not None:
         omega = omega * weight.float()
     if beta != 0.0:

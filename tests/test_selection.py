@@ -187,6 +187,46 @@ def test_omega_with_two_sided_clip_and_weight():
     assert torch.allclose(omega, torch.tensor([[2.2, 0.0, 1.8], [-0.55, 0.0, 0.0]]))
 
 
+def trl_clipped_surrogate(r, a, epsilon_low, epsilon_high, delta):
+    """TRL 1.16 GRPOTrainer._compute_loss, loss_type grpo/bnpo/dapo, token level, its lines verbatim (coef_1 = r)."""
+    coef_1 = r
+    coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)
+    if delta is not None:
+        coef_1 = torch.clamp(coef_1, max=delta)
+    per_token_loss1 = coef_1 * a
+    per_token_loss2 = coef_2 * a
+    return -torch.min(per_token_loss1, per_token_loss2)
+
+
+BOUNDS = [0.8, 1.2, 1.0, 0.9, 1.1, 0.5, 1.25, 3.0]  # the clip range's ends, 1 and the deltas: hit exactly
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(BOUNDS), st.floats(0.01, 5.0)), min_size=1, max_size=16),
+       st.lists(st.one_of(st.sampled_from([0.0, 1.0, -1.0]), st.floats(-3.0, 3.0)), min_size=1, max_size=16),
+       st.one_of(st.none(), st.sampled_from(BOUNDS), st.floats(0.05, 4.0)),
+       st.sampled_from([(0.2, 0.2), (0.2, 0.28), (0.1, 0.3)]))
+def test_omega_is_the_autograd_coefficient_of_trls_surrogate_for_every_delta(rs, advantages, delta, epsilons):
+    """-d loss / d log pi = -r d loss / d r, over a grid of (A, r) with r on both sides of every bound and delta
+    below, at and above 1 + epsilon_high (delta 0.9: TRL's min picks the unclipped term for A < 0, not 0)."""
+    a = torch.tensor(advantages).unsqueeze(1)  # (B, 1)
+    r = torch.tensor(rs).expand(a.size(0), -1).clone().requires_grad_(True)  # (B, T): every (A, r) pair
+    trl_clipped_surrogate(r, a, *epsilons, delta).sum().backward()
+    omega = gmts_omega(a, r.detach(), *epsilons, delta=delta)
+    torch.testing.assert_close(omega, -r.grad * r.detach(), rtol=1e-6, atol=0.0)
+
+
+def test_omega_under_a_two_sided_clip_below_the_clip_range_by_hand():
+    """delta 0.9 with the clip range [0.8, 1.2]: for A < 0, min(c1 A, c2 A) takes c2 A when c1 = min(r, 0.9) < c2,
+    so a token with 0.8 <= r <= 1.2 moves by r A (the old rule gave 0 for every r > delta); for A > 0 at r = 1 min
+    takes c1 = 0.9, a constant: 0."""
+    adv = torch.tensor([[-1.0], [1.0]])
+    ratio = torch.tensor([[0.7, 0.85, 1.0, 1.1, 1.3], [0.7, 0.85, 1.0, 1.1, 1.3]])
+    omega = gmts_omega(adv, ratio, 0.2, 0.2, delta=0.9)
+    assert torch.allclose(omega, torch.tensor([[0.0, -0.85, -1.0, -1.1, 0.0], [0.7, 0.85, 0.0, 0.0, 0.0]]))
+    assert torch.equal(gmts_omega(adv, None, delta=0.9), torch.tensor([[-1.0], [0.0]]))  # on-policy
+
+
 def test_gmts_scores_move_slots_toward_large_advantage_answers():
     entropy = torch.full((2, 4), 1.0)
     omega = gmts_omega(torch.tensor([2.0, 0.5])).expand(2, 4)
