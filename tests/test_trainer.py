@@ -754,12 +754,19 @@ def test_compiled_step_loop_refuses_at_config_what_it_cannot_sample(tmp_path, ov
 
 
 @pytest.mark.parametrize("setting,match", [
-    ({"suppress_tokens": [5]}, "drop the generation settings suppress_tokens"),
-    ({"min_new_tokens": 3}, "drop the generation settings min_new_tokens"),
-    ({"temperature": 0.5}, "drop the generation settings temperature"),
-    ({"typical_p": 0.9}, "drop the generation settings typical_p"),
-    ({"stop_strings": ["="]}, "drop the generation settings stop_strings"),
+    ({"suppress_tokens": [5]}, r"suppress_tokens=\[5\] unsupported"),
+    ({"min_new_tokens": 3}, "min_new_tokens=3 unsupported"),
+    ({"temperature": 0.5}, "would sample at temperature 0.5"),
+    ({"typical_p": 0.9}, "typical_p=0.9 unsupported"),
+    ({"stop_strings": ["="]}, r"stop_strings=\['='\] unsupported"),
     ({"top_k": 5}, "top_k=5 unsupported"),
+    ({"do_sample": False}, "do_sample=False unsupported"),  # greedy: the recorder's list cannot see it either
+    ({"num_beams": 2}, "num_beams=2 unsupported"),
+    ({"no_repeat_ngram_size": 3}, "no_repeat_ngram_size=3 unsupported"),
+    ({"bad_words_ids": [[5]]}, r"bad_words_ids=\[\[5\]\] unsupported"),
+    ({"length_penalty": 0.5}, "length_penalty=0.5 unsupported"),  # the recorder's allow-list accepted it
+    ({"return_dict_in_generate": True}, "return_dict_in_generate=True unsupported"),
+    ({"top_k": None}, "top_k=50 unsupported"),  # unset: generate fills in transformers' default 50
 ])
 def test_compiled_step_loop_refuses_generation_settings_it_would_drop(tmp_path, setting, match):
     with pytest.raises(ValueError, match=match) as err:
@@ -771,7 +778,8 @@ def test_compiled_step_loop_refuses_a_checkpoint_generation_config_it_would_drop
     """A field TRL leaves unset (min_p, suppress_tokens) is filled from the model's generation_config by generate."""
     tok = tiny_tokenizer()
     for name, value, match in (("min_p", 0.05, "min_p=0.05 unsupported"),
-                               ("suppress_tokens", [5], "settings suppress_tokens")):
+                               ("suppress_tokens", [5], r"suppress_tokens=\[5\] unsupported"),
+                               ("forced_eos_token_id", 3, "forced_eos_token_id=3 unsupported")):
         model = tiny_model(tok)
         setattr(model.generation_config, name, value)
         with pytest.raises(ValueError, match=match):
