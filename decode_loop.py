@@ -519,6 +519,67 @@ def check_supported(temperature: float, sampler: str, top_k: int | None = 0, top
                              f"decode_loop='transformers' for {name}")
 
 
+# GenerationConfig fields `sample_with_config` reads, or that leave what `generate` samples unchanged at any value
+# (after generate's own defaults are filled in: `resolved_generation_config`).
+GENERATION_ANY_VALUE = frozenset({
+    "max_new_tokens", "temperature", "eos_token_id", "pad_token_id",  # implemented (temperature: check_supported)
+    "max_length",  # generate stops at max_new_tokens when it is set (then required), whatever max_length says
+    "bos_token_id",  # the prompt is given: nothing to start
+    "use_cache", "cache_implementation", "cache_config", "max_cache_len", "prefill_chunk_size",  # how, not what
+    "compile_config", "disable_compile",  # how, not what
+    "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",  # assisted decoding
+    "assistant_lookbehind", "target_lookbehind",  # only, with an assistant model, which the loop never receives
+    "transformers_version", "_from_model_config",  # metadata
+})
+# Fields whose processor, search or output is off at these values; unset (None) is off too. `do_sample` must be True.
+# Every other field must be unset: a setting transformers adds later is refused until it is listed here.
+GENERATION_OFF_VALUES = {
+    "do_sample": (True,), "top_k": (0,), "top_p": (1.0,), "min_p": (0.0,), "repetition_penalty": (1.0,),
+    "typical_p": (1.0,), "epsilon_cutoff": (0.0,), "eta_cutoff": (0.0,), "encoder_repetition_penalty": (1.0,),
+    "no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,), "min_length": (0,), "min_new_tokens": (0,),
+    "num_beams": (1,), "num_beam_groups": (1,), "diversity_penalty": (0.0,), "length_penalty": (1.0,),
+    "early_stopping": (False,), "num_return_sequences": (1,), "guidance_scale": (1.0,),
+    "remove_invalid_values": (False,), "renormalize_logits": (False,), "low_memory": (False,),
+    "output_attentions": (False,), "output_hidden_states": (False,), "output_scores": (False,),
+    "output_logits": (False,), "return_dict_in_generate": (False,),
+}
+CHECK_SUPPORTED_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")  # its own messages
+
+
+def resolved_generation_config(model, config):
+    """The settings `model.generate(generation_config=config)` runs with: `config`, its unset fields from the model's
+    own generation_config, then transformers' defaults (e.g. top_k 50, do_sample False). It is transformers' own
+    merge (`_prepare_generation_config`, which generate calls), so a field left None is judged by the value generate
+    would use, not by None."""
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return owner._prepare_generation_config(config)[0]
+
+
+def check_supported_config(config) -> None:
+    """Refuse, in one line naming each setting, a resolved generation config (`resolved_generation_config`) with any
+    setting `sample` would ignore: it samples softmax(logits / T) until EOS or max_new_tokens and nothing else. Every
+    field is compared with the allow-lists above (the top_k .. repetition_penalty through `check_supported`), so a
+    field no list names is refused unless unset."""
+    off = []
+    for name, value in config.to_dict().items():
+        if name in GENERATION_ANY_VALUE or name in CHECK_SUPPORTED_FIELDS:
+            continue
+        if name in GENERATION_OFF_VALUES:
+            ok = value in GENERATION_OFF_VALUES[name] or (value is None and name != "do_sample")
+        else:
+            ok = value is None
+        if not ok:
+            off.append(f"{name}={value!r}")
+    if off:
+        raise ValueError(f"decode_loop: {', '.join(off)} unsupported; it samples softmax(logits / T) until EOS or "
+                         f"max_new_tokens, nothing else: unset {'them' if len(off) > 1 else 'it'} or use "
+                         f"decode_loop='transformers'")
+    if config.max_new_tokens is None:
+        raise ValueError("decode_loop: max_new_tokens unset; it stops at max_new_tokens, set it (not max_length)")
+    temperature = 1.0 if config.temperature is None else config.temperature  # generate's: no warper
+    check_supported(temperature, "exponential", config.top_k, config.top_p, config.min_p, config.repetition_penalty)
+
+
 def _check_prompt_groups(input_ids: torch.Tensor, mask: torch.Tensor, rows_per_prompt: int) -> None:
     """Refuse a `rows_per_prompt` the rows do not have: a shared prefill of unequal rows would be silently wrong."""
     batch = input_ids.size(0)
@@ -636,7 +697,11 @@ def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch
                        compile_regions: bool = False, noise_keys: torch.Tensor | None = None):
     """`model.generate(input_ids, attention_mask=..., generation_config=config)` through `sample`: compiled on CUDA,
     eager elsewhere (no CUDA graphs to gain), the exponential sampler (the "counter" one with `noise_keys`);
-    temperature, max_new_tokens, EOS and pad ids from the config, whose top_k .. repetition_penalty `sample` refuses unless neutral (eval.py and the trainer use it)."""
+    temperature, max_new_tokens, EOS and pad ids from the config as generate would complete it
+    (`resolved_generation_config`), every other setting refused unless off (`check_supported_config`): never silently
+    dropped (eval.py and the trainer use it)."""
+    config = resolved_generation_config(model, config)
+    check_supported_config(config)
     eos = [] if config.eos_token_id is None else config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos)
     pad = eos[0] if config.pad_token_id is None else config.pad_token_id  # transformers' fallback: pad with EOS

@@ -110,8 +110,8 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from attention import KERNELS
-from decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, noise_keys, sample_with_config,
-                         token_entropy, train_stream)
+from decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, check_supported_config, noise_keys,
+                         resolved_generation_config, sample_with_config, token_entropy, train_stream)
 from decoding import decoding_options
 from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, select_top_fraction,
                        selection_stats, update_cosine)
@@ -375,14 +375,6 @@ def settings_off_softmax(config: GenerationConfig, temperature: float) -> list[s
     return off
 
 
-# Settings the recorder's allow-list accepts at any value (they act after it) that decode_loop.sample does not compute;
-# with generation_decode_loop="compiled_step" they must be at these values (top_k .. repetition_penalty:
-# check_supported).
-DECODE_LOOP_NEUTRAL_VALUES = {"top_h": (None,), "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0),
-                              "eta_cutoff": (None, 0.0), "stop_strings": (None,), "max_time": (None,),
-                              "return_dict_in_generate": (None, False)}
-
-
 def check_decode_loop_sampling(temperature: float, top_k, top_p, min_p, repetition_penalty) -> None:
     """decode_loop.check_supported, its one-line refusal naming this trainer's option."""
     try:
@@ -391,18 +383,23 @@ def check_decode_loop_sampling(temperature: float, top_k, top_p, min_p, repetiti
         raise ValueError(f"generation_decode_loop='compiled_step': {err}") from None
 
 
-def check_decode_loop_generation(config: GenerationConfig, temperature: float) -> None:
-    """Refuse generation_decode_loop='compiled_step' where the generation config transformers' generate would use
-    (TRL's, generation_kwargs, the checkpoint's generation_config) has a setting the loop would drop: it samples
-    softmax(logits / T) and stops at EOS or max_new_tokens, nothing else. The recorder's allow-list
-    (`settings_off_softmax`), then the truncation and stopping settings that list allows, then check_supported."""
-    off = settings_off_softmax(config, temperature) + [
-        name for name, neutral in DECODE_LOOP_NEUTRAL_VALUES.items() if getattr(config, name, None) not in neutral]
-    if off:
-        raise ValueError(f"generation_decode_loop='compiled_step' samples softmax(logits / T) only and would drop the "
-                         f"generation settings {', '.join(off)} (generation_kwargs or the model's generation_config); "
-                         f"unset them or use generation_decode_loop='transformers'.")
-    check_decode_loop_sampling(temperature, config.top_k, config.top_p, config.min_p, config.repetition_penalty)
+def check_decode_loop_generation(model: torch.nn.Module, config: GenerationConfig, temperature: float) -> None:
+    """Refuse generation_decode_loop='compiled_step' where the settings transformers' generate would use (TRL's
+    config with generation_kwargs, completed from the checkpoint's generation_config and transformers' defaults:
+    decode_loop.resolved_generation_config) hold one the loop would drop (decode_loop.check_supported_config, the
+    check sample_with_config repeats at every call), or a temperature other than the training's: the entropy the
+    loop computes while sampling is the one selection ranks by."""
+    resolved = resolved_generation_config(model, config)
+    sampled = 1.0 if resolved.temperature is None else resolved.temperature
+    if sampled != temperature:
+        raise ValueError(f"generation_decode_loop='compiled_step' would sample at temperature {sampled} "
+                         f"(generation_kwargs or the model's generation_config), not the training's {temperature}; "
+                         f"unset it or use generation_decode_loop='transformers'.")
+    try:
+        check_supported_config(resolved)
+    except ValueError as err:
+        raise ValueError(f"generation_decode_loop='compiled_step' (generation_kwargs or the model's "
+                         f"generation_config): {err}") from None
 
 
 def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_to_multiple_of: Any) -> int:
@@ -742,7 +739,8 @@ class GMTSTrainer(GRPOTrainer):
         self._update_cosine = UpdateCosine()
         self.add_callback(self._update_cosine)
         if self.args.generation_decode_loop == "compiled_step":  # refused, not dropped, where it is not exact
-            check_decode_loop_generation(self._generation_config_used(), self.temperature)
+            check_decode_loop_generation(self.accelerator.unwrap_model(self.model), self.generation_config,
+                                         self.temperature)
         if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
             self.generation_config.cache_implementation = "static"
             self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder

@@ -6,9 +6,12 @@ big-integer operation (sympy evaluating `9**9**9`) holds the GIL, so no thread-b
 So nothing unbounded ever reaches sympy:
 
 1. `final_answer` reads only the last MAX_TAIL_CHARS characters and a \\boxed{} of at most MAX_ANSWER_CHARS.
-2. `exact_value` reads the cases GSM8K needs (a plain decimal like '1,234', '$5.00', '-7', or a fraction of two
+2. `exact_value` reads the cases GSM8K needs (a plain decimal like '1,234', '$5.00', '-7', '.5', or a fraction of two
    plain decimals like '\\frac{3}{4}' or '3/4') as an exact `Fraction`: ASCII digits only, at most MAX_ANSWER_CHARS
-   characters, no exponent, so the work is linear in a bounded length. Two such values compare exactly.
+   characters, no exponent, so the work is linear in a bounded length. Two such values compare exactly. Before
+   that, `_normalize` reads LaTeX's thousands separators ('1{,}000', '5\\,000') and drops commas only where they
+   group thousands: '1,2,3' is a list, which equals no single number (not 123, not 3); parentheses around the
+   whole answer are dropped ('(5)' is 5).
 3. Anything else goes to math-verify only if it is short (MAX_ANSWER_CHARS) and written in a grammar without
    powers, exponents, factorials, sums or functions (`_BOUNDED_EXPRESSION`: ASCII digits, + - * / and brackets,
    \\frac, \\cdot, \\times, \\div, %): every value it can denote is a rational of at most ~64 digits. Everything
@@ -24,7 +27,13 @@ from typing import Any
 
 MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
 MAX_ANSWER_CHARS = 64  # a final answer longer than this is not a number the gold could equal
-_NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
+# An unboxed number: digits with commas inside (not after: '72,' is 72), an optional decimal part, or a bare decimal
+# part ('.5' is 0.5, not 5). A comma run that is not thousands grouping ('1,2,3') is kept whole, so that `_normalize`
+# sees a list, not the last digit or 123.
+_NUMBER = re.compile(r"-?\$?(?:\d(?:[\d,]*\d)?(?:\.\d+)?|\.\d+)")
+# An unboxed final answer: a \frac{a}{b} or a/b of plain numbers (the value, not its denominator), else a number.
+_FINAL = re.compile(r"-?\\[dt]?frac\{[^{}]*\}\{[^{}]*\}|-?\d+(?:\.\d+)?\s*/\s*\d+(?:\.\d+)?(?![\d,]|\.\d)|"
+                    + _NUMBER.pattern)
 
 
 def _text(completion: Any) -> str:
@@ -50,16 +59,17 @@ def _last_boxed(text: str) -> str | None:
 
 
 def final_answer(text: str) -> str | None:
-    """The model's final answer: the last \\boxed{...}, else the number after the last '####', else the last number."""
+    """The model's final answer: the last \\boxed{...}, else the number after the last '####', else the last number
+    (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4)."""
     text = text[-MAX_TAIL_CHARS:].replace("\u2212", "-")
     boxed = _last_boxed(text)
     if boxed is not None:
         return boxed
     if "####" in text:
-        after = _NUMBER.search(text[text.rfind("####") :])
+        after = _FINAL.search(text[text.rfind("####") :])
         if after:
             return after.group(0)
-    numbers = _NUMBER.findall(text)
+    numbers = _FINAL.findall(text)
     return numbers[-1] if numbers else None
 
 
@@ -68,10 +78,38 @@ def gold_answer(answer: str) -> str:
     return answer.rsplit("####", 1)[-1].strip() if "####" in answer else answer.strip()
 
 
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+")  # 1,234,567: commas that separate thousands
+_COMMA_RUN = re.compile(r"(?<![\d.])\d[\d,]*\d")
+_THIN_SPACE_SEPARATOR = re.compile(r"(?<=\d)\\,(?=\d{3})")  # 5\,000: LaTeX's thin space between digit groups
+
+
+def _drop_thousands_separators(ans: str) -> str:
+    """1,234 -> 1234; a run that is not thousands grouping (1,2,3, a list; 12,34) keeps its commas, so that it is
+    no number: a list of numbers is not one answer, it equals neither 123 nor any of its items."""
+    return _COMMA_RUN.sub(lambda m: m[0].replace(",", "") if _GROUPED.fullmatch(m[0]) else m[0], ans)
+
+
+def _unwrap_parentheses(ans: str) -> str:
+    """(5) -> 5, ((70+2)) -> 70+2: parentheses around the whole answer change nothing (math-verify parses none of
+    '(5)' or '((70+2))'); (3)(4) and (1,2) are kept. Quadratic, so only on an answer already cut to
+    MAX_ANSWER_CHARS."""
+    while ans.startswith("(") and ans.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(ans):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and i < len(ans) - 1:
+                return ans  # the first '(' closes before the end
+        ans = ans[1:-1].strip()
+    return ans
+
+
 def _normalize(ans: str) -> str:
-    for token in ("\\$", "$", ",", "\\!"):  # \$ before $, or a stray backslash is left
+    ans = ans.replace("{,}", ",")  # LaTeX's thousands comma: 1{,}000
+    ans = _THIN_SPACE_SEPARATOR.sub(",", ans)  # 5\,000 -> 5,000 (a thin space elsewhere is only space)
+    ans = ans.replace("\\left(", "(").replace("\\right)", ")")
+    for token in ("\\$", "$", "\\!", "\\,"):  # \$ before $, or a stray backslash is left
         ans = ans.replace(token, "")
-    return ans.strip().rstrip(".")
+    return _drop_thousands_separators(ans.strip().rstrip(".,"))
 
 
 _TEXT_MACRO = re.compile(r"\\(?:text|mbox|mathrm)\{[^{}]*\}")
@@ -91,7 +129,9 @@ def _clean(answer: str) -> str | None:
     if not (unwrapped.isascii() and unwrapped.isprintable()):
         return None
     cleaned = _normalize(unwrapped)
-    return cleaned if 0 < len(cleaned) <= MAX_ANSWER_CHARS else None
+    if not 0 < len(cleaned) <= MAX_ANSWER_CHARS:
+        return None
+    return _unwrap_parentheses(cleaned) or None  # '()' holds nothing
 
 
 def exact_value(answer: str) -> Fraction | None:

@@ -9,7 +9,7 @@ trainer (gmts_trainer.py) only decides *which* tensors to pass and over which sc
 Notation (shapes are (B, T): B answers/rows, T completion positions):
     entropy  E_t  entropy of the policy's next-token distribution at position t (at the sampling temperature)
     omega    w_t  the scalar in front of grad log pi(o_t) in the gradient of TRL's loss, for a kept token:
-                  w_t = A * r_t * 1[clip branch inactive] + beta * (pi_ref / pi_theta - 1)  (see gmts_omega)
+                  w_t = A * r_t * 1[the branch min picks passes r] + beta * (pi_ref / pi_theta - 1)  (see gmts_omega)
     score    ETS: E_t            GMTS: |E_t * w_t|   (paper eq. 4)
              control (not in the paper): ETS over tokens with w_t != 0 first (ets_nonzero_omega_scores)
 
@@ -34,6 +34,7 @@ __all__ = [
     "gmts_omega",
     "select_top_fraction",
     "kept_count",
+    "smallest_fraction_at_least",
     "selection_stats",
     "top_answers",
     "top_answer_weight_share",
@@ -100,10 +101,14 @@ def gmts_omega(
     """Omega per token: the coefficient of grad log pi_theta(o_t) in the gradient of TRL 1.16's clipped-surrogate
     objective, for a kept token (times the loss normalizer, a positive constant per microbatch).
 
-    Policy part, which the selection mask multiplies: for min(r A, clip(r, 1-eps_low, 1+eps_high) A) it is r A where
-    the unclipped branch is active and 0 where the clipped one is (r > 1+eps_high with A > 0, r < 1-eps_low with
-    A < 0); TRL's two-sided clipping (`delta`: r is capped at delta) also zeroes it where r > delta. `weight` (the
-    vLLM importance-sampling ratio, (B, T) or (B, 1)) multiplies it.
+    Policy part, which the selection mask multiplies: TRL's loss is -min(c1 A, c2 A) with c1 = r, or min(r, delta)
+    with two-sided clipping (`delta`), and c2 = clip(r, 1-eps_low, 1+eps_high). Its coefficient is r A times the
+    derivative of the term torch.min picks (half of each on a tie, as torch.min's backward): 1 where that term's clamp
+    passes r through, 0 where it caps it. Without delta that is r A except where the clipped branch is active
+    (r > 1+eps_high with A > 0, r < 1-eps_low with A < 0). Where r > delta: with A > 0 min picks the capped c1, so 0
+    (also on-policy, r = 1, when delta < 1); with A < 0 it picks the larger factor, and when delta < 1+eps_high that
+    is c2, so a token with r inside the clip range still moves by r A (a rule 'r > delta means 0' gave it 0).
+    `weight` (the vLLM importance-sampling ratio, (B, T) or (B, 1)) multiplies it.
     KL part, which TRL adds after the mask, so that every valid token receives it, kept or not: the gradient of
     -beta * k3, k3 = pi_ref/pi - log(pi_ref/pi) - 1, is beta * (pi_ref/pi - 1); with `kl_bias_correction`
     (TRL's use_bias_correction_kl: k3 times r) it is beta * r * log(pi_ref/pi).
@@ -121,10 +126,12 @@ def gmts_omega(
     if a.dim() == 1:
         a = a.unsqueeze(1)  # (B, 1)
     r = torch.ones_like(a) if ratio is None else ratio.float()
-    clipped = ((r > 1 + epsilon_high) & (a > 0)) | ((r < 1 - epsilon_low) & (a < 0))
-    if delta is not None:
-        clipped = clipped | (r > delta)
-    omega = torch.where(clipped, torch.zeros_like(r * a), r * a)
+    low, high = 1 - epsilon_low, 1 + epsilon_high
+    c2, passes2 = r.clamp(low, high), (r >= low) & (r <= high)  # clamp's gradient: 1 on [min, max], else 0
+    c1, passes1 = (r, torch.ones_like(passes2)) if delta is None else (r.clamp(max=delta), r <= delta)
+    term1, term2 = c1 * a, c2 * a
+    share1 = torch.where(term1 < term2, 1.0, torch.where(term1 == term2, 0.5, 0.0))  # torch.min's backward
+    omega = r * a * (share1 * passes1 + (1.0 - share1) * passes2)
     if weight is not None:
         omega = omega * weight.float()
     if beta != 0.0:
@@ -133,6 +140,9 @@ def gmts_omega(
         q = ref_ratio.float()
         omega = omega + (beta * r * torch.log(q) if kl_bias_correction else beta * (q - 1.0))
     return omega
+
+
+_MAX_SEGMENT = math.isqrt(2**63 - 1) - 1  # n x c + d - 1 <= L^2 + L - 1 stays below 2^63
 
 
 def _as_fraction(ratio: float) -> Fraction:
@@ -145,6 +155,32 @@ def kept_count(num_valid: int, ratio: float) -> int:
     """ceil(ratio * num_valid), in exact arithmetic (see module docstring)."""
     f = _as_fraction(ratio)
     return math.ceil(f * int(num_valid))
+
+
+def smallest_fraction_at_least(f: Fraction, max_denominator: int) -> Fraction:
+    """The smallest fraction c/d >= f with d <= max_denominator: for every integer 0 <= n <= max_denominator,
+    ceil(n x c/d) == ceil(n x f), since ceil(n x f) = k exactly when (k-1)/n < f <= k/n and no fraction of
+    denominator <= max_denominator lies in [f, c/d). So a device tensor of counts n <= L gets the exact
+    ceil(ratio x n) in int64 from n x c <= L^2, where f itself (0.1 + 0.2 read as a decimal has a 17-digit
+    numerator, 1e-300 a 301-digit denominator) would overflow.
+
+    The upper of f's two neighbours among fractions of denominator <= max_denominator, found as
+    `Fraction.limit_denominator` finds them (continued fraction convergents, then the best semiconvergent)."""
+    if max_denominator < 1:
+        raise ValueError(f"max_denominator must be >= 1, got {max_denominator}")
+    if f.denominator <= max_denominator:
+        return f
+    p0, q0, p1, q1 = 0, 1, 1, 0
+    n, d = f.numerator, f.denominator
+    while True:
+        a = n // d
+        q2 = q0 + a * q1
+        if q2 > max_denominator:
+            break
+        p0, q0, p1, q1 = p1, q1, p0 + a * p1, q2
+        n, d = d, n - a * d
+    k = (max_denominator - q0) // q1
+    return max(Fraction(p0 + k * p1, q0 + k * q1), Fraction(p1, q1))  # the neighbours below and above f
 
 
 def select_top_fraction(
@@ -194,8 +230,13 @@ def select_top_fraction(
     valid_in_score_order = torch.gather(seg_valid, 1, by_score)
     order = torch.gather(by_score, 1, torch.sort(valid_in_score_order.to(torch.uint8), dim=1, descending=True,
                                                  stable=True).indices)  # (S, L) flat positions, best first
-    n_valid = seg_valid.sum(dim=1)  # (S,)
-    k = (n_valid * f.numerator + f.denominator - 1) // f.denominator  # (S,) exact ceil(ratio * n)
+    n_valid = seg_valid.sum(dim=1)  # (S,) each <= L
+    segment = seg_valid.size(1)
+    if segment > _MAX_SEGMENT:
+        raise ValueError(f"select_top_fraction: {segment} positions in one scope exceed {_MAX_SEGMENT}, the most "
+                         f"whose kept count is exact in int64")
+    g = smallest_fraction_at_least(f, max(segment, 1))  # same ceil as f for every count <= L, and n x c <= L^2
+    k = (n_valid * g.numerator + g.denominator - 1) // g.denominator  # (S,) exact ceil(ratio * n)
     keep_in_order = torch.arange(order.size(1), device=order.device).unsqueeze(0) < k.unsqueeze(1)  # (S, L)
     keep = torch.zeros_like(seg_valid).scatter_(1, order, keep_in_order)
     return keep.reshape(rows, cols)

@@ -522,3 +522,75 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     with gmts_trainer.with_decode_loop(model, 16, None, compile_regions=True):
         model.generate(input_ids=torch.zeros(1, 2, dtype=torch.long), attention_mask=None, generation_config=None)
     assert calls[0]["compile_regions"] is True
+
+
+# ---------------------------------------------------------------- sample_with_config stands in for generate
+def _config(**overrides):
+    """What eval.py passes: every sampling field set, so nothing is left for the model's generation_config."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(**{"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": 6,
+                               "eos_token_id": 1, "pad_token_id": 0} | overrides)
+
+
+IGNORED_SETTINGS = [  # each changes what generate returns; the loop implements none of them
+    ("do_sample", False), ("num_beams", 2), ("num_return_sequences", 2), ("min_new_tokens", 3), ("min_length", 12),
+    ("no_repeat_ngram_size", 2), ("encoder_no_repeat_ngram_size", 2), ("suppress_tokens", [5]),
+    ("begin_suppress_tokens", [5]), ("bad_words_ids", [[5]]), ("sequence_bias", {(5,): 2.0}),
+    ("forced_bos_token_id", 3), ("forced_eos_token_id", 3), ("exponential_decay_length_penalty", (2, 1.5)),
+    ("length_penalty", 0.5), ("early_stopping", True), ("typical_p", 0.9), ("epsilon_cutoff", 1e-3),
+    ("eta_cutoff", 1e-3), ("top_h", 0.5), ("encoder_repetition_penalty", 1.2), ("guidance_scale", 2.0),
+    ("renormalize_logits", True), ("remove_invalid_values", True), ("stop_strings", ["="]), ("max_time", 5.0),
+    ("output_scores", True), ("output_logits", True), ("return_dict_in_generate", True),
+    ("prompt_lookup_num_tokens", 3), ("penalty_alpha", 0.6), ("dola_layers", "low"),
+    ("a_setting_transformers_adds_later", 1),  # not on any list: refused by default
+    ("top_k", 50), ("top_p", 0.9), ("min_p", 0.1), ("repetition_penalty", 1.1),
+]
+
+
+@pytest.mark.parametrize("name, value", IGNORED_SETTINGS, ids=[name for name, _ in IGNORED_SETTINGS])
+def test_sample_with_config_refuses_every_setting_it_would_ignore(tiny, name, value):
+    tok, model = tiny
+    batch = tok(RAGGED[:2], return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    with pytest.raises(ValueError, match=f"{name}=") as err:
+        decode_loop.sample_with_config(model, batch["input_ids"], batch["attention_mask"], _config(**{name: value}))
+    assert "\n" not in str(err.value) and "unsupported" in str(err.value)
+
+
+def test_sample_with_config_judges_an_unset_field_by_the_value_generate_fills_in(tiny):
+    """top_k left unset: generate applies transformers' default 50, or the model's generation_config's value."""
+    tok, model = tiny
+    batch = tok(RAGGED[:2], return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    with pytest.raises(ValueError, match="top_k=50 unsupported"):
+        decode_loop.sample_with_config(model, batch["input_ids"], batch["attention_mask"], _config(top_k=None))
+    saved = model.generation_config
+    try:
+        model.generation_config = type(saved)(top_k=0, suppress_tokens=[7])
+        with pytest.raises(ValueError, match=r"suppress_tokens=\[7\] unsupported"):  # the checkpoint's own setting
+            decode_loop.sample_with_config(model, batch["input_ids"], batch["attention_mask"], _config(top_k=None))
+        model.generation_config = type(saved)(top_k=0)
+        decode_loop.sample_with_config(model, batch["input_ids"], batch["attention_mask"], _config(top_k=None))
+    finally:
+        model.generation_config = saved
+
+
+def test_sample_with_config_accepts_the_cache_compile_and_length_settings_and_samples_what_generate_does(tiny):
+    """The settings eval.py and the trainer set that change how, not what, generate samples: the same tokens as
+    generate with the same config at the same seed (eager on the CPU)."""
+    from transformers import CompileConfig
+
+    tok, model = tiny
+    batch = tok(RAGGED, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    config = _config(max_new_tokens=10, eos_token_id=[1, 5], bos_token_id=None, cache_implementation="static",
+                     max_cache_len=64, compile_config=CompileConfig(dynamic=False), disable_compile=True,
+                     use_cache=True, max_length=3, min_p=None, repetition_penalty=1.0, typical_p=1.0,
+                     epsilon_cutoff=0.0, eta_cutoff=0.0, no_repeat_ngram_size=0, num_beams=1, min_new_tokens=0,
+                     output_attentions=False, output_hidden_states=False)
+    torch.manual_seed(4)
+    ref = model.generate(**batch, generation_config=config)
+    torch.manual_seed(4)
+    got = decode_loop.sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len=64)
+    assert torch.equal(got, ref) and ref.size(1) > batch["input_ids"].size(1) + 3  # max_new_tokens, not max_length
+    with pytest.raises(ValueError, match="max_new_tokens unset"):
+        decode_loop.sample_with_config(model, batch["input_ids"], batch["attention_mask"],
+                                       _config(max_new_tokens=None, max_length=12))

@@ -235,17 +235,43 @@ def _tiny_chat_model(seed=0):
     return tiny_model(tok, seed=seed), tok
 
 
-def test_generate_samples_keeps_prompt_order_across_length_sorting():
-    """Samples are generated longest prompt first; each must come back under its own prompt."""
+def _echo_reversed(input_ids, attention_mask, pad_token_id):
+    """A stand-in for sampling: each row's completion is its own prompt's tokens reversed (right-padded), a text that
+    differs for every prompt and depends on nothing but the row."""
+    import torch
+
+    rows = [ids[mask.bool()].flip(0) for ids, mask in zip(input_ids, attention_mask)]
+    width = max(len(r) for r in rows)
+    completions = torch.stack([torch.cat([r, r.new_full((width - len(r),), pad_token_id)]) for r in rows])
+    return torch.cat([input_ids, completions], dim=1)
+
+
+@pytest.mark.parametrize("loop", ["transformers", "compiled_step"])
+def test_generate_samples_keeps_prompt_order_across_length_sorting(monkeypatch, loop):
+    """Samples are generated longest prompt first, in batches that split a prompt's k samples (and, on the fast
+    path, pad the last batch with copies of its last row); each must come back under its own prompt. The generation
+    echoes each row's prompt reversed, so every prompt's completion differs: on the tiny random model all of them
+    were one string, and a batch's outputs mapped back in reverse passed."""
+    import decode_loop
     from eval import generate_samples
 
     model, tok = _tiny_chat_model()
-    prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456+789", "12", "9+9+9+9+9+9+9")]
-    together = generate_samples(model, tok, prompts, k=1, seed=0, max_new_tokens=6, progress=False,
-                                sampling=__import__("eval").Sampling(temperature=1e-4))  # ~greedy: order-free
-    alone = [generate_samples(model, tok, [p], k=1, seed=0, max_new_tokens=6, progress=False,
-                              sampling=__import__("eval").Sampling(temperature=1e-4))[0] for p in prompts]
-    assert together == alone
+    contents = ("1", "123+456+789", "12", "9+9+9+9+9+9+9", "45+6")
+    prompts = [[{"role": "user", "content": c}] for c in contents]
+    echo = lambda input_ids, attention_mask: _echo_reversed(input_ids, attention_mask, tok.pad_token_id)  # noqa: E731
+    if loop == "transformers":
+        monkeypatch.setattr(model, "generate", lambda input_ids, attention_mask, generation_config: echo(
+            input_ids, attention_mask))
+    else:
+        monkeypatch.setattr(decode_loop, "sample_with_config", lambda model, input_ids, attention_mask, *args,
+                            **kwargs: echo(input_ids, attention_mask))
+    samples = generate_samples(model, tok, prompts, k=2, seed=0, max_new_tokens=6, batch_size=3, progress=False,
+                               fast=loop == "compiled_step", decode_loop=loop)
+    texts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    expected = [tok.decode(tok(t, add_special_tokens=False)["input_ids"][::-1], skip_special_tokens=True)
+                for t in texts]
+    assert len(set(expected)) == len(prompts)  # every prompt's completion is its own
+    assert samples == [[e, e] for e in expected]
 
 
 def test_checkpoint_sampling_fields_never_apply_at_evaluation():

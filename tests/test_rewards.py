@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rewards import bounded_expression, exact_value, math_equal_reward
+from rewards import bounded_expression, exact_value, final_answer, math_equal_reward
 
 ROOT = Path(__file__).resolve().parent.parent
 NEST = 30
@@ -34,8 +34,27 @@ HOSTILE = [
     ("\\boxed{10^{999999}}", 0.0),
     ("\\boxed{" + "9" * 60 + "}", 0.0),
     ("\\boxed{99999999999*99999999999*99999999999*99999999999*9999}", 0.0),
-    ("\\boxed{" + "(" * NEST + "72" + ")" * NEST + "}", 0.0),  # 62 characters: parsed, bounded; "(72)" is no number
-    ("\\boxed{" + "(" * 10 + "70+2" + ")" * 10 + "}", 0.0),  # parsed in bounded time; math-verify says no
+    ("\\boxed{" + "(" * NEST + "72" + ")" * NEST + "}", 1.0),  # 62 characters: parentheses around 72 are 72
+    ("\\boxed{" + "(" * 10 + "70+2" + ")" * 10 + "}", 1.0),  # unwrapped, then math-verify evaluates 70+2
+    ("\\boxed{" + "(" * 31 + "72" + ")" * 31 + "}", 1.0),  # 64 characters, the longest boxed answer read
+    ("\\boxed{" + "(" * 32 + "72" + ")" * 32 + "}", 1.0),  # 66: too long for a boxed answer; the last number
+    ("(" * 1_000 + "72" + ")" * 1_000, 1.0),  # unboxed: its last number
+    ("(" * 100_000 + "72" + ")" * 100_000, 0.0),  # 72 is before the last MAX_TAIL_CHARS
+    ("\\boxed{" + "{" * 31 + "72" + "}" * 31 + "}", 0.0),
+    ("." + "5" * 1_000_000, 0.0),
+    ("1," * 1_000_000, 0.0),
+    ("#### " + "1," * 1_000_000, 0.0),
+    ("1{,}" * 1_000_000, 0.0),
+    ("9\\," * 1_000_000, 0.0),
+    ("999\\," * 1_000_000 + "999", 0.0),
+    ("\\frac{" * 100_000 + "}" * 100_000, 0.0),
+    ("\\frac{1}{2}" * 100_000, 0.0),
+    ("\\frac{" + "9" * 100_000 + "}{" + "9" * 100_000 + "}", 0.0),
+    ("9" * 100_000 + "/" + "9" * 100_000, 0.0),
+    ("1/" * 1_000_000, 0.0),
+    ("\\left(" * 300 + "72" + "\\right)" * 300, 1.0),  # unboxed: its last number
+    ("\\left(" * 100_000 + "72" + "\\right)" * 100_000, 0.0),
+    ("\\boxed{1{,}000{,}000{,}000{,}000{,}000{,}000{,}000{,}000{,}000}", 0.0),
     ("\\boxed{(70+2)}", 1.0),  # an expression math-verify evaluates
     ("\\boxed{" + "\\frac{1}{" * 6 + "2" + "}" * 6 + "}", 0.0),
     ("\\boxed{" * 10_000, 0.0),
@@ -100,6 +119,8 @@ def test_every_hostile_completion_scores_in_bounded_time_on_a_worker_thread():
     ("72", Fraction(72)), ("1,234", Fraction(1234)), ("$5.00", Fraction(5)), ("-7", Fraction(-7)),
     ("\\frac{3}{4}", Fraction(3, 4)), ("-\\dfrac{3}{4}", Fraction(-3, 4)), ("3/4", Fraction(3, 4)),
     ("0.75", Fraction(3, 4)), (".5", Fraction(1, 2)), ("12 \\text{ apples}", Fraction(12)), ("+72", Fraction(72)),
+    ("1{,}000", Fraction(1000)), ("5\\,000", Fraction(5000)), ("(5)", Fraction(5)), ("((0.5))", Fraction(1, 2)),
+    ("1,2,3", None), ("12,34", None), ("()", None),
     ("1e9", None), ("9**9", None), ("\\frac{1}{0}", None), ("\u0667", None), ("9" * 65, None), ("6 \\times 12", None),
 ])
 def test_exact_value_reads_plain_numbers_and_fractions_only(text, value):
@@ -113,6 +134,54 @@ def test_exact_value_reads_plain_numbers_and_fractions_only(text, value):
 ])
 def test_only_power_free_short_expressions_reach_math_verify(text, bounded):
     assert (bounded_expression(text) is not None) == bounded
+
+
+# (completion, gold, reward): the forms a GSM8K model writes, each against the value it means and the value a wrong
+# reading would give
+ANSWER_FORMS = [
+    ("Half of the cake is left, so the answer is .5", "0.5", 1.0),
+    ("Half of the cake is left, so the answer is .5", "5", 0.0),  # not the digit after the point
+    ("Each box costs $.50.", "0.5", 1.0),
+    ("The candidates are 1,2,3", "123", 0.0),  # a list is not the number 123
+    ("The candidates are 1,2,3", "3", 0.0),  # nor its last item: it is not one answer
+    ("The candidates are 1,2,3", "1.2", 0.0),  # nor what math-verify would read ('1,2,3' parses as 1.2)
+    ("So the possible values are \\boxed{1,2,3}", "123", 0.0),
+    ("The total is \\boxed{12,34}.", "1234", 0.0),  # commas that do not group thousands
+    ("The total is 1,234,567 dollars.", "1234567", 1.0),
+    ("#### 1,234", "1234", 1.0),
+    ("It is 72, which is the answer.", "72", 1.0),  # a comma after a number is punctuation
+    ("She sells 4 boxes of 250, so she sells \\boxed{1{,}000} cookies.", "1000", 1.0),
+    ("She sells 4 boxes of 250, so she sells \\boxed{1{,}000} cookies.", "1", 0.0),
+    ("The farm has \\boxed{5\\,000} chickens.", "5000", 1.0),
+    ("The farm has \\boxed{5\\,000} chickens.", "5", 0.0),
+    ("The price is \\boxed{\\$1{,}250.50}", "1250.5", 1.0),
+    ("The distance is \\boxed{5\\,\\text{km}}", "5", 1.0),  # a thin space before a unit is only space
+    ("Therefore the answer is \\boxed{(5)}.", "5", 1.0),
+    ("Therefore the answer is \\boxed{\\left(5\\right)}.", "5", 1.0),
+    ("Therefore the answer is \\boxed{(-5)}.", "-5", 1.0),
+    ("Therefore the answer is \\boxed{(1,2)}.", "12", 0.0),  # a pair, not a number
+    ("She ate 1 of 4 slices and 2 more, so she ate \\frac{3}{4}", "0.75", 1.0),
+    ("She ate 1 of 4 slices and 2 more, so she ate \\frac{3}{4}", "4", 0.0),  # not its denominator
+    ("She ate 1 of 4 slices and 2 more, so she ate \\frac{3}{4}", "3", 0.0),
+    ("The share is -\\dfrac{1}{2} of the total.", "-0.5", 1.0),
+    ("The answer is 3/4.", "0.75", 1.0),
+    ("3/4 of 8 apples is 6", "6", 1.0),
+    ("#### \\frac{3}{4}", "0.75", 1.0),
+]
+
+
+@pytest.mark.parametrize("completion, gold, reward", ANSWER_FORMS)
+def test_answer_forms_a_gsm8k_model_writes(completion, gold, reward):
+    assert math_equal_reward([completion], [gold]) == [reward]
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("so it is .5", ".5"), ("so it is 72, done", "72"), ("items 1,2,3", "1,2,3"), ("it is \\frac{3}{4}", "\\frac{3}{4}"),
+    ("it is -\\dfrac{1}{2} now", "-\\dfrac{1}{2}"), ("it is 3 / 4.", "3 / 4"), ("3/4.5 and 7", "7"), ("4/5.", "4/5"),
+    ("\\boxed{1{,}000}", "1{,}000"),
+])
+def test_final_answer_reads_the_last_number_whole(text, answer):
+    assert final_answer(text) == answer
 
 
 def test_a_signed_answer_is_its_number():

@@ -1,6 +1,7 @@
 """Property tests of the selection math (selection.py): exact counts, scopes, ties, omega."""
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -8,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction,
-                       selection_stats, top_answer_weight_share, top_answers, update_cosine)
+                       selection_stats, smallest_fraction_at_least, top_answer_weight_share, top_answers,
+                       update_cosine)
 
 RATIOS = st.sampled_from([0.05, 0.1, 0.2, 0.25, 1 / 3, 0.5, 0.8, 1.0])
 
@@ -68,6 +70,48 @@ def test_threshold_is_over_the_batch_not_per_row():
 def test_ratio_is_read_as_the_decimal_written():
     assert kept_count(15, 0.2) == 3  # 0.2 * 15 == 3.0000000000000004 in binary floating point
     assert kept_count(10, 0.2) == 2 and kept_count(11, 0.2) == 3 and kept_count(0, 0.2) == 0
+
+
+# Ratios whose decimal has a 16-17 digit numerator (1/3, 2/7, 0.1 + 0.2) or a huge denominator (1e-300): n x numerator
+# overflows int64 from a few thousand tokens on.
+LONG_DECIMAL_RATIOS = [1 / 3, 2 / 7, 0.1 + 0.2, 0.2, 2 / 3, 0.999999999999999, 1e-300, 5e-324, 1.0]
+
+
+def exact_ceil(ratio, n):
+    return math.ceil(Fraction(repr(ratio)) * n)  # the ratio read as the decimal written (module docstring)
+
+
+@pytest.mark.parametrize("ratio, n, kept", [(1 / 3, 3000, 1000), (1 / 3, 100_000, 33_334), (2 / 7, 10**6, 285_715),
+                                            (0.1 + 0.2, 3000, 901), (1e-300, 10**6, 1)])
+def test_kept_count_of_a_long_decimal_ratio_does_not_overflow(ratio, n, kept):
+    mask = torch.ones(1, n, dtype=torch.bool)
+    assert kept_count(n, ratio) == exact_ceil(ratio, n) == kept
+    assert int(select_top_fraction(torch.rand(1, n, generator=torch.Generator().manual_seed(n)), mask, ratio).sum()) \
+        == kept
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.sampled_from(LONG_DECIMAL_RATIOS), st.floats(0.0, 1.0, exclude_min=True)),
+       st.integers(0, 10**6), st.integers(0, 10**5), st.sampled_from([None, 2]))
+def test_kept_count_is_exact_for_every_ratio_and_size(ratio, n, padding, group_size):
+    """One row of n valid tokens (then padding) per group: each keeps exactly ceil(ratio x n), up to 10^6 tokens."""
+    rows = group_size or 1
+    mask = (torch.arange(n + padding) < n).unsqueeze(0).expand(rows, -1)
+    keep = select_top_fraction(torch.zeros(mask.shape), mask, ratio, group_size=1 if group_size else None)
+    assert keep.sum(dim=1).tolist() == [exact_ceil(ratio, n)] * rows
+    assert not (keep & ~mask).any()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.sampled_from(LONG_DECIMAL_RATIOS), st.floats(0.0, 1.0, exclude_min=True)),
+       st.integers(1, 400))
+def test_smallest_fraction_at_least_has_the_ceilings_of_the_ratio_up_to_its_bound(ratio, bound):
+    f = Fraction(repr(ratio))
+    g = smallest_fraction_at_least(f, bound)
+    assert g >= f and g.denominator <= bound
+    assert all(math.ceil(g * n) == math.ceil(f * n) for n in range(bound + 1))
+    # the smallest: no fraction of denominator <= bound lies in [f, g)
+    assert all(Fraction(math.ceil(f * d), d) >= g for d in range(1, bound + 1))
 
 
 @pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.5, float("nan"), "0.2", None, True])
@@ -141,6 +185,46 @@ def test_omega_with_two_sided_clip_and_weight():
     omega = gmts_omega(adv, ratio, 0.2, 0.2, delta=1.5, weight=weight)
     # A > 0: r = 1.6 is clipped by 1 + eps already; A < 0: r = 1.6 > delta is clipped by delta, r = 0.7 by 1 - eps
     assert torch.allclose(omega, torch.tensor([[2.2, 0.0, 1.8], [-0.55, 0.0, 0.0]]))
+
+
+def trl_clipped_surrogate(r, a, epsilon_low, epsilon_high, delta):
+    """TRL 1.16 GRPOTrainer._compute_loss, loss_type grpo/bnpo/dapo, token level, its lines verbatim (coef_1 = r)."""
+    coef_1 = r
+    coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)
+    if delta is not None:
+        coef_1 = torch.clamp(coef_1, max=delta)
+    per_token_loss1 = coef_1 * a
+    per_token_loss2 = coef_2 * a
+    return -torch.min(per_token_loss1, per_token_loss2)
+
+
+BOUNDS = [0.8, 1.2, 1.0, 0.9, 1.1, 0.5, 1.25, 3.0]  # the clip range's ends, 1 and the deltas: hit exactly
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(BOUNDS), st.floats(0.01, 5.0)), min_size=1, max_size=16),
+       st.lists(st.one_of(st.sampled_from([0.0, 1.0, -1.0]), st.floats(-3.0, 3.0)), min_size=1, max_size=16),
+       st.one_of(st.none(), st.sampled_from(BOUNDS), st.floats(0.05, 4.0)),
+       st.sampled_from([(0.2, 0.2), (0.2, 0.28), (0.1, 0.3)]))
+def test_omega_is_the_autograd_coefficient_of_trls_surrogate_for_every_delta(rs, advantages, delta, epsilons):
+    """-d loss / d log pi = -r d loss / d r, over a grid of (A, r) with r on both sides of every bound and delta
+    below, at and above 1 + epsilon_high (delta 0.9: TRL's min picks the unclipped term for A < 0, not 0)."""
+    a = torch.tensor(advantages).unsqueeze(1)  # (B, 1)
+    r = torch.tensor(rs).expand(a.size(0), -1).clone().requires_grad_(True)  # (B, T): every (A, r) pair
+    trl_clipped_surrogate(r, a, *epsilons, delta).sum().backward()
+    omega = gmts_omega(a, r.detach(), *epsilons, delta=delta)
+    torch.testing.assert_close(omega, -r.grad * r.detach(), rtol=1e-6, atol=0.0)
+
+
+def test_omega_under_a_two_sided_clip_below_the_clip_range_by_hand():
+    """delta 0.9 with the clip range [0.8, 1.2]: for A < 0, min(c1 A, c2 A) takes c2 A when c1 = min(r, 0.9) < c2,
+    so a token with 0.8 <= r <= 1.2 moves by r A (the old rule gave 0 for every r > delta); for A > 0 at r = 1 min
+    takes c1 = 0.9, a constant: 0."""
+    adv = torch.tensor([[-1.0], [1.0]])
+    ratio = torch.tensor([[0.7, 0.85, 1.0, 1.1, 1.3], [0.7, 0.85, 1.0, 1.1, 1.3]])
+    omega = gmts_omega(adv, ratio, 0.2, 0.2, delta=0.9)
+    assert torch.allclose(omega, torch.tensor([[0.0, -0.85, -1.0, -1.1, 0.0], [0.7, 0.85, 0.0, 0.0, 0.0]]))
+    assert torch.equal(gmts_omega(adv, None, delta=0.9), torch.tensor([[-1.0], [0.0]]))  # on-policy
 
 
 def test_gmts_scores_move_slots_toward_large_advantage_answers():
@@ -364,3 +448,12 @@ def test_nonzero_omega_rule_by_hand_and_its_refusals():
     with pytest.raises(ValueError, match="one shape"):
         ets_nonzero_omega_scores(entropy, omega[:, :1])
     assert selection_stats(keep, mask, entropy, adv, torch.tensor([0, 1]))["zero_advantage_kept_share"].item() == pytest.approx(0.4)
+
+
+def test_a_scope_too_long_for_an_exact_int64_count_is_refused(monkeypatch):
+    import selection
+
+    monkeypatch.setattr(selection, "_MAX_SEGMENT", 5)
+    assert int(select_top_fraction(torch.ones(1, 5), torch.ones(1, 5), 1 / 3).sum()) == 2
+    with pytest.raises(ValueError, match="6 positions in one scope exceed 5"):
+        select_top_fraction(torch.ones(1, 6), torch.ones(1, 6), 1 / 3)

@@ -443,6 +443,51 @@ def test_omega_is_the_coefficient_of_grad_log_prob_in_trls_loss(tmp_path, name):
     assert torch.all(coefficient[~valid] == 0)
 
 
+# Two-sided clipping bounds on both sides of 1 and of the clip range [0.8, 1.2]: 1.2 is 1 + epsilon_high itself
+TWO_SIDED_DELTAS = [None, 0.5, 0.9, 1.0, 1.1, 1.2, 1.25, 3.0]
+
+
+def test_omega_is_trls_gradient_coefficient_for_every_two_sided_clip(tmp_path):
+    """Autograd through TRL's own `_compute_loss` on a grid: each row one advantage (< 0, 0, > 0), each column one
+    ratio (both sides of 1 - eps_low, 1 + eps_high and every delta), every token valid and kept
+    (token_selection='all'): d(-loss)/d log pi_t x normalizer is the trainer's omega at every (delta, A, r)."""
+    for delta in TWO_SIDED_DELTAS:
+        make_config(tmp_path, delta=delta)  # accepted by the config
+    trainer = make_trainer(tmp_path, token_selection="all", gradient_accumulation_steps=1,
+                           per_device_train_batch_size=16)
+    batch = prepared_batch(len(trainer.processing_class), groups=4, group_size=4, min_length=12)  # 16 x 12, all valid
+    batch["advantages"] = torch.tensor([-2.0, -1.0, -0.5, -0.1, 0.0, 0.1, 0.5, 1.0, 2.0, -0.3, 0.3, 0.0, -4.0, 4.0,
+                                        -0.05, 0.05])
+    targets = torch.tensor([0.3, 0.7, 0.85, 0.95, 1.0, 1.05, 1.15, 1.22, 1.27, 1.6, 2.5, 4.0])  # r per column
+    with torch.no_grad():
+        logps, _ = trainer.scoring_pass(batch)
+    batch["old_per_token_logps"] = logps - torch.log(targets)
+    held = {}
+    forward = trainer._get_per_token_logps_and_entropies
+
+    def spy_forward(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out[0].retain_grad()
+        held["logps"] = out[0]
+        return out
+
+    trainer._get_per_token_logps_and_entropies = spy_forward
+    trainer.current_gradient_accumulation_steps = 1
+    a = batch["advantages"].unsqueeze(1)
+    for delta in TWO_SIDED_DELTAS:
+        trainer.args.delta = delta  # what TRL's `_compute_loss` and the trainer's omega read
+        trainer.compute_loss(trainer.model, batch).backward()
+        coefficient = -held["logps"].grad * batch["completion_mask"].sum()
+        live = held["logps"].detach()
+        r = torch.exp(live - batch["old_per_token_logps"])
+        assert ((r > 1.2) & (a > 0)).any() and ((r < 0.8) & (a < 0)).any() and ((r - 1).abs() < 0.1).any()
+        omega = trainer._omega(batch, live, ratio=r).expand_as(live)
+        torch.testing.assert_close(omega, coefficient, rtol=1e-5, atol=1e-6, msg=f"delta={delta}")
+        if delta is not None and delta < 1.2:  # the tokens a cap read as "r > delta means 0" got wrong
+            assert (coefficient[((r > delta) & (a < 0)).expand_as(r)] != 0).any()
+        trainer.model.zero_grad()
+
+
 @pytest.mark.parametrize("rule", ["gmts", "entropy_nonzero_omega"])
 def test_off_policy_masking_and_unclipped_losses_are_refused_for_the_rules_that_rank_with_omega(tmp_path, rule):
     with pytest.raises(ValueError, match="omega does not model"):
@@ -709,12 +754,19 @@ def test_compiled_step_loop_refuses_at_config_what_it_cannot_sample(tmp_path, ov
 
 
 @pytest.mark.parametrize("setting,match", [
-    ({"suppress_tokens": [5]}, "drop the generation settings suppress_tokens"),
-    ({"min_new_tokens": 3}, "drop the generation settings min_new_tokens"),
-    ({"temperature": 0.5}, "drop the generation settings temperature"),
-    ({"typical_p": 0.9}, "drop the generation settings typical_p"),
-    ({"stop_strings": ["="]}, "drop the generation settings stop_strings"),
+    ({"suppress_tokens": [5]}, r"suppress_tokens=\[5\] unsupported"),
+    ({"min_new_tokens": 3}, "min_new_tokens=3 unsupported"),
+    ({"temperature": 0.5}, "would sample at temperature 0.5"),
+    ({"typical_p": 0.9}, "typical_p=0.9 unsupported"),
+    ({"stop_strings": ["="]}, r"stop_strings=\['='\] unsupported"),
     ({"top_k": 5}, "top_k=5 unsupported"),
+    ({"do_sample": False}, "do_sample=False unsupported"),  # greedy: the recorder's list cannot see it either
+    ({"num_beams": 2}, "num_beams=2 unsupported"),
+    ({"no_repeat_ngram_size": 3}, "no_repeat_ngram_size=3 unsupported"),
+    ({"bad_words_ids": [[5]]}, r"bad_words_ids=\[\[5\]\] unsupported"),
+    ({"length_penalty": 0.5}, "length_penalty=0.5 unsupported"),  # the recorder's allow-list accepted it
+    ({"return_dict_in_generate": True}, "return_dict_in_generate=True unsupported"),
+    ({"top_k": None}, "top_k=50 unsupported"),  # unset: generate fills in transformers' default 50
 ])
 def test_compiled_step_loop_refuses_generation_settings_it_would_drop(tmp_path, setting, match):
     with pytest.raises(ValueError, match=match) as err:
@@ -726,7 +778,8 @@ def test_compiled_step_loop_refuses_a_checkpoint_generation_config_it_would_drop
     """A field TRL leaves unset (min_p, suppress_tokens) is filled from the model's generation_config by generate."""
     tok = tiny_tokenizer()
     for name, value, match in (("min_p", 0.05, "min_p=0.05 unsupported"),
-                               ("suppress_tokens", [5], "settings suppress_tokens")):
+                               ("suppress_tokens", [5], r"suppress_tokens=\[5\] unsupported"),
+                               ("forced_eos_token_id", 3, "forced_eos_token_id=3 unsupported")):
         model = tiny_model(tok)
         setattr(model.generation_config, name, value)
         with pytest.raises(ValueError, match=match):
