@@ -208,13 +208,16 @@ def test_an_interrupted_arm_resumes_from_its_last_checkpoint(tiny_config, tmp_pa
 
 
 def test_qwen_config_is_paper_with_the_offline_qwen_and_the_full_test_set():
+    """configs/qwen.yaml is the committed grid's config: the paper's, but the offline model, the whole test set and
+    the stream sampling noise its cells were run with (configs/paper.yaml's counter noise draws other samples)."""
     flags = ["--use_cpu", "true", "--bf16", "false"]
     paper = recipe.parse(["--config", "configs/paper.yaml", *flags])
     qwen = recipe.parse(["--config", "configs/qwen.yaml", *flags])
     assert qwen[2].model_name_or_path == "qwen2.5-coder-1.5b-instruct" and qwen[0].n_heldout == 0
     a, b = recipe.config_record(*qwen[:3]), recipe.config_record(*paper[:3])
     differ = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
-    assert differ == {"model_name_or_path", "n_heldout"}
+    assert differ == {"model_name_or_path", "n_heldout", "sampling_noise"}
+    assert paper[1].sampling_noise == "counter" and qwen[1].sampling_noise == "stream"
 
 
 def test_n_heldout_0_holds_out_the_whole_test_split(tmp_path):
