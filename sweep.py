@@ -32,7 +32,6 @@ is replaced, and the file's `merges` says so with that base's pass@1. Its absent
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import queue
@@ -44,8 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from check import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's: one list each
-from check import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
+from gmts_recipe.records import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's
+from gmts_recipe.records import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
+from gmts_recipe.records import (ResultsError, _close, _first_difference, digest, load, read_yaml_mapping, seal,
+                                 task_scores, write_json)  # a cell's file, verified (load) and written as check.py does
 
 SCHEMA = 1
 # The control arm (ETS with omega == 0 tokens ranked last) gets a column in the tables only where a cell has it.
@@ -142,8 +143,6 @@ def _check_primary(primary: Any, grid: Grid, p: Path) -> dict:
 
 def load_grid(path: str | Path) -> Grid:
     """Read and check a sweep file; every mistake is a one-line SweepError."""
-    from recipe import read_yaml_mapping
-
     p = Path(path)
     if not p.is_file():
         raise SweepError(f"sweep file {p} not found")
@@ -189,8 +188,6 @@ def load_grid(path: str | Path) -> Grid:
 def _finished_arms(results_path: Path) -> set[str]:
     if not results_path.is_file():
         return set()
-    from check import ResultsError, load
-
     try:
         return set(load(results_path).get("arms", {}))
     except ResultsError:
@@ -315,8 +312,6 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
     run to run) is replaced, and its pass@1 recorded in the file's `merges`. The arms never read the base (recipe.py
     trains after, and independently of, the base evaluation), so this is the cell the sweep would have written had
     the cache travelled."""
-    from check import ResultsError, load, seal
-
     def refuse(reason: str) -> SweepError:
         return SweepError(f"--merge: {cell.name}: {reason}")
 
@@ -374,7 +369,6 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
     the sweep's summary (--summarize does); merging the same folder again changes nothing."""
     import shutil
 
-    from check import write_json
     from plots import plot_run
 
     plans = plan_merge(grid, incoming)
@@ -430,8 +424,7 @@ def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
 
 
 def summarize(grid: Grid) -> dict:
-    """Every number of the sweep, from the cells' verified results files (check.load) alone."""
-    from check import load, task_scores
+    """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
     from stats import seeds_for_power
 
     root = Path(grid.results_dir) / grid.name
@@ -490,7 +483,7 @@ def summarize(grid: Grid) -> dict:
            "pooled": pooled, "best_stable": best}
     if grid.primary is not None:
         out["primary"] = primary_test(grid.primary, scores)
-    out["digest"] = _digest(out)
+    out["digest"] = digest(out)
     return out
 
 
@@ -552,18 +545,11 @@ def best_stable(cells: list[dict]) -> list[dict]:
     return out
 
 
-def _digest(summary: dict) -> str:
-    body = {k: v for k, v in summary.items() if k != "digest"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def verify(path: str | Path) -> dict:
     """Recompute a sweep.json from its grid and the cells' own results files; raise SweepError on any difference."""
-    from check import _close, _first_difference
-
     p = Path(path)
     summary = json.loads(p.read_text(encoding="utf-8"))
-    if summary.get("digest") != _digest(summary):
+    if summary.get("digest") != digest(summary):
         raise SweepError(f"{p}: digest mismatch: the file was edited after sweep.py wrote it")
     grid_path = p.parent / "grid.yaml"
     if not grid_path.is_file():
@@ -577,8 +563,6 @@ def verify(path: str | Path) -> dict:
 
 
 def write_summary(grid: Grid, grid_path: str | Path) -> Path:
-    from check import write_json
-
     root = Path(grid.results_dir) / grid.name
     root.mkdir(parents=True, exist_ok=True)
     (root / "grid.yaml").write_text(Path(grid_path).read_text(encoding="utf-8"), encoding="utf-8")

@@ -151,6 +151,9 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     import check
 
     assert check.main([str(path), "--markdown"]) == 0  # check.py verifies a sweep too, and prints its tables
+    from test_check import check_in_a_fresh_process
+
+    assert check_in_a_fresh_process(str(path)) == []  # and imports neither torch nor transformers for it
     # a cell edited after the summary was written (and re-sealed) no longer matches
     cell = json.loads((root / "paper-lr0.0001-s2" / "results.json").read_text())
     ev = cell["arms"]["gmts"]["eval"]
