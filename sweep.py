@@ -32,7 +32,9 @@ is replaced, and the file's `merges` says so with that base's pass@1. Its absent
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import os
 import queue
 import subprocess
@@ -283,6 +285,87 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
     return failed
 
 
+# ---------------------------------------------------------------------------- which cell a results file is
+@dataclass(frozen=True)
+class Recorded:
+    """What a cell's results file says it is, beside its folder name: its config record (the training seed, the
+    variant's settings and every other field) and a fingerprint of each arm's data (evaluation records and training
+    log), which two runs never share."""
+
+    cell: Cell
+    config: dict
+    arms: dict[str, str]
+
+
+def recorded(cell: Cell, results: dict) -> Recorded:
+    """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
+    training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
+    none of these (the learning rate is not even in the config hash that recipe.py checks on --resume)."""
+    config = results.get("config") or {}
+    where = f"{cell.name}: results.json"
+    if config.get("seed") != cell.seed:
+        raise SweepError(f"{where} records training seed {config.get('seed')!r}, the cell's is {cell.seed}")
+    for key, value in cell.overrides:
+        if key not in config:
+            raise SweepError(f"{where} records no {key} (variant {cell.variant} sets {value!r})")
+        if not _same_setting(config[key], value):
+            raise SweepError(f"{where} records {key} = {config[key]!r}, variant {cell.variant} sets {value!r}")
+    for arm, entry in results.get("arms", {}).items():
+        lr = entry.get("learning_rate")
+        if not isinstance(lr, (int, float)) or not math.isclose(lr, cell.learning_rate, rel_tol=1e-9):
+            raise SweepError(f"{where}: arm {arm} trained at learning rate {lr!r}, the cell's is "
+                             f"{cell.learning_rate:g}")
+    fingerprints = {arm: hashlib.sha256(json.dumps([entry["eval"]["records"], entry.get("train_log", [])],
+                                                   sort_keys=True).encode()).hexdigest()
+                    for arm, entry in results.get("arms", {}).items()}
+    return Recorded(cell, config, fingerprints)
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+_ABSENT = _Absent()
+
+
+def _same_setting(recorded_value: Any, given: Any) -> bool:
+    """A variant's value as recipe.py records it: the grid's YAML value, or its text as the command line parsed it
+    (Cell.recipe_args passes strings as they are: '1e-4' in YAML is a string that the recipe reads as a number)."""
+    if _close(recorded_value, json.loads(json.dumps(given))):
+        return True
+    if isinstance(given, str):
+        try:
+            return _close(recorded_value, json.loads(given.lower() if given.lower() in ("true", "false") else given))
+        except ValueError:
+            return str(recorded_value) == given
+    return False
+
+
+def check_together(cells: list[Recorded], where: str = "") -> None:
+    """The cells of one grid as one experiment: their configs agree on every field but the training seed and the
+    variants' settings (a cell whose variant leaves a setting alone has the value the others that leave it alone
+    have), and no two cells hold the same arm data (a results file copied into another cell's folder)."""
+    keys = {key for c in cells for key in c.config} | {key for c in cells for key, _ in c.cell.overrides}
+    shared: dict[str, tuple[Recorded, Any]] = {}
+    for c in cells:
+        own = {key for key, _ in c.cell.overrides}
+        for key in sorted(keys - own - {"seed"}):
+            value = c.config.get(key, _ABSENT)
+            first, first_value = shared.setdefault(key, (c, value))
+            if not _close(first_value, value):
+                raise SweepError(f"{where}{c.cell.name}: results.json records {key} = {value!r} where "
+                                 f"{first.cell.name} records {first_value!r} (cells differ only in the training "
+                                 f"seed and their variant's settings)")
+    seen: dict[str, tuple[Cell, str]] = {}
+    for c in cells:
+        for arm, fingerprint in c.arms.items():
+            other = seen.setdefault(fingerprint, (c.cell, arm))
+            if other[0] != c.cell:
+                raise SweepError(f"{where}{c.cell.name}: arm {arm} holds the same evaluation records and training "
+                                 f"log as arm {other[1]} of {other[0].name} (a copied results file)")
+
+
 # ---------------------------------------------------------------------------- merging cells run elsewhere
 @dataclass
 class Merge:
@@ -302,8 +385,16 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
         raise SweepError(f"--merge {incoming}: no such folder (give another tree's sweep folder, e.g. results/qwen)")
     root = Path(grid.results_dir) / grid.name
     caches = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in (root / "base-evals").glob("*.json")}
-    return [_merge_cell(cell, incoming, root, caches) for cell in grid.cells()
-            if (incoming / cell.name / "results.json").is_file()]
+    plans = [_merge_cell(cell, incoming, root, caches) for cell in grid.cells()
+             if (incoming / cell.name / "results.json").is_file()]
+    merged = {m.cell: m.results for m in plans if m.results is not None}
+    try:  # the tree as it would be: every cell's file, merged or local (summarize verifies the local ones)
+        check_together([recorded(cell, merged[cell] if cell in merged else
+                                 json.loads((root / cell.name / "results.json").read_text(encoding="utf-8")))
+                        for cell in grid.cells() if cell in merged or (root / cell.name / "results.json").is_file()])
+    except SweepError as e:
+        raise SweepError(f"--merge: {e}") from None
+    return plans
 
 
 def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict]) -> Merge:
@@ -321,6 +412,10 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
         old = load(local_path) if local_path.is_file() else None
     except ResultsError as e:
         raise refuse(str(e)) from None
+    try:
+        recorded(cell, new)  # the incoming file is this cell: its seed, variant and every arm's learning rate
+    except SweepError as e:
+        raise SweepError(f"--merge: {e}") from None
     key = new["base"]["eval_hash"]
     if old is not None and old["config_hash"] != new["config_hash"]:
         raise refuse(f"config_hash {new['config_hash'][:12]} differs from the local cell's {old['config_hash'][:12]}")
@@ -428,13 +523,14 @@ def summarize(grid: Grid) -> dict:
     from stats import seeds_for_power
 
     root = Path(grid.results_dir) / grid.name
-    cells, scores = [], {}
+    cells, scores, seen = [], {}, []
     base_hashes = set()
     for cell in grid.cells():
         path = root / cell.name / "results.json"
         if not path.is_file():
             continue
         results = load(path)
+        seen.append(recorded(cell, results))
         s = results["summary"]
         base_hashes.add(json.dumps(sorted(task_scores(results["base"]["evals"][0], f"{cell.name} base").items())))
         arms = {}
@@ -447,6 +543,7 @@ def summarize(grid: Grid) -> dict:
         cells.append({"cell": cell.name, "variant": cell.variant, "learning_rate": cell.learning_rate,
                       "seed": cell.seed, "path": str(path.relative_to(root)), "digest": results["digest"],
                       "base_mean": s["base"]["mean"], "noise_floor": s["base"]["noise_floor"], "arms": arms})
+    check_together(seen)
     if len(base_hashes) > 1:
         raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
     pooled = []
@@ -633,7 +730,8 @@ def plot(summary: dict, out: Path) -> None:
         bx.set_ylabel("difference in pass@1 (points)")
         bx.set_title("pooled over seeds, 95% CI: bootstrap seeds then tasks (caps), t over seeds (thin)",
                      fontsize=9)
-        bx.legend(fontsize=8)
+        if bx.get_legend_handles_labels()[0]:  # a variant with one arm has no comparison to label
+            bx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)
