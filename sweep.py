@@ -518,12 +518,24 @@ def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
     return sum(rewards[-last:]) / len(rewards[-last:]) if rewards else None
 
 
+def _early_reward(train_log: list[dict], first: int = 10) -> float | None:
+    rewards = [row["reward"] for row in train_log if isinstance(row.get("reward"), (int, float))]
+    return sum(rewards[:first]) / len(rewards[:first]) if rewards else None
+
+
+def training_reward_fell(train_log: list[dict]) -> bool:
+    """Training made the policy worse at its own task: the mean training reward of the last 10 steps lies below that
+    of the first 10 (the training-side counterpart of collapsing below the base; windows overlap below 20 steps)."""
+    late, early = _late_reward(train_log), _early_reward(train_log)
+    return late is not None and late < early
+
+
 def summarize(grid: Grid) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
     from stats import seeds_for_power
 
     root = Path(grid.results_dir) / grid.name
-    cells, scores, seen = [], {}, []
+    cells, scores, seen, training = [], {}, [], {}
     base_hashes = set()
     for cell in grid.cells():
         path = root / cell.name / "results.json"
@@ -536,6 +548,7 @@ def summarize(grid: Grid) -> dict:
         arms = {}
         for arm, entry in results.get("arms", {}).items():
             scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = task_scores(entry["eval"], f"{cell.name} {arm}")
+            training[(cell.variant, cell.learning_rate, cell.seed, arm)] = entry.get("train_log", [])
             a = s["arms"][arm]
             arms[arm] = {"pass@1": a["pass@1"], "vs_base": a["vs_base"], "verdict": a["verdict"],
                          "late_reward": _late_reward(entry.get("train_log", [])),
@@ -561,7 +574,7 @@ def summarize(grid: Grid) -> dict:
                 pooled[-1]["seeds_for_power"] = {  # None: more than MAX_SEEDS
                     f"{100 * e:+.1f}": seeds_for_power(d["per_seed"], e, power=POWER, max_seeds=MAX_SEEDS)
                     for e in CLAIMED[f"{a} - {b}"]}
-    best = best_stable(cells)
+    best = best_stable(training)
     for variant in sorted({c["variant"] for c in cells}):
         lr_of = {row["arm"]: row["learning_rate"] for row in best if row["variant"] == variant}
         for a, b in COMPARISONS:
@@ -622,19 +635,21 @@ def primary_line(p: dict) -> str:
     return f"{head} All {now}: **{p['decision']}**."
 
 
-def best_stable(cells: list[dict]) -> list[dict]:
-    """Each arm's best stable learning rate per variant, chosen WITHOUT the held-out scores (choosing on the test set
-    would inflate the chosen arm): among learning rates where no seed collapsed, the one with the highest late
-    training reward (mean reward of the last 10 steps, averaged over seeds)."""
+def best_stable(training: dict[tuple[str, float, int, str], list[dict]]) -> list[dict]:
+    """Each arm's best stable learning rate per variant, from the training logs alone, keyed (variant, learning rate,
+    seed, arm): the held-out scores are not among the inputs (choosing on the test set would inflate the chosen arm).
+    Stable: no seed's training reward fell (training_reward_fell) and every seed logged a reward. Best: among the
+    stable ones, the highest late training reward (mean reward of the last 10 steps, averaged over seeds); a tie goes
+    to the smaller learning rate."""
     out = []
-    for variant in sorted({c["variant"] for c in cells}):
+    for variant in sorted({v for v, _, _, _ in training}):
         for arm in ARM_ORDER:
-            by_lr: dict[float, list[dict]] = {}
-            for c in cells:
-                if c["variant"] == variant and arm in c["arms"]:
-                    by_lr.setdefault(c["learning_rate"], []).append(c["arms"][arm])
-            stable = {lr: [r["late_reward"] for r in runs] for lr, runs in by_lr.items()
-                      if all(r["verdict"] != "collapsed" for r in runs) and all(r["late_reward"] is not None for r in runs)}
+            by_lr: dict[float, list[list[dict]]] = {}
+            for (v, lr, _, a), log in training.items():
+                if (v, a) == (variant, arm):
+                    by_lr.setdefault(lr, []).append(log)
+            stable = {lr: [_late_reward(log) for log in logs] for lr, logs in by_lr.items()
+                      if all(_late_reward(log) is not None and not training_reward_fell(log) for log in logs)}
             if stable:
                 lr = max(stable, key=lambda x: (sum(stable[x]) / len(stable[x]), -x))
                 out.append({"variant": variant, "arm": arm, "learning_rate": lr,
@@ -813,7 +828,8 @@ def render(summary: dict, markdown: bool = False) -> str:
     base = cells[0] if cells else None
     note = (f"{summary['name']}: {len(cells)} cells; base pass@1 {_pct(base['base_mean'])} (noise floor "
             f"{100 * base['noise_floor']:.1f} pts); per arm: mean over seeds (each seed); * = collapsed below the "
-            f"base. Best stable lr (by late training reward, not test scores): "
+            f"base. Best stable lr (training logs only: the highest late training reward among the learning rates "
+            f"where no seed's training reward fell; never test scores): "
             + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
             + ".") if base else f"{summary['name']}: no finished cells yet."
     mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)

@@ -136,13 +136,15 @@ def recorded_config(name: str) -> tuple[dict, float]:
 
 
 def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: float = 0.5,
-              base_seed: int = 0) -> None:
-    """A cell's results.json: `seed` draws its scores (the cell's training seed is in its name, as in a sweep)."""
+              base_seed: int = 0, rewards: list[float] | None = None) -> None:
+    """A cell's results.json: `seed` draws its scores (the cell's training seed is in its name, as in a sweep); every
+    arm's training log has the reward `reward` at each of 10 steps, or the per-step `rewards`."""
     rng = random.Random(seed)
     config, lr = recorded_config(name)
+    rewards = rewards or [reward] * 10
     results = {"config_name": name, "config": config, "config_hash": "x", "base": {"evals": base_evals(base_seed)},
                "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": lr, "token_selection": arm,
-                              "train_log": [{"step": i, "loss": 0.0, "reward": reward} for i in range(1, 11)]}
+                              "train_log": [{"step": i, "loss": 0.0, "reward": r} for i, r in enumerate(rewards, 1)]}
                         for arm, p in arms.items()}}
     (root / name).mkdir(parents=True)
     (root / name / "results.json").write_text(json.dumps(seal(results)))
@@ -183,6 +185,41 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     with pytest.raises(sweep.SweepError, match="digest mismatch"):
         sweep.verify(path)
     assert check.main([str(path)]) == 2
+
+
+def test_held_out_scores_cannot_change_the_best_stable_learning_rate(tmp_path):
+    """The same training logs, and the 2e-4 cell's held-out scores from far below the base (collapsed) to far above:
+    the choice stays the one the late training reward makes. (It used to drop a learning rate where a seed's
+    held-out verdict was collapsed.)"""
+    chosen = []
+    for held_out in (0.0, 0.5, 0.9):
+        (tmp_path / str(held_out)).mkdir()
+        grid_path = write_grid(tmp_path / str(held_out), GRID)
+        root = tmp_path / str(held_out) / "results" / "demo"
+        fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.5}, seed=1, reward=0.6)
+        fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.5}, seed=2, reward=0.6)
+        fake_cell(root, "paper-lr0.0002-s1", {"ets": held_out, "gmts": held_out}, seed=3, reward=0.7)
+        summary = sweep.summarize(sweep.load_grid(grid_path))
+        verdicts = {c["arms"]["gmts"]["verdict"] for c in summary["cells"] if c["learning_rate"] == 2e-4}
+        assert verdicts == {"collapsed" if held_out == 0.0 else "moved"}
+        chosen.append(summary["best_stable"])
+    assert chosen[0] == chosen[1] == chosen[2]
+    assert {row["arm"]: row["learning_rate"] for row in chosen[0]} == {"ets": 2e-4, "gmts": 2e-4}
+
+
+def test_a_learning_rate_whose_training_reward_fell_is_not_stable(tmp_path):
+    """2e-4 ends with the higher training reward (0.7 against 0.6) but fell from 0.9 while 1e-4 rose from 0.3: the
+    best stable learning rate is 1e-4, whatever the held-out scores say (here they favour 2e-4)."""
+    rose, fell = [0.3] * 10 + [0.6] * 10, [0.9] * 10 + [0.7] * 10
+    grid_path = write_grid(tmp_path, GRID)
+    root = tmp_path / "results" / "demo"
+    fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.4, "gmts": 0.4}, seed=1, rewards=rose)
+    fake_cell(root, "paper-lr0.0002-s1", {"ets": 0.8, "gmts": 0.8}, seed=3, rewards=fell)
+    best = sweep.summarize(sweep.load_grid(grid_path))["best_stable"]
+    assert [(row["arm"], row["learning_rate"]) for row in best] == [("ets", 1e-4), ("gmts", 1e-4)]
+    assert [row["late_reward"] for row in best] == pytest.approx([0.6, 0.6])
+    assert not sweep.training_reward_fell([{"reward": r} for r in rose])
+    assert sweep.training_reward_fell([{"reward": r} for r in fell])
 
 
 @pytest.mark.parametrize("n, text", [(1, "interval over tasks only"), (2, "too few for the seed level"),
