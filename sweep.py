@@ -14,6 +14,9 @@ with one sealed summary that `check.py` verifies cell by cell.
 
 A cell is one (setting variant, learning rate, training seed): its own run directory `<results_dir>/<name>/<cell>/`
 written by recipe.py, with one results.json that holds the cell's arms. Cells that two blocks share are run once.
+The folder name only finds the file: what the file records must be that cell (its config's training seed and variant
+settings, each arm's learning rate; the other config fields shared by every cell) and no two cells may hold the same
+run, or the summary, its verification and --merge refuse in one line naming the cell (`recorded`, `check_together`).
 The held-out tasks, their samples and the base evaluations are the same in every cell (recipe.py caches the base
 evaluations by what they depend on), so every comparison is paired by task.
 
@@ -23,10 +26,11 @@ each comparison over the seeds of a (variant, learning rate) with a two-level bo
 stats.pooled_delta), so its interval includes seed-to-seed variance, and gives Student's t over the seeds beside it.
 
 `--merge DIR` brings in cells that another machine ran (DIR: its sweep folder), without running anything: each
-incoming results.json must verify and match the local cell's config hash and held-out tasks and this tree's base
-evaluation hash; its arms join the local ones (an arm in both must be identical), and the cell keeps this tree's
-shared base evaluation, the one every local cell carries. A base evaluated again elsewhere (bf16 is not bit-exact)
-is replaced, and the file's `merges` says so with that base's pass@1. Its absent logs are copied; then --summarize.
+incoming results.json must verify, be the cell it is merged into (as above), and match the local cell's config hash
+and held-out tasks and this tree's base evaluation hash; its arms join the local ones (an arm in both must be
+identical), and the cell keeps this tree's shared base evaluation, the one every local cell carries. A base
+evaluated again elsewhere (bf16 is not bit-exact) is replaced, and the file's `merges` says so with that base's
+pass@1. Its absent logs are copied; then --summarize.
 """
 
 from __future__ import annotations

@@ -612,7 +612,8 @@ def _lr_of(name: str, lr: float):
     (lambda root: _copy_into(root, "small-lr0.0001-s1", "small-lr0.0001-s1",
                              lambda r: r["config"].update(per_device_train_batch_size=8)),
      "small-lr0.0001-s1: results.json records per_device_train_batch_size = 8, variant small sets 4"),
-    (lambda root: _copy_into(root, "paper-lr0.0001-s2", "paper-lr0.0001-s2", lambda r: r["config"].update(max_steps=20)),
+    (lambda root: _copy_into(root, "paper-lr0.0001-s2", "paper-lr0.0001-s2",
+                             lambda r: r["config"].update(max_steps=20)),
      "paper-lr0.0001-s2: results.json records max_steps = 20 where paper-lr0.0001-s1 records 10 (cells differ only "
      "in the training seed and their variant's settings)"),
 ], ids=["learning rate", "seed", "copied file", "variant", "other field"])
