@@ -56,6 +56,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from gmts_recipe.records import read_yaml_mapping
+
 ARMS = ("base", "grpo", "ets", "gmts", "ets_nz", "all")
 ALL_ARMS = ("grpo", "ets", "gmts")  # what --arm all trains (after base): the control ets_nz only when named
 # The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
@@ -239,19 +241,6 @@ def trained_arms(arm: str) -> list[str]:
 
 def _check_arm(arm: str) -> None:
     trained_arms(arm)
-
-
-def read_yaml_mapping(path: Path, error: type[Exception], shape: str) -> dict:
-    """A YAML file that must hold a mapping (a config, a sweep file): any problem is one line of `error`."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise error(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise error(f"{path} {shape}")
-    return raw
 
 
 def parse(argv: list[str]):

@@ -14,6 +14,9 @@ with one sealed summary that `check.py` verifies cell by cell.
 
 A cell is one (setting variant, learning rate, training seed): its own run directory `<results_dir>/<name>/<cell>/`
 written by recipe.py, with one results.json that holds the cell's arms. Cells that two blocks share are run once.
+The folder name only finds the file: what the file records must be that cell (its config's training seed and variant
+settings, each arm's learning rate; the other config fields shared by every cell) and no two cells may hold the same
+run, or the summary, its verification and --merge refuse in one line naming the cell (`recorded`, `check_together`).
 The held-out tasks, their samples and the base evaluations are the same in every cell (recipe.py caches the base
 evaluations by what they depend on), so every comparison is paired by task.
 
@@ -23,10 +26,11 @@ each comparison over the seeds of a (variant, learning rate) with a two-level bo
 stats.pooled_delta), so its interval includes seed-to-seed variance, and gives Student's t over the seeds beside it.
 
 `--merge DIR` brings in cells that another machine ran (DIR: its sweep folder), without running anything: each
-incoming results.json must verify and match the local cell's config hash and held-out tasks and this tree's base
-evaluation hash; its arms join the local ones (an arm in both must be identical), and the cell keeps this tree's
-shared base evaluation, the one every local cell carries. A base evaluated again elsewhere (bf16 is not bit-exact)
-is replaced, and the file's `merges` says so with that base's pass@1. Its absent logs are copied; then --summarize.
+incoming results.json must verify, be the cell it is merged into (as above), and match the local cell's config hash
+and held-out tasks and this tree's base evaluation hash; its arms join the local ones (an arm in both must be
+identical), and the cell keeps this tree's shared base evaluation, the one every local cell carries. A base
+evaluated again elsewhere (bf16 is not bit-exact) is replaced, and the file's `merges` says so with that base's
+pass@1. Its absent logs are copied; then --summarize.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import queue
 import subprocess
@@ -44,8 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from check import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's: one list each
-from check import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
+from gmts_recipe.records import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's
+from gmts_recipe.records import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
+from gmts_recipe.records import (ResultsError, _close, _first_difference, digest, load, read_yaml_mapping, seal,
+                                 task_scores, write_json)  # a cell's file, verified (load) and written as check.py does
 
 SCHEMA = 1
 # The control arm (ETS with omega == 0 tokens ranked last) gets a column in the tables only where a cell has it.
@@ -142,8 +149,6 @@ def _check_primary(primary: Any, grid: Grid, p: Path) -> dict:
 
 def load_grid(path: str | Path) -> Grid:
     """Read and check a sweep file; every mistake is a one-line SweepError."""
-    from recipe import read_yaml_mapping
-
     p = Path(path)
     if not p.is_file():
         raise SweepError(f"sweep file {p} not found")
@@ -189,8 +194,6 @@ def load_grid(path: str | Path) -> Grid:
 def _finished_arms(results_path: Path) -> set[str]:
     if not results_path.is_file():
         return set()
-    from check import ResultsError, load
-
     try:
         return set(load(results_path).get("arms", {}))
     except ResultsError:
@@ -286,6 +289,87 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
     return failed
 
 
+# ---------------------------------------------------------------------------- which cell a results file is
+@dataclass(frozen=True)
+class Recorded:
+    """What a cell's results file says it is, beside its folder name: its config record (the training seed, the
+    variant's settings and every other field) and a fingerprint of each arm's data (evaluation records and training
+    log), which two runs never share."""
+
+    cell: Cell
+    config: dict
+    arms: dict[str, str]
+
+
+def recorded(cell: Cell, results: dict) -> Recorded:
+    """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
+    training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
+    none of these (the learning rate is not even in the config hash that recipe.py checks on --resume)."""
+    config = results.get("config") or {}
+    where = f"{cell.name}: results.json"
+    if config.get("seed") != cell.seed:
+        raise SweepError(f"{where} records training seed {config.get('seed')!r}, the cell's is {cell.seed}")
+    for key, value in cell.overrides:
+        if key not in config:
+            raise SweepError(f"{where} records no {key} (variant {cell.variant} sets {value!r})")
+        if not _same_setting(config[key], value):
+            raise SweepError(f"{where} records {key} = {config[key]!r}, variant {cell.variant} sets {value!r}")
+    for arm, entry in results.get("arms", {}).items():
+        lr = entry.get("learning_rate")
+        if not isinstance(lr, (int, float)) or not math.isclose(lr, cell.learning_rate, rel_tol=1e-9):
+            raise SweepError(f"{where}: arm {arm} trained at learning rate {lr!r}, the cell's is "
+                             f"{cell.learning_rate:g}")
+    fingerprints = {arm: hashlib.sha256(json.dumps([entry["eval"]["records"], entry.get("train_log", [])],
+                                                   sort_keys=True).encode()).hexdigest()
+                    for arm, entry in results.get("arms", {}).items()}
+    return Recorded(cell, config, fingerprints)
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+_ABSENT = _Absent()
+
+
+def _same_setting(recorded_value: Any, given: Any) -> bool:
+    """A variant's value as recipe.py records it: the grid's YAML value, or its text as the command line parsed it
+    (Cell.recipe_args passes strings as they are: '1e-4' in YAML is a string that the recipe reads as a number)."""
+    if _close(recorded_value, json.loads(json.dumps(given))):
+        return True
+    if isinstance(given, str):
+        try:
+            return _close(recorded_value, json.loads(given.lower() if given.lower() in ("true", "false") else given))
+        except ValueError:
+            return str(recorded_value) == given
+    return False
+
+
+def check_together(cells: list[Recorded], where: str = "") -> None:
+    """The cells of one grid as one experiment: their configs agree on every field but the training seed and the
+    variants' settings (a cell whose variant leaves a setting alone has the value the others that leave it alone
+    have), and no two cells hold the same arm data (a results file copied into another cell's folder)."""
+    keys = {key for c in cells for key in c.config} | {key for c in cells for key, _ in c.cell.overrides}
+    shared: dict[str, tuple[Recorded, Any]] = {}
+    for c in cells:
+        own = {key for key, _ in c.cell.overrides}
+        for key in sorted(keys - own - {"seed"}):
+            value = c.config.get(key, _ABSENT)
+            first, first_value = shared.setdefault(key, (c, value))
+            if not _close(first_value, value):
+                raise SweepError(f"{where}{c.cell.name}: results.json records {key} = {value!r} where "
+                                 f"{first.cell.name} records {first_value!r} (cells differ only in the training "
+                                 f"seed and their variant's settings)")
+    seen: dict[str, tuple[Cell, str]] = {}
+    for c in cells:
+        for arm, fingerprint in c.arms.items():
+            other = seen.setdefault(fingerprint, (c.cell, arm))
+            if other[0] != c.cell:
+                raise SweepError(f"{where}{c.cell.name}: arm {arm} holds the same evaluation records and training "
+                                 f"log as arm {other[1]} of {other[0].name} (a copied results file)")
+
+
 # ---------------------------------------------------------------------------- merging cells run elsewhere
 @dataclass
 class Merge:
@@ -305,8 +389,16 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
         raise SweepError(f"--merge {incoming}: no such folder (give another tree's sweep folder, e.g. results/qwen)")
     root = Path(grid.results_dir) / grid.name
     caches = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in (root / "base-evals").glob("*.json")}
-    return [_merge_cell(cell, incoming, root, caches) for cell in grid.cells()
-            if (incoming / cell.name / "results.json").is_file()]
+    plans = [_merge_cell(cell, incoming, root, caches) for cell in grid.cells()
+             if (incoming / cell.name / "results.json").is_file()]
+    merged = {m.cell: m.results for m in plans if m.results is not None}
+    try:  # the tree as it would be: every cell's file, merged or local (summarize verifies the local ones)
+        check_together([recorded(cell, merged[cell] if cell in merged else
+                                 json.loads((root / cell.name / "results.json").read_text(encoding="utf-8")))
+                        for cell in grid.cells() if cell in merged or (root / cell.name / "results.json").is_file()])
+    except SweepError as e:
+        raise SweepError(f"--merge: {e}") from None
+    return plans
 
 
 def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict]) -> Merge:
@@ -315,8 +407,6 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
     run to run) is replaced, and its pass@1 recorded in the file's `merges`. The arms never read the base (recipe.py
     trains after, and independently of, the base evaluation), so this is the cell the sweep would have written had
     the cache travelled."""
-    from check import ResultsError, load, seal
-
     def refuse(reason: str) -> SweepError:
         return SweepError(f"--merge: {cell.name}: {reason}")
 
@@ -326,6 +416,10 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
         old = load(local_path) if local_path.is_file() else None
     except ResultsError as e:
         raise refuse(str(e)) from None
+    try:
+        recorded(cell, new)  # the incoming file is this cell: its seed, variant and every arm's learning rate
+    except SweepError as e:
+        raise SweepError(f"--merge: {e}") from None
     key = new["base"]["eval_hash"]
     if old is not None and old["config_hash"] != new["config_hash"]:
         raise refuse(f"config_hash {new['config_hash'][:12]} differs from the local cell's {old['config_hash'][:12]}")
@@ -374,7 +468,6 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
     the sweep's summary (--summarize does); merging the same folder again changes nothing."""
     import shutil
 
-    from check import write_json
     from plots import plot_run
 
     plans = plan_merge(grid, incoming)
@@ -429,24 +522,37 @@ def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
     return sum(rewards[-last:]) / len(rewards[-last:]) if rewards else None
 
 
+def _early_reward(train_log: list[dict], first: int = 10) -> float | None:
+    rewards = [row["reward"] for row in train_log if isinstance(row.get("reward"), (int, float))]
+    return sum(rewards[:first]) / len(rewards[:first]) if rewards else None
+
+
+def training_reward_fell(train_log: list[dict]) -> bool:
+    """Training made the policy worse at its own task: the mean training reward of the last 10 steps lies below that
+    of the first 10 (the training-side counterpart of collapsing below the base; windows overlap below 20 steps)."""
+    late, early = _late_reward(train_log), _early_reward(train_log)
+    return late is not None and late < early
+
+
 def summarize(grid: Grid) -> dict:
-    """Every number of the sweep, from the cells' verified results files (check.load) alone."""
-    from check import load, task_scores
+    """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
     from stats import seeds_for_power
 
     root = Path(grid.results_dir) / grid.name
-    cells, scores = [], {}
+    cells, scores, seen, training = [], {}, [], {}
     base_hashes = set()
     for cell in grid.cells():
         path = root / cell.name / "results.json"
         if not path.is_file():
             continue
         results = load(path)
+        seen.append(recorded(cell, results))
         s = results["summary"]
         base_hashes.add(json.dumps(sorted(task_scores(results["base"]["evals"][0], f"{cell.name} base").items())))
         arms = {}
         for arm, entry in results.get("arms", {}).items():
             scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = task_scores(entry["eval"], f"{cell.name} {arm}")
+            training[(cell.variant, cell.learning_rate, cell.seed, arm)] = entry.get("train_log", [])
             a = s["arms"][arm]
             arms[arm] = {"pass@1": a["pass@1"], "vs_base": a["vs_base"], "verdict": a["verdict"],
                          "late_reward": _late_reward(entry.get("train_log", [])),
@@ -454,6 +560,7 @@ def summarize(grid: Grid) -> dict:
         cells.append({"cell": cell.name, "variant": cell.variant, "learning_rate": cell.learning_rate,
                       "seed": cell.seed, "path": str(path.relative_to(root)), "digest": results["digest"],
                       "base_mean": s["base"]["mean"], "noise_floor": s["base"]["noise_floor"], "arms": arms})
+    check_together(seen)
     if len(base_hashes) > 1:
         raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
     pooled = []
@@ -471,7 +578,7 @@ def summarize(grid: Grid) -> dict:
                 pooled[-1]["seeds_for_power"] = {  # None: more than MAX_SEEDS
                     f"{100 * e:+.1f}": seeds_for_power(d["per_seed"], e, power=POWER, max_seeds=MAX_SEEDS)
                     for e in CLAIMED[f"{a} - {b}"]}
-    best = best_stable(cells)
+    best = best_stable(training)
     for variant in sorted({c["variant"] for c in cells}):
         lr_of = {row["arm"]: row["learning_rate"] for row in best if row["variant"] == variant}
         for a, b in COMPARISONS:
@@ -490,7 +597,7 @@ def summarize(grid: Grid) -> dict:
            "pooled": pooled, "best_stable": best}
     if grid.primary is not None:
         out["primary"] = primary_test(grid.primary, scores)
-    out["digest"] = _digest(out)
+    out["digest"] = digest(out)
     return out
 
 
@@ -532,19 +639,21 @@ def primary_line(p: dict) -> str:
     return f"{head} All {now}: **{p['decision']}**."
 
 
-def best_stable(cells: list[dict]) -> list[dict]:
-    """Each arm's best stable learning rate per variant, chosen WITHOUT the held-out scores (choosing on the test set
-    would inflate the chosen arm): among learning rates where no seed collapsed, the one with the highest late
-    training reward (mean reward of the last 10 steps, averaged over seeds)."""
+def best_stable(training: dict[tuple[str, float, int, str], list[dict]]) -> list[dict]:
+    """Each arm's best stable learning rate per variant, from the training logs alone, keyed (variant, learning rate,
+    seed, arm): the held-out scores are not among the inputs (choosing on the test set would inflate the chosen arm).
+    Stable: no seed's training reward fell (training_reward_fell) and every seed logged a reward. Best: among the
+    stable ones, the highest late training reward (mean reward of the last 10 steps, averaged over seeds); a tie goes
+    to the smaller learning rate."""
     out = []
-    for variant in sorted({c["variant"] for c in cells}):
+    for variant in sorted({v for v, _, _, _ in training}):
         for arm in ARM_ORDER:
-            by_lr: dict[float, list[dict]] = {}
-            for c in cells:
-                if c["variant"] == variant and arm in c["arms"]:
-                    by_lr.setdefault(c["learning_rate"], []).append(c["arms"][arm])
-            stable = {lr: [r["late_reward"] for r in runs] for lr, runs in by_lr.items()
-                      if all(r["verdict"] != "collapsed" for r in runs) and all(r["late_reward"] is not None for r in runs)}
+            by_lr: dict[float, list[list[dict]]] = {}
+            for (v, lr, _, a), log in training.items():
+                if (v, a) == (variant, arm):
+                    by_lr.setdefault(lr, []).append(log)
+            stable = {lr: [_late_reward(log) for log in logs] for lr, logs in by_lr.items()
+                      if all(_late_reward(log) is not None and not training_reward_fell(log) for log in logs)}
             if stable:
                 lr = max(stable, key=lambda x: (sum(stable[x]) / len(stable[x]), -x))
                 out.append({"variant": variant, "arm": arm, "learning_rate": lr,
@@ -552,18 +661,11 @@ def best_stable(cells: list[dict]) -> list[dict]:
     return out
 
 
-def _digest(summary: dict) -> str:
-    body = {k: v for k, v in summary.items() if k != "digest"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def verify(path: str | Path) -> dict:
     """Recompute a sweep.json from its grid and the cells' own results files; raise SweepError on any difference."""
-    from check import _close, _first_difference
-
     p = Path(path)
     summary = json.loads(p.read_text(encoding="utf-8"))
-    if summary.get("digest") != _digest(summary):
+    if summary.get("digest") != digest(summary):
         raise SweepError(f"{p}: digest mismatch: the file was edited after sweep.py wrote it")
     grid_path = p.parent / "grid.yaml"
     if not grid_path.is_file():
@@ -577,8 +679,6 @@ def verify(path: str | Path) -> dict:
 
 
 def write_summary(grid: Grid, grid_path: str | Path) -> Path:
-    from check import write_json
-
     root = Path(grid.results_dir) / grid.name
     root.mkdir(parents=True, exist_ok=True)
     (root / "grid.yaml").write_text(Path(grid_path).read_text(encoding="utf-8"), encoding="utf-8")
@@ -649,7 +749,8 @@ def plot(summary: dict, out: Path) -> None:
         bx.set_ylabel("difference in pass@1 (points)")
         bx.set_title("pooled over seeds, 95% CI: bootstrap seeds then tasks (caps), t over seeds (thin)",
                      fontsize=9)
-        bx.legend(fontsize=8)
+        if bx.get_legend_handles_labels()[0]:  # a variant with one arm has no comparison to label
+            bx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)
@@ -731,7 +832,8 @@ def render(summary: dict, markdown: bool = False) -> str:
     base = cells[0] if cells else None
     note = (f"{summary['name']}: {len(cells)} cells; base pass@1 {_pct(base['base_mean'])} (noise floor "
             f"{100 * base['noise_floor']:.1f} pts); per arm: mean over seeds (each seed); * = collapsed below the "
-            f"base. Best stable lr (by late training reward, not test scores): "
+            f"base. Best stable lr (training logs only: the highest late training reward among the learning rates "
+            f"where no seed's training reward fell; never test scores): "
             + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
             + ".") if base else f"{summary['name']}: no finished cells yet."
     mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)

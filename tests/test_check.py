@@ -4,6 +4,8 @@ import copy
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,6 +211,27 @@ def test_write_json_keeps_each_record_on_one_line_and_the_file_valid(tmp_path, c
     assert max(len(line) for line in text.splitlines()) <= 200  # long values are broken over lines, not one blob
     assert check.main([str(path)]) == 0
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+# Run in a fresh interpreter: verifies the file at sys.argv[1] and lists the deep-learning modules that got imported.
+CHECK_WITHOUT_TORCH = ("import sys, check; code = check.main([sys.argv[1]]); "
+                       "print(sorted({'torch', 'transformers'} & set(sys.modules))); sys.exit(code)")
+
+
+def check_in_a_fresh_process(path: str) -> list[str]:
+    """check.py on `path` in a new interpreter; the modules of torch/transformers it imported (none expected)."""
+    proc = subprocess.run([sys.executable, "-c", CHECK_WITHOUT_TORCH, path], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1].replace("'", '"'))
+
+
+def test_check_imports_neither_torch_nor_transformers(tmp_path):
+    """A reader verifying a results file needs JSON and statistics, not the training stack (importing it took
+    longer than the verification); `import check` alone pulls in neither either."""
+    assert check_in_a_fresh_process(write(tmp_path, fake_results())) == []
+    proc = subprocess.run([sys.executable, "-c", "import check, sys; assert 'torch' not in sys.modules and "
+                           "'transformers' not in sys.modules"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 COMMITTED = sorted(str(p.relative_to(ROOT)) for pattern in ("results/*/results.json", "results/*/*/results.json",

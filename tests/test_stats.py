@@ -201,3 +201,59 @@ def test_t_test_power_is_finite_where_scipy_gives_nan_and_agrees_where_it_does_n
 ])
 def test_plan_decision_applies_the_rule_fixed_before_the_seeds_ran(t_low, t_high, decision):
     assert stats.plan_decision(t_low, t_high, reproduced_above=0.0, refuted_below=1.3) == decision
+
+
+# ---------------------------------------------------------------- the paired bootstrap: scipy's numbers, computed fast
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([1, 2, 3, 4, 5, 8]), st.integers(2, 90), st.integers(0, 3), st.sampled_from([0.9, 0.95]),
+       st.integers(0, 10**6))
+def test_paired_delta_is_scipys_bootstrap_bit_for_bit(k, n, seed, confidence, draw):
+    """The interval is the one scipy.stats.bootstrap gives for the same seed, to the last bit, for scores in 1/k
+    steps: k = 1, 2, 4, 8 take the exact-sum path (counts x deltas), k = 3, 5 the gathered draws."""
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(draw)
+    a, b = rng.integers(0, k + 1, n) / k, rng.integers(0, k + 1, n) / k
+    d = a - b
+    if np.all(d == d[0]):
+        return
+    ref = bootstrap((d,), np.mean, confidence_level=confidence, n_resamples=stats.N_RESAMPLES, method="percentile",
+                    rng=np.random.default_rng(seed))
+    assert np.array_equal(stats.bootstrap_means(d, stats.N_RESAMPLES, seed), ref.bootstrap_distribution)
+    got = paired_delta(a, b, confidence=confidence, seed=seed)
+    assert (got["low"], got["high"]) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    assert (stats._sum_exponent(d) is None) == (k in (3, 5))
+
+
+def test_the_task_counts_are_drawn_once_for_every_comparison_over_the_same_tasks():
+    """A results file's comparisons share one draw of the resamples' task counts (the cost of the old bootstrap)."""
+    stats._resample_counts.cache_clear()
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        paired_delta(rng.integers(0, 5, 300) / 4, rng.integers(0, 5, 300) / 4)
+    info = stats._resample_counts.cache_info()
+    assert (info.misses, info.hits) == (1, 3)
+
+
+@pytest.mark.parametrize("path", ["results/qwen/paper-lr0.0001-s17/results.json", "results/offline/results.json",
+                                  "results/quickstart-cpu/results.json"])
+def test_every_sealed_number_is_recomputed_bit_for_bit(path):
+    """The committed files' summaries (bootstrap intervals included) come out of the current code exactly, not only
+    within check.py's tolerance: the faster bootstrap did not move a committed number."""
+    import json
+    from pathlib import Path
+
+    from gmts_recipe.records import summarize
+
+    results = json.loads((Path(__file__).resolve().parent.parent / path).read_text())
+    assert summarize(results) == results["summary"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(SCORES, min_size=1, max_size=8), min_size=1, max_size=40), st.booleans())
+def test_pass_at_1_is_the_mean_of_the_per_task_means(tasks, same_k):
+    """One array for tasks of equal sample counts, a mean per task otherwise: the same number either way."""
+    if same_k:
+        tasks = [t[:1] * len(tasks[0]) if len(t) != len(tasks[0]) else t for t in tasks]
+    records = [{"scores": s} for s in tasks]
+    assert stats.pass_at_1(records) == float(np.mean([np.mean(s) for s in tasks]))

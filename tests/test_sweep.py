@@ -3,6 +3,7 @@
 import copy
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -122,12 +123,28 @@ def base_evals(base_seed: int = 0) -> list[dict]:
     return [{**evaluation(0.3, 0, rng), "seed": s} for s in (0, 1, 2)]
 
 
+VARIANTS = {"paper": {}, "small": {"per_device_train_batch_size": 4}}  # GRID's variants
+
+
+def recorded_config(name: str) -> tuple[dict, float]:
+    """The config record and learning rate recipe.py writes for the cell `name` (variant-lr<lr>-s<seed>) of GRID: the
+    base config's fields, its variant's settings, the training seed (the learning rate is in each arm's entry)."""
+    match = re.fullmatch(r"(?P<variant>.+)-lr(?P<lr>.+)-s(?P<seed>\d+)", name)
+    config = {"max_steps": 10, "per_device_train_batch_size": 8, **VARIANTS[match["variant"]],
+              "seed": int(match["seed"])}
+    return config, float(match["lr"])
+
+
 def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: float = 0.5,
-              base_seed: int = 0) -> None:
+              base_seed: int = 0, rewards: list[float] | None = None) -> None:
+    """A cell's results.json: `seed` draws its scores (the cell's training seed is in its name, as in a sweep); every
+    arm's training log has the reward `reward` at each of 10 steps, or the per-step `rewards`."""
     rng = random.Random(seed)
-    results = {"config_name": name, "config": {}, "config_hash": "x", "base": {"evals": base_evals(base_seed)},
-               "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": 1e-4, "token_selection": arm,
-                              "train_log": [{"step": i, "loss": 0.0, "reward": reward} for i in range(1, 11)]}
+    config, lr = recorded_config(name)
+    rewards = rewards or [reward] * 10
+    results = {"config_name": name, "config": config, "config_hash": "x", "base": {"evals": base_evals(base_seed)},
+               "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": lr, "token_selection": arm,
+                              "train_log": [{"step": i, "loss": 0.0, "reward": r} for i, r in enumerate(rewards, 1)]}
                         for arm, p in arms.items()}}
     (root / name).mkdir(parents=True)
     (root / name / "results.json").write_text(json.dumps(seal(results)))
@@ -151,6 +168,9 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     import check
 
     assert check.main([str(path), "--markdown"]) == 0  # check.py verifies a sweep too, and prints its tables
+    from test_check import check_in_a_fresh_process
+
+    assert check_in_a_fresh_process(str(path)) == []  # and imports neither torch nor transformers for it
     # a cell edited after the summary was written (and re-sealed) no longer matches
     cell = json.loads((root / "paper-lr0.0001-s2" / "results.json").read_text())
     ev = cell["arms"]["gmts"]["eval"]
@@ -165,6 +185,41 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     with pytest.raises(sweep.SweepError, match="digest mismatch"):
         sweep.verify(path)
     assert check.main([str(path)]) == 2
+
+
+def test_held_out_scores_cannot_change_the_best_stable_learning_rate(tmp_path):
+    """The same training logs, and the 2e-4 cell's held-out scores from far below the base (collapsed) to far above:
+    the choice stays the one the late training reward makes. (It used to drop a learning rate where a seed's
+    held-out verdict was collapsed.)"""
+    chosen = []
+    for held_out in (0.0, 0.5, 0.9):
+        (tmp_path / str(held_out)).mkdir()
+        grid_path = write_grid(tmp_path / str(held_out), GRID)
+        root = tmp_path / str(held_out) / "results" / "demo"
+        fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.5}, seed=1, reward=0.6)
+        fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.5}, seed=2, reward=0.6)
+        fake_cell(root, "paper-lr0.0002-s1", {"ets": held_out, "gmts": held_out}, seed=3, reward=0.7)
+        summary = sweep.summarize(sweep.load_grid(grid_path))
+        verdicts = {c["arms"]["gmts"]["verdict"] for c in summary["cells"] if c["learning_rate"] == 2e-4}
+        assert verdicts == {"collapsed" if held_out == 0.0 else "moved"}
+        chosen.append(summary["best_stable"])
+    assert chosen[0] == chosen[1] == chosen[2]
+    assert {row["arm"]: row["learning_rate"] for row in chosen[0]} == {"ets": 2e-4, "gmts": 2e-4}
+
+
+def test_a_learning_rate_whose_training_reward_fell_is_not_stable(tmp_path):
+    """2e-4 ends with the higher training reward (0.7 against 0.6) but fell from 0.9 while 1e-4 rose from 0.3: the
+    best stable learning rate is 1e-4, whatever the held-out scores say (here they favour 2e-4)."""
+    rose, fell = [0.3] * 10 + [0.6] * 10, [0.9] * 10 + [0.7] * 10
+    grid_path = write_grid(tmp_path, GRID)
+    root = tmp_path / "results" / "demo"
+    fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.4, "gmts": 0.4}, seed=1, rewards=rose)
+    fake_cell(root, "paper-lr0.0002-s1", {"ets": 0.8, "gmts": 0.8}, seed=3, rewards=fell)
+    best = sweep.summarize(sweep.load_grid(grid_path))["best_stable"]
+    assert [(row["arm"], row["learning_rate"]) for row in best] == [("ets", 1e-4), ("gmts", 1e-4)]
+    assert [row["late_reward"] for row in best] == pytest.approx([0.6, 0.6])
+    assert not sweep.training_reward_fell([{"reward": r} for r in rose])
+    assert sweep.training_reward_fell([{"reward": r} for r in fell])
 
 
 @pytest.mark.parametrize("n, text", [(1, "interval over tasks only"), (2, "too few for the seed level"),
@@ -453,7 +508,17 @@ def test_merging_the_same_folder_again_changes_nothing(tmp_path, capsys):
 
 
 def _other_arm(r: dict) -> None:
-    r["arms"]["ets"]["learning_rate"] = 2e-4
+    r["arms"]["ets"]["train_log"][0]["loss"] = 1.0
+
+
+def _other_learning_rate(r: dict) -> None:
+    """An arm trained at 1e-4 in a file of a 2e-4 cell (the learning rate is not in the config hash)."""
+    for entry in r["arms"].values():
+        entry["learning_rate"] = 1e-4
+
+
+def _other_seed(r: dict) -> None:
+    r["config"]["seed"] = 1
 
 
 def _other_config(r: dict) -> None:
@@ -477,6 +542,10 @@ def _other_eval_hash(r: dict) -> None:
     ("paper-lr0.0001-s2", _other_eval_hash, True,
      "paper-lr0.0001-s2: base eval hash ffffffffffff is not the local shared cache's \\(eeeeeeeeeeee in "),
     ("paper-lr0.0001-s2", _other_arm, False, "paper-lr0.0001-s2: .*results.json: digest mismatch"),
+    ("paper-lr0.0002-s1", _other_learning_rate, True,
+     "paper-lr0.0002-s1: results.json: arm grpo trained at learning rate 0.0001, the cell's is 0.0002$"),
+    ("paper-lr0.0001-s2", _other_seed, True, "paper-lr0.0001-s2: results.json records training seed 1, the cell's "
+     "is 2$"),
 ])
 def test_a_merge_that_cannot_be_exact_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys, cell, edit,
                                                                                  reseal, match):
@@ -500,3 +569,76 @@ def test_merge_needs_an_existing_folder(tmp_path, capsys):
     grid_path = write_grid(tmp_path, GRID)
     assert sweep.main([str(grid_path), "--merge", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.startswith(f"sweep.py: --merge {tmp_path / 'nowhere'}: no such folder")
+
+
+def test_a_merge_that_would_hold_one_run_in_two_cells_is_refused(tmp_path, capsys):
+    """An incoming cell whose arms are another cell's (its file copied, the seed in its config edited and the file
+    re-sealed) is refused before anything is written."""
+    grid_path, local, incoming = trees(tmp_path)
+    copied = json.loads((incoming / "paper-lr0.0001-s1" / "results.json").read_text())
+    copied["config"]["seed"] = 2
+    (incoming / "paper-lr0.0001-s2" / "results.json").write_text(json.dumps(seal(copied)))
+    before = files(local)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 2
+    assert capsys.readouterr().err == ("sweep.py: --merge: paper-lr0.0001-s2: arm ets holds the same evaluation "
+                                       "records and training log as arm ets of paper-lr0.0001-s1 (a copied results "
+                                       "file)\n")
+    assert files(local) == before
+
+
+# ---------------------------------------------------------------- a cell is what its file records, not its folder name
+def _copy_into(root: Path, source: str, target: str, edit=None) -> None:
+    results = json.loads((root / source / "results.json").read_text())
+    if edit is not None:
+        edit(results)
+    (root / target).mkdir(exist_ok=True)
+    (root / target / "results.json").write_text(json.dumps(seal(results)))
+
+
+def _lr_of(name: str, lr: float):
+    def edit(r: dict) -> None:
+        r["arms"]["gmts"]["learning_rate"] = lr
+    return lambda root: _copy_into(root, name, name, edit)
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (_lr_of("paper-lr0.0002-s1", 1e-4),
+     "paper-lr0.0002-s1: results.json: arm gmts trained at learning rate 0.0001, the cell's is 0.0002"),
+    (lambda root: _copy_into(root, "paper-lr0.0001-s1", "paper-lr0.0001-s2"),
+     "paper-lr0.0001-s2: results.json records training seed 1, the cell's is 2"),
+    (lambda root: _copy_into(root, "paper-lr0.0001-s1", "paper-lr0.0001-s2", lambda r: r["config"].update(seed=2)),
+     "paper-lr0.0001-s2: arm ets holds the same evaluation records and training log as arm ets of paper-lr0.0001-s1 "
+     "(a copied results file)"),
+    (lambda root: _copy_into(root, "small-lr0.0001-s1", "small-lr0.0001-s1",
+                             lambda r: r["config"].update(per_device_train_batch_size=8)),
+     "small-lr0.0001-s1: results.json records per_device_train_batch_size = 8, variant small sets 4"),
+    (lambda root: _copy_into(root, "paper-lr0.0001-s2", "paper-lr0.0001-s2",
+                             lambda r: r["config"].update(max_steps=20)),
+     "paper-lr0.0001-s2: results.json records max_steps = 20 where paper-lr0.0001-s1 records 10 (cells differ only "
+     "in the training seed and their variant's settings)"),
+], ids=["learning rate", "seed", "copied file", "variant", "other field"])
+def test_summary_and_check_refuse_a_cell_whose_file_is_not_that_cell(tmp_path, capsys, monkeypatch, tamper, message):
+    """Every cell's arms must match its learning rate, seed and variant as its results.json records them, and no two
+    cells may hold the same run: the summary refuses in one line naming the cell, and a sweep.json sealed without
+    these checks no longer passes check.py."""
+    import check
+
+    grid_path = write_grid(tmp_path, GRID)
+    root = tmp_path / "results" / "demo"
+    fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6}, seed=1)
+    fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.6}, seed=2)
+    fake_cell(root, "paper-lr0.0002-s1", {"ets": 0.5, "gmts": 0.5}, seed=3)
+    fake_cell(root, "small-lr0.0001-s1", {"gmts": 0.5}, seed=4)
+    grid = sweep.load_grid(grid_path)
+    path = sweep.write_summary(grid, grid_path)
+    tamper(root)
+    with pytest.raises(sweep.SweepError) as refused:
+        sweep.summarize(grid)
+    assert str(refused.value) == message
+    assert sweep.main([str(grid_path), "--summarize"]) == 2
+    assert capsys.readouterr().err == f"sweep.py: {message}\n"
+    with monkeypatch.context() as unchecked:  # the summary as it was sealed before these checks existed
+        unchecked.setattr(sweep, "recorded", lambda cell, results: sweep.Recorded(cell, {}, {}))
+        path = sweep.write_summary(grid, grid_path)
+    assert check.main([str(path)]) == 2
+    assert capsys.readouterr().err == f"check.py: {message}\n"
