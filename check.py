@@ -34,7 +34,7 @@ from pathlib import Path
 from stats import compare, noise_floor, paired_delta, pass_at_1, verdict  # noqa: F401 - as before, for callers
 from gmts_recipe.records import (ARM_LABELS, ARMS, COMPARISONS, SCHEMA, SHORT_NAMES, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
-                                 summarize, task_scores, write_json)  # a results file's model, verification and writing
+                                 summarize, task_scores, write_json, agreement_line)  # a results file's model, verification and writing
 
 
 def _pct(x: float | None) -> str:
@@ -104,6 +104,9 @@ def render(results: dict, markdown: bool = False) -> str:
     lines.append(f"{results.get('config_name', '?')}: {tasks} held-out tasks x {k} samples, "
                  f"model {results.get('config', {}).get('model_name_or_path', '?')}, "
                  f"config {results.get('config_hash', '?')[:12]}, eval seed {n['seed']}.")
+    agreement = agreement_line(results)
+    if agreement:
+        lines.append(agreement)
     lines.append(DIGEST_NOTE)
     return "\n".join(lines)
 

@@ -233,3 +233,24 @@ def read_yaml_mapping(path: Path, error: type[Exception], shape: str) -> dict:
     if not isinstance(raw, dict):
         raise error(f"{path} {shape}")
     return raw
+
+
+def rollout_agreement(first: dict, second: dict) -> list[tuple[int, float]]:
+    """(step, share of identical completions) for every step both arms recorded (`rollout_digests`: step -> one
+    digest per rollout, in the batch's order): how long two arms of one seed drew the same rollouts. With
+    sampling_noise 'counter' they share the noise at every step, so the share is 1 while their weights are equal and
+    falls as the updates part them."""
+    steps = sorted(set(first) & set(second), key=int)
+    return [(int(s), sum(a == b for a, b in zip(first[s], second[s], strict=True)) / len(first[s]))
+            for s in steps if first[s]]
+
+
+def agreement_line(results: dict, pair: tuple[str, str] = ("ets", "gmts")) -> str | None:
+    """One line for the summary: the share of identical rollouts of two arms per step, where both recorded them."""
+    arms = results.get("arms", {})
+    digests = [arms.get(a, {}).get("rollout_digests") for a in pair]
+    if not all(digests):
+        return None
+    shares = rollout_agreement(*digests)
+    shown = ", ".join(f"{s}: {share:.0%}" for s, share in shares[:12]) + (", ..." if len(shares) > 12 else "")
+    return f"Identical rollouts, {pair[0]} vs {pair[1]}, per step: {shown}"

@@ -244,3 +244,14 @@ def test_every_committed_results_file_passes_check(path, capsys, monkeypatch):
     format change re-seals them, records untouched)."""
     monkeypatch.chdir(ROOT)
     assert check.main([path]) == 0, capsys.readouterr().err
+
+
+def test_rollout_agreement_per_step_and_its_line():
+    from gmts_recipe.records import agreement_line, rollout_agreement
+
+    ets = {"0": ["a", "b", "c", "d"], "1": ["a", "x", "c", "d"], "2": ["p", "q", "r", "s"]}
+    gmts = {"0": ["a", "b", "c", "d"], "1": ["a", "b", "c", "e"], "2": ["t", "u", "v", "w"], "3": ["z"] * 4}
+    assert rollout_agreement(ets, gmts) == [(0, 1.0), (1, 0.5), (2, 0.0)]
+    line = agreement_line({"arms": {"ets": {"rollout_digests": ets}, "gmts": {"rollout_digests": gmts}}})
+    assert line == "Identical rollouts, ets vs gmts, per step: 0: 100%, 1: 50%, 2: 0%"
+    assert agreement_line({"arms": {"ets": {}, "gmts": {"rollout_digests": gmts}}}) is None
