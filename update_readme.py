@@ -170,11 +170,12 @@ def arm_processes(logs: Path, cell: str) -> dict[str, tuple[str, str]]:
 
 def provenance(summary: dict, root: Path) -> str:
     """When and in which process each arm of the primary test's cells ran (their logs), and where two arms' records
-    show other code: generation options one arm records and the other does not, fields only newer code writes, an
-    arm merged in from another machine. The pairs a comparison rests on should share a process and code."""
+    show other code than the baseline arm's (the primary comparison's second arm, ETS): generation options one arm
+    records and the other does not, fields only newer code writes, an arm merged in from another machine. The pairs a
+    comparison rests on should share a process and code."""
     p = summary["primary"]
     a, b = p["comparison"].split(" - ")
-    arms = [x for x in ("grpo", "ets", "gmts", "ets_nz")]
+    arms = ["grpo", "ets", "gmts", "ets_nz"]
     lines = ["| seed | " + " | ".join(f"{SHORT[x]} trained (process start)" for x in arms) + " | what the records show |",
              "|---|" + "---|" * (len(arms) + 1)]
     apart, together = [], []
@@ -183,7 +184,7 @@ def provenance(summary: dict, root: Path) -> str:
             continue
         results = json.loads((root / cell["path"]).read_text())
         procs = arm_processes(root / "logs", cell["cell"])
-        notes = _record_differences(results, a, [x for x in arms if x != a and x in results["arms"]])
+        notes = _record_differences(results, b, [x for x in arms if x != b and x in results["arms"]])
         split = a in procs and b in procs and procs[a][1] != procs[b][1]
         if split:
             (together if procs[a][0] == procs[b][0] else apart).append(cell["seed"])
