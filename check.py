@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", help="path to results.json or sweep.json")
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
     args = ap.parse_args(argv)
+    try:
+        args.results = _resolve(args.results)
+    except ResultsError as e:
+        print(f"check.py: {e}", file=sys.stderr)
+        return 2
     if _is_sweep(args.results):
         import sweep
 
@@ -134,6 +139,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(render(results, markdown=args.markdown))
     return 0
+
+
+def _resolve(path: str) -> str:
+    """The file to check: a folder stands for the results.json (a run) or sweep.json (a sweep) in it; a path that is
+    not there is answered with where runs write their results, and the ones under ./runs."""
+    p = Path(path)
+    if p.is_dir():
+        inside = [p / name for name in ("results.json", "sweep.json") if (p / name).is_file()]
+        if not inside:
+            raise ResultsError(f"{p} is a folder without results.json or sweep.json (a run writes "
+                               f"runs/<config name>/results.json, a sweep <results_dir>/<name>/sweep.json)")
+        return str(inside[0])
+    if not p.exists():
+        runs = sorted(str(f) for f in Path("runs").glob("*/results.json"))
+        raise ResultsError(f"{p}: no such file; a run writes runs/<config name>/results.json (the Quick start: "
+                           f"runs/quickstart/results.json){'; found: ' + ', '.join(runs) if runs else ''}")
+    return path
 
 
 def _is_sweep(path: str) -> bool:

@@ -138,8 +138,12 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                 stack.enter_context(merged_lora(model))
                 stack.enter_context(without_input_grad_hooks(model))
             stack.enter_context(decoding_options(model, grouped_attention, deferred_stop, decode_kernel))
-            bar = stack.enter_context(tqdm(total=len(flat), desc=f"eval (seed {seed})", unit="sample",
-                                           disable=not progress))
+            # the bar counts token steps (every batch takes at most max_new_tokens): on a CPU one batch can hold every
+            # sample for minutes, so it moves inside generate (_TokenSteps), elsewhere once per batch
+            batches = -(-len(order) // batch_size)
+            bar = stack.enter_context(tqdm(total=batches * max_new_tokens, desc=f"eval (seed {seed}, {len(flat)} "
+                                           f"samples)", unit=" token steps", disable=not progress))
+            streamer = _TokenSteps(bar) if progress and device.type == "cpu" and not compiled_step else None
             pad_rows = static or compiled_step  # one shape per cache (and per recorded graph)
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
@@ -152,12 +156,12 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                                              rows_per_prompt=rows_per_prompt, compile_regions=compile_regions,
                                              noise_keys=keys)
                 else:
-                    gen = model.generate(**batch, generation_config=config)  # (B, P + new)
+                    gen = model.generate(**batch, generation_config=config, streamer=streamer)  # (B, P + new)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
                                                  skip_special_tokens=True)
                 for j, text in zip(chunk, decoded):
                     out[j] = text
-                bar.update(len(chunk))
+                bar.update(max(0, (start // batch_size + 1) * max_new_tokens - bar.n))  # a batch that ended early
     finally:
         model.train(was_training)
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
@@ -170,6 +174,24 @@ def _check_sampling_noise(sampling_noise: str, compiled_step: bool) -> bool:
     if sampling_noise not in SAMPLING_NOISES:
         raise ValueError(f"unknown sampling_noise {sampling_noise!r}: use one of {', '.join(SAMPLING_NOISES)}")
     return compiled_step and sampling_noise == "counter"
+
+
+class _TokenSteps:
+    """A `generate` streamer that only moves an evaluation's progress bar, one tick per token step (generate hands a
+    streamer the prompts first, then each step's new tokens). It reads nothing and draws nothing, so the samples are
+    those of a call without it; transformers copies each step's tokens to the host for it, free on a CPU, a wait for
+    the device on a GPU, where the bar moves per batch instead."""
+
+    def __init__(self, bar):
+        self.bar, self.prompts_seen = bar, False
+
+    def put(self, value) -> None:
+        if self.prompts_seen:
+            self.bar.update(1)
+        self.prompts_seen = True
+
+    def end(self) -> None:
+        self.prompts_seen = False  # the next batch's generate starts with its prompts again
 
 
 def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool:

@@ -18,20 +18,27 @@ from pathlib import Path
 ARM_ORDER = ("grpo", "ets", "gmts", "ets_nz")
 ARM_NAMES = {"base": "base (untrained)", "grpo": "GRPO (all tokens)", "ets": "ETS (top-20% by entropy)",
              "gmts": "GMTS (top-20% by |entropy x omega|)", "ets_nz": "ETS-nz (top-20% by entropy, omega != 0 first)"}
+SHORT_NAMES = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz"}
 COLORS = {"base": "0.45", "grpo": "tab:green", "ets": "tab:blue", "gmts": "tab:orange", "ets_nz": "tab:purple"}
-# Training curves: (log key, panel title, y label, fixed y range or None).
+# Training curves beside the result (curves.png), then the method's internals (the second figure): (log key, panel
+# title, y label, fixed y range or None).
 CURVES = (
     ("reward", "training reward", "mean reward (fraction correct)", (0, 1)),
     ("completions/mean_length", "answer length in training", "mean completion length (tokens)", None),
     ("grad_norm", "gradient norm", "grad norm (before clipping)", None),
     ("entropy", "entropy of the policy", "mean token entropy (nats)", None),
+)
+INTERNALS = (
     ("selection/kept_fraction", "share of tokens trained on", "kept fraction of completion tokens", (0, 1)),
     ("selection/overlap", "agreement with the other ranking", "share of kept tokens both rules keep", (0, 1)),
+    ("selection/zero_advantage_kept_share", "kept tokens that move nothing", "share of kept tokens with advantage 0",
+     (0, 1)),
     ("selection/effective_answers", "answers the update draws on", "effective answers per batch", None),
     ("selection/top_answer_weight_share", "concentration on the top answer", "top-|A| answer's share of kept |omega|",
      (0, 1)),
     ("update/cosine_prev", "agreement of successive updates", "cosine with the previous step's gradient", (-1, 1)),
 )
+INTERNALS_SUFFIX = "-selection"  # curves.png -> curves-selection.png, beside it
 
 
 def arms_in(results: dict) -> list[str]:
@@ -58,86 +65,277 @@ def title(results: dict) -> str:
 
 
 def _pass_at_1_panel(ax, results: dict) -> None:
+    """The answer, readable alone: each arm's held-out pass@1 written on its bar, the bar's whisker the 95% paired
+    interval of its gain over the base (drawn around the arm's pass@1), and the verdict under the arm's name."""
     summary = results.get("summary")
-    ax.set_title("held-out pass@1 (the result)")
+    evals = results.get("base", {}).get("evals", [])
+    held = f"{len(evals[0]['records'])} tasks x {evals[0].get('k')} samples" if evals else ""
+    ax.set_title(f"held-out pass@1 ({held})" if held else "held-out pass@1", fontsize=12, fontweight="bold")
     ax.set_ylabel("pass@1 (fraction of samples correct)")
-    ax.set_ylim(0, 1.05)  # room for an interval that ends at 1
+    ax.set_ylim(0, 1.12)  # room for an interval that ends at 1 and the label above it
     ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    ax.grid(axis="y", alpha=0.3)
     if not summary:
         ax.text(0.5, 0.5, "no base evaluation yet", ha="center", va="center", transform=ax.transAxes)
         ax.set_xticks([])
         return
     base = summary["base"]
     seeds = base["pass@1"]
-    ax.bar(0, base["mean"], color=COLORS["base"], alpha=0.6)
+    ax.bar(0, base["mean"], color=COLORS["base"], alpha=0.6, width=0.7)
     ax.plot([0] * len(seeds), seeds, "k.")
-    labels = [f"base\n{100 * base['mean']:.1f}%\n{len(seeds)} seeds (dots)\nnoise floor {100 * base['noise_floor']:.1f} pts"]
+    ax.text(0, base["mean"] + 0.02, f"{100 * base['mean']:.1f}%", ha="center", va="bottom", fontsize=12,
+            fontweight="bold")
+    labels = [f"base\n{len(seeds)} seeds (dots)\nnoise floor\n{100 * base['noise_floor']:.1f} pts"]
     reference = seeds[0]  # arms are evaluated with the first base seed: the paired delta is against it
     for x, arm in enumerate((a for a in arms_in(results) if a in summary["arms"]), start=1):
         a, d = summary["arms"][arm], summary["arms"][arm]["vs_base"]
         lo, hi = reference + d["low"], reference + d["high"]
-        ax.bar(x, a["pass@1"], color=COLORS.get(arm, "tab:purple"), alpha=0.6)
+        ax.bar(x, a["pass@1"], color=COLORS.get(arm, "tab:purple"), alpha=0.75, width=0.7)
         ax.errorbar(x, a["pass@1"], yerr=[[max(a["pass@1"] - lo, 0)], [max(hi - a["pass@1"], 0)]], fmt="none",
-                    ecolor="k", capsize=4)
-        labels.append(f"{arm.upper()}\n{100 * a['pass@1']:.1f}%\n{100 * d['delta']:+.1f} pts\n[{100 * d['low']:+.1f}, "
-                      f"{100 * d['high']:+.1f}]\n{a['verdict']}")
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+                    ecolor="k", capsize=5, lw=1.5)
+        ax.text(x + 0.08, max(a["pass@1"], hi) + 0.02, f"{100 * a['pass@1']:.1f}%", ha="center", va="bottom",
+                fontsize=12, fontweight="bold")
+        labels.append(f"{SHORT_NAMES.get(arm, arm)}\n{100 * d['delta']:+.1f} pts\n[{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]\n"
+                      f"{a['verdict']}")
+    ax.set_xticks(range(len(labels)), labels, fontsize=9)
     ax.set_xlim(-0.6, len(labels) - 0.4)
-    ax.set_xlabel("bars: 95% paired CI of the gain over base, in points", fontsize=8)
+    ax.set_xlabel("gain over the base in points, its 95% paired CI (the whiskers) and verdict", fontsize=10)
 
 
 def _curve_panel(ax, results: dict, key: str, name: str, ylabel: str, ylim) -> None:
     ax.set_title(name)
     ax.set_xlabel("training step")
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(ylabel, fontsize=9)
     drawn = 0
     for arm in arms_in(results):
         steps, values = _series(results["arms"][arm], key)
         if steps:
-            ax.plot(steps, values, marker=".", color=COLORS.get(arm), label=ARM_NAMES.get(arm, arm))
+            ax.plot(steps, values, marker=".", ms=3, lw=1, color=COLORS.get(arm), label=ARM_NAMES.get(arm, arm))
             drawn += 1
-    if ylim:
-        ax.set_ylim(*ylim)
+    if ylim:  # the fixed range, padded so that a curve on its edge (GRPO's kept fraction 1) is not drawn on the frame
+        pad = 0.02 * (ylim[1] - ylim[0])
+        ax.set_ylim(ylim[0] - pad, ylim[1] + pad)
     else:  # every curve here is non-negative; an axis from zero keeps a small wiggle from looking like a trend
         ax.set_ylim(bottom=0)
-    if drawn:
-        ax.legend(fontsize=7)
-    else:
+    if not drawn:
         ax.text(0.5, 0.5, f"not logged ({key})", ha="center", va="center", transform=ax.transAxes, fontsize=8)
 
 
+def _legend_below(fig, results: dict) -> None:
+    """One legend for every curve panel, below the panels: a legend inside a panel hides the curves under it."""
+    from matplotlib.lines import Line2D
+
+    arms = arms_in(results)
+    if arms:
+        handles = [Line2D([], [], color=COLORS.get(a), marker=".", label=ARM_NAMES.get(a, a)) for a in arms]
+        fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=10, frameon=False)
+
+
 def figure(results: dict):
-    """The figure for a results dict with any subset of arms (matplotlib Figure, not yet saved)."""
+    """curves.png for a results dict with any subset of arms (matplotlib Figure, not yet saved): the result (held-out
+    pass@1) large on the left, the training curves behind it on the right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 5, figsize=(22, 8.5), gridspec_kw={"width_ratios": [1.4, 1, 1, 1, 1]})
-    _pass_at_1_panel(axes.flat[0], results)
-    for ax, (key, name, ylabel, ylim) in zip(axes.flat[1:], CURVES):
-        _curve_panel(ax, results, key, name, ylabel, ylim)
-    fig.suptitle(title(results), fontsize=12)
-    fig.tight_layout()
+    fig = plt.figure(figsize=(16, 7))
+    grid = fig.add_gridspec(2, 3, width_ratios=[1.8, 1, 1], left=0.05, right=0.98, top=0.9, bottom=0.24,
+                            hspace=0.45, wspace=0.3)
+    _pass_at_1_panel(fig.add_subplot(grid[:, 0]), results)
+    for (key, name, ylabel, ylim), cell in zip(CURVES, ((0, 1), (0, 2), (1, 1), (1, 2))):
+        _curve_panel(fig.add_subplot(grid[cell]), results, key, name, ylabel, ylim)
+    _legend_below(fig, results)
+    fig.suptitle(title(results), fontsize=11)
     return fig
 
 
-def plot_run(results: dict, path: str | Path) -> Path:
-    """Draw curves.png for a results dict and return its path."""
+def internals_figure(results: dict):
+    """The second figure: how each arm chose its tokens, step by step (kept share, agreement between the rankings,
+    the tokens that move nothing, how many answers the update draws on, concentration, successive updates)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = figure(results)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7))
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.9, bottom=0.16, hspace=0.4, wspace=0.3)
+    for ax, (key, name, ylabel, ylim) in zip(axes.flat, INTERNALS):
+        _curve_panel(ax, results, key, name, ylabel, ylim)
+    _legend_below(fig, results)
+    fig.suptitle(f"token selection, per training step: {title(results)}", fontsize=11)
+    return fig
+
+
+def internals_path(path: str | Path) -> Path:
+    """Where plot_run writes the second figure: beside curves.png, as curves-selection.png."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}{INTERNALS_SUFFIX}{path.suffix}")
+
+
+def plot_run(results: dict, path: str | Path) -> Path:
+    """Draw curves.png (the result and the training curves) and, beside it, curves-selection.png (the method's
+    internals) for a results dict; return the first one's path."""
+    import matplotlib.pyplot as plt
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    for make, out in ((figure, path), (internals_figure, internals_path(path))):
+        fig = make(results)
+        save_png(fig, out)
+        plt.close(fig)
     return path
 
 
+def save_png(fig, path: str | Path, dpi: int = 64) -> Path:
+    """Save a figure as a palette PNG (128 colours): a third of the size of matplotlib's RGBA file, the same picture
+    to the eye, so that the figures committed beside every results file keep the repository small."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format="png")
+    image = Image.open(buffer).convert("RGB").quantize(colors=128, method=Image.Quantize.MEDIANCUT)
+    image.save(path, format="PNG", optimize=True)
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------- the sweep's headline figure
+HEADLINE_PAIRS = (("gmts", "ets"), ("ets_nz", "ets"), ("gmts", "ets_nz"))  # the primary test, then the control's
+
+
+def setting_scores(summary: dict) -> dict[str, dict[int, float]]:
+    """pass@1 per arm and training seed at the primary test's setting (variant and learning rate) of a sweep.json:
+    arm -> seed -> pass@1."""
+    p = summary["primary"]
+    out: dict[str, dict[int, float]] = {}
+    for cell in summary["cells"]:
+        if (cell["variant"], cell["learning_rate"]) == (p["variant"], p["learning_rate"]):
+            for arm, entry in cell["arms"].items():
+                out.setdefault(arm, {})[cell["seed"]] = entry["pass@1"]
+    return out
+
+
+def seed_deltas(scores: dict[str, dict[int, float]], a: str, b: str) -> tuple[list[int], list[float]]:
+    """Per-seed pass@1(a) - pass@1(b) over the seeds where both ran: the paired mean difference over tasks, as both
+    arms of a seed are scored on the same tasks with the same number of samples."""
+    seeds = sorted(set(scores.get(a, {})) & set(scores.get(b, {})))
+    return seeds, [scores[a][s] - scores[b][s] for s in seeds]
+
+
+def reward_by_step(summary: dict, root: Path) -> dict[str, dict[int, list[float]]]:
+    """Training reward per step of every seed at the primary test's setting, read from the cells' results files (the
+    arms' train_log): arm -> seed -> per-step rewards."""
+    p = summary["primary"]
+    out: dict[str, dict[int, list[float]]] = {}
+    for cell in summary["cells"]:
+        if (cell["variant"], cell["learning_rate"]) != (p["variant"], p["learning_rate"]):
+            continue
+        results = json.loads((root / cell["path"]).read_text(encoding="utf-8"))
+        for arm, entry in results["arms"].items():
+            out.setdefault(arm, {})[cell["seed"]] = _series(entry, "reward")[1]
+    return out
+
+
+def _reward_panel(ax, rewards: dict[str, dict[int, list[float]]], arms: list[str], seeds: list[int]) -> None:
+    """Mean training reward per step over `seeds`, each arm with its 95% t band over those seeds."""
+    import numpy as np
+
+    from stats import seed_t_interval
+
+    for arm in arms:
+        runs = [rewards[arm][s] for s in seeds]
+        steps = min(len(r) for r in runs)
+        matrix = np.asarray([r[:steps] for r in runs])
+        x = np.arange(1, steps + 1)
+        ax.plot(x, matrix.mean(axis=0), color=COLORS[arm], lw=1.6, label=ARM_NAMES[arm])
+        band = [seed_t_interval(matrix[:, i]) for i in range(steps)]
+        ax.fill_between(x, [b[0] for b in band], [b[1] for b in band], color=COLORS[arm], alpha=0.12, lw=0)
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+    ax.set_title(f"training reward, seeds {span}: mean, 95% t band", fontsize=11)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("training reward (fraction of rollouts correct)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1, fontsize=9, frameon=False)
+
+
+def sweep_figure(summary: dict, root: Path):
+    """The headline figure of a sweep: each seed's difference in held-out pass@1 for the primary test and the control
+    comparisons (dots), their mean and Student's t interval over seeds, beside the gain the paper claims; and the
+    training reward per step, mean over seeds with its 95% t band: the primary test's two arms over all its seeds, and
+    every arm over the seeds where all of them ran."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from stats import seed_t_interval
+    from sweep import CLAIMED
+
+    p = summary["primary"]
+    scores = setting_scores(summary)
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(18, 6), gridspec_kw={"width_ratios": [1.1, 1, 1]})
+    fig.subplots_adjust(left=0.05, right=0.98, top=0.87, bottom=0.27, wspace=0.22)
+    low, high = CLAIMED["gmts - ets"]
+    ax.fill_between([-0.4, 0.4], 100 * low, 100 * high, color="tab:orange", alpha=0.18, lw=0,
+                    label=f"the paper's claimed gain of GMTS over ETS ({100 * low:+.1f} to {100 * high:+.1f})")
+    ax.axhline(0, color="k", lw=0.8)
+    names = []
+    for x, (a, b) in enumerate(HEADLINE_PAIRS):
+        seeds, deltas = seed_deltas(scores, a, b)
+        if len(seeds) < 2:
+            continue
+        d = 100 * np.asarray(deltas)
+        jitter = np.linspace(-0.18, 0.18, len(d))
+        ax.plot(x + jitter, d, "o", color=COLORS[a], alpha=0.8, ms=5, mec="none")
+        t_low, t_high = seed_t_interval(deltas)
+        ax.errorbar(x + 0.28, d.mean(), yerr=[[d.mean() - 100 * t_low], [100 * t_high - d.mean()]], fmt="D",
+                    color="k", capsize=6, lw=2, ms=7)
+        ax.text(x + 0.36, d.mean(), f"{d.mean():+.1f}\n[{100 * t_low:+.1f}, {100 * t_high:+.1f}]", va="center",
+                fontsize=9)
+        names.append((x, f"{SHORT_NAMES[a]} - {SHORT_NAMES[b]}\n{len(seeds)} seeds"
+                         + ("\n(primary test)" if f"{a} - {b}" == p["comparison"] else "\n(control)")))
+    ax.set_xticks([n[0] for n in names], [n[1] for n in names], fontsize=10)
+    ax.set_xlim(-0.6, len(names) - 0.1)
+    ax.set_ylabel("difference in held-out pass@1 (points)")
+    ax.set_title("per seed (dots); mean and 95% t interval over seeds (black)", fontsize=11)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=9, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    rewards = reward_by_step(summary, Path(root))
+    pair = [a for a in p["comparison"].split(" - ")]
+    pair_seeds = sorted(set.intersection(*(set(rewards.get(a, {})) for a in pair)))
+    every = [a for a in ARM_ORDER if a in rewards]
+    common = sorted(set.intersection(*(set(rewards[a]) for a in every)))
+    _reward_panel(bx, rewards, sorted(pair, key=ARM_ORDER.index), pair_seeds)
+    _reward_panel(cx, rewards, every, common)
+    fig.suptitle(f"sweep '{summary['name']}' ({summary.get('config', '?')}), lr {p['learning_rate']:g} "
+                 f"({p['variant']}): held-out pass@1 and training reward; primary test: {p['decision']}", fontsize=12)
+    return fig
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Redraw curves.png next to a results.json.")
-    ap.add_argument("results", help="path to results.json")
+    ap = argparse.ArgumentParser(description="Redraw curves.png (and curves-selection.png) next to a results.json, or "
+                                             "a sweep's headline figure.")
+    ap.add_argument("results", nargs="?", help="path to results.json")
+    ap.add_argument("--sweep", metavar="SWEEP_JSON", help="draw the headline figure of this sweep.json")
+    ap.add_argument("--out", default="docs/headline.png", help="where --sweep writes its figure")
     args = ap.parse_args(argv)
+    if args.sweep:
+        path = Path(args.sweep)
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            fig = sweep_figure(summary, path.parent)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"plots.py: cannot draw {path}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        print(save_png(fig, args.out, dpi=80))
+        return 0
+    if not args.results:
+        ap.error("give a results.json, or --sweep SWEEP_JSON")
     path = Path(args.results)
     try:
         results = json.loads(path.read_text(encoding="utf-8"))

@@ -198,6 +198,49 @@ def _cli_values(argv: list[str]) -> dict[str, str]:
             for i, a in enumerate(argv) if a.startswith("--")}
 
 
+_NOTES: list[str] = []  # what parse says about the run, printed once every check has passed (a refusal is one line)
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub's endpoint accepts a connection: asked once, before a run that needs the hub, so
+    that a machine without it gets one line at once instead of a minute of the libraries' retries. True behind a
+    proxy (the libraries reach the hub through it, a direct connection would not) and in offline mode (the user chose
+    the local cache: the loads then fail at once, each with its own line)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                                                     "all_proxy")):
+        return True
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def check_hub(recipe: RecipeArgs, model, config_path: Path) -> None:
+    """Refuse, in one line, a run that needs the hub where it cannot be reached, naming the config that runs here
+    without it (the Quick start's on a CPU, the offline experiment's on a GPU)."""
+    import torch
+
+    from models import OFFLINE_MODEL, QWEN_MODEL
+
+    needs = ["GSM8K"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
+    name = model.model_name_or_path or ""
+    if name and name not in (OFFLINE_MODEL, QWEN_MODEL) and not name.endswith(".gguf") and not Path(name).exists():
+        needs.append(name)
+    if not needs or hub_reachable():
+        return
+    fits = ("configs/offline.yaml", "one GPU") if torch.cuda.is_available() else ("configs/quickstart.yaml", "no GPU")
+    raise RecipeError(f"{config_path} needs the Hugging Face Hub ({', '.join(needs)}), which this machine cannot "
+                      f"reach; here ({fits[1]}) run: python recipe.py --arm {recipe.arm} --config {fits[0]} (or set "
+                      f"HF_HUB_OFFLINE=1 to use your Hugging Face cache)")
+
+
 def _hardware(config: dict, argv: list[str]) -> list[str]:
     """Without a GPU (or with use_cpu), the same command runs on the CPU: float32 weights, no bf16/fp16, no compiled
     generation (overrides appended to the command line, so the record and hash say what ran). With a GPU, nothing
@@ -207,8 +250,8 @@ def _hardware(config: dict, argv: list[str]) -> list[str]:
     asked_cpu = _truthy(_cli_values(argv).get("use_cpu", config.get("use_cpu", False)))
     if torch.cuda.is_available() and not asked_cpu:
         return argv
-    print(f"[recipe] {'use_cpu' if asked_cpu else 'no GPU found'}: running on the CPU in float32 (no bf16, no "
-          f"compiled generation); a GPU-sized config takes hours here")
+    _NOTES.append(f"[recipe] {'use_cpu' if asked_cpu else 'no GPU found'}: running on the CPU in float32 (no bf16, "
+                  f"no compiled generation); a GPU-sized config takes hours here")
     return [*argv, "--use_cpu", "true", "--bf16", "false", "--fp16", "false", "--dtype", "float32",
             "--generation_compile", "false"]
 
@@ -243,8 +286,10 @@ def _check_arm(arm: str) -> None:
     trained_arms(arm)
 
 
-def parse(argv: list[str]):
-    """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides."""
+def parse(argv: list[str], hub: bool = False):
+    """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides; `hub`: also
+    refuse a run that needs the Hugging Face Hub where it cannot be reached (check_hub)."""
+    _NOTES.clear()
     argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
     if "-h" in argv or "--help" in argv:  # every field of RecipeArgs, GMTSConfig and ModelConfig, with its help
         _parser().print_help()
@@ -303,6 +348,10 @@ def parse(argv: list[str]):
         # PreTrainedModel (a PEFT model is not): a graph traversal every backward. Every LoRA weight takes part in
         # every forward of this text model, so there is nothing to find; the gradients are the same.
         train.ddp_find_unused_parameters = False
+    if hub:
+        check_hub(recipe, model, config_path)
+    for note in _NOTES:
+        print(note)
     return recipe, train, model, recipe.experiment or config_path.stem
 
 
@@ -496,28 +545,80 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
 
 
-class FinishEstimate(TrainerCallback):
-    """When the arm's training is expected to finish: after the first step of this session (which includes any
-    compilation: an upper bound, so a user knows at once whether to wait), and again after the second, from the second
-    step alone (on the H200 the first step took 30 s and the next ones 4 s: the first estimate was 7x too long)."""
+class ArmConsole(TrainerCallback):
+    """What the console shows of an arm's training: one line as it starts (its place among the arms, its steps and,
+    after a first arm, how long it should take), then one short line per logged step (reward, kept fraction, the
+    step's seconds, when training should end). Every step's full metrics go to the arm's train_log.jsonl as they come,
+    not to the console: build_trainer removes transformers' own printer, which prints the whole dict every step."""
 
-    def __init__(self, arm: str):
-        self.arm, self.last, self.reports = arm, None, 0
+    def __init__(self, arm: str, log_path: Path, position: tuple[int, int] | None = None,
+                 pace: dict | None = None):
+        self.arm, self.log_path, self.position = arm, log_path, position
+        self.pace = {} if pace is None else pace  # shared by a process's arms: what the last one took
+        self.began = self.step_began = time.time()
+        self.first_step = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.began = time.time()
+        self.first_step = state.global_step
+        if not state.is_world_process_zero:
+            return
+        place = f" ({self.position[0]} of {self.position[1]})" if self.position else ""
+        steps = state.max_steps - state.global_step
+        guess = ""
+        if self.pace.get("step_s") is not None:
+            guess = f", ~{_duration(steps * self.pace['step_s'] + self.pace.get('eval_s', 0.0))} with its evaluation"
+        print(f"[recipe] training {self.arm}{place}: {steps} steps{guess}; every step's metrics: {self.log_path}",
+              flush=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if state.global_step == 0:  # a fresh arm: its log starts empty (a resumed one keeps the steps it has)
+            self.log_path.write_text("")
 
     def on_step_begin(self, args, state, control, **kwargs):
-        if self.reports < 2:
-            self.last = time.time()
+        self.step_began = time.time()
 
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.reports >= 2 or self.last is None or not state.is_world_process_zero:
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
             return
-        self.reports += 1
-        per_step = time.time() - self.last
-        left = per_step * (state.max_steps - state.global_step)
-        finish = time.strftime("%H:%M", time.localtime(time.time() + left))
-        kind = "" if self.reports == 1 else " (from this step, past any compilation)"
-        print(f"[recipe] {self.arm}: step {state.global_step}/{state.max_steps} took {per_step:.1f} s; training "
-              f"expected to finish at {finish} (in {_duration(left)}){kind}, then the evaluation", flush=True)
+        with self.log_path.open("a") as f:
+            f.write(json.dumps({**logs, "step": state.global_step}) + "\n")
+        if "reward" not in logs:  # the run's closing summary (train_runtime, ...): in the log only
+            return
+        seconds = logs.get("step_time") or time.time() - self.step_began
+        kept = logs.get("selection/kept_fraction")
+        left = (state.max_steps - state.global_step) * seconds
+        end = f"; training done ~{time.strftime('%H:%M', time.localtime(time.time() + left))}" if left > 0 else ""
+        print(f"[recipe] {self.arm} step {state.global_step}/{state.max_steps}: reward {logs['reward']:.2f}, kept "
+              f"{'-' if kept is None else f'{kept:.3f}'}, {seconds:.1f} s{end}", flush=True)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        steps = state.global_step - (self.first_step or 0)
+        if steps > 0:
+            self.pace["step_s"] = (time.time() - self.began) / steps
+
+
+# Warnings a run cannot act on, each matched by its exact message and the module that raises it. Newer transformers
+# (5.2x) deprecates PreTrainedModel.is_gradient_checkpointing, which TRL reads around every generation and PEFT when
+# it wraps a model: the same FutureWarning, printed again at every step (warning filters reset inside
+# catch_warnings), with nothing for a user to change.
+KNOWN_WARNINGS = ((FutureWarning, r"`is_gradient_checkpointing` is deprecated", r"transformers\.modeling_utils"),)
+
+
+def quiet_known_warnings() -> None:
+    """Ignore KNOWN_WARNINGS, and only them: any other warning, from the same module too, still prints."""
+    import warnings
+
+    for category, message, module in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+
+
+def quiet_console(trainer) -> None:
+    """Remove transformers' console printer (the progress bar, and the whole metrics dict of every step, printed
+    again): ArmConsole prints one line per step instead and writes the full metrics to the arm's log file."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
 
 
 class SaveEveryMinutes(TrainerCallback):
@@ -561,6 +662,8 @@ class Run:
         self.record = config_record(recipe, train, model)
         self.hash = config_hash(self.record)
         self.results = self._load_or_new()
+        self.arm_order: list[str] = []  # the arms this process trains, in order (the console's "2 of 3")
+        self.pace: dict = {}  # what the last arm this process trained took (the console's estimate for the next)
 
     def _load_or_new(self) -> dict:
         if not self.path.is_file():
@@ -679,8 +782,20 @@ class Run:
         with hub_errors(f"model {path}", HUB_MODEL_FIX):
             trainer = GMTSTrainer(model=path, reward_funcs=math_equal_reward, args=args, train_dataset=dataset,
                                   peft_config=get_peft_config(self.model_args),
-                                  callbacks=[FinishEstimate(arm), SaveEveryMinutes(self.recipe.save_minutes, self.state)])
+                                  callbacks=[self._console(arm, arm_dir),
+                                             SaveEveryMinutes(self.recipe.save_minutes, self.state)])
+        quiet_console(trainer)
         return trainer, args
+
+    def _console(self, arm: str, arm_dir: Path) -> ArmConsole:
+        """The arm's console lines: its place in this process's arms and, after a first arm, the last one's pace
+        (seconds per step, and its evaluation's seconds from results.json) for the estimate."""
+        order = self.arm_order
+        done = [a for a in order[: order.index(arm)] if a in self.results.get("arms", {})] if arm in order else []
+        if done and self.pace.get("step_s") is not None:
+            self.pace["eval_s"] = self.results["arms"][done[-1]]["eval"]["seconds"]["generation"]
+        position = (order.index(arm) + 1, len(order)) if arm in order else None
+        return ArmConsole(arm, arm_dir / "train_log.jsonl", position, self.pace)
 
     def train_arm(self, arm: str, train_tasks, heldout, device) -> None:
         import torch
@@ -754,7 +869,8 @@ def batch_shape(train, processes: int) -> str:
 
 
 def _run_experiment(argv: list[str]) -> dict:
-    recipe, train, model, name = parse(argv)
+    quiet_known_warnings()
+    recipe, train, model, name = parse(argv, hub=True)
     run = Run(recipe, train, model, name)
     import torch
 
@@ -767,7 +883,8 @@ def _run_experiment(argv: list[str]) -> dict:
               f"{batch_shape(train, run.state.num_processes)}")
     run.results["data"] = data_record
     run.base_evals(heldout, device)
-    for arm in trained_arms(recipe.arm):
+    run.arm_order = trained_arms(recipe.arm)
+    for arm in run.arm_order:
         if recipe.resume and arm in run.results["arms"]:
             print(f"[recipe] {arm}: finished in {run.path}, kept")
             continue

@@ -1,13 +1,20 @@
-"""Regenerate the result blocks of the documentation pages from the committed results files.
+"""Regenerate the result blocks of the documentation pages, and the headline figure, from the committed results files.
 
 Each block sits between `<!-- BEGIN generated: COMMAND -->` and `<!-- END generated -->`; its body is COMMAND's output.
 tests/test_readme.py fails when a block differs from what its command prints, so no documented number is typed by hand.
 
-    python update_readme.py
+    python update_readme.py                                        # rewrite every page's blocks and the figure
+    python update_readme.py --check                                # exit 1 naming each stale block, write nothing
+    python update_readme.py --headline results/qwen/sweep.json     # the README's headline table
+    python update_readme.py --task-intervals results/qwen/sweep.json  # how wide one cell's interval over tasks is
+    python update_readme.py --provenance results/qwen/sweep.json  # when and in which process each arm ran
+    python update_readme.py --versions results/quickstart-cpu/results.json  # the libraries a reference run used
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import shlex
 import subprocess
@@ -16,8 +23,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
-PAGES = ("README.md", "bench/README.md", "results/LOG.md")
+PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
+SWEEP = "results/qwen/sweep.json"
+FIGURE = "docs/headline.png"  # plots.py --sweep SWEEP --out FIGURE
+
+NAMES = {"base": "base (untrained)", "grpo": "GRPO (all tokens)", "ets": "ETS (top-20% by entropy)",
+         "gmts": "GMTS (top-20% by \\|entropy x omega\\|)", "ets_nz": "ETS-nz (control: ETS, omega != 0 first)"}
+SHORT = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz"}
+# The comparisons the analysis plan names (the primary test, the control's two) and each arm against plain GRPO.
+HEADLINE_COMPARISONS = (("gmts", "ets"), ("gmts", "ets_nz"), ("ets_nz", "ets"), ("ets", "grpo"), ("gmts", "grpo"),
+                        ("ets_nz", "grpo"))
+CONTROL = {("gmts", "ets_nz"), ("ets_nz", "ets")}
 
 
 def run(cmd: str) -> str:
@@ -31,13 +48,220 @@ def blocks(text: str) -> list[re.Match]:
     return list(BLOCK.finditer(text))
 
 
-def main() -> None:
+# ---------------------------------------------------------------------------- the headline, from sweep.json
+def _span(seeds: list[int]) -> str:
+    """17-35 for a run of consecutive seeds, else the list."""
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def _bracket(low: float | None, high: float | None, unit: str = "") -> str:
+    if low is None:
+        return "-"
+    return f"[{100 * low:+.1f}, {100 * high:+.1f}]" if not unit else f"[{100 * low:.1f}%, {100 * high:.1f}%]"
+
+
+def headline(summary: dict, root: Path) -> str:
+    """One table: each arm's pass@1 at the primary test's setting (mean over training seeds, Student's t interval of
+    that mean), then the planned comparisons and each arm against GRPO (mean per-seed difference, t over seeds), with
+    what the analysis plan makes of each; below it the primary test in one sentence."""
+    from plots import seed_deltas, setting_scores
+    from stats import seed_t_interval, signed
+
+    p = summary["primary"]
+    scores = setting_scores(summary)
+    base = next(c for c in summary["cells"] if c["variant"] == p["variant"])
+    base_seeds = _base_seeds(summary, root)
+    rows = [["| | pass@1 (mean over seeds) or difference (points) | 95% interval, Student's t over seeds | seeds | "
+             "what the analysis plan says |", "|---|---|---|---|---|"]]
+    lo, hi = seed_t_interval(base_seeds) if base_seeds else (None, None)
+    rows.append([f"| {NAMES['base']} | {100 * base['base_mean']:.1f}% | {_bracket(lo, hi, '%')} | "
+                 f"{len(base_seeds) or '-'} sampling seeds of one model | - |"])
+    for arm in ("grpo", "ets", "gmts", "ets_nz"):
+        if arm not in scores:
+            continue
+        seeds = sorted(scores[arm])
+        values = [scores[arm][s] for s in seeds]
+        lo, hi = seed_t_interval(values)
+        rows.append([f"| {NAMES[arm]} | {100 * sum(values) / len(values):.1f}% | {_bracket(lo, hi, '%')} | "
+                     f"{len(seeds)} ({_span(seeds)}) | - |"])
+    primary = tuple(p["comparison"].split(" - "))
+    for a, b in HEADLINE_COMPARISONS:
+        seeds, deltas = seed_deltas(scores, a, b)
+        if len(seeds) < 2:
+            continue
+        lo, hi = seed_t_interval(deltas)
+        if (a, b) == primary:
+            name, says = (f"**{SHORT[a]} - {SHORT[b]}** (primary test)",
+                          f"**{p['decision']}**: reproduced if the interval lies above "
+                          f"{signed(p['reproduced_above_points'])}, refuted if it lies below "
+                          f"{signed(p['refuted_below_points'])}")
+        elif (a, b) in CONTROL:
+            name, says = (f"{SHORT[a]} - {SHORT[b]} (control)",
+                          f"read descriptively: {len(seeds)} seeds cannot test a gain of {_claimed_range()}")
+        else:
+            name, says = f"{SHORT[a]} - {SHORT[b]}", "outside the plan: descriptive"
+        rows.append([f"| {name} | {_points(sum(deltas) / len(deltas))} | {_bracket(lo, hi)} | "
+                     f"{len(seeds)} ({_span(seeds)}) | {says} |"])
+    table = "\n".join(r[0] if len(r) == 1 else "\n".join(r) for r in rows)
+    note = (f"lr {p['learning_rate']:g}, every arm evaluated on all {base_tasks(summary)} GSM8K test problems. "
+            f"Primary test: {SHORT[primary[0]]} - {SHORT[primary[1]]} over {len(p['seeds_done'])} seeds is "
+            f"{_points(p['delta'])} points, t {_bracket(p['t_low'], p['t_high'])}: **{p['decision']}**; the paper "
+            f"claims {_claimed_range()} points.")
+    return f"{table}\n\n{note}\n"
+
+
+def _claimed_range() -> str:
+    """The gains over ETS the GMTS paper reports, in points (sweep.CLAIMED)."""
+    from sweep import CLAIMED
+
+    low, high = CLAIMED["gmts - ets"]
+    return f"{100 * low:+.1f} to {100 * high:+.1f}"
+
+
+def _base_seeds(summary: dict, root: Path) -> list[float]:
+    """The untrained model's pass@1 per sampling seed, read from the first cell's results file (sweep.json keeps only
+    their mean; every cell shares them: sweep.summarize refuses cells that disagree)."""
+    cell = summary["cells"][0]
+    results = json.loads((root / cell["path"]).read_text())
+    return [e["pass@1"] for e in results["base"]["evals"]]
+
+
+def base_tasks(summary: dict) -> int:
+    return next(c["arms"][a]["vs_base"]["n"] for c in summary["cells"] for a in c["arms"])
+
+
+# ---------------------------------------------------------------------------- what the results document states
+def task_intervals(summary: dict, root: Path) -> str:
+    """How wide one cell's paired interval over its tasks is (half the width of GMTS - ETS's 95% bootstrap interval,
+    in points) over the primary test's cells: what a single run's interval can and cannot say."""
+    p = summary["primary"]
+    a, b = p["comparison"].split(" - ")
+    halves = []
+    for cell in summary["cells"]:
+        if (cell["variant"], cell["learning_rate"]) == (p["variant"], p["learning_rate"]) and cell["seed"] in p["seeds_done"]:
+            c = json.loads((root / cell["path"]).read_text())["summary"]["comparisons"][f"{a}_vs_{b}"]
+            halves.append(100 * (c["high"] - c["low"]) / 2)
+    return (f"One cell's {SHORT[a]} - {SHORT[b]} interval over its {base_tasks(summary)} tasks is +-{min(halves):.1f} "
+            f"to +-{max(halves):.1f} points (half its 95% paired bootstrap interval, {len(halves)} cells of the primary "
+            f"test).\n")
+
+
+LOG_START = re.compile(r"^=== (\d{4})-(\d\d-\d\d \d\d:\d\d)", re.M)  # a process's first line in a cell's log
+LOG_FINISHED = re.compile(r"\[recipe\] (\w+): pass@1")  # an arm that process trained and evaluated
+
+
+def arm_processes(logs: Path, cell: str) -> dict[str, tuple[str, str]]:
+    """For each arm of a cell, the process that trained and evaluated it, from the cell's logs (one file per process
+    the sweep started, named <cell>-<arms>.log, opened by a line with its start time): arm -> (start, log name)."""
+    out = {}
+    for log in sorted(logs.glob(f"{cell}-*.log")):
+        text = log.read_text(errors="replace")
+        start = LOG_START.search(text)
+        for arm in LOG_FINISHED.findall(text):
+            out[arm] = (start.group(2) if start else "?", log.name)
+    return out
+
+
+def provenance(summary: dict, root: Path) -> str:
+    """When and in which process each arm of the primary test's cells ran (their logs), and where two arms' records
+    show other code than the baseline arm's (the primary comparison's second arm, ETS): generation options one arm
+    records and the other does not, fields only newer code writes, an arm merged in from another machine. The pairs a
+    comparison rests on should share a process and code."""
+    p = summary["primary"]
+    a, b = p["comparison"].split(" - ")
+    arms = ["grpo", "ets", "gmts", "ets_nz"]
+    lines = ["| seed | " + " | ".join(f"{SHORT[x]} trained (process start)" for x in arms) + " | what the records show |",
+             "|---|" + "---|" * (len(arms) + 1)]
+    apart, together = [], []
+    for cell in summary["cells"]:
+        if (cell["variant"], cell["learning_rate"]) != (p["variant"], p["learning_rate"]) or cell["seed"] not in p["seeds"]:
+            continue
+        results = json.loads((root / cell["path"]).read_text())
+        procs = arm_processes(root / "logs", cell["cell"])
+        notes = _record_differences(results, b, [x for x in arms if x != b and x in results["arms"]])
+        split = a in procs and b in procs and procs[a][1] != procs[b][1]
+        if split:
+            (together if procs[a][0] == procs[b][0] else apart).append(cell["seed"])
+        lines.append(f"| {cell['seed']} | " + " | ".join(
+            (procs[x][0] + (f" ({procs[x][1]})" if split and x in (a, b) else "")
+             if x in procs else ("?" if x in results["arms"] else "-")) for x in arms)
+            + f" | {'; '.join(notes) or '-'} |")
+    said = (f"{SHORT[a]} and {SHORT[b]} ran in processes started at different times for seeds "
+            f"{', '.join(map(str, apart)) or 'none'}; in two processes started together for seeds "
+            f"{', '.join(map(str, together)) or 'none'}; in one process for the others (?: the log of the process that "
+            f"made a merged arm is not in the repository).")
+    return "\n".join(lines) + f"\n\nTimes: each process's start (month-day, the GPU machine's clock) from results/qwen/logs/. {said}\n"
+
+
+def _record_differences(results: dict, reference: str, others: list[str]) -> list[str]:
+    """What an arm's record holds that the reference arm's does not (or the other way): generation options, evaluation
+    fields, a merge from another machine; each a sign that the two arms ran different code."""
+    arms = results["arms"]
+    notes = []
+    for other in others:
+        x, y = arms[reference], arms[other]
+        for first, second, f, s in ((x, y, reference, other), (y, x, other, reference)):
+            extra = sorted(set(first.get("generation_options", {})) - set(second.get("generation_options", {})))
+            extra += sorted(f"eval.{k}" for k in set(first["eval"]) - set(second["eval"]))
+            if extra:
+                notes.append(f"{SHORT[f]} records {', '.join(extra)}; {SHORT[s]} does not")
+    for m in results.get("merges", []):
+        notes.append(f"{', '.join(SHORT.get(x, x) for x in m.get('arms', []))} merged in from another machine")
+    return notes
+
+
+def versions(results: dict) -> str:
+    """The library versions a reference run recorded, as a constraint line reads them."""
+    v = results["versions"]
+    return ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "transformers", "trl", "peft") if v.get(k)) + "\n"
+
+
+# ---------------------------------------------------------------------------- the pages
+def regenerate(text: str) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), text)
+
+
+def stale(page: str) -> list[str]:
+    """The commands of a page's blocks whose body differs from what the command prints now."""
+    return [m.group("cmd") for m in blocks((ROOT / page).read_text()) if m.group("body") != run(m.group("cmd"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Regenerate the documentation's generated blocks and headline figure.")
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
+    ap.add_argument("--headline", metavar="SWEEP_JSON", help="print the README's headline table")
+    ap.add_argument("--task-intervals", metavar="SWEEP_JSON", help="print the width of one cell's interval")
+    ap.add_argument("--provenance", metavar="SWEEP_JSON", help="print when and how each arm of the primary test ran")
+    ap.add_argument("--versions", metavar="RESULTS_JSON", help="print the library versions a run recorded")
+    args = ap.parse_args(argv)
+    for option, show in ((args.headline, headline), (args.task_intervals, task_intervals),
+                         (args.provenance, provenance)):
+        if option:
+            path = Path(option)
+            print(show(json.loads(path.read_text()), path.parent), end="")
+            return 0
+    if args.versions:
+        print(versions(json.loads(Path(args.versions).read_text())), end="")
+        return 0
+    if args.check:
+        old = [f"{page}: {cmd}" for page in PAGES for cmd in stale(page)]
+        for line in old:
+            print(f"stale block (run python update_readme.py): {line}")
+        return 1 if old else 0
     for page in PAGES:
         path = ROOT / page
-        text = BLOCK.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), path.read_text())
+        text = regenerate(path.read_text())
         path.write_text(text)
         print(f"{page}: regenerated {len(blocks(text))} blocks")
+    print(run(f"python plots.py --sweep {SWEEP} --out {FIGURE}").strip())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

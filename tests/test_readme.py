@@ -45,3 +45,61 @@ def test_ci_runs_the_quick_start_test_command():
     quick = TEXT["README.md"].split("## Quick start", 1)[1].split("\n## ", 1)[0]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert "python -m pytest -q" in quick and "python -m pytest -q" in ci
+
+
+def test_readme_is_short_and_leads_with_the_headline():
+    """A newcomer's first screen holds what the repository is, the headline table (generated from sweep.json) and the
+    Quick start's commands; the rest of the measurements live in docs/results.md and bench/README.md."""
+    lines = TEXT["README.md"].splitlines()
+    assert len(lines) < 250, f"README.md has {len(lines)} lines: move detail to docs/results.md or bench/README.md"
+    first = "\n".join(lines[:70])
+    assert "<!-- BEGIN generated: python update_readme.py --headline results/qwen/sweep.json -->" in first
+    assert "python recipe.py --arm all --config configs/quickstart.yaml" in first
+    assert "docs/headline.png" in TEXT["README.md"] and (ROOT / "docs" / "headline.png").is_file()
+
+
+def test_quick_start_pins_the_reference_versions():
+    """The Quick start installs with the constraints file the reference run's library versions are pinned in, sets
+    one thread per process in the commands, and says which versions the reference used (generated)."""
+    quick = TEXT["README.md"].split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = quick.split("```bash", 1)[1].split("```", 1)[0]
+    assert "-c requirements-ci.txt" in commands and "OMP_NUM_THREADS=1" in commands
+    assert "python update_readme.py --versions results/quickstart-cpu/results.json" in quick
+    pins = dict(line.split("==") for line in (ROOT / "requirements-ci.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    import json
+
+    used = json.loads((ROOT / "results/quickstart-cpu/results.json").read_text())["versions"]
+    for lib in ("transformers", "trl", "peft"):
+        assert pins[lib] == used[lib], f"requirements-ci.txt pins {lib} {pins[lib]}, the reference used {used[lib]}"
+
+
+def test_headline_agrees_with_the_sweep_summary():
+    """Every comparison the headline computes from the cells' pass@1 equals sweep.json's own pooled row (per-seed
+    deltas and Student's t), and the primary test's: one computation, whichever table a reader looks at."""
+    import json
+
+    from plots import seed_deltas, setting_scores
+    from stats import seed_t_interval
+
+    summary = json.loads((ROOT / "results/qwen/sweep.json").read_text())
+    p = summary["primary"]
+    scores = setting_scores(summary)
+    pooled = {r["comparison"]: r for r in summary["pooled"]
+              if (r["variant"], r["learning_rate"]) == (p["variant"], p["learning_rate"])}
+    assert pooled
+    for comparison, row in pooled.items():
+        seeds, deltas = seed_deltas(scores, *comparison.split(" - "))
+        assert seeds == row["seeds"] and deltas == pytest.approx(row["per_seed"], abs=1e-12)
+        assert seed_t_interval(deltas) == pytest.approx((row["t_low"], row["t_high"]), abs=1e-12)
+    seeds, deltas = seed_deltas(scores, *p["comparison"].split(" - "))
+    assert seeds == p["seeds_done"] and seed_t_interval(deltas) == pytest.approx((p["t_low"], p["t_high"]))
+
+
+def test_results_document_holds_the_moved_grid_and_plan():
+    """The full grid, the mechanism table and the analysis plan moved to docs/results.md, generated as before."""
+    commands = [m.group("cmd") for m in blocks(TEXT["docs/results.md"])]
+    assert "python check.py results/qwen/sweep.json --markdown" in commands
+    assert "python update_readme.py --provenance results/qwen/sweep.json" in commands
+    assert "python update_readme.py --task-intervals results/qwen/sweep.json" in commands
+    assert "docs/results.md" in set(LINK.findall(TEXT["README.md"]))

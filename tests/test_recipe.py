@@ -432,7 +432,7 @@ def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkey
     monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", interrupted)
     assert run(*argv) == 130
     out = capsys.readouterr().out
-    assert "ets: step 1/2 took" in out and "expected to finish at" in out
+    assert "ets step 1/2: reward" in out and "training done ~" in out
     assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-1").is_dir()
     monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", original)
     assert run(*argv, "--resume") == 0

@@ -1,0 +1,100 @@
+"""What the results document states about how the runs were made is read from the logs and records, not typed."""
+
+import json
+
+import pytest
+
+import update_readme
+
+
+def _log(folder, name: str, start: str, finished: list[str]) -> None:
+    lines = [f"=== {start} python recipe.py --arm ..."] + [f"[recipe] {arm}: pass@1 0.500, trained 2.0 min"
+                                                         for arm in finished]
+    (folder / name).write_text("\n".join(lines) + "\n")
+
+
+def test_arm_processes_reads_which_process_finished_each_arm(tmp_path):
+    _log(tmp_path, "cell-s1-ets+gmts.log", "2026-11-30 15:08:10", ["ets"])  # cut during GMTS
+    _log(tmp_path, "cell-s1-gmts.log", "2026-11-30 18:15:54", ["gmts"])
+    _log(tmp_path, "cell-s10-ets+gmts.log", "2026-11-30 09:00:00", ["ets", "gmts"])  # another cell: not mixed in
+    assert update_readme.arm_processes(tmp_path, "cell-s1") == {
+        "ets": ("11-30 15:08", "cell-s1-ets+gmts.log"), "gmts": ("11-30 18:15", "cell-s1-gmts.log")}
+
+
+def _cell(options: dict[str, dict], merges: list | None = None) -> dict:
+    arms = {arm: {"generation_options": opts, "eval": {"seed": 0, "k": 4, "pass@1": 0.5, "records": []}}
+            for arm, opts in options.items()}
+    return {"arms": arms, **({"merges": merges} if merges else {})}
+
+
+def test_record_differences_name_what_one_arm_records_and_the_other_does_not():
+    same = _cell({"ets": {"use_cpu": False}, "gmts": {"use_cpu": False}})
+    assert update_readme._record_differences(same, "ets", ["gmts"]) == []
+    newer = _cell({"ets": {"use_cpu": False}, "gmts": {"use_cpu": False, "training_compile": False}},
+                  merges=[{"arms": ["gmts"]}])
+    notes = update_readme._record_differences(newer, "ets", ["gmts"])
+    assert notes == ["GMTS records training_compile; ETS does not", "GMTS merged in from another machine"]
+
+
+def test_provenance_table_marks_the_pairs_made_apart(tmp_path):
+    """A seed whose two compared arms finished in processes started at different times is named; one whose arms
+    finished in one process is not."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    cells = []
+    for seed, split in ((17, False), (18, True)):
+        name = f"paper-lr0.0001-s{seed}"
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(_cell({"ets": {}, "gmts": {}})))
+        if split:
+            _log(logs, f"{name}-ets+gmts.log", "2026-11-30 15:00:00", ["ets"])
+            _log(logs, f"{name}-gmts.log", "2026-11-30 18:00:00", ["gmts"])
+        else:
+            _log(logs, f"{name}-ets+gmts.log", "2026-11-30 15:00:00", ["ets", "gmts"])
+        cells.append({"cell": name, "variant": "paper", "learning_rate": 1e-4, "seed": seed,
+                      "path": f"{name}/results.json", "arms": {}})
+    summary = {"cells": cells, "primary": {"variant": "paper", "learning_rate": 1e-4, "comparison": "gmts - ets",
+                                           "seeds": [17, 18]}}
+    text = update_readme.provenance(summary, tmp_path)
+    assert "different times for seeds 18;" in text
+    assert "| 18 | - | 11-30 15:00 (paper-lr0.0001-s18-ets+gmts.log) | 11-30 18:00 (paper-lr0.0001-s18-gmts.log) |" in text
+    assert "| 17 | - | 11-30 15:00 | 11-30 15:00 | - | - |" in text
+
+
+def test_task_intervals_range_over_the_primary_cells(tmp_path):
+    cells = []
+    for seed, half in ((1, 0.015), (2, 0.019), (3, 0.05)):  # seed 3 is outside the primary test
+        name = f"c{seed}"
+        (tmp_path / name).mkdir()
+        comparison = {"delta": 0.0, "low": -half, "high": half, "n": 10}
+        (tmp_path / name / "results.json").write_text(json.dumps({"summary": {"comparisons": {"gmts_vs_ets": comparison}}}))
+        cells.append({"cell": name, "variant": "paper", "learning_rate": 1e-4, "seed": seed,
+                      "path": f"{name}/results.json", "arms": {"ets": {"vs_base": {"n": 10}}}})
+    summary = {"cells": cells, "primary": {"variant": "paper", "learning_rate": 1e-4, "comparison": "gmts - ets",
+                                           "seeds": [1, 2], "seeds_done": [1, 2]}}
+    assert update_readme.task_intervals(summary, tmp_path).startswith(
+        "One cell's GMTS - ETS interval over its 10 tasks is +-1.5 to +-1.9 points")
+
+
+def test_versions_line():
+    line = update_readme.versions({"versions": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.17.0",
+                                                "trl": "1.16.0", "peft": "0.21.0", "gpu": None}})
+    assert line == "python 3.11.7, torch 2.13.0+cpu, transformers 5.17.0, trl 1.16.0, peft 0.21.0\n"
+
+
+def test_check_mode_names_a_stale_block(tmp_path, monkeypatch, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- BEGIN generated: python -c print(2) -->\n1\n<!-- END generated -->\n")
+    monkeypatch.setattr(update_readme, "ROOT", tmp_path)
+    monkeypatch.setattr(update_readme, "PAGES", ("page.md",))
+    assert update_readme.main(["--check"]) == 1
+    assert "page.md: python -c print(2)" in capsys.readouterr().out
+    assert page.read_text().count("\n1\n") == 1  # nothing written
+    page.write_text("<!-- BEGIN generated: python -c print(2) -->\n2\n<!-- END generated -->\n")
+    assert update_readme.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("option", ["--headline", "--task-intervals", "--provenance"])
+def test_generators_run_on_the_committed_sweep(option, capsys):
+    assert update_readme.main([option, "results/qwen/sweep.json"]) == 0
+    assert capsys.readouterr().out.strip()
