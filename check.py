@@ -345,8 +345,12 @@ def verify(path: str | Path, done: dict | None = None) -> tuple[dict, dict]:
     """`load` (digest, records, summaries), then every evaluation's samples (verify_samples): (results, report).
     Every refusal is a ResultsError naming the file."""
     results = load(path)
+    return results, _samples_of(path, results, done)
+
+
+def _samples_of(path: str | Path, results: dict, done: dict | None = None) -> dict:
     try:
-        return results, verify_samples(results, Path(path).parent, done)
+        return verify_samples(results, Path(path).parent, done)
     except ResultsError as e:
         raise ResultsError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -531,8 +535,12 @@ def _sweep_samples(path: Path, summary: dict) -> dict:
     """verify_samples over every cell of a verified sweep.json, the shared base evaluations re-scored once."""
     total: dict = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
     done: dict = {}
-    for cell in summary["cells"]:
-        _, report = verify(path.parent / cell["path"], done=done)
+    for cell in summary["cells"]:  # verified by sweep.verify (check.load): read again, the same bytes by digest
+        results_path = path.parent / cell["path"]
+        results = json.loads(results_path.read_text(encoding="utf-8"))
+        if digest(results) != cell["digest"]:
+            raise ResultsError(f"{results_path}: changed while it was being checked")
+        report = _samples_of(results_path, results, done)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
         total["without"] += [f"{cell['cell']} {where}" for where in report["without"]]
