@@ -467,11 +467,13 @@ def render(results: dict, markdown: bool = False) -> str:
 def show(results: dict, folder: Path, task: str) -> str:
     """Every stored sample of one task (its index, or a prefix of its hash), evaluation by evaluation, with its score:
     what the model wrote, to read beside the numbers."""
+    from rewards import final_answer  # what the reward read as the answer (no torch)
+
     out = []
     for where, ev in evaluations(results):
         if "samples" not in ev:
             continue
-        path = samples_path(folder, ev, where)
+        path = Path(os.path.normpath(samples_path(folder, ev, where)))
         logged = read_samples(path, ev["samples"]["sha256"], where)
         lines = [r for r in logged if str(r["task"]) == task] or [r for r in logged if str(r["hash"]).startswith(task)]
         if len(lines) > 1:
@@ -484,7 +486,7 @@ def show(results: dict, folder: Path, task: str) -> str:
         right = sum(line["scores"])
         out.append(f"\n=== {where} (eval seed {ev['seed']}): {right:g} of {len(line['scores'])} right  [{path}]")
         for j, (text, score) in enumerate(zip(line["samples"], line["scores"])):
-            out.append(f"--- sample {j}: score {score:g}, {len(text)} characters")
+            out.append(f"--- sample {j}: score {score:g}, final answer {final_answer(text)!r}, {len(text)} characters")
             out.append(text)
     if not out:
         kept = any("samples" in ev for _, ev in evaluations(results))

@@ -404,8 +404,8 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
         scores = ev["records"][7]["scores"]
         block = out.split(f"=== {where} ")[1].split("\n=== ")[0]
         assert block.startswith(f"(eval seed {ev['seed']}): {sum(scores):g} of 4 right")
-        assert [line.split(",")[0] for line in block.splitlines() if line.startswith("--- sample")] == [
-            f"--- sample {j}: score {s:g}" for j, s in enumerate(scores)]
+        assert [line.rsplit(",", 1)[0] for line in block.splitlines() if line.startswith("--- sample")] == [
+            f"--- sample {j}: score {s:g}, final answer {'7' if s else '8'!r}" for j, s in enumerate(scores)]
         assert all(text_scoring(s) in block for s in scores)
     assert check.main([str(path), "--show", "000000000000001"]) == 2  # a hash prefix that names 16 tasks
     assert "matches 16 tasks in base eval 0" in capsys.readouterr().err
