@@ -412,7 +412,8 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
     assert check.main([str(path), "--show", "000000000000003b"]) == 0  # by hash: task 59
     assert capsys.readouterr().out.startswith("task 59 ")
     assert check.main([str(path), "--show", "99"]) == 2
-    assert capsys.readouterr().err.strip() == "check.py: --show 99: no such task (give its index or a prefix of its hash)"
+    assert capsys.readouterr().err.strip() == ("check.py: --show 99: no such task (give its index, e.g. 0, 1, 2, 3, 4, "
+                                                     "or a prefix of its hash)")
     assert check.main([write(tmp_path, fake_results()), "--show", "7"]) == 2
     assert "this file keeps no samples" in capsys.readouterr().err
 
