@@ -2,6 +2,7 @@
 
     python check.py results/offline/results.json             # the tables; exit 0 on a valid file
     python check.py results/offline/results.json --markdown  # the README tables
+    python check.py runs/quickstart/results.json --show 3     # what the model wrote for task 3, each sample's score
 
 Exits 2 with a one-line reason when the file is missing or malformed, when its records cannot be paired (every
 evaluation must hold the same tasks, by task hash, each once, with k scores in [0, 1], and every arm must be evaluated
@@ -12,6 +13,15 @@ What the digest proves, and what it does not: it is a plain SHA-256 of the file'
 recomputes for anyone. A matching digest shows the file was not edited by hand after it was written, unless the
 editor re-sealed it; the recomputed summaries show every summary number follows from the records in the file. Neither
 shows that the records came from a run: a forger who writes records and calls `seal` passes both checks.
+
+What was scored: every evaluation keeps its completions in a samples file beside results.json (recipe.py writes it;
+one xz-compressed JSON line per task: index, question hash, gold answer, the k texts, their scores), its path and
+SHA-256 recorded in the evaluation, inside the digest. check.py refuses a samples file whose SHA-256 differs, that
+does not hold exactly the evaluation's tasks and k texts per task, or whose scores differ from the records' or from
+what the recipe's reward (eval.sample_scores) gives its texts now, in one line naming file, evaluation, task and
+sample. So flipping a score and re-sealing is refused, and a forger must now write texts whose answers earn the
+scores, texts anyone can read (--show). A file written before evaluations kept their samples is checked as above,
+and check.py says in one line that its scores were not re-scored.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz
@@ -35,6 +45,9 @@ from stats import compare, noise_floor, paired_delta, pass_at_1, verdict  # noqa
 from gmts_recipe.records import (ARM_LABELS, ARMS, COMPARISONS, SCHEMA, SHORT_NAMES, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line)  # a results file's model, verification and writing
+from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
+                                 read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
+                                 write_samples)  # what each evaluation scored
 
 
 def _pct(x: float | None) -> str:
@@ -116,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                                              "every cell re-verified) and print its result tables.")
     ap.add_argument("results", help="path to results.json or sweep.json")
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
+    ap.add_argument("--show", metavar="TASK", default=None,
+                    help="print the stored samples of one task (its index or a prefix of its hash) with their scores")
     args = ap.parse_args(argv)
     try:
         args.results = _resolve(args.results)
@@ -127,18 +142,44 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             summary = sweep.verify(args.results)
+            report = _sweep_samples(Path(args.results), summary) if args.show is None else None
         except (ResultsError, sweep.SweepError) as e:
             print(f"check.py: {e}", file=sys.stderr)
             return 2
+        if args.show is not None:
+            print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
+                  f"results.json)", file=sys.stderr)
+            return 2
         print(sweep.render(summary, markdown=args.markdown))
+        print(samples_line(report), file=sys.stderr if args.markdown else sys.stdout)
         return 0
     try:
-        results = load(args.results)
+        results, report = verify(args.results)
+        text = render(results, markdown=args.markdown) if args.show is None else \
+            show(results, Path(args.results).parent, args.show)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
-    print(render(results, markdown=args.markdown))
+    print(text)
+    if args.show is None:  # the README's tables (--markdown) stay the tables: the line goes to stderr there
+        print(samples_line(report), file=sys.stderr if args.markdown else sys.stdout)
     return 0
+
+
+def _sweep_samples(path: Path, summary: dict) -> dict:
+    """verify_samples over every cell of a verified sweep.json, the shared base evaluations re-scored once."""
+    total: dict = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
+    done: dict = {}
+    for cell in summary["cells"]:  # verified by sweep.verify (check.load): read again, the same bytes by digest
+        results_path = path.parent / cell["path"]
+        results = json.loads(results_path.read_text(encoding="utf-8"))
+        if digest(results) != cell["digest"]:
+            raise ResultsError(f"{results_path}: changed while it was being checked")
+        report = _samples_of(results_path, results, done)
+        for key in ("evaluations", "with_samples", "samples"):
+            total[key] += report[key]
+        total["without"] += [f"{cell['cell']} {where}" for where in report["without"]]
+    return total
 
 
 def _resolve(path: str) -> str:

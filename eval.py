@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from rewards import math_equal_reward
+from rewards import gold_answer, math_equal_reward
 from stats import hack_scan, pass_at_1
 
 
@@ -209,16 +209,31 @@ def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool
     return True
 
 
+def sample_scores(texts: list[str], gold: str) -> list[float]:
+    """The recipe's score of each sample of one task: the one function both `score_samples` and check.py's
+    re-scoring of a stored samples file call, so a stored score and its re-score can only differ when the score was
+    edited (or the reward changed since the run)."""
+    return math_equal_reward(texts, [gold] * len(texts))
+
+
 def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:
     """Per-task records: the task's index and hash, one 0/1 score per sample, and the sample lengths."""
     from data import task_hash
 
     records = []
     for task, outs in zip(tasks, samples, strict=True):
-        scores = math_equal_reward(outs, [task["answer"]] * len(outs))
+        scores = sample_scores(outs, gold_answer(str(task["answer"])))
         records.append({"task": task.get("index"), "hash": task_hash(task["question"]), "scores": scores,
                         "lengths": [len(o) for o in outs]})
     return records
+
+
+def sample_log(samples: list[list[str]], tasks: list[dict], records: list[dict]) -> list[dict]:
+    """What a samples file keeps per task (as lm-evaluation-harness logs its samples): the task's index and hash, the
+    gold answer the reward compared with, the sample texts and the scores `score_samples` gave them, in the records'
+    order. check.py re-scores the texts against the gold with `sample_scores`."""
+    return [{"task": r["task"], "hash": r["hash"], "gold": gold_answer(str(t["answer"])), "samples": list(outs),
+             "scores": r["scores"]} for t, outs, r in zip(tasks, samples, records, strict=True)]
 
 
 def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: int = 0, max_new_tokens: int = 256,
@@ -227,7 +242,9 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
                        grouped_attention: bool = False, deferred_stop: bool = False,
                        decode_kernel: str = "sdpa", decode_loop: str = "transformers",
                        compile_regions: bool = False, sampling_noise: str = "stream") -> dict:
-    """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds"}."""
+    """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds",
+    "sample_log"}: `sample_log` (texts, `sample_log`) is what the recipe writes to the evaluation's samples file, and
+    never into results.json itself."""
     import time
 
     from data import system_prompt as resolve_prompt
@@ -243,4 +260,5 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     records = score_samples(samples, tasks)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,
             "hack_scan": hack_scan([s for outs in samples for s in outs]),
-            "seconds": {"generation": t1 - t0, "scoring": time.perf_counter() - t1}}
+            "seconds": {"generation": t1 - t0, "scoring": time.perf_counter() - t1},
+            "sample_log": sample_log(samples, tasks, records)}

@@ -15,7 +15,9 @@ on tokens that move nothing (a smaller effective step under TRL's all-token norm
 
 One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/,
 so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs and
-checkpoints, and curves.png. `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A
+checkpoints, curves.png, and each arm's samples file (samples-<arm>-seed<k>-<sha>.jsonl.xz: every completion with the
+score it got, its SHA-256 recorded in results.json, so check.py re-scores it; the base evaluations' samples are stored
+once, beside the base-eval cache). `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A
 results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers what
 the config file and the command line set (as the config classes parsed it, CPU fallback included) and the recipe's own
 fields away from their defaults (see config_record): a newer library that adds a field leaves it unchanged, and the
@@ -648,6 +650,17 @@ class SaveEveryMinutes(TrainerCallback):
 
 
 # ---------------------------------------------------------------------------- the run
+def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "") -> dict:
+    """Move an evaluation's texts (eval.evaluate_pass_at_1's sample_log) into its samples file in `folder`
+    (check.write_samples) and name the file and its SHA-256 in the evaluation, inside what results.json's digest
+    covers: `prefix` + the file name is its path from the run directory (check.samples_path)."""
+    from check import write_samples
+
+    path, sha = write_samples(folder, stem, ev.pop("sample_log"))
+    ev["samples"] = {"path": prefix + path.name, "sha256": sha}
+    return ev
+
+
 class Run:
     """One run directory: results.json (merged, sealed), per-arm logs and checkpoints, curves.png."""
 
@@ -724,7 +737,9 @@ class Run:
                 else:
                     from check import write_json
 
-                    base = {"eval_hash": key, "eval_config": record, "evals": self._base_evals(heldout, device)}
+                    evals = [keep_samples(ev, cache.parent, f"{key[:16]}-seed{ev['seed']}", f"../{cache.parent.name}/")
+                             for ev in self._base_evals(heldout, device)]  # samples stored once, beside the cache
+                    base = {"eval_hash": key, "eval_config": record, "evals": evals}
                     write_json(cache, base)
             self.results["base"] = {"evals": base["evals"], "eval_hash": key}
             self.save()
@@ -825,7 +840,9 @@ class Run:
         arm_dir.mkdir(parents=True, exist_ok=True)
         (arm_dir / "train_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in log))
         t1 = time.time()
-        ev = self._evaluate(trainer.model, trainer.processing_class, heldout, self.recipe.base_eval_seeds[0])
+        seed = self.recipe.base_eval_seeds[0]
+        ev = keep_samples(self._evaluate(trainer.model, trainer.processing_class, heldout, seed), self.dir,
+                          f"samples-{arm}-seed{seed}")
         wall = (time.time() - t0) / 60
         gpus = self.state.num_processes if trainer.model.device.type == "cuda" else 0
         self.results["arms"][arm] = {
@@ -839,6 +856,10 @@ class Run:
         }
         print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}, trained {train_minutes:.1f} min")
         self.save(arm)
+        named = {entry["eval"].get("samples", {}).get("path") for entry in self.results["arms"].values()}
+        for stale in self.dir.glob(f"samples-{arm}-seed*.jsonl.xz"):  # the samples of the arm this run replaced
+            if stale.name not in named:
+                stale.unlink()
         self.plot()
 
     def plot(self) -> None:

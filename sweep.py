@@ -31,6 +31,7 @@ and held-out tasks and this tree's base evaluation hash; its arms join the local
 identical), and the cell keeps this tree's shared base evaluation, the one every local cell carries. A base
 evaluated again elsewhere (bf16 is not bit-exact) is replaced, and the file's `merges` says so with that base's
 pass@1. Its absent logs are copied; then --summarize.
+The samples files the merged cell names (its arms', the kept base's) are verified and re-scored and copied if absent.
 """
 
 from __future__ import annotations
@@ -380,6 +381,7 @@ class Merge:
     results: dict | None
     logs: list[Path]
     line: str
+    samples: list[tuple[Path, Path]] = field(default_factory=list)  # (incoming file, where it goes here)
 
 
 def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
@@ -457,9 +459,32 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
         seal(merged)
     except ResultsError as e:
         raise refuse(f"the merged cell does not verify: {e}") from None
+    samples = _merge_samples(merged, incoming / cell.name, root / cell.name, refuse)
     base = (f"base replaced by the {source} (incoming pass@1 "
             f"{', '.join(f'{p:.4f}' for p in entry['replaced_base_pass@1'])})" if replaced else f"base kept ({source})")
-    return Merge(cell, merged, logs, f"{cell.name}: added arm(s) {', '.join(added)}; {base}{copied}")
+    return Merge(cell, merged, logs, f"{cell.name}: added arm(s) {', '.join(added)}; {base}{copied}", samples)
+
+
+def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tuple[Path, Path]]:
+    """The samples files the merged cell names (check.samples_path: the arms' in the cell's folder, the base's in the
+    shared base-evals folder), each verified (SHA-256, records, re-scored: check.check_samples) where it will be read:
+    here if a file of that name is here, else in the incoming tree, from which it is to be copied. A merged cell
+    keeps verifiable samples; a file here with other bytes is refused, never overwritten."""
+    from gmts_recipe.records import ResultsError
+    from gmts_recipe.samples import check_samples, evaluations, samples_path
+
+    copies = []
+    for where, ev in evaluations(merged):
+        if "samples" not in ev:
+            continue
+        try:
+            here, there = (Path(os.path.normpath(samples_path(folder, ev, where))) for folder in (local, incoming))
+            check_samples(here if here.is_file() else there, ev, where)
+        except ResultsError as e:
+            raise refuse(str(e)) from None
+        if not here.is_file():
+            copies.append((there, here))
+    return copies
 
 
 def merge(grid: Grid, incoming: Path) -> list[str]:
@@ -473,6 +498,9 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
     plans = plan_merge(grid, incoming)
     root = Path(grid.results_dir) / grid.name
     for m in plans:
+        for source, target in m.samples:  # before the results file that names them
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
         if m.results is not None:
             (root / m.cell.name).mkdir(parents=True, exist_ok=True)
             write_json(root / m.cell.name / "results.json", m.results)

@@ -1,6 +1,7 @@
 """check.py on good, malformed and tampered results files, and the verdict rules."""
 
 import copy
+import hashlib
 import json
 import random
 import re
@@ -255,3 +256,223 @@ def test_rollout_agreement_per_step_and_its_line():
     line = agreement_line({"arms": {"ets": {"rollout_digests": ets}, "gmts": {"rollout_digests": gmts}}})
     assert line == "Identical rollouts, ets vs gmts, per step: 0: 100%, 1: 50%, 2: 0%"
     assert agreement_line({"arms": {"ets": {}, "gmts": {"rollout_digests": gmts}}}) is None
+
+
+# ---------------------------------------------------------------- samples: what was scored, re-scored
+def text_scoring(score: float, gold: str = "7") -> str:
+    """A completion the recipe's reward scores `score` against `gold` (its final answer is the gold, or not)."""
+    return f"Adding the two amounts gives the total, so the answer is \\boxed{{{gold if score else int(gold) + 1}}}."
+
+
+def with_samples(results: dict, folder: Path, base_folder: Path | None = None) -> dict:
+    """The file as recipe.py writes it: each evaluation's texts in a samples file (texts scoring as the records say),
+    named with its SHA-256 in the evaluation; the base's in `base_folder` (the shared ../base-evals/) if given."""
+    import eval as evaluation
+
+    for where, ev in check.evaluations(results):
+        tasks = [{"question": f"q{r['task']}", "answer": "#### 7"} for r in ev["records"]]
+        texts = [[text_scoring(s) for s in r["scores"]] for r in ev["records"]]
+        for r, outs in zip(ev["records"], texts):
+            r["lengths"] = [len(t) for t in outs]
+        log = evaluation.sample_log(texts, tasks, ev["records"])
+        base = where.startswith("base") and base_folder is not None
+        path, sha = check.write_samples(base_folder if base else folder, where.replace(" ", "-"), log)
+        ev["samples"] = {"path": (f"../{base_folder.name}/" if base else "") + path.name, "sha256": sha}
+    return check.seal(results)
+
+
+def run_dir(tmp_path: Path, results: dict | None = None) -> Path:
+    """<tmp>/run/results.json with samples, the base's in <tmp>/base-evals/ (recipe.py's layout)."""
+    folder = tmp_path / "run"
+    folder.mkdir(exist_ok=True)
+    results = with_samples(results or fake_results(), folder, tmp_path / "base-evals")
+    (folder / "results.json").write_text(json.dumps(results))
+    return folder / "results.json"
+
+
+def reseal(path: Path, edit) -> None:
+    results = json.loads(path.read_text())
+    edit(results)
+    for _, ev in check.evaluations(results):
+        ev["pass@1"] = check.pass_at_1(ev["records"])
+    path.write_text(json.dumps(check.seal(results)))
+
+
+def samples_of(path: Path, where: str) -> tuple[Path, list[dict], dict]:
+    results = json.loads(path.read_text())
+    ev = dict(check.evaluations(results))[where]
+    file = path.parent / ev["samples"]["path"]
+    return file, check.read_samples(file, None, where), results
+
+
+def rewrite_samples(path: Path, where: str, edit, record_sha: bool = True) -> None:
+    """Edit an evaluation's samples file; with record_sha the forger also records its new SHA-256 and re-seals."""
+    file, log, _ = samples_of(path, where)
+    edit(log)
+    file.write_bytes(check.samples_bytes(log))
+    if record_sha:
+        reseal(path, lambda r: dict(check.evaluations(r))[where]["samples"].update(
+            sha256=hashlib.sha256(file.read_bytes()).hexdigest()))
+
+
+def refused(path: Path, capsys, *parts: str) -> str:
+    assert check.main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and all(p in err for p in parts), err
+    return err
+
+
+def test_a_file_with_samples_is_re_scored_and_says_so(tmp_path, capsys):
+    path = run_dir(tmp_path)
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "base-evals").iterdir()) == ["base"] * 3
+    assert check.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "Samples: 1,200 of 5 evaluation(s) re-scored with the recipe's reward, every score " \
+                                   "as recorded."
+    assert check.main([str(path), "--markdown"]) == 0  # the README's tables stay tables: the line goes to stderr
+    out, err = capsys.readouterr()
+    assert "Samples:" not in out and err.startswith("Samples: 1,200")
+
+
+def test_flipped_scores_resealed_are_refused(tmp_path, capsys):
+    """The attack a digest cannot stop: flip sample scores in one evaluation's records, keep its pass@1 consistent
+    and re-seal with check.seal. The samples file still holds the texts and their scores: refused, in one line naming
+    the file, the evaluation, the task and the sample."""
+    path = run_dir(tmp_path)
+    rng = random.Random(20)
+    flips = sorted(rng.sample([(t, j) for t in range(60) for j in range(4)], 13))
+
+    def flip(r):
+        for t, j in flips:
+            scores = r["arms"]["gmts"]["eval"]["records"][t]["scores"]
+            scores[j] = 1.0 - scores[j]
+
+    reseal(path, flip)
+    assert check.load(path)["digest"] == check.digest(check.load(path))  # the digest and summaries pass
+    t, j = flips[0]
+    refused(path, capsys, str(path), "arm gmts", f"task {t}:{t:016x} sample {j}:", "(13 sample score(s) differ")
+
+
+def test_flipped_scores_in_the_samples_file_too_are_re_scored(tmp_path, capsys):
+    """A forger who flips the samples file's scores as well and records its new SHA-256: the reward scores the
+    stored texts otherwise."""
+    path = run_dir(tmp_path)
+
+    def flip(log):
+        log[5]["scores"][1] = 1.0 - log[5]["scores"][1]
+
+    rewrite_samples(path, "arm ets", flip)
+    reseal(path, lambda r: r["arms"]["ets"]["eval"]["records"][5]["scores"].__setitem__(
+        1, 1.0 - r["arms"]["ets"]["eval"]["records"][5]["scores"][1]))
+    err = refused(path, capsys, "arm ets", "task 5:0000000000000005 sample 1:", "by the reward now")
+    _, log, _ = samples_of(path, "arm ets")
+    assert f"in the samples file, {1.0 - log[5]['scores'][1]!r} by the reward now" in err
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda log: log.pop(), "1 task(s) of the evaluation have no samples, e.g. 59:"),
+    (lambda log: log.append(log[0]), "task 0:0000000000000000 is logged twice"),
+    (lambda log: log[3].update(hash="f" * 16), "task 3:ffffffffffffffff is not among the evaluation's records"),
+    (lambda log: log[2]["samples"].pop(), "task 2:0000000000000002 needs a gold answer and 4 sample texts"),
+    (lambda log: log[2]["scores"].append(1.0), "task 2:0000000000000002 needs a gold answer and 4 sample texts"),
+    (lambda log: log[4].pop("gold"), "task 4:0000000000000004 needs a gold answer"),
+    (lambda log: log[4]["samples"].__setitem__(0, "x"), "task 4:0000000000000004: the texts' lengths [1,"),
+])
+def test_samples_that_do_not_match_the_records_are_refused(tmp_path, capsys, edit, message):
+    path = run_dir(tmp_path)
+    rewrite_samples(path, "base eval 1", edit)
+    refused(path, capsys, str(path), "base eval 1:", message)
+
+
+def test_a_changed_or_missing_samples_file_is_refused(tmp_path, capsys):
+    path = run_dir(tmp_path)
+    rewrite_samples(path, "arm gmts", lambda log: log.reverse(), record_sha=False)  # same records, other bytes
+    refused(path, capsys, "arm gmts: samples file", "the results file records", "changed after the run")
+    file, *_ = samples_of(path, "base eval 2")
+    file.unlink()
+    path = run_dir(tmp_path)  # the same run written again: the base's samples are back
+    file.unlink()
+    refused(path, capsys, "base eval 2: samples file", "is missing")
+    reseal(path, lambda r: r["base"]["evals"][2]["samples"].update(path=str(file.resolve())))
+    refused(path, capsys, "base eval 2: samples path", "must be relative")
+    file.write_bytes(b"not xz")
+    reseal(path, lambda r: r["base"]["evals"][2]["samples"].update(
+        path=f"../base-evals/{file.name}", sha256=hashlib.sha256(b"not xz").hexdigest()))
+    refused(path, capsys, "base eval 2: samples file", "is not xz-compressed JSON lines")
+
+
+def test_a_file_without_samples_is_checked_as_before_and_says_it_was_not_re_scored(tmp_path, capsys):
+    assert check.main([write(tmp_path, fake_results())]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "Scores not re-scored: none of the 5 evaluations keeps its samples (written before evaluations kept their "
+        "completions); the digest and the recomputed summaries are all that was checked.")
+    path = run_dir(tmp_path)  # new arms with samples over a base that kept none (a cache from before): said so
+    reseal(path, lambda r: [ev.pop("samples") for ev in r["base"]["evals"]])
+    assert check.main([str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "Samples: 480 of 2 evaluation(s) re-scored with the recipe's reward, every score as recorded; 3 evaluation(s) "
+        "keep no samples (base eval 0, base eval 1, base eval 2): their scores were not re-scored.")
+
+
+def test_samples_files_are_deterministic_and_named_by_their_hash(tmp_path):
+    import lzma
+
+    log = [{"task": i, "hash": f"{i:016x}", "gold": "7", "samples": ["\u00e9t\u00e9 \\boxed{7}", ""], "scores": [1.0, 0.0]}
+           for i in range(30)]
+    first, sha = check.write_samples(tmp_path / "a", "samples-ets-seed0", log)
+    again, sha2 = check.write_samples(tmp_path / "b", "samples-ets-seed0", [dict(r) for r in log])
+    assert sha == sha2 == hashlib.sha256(first.read_bytes()).hexdigest() and first.name == again.name
+    assert first.name == f"samples-ets-seed0-{sha[:12]}.jsonl.xz" and first.read_bytes() == again.read_bytes()
+    assert check.read_samples(first, sha, "x") == log  # round trip, unicode kept
+    assert lzma.decompress(first.read_bytes()).decode().count("\n") == 30  # one JSON line per task
+    assert [p.name for p in (tmp_path / "a").iterdir()] == [first.name]  # no temporary file left
+
+
+def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, capsys):
+    path = run_dir(tmp_path)
+    results = json.loads(path.read_text())
+    assert check.main([str(path), "--show", "7"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "task 7 (question hash 0000000000000007), gold answer 7"
+    assert out.count("\n=== ") == 5 and "=== arm gmts (eval seed 0): " in out
+    for where, ev in check.evaluations(results):
+        scores = ev["records"][7]["scores"]
+        block = out.split(f"=== {where} ")[1].split("\n=== ")[0]
+        assert block.startswith(f"(eval seed {ev['seed']}): {sum(scores):g} of 4 right")
+        assert [line.rsplit(",", 1)[0] for line in block.splitlines() if line.startswith("--- sample")] == [
+            f"--- sample {j}: score {s:g}, final answer {'7' if s else '8'!r}" for j, s in enumerate(scores)]
+        assert all(text_scoring(s) in block for s in scores)
+    assert check.main([str(path), "--show", "000000000000001"]) == 2  # a hash prefix that names 16 tasks
+    assert "matches 16 tasks in base eval 0" in capsys.readouterr().err
+    assert check.main([str(path), "--show", "000000000000003b"]) == 0  # by hash: task 59
+    assert capsys.readouterr().out.startswith("task 59 ")
+    assert check.main([str(path), "--show", "99"]) == 2
+    assert capsys.readouterr().err.strip() == ("check.py: --show 99: no such task (give its index, e.g. 0, 1, 2, 3, 4, "
+                                                     "or a prefix of its hash)")
+    assert check.main([write(tmp_path, fake_results()), "--show", "7"]) == 2
+    assert "this file keeps no samples" in capsys.readouterr().err
+
+
+def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
+    """check.py re-scores with eval.sample_scores, the function eval.score_samples scores with: a reward that scored
+    otherwise at evaluation time is refused (here: one that gives 1.0 to every sample)."""
+    import eval as evaluation
+
+    tasks = [{"question": f"q{i}", "answer": f"work\n#### {i}", "index": i} for i in range(6)]
+    samples = [[f"so \\boxed{{{i}}}", f"so \\boxed{{{i + 1}}}"] for i in range(6)]
+    records = evaluation.score_samples(samples, tasks)
+    assert [r["scores"] for r in records] == [[1.0, 0.0]] * 6
+    log = evaluation.sample_log(samples, tasks, records)
+    assert [line["gold"] for line in log] == [str(i) for i in range(6)]
+    ev = {"k": 2, "records": records}
+    path, sha = check.write_samples(tmp_path, "s", log)
+    ev["samples"] = {"path": path.name, "sha256": sha}
+    assert check.check_samples(path, ev, "arm ets") == 12
+    lenient = [dict(line, scores=[1.0, 1.0]) for line in log]
+    for r in records:
+        r["scores"] = [1.0, 1.0]
+    path, sha = check.write_samples(tmp_path, "s", lenient)
+    ev["samples"] = {"path": path.name, "sha256": sha}
+    with pytest.raises(check.ResultsError, match=r"task 0:\w+ sample 1: scored 1.0 in the results file, 1.0 in the "
+                                                 r"samples file, 0.0 by the reward now \(6 sample score"):
+        check.check_samples(path, ev, "arm ets")

@@ -394,3 +394,32 @@ def test_compiled_step_loop_refuses_what_it_cannot_do(kwargs, reason):
     with pytest.raises(ValueError, match=reason):
         generate_samples(model, tok, [[{"role": "user", "content": "1"}]], k=1, seed=0, max_new_tokens=2,
                          progress=False, **kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40), st.sampled_from([GSM, "72", " #### 5 ", "#### 1,000", "\\frac{3}{4}", "a #### b #### 9"]))
+def test_sample_scores_on_the_logged_gold_are_the_rewards_on_the_task_answer(completion, answer):
+    """A samples file keeps the gold the reward compared with (rewards.gold_answer of the task's answer), not the
+    whole solution; re-scoring against it gives what the reward gave against the task's answer."""
+    from eval import sample_scores
+    from rewards import gold_answer
+
+    for text in (completion, f"{completion} \\boxed{{{gold_answer(answer)}}}"):
+        assert sample_scores([text], gold_answer(answer)) == math_equal_reward([text], [answer])
+
+
+def test_an_evaluation_returns_its_samples_for_the_samples_file():
+    """evaluate_pass_at_1's sample_log: per task (in the records' order) the index, hash, gold, the k texts the
+    records' lengths and scores are of; sample_scores re-scores them to the same values."""
+    import eval as evaluation
+
+    model, tok = _tiny_chat_model()
+    tasks = [dict(t, index=i) for i, t in enumerate(arithmetic_task(3, seed=1))]
+    ev = evaluation.evaluate_pass_at_1(model, tok, tasks, k=2, seed=0, max_new_tokens=5, progress=False)
+    log = ev["sample_log"]
+    assert [(line["task"], line["hash"]) for line in log] == [(r["task"], r["hash"]) for r in ev["records"]]
+    assert [line["gold"] for line in log] == [t["answer"].rsplit("#### ", 1)[1] for t in tasks]
+    for line, record in zip(log, ev["records"]):
+        assert len(line["samples"]) == 2 and [len(s) for s in line["samples"]] == record["lengths"]
+        assert line["scores"] == record["scores"] == evaluation.sample_scores(line["samples"], line["gold"])
+    assert ev["hack_scan"] == hack_scan([s for line in log for s in line["samples"]])

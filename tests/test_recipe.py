@@ -79,12 +79,27 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     # the arms started from the same LoRA init and saw the same data: their first-step rewards match
     assert len({results["arms"][a]["train_log"][0]["reward"] for a in ("grpo", "ets", "gmts")}) == 1
 
+    # every evaluation keeps its samples, re-scored by check.py: the arms' beside results.json, the base's once in
+    # the shared base-evals folder
+    _, report = check.verify(path)
+    assert report == {"evaluations": 6, "with_samples": 6, "samples": 6 * 6 * 2, "without": []}
+    assert sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "tiny").glob("*.jsonl.xz")) == [
+        "samples-ets-seed0", "samples-gmts-seed0", "samples-grpo-seed0"]
+    assert [ev["samples"]["path"].rsplit("-", 1)[0] for ev in results["base"]["evals"]] == [
+        f"../base-evals/{results['base']['eval_hash'][:16]}-seed{s}" for s in (0, 1, 2)]
+    assert check.main([str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("Samples: 72 of 6 evaluation(s) re-scored")
+
     # re-running one arm replaces only that arm and reuses the base evals
     before = json.loads(path.read_text())
+    named = path.parent / before["arms"]["ets"]["eval"]["samples"]["path"]
+    named.rename(named.with_name("samples-ets-seed0-000000000000.jsonl.xz"))  # as if the arm's samples had differed
     assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path) == 0
     after = json.loads(path.read_text())
     assert after["base"] == before["base"] and after["arms"]["gmts"] == before["arms"]["gmts"]
     assert "reusing 3" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "tiny").glob("samples-ets-*")) == [named.name]  # the replaced one gone
+    assert check.verify(path)[1]["with_samples"] == 6
 
     # --resume keeps finished arms
     assert run("--arm", "all", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
@@ -263,10 +278,13 @@ def test_sweep_cells_share_the_base_evals(tiny_config, tmp_path, capsys, monkeyp
                                     "--experiment", "cell-b", "--seed", "5", "--learning_rate", "3e-3"])
     assert f"reusing 3 from {cached[0]}" in capsys.readouterr().out
     assert second["base"] == first["base"] and check.load(tmp_path / "cell-b" / "results.json")
+    assert check.verify(tmp_path / "cell-b" / "results.json")[1]["with_samples"] == 3  # the cache's samples, re-scored
     monkeypatch.undo()
     recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
                            "--experiment", "cell-c", "--eval_temperature", "0.5"])
     assert len(list((tmp_path / "base-evals").glob("*.json"))) == 2
+    assert len(list((tmp_path / "base-evals").glob("*.jsonl.xz"))) == 6  # stored once per base evaluation, not per cell
+    assert not list(tmp_path.glob("cell-*/*.jsonl.xz"))
 
 
 def test_two_processes_training_different_arms_at_once_keep_both(tiny_config, tmp_path):

@@ -642,3 +642,97 @@ def test_summary_and_check_refuse_a_cell_whose_file_is_not_that_cell(tmp_path, c
         path = sweep.write_summary(grid, grid_path)
     assert check.main([str(path)]) == 2
     assert capsys.readouterr().err == f"check.py: {message}\n"
+
+
+# ---------------------------------------------------------------- --merge carries the samples files
+def sample_trees(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """trees() with every evaluation's samples, as recipe.py writes them: the arms' in each cell's folder, the base's
+    in the tree's base-evals folder (the local cache naming the same files as its cells)."""
+    from test_check import with_samples
+
+    grid_path, local, incoming = trees(tmp_path)
+    for root in (local, incoming):
+        for path in root.glob("*/results.json"):
+            results = with_samples(json.loads(path.read_text()), path.parent, root / "base-evals")
+            path.write_text(json.dumps(results))
+    cache_path = local / "base-evals" / f"{EVAL_HASH}.json"
+    cache = json.loads(cache_path.read_text())
+    cache["evals"] = json.loads((local / "paper-lr0.0001-s1" / "results.json").read_text())["base"]["evals"]
+    cache_path.write_text(json.dumps(cache))
+    return grid_path, local, incoming
+
+
+def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsys):
+    import check
+
+    grid_path, local, incoming = sample_trees(tmp_path)
+    base_files = sorted(p.name for p in (local / "base-evals").glob("*.jsonl.xz"))
+    assert len(base_files) == 3
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    for name, arms in (("paper-lr0.0001-s1", ["ets", "gmts"]), ("paper-lr0.0002-s1", ["ets", "gmts", "grpo"]),
+                       ("paper-lr0.0001-s2", ["ets", "gmts"])):
+        results, report = check.verify(local / name / "results.json")
+        assert report == {"evaluations": 3 + len(arms), "with_samples": 3 + len(arms), "samples": 160 * (3 + len(arms)),
+                          "without": []}
+        assert sorted(p.name.split("-")[1] for p in (local / name).glob("*.jsonl.xz")) == arms
+    # the base is this tree's: the incoming base evaluated again (base_seed 7) brings no samples files
+    assert sorted(p.name for p in (local / "base-evals").glob("*.jsonl.xz")) == base_files
+    summary = sweep.write_summary(sweep.load_grid(grid_path), grid_path)
+    capsys.readouterr()
+    assert check.main([str(summary)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == ("Samples: 2,560 of 16 evaluation(s) re-scored with the "
+                                                        "recipe's reward, every score as recorded.")
+
+
+def test_a_merge_without_local_cache_copies_the_incoming_base_samples(tmp_path):
+    import shutil
+
+    import check
+
+    grid_path, local, incoming = sample_trees(tmp_path)
+    shutil.rmtree(local)
+    sweep.merge(sweep.load_grid(grid_path), incoming)
+    for name in ("paper-lr0.0001-s1", "paper-lr0.0001-s2", "paper-lr0.0002-s1"):
+        assert check.verify(local / name / "results.json")[1]["with_samples"] > 3
+    assert len(list((local / "base-evals").glob("*.jsonl.xz"))) == 6  # two incoming bases (base seeds 0 and 7)
+
+
+def _flip_a_sample(incoming: Path) -> None:
+    """A forger's incoming cell: one score of its GMTS arm flipped in the samples file and the records, re-sealed."""
+    from test_check import reseal, rewrite_samples
+
+    path = incoming / "paper-lr0.0001-s1" / "results.json"
+    rewrite_samples(path, "arm gmts", lambda log: log[2]["scores"].__setitem__(0, 1.0 - log[2]["scores"][0]))
+    reseal(path, lambda r: r["arms"]["gmts"]["eval"]["records"][2]["scores"].__setitem__(
+        0, 1.0 - r["arms"]["gmts"]["eval"]["records"][2]["scores"][0]))
+
+
+def _drop_an_arm_file(incoming: Path) -> None:
+    next((incoming / "paper-lr0.0001-s2").glob("arm-ets-*.jsonl.xz")).unlink()
+
+
+def _other_local_bytes(incoming: Path) -> None:
+    """A file of the same name here with other bytes (it is never overwritten)."""
+    source = next((incoming / "paper-lr0.0001-s1").glob("arm-gmts-*.jsonl.xz"))
+    target = incoming.parent.parent / "results" / "demo" / "paper-lr0.0001-s1" / source.name
+    target.write_bytes(b"other")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (_flip_a_sample, r"paper-lr0.0001-s1: arm gmts: arm-gmts-\w+.jsonl.xz: task 2:0000000000000002 sample 0: "
+                     r"scored .* by the reward now"),
+    (_drop_an_arm_file, r"paper-lr0.0001-s2: arm ets: samples file .*other/demo/paper-lr0.0001-s2/arm-ets-\w+.jsonl.xz "
+                        r"is missing"),
+    (_other_local_bytes, r"paper-lr0.0001-s1: arm gmts: samples file .*results/demo/paper-lr0.0001-s1/arm-gmts-\w+"
+                         r".jsonl.xz has SHA-256"),
+])
+def test_a_merge_whose_samples_do_not_verify_is_refused_and_writes_nothing(tmp_path, capsys, edit, match):
+    import re
+
+    grid_path, local, incoming = sample_trees(tmp_path)
+    edit(incoming)
+    before = files(local)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and re.match(f"sweep.py: --merge: {match}", err), err
+    assert files(local) == before
