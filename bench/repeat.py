@@ -60,11 +60,32 @@ def compare(first: dict, other: dict) -> dict:
     return {"identical": same, "base": base, "arms": arms}
 
 
+def markdown(comparison: dict) -> str:
+    """The comparison file as a table: one row per later run, what differs from the reference, counted."""
+    rows = ["| run | vs | base evaluations: tasks differing | training steps differing | rollout steps differing | "
+            "evaluation tasks differing | identical |", "|---|---|---|---|---|---|---|"]
+    for label, c in comparison["compared"].items():
+        base = ", ".join(str(v["tasks_differing"]) for v in c["base"].values())
+        arms = c["arms"]
+        per_arm = lambda key: ", ".join(f"{a} {v[key]}" for a, v in arms.items()) or "(base only)"  # noqa: E731
+        rows.append(f"| {label} | {comparison['reference']} | {base} | {per_arm('train_steps_differing')} | "
+                    f"{per_arm('rollout_steps_differing')} | {per_arm('eval_tasks_differing')} | "
+                    f"{'yes' if c['identical'] else 'no'} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", help="LABEL=results.json, the first is the reference")
-    parser.add_argument("--out", required=True, help="the comparison, as JSON")
+    parser.add_argument("runs", nargs="*", help="LABEL=results.json, the first is the reference")
+    parser.add_argument("--out", help="the comparison, as JSON")
+    parser.add_argument("--markdown", metavar="COMPARISON", help="print a comparison file written by --out as a table")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
+    if not args.out:
+        print("repeat.py: give --out FILE and the runs, or --markdown FILE", file=sys.stderr)
+        return 2
     runs = []
     for spec in args.runs:
         label, sep, path = spec.partition("=")

@@ -57,3 +57,18 @@ def test_the_file_written(tmp_path, capsys):
     assert written["identical"] and written["reference"] == "cold" and set(written["compared"]) == {"warm"}
     assert repeat.main(["--out", str(out), f"cold={paths[0]}"]) == 2
     assert repeat.main(["--out", str(out), "cold", f"warm={paths[1]}"]) == 2
+
+
+def test_the_table(tmp_path, capsys):
+    other = _run()
+    other["arms"]["gmts"]["eval"]["records"][0]["lengths"] = [10, 13]
+    paths = []
+    for i, results in enumerate([_run(), other]):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(results))
+    out = tmp_path / "repeat.json"
+    repeat.main(["--out", str(out), f"cold={paths[0]}", f"warm={paths[1]}"])
+    capsys.readouterr()
+    assert repeat.main(["--markdown", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[2] == "| warm | cold | 0 | ets 0, gmts 0 | ets 0, gmts 0 | ets 0, gmts 1 | no |"
+    assert repeat.main([]) == 2
