@@ -1,4 +1,4 @@
-"""Grouped-query attention for decoding, without copying the KV cache once per query head (issue 11).
+"""Grouped-query attention for decoding, without copying the KV cache once per query head.
 
 Qwen2.5-1.5B has 12 query heads and 2 key/value heads. transformers' `sdpa` attention hands PyTorch's
 `scaled_dot_product_attention` its GQA flag only when there is no attention mask; a left-padded batch always has one,

@@ -1,4 +1,4 @@
-"""Sampling with the whole decode step compiled as one function: one CUDA-graph replay per token (issue 11).
+"""Sampling with the whole decode step compiled as one function: one CUDA-graph replay per token.
 
 Why: transformers' `generate` (`_sample`) compiles only the model forward (one CUDA graph per token) and runs the rest
 of each token step in Python around it: `prepare_inputs_for_generation`, dynamo's guards, the logits processors,
@@ -75,7 +75,7 @@ sliding-window layers (they keep other slots).
 
 One graph per process: a complete run (recipe.py --arm ets,gmts) used the compiled step three ways, and compiled it
 three times on an H200 (+33 s at the first base evaluation, ~40-50 s at the first training step, +21 s at the first
-arm's evaluation; issue 11, a run of 7.27 GPU-minutes with every speed lever): the plain model at 880 rows without
+arm's evaluation; a run of 7.27 GPU-minutes with every speed lever): the plain model at 880 rows without
 entropy, the merged PEFT model at 64 rows with it, the merged PEFT model at 880 rows without it. Dynamo guards on what
 the traced code reads, so each differed: (a) the entropy buffer (None or a tensor): now always a tensor; (b) the number
 of rows (every buffer's dim 0): now symbolic (`_mark_for_compile`; every other dim static, the cache length above all,
@@ -98,7 +98,7 @@ as a torch.compiler.nested_compile_region: dynamo still traces every layer, but 
 with the tokens of eager (tests/test_decode_loop.py), but only with static rows (`_mark_for_compile` says why): one
 compilation per number of rows, two in a complete run (the evaluation's and the training step's batch), where the
 unrolled step compiles once. On the CPU (28 tiny layers, inductor; a one-off experiment, bench/README.md "Nested
-compile regions") one compilation took well under half the unrolled one's time. On an H200 (stretch j, the two GPUs of
+compile regions") one compilation took well under half the unrolled one's time. On an H200 (2026-12-01, the two GPUs of
 one machine side by side, bench/complete-run-h200-j-*.json) a cold complete run compiled for 36 s instead of 54 (its
 first full-test evaluation 44 s instead of 81; the training batch's compilation moves into the first step, 20 s) and
 took 5.42 GPU-minutes instead of 5.84; on a warm cache 4.93 against 4.98. The token step is as fast (3.4 ms at 64 rows,

@@ -1,4 +1,4 @@
-"""Decoding without a host stall at every token (issue 11): transformers' deferred stop check, on CUDA.
+"""Decoding without a host stall at every token: transformers' deferred stop check, on CUDA.
 
 transformers' sampling loop asks after every token whether all rows have finished (`unfinished_sequences.max() == 0`
 read on the host). The host waits for the GPU to finish the step, and only then prepares and queues the next one, so

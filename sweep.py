@@ -533,9 +533,9 @@ MECHANISM = ("selection/effective_answers", "selection/top_answer_weight_share",
 
 
 def _mechanism(train_log: list[dict]) -> dict[str, float | None]:
-    """Median over the steps of how concentrated each update was (issue 10.7): how many answers the kept tokens
+    """Median over the steps of how concentrated each update was: how many answers the kept tokens
     spread over, the top answer's share of the kept |omega| per group, the share of kept tokens that move nothing
-    (advantage 0; logged since stretch d, None before), and how aligned successive updates were."""
+    (advantage 0; logged since 2026-11-30d, None before), and how aligned successive updates were."""
     import statistics
 
     out = {}
@@ -788,7 +788,7 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-# Seeds a pooled interval needs before its seed level means anything (issue 10 asks for at least 3 per arm).
+# Seeds a pooled interval needs before its seed level means anything (at least 3 per arm).
 MIN_SEEDS = 3
 # Below this many seeds the bootstrap's seed level, which can only redraw the seeds it has, understates their spread
 # (with 3 seeds it gave [+0.2, +3.7] where t over the same deltas gave [-1.8, +5.9]): the t interval is the one to read.

@@ -1,4 +1,4 @@
-"""One complete run timed as a user pays for it (issue 11, deliverable 6): the wall time of one `recipe.py --arm
+"""One complete run timed as a user pays for it: the wall time of one `recipe.py --arm
 ets,gmts` process from start to exit, i.e. model loading, the 3 base evaluations, the ETS and GMTS arms (40 steps
 each, every compilation included) and their full-test evaluations, in a results directory of its own (refused when
 it already holds the run or cached base evaluations: reusing them would time an incomplete run).

@@ -1,4 +1,4 @@
-"""The cost of one experiment on one H200 (issue 11, deliverables 5 and 6), from measurements already committed.
+"""The cost of one experiment on one H200, from measurements already committed.
 
 Why a script: every real-model row it puts in bench/results-h200.json is recomputed from the committed file it names
 (its `source`), so tests/test_bench_costs.py fails on a hand-edited number. It reads:
@@ -16,7 +16,7 @@ Why a script: every real-model row it puts in bench/results-h200.json is recompu
   in a results directory of their own (no cached base evaluations), with the speed options they ran with and, where
   the run recorded it, the time it spent compiling (torch.compile's, summed over its phases) and each arm's first step.
 
-Which arms shared a GPU with another arm is bench/scaling.py's RUNS (a fact of the stretch logs); their times are kept
+Which arms shared a GPU with another arm is bench/scaling.py's RUNS (a fact of the H200 run logs); their times are kept
 as rows but left out of the medians. A complete run (3 base evaluations, ETS and GMTS arms of 40 steps with their
 full-test evaluations) is estimated per cell that ran ETS and GMTS alone: the arms' wall minutes (training +
 evaluation, not the process start) plus 3 base evaluations, each estimated as the mean of the cell's ETS and GMTS
@@ -41,7 +41,7 @@ from train_log import median_step_s  # noqa: E402 - the median step after the co
 from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once there
 
 SHARED = set(RUNS["shared"])  # (cell, arm) pairs that ran two arms on one GPU
-TARGETS = {"step_s": 1.5, "full_test_s": 45.0, "complete_run_min": 5.0}  # issue 11
+TARGETS = {"step_s": 1.5, "full_test_s": 45.0, "complete_run_min": 5.0}  # the targets set for one experiment's cost
 
 
 def _source(path: Path, root: Path) -> str:
@@ -128,7 +128,7 @@ def complete_run_rows(path: Path, root: Path) -> tuple[dict | None, list[dict]]:
     source = _source(path, root)
     compiling = {} if d.get("compile_s") is None else {
         "compile_gpu_minutes": d["compile_s"] / 60 * d["gpus"], "first_step_s": d["first_step_s"]}
-    # files from before complete_run.py recorded its compile cache ran on a fresh machine (stretch h): cold
+    # files from before complete_run.py recorded its compile cache ran on a fresh machine (2026-11-30, the first timed run): cold
     cache = "warm" if d.get("compile_cache", {}).get("warm") else "cold"
     row = {"model": d["model"], "rows": d["rows"], "gpu_minutes": d["gpu_minutes"], "wall_s": d["wall_s"], **compiling,
            "compile_cache": cache, **options, "source": source,
@@ -214,7 +214,7 @@ HEADERS = ("grouped attention off", "on", "all levers", "all + matmul kernel", "
 
 def levers(row: dict) -> str | None:
     """Which column a row belongs to: grouped attention off; on; on with deferred stop and gradient checkpointing
-    off (every lever of issue 11); those with the two-matmul decode kernel; those with the compiled decode loop
+    off (every speed lever); those with the two-matmul decode kernel; those with the compiled decode loop
     (`generation_decode_loop: compiled_step`); those with the decoder layers compiled for the update too
     (`training_compile`). Each of those columns adds its switch to the one before. The last column is the compiled
     decode loop with its decoder layers as nested compile regions (`generation_compile_regions`, training compile
@@ -264,7 +264,7 @@ def estimated_complete_run_min(step: dict, evaluation: dict) -> float:
 
 
 def table(results: dict) -> str:
-    """Off / on columns: medians (and ranges) of the rows that ran alone on their GPU; targets from issue 11."""
+    """Off / on columns: medians (and ranges) of the rows that ran alone on their GPU; targets from TARGETS."""
     alone = [r for r in results["e2e"] if r.get("arms_per_gpu") == 1 and r["rows"] == 64]
     bench = [r for r in results["e2e"] if r.get("measured_by") == "bench/step.py" and r["rows"] == 64]
     batch = [r for r in results["evaluation"] if r.get("measured_by", "").startswith("bench/step.py")

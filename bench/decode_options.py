@@ -1,4 +1,4 @@
-"""Evaluation decoding with one speed option off and on, on real GSM8K prompts (issue 11).
+"""Evaluation decoding with one speed option off and on, on real GSM8K prompts.
 
 One fast evaluation batch (`eval.generate_samples`, fast=True: merged adapter, static cache, compiled decoding on a
 GPU) of --rows samples, timed after a warm-up call that pays the compilation, with the option off and then on. Same

@@ -1,24 +1,24 @@
-"""Two GPUs, three ways, from the step times the runs logged themselves (issue 12).
+"""Two GPUs, three ways, from the step times the runs logged themselves.
 
 Every paper-config step (configs/qwen.yaml: Qwen2.5-Coder-1.5B-Instruct, GSM8K, 64 rollouts x <= 256 tokens) logs
 `step_time`; this script reads them from committed files and compares, at the same global batch:
 
-- alone: one arm per H200 (`sweep.py --gpus 0,1`, the stretch of results/qwen/logs/sweep-2026-11-30.log);
-- shared: two arms on each H200 (`--gpus 0,0` and `1,1`, results/qwen/logs/stretch-2026-11-30b.log);
+- alone: one arm per H200 (`sweep.py --gpus 0,1`, the run of results/qwen/logs/sweep-2026-11-30.log);
+- shared: two arms on each H200 (`--gpus 0,0` and `1,1`, results/qwen/logs/h200-2026-11-30b.log);
 - alone, grouped: one arm per H200 again, after grouped-query decoding (attention.py) and static compile shapes
-  (results/qwen/logs/stretch-2026-11-30c.log, and 1.5e-4 seeds 18-19 of stretch-2026-11-30d.log); the three ways
+  (results/qwen/logs/h200-2026-11-30c.log, and 1.5e-4 seeds 18-19 of h200-2026-11-30d.log); the three ways
   above ran before them, so they compare with each other;
 - data parallel: one arm over two H200s (`accelerate launch --num_processes 2`, 32 rollouts per device and no
   accumulation, so 64 per step as above; bench/logs/h200x2-accelerate-2proc.log). Stopped after 12 steps: its
   evaluation is the same code as an arm's.
 - data parallel, grouped: the same after grouped-query decoding, end to end (ETS then GMTS in one process pair,
-  fresh base evaluations on the main process, results/qwen-accelerate/; stretch d).
+  fresh base evaluations on the main process, results/qwen-accelerate/; 2026-11-30d).
 
 What does not scale: bench/step.py's profile of one process's share (32 rows per step, no accumulation:
 bench/step-profile-h200-rows32.json) beside the 64-row step on one GPU (bench/step-profile-h200-on.json), part by part.
 
 The first step of each run compiles and is left out of its median. Which run was alone and which shared is a fact of
-the stretch (the logs above), written here once as RUNS.
+the runs (the logs above), written here once as RUNS.
 
     python bench/scaling.py              # writes bench/scaling-h200.json and prints the table
     python bench/scaling.py --markdown   # the README's table (read-only: from the results file)
@@ -47,7 +47,7 @@ RUNS = {
     "alone_grouped": [(f"paper-lr0.0001-s{seed}", arm) for seed in (19, 20, 21) for arm in ("ets", "gmts", "grpo")]
                      + [("paper-lr0.00015-s17", "ets"), ("paper-lr0.00015-s17", "gmts"), ("paper-lr5e-05-s17", "ets"),
                         ("paper-lr5e-05-s17", "gmts"), ("paper-lr5e-05-s17", "grpo"), ("paper-lr2e-05-s17", "grpo")]
-                     + [(f"paper-lr0.00015-s{seed}", arm) for seed in (18, 19) for arm in ("ets", "gmts")],  # stretch d
+                     + [(f"paper-lr0.00015-s{seed}", arm) for seed in (18, 19) for arm in ("ets", "gmts")],  # 2026-11-30d
     "data_parallel_grouped": [("results/qwen-accelerate/paper-lr0.0001-s17", "ets"),
                               ("results/qwen-accelerate/paper-lr0.0001-s17", "gmts")],
 }

@@ -227,7 +227,7 @@ def test_committed_rows_are_recomputed_from_the_committed_files():
 
 
 def test_every_row_says_model_rows_and_time():
-    """Deliverable 5: e2e rows have model, rows, total_s (None only for a failed option); evaluation rows model,
+    """The step rows: e2e rows have model, rows, total_s (None only for a failed option); evaluation rows model,
     samples, seconds; the random-weight rows say so in their model."""
     results = json.loads(RESULTS.read_text())
     for r in results["e2e"]:

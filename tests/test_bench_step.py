@@ -68,7 +68,7 @@ def test_eval_first_evaluates_a_fresh_base_model_before_training(tmp_path):
 
 
 def test_the_compiled_decode_loop_and_training_compile_are_measured_and_recorded(tmp_path):
-    """The next lease's A/B: with both options the step, its generation (entropy from the loop) and the evaluation
+    """The A/B of the next GPU run: with both options the step, its generation (entropy from the loop) and the evaluation
     (decode steps counted through the loop, which never calls model.generate) are all measured."""
     assert step.main(["--small", "--steps", "2", "--generation_decode_loop", "compiled_step", "--training_compile",
                       "true", "--out", str(tmp_path)]) == 0

@@ -112,7 +112,7 @@ def test_verdicts_need_the_same_evidence_in_both_directions():
     # a dip with only one of the two pieces of evidence is a flag, not a verdict
     assert check.verdict({"delta": -0.10, "low": -0.2, "high": 0.01}, floor) == ("flat", ["dip"])  # CI covers 0
     assert check.verdict({"delta": -0.04, "low": -0.06, "high": -0.01}, floor) == ("flat", ["dip"])  # within floor
-    assert check.verdict({"delta": -0.02, "low": -0.05, "high": 0.01}, 0.01) == ("flat", ["dip"])  # issue 9.11's dip
+    assert check.verdict({"delta": -0.02, "low": -0.05, "high": 0.01}, 0.01) == ("flat", ["dip"])  # a dip
     assert check.verdict({"delta": -0.01, "low": -0.05, "high": 0.03}, floor) == ("flat", [])
 
 

@@ -71,7 +71,7 @@ def test_pooled_recovers_a_constant_shift(seed, shift, n_seeds):
 @settings(max_examples=15, deadline=None)
 @given(st.integers(0, 10**6))
 def test_seed_spread_widens_the_pooled_interval_beyond_the_task_bootstrap(seed):
-    """Seeds whose deltas swing +-3 points (issue 10's two seeds): the one-level bootstrap over the seed-averaged
+    """Seeds whose deltas swing +-3 points (two seeds of the first grid): the one-level bootstrap over the seed-averaged
     task scores cannot see it; the two-level interval must be wider, and wider than without the swing."""
     rng = np.random.default_rng(seed)
     b = per_seed(rng, 4, 120)

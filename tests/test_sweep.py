@@ -425,7 +425,7 @@ def trees(tmp_path: Path) -> tuple[Path, Path, Path]:
     tree_cell(incoming, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.6}, seed=2, base_seed=7)
     tree_cell(incoming, "paper-lr0.0002-s1", {"grpo": 0.4}, seed=4, base_seed=7)
     for name in ("paper-lr0.0001-s1-ets.log", "paper-lr0.0001-s1-ets+gmts.log", "paper-lr0.0001-s2-ets+gmts.log",
-                 "paper-lr0.0001-s20-ets.log", "stretch.log"):
+                 "paper-lr0.0001-s20-ets.log", "h200-run.log"):
         write_log(incoming, name, "incoming")
     return grid_path, local, incoming
 
