@@ -260,7 +260,7 @@ def test_generate_samples_keeps_prompt_order_across_length_sorting(monkeypatch, 
     prompts = [[{"role": "user", "content": c}] for c in contents]
     echo = lambda input_ids, attention_mask: _echo_reversed(input_ids, attention_mask, tok.pad_token_id)  # noqa: E731
     if loop == "transformers":
-        monkeypatch.setattr(model, "generate", lambda input_ids, attention_mask, generation_config: echo(
+        monkeypatch.setattr(model, "generate", lambda input_ids, attention_mask, generation_config, **kwargs: echo(
             input_ids, attention_mask))
     else:
         monkeypatch.setattr(decode_loop, "sample_with_config", lambda model, input_ids, attention_mask, *args,
