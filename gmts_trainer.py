@@ -109,12 +109,13 @@ from transformers.utils import logging
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from attention import KERNELS
-from decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, check_supported_config, noise_keys,
-                         resolved_generation_config, sample_with_config, token_entropy, train_stream)
-from decoding import decoding_options
-from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, select_top_fraction,
-                       selection_stats, update_cosine)
+from gmts_recipe.generation.attention import KERNELS
+from gmts_recipe.generation.decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, check_supported_config,
+                                                noise_keys, resolved_generation_config, sample_with_config,
+                                                token_entropy, train_stream)
+from gmts_recipe.generation.decoding import decoding_options
+from gmts_recipe.selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores,
+                                   select_top_fraction, selection_stats, update_cosine)
 
 logger = logging.get_logger(__name__)
 

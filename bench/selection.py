@@ -143,7 +143,7 @@ def old_method_entropy(trainer, batch) -> torch.Tensor:
 
 def one_update(trainer, batch, variant: str) -> None:
     """Scoring (when the variant needs it), selection and the optimizer step for one generation batch."""
-    from selection import ets_scores, select_top_fraction
+    from gmts_recipe.selection import ets_scores, select_top_fraction
 
     inputs = dict(batch)
     if variant == "old":
@@ -268,7 +268,7 @@ def accuracy(trainer, batch, device) -> dict:
 
 def gmts_top_fifth(entropy: torch.Tensor, batch) -> torch.Tensor:
     """GMTS's batch-wide top 20% of a batch's completion tokens, on-policy (omega = advantage), for this entropy."""
-    from selection import gmts_scores, select_top_fraction
+    from gmts_recipe.selection import gmts_scores, select_top_fraction
 
     omega = batch["advantages"].unsqueeze(1).expand_as(entropy)  # (B, T)
     return select_top_fraction(gmts_scores(entropy, omega), batch["completion_mask"].bool(), 0.2)

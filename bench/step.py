@@ -569,7 +569,7 @@ def training_generation_profile(trainer, clock: StepClock, device, lengths: list
 def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int, list[int]]:
     """The prompts of the full evaluation's first batch (its longest: eval.generate_samples sorts longest first and
     pads each batch to one size), that batch's row count, and every held-out prompt's length in tokens."""
-    from data import system_prompt, to_prompt
+    from gmts_recipe.data import system_prompt, to_prompt
 
     prompt = system_prompt(recipe_args.system_prompt)
     prompts = [to_prompt(t["question"], prompt) for t in heldout]
@@ -583,7 +583,7 @@ def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int, lis
 
 def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: list[int]) -> dict:
     """One batch of eval.generate_samples as the recipe calls it (recipe.Run._evaluate's settings)."""
-    import eval as evaluation_module
+    from gmts_recipe import eval as evaluation_module
     from recipe import sampling
 
     from gmts_trainer import compile_cache_length
@@ -593,7 +593,7 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
     decode_steps: list[int] = []
     generate = model.generate
 
-    import decode_loop
+    from gmts_recipe.generation import decode_loop
     sample_with_config = decode_loop.sample_with_config  # what generate_samples calls with decode_loop compiled_step
 
     def counted_generate(*args, **kwargs):  # the decode steps of each call: output width minus prompt width

@@ -7,8 +7,8 @@ import torch
 from peft import LoraConfig
 
 from gmts_trainer import GMTSConfig, GMTSTrainer
-from selection import gmts_omega as selection_gmts_omega
-from selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
+from gmts_recipe.selection import gmts_omega as selection_gmts_omega
+from gmts_recipe.selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
 from tiny import digit_reward, prepared_batch, tiny_dataset, tiny_model, tiny_tokenizer
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])

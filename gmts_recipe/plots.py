@@ -1,6 +1,6 @@
 """curves.png: one figure that a reader understands without the README.
 
-    python plots.py results/quickstart-cpu/results.json        # redraw curves.png next to a results file
+    python -m gmts_recipe.plots results/quickstart-cpu/results.json    # redraw curves.png next to a results file
 
 Panel 1 is the answer (held-out pass@1 of the base model and of every trained arm, with the 95% paired interval of
 each arm's gain over the base and its verdict); the other panels are the training curves behind it. Fractions are

@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from rewards import math_equal_reward
-from stats import hack_scan, pass_at_1
+from gmts_recipe.rewards import math_equal_reward
+from gmts_recipe.stats import hack_scan, pass_at_1
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -106,8 +106,8 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     import torch
     from tqdm.auto import tqdm
 
-    from decode_loop import EVAL_STREAM, noise_keys, sample_with_config
-    from decoding import decoding_options
+    from gmts_recipe.generation.decode_loop import EVAL_STREAM, noise_keys, sample_with_config
+    from gmts_recipe.generation.decoding import decoding_options
     from gmts_trainer import compile_cache_length, merged_lora, without_input_grad_hooks
 
     sampling = sampling or Sampling(temperature=temperature)
@@ -165,7 +165,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
 
 def _check_sampling_noise(sampling_noise: str, compiled_step: bool) -> bool:
     """Whether the compiled step samples with the "counter" noise (an unknown name is refused in one line)."""
-    from decode_loop import SAMPLING_NOISES
+    from gmts_recipe.generation.decode_loop import SAMPLING_NOISES
 
     if sampling_noise not in SAMPLING_NOISES:
         raise ValueError(f"unknown sampling_noise {sampling_noise!r}: use one of {', '.join(SAMPLING_NOISES)}")
@@ -174,7 +174,7 @@ def _check_sampling_noise(sampling_noise: str, compiled_step: bool) -> bool:
 
 def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool:
     """Whether `generate_samples` decodes through `decode_loop.sample`; what it cannot do is refused, in one line."""
-    from decode_loop import DECODE_LOOPS, check_supported
+    from gmts_recipe.generation.decode_loop import DECODE_LOOPS, check_supported
 
     if decode_loop not in DECODE_LOOPS:
         raise ValueError(f"unknown decode_loop {decode_loop!r}: use one of {', '.join(DECODE_LOOPS)}")
@@ -189,7 +189,7 @@ def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool
 
 def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:
     """Per-task records: the task's index and hash, one 0/1 score per sample, and the sample lengths."""
-    from data import task_hash
+    from gmts_recipe.data import task_hash
 
     records = []
     for task, outs in zip(tasks, samples, strict=True):
@@ -208,8 +208,8 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds"}."""
     import time
 
-    from data import system_prompt as resolve_prompt
-    from data import to_prompt
+    from gmts_recipe.data import system_prompt as resolve_prompt
+    from gmts_recipe.data import to_prompt
 
     t0 = time.perf_counter()
     prompts = [to_prompt(t["question"], resolve_prompt(system_prompt)) for t in tasks]
