@@ -99,9 +99,8 @@ import contextlib
 import copy
 import functools
 import hashlib
-import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, TrainerCallback
@@ -111,11 +110,13 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from gmts_recipe.generation.attention import KERNELS
 from gmts_recipe.generation.decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, check_supported_config,
-                                                noise_keys, resolved_generation_config, sample_with_config,
-                                                token_entropy, train_stream)
+                                                noise_keys, resolved_generation_config, token_entropy, train_stream)
 from gmts_recipe.generation.decoding import decoding_options
+from gmts_recipe.generation.fast import (compile_cache_length, drop_duplicate_input_grad_hooks, generate_replaced,
+                                         merged_lora, static_compile_config, with_decode_loop, without_input_grad_hooks)
 from gmts_recipe.selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores,
                                    select_top_fraction, selection_stats, update_cosine)
+from gmts_recipe.training_speed import layer_forwards, lora_autocast_blockers, lora_input_casting, repeated_layers
 
 logger = logging.get_logger(__name__)
 
@@ -130,8 +131,6 @@ SELECTION_NORMALIZERS = ("all_tokens", "kept_tokens")
 ENTROPY_SOURCES = ("auto", "scoring_pass")
 PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: undoes the selection
 PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] (+ KL) is the gradient coefficient
-COMPILE_CACHE_BUCKET = 256  # static KV cache length granularity with generation_compile (one compile per bucket)
-TRAINING_COMPILE_BACKEND = "inductor"  # torch.compile backend of training_compile (tests: "aot_eager")
 
 
 @dataclass
@@ -239,7 +238,7 @@ class GMTSConfig(GRPOConfig):
                           "float32, which autocast then copies back (two elementwise copies per LoRA layer in the "
                           "forward, the checkpoint recompute and the backward). Same numbers: bf16 -> float32 -> bf16 "
                           "is exact. Engages only with autocast and plain LoRA Linear layers without dropout "
-                          "(gmts_trainer.lora_autocast_blockers); false: PEFT's cast, for comparison."},
+                          "(training_speed.lora_autocast_blockers); false: PEFT's cast, for comparison."},
     )
     training_compile: bool = field(
         default=False,
@@ -403,25 +402,6 @@ def check_decode_loop_generation(model: torch.nn.Module, config: GenerationConfi
                          f"generation_config): {err}") from None
 
 
-def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_to_multiple_of: Any) -> int:
-    """Static KV cache length for a generation batch, rounded up to `COMPILE_CACHE_BUCKET`: transformers keeps the
-    largest length seen, so the compiled decoder sees a new shape (and recompiles) only when a bucket is outgrown."""
-    longest = max((len(p) for p in prompt_ids), default=0)
-    if isinstance(pad_to_multiple_of, int) and pad_to_multiple_of > 1:
-        longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
-    return -(-(longest + max_new_tokens) // COMPILE_CACHE_BUCKET) * COMPILE_CACHE_BUCKET
-
-
-def static_compile_config():
-    """transformers' compile settings for decoding, with static shapes: its default (`dynamic=None`) recompiles the
-    decoder with symbolic shapes the second time it sees another shape (the training's 64 rows, then the evaluation's
-    880, or a second cache bucket), and every later call then runs the generic kernels. With `dynamic=False` each
-    shape gets its own graph (a few per process), the first call of each paying its compilation."""
-    from transformers import CompileConfig
-
-    return CompileConfig(dynamic=False)
-
-
 class _EntropyRecorder(LogitsProcessor):
     """Records the entropy of softmax(logits / T) at each decoding step, and changes nothing.
 
@@ -451,208 +431,6 @@ class _EntropyRecorder(LogitsProcessor):
         return ent[:, :width]
 
 
-@contextlib.contextmanager
-def merged_lora(model: torch.nn.Module):
-    """Generate with the LoRA adapter folded into the base weights, then restore the base weights bit for bit.
-
-    PEFT's unmerge subtracts the delta again, which in bf16 does not give back the original weights: repeated every
-    step it would slowly rewrite the frozen model. A copy of the adapted weights avoids that.
-    """
-    from peft.tuners.lora import LoraLayer
-
-    layers = [m for m in model.modules() if isinstance(m, LoraLayer) and not m.merged]
-    with torch.no_grad():
-        backup = [m.get_base_layer().weight.detach().clone() for m in layers]
-        for m in layers:
-            m.merge()
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for m, weight in zip(layers, backup):
-                m.get_base_layer().weight.copy_(weight)
-                m.merged_adapters.clear()
-
-
-def lora_autocast_blockers(model: torch.nn.Module, autocast_dtype: torch.dtype | None) -> list[str]:
-    """Why PEFT's cast of LoRA inputs cannot be skipped with these settings ([]: it can, with the same numbers).
-
-    A plain `lora.Linear` casts its input to the adapter's dtype and then calls `lora_A`, an nn.Linear that autocast
-    casts to `autocast_dtype` anyway: from bf16/fp16 activations through float32 (which holds them exactly) to the
-    autocast dtype is the same single rounding as going there directly, and the backward's casts of the gradient
-    are exact too. That needs autocast (without it the float32 adapter would meet a bf16 input), adapters in float32 or
-    in the autocast dtype (a narrower adapter dtype would round twice), no LoRA dropout (its mask is drawn on the
-    cast input, whose dtype it could depend on), no variant (DoRA and others use the input outside autocast's linear),
-    and no other tuner layer (their forwards are not this one). Bit for bit on CPU, with and without checkpointing
-    (tests/test_lora_autocast.py).
-    """
-    from peft.tuners.lora.layer import Linear as LoraLinear
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    if autocast_dtype not in (torch.bfloat16, torch.float16):
-        return ["no bf16/fp16 autocast in training"]
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
-    if not layers:
-        return ["not a PEFT model with adapter layers"]
-    reasons = set()
-    for m in layers:
-        if type(m) is not LoraLinear:
-            reasons.add(f"{type(m).__name__} is not a plain LoRA Linear layer")
-            continue
-        if m.lora_variant:
-            reasons.add(f"a LoRA variant ({', '.join(sorted({type(v).__name__ for v in m.lora_variant.values()}))})")
-        if any(not isinstance(d, torch.nn.Identity) for d in m.lora_dropout.values()):
-            reasons.add("lora_dropout > 0")
-        dtypes = {a.weight.dtype for a in m.lora_A.values()}
-        if dtypes - {torch.float32, autocast_dtype}:
-            names = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
-            reasons.add(f"adapter weights in {names}, neither float32 nor the autocast dtype")
-    return sorted(reasons)
-
-
-@contextlib.contextmanager
-def lora_input_casting(model: torch.nn.Module, enabled: bool):
-    """Set PEFT's `cast_input_dtype_enabled` on every adapter layer for the block, then restore each layer's own value.
-
-    `peft.helpers.disable_input_dtype_casting` sets the same switch, to False only; generation inside a training step
-    (no autocast there) needs it back on.
-    """
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
-    saved = [m.cast_input_dtype_enabled for m in layers]
-    for m in layers:
-        m.cast_input_dtype_enabled = enabled
-    try:
-        yield
-    finally:
-        for m, value in zip(layers, saved):
-            m.cast_input_dtype_enabled = value
-
-
-def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The decoder layers: the children of each outermost ModuleList whose children share one class (accelerate's
-    `is_repeated_blocks`, the regions its `compile_regions` compiles)."""
-    from accelerate.utils.other import is_repeated_blocks
-
-    lists = [(name, m) for name, m in model.named_modules() if is_repeated_blocks(m)]
-    return [layer for name, m in lists if not any(name.startswith(f"{other}.") for other, _ in lists) for layer in m]
-
-
-@functools.cache
-def compiled_forward(layer_class: type, backend: str) -> Callable:
-    """One compiled forward per layer class and backend in the process, shared by every layer (parameters are graph
-    inputs) and by every trainer built later (the arms of a run, a sweep's cells), so each graph compiles once.
-
-    Per-layer `torch.compile` of the forward, not accelerate's `compile_regions` or the Trainer's dynamo plugin: those
-    return a new module tree that `accelerator.unwrap_model` (TRL's way to the generation model) keeps compiled, so
-    generation and the no-grad scoring passes would run it too, nested inside transformers' compiled decoding; they
-    also compile every other leaf module and wrap the layer's `__call__`, tracing gradient checkpointing itself. A
-    compiled forward set on the layer instance only inside `training_step` (`layer_forwards`) leaves generation,
-    the state dict and transformers' eager checkpoint wrapper (which recomputes through the same compiled forward) as
-    they are. `dynamic=True`: compiled with symbolic shapes at the first step, which every later length reuses; with
-    `dynamic=None` the first shape compiled static and the second once more symbolic: on the H200 that second compile
-    cost a whole step ~19 s (bench/step-profile-h200-decode-loop-compile.json, step 2).
-
-    One graph for every layer: with grad enabled, a layer input that does not require grad (layer 0's, the frozen
-    embeddings' output under LoRA without gradient checkpointing, whose hook `make_inputs_require_grads` does the same)
-    enters as a view that does, so layer 0 hits the graph of layers 1..n-1 instead of failing dynamo's requires_grad
-    guard and compiling its own forward and backward (on the H200: two compiles of the 28-layer model's layer). The
-    LoRA gradients are unchanged; the cost is layer 0's input gradient, which nobody reads: the backward through its
-    q, k, v, gate and up projections' frozen weights and its input norm, for Qwen2.5-1.5B 2 x 1536 x 19968 ~ 61 MFLOP
-    per token, ~1% of the update's forward + backward (28 layers and the head: ~6.2 GFLOP per token)."""
-    compiled = torch.compile(layer_class.forward, backend=backend, dynamic=True)
-
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        if torch.is_grad_enabled() and not hidden_states.requires_grad:
-            hidden_states = hidden_states.detach().requires_grad_()  # a view of the same storage: no copy
-        return compiled(self, hidden_states, *args, **kwargs)
-
-    return forward
-
-
-@contextlib.contextmanager
-def layer_forwards(layers: list[torch.nn.Module], compiled: bool):
-    """Run `layers` through `compiled_forward` (compiled=True, with `TRAINING_COMPILE_BACKEND`) or their class's own
-    forward for the block, then give each layer back the forward it had (nested blocks: generation inside a compiled
-    training step runs eagerly)."""
-    saved = [layer.__dict__.get("forward") for layer in layers]
-    for layer in layers:
-        if compiled:
-            layer.forward = types.MethodType(compiled_forward(type(layer), TRAINING_COMPILE_BACKEND), layer)
-        else:
-            layer.__dict__.pop("forward", None)
-    try:
-        yield
-    finally:
-        for layer, forward in zip(layers, saved):
-            if forward is None:
-                layer.__dict__.pop("forward", None)
-            else:
-                layer.forward = forward
-
-
-def _input_grad_hook_keys(emb: torch.nn.Module) -> list[int]:
-    """The forward-hook ids of transformers' `make_inputs_require_grads` on an embedding, oldest first (by name)."""
-    return [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
-
-
-@contextlib.contextmanager
-def without_input_grad_hooks(model: torch.nn.Module):
-    """Lift transformers' `make_inputs_require_grads` hooks off the input embeddings while generating.
-
-    Gradient checkpointing with an adapter registers them so that checkpointed layers see an input that requires grad.
-    Under no_grad they do nothing, but `requires_grad_` is a graph break for torch.compile: with them on, the compiled
-    decoding step is split in two graphs. Matched by name; a renamed hook stays on (slower, still correct).
-    """
-    emb = model.get_input_embeddings()
-    lifted = {k: emb._forward_hooks[k] for k in _input_grad_hook_keys(emb)}
-    for k in lifted:
-        del emb._forward_hooks[k]
-    try:
-        yield
-    finally:
-        emb._forward_hooks.update(lifted)
-
-
-def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
-    """Keep one `make_inputs_require_grads` hook on the input embeddings. TRL turns gradient checkpointing off and on
-    around every generation; transformers' enable registers another hook each time, and for a PEFT-wrapped model its
-    disable removes none, so without this the hooks pile up, one more per step, each run by every forward."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    emb = model.get_input_embeddings()
-    keys = _input_grad_hook_keys(emb)
-    current = {h.id for h in getattr(base, "_require_grads_hooks", None) or []}
-    keep = next((k for k in keys if k in current), keys[-1] if keys else None)  # the one transformers would remove
-    for k in keys:
-        if k != keep:
-            del emb._forward_hooks[k]
-
-
-@contextlib.contextmanager
-def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None,
-                     compile_regions: bool = False, keys: torch.Tensor | None = None):
-    """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
-    with decode_loop.sample_with_config, compiled on CUDA (`compile_regions`: its decoder layers as nested compile
-    regions); the recorder, if any, takes the entropy computed inside the step. Other inputs (a VLM's pixel values)
-    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`rollout_noise_keys`)."""
-
-    def generate(input_ids, attention_mask, generation_config, **other):
-        if other:
-            raise ValueError(f"generation_decode_loop='compiled_step' decodes token ids only, not {', '.join(other)}; "
-                             f"use generation_decode_loop='transformers'.")
-        out = sample_with_config(model, input_ids, attention_mask, generation_config, cache_len,
-                                 return_entropy=recorder is not None, compile_regions=compile_regions,
-                                 noise_keys=keys)
-        if recorder is None:
-            return out
-        recorder.take(out[1])
-        return out[0]
-
-    with generate_replaced(model, generate):
-        yield
-
-
 def completion_digest(token_ids: list[int]) -> str:
     """8 hex digits naming a completion's token ids: equal completions, equal digests (different ones collide with
     probability 2^-32)."""
@@ -671,17 +449,6 @@ def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
     with generate_replaced(model, functools.partial(model.generate,
                                                     logits_processor=LogitsProcessorList([processor]))):
         yield
-
-
-@contextlib.contextmanager
-def generate_replaced(model: torch.nn.Module, generate: Callable):
-    """`model.generate` is `generate` inside the block (an instance attribute over the class method), then the class
-    method again."""
-    model.generate = generate
-    try:
-        yield
-    finally:
-        del model.generate  # drop the instance attribute: the class method shows through again
 
 
 class UpdateCosine(TrainerCallback):

@@ -393,7 +393,7 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int, optio
     static cache, which makes transformers compile the decoding step with CUDA graphs (reduce-overhead).
     Each option is then profiled over 16 new tokens: CUDA kernels and GPU busy time per token step against the wall
     time, and the host-side operations that take the most time."""
-    from gmts_trainer import merged_lora, without_input_grad_hooks
+    from gmts_recipe.generation.fast import merged_lora, without_input_grad_hooks
 
     trainer = make_trainer(cfg, device, rows, new_tokens, token_selection="gmts")
     model = trainer.accelerator.unwrap_model(trainer.model)

@@ -499,7 +499,7 @@ def counters_delta(before: dict, after: dict) -> dict:
 def static_cache_length(trainer, prompt_ids: list[list[int]]) -> int | None:
     """The static KV cache length GMTSTrainer._generate_single_turn decodes these prompts with (generation_compile or
     generation_decode_loop="compiled_step"), None where generation has no static cache."""
-    from gmts_trainer import compile_cache_length
+    from gmts_recipe.generation.fast import compile_cache_length
 
     args = trainer.args
     if not (args.generation_compile or getattr(args, "generation_decode_loop", None) == "compiled_step"):
@@ -522,14 +522,14 @@ def generation_length(trainer, new_tokens: int):
 @contextlib.contextmanager
 def cache_length_of(max_new_tokens: int):
     """eval.generate_samples with fewer new tokens but the static cache of a `max_new_tokens` call (no recompile)."""
-    import gmts_trainer
+    from gmts_recipe.generation import fast
 
-    original = gmts_trainer.compile_cache_length
-    gmts_trainer.compile_cache_length = lambda prompts, _, pad: original(prompts, max_new_tokens, pad)
+    original = fast.compile_cache_length
+    fast.compile_cache_length = lambda prompts, _, pad: original(prompts, max_new_tokens, pad)
     try:
         yield
     finally:
-        gmts_trainer.compile_cache_length = original
+        fast.compile_cache_length = original
 
 
 # ---------------------------------------------------------------------------- the parts of the run
@@ -586,7 +586,7 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
     from gmts_recipe import eval as evaluation_module
     from recipe import sampling
 
-    from gmts_trainer import compile_cache_length
+    from gmts_recipe.generation.fast import compile_cache_length
 
     prompts, batch_rows, prompt_lengths = first_batch_prompts(recipe_args, tok, heldout)
     k, new_tokens = recipe_args.eval_samples, recipe_args.eval_max_new_tokens
@@ -664,7 +664,7 @@ def dtypes(trainer, train_args) -> dict:
     """Where a float32 matmul could hide: parameter dtypes, the merged weights as generation merges them, the head."""
     from peft.tuners.lora import LoraLayer
 
-    from gmts_trainer import merged_lora
+    from gmts_recipe.generation.fast import merged_lora
 
     model = trainer.accelerator.unwrap_model(trainer.model)
     count: dict[str, int] = {}

@@ -45,7 +45,7 @@ def _generation_config(model, tokenizer, sampling: Sampling, max_new_tokens: int
         config.cache_implementation = "static"
         config.max_cache_len = cache_len
     if compile_decoding:
-        from gmts_trainer import static_compile_config
+        from gmts_recipe.generation.fast import static_compile_config
 
         config.compile_config = static_compile_config()  # the training decoder's settings: one graph per shape
     return config
@@ -108,7 +108,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
 
     from gmts_recipe.generation.decode_loop import EVAL_STREAM, noise_keys, sample_with_config
     from gmts_recipe.generation.decoding import decoding_options
-    from gmts_trainer import compile_cache_length, merged_lora, without_input_grad_hooks
+    from gmts_recipe.generation.fast import compile_cache_length, merged_lora, without_input_grad_hooks
 
     sampling = sampling or Sampling(temperature=temperature)
     compiled_step = _check_decode_loop(decode_loop, fast, sampling)

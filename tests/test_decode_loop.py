@@ -398,7 +398,7 @@ def test_the_step_view_is_the_plain_model_samples_the_same_and_is_undone_on_an_e
     at the same seed."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    from gmts_trainer import merged_lora
+    from gmts_recipe.generation.fast import merged_lora
 
     tok = tiny_tokenizer()
     peft_model = trained_peft_model(tok)
@@ -489,7 +489,7 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     (Run._evaluate -> eval.evaluate_pass_at_1 -> generate_samples) and the trainer's generation (with_decode_loop)
     pass it on to decode_loop.sample."""
     from gmts_recipe import eval as evaluation
-    import gmts_trainer
+    from gmts_recipe.generation import fast
     import recipe
     from test_decoding import evaluation_options
     from test_trainer import make_config
@@ -517,9 +517,9 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     assert calls and calls[0]["compile_regions"] is True
 
     calls = []
-    monkeypatch.setattr(gmts_trainer, "sample_with_config", lambda *a, **kw: calls.append(kw) or a[1])
+    monkeypatch.setattr(fast, "sample_with_config", lambda *a, **kw: calls.append(kw) or a[1])
     model = torch.nn.Linear(1, 1)
-    with gmts_trainer.with_decode_loop(model, 16, None, compile_regions=True):
+    with fast.with_decode_loop(model, 16, None, compile_regions=True):
         model.generate(input_ids=torch.zeros(1, 2, dtype=torch.long), attention_mask=None, generation_config=None)
     assert calls[0]["compile_regions"] is True
 
