@@ -1,6 +1,21 @@
-"""Training speed, same tokens: `training_step` with PEFT's cast of LoRA inputs turned off under autocast
+"""Training speed: `training_step` with PEFT's cast of LoRA inputs turned off under autocast
 (`lora_autocast_blockers`, `lora_input_casting`) and with the decoder layers compiled for the loss forward, the
 checkpoint recompute and the backward (`repeated_layers`, `compiled_forward`, `layer_forwards`).
+
+The trainer's options (`GMTSTrainer.training_step`):
+- Speed only, same numbers (`lora_autocast_inputs`, on by default): under bf16/fp16 autocast, `training_step` runs
+  with PEFT's cast of each LoRA layer's input to the adapter's float32 turned off (`lora_input_casting`), a copy that
+  autocast copies straight back, in the forward, the checkpoint recompute and the backward; generation, which runs
+  without autocast, keeps it, as do evaluation's forwards (`lora_autocast_blockers` says where it does not engage).
+- Optional (`training_compile`): `training_step` runs the loss forward, the checkpoint recompute and the backward
+  through the decoder layers compiled with torch.compile (regional compilation, `compiled_forward`), so inductor
+  fuses the elementwise work around the matrix products (norms, rotary, SiLU x mul, LoRA's scale and add, the
+  residual adds); generation and every no-grad scoring pass inside it run the layers' own forwards
+  (`layer_forwards`). Same tokens, other rounding in the update: in fp32 (CPU, inductor) log-probs move by ~5e-7;
+  under bf16 autocast the fused kernels keep intermediates in float32 that eager rounds to bf16 at every operation
+  (log-probs ~1e-3 apart on the tiny model). The first step pays the compilation (symbolic shapes from the start,
+  one graph for every layer: layer 0's input is made to require grad, ~1% more backward work); later steps, and
+  later trainers in the process, compile nothing.
 """
 
 from __future__ import annotations

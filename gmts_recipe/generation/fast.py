@@ -2,16 +2,46 @@
 `eval.generate_samples` put around transformers' `generate`. The static KV cache length of compiled decoding
 (`compile_cache_length`, `static_compile_config`), decoding with the LoRA adapter merged (`merged_lora`),
 transformers' input-grad hooks lifted while decoding and kept to one (`without_input_grad_hooks`,
-`drop_duplicate_input_grad_hooks`), and TRL's `generate` call served by decode_loop's compiled step
-(`with_decode_loop`). Same tokens (the compiled step: the same distribution), fewer kernels and host waits.
+`drop_duplicate_input_grad_hooks`), and TRL's `generate` call replaced inside a block (`generate_replaced`): served by
+decode_loop's compiled step (`with_decode_loop`), or with the trainer's entropy recorder added to its logits
+processors (`with_logits_processor`). Same tokens (the compiled step: the same distribution), fewer kernels and host
+waits.
+
+The trainer's generation options (`GMTSTrainer._generate_single_turn`):
+- Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
+  weights and restores the exact base weights afterwards.
+- Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
+  which TRL turns off with `disable_compile=True`. The cache is sized in buckets of `COMPILE_CACHE_BUCKET` tokens
+  so that prompts of another length reuse the compiled decoder instead of recompiling it every step, and compiled
+  with static shapes (`static_compile_config`).
+- Optional (`generation_grouped_attention`): decoding steps attend through `attention.grouped_sdpa_forward`, the
+  same attention without transformers' per-step copy of the key/value cache for every query head;
+  `generation_decode_kernel` "matmul" computes its folded call as two matrix products (eager's formulation).
+- Optional (`generation_deferred_stop`): on CUDA, decoding reads the all-rows-finished flag one step late
+  (`decoding.deferred_stop_check`: transformers' own mechanism, which it enables on mps only), so the host queues
+  the next token step while the GPU runs this one. Same tokens per call.
+- Optional (`generation_decode_loop="compiled_step"`): TRL's `generate` call is served by `decode_loop.sample`, the
+  whole token step (one-token forward on a static cache, sampling, bookkeeping) as one compiled graph, one CUDA-graph
+  replay per token on CUDA (eager elsewhere), inside the same context (merged LoRA, grouped attention and decode
+  kernel, the cache length of `compile_cache_length`; generation_compile's settings are generate's and go unused).
+  It samples softmax(logits / T) and stops at EOS or max_new_tokens, nothing else: any other setting of the config
+  generate would use (generation_kwargs, the checkpoint's generation_config) is refused at construction, never
+  dropped. Its sampler is torch.multinomial's own algorithm (argmax(p / Exp(1))), but compiled on CUDA it draws other
+  random numbers, so completions differ from generate's at the same seed: the same distribution (eager on the CPU
+  they are equal, tested). The entropy for the batch and group scopes is computed inside the step
+  (`decode_loop.token_entropy`, the recorder's formula) and handed to the recorder: source (a) of GMTSTrainer's
+  item 3, with no processor outside the graph. `generation_deferred_stop` is for generate: the loop never waits for
+  the GPU on its all-rows-finished flag anyway (a non-blocking copy read `decode_loop.CHECK_EVERY` steps later).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from gmts_recipe.generation.decode_loop import sample_with_config
 
@@ -121,6 +151,14 @@ def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyR
         return out[0]
 
     with generate_replaced(model, generate):
+        yield
+
+
+@contextlib.contextmanager
+def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
+    """Make every `model.generate` call inside the block run `processor` too (TRL builds the generate call itself)."""
+    with generate_replaced(model, functools.partial(model.generate,
+                                                    logits_processor=LogitsProcessorList([processor]))):
         yield
 
 
