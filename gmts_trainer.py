@@ -4,68 +4,10 @@ token_selection="entropy_nonzero_omega", ranks like ETS but puts every token who
 is 0 after every other: the same kept count without the slots that move nothing (on-policy with beta 0, the answers of
 a group with equal rewards), which separates GMTS's |advantage| weighting from its larger effective step.
 
-What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
-1. `get_high_entropy_mask` (TRL's own hook in `_compute_loss`, applied as `per_token_loss * mask`) returns our
-   selection. The trainer turns the hook on by setting `self.top_entropy_quantile = selection_ratio`.
-2. `_generate_and_score_completions`: after TRL has generated, scored and computed the advantages, the "batch" and
-   "group" scopes choose the kept tokens for the whole generation batch, across every process, and store the mask in
-   the batch as `selection_mask` (B, T). TRL's shuffle and split carry it with its rows into each microbatch.
-3. Entropy for those scopes comes, in order of preference, from (a) the generation itself: a logits processor records
-   the entropy of softmax(logits / temperature) at each decoding step, the very distribution the training forward
-   scores when num_iterations == 1, used only when every generation setting is on an allow-list that leaves
-   softmax(logits / T) as the sampled distribution before truncation (`settings_off_softmax`; anything else, e.g.
-   min_new_tokens, suppress_tokens or a checkpoint's own generation_config, falls back to (b) or (c)); (b) the no-grad
-   scoring pass TRL already makes for `old_per_token_logps`, whose fused LM head computes entropy anyway; (c) one
-   fused no-grad pass of our own (vLLM without IS correction, continuous batching, tools, beta != 0, or
-   `selection_entropy_source="scoring_pass"`).
-4. `_compute_loss` records its `inputs` so the hook can see the advantages, and with token_selection="all" (plain
-   GRPO, the hook off) computes the same metrics after TRL's loss, every valid token kept;
-   `_get_per_token_logps_and_entropies` only records what it returns (live log-probs and entropy for omega in
-   "microbatch" scope and for the metrics, entropy in case (b)).
-5. `log` turns the selection metrics, kept on the device until then, into numbers: the loss hook never waits for the
-   GPU (a host sync there stalls kernel launches for the backward). `selection/top_answer_weight_share` is the share
-   of the kept |omega| that the largest-|advantage| answer of each group carries.
-6. A callback (`UpdateCosine`, on Trainer's `on_pre_optimizer_step`) logs `update/cosine_prev`, the cosine between
-   successive optimizer steps' gradients, for every arm; it changes nothing.
-7. Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
-   weights and restores the exact base weights afterwards.
-8. Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
-   which TRL turns off with `disable_compile=True`. The cache is sized in buckets of `COMPILE_CACHE_BUCKET` tokens
-   so that prompts of another length reuse the compiled decoder instead of recompiling it every step, and compiled
-   with static shapes (`static_compile_config`).
-9. Optional (`generation_grouped_attention`): decoding steps attend through `attention.grouped_sdpa_forward`, the
-   same attention without transformers' per-step copy of the key/value cache for every query head;
-   `generation_decode_kernel` "matmul" computes its folded call as two matrix products (eager's formulation).
-10. After generation and every no-grad scoring pass, `drop_duplicate_input_grad_hooks`: TRL turns gradient
-    checkpointing off and on around them, and each time transformers adds an input-grad hook it never removes.
-11. Optional (`generation_deferred_stop`): on CUDA, decoding reads the all-rows-finished flag one step late
-    (`decoding.deferred_stop_check`: transformers' own mechanism, which it enables on mps only), so the host queues
-    the next token step while the GPU runs this one. Same tokens per call.
-12. Speed only, same numbers (`lora_autocast_inputs`, on by default): under bf16/fp16 autocast, `training_step` runs
-    with PEFT's cast of each LoRA layer's input to the adapter's float32 turned off (`lora_input_casting`), a copy that
-    autocast copies straight back, in the forward, the checkpoint recompute and the backward; generation, which runs
-    without autocast, keeps it, as do evaluation's forwards (`lora_autocast_blockers` says where it does not engage).
-13. Optional (`generation_decode_loop="compiled_step"`): TRL's `generate` call is served by `decode_loop.sample`, the
-    whole token step (one-token forward on a static cache, sampling, bookkeeping) as one compiled graph, one CUDA-graph
-    replay per token on CUDA (eager elsewhere), inside the same context (merged LoRA, grouped attention and decode
-    kernel, the cache length of `compile_cache_length`; generation_compile's settings are generate's and go unused).
-    It samples softmax(logits / T) and stops at EOS or max_new_tokens, nothing else: any other setting of the config
-    generate would use (generation_kwargs, the checkpoint's generation_config) is refused at construction, never
-    dropped. Its sampler is torch.multinomial's own algorithm (argmax(p / Exp(1))), but compiled on CUDA it draws other
-    random numbers, so completions differ from generate's at the same seed: the same distribution (eager on the CPU
-    they are equal, tested). The entropy for the batch and group scopes is computed inside the step
-    (`decode_loop.token_entropy`, the recorder's formula) and handed to the recorder: source (a) of item 3, with no
-    processor outside the graph. `generation_deferred_stop` is for generate: the loop never waits for the GPU on its
-    all-rows-finished flag anyway (a non-blocking copy read `decode_loop.CHECK_EVERY` steps later).
-14. Optional (`training_compile`): `training_step` runs the loss forward, the checkpoint recompute and the backward
-    through the decoder layers compiled with torch.compile (regional compilation, `compiled_forward`), so inductor
-    fuses the elementwise work around the matrix products (norms, rotary, SiLU x mul, LoRA's scale and add, the
-    residual adds); generation and every no-grad scoring pass inside it run the layers' own forwards
-    (`layer_forwards`). Same tokens, other rounding in the update: in fp32 (CPU, inductor) log-probs move by ~5e-7;
-    under bf16 autocast the fused kernels keep intermediates in float32 that eager rounds to bf16 at every operation
-    (log-probs ~1e-3 apart on the tiny model). The first step pays the compilation (symbolic shapes from the start,
-    one graph for every layer: layer 0's input is made to require grad, ~1% more backward work); later steps, and
-    later trainers in the process, compile nothing.
+This file is the trainer: what it changes in `trl.GRPOTrainer` (`GMTSTrainer`'s docstring lists it) and what it
+refuses. Its config, `GMTSConfig` with the checks that refuse, is gmts_recipe/config.py (re-exported here); the
+optional speed code is gmts_recipe/generation/fast.py (what generation runs inside) and
+gmts_recipe/training_speed.py (what the update runs inside).
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -97,249 +39,30 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import hashlib
-import types
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, TrainerCallback
+from transformers import GenerationConfig, LogitsProcessor, TrainerCallback
 from transformers.utils import logging
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from attention import KERNELS
-from decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, check_supported_config, noise_keys,
-                         resolved_generation_config, sample_with_config, token_entropy, train_stream)
-from decoding import decoding_options
-from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, select_top_fraction,
-                       selection_stats, update_cosine)
+from gmts_recipe.config import GMTSConfig, check_decode_loop_generation, check_selection_config, omega_is_modeled
+from gmts_recipe.generation.decode_loop import noise_keys, token_entropy, train_stream
+from gmts_recipe.generation.decoding import decoding_options
+from gmts_recipe.generation.fast import (compile_cache_length, drop_duplicate_input_grad_hooks, merged_lora,
+                                         static_compile_config, with_decode_loop, with_logits_processor,
+                                         without_input_grad_hooks)
+from gmts_recipe.selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores,
+                                   select_top_fraction, selection_stats, update_cosine)
+from gmts_recipe.training_speed import layer_forwards, lora_autocast_blockers, lora_input_casting, repeated_layers
 
 logger = logging.get_logger(__name__)
 
-TOKEN_SELECTIONS = ("all", "entropy", "gmts", "entropy_nonzero_omega")
-# Rules that rank with omega: it must be TRL's gradient coefficient (a token-level clipped surrogate, no sequence mask).
-OMEGA_RULES = ("gmts", "entropy_nonzero_omega")
 # Each rule's score (selection.py): entropy, |entropy x omega|, and the control arm's entropy with omega != 0 first.
 RULE_SCORES = {"entropy": lambda entropy, omega: ets_scores(entropy), "gmts": gmts_scores,
                "entropy_nonzero_omega": ets_nonzero_omega_scores}
-SELECTION_SCOPES = ("batch", "microbatch", "group")
-SELECTION_NORMALIZERS = ("all_tokens", "kept_tokens")
-ENTROPY_SOURCES = ("auto", "scoring_pass")
-PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: undoes the selection
-PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] (+ KL) is the gradient coefficient
-COMPILE_CACHE_BUCKET = 256  # static KV cache length granularity with generation_compile (one compile per bucket)
-TRAINING_COMPILE_BACKEND = "inductor"  # torch.compile backend of training_compile (tests: "aot_eager")
-
-
-@dataclass
-class GMTSConfig(GRPOConfig):
-    """`GRPOConfig` plus the token-selection fields. Defaults: GMTS, 20% of tokens, one threshold per batch."""
-
-    token_selection: str = field(
-        default="gmts",
-        metadata={"help": "Which tokens train: 'all' (plain GRPO), 'entropy' (ETS: top entropy), 'gmts' "
-                          "(top |entropy x omega|) or 'entropy_nonzero_omega' (a control: ETS with every omega != 0 "
-                          "token ranked before every omega == 0 one, same kept count).",
-                  "choices": list(TOKEN_SELECTIONS)},
-    )
-    selection_ratio: float = field(
-        default=0.2, metadata={"help": "Ratio of kept tokens, in (0, 1]: exactly ceil(ratio x valid tokens) are kept."}
-    )
-    selection_scope: str = field(
-        default="batch",
-        metadata={"help": "Where the threshold is taken: 'batch' (the whole generation batch, every process: the "
-                          "paper), 'microbatch' (each loss microbatch, gathered over processes) or 'group' (each "
-                          "prompt's group of rollouts).", "choices": list(SELECTION_SCOPES)},
-    )
-    selection_normalizer: str = field(
-        default="all_tokens",
-        metadata={"help": "Loss denominator: 'all_tokens' (TRL's, every completion token; same for every arm) or "
-                          "'kept_tokens' (kept count; loss_type 'dapo' only).", "choices": list(SELECTION_NORMALIZERS)},
-    )
-    selection_entropy_source: str = field(
-        default="auto",
-        metadata={"help": "'auto': entropy recorded while generating when exact, else from a scoring pass; "
-                          "'scoring_pass': always a fused no-grad pass (for benchmarks).",
-                  "choices": list(ENTROPY_SOURCES)},
-    )
-
-    generation_merge_adapter: bool = field(
-        default=False,
-        metadata={"help": "Fold the LoRA adapter into the weights while generating (the exact base weights are restored "
-                          "after): ~1/3 of the kernels per decoding step; add generation_compile for CUDA graphs. "
-                          "Costs a copy of the adapted weights in memory. Not for DeepSpeed ZeRO-3 or FSDP."},
-    )
-    generation_compile: bool = field(
-        default=False,
-        metadata={"help": "Decode with transformers' compiled path: static KV cache, torch.compile and CUDA graphs "
-                          "(TRL turns it off). The first step pays the compilation (~40 s for a 1.5B model on an H200), "
-                          "and again when prompts outgrow the cache's 256-token bucket. GPU only; not with vLLM or "
-                          "continuous batching. Best with generation_merge_adapter."},
-    )
-    generation_grouped_attention: bool = field(
-        default=False,
-        metadata={"help": "Decode with grouped-query attention that does not copy the key/value cache once per query "
-                          "head at every step (attention.py; same computation as sdpa). For models with fewer "
-                          "key/value than query heads (Qwen2.5: 2 and 12); a no-op otherwise. Also used by the "
-                          "recipe's fast evaluation."},
-    )
-    generation_deferred_stop: bool = field(
-        default=False,
-        metadata={"help": "On CUDA, read transformers' all-rows-finished flag one step late instead of waiting for the "
-                          "GPU at every token (decoding.py; transformers' DeferredStopCheck, which it enables on mps "
-                          "only). Same tokens; when every row stops before the limit, the cut extra step advances the "
-                          "random stream for the next call. Also used by the recipe's fast evaluation."},
-    )
-    generation_decode_kernel: str = field(
-        default="sdpa",
-        metadata={"help": "With generation_grouped_attention: the folded decoding call through PyTorch's fused "
-                          "kernel ('sdpa') or as transformers' eager attention computes it, two batched matrix "
-                          "products ('matmul': reads the cache at full bandwidth where the fused kernel, made for long "
-                          "queries, does not; attention.py). Same attention, other bf16 rounding. Also used by the "
-                          "recipe's fast evaluation."},
-    )
-    generation_decode_loop: str = field(
-        default="transformers",
-        metadata={"help": "'transformers': TRL's call of transformers' generate. 'compiled_step': decode_loop.sample, "
-                          "the whole token step (one-token forward, sampling, bookkeeping, the entropy for selection) "
-                          "as one torch.compile graph, a CUDA-graph replay per token on a GPU (eager on a CPU). "
-                          "Samples softmax(logits / T) only: other sampling settings are refused. Same distribution, "
-                          "other random numbers on CUDA than generate's. Measured by bench/step.py "
-                          "--generation_decode_loop compiled_step.", "choices": list(DECODE_LOOPS)},
-    )
-    generation_compile_regions: bool = field(
-        default=False,
-        metadata={"help": "With generation_decode_loop compiled_step: compile the step's decoder layers once as nested "
-                          "compile regions (decode_loop.layer_regions) instead of as 28 unrolled copies: less "
-                          "inductor work per compilation, but one compilation per number of rows (the evaluation's "
-                          "and the training step's) where the unrolled step compiles once. Same computation, maybe "
-                          "other rounding (no fusion across layers). On an H200 a cold complete run compiled 36 s instead "
-                          "of 54 (5.42 against 5.84 GPU-min), a warm one the same (bench/complete-run-h200-j-*.json); "
-                          "the token step as fast (bench/compile-regions-64-h200.json). Also used by the recipe's fast "
-                          "evaluation."},
-    )
-    sampling_noise: str = field(
-        default="stream",
-        metadata={"help": "Where the rollouts' sampling noise comes from. 'stream': torch's generator, as TRL and "
-                          "transformers draw (each draw depends on every draw before it in the process). 'counter': "
-                          "a function of (seed, step) only: in the compiled step (generation_decode_loop "
-                          "compiled_step) a hash of (seed, step, rollout, position, token) (decode_loop.counter_noise), "
-                          "with transformers' generate the generator reseeded from (seed, step) for the step's call. "
-                          "Each arm's rollouts stay exact samples of its own policy; arms of one seed draw the same "
-                          "numbers at every step (identical rollouts while their weights are equal), which couples "
-                          "them and makes a run repeat whatever ran before it in the process. Also used by the "
-                          "recipe's evaluation.", "choices": list(SAMPLING_NOISES)},
-    )
-    lora_autocast_inputs: bool = field(
-        default=True,
-        metadata={"help": "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's "
-                          "float32, which autocast then copies back (two elementwise copies per LoRA layer in the "
-                          "forward, the checkpoint recompute and the backward). Same numbers: bf16 -> float32 -> bf16 "
-                          "is exact. Engages only with autocast and plain LoRA Linear layers without dropout "
-                          "(gmts_trainer.lora_autocast_blockers); false: PEFT's cast, for comparison."},
-    )
-    training_compile: bool = field(
-        default=False,
-        metadata={"help": "Run the training forward and backward through the decoder layers compiled with "
-                          "torch.compile (one compiled forward for every layer: regional compilation), so the "
-                          "elementwise work between the matrix products is fused. Generation and the no-grad scoring "
-                          "passes keep the layers' own forwards. Other rounding in the update; the first step pays "
-                          "the compilation; later steps reuse it."},
-    )
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_selection_config(self)
-
-
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
-
-
-def check_selection_config(args: GMTSConfig) -> None:
-    """Refuse, with a reason, every configuration where selection would be silently wrong or meaningless."""
-    _choice("token_selection", args.token_selection, TOKEN_SELECTIONS)
-    _choice("selection_scope", args.selection_scope, SELECTION_SCOPES)
-    _choice("selection_normalizer", args.selection_normalizer, SELECTION_NORMALIZERS)
-    _choice("selection_entropy_source", args.selection_entropy_source, ENTROPY_SOURCES)
-    _choice("generation_decode_kernel", args.generation_decode_kernel, tuple(KERNELS))
-    _choice("generation_decode_loop", args.generation_decode_loop, DECODE_LOOPS)
-    _choice("sampling_noise", args.sampling_noise, SAMPLING_NOISES)
-    r = args.selection_ratio
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
-        raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
-    check_generation_config(args)
-    if args.token_selection == "all":
-        return
-    if args.loss_type in PER_SEQUENCE_LOSSES:
-        raise ValueError(
-            f"loss_type={args.loss_type!r} divides each answer by its own length, which renormalizes the selection "
-            f"away (GMTS only moves tokens between answers). Use a token-level loss: 'dapo' (recommended) or 'bnpo'."
-        )
-    if args.importance_sampling_level != "token":
-        raise ValueError(
-            f"importance_sampling_level={args.importance_sampling_level!r} (GSPO) builds one ratio per answer from "
-            f"every completion token's log-prob, so a dropped token still gets gradient through it (the mask only "
-            f"rescales each answer's term by its kept count). Use importance_sampling_level='token'."
-        )
-    if args.token_selection in OMEGA_RULES and args.loss_type not in PPO_CLIP_LOSSES:
-        raise ValueError(
-            f"token_selection={args.token_selection!r} needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), "
-            f"where omega = A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient "
-            f"coefficient."
-        )
-    if args.token_selection in OMEGA_RULES and args.off_policy_mask_threshold is not None:
-        raise ValueError("off_policy_mask_threshold drops answers by the live policy's divergence from the sampler, "
-                         "a factor of the gradient that omega does not model; unset it or use "
-                         "token_selection='entropy'.")
-    if args.top_entropy_quantile < 1.0:
-        raise ValueError("Set selection_ratio, not top_entropy_quantile: both would choose tokens.")
-    if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
-        raise ValueError("selection_normalizer='kept_tokens' needs loss_type='dapo' and a 'batch' or 'group' scope, "
-                         "where the kept count is one number for the whole generation batch.")
-
-
-def omega_is_modeled(args: GMTSConfig) -> bool:
-    """Whether `GMTSTrainer._omega` is TRL's gradient coefficient under these settings (the loss is a token-level
-    clipped surrogate without the off-policy sequence mask). The rules that rank with omega (OMEGA_RULES) are refused
-    where it is not; the other arms log the omega-based metrics only where it is."""
-    return (args.loss_type in PPO_CLIP_LOSSES and args.importance_sampling_level == "token"
-            and args.off_policy_mask_threshold is None)
-
-
-def check_generation_config(args: GMTSConfig) -> None:
-    """The generation options apply to transformers' `generate`, the path TRL takes without vLLM or batching."""
-    if args.generation_compile_regions and args.generation_decode_loop != "compiled_step":
-        raise ValueError("generation_compile_regions (on in configs/paper.yaml) compiles the decoder layers of "
-                         "decode_loop's compiled step: with generation_decode_loop="
-                         f"'{args.generation_decode_loop}' also pass --generation_compile_regions false, or keep "
-                         "generation_decode_loop='compiled_step'.")
-    if args.sampling_noise == "counter" and (args.use_vllm or args.use_transformers_continuous_batching):
-        other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
-        raise ValueError(f"sampling_noise='counter' sets the noise of transformers' generate or the compiled step, "
-                         f"which {other}=True does not use; drop one of them.")
-    if args.generation_decode_loop == "compiled_step":
-        if args.use_vllm or args.use_transformers_continuous_batching:
-            other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
-            raise ValueError(f"generation_decode_loop='compiled_step' replaces transformers' generate, which "
-                             f"{other}=True does not use; drop one of them.")
-        check_decode_loop_sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repetition_penalty)
-    if args.generation_compile:
-        other = "use_vllm" if args.use_vllm else (
-            "use_transformers_continuous_batching" if args.use_transformers_continuous_batching else None)
-        if other:
-            raise ValueError(f"generation_compile compiles transformers' generate, which {other}=True does not use; "
-                             f"drop one of them.")
-        if isinstance(args.pad_to_multiple_of, int) and args.pad_to_multiple_of > 1:
-            raise ValueError(f"generation_compile with pad_to_multiple_of={args.pad_to_multiple_of}: sampling met "
-                             f"NaN probabilities on an H200 (bench/results-h200.json, merged_compiled_pad64); "
-                             f"drop one of them.")
-        cache = (args.generation_kwargs or {}).get("cache_implementation", args.cache_implementation)
-        if cache not in (None, "static"):
-            raise ValueError(f"generation_compile needs a static KV cache; cache_implementation={cache!r} is not one.")
 
 
 # Generation settings under which the sampled distribution is softmax(logits / T) up to truncation (top-k, top-p, ...),
@@ -375,52 +98,6 @@ def settings_off_softmax(config: GenerationConfig, temperature: float) -> list[s
     return off
 
 
-def check_decode_loop_sampling(temperature: float, top_k, top_p, min_p, repetition_penalty) -> None:
-    """decode_loop.check_supported, its one-line refusal naming this trainer's option."""
-    try:
-        check_supported(temperature, "exponential", top_k, top_p, min_p, repetition_penalty)
-    except ValueError as err:
-        raise ValueError(f"generation_decode_loop='compiled_step': {err}") from None
-
-
-def check_decode_loop_generation(model: torch.nn.Module, config: GenerationConfig, temperature: float) -> None:
-    """Refuse generation_decode_loop='compiled_step' where the settings transformers' generate would use (TRL's
-    config with generation_kwargs, completed from the checkpoint's generation_config and transformers' defaults:
-    decode_loop.resolved_generation_config) hold one the loop would drop (decode_loop.check_supported_config, the
-    check sample_with_config repeats at every call), or a temperature other than the training's: the entropy the
-    loop computes while sampling is the one selection ranks by."""
-    resolved = resolved_generation_config(model, config)
-    sampled = 1.0 if resolved.temperature is None else resolved.temperature
-    if sampled != temperature:
-        raise ValueError(f"generation_decode_loop='compiled_step' would sample at temperature {sampled} "
-                         f"(generation_kwargs or the model's generation_config), not the training's {temperature}; "
-                         f"unset it or use generation_decode_loop='transformers'.")
-    try:
-        check_supported_config(resolved)
-    except ValueError as err:
-        raise ValueError(f"generation_decode_loop='compiled_step' (generation_kwargs or the model's "
-                         f"generation_config): {err}") from None
-
-
-def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_to_multiple_of: Any) -> int:
-    """Static KV cache length for a generation batch, rounded up to `COMPILE_CACHE_BUCKET`: transformers keeps the
-    largest length seen, so the compiled decoder sees a new shape (and recompiles) only when a bucket is outgrown."""
-    longest = max((len(p) for p in prompt_ids), default=0)
-    if isinstance(pad_to_multiple_of, int) and pad_to_multiple_of > 1:
-        longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
-    return -(-(longest + max_new_tokens) // COMPILE_CACHE_BUCKET) * COMPILE_CACHE_BUCKET
-
-
-def static_compile_config():
-    """transformers' compile settings for decoding, with static shapes: its default (`dynamic=None`) recompiles the
-    decoder with symbolic shapes the second time it sees another shape (the training's 64 rows, then the evaluation's
-    880, or a second cache bucket), and every later call then runs the generic kernels. With `dynamic=False` each
-    shape gets its own graph (a few per process), the first call of each paying its compilation."""
-    from transformers import CompileConfig
-
-    return CompileConfig(dynamic=False)
-
-
 class _EntropyRecorder(LogitsProcessor):
     """Records the entropy of softmax(logits / T) at each decoding step, and changes nothing.
 
@@ -450,208 +127,6 @@ class _EntropyRecorder(LogitsProcessor):
         return ent[:, :width]
 
 
-@contextlib.contextmanager
-def merged_lora(model: torch.nn.Module):
-    """Generate with the LoRA adapter folded into the base weights, then restore the base weights bit for bit.
-
-    PEFT's unmerge subtracts the delta again, which in bf16 does not give back the original weights: repeated every
-    step it would slowly rewrite the frozen model. A copy of the adapted weights avoids that.
-    """
-    from peft.tuners.lora import LoraLayer
-
-    layers = [m for m in model.modules() if isinstance(m, LoraLayer) and not m.merged]
-    with torch.no_grad():
-        backup = [m.get_base_layer().weight.detach().clone() for m in layers]
-        for m in layers:
-            m.merge()
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for m, weight in zip(layers, backup):
-                m.get_base_layer().weight.copy_(weight)
-                m.merged_adapters.clear()
-
-
-def lora_autocast_blockers(model: torch.nn.Module, autocast_dtype: torch.dtype | None) -> list[str]:
-    """Why PEFT's cast of LoRA inputs cannot be skipped with these settings ([]: it can, with the same numbers).
-
-    A plain `lora.Linear` casts its input to the adapter's dtype and then calls `lora_A`, an nn.Linear that autocast
-    casts to `autocast_dtype` anyway: from bf16/fp16 activations through float32 (which holds them exactly) to the
-    autocast dtype is the same single rounding as going there directly, and the backward's casts of the gradient
-    are exact too. That needs autocast (without it the float32 adapter would meet a bf16 input), adapters in float32 or
-    in the autocast dtype (a narrower adapter dtype would round twice), no LoRA dropout (its mask is drawn on the
-    cast input, whose dtype it could depend on), no variant (DoRA and others use the input outside autocast's linear),
-    and no other tuner layer (their forwards are not this one). Bit for bit on CPU, with and without checkpointing
-    (tests/test_lora_autocast.py).
-    """
-    from peft.tuners.lora.layer import Linear as LoraLinear
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    if autocast_dtype not in (torch.bfloat16, torch.float16):
-        return ["no bf16/fp16 autocast in training"]
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
-    if not layers:
-        return ["not a PEFT model with adapter layers"]
-    reasons = set()
-    for m in layers:
-        if type(m) is not LoraLinear:
-            reasons.add(f"{type(m).__name__} is not a plain LoRA Linear layer")
-            continue
-        if m.lora_variant:
-            reasons.add(f"a LoRA variant ({', '.join(sorted({type(v).__name__ for v in m.lora_variant.values()}))})")
-        if any(not isinstance(d, torch.nn.Identity) for d in m.lora_dropout.values()):
-            reasons.add("lora_dropout > 0")
-        dtypes = {a.weight.dtype for a in m.lora_A.values()}
-        if dtypes - {torch.float32, autocast_dtype}:
-            names = ", ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
-            reasons.add(f"adapter weights in {names}, neither float32 nor the autocast dtype")
-    return sorted(reasons)
-
-
-@contextlib.contextmanager
-def lora_input_casting(model: torch.nn.Module, enabled: bool):
-    """Set PEFT's `cast_input_dtype_enabled` on every adapter layer for the block, then restore each layer's own value.
-
-    `peft.helpers.disable_input_dtype_casting` sets the same switch, to False only; generation inside a training step
-    (no autocast there) needs it back on.
-    """
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
-    saved = [m.cast_input_dtype_enabled for m in layers]
-    for m in layers:
-        m.cast_input_dtype_enabled = enabled
-    try:
-        yield
-    finally:
-        for m, value in zip(layers, saved):
-            m.cast_input_dtype_enabled = value
-
-
-def repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The decoder layers: the children of each outermost ModuleList whose children share one class (accelerate's
-    `is_repeated_blocks`, the regions its `compile_regions` compiles)."""
-    from accelerate.utils.other import is_repeated_blocks
-
-    lists = [(name, m) for name, m in model.named_modules() if is_repeated_blocks(m)]
-    return [layer for name, m in lists if not any(name.startswith(f"{other}.") for other, _ in lists) for layer in m]
-
-
-@functools.cache
-def compiled_forward(layer_class: type, backend: str) -> Callable:
-    """One compiled forward per layer class and backend in the process, shared by every layer (parameters are graph
-    inputs) and by every trainer built later (the arms of a run, a sweep's cells), so each graph compiles once.
-
-    Per-layer `torch.compile` of the forward, not accelerate's `compile_regions` or the Trainer's dynamo plugin: those
-    return a new module tree that `accelerator.unwrap_model` (TRL's way to the generation model) keeps compiled, so
-    generation and the no-grad scoring passes would run it too, nested inside transformers' compiled decoding; they
-    also compile every other leaf module and wrap the layer's `__call__`, tracing gradient checkpointing itself. A
-    compiled forward set on the layer instance only inside `training_step` (`layer_forwards`) leaves generation,
-    the state dict and transformers' eager checkpoint wrapper (which recomputes through the same compiled forward) as
-    they are. `dynamic=True`: compiled with symbolic shapes at the first step, which every later length reuses; with
-    `dynamic=None` the first shape compiled static and the second once more symbolic: on the H200 that second compile
-    cost a whole step ~19 s (bench/step-profile-h200-decode-loop-compile.json, step 2).
-
-    One graph for every layer: with grad enabled, a layer input that does not require grad (layer 0's, the frozen
-    embeddings' output under LoRA without gradient checkpointing, whose hook `make_inputs_require_grads` does the same)
-    enters as a view that does, so layer 0 hits the graph of layers 1..n-1 instead of failing dynamo's requires_grad
-    guard and compiling its own forward and backward (on the H200: two compiles of the 28-layer model's layer). The
-    LoRA gradients are unchanged; the cost is layer 0's input gradient, which nobody reads: the backward through its
-    q, k, v, gate and up projections' frozen weights and its input norm, for Qwen2.5-1.5B 2 x 1536 x 19968 ~ 61 MFLOP
-    per token, ~1% of the update's forward + backward (28 layers and the head: ~6.2 GFLOP per token)."""
-    compiled = torch.compile(layer_class.forward, backend=backend, dynamic=True)
-
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        if torch.is_grad_enabled() and not hidden_states.requires_grad:
-            hidden_states = hidden_states.detach().requires_grad_()  # a view of the same storage: no copy
-        return compiled(self, hidden_states, *args, **kwargs)
-
-    return forward
-
-
-@contextlib.contextmanager
-def layer_forwards(layers: list[torch.nn.Module], compiled: bool):
-    """Run `layers` through `compiled_forward` (compiled=True, with `TRAINING_COMPILE_BACKEND`) or their class's own
-    forward for the block, then give each layer back the forward it had (nested blocks: generation inside a compiled
-    training step runs eagerly)."""
-    saved = [layer.__dict__.get("forward") for layer in layers]
-    for layer in layers:
-        if compiled:
-            layer.forward = types.MethodType(compiled_forward(type(layer), TRAINING_COMPILE_BACKEND), layer)
-        else:
-            layer.__dict__.pop("forward", None)
-    try:
-        yield
-    finally:
-        for layer, forward in zip(layers, saved):
-            if forward is None:
-                layer.__dict__.pop("forward", None)
-            else:
-                layer.forward = forward
-
-
-def _input_grad_hook_keys(emb: torch.nn.Module) -> list[int]:
-    """The forward-hook ids of transformers' `make_inputs_require_grads` on an embedding, oldest first (by name)."""
-    return [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
-
-
-@contextlib.contextmanager
-def without_input_grad_hooks(model: torch.nn.Module):
-    """Lift transformers' `make_inputs_require_grads` hooks off the input embeddings while generating.
-
-    Gradient checkpointing with an adapter registers them so that checkpointed layers see an input that requires grad.
-    Under no_grad they do nothing, but `requires_grad_` is a graph break for torch.compile: with them on, the compiled
-    decoding step is split in two graphs. Matched by name; a renamed hook stays on (slower, still correct).
-    """
-    emb = model.get_input_embeddings()
-    lifted = {k: emb._forward_hooks[k] for k in _input_grad_hook_keys(emb)}
-    for k in lifted:
-        del emb._forward_hooks[k]
-    try:
-        yield
-    finally:
-        emb._forward_hooks.update(lifted)
-
-
-def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
-    """Keep one `make_inputs_require_grads` hook on the input embeddings. TRL turns gradient checkpointing off and on
-    around every generation; transformers' enable registers another hook each time, and for a PEFT-wrapped model its
-    disable removes none, so without this the hooks pile up, one more per step, each run by every forward."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    emb = model.get_input_embeddings()
-    keys = _input_grad_hook_keys(emb)
-    current = {h.id for h in getattr(base, "_require_grads_hooks", None) or []}
-    keep = next((k for k in keys if k in current), keys[-1] if keys else None)  # the one transformers would remove
-    for k in keys:
-        if k != keep:
-            del emb._forward_hooks[k]
-
-
-@contextlib.contextmanager
-def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None,
-                     compile_regions: bool = False, keys: torch.Tensor | None = None):
-    """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
-    with decode_loop.sample_with_config, compiled on CUDA (`compile_regions`: its decoder layers as nested compile
-    regions); the recorder, if any, takes the entropy computed inside the step. Other inputs (a VLM's pixel values)
-    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`rollout_noise_keys`)."""
-
-    def generate(input_ids, attention_mask, generation_config, **other):
-        if other:
-            raise ValueError(f"generation_decode_loop='compiled_step' decodes token ids only, not {', '.join(other)}; "
-                             f"use generation_decode_loop='transformers'.")
-        out = sample_with_config(model, input_ids, attention_mask, generation_config, cache_len,
-                                 return_entropy=recorder is not None, compile_regions=compile_regions,
-                                 noise_keys=keys)
-        if recorder is None:
-            return out
-        recorder.take(out[1])
-        return out[0]
-
-    with generate_replaced(model, generate):
-        yield
-
-
 def completion_digest(token_ids: list[int]) -> str:
     """8 hex digits naming a completion's token ids: equal completions, equal digests (different ones collide with
     probability 2^-32)."""
@@ -662,25 +137,6 @@ def rollout_noise_keys(seed: int, step: int, rows: int, process_index: int = 0) 
     """The "counter" noise keys (rows,) of one process's rollouts at training step `step`: rollout r of process p is
     row p * rows + r of the step's global batch, so the keys are a function of (seed, step, its place) only."""
     return noise_keys(seed, train_stream(step), process_index * rows + torch.arange(rows))
-
-
-@contextlib.contextmanager
-def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
-    """Make every `model.generate` call inside the block run `processor` too (TRL builds the generate call itself)."""
-    with generate_replaced(model, functools.partial(model.generate,
-                                                    logits_processor=LogitsProcessorList([processor]))):
-        yield
-
-
-@contextlib.contextmanager
-def generate_replaced(model: torch.nn.Module, generate: Callable):
-    """`model.generate` is `generate` inside the block (an instance attribute over the class method), then the class
-    method again."""
-    model.generate = generate
-    try:
-        yield
-    finally:
-        del model.generate  # drop the instance attribute: the class method shows through again
 
 
 class UpdateCosine(TrainerCallback):
@@ -707,11 +163,45 @@ class GMTSTrainer(GRPOTrainer):
     """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens (ETS, GMTS, or the control
     'entropy_nonzero_omega', ETS with the omega == 0 tokens ranked last).
 
-    See the module docstring for exactly what differs from `GRPOTrainer`. Selection metrics are logged under
-    `selection/` every step: kept_fraction, overlap (with the other ranking), top_answer_share, effective_answers,
-    top_answer_weight_share, entropy_kept_mean and entropy_all_mean; with token_selection="all" too (every valid token
-    kept, no overlap) where omega is modeled. `update/cosine_prev` (every arm): cosine between successive steps'
-    gradients.
+    What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
+    1. `get_high_entropy_mask` (TRL's own hook in `_compute_loss`, applied as `per_token_loss * mask`) returns our
+       selection. The trainer turns the hook on by setting `self.top_entropy_quantile = selection_ratio`.
+    2. `_generate_and_score_completions`: after TRL has generated, scored and computed the advantages, the "batch" and
+       "group" scopes choose the kept tokens for the whole generation batch, across every process, and store the mask in
+       the batch as `selection_mask` (B, T). TRL's shuffle and split carry it with its rows into each microbatch.
+    3. Entropy for those scopes comes, in order of preference, from (a) the generation itself: a logits processor
+       records the entropy of softmax(logits / temperature) at each decoding step, the very distribution the training
+       forward scores when num_iterations == 1, used only when every generation setting is on an allow-list that leaves
+       softmax(logits / T) as the sampled distribution before truncation (`settings_off_softmax`; anything else, e.g.
+       min_new_tokens, suppress_tokens or a checkpoint's own generation_config, falls back to (b) or (c)); (b) the
+       no-grad scoring pass TRL already makes for `old_per_token_logps`, whose fused LM head computes entropy anyway;
+       (c) one fused no-grad pass of our own (vLLM without IS correction, continuous batching, tools, beta != 0, or
+       `selection_entropy_source="scoring_pass"`).
+    4. `_compute_loss` records its `inputs` so the hook can see the advantages, and with token_selection="all" (plain
+       GRPO, the hook off) computes the same metrics after TRL's loss, every valid token kept;
+       `_get_per_token_logps_and_entropies` only records what it returns (live log-probs and entropy for omega in
+       "microbatch" scope and for the metrics, entropy in case (b)).
+    5. `log` turns the selection metrics, kept on the device until then, into numbers: the loss hook never waits for the
+       GPU (a host sync there stalls kernel launches for the backward). `selection/top_answer_weight_share` is the share
+       of the kept |omega| that the largest-|advantage| answer of each group carries.
+    6. A callback (`UpdateCosine`, on Trainer's `on_pre_optimizer_step`) logs `update/cosine_prev`, the cosine between
+       successive optimizer steps' gradients, for every arm; it changes nothing.
+    7. After generation and every no-grad scoring pass, `drop_duplicate_input_grad_hooks`: TRL turns gradient
+       checkpointing off and on around them, and each time transformers adds an input-grad hook it never removes.
+    8. Optional (`sampling_noise="counter"`): `_generate_single_turn` draws the rollouts' sampling noise from (seed,
+       step) only (`rollout_noise_keys`). Every arm records a digest of each rollout per training step
+       (`rollout_digests`, `completion_digest`), by which two arms' rollouts are compared.
+    9. Speed options, each described where its code lives, with what it changes (same tokens, the same distribution, or
+       other rounding): `generation_merge_adapter`, `generation_compile`, `generation_grouped_attention` with
+       `generation_decode_kernel`, `generation_deferred_stop`, `generation_decode_loop` with
+       `generation_compile_regions`: the contexts `_generate_single_turn` enters (gmts_recipe/generation/fast.py);
+       `lora_autocast_inputs` (on by default) and `training_compile`: those of `training_step`
+       (gmts_recipe/training_speed.py).
+
+    Selection metrics are logged under `selection/` every step: kept_fraction, overlap (with the other ranking),
+    top_answer_share, effective_answers, top_answer_weight_share, entropy_kept_mean and entropy_all_mean; with
+    token_selection="all" too (every valid token kept, no overlap) where omega is modeled. `update/cosine_prev` (every
+    arm): cosine between successive steps' gradients.
     """
 
     _tag_names = ["trl", "grpo", "gmts"]

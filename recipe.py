@@ -229,7 +229,7 @@ def check_hub(recipe: RecipeArgs, model, config_path: Path) -> None:
     without it (the Quick start's on a CPU, the offline experiment's on a GPU)."""
     import torch
 
-    from models import OFFLINE_MODEL, QWEN_MODEL
+    from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL
 
     needs = ["GSM8K"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
     name = model.model_name_or_path or ""
@@ -418,7 +418,7 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
 
 def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
     """Evaluation samples like training does (TRL's sampler fields), at the recipe's eval_temperature."""
-    from eval import Sampling
+    from gmts_recipe.eval import Sampling
 
     return Sampling(temperature=recipe.eval_temperature, **{k: getattr(train, k) for k in SAMPLING_FIELDS})
 
@@ -450,7 +450,7 @@ def check_counts(train: GMTSConfig) -> None:
 # ---------------------------------------------------------------------------- data, model
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
-    from data import DataError, arithmetic_task, load_gsm8k, split_tasks
+    from gmts_recipe.data import DataError, arithmetic_task, load_gsm8k, split_tasks
 
     try:
         if recipe.task == "gsm8k":
@@ -495,7 +495,7 @@ def model_load_kwargs(model_args, train_args) -> dict:
 
 def check_model_fields(model_args, train_args) -> None:
     """Refuse model fields that would not reach the model (or not the same way in evaluation and training)."""
-    from models import OFFLINE_MODEL, QWEN_MODEL
+    from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL
 
     for f in dataclasses.fields(model_args):
         if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
@@ -518,7 +518,7 @@ def check_model_fields(model_args, train_args) -> None:
 def load_model(model_args, train_args, device: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from models import resolve_model
+    from gmts_recipe.models import resolve_model
 
     path = resolve_model(model_args.model_name_or_path)
     kwargs = model_load_kwargs(model_args, train_args)
@@ -757,7 +757,7 @@ class Run:
         return evals
 
     def _evaluate(self, model, tok, heldout, seed) -> dict:
-        from eval import evaluate_pass_at_1
+        from gmts_recipe.eval import evaluate_pass_at_1
 
         r = self.recipe
         compiled_before = compile_seconds()
@@ -778,10 +778,10 @@ class Run:
         from datasets import Dataset
         from trl import get_peft_config
 
-        from data import system_prompt, to_prompt
-        from rewards import math_equal_reward
+        from gmts_recipe.data import system_prompt, to_prompt
+        from gmts_recipe.rewards import math_equal_reward
         from gmts_trainer import GMTSTrainer, check_selection_config
-        from models import resolve_model
+        from gmts_recipe.models import resolve_model
 
         arm_dir = self.dir / f"arm-{arm}"
         lr = getattr(self.recipe, f"{arm}_learning_rate") or self.train_args.learning_rate
@@ -863,7 +863,7 @@ class Run:
         self.plot()
 
     def plot(self) -> None:
-        from plots import plot_run
+        from gmts_recipe.plots import plot_run
 
         plot_run(self.results, self.dir / "curves.png")
 
@@ -872,7 +872,7 @@ def run_experiment(argv: list[str]) -> dict:
     """One experiment, as `python recipe.py ARGV` runs it: base evals (shared through the cache), then each arm of
     --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
     wrote). Raises RecipeError (a user error: one line) and KeyboardInterrupt (resume with --resume)."""
-    from models import ModelError
+    from gmts_recipe.models import ModelError
 
     try:
         return _run_experiment(argv)

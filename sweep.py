@@ -493,7 +493,7 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
     the sweep's summary (--summarize does); merging the same folder again changes nothing."""
     import shutil
 
-    from plots import plot_run
+    from gmts_recipe.plots import plot_run
 
     plans = plan_merge(grid, incoming)
     root = Path(grid.results_dir) / grid.name
@@ -522,7 +522,7 @@ def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[list[float], list
 def _pooled(scores: dict, a: tuple[str, float, str], b: tuple[str, float, str], seeds: list[int]) -> dict:
     """stats.pooled_delta of arm a against arm b, each given as (variant, learning rate, arm), over `seeds`, the
     per-task scores paired by task: the one computation behind every pooled row and the primary test."""
-    from stats import pooled_delta
+    from gmts_recipe.stats import pooled_delta
 
     pairs = [_paired(scores[(*a[:2], s, a[2])], scores[(*b[:2], s, b[2])]) for s in seeds]
     return pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
@@ -564,7 +564,7 @@ def training_reward_fell(train_log: list[dict]) -> bool:
 
 def summarize(grid: Grid) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
-    from stats import seeds_for_power
+    from gmts_recipe.stats import seeds_for_power
 
     root = Path(grid.results_dir) / grid.name
     cells, scores, seen, training = [], {}, [], {}
@@ -633,7 +633,7 @@ def primary_test(spec: dict, scores: dict) -> dict:
     """The analysis plan's primary test: its comparison over its planned seeds only (a seed counts once both arms
     have run), Student's t over the per-seed deltas, and the plan's decision, which is "interim" until every planned
     seed has run: the plan commits to running all of them whatever the interim rows show."""
-    from stats import plan_decision
+    from gmts_recipe.stats import plan_decision
 
     a, b = spec["comparison"].split(" - ")
     key = (spec["variant"], spec["learning_rate"])
@@ -650,7 +650,7 @@ def primary_test(spec: dict, scores: dict) -> dict:
 
 def primary_line(p: dict) -> str:
     """One paragraph: the primary test as the plan states it, where it stands, and its decision (or why none yet)."""
-    from stats import signed
+    from gmts_recipe.stats import signed
 
     seeds = p["seeds"]
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))

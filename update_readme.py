@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent
 PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 SWEEP = "results/qwen/sweep.json"
-FIGURE = "docs/headline.png"  # plots.py --sweep SWEEP --out FIGURE
+FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --sweep SWEEP --out FIGURE
 
 NAMES = {"base": "base (untrained)", "grpo": "GRPO (all tokens)", "ets": "ETS (top-20% by entropy)",
          "gmts": "GMTS (top-20% by \\|entropy x omega\\|)", "ets_nz": "ETS-nz (control: ETS, omega != 0 first)"}
@@ -70,8 +70,8 @@ def headline(summary: dict, root: Path) -> str:
     """One table: each arm's pass@1 at the primary test's setting (mean over training seeds, Student's t interval of
     that mean), then the planned comparisons and each arm against GRPO (mean per-seed difference, t over seeds), with
     what the analysis plan makes of each; below it the primary test in one sentence."""
-    from plots import seed_deltas, setting_scores
-    from stats import seed_t_interval, signed
+    from gmts_recipe.plots import seed_deltas, setting_scores
+    from gmts_recipe.stats import seed_t_interval, signed
 
     p = summary["primary"]
     scores = setting_scores(summary)
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         text = regenerate(path.read_text())
         path.write_text(text)
         print(f"{page}: regenerated {len(blocks(text))} blocks")
-    print(run(f"python plots.py --sweep {SWEEP} --out {FIGURE}").strip())
+    print(run(f"python -m gmts_recipe.plots --sweep {SWEEP} --out {FIGURE}").strip())
     return 0
 
 

@@ -112,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import decode_loop
-    from data import load_gsm8k, to_prompt
-    from eval import generate_samples, score_samples
-    from models import resolve_model
-    from stats import pass_at_1
+    from gmts_recipe.generation import decode_loop
+    from gmts_recipe.data import load_gsm8k, to_prompt
+    from gmts_recipe.eval import generate_samples, score_samples
+    from gmts_recipe.models import resolve_model
+    from gmts_recipe.stats import pass_at_1
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     path = resolve_model(args.model)

@@ -143,7 +143,7 @@ def old_method_entropy(trainer, batch) -> torch.Tensor:
 
 def one_update(trainer, batch, variant: str) -> None:
     """Scoring (when the variant needs it), selection and the optimizer step for one generation batch."""
-    from selection import ets_scores, select_top_fraction
+    from gmts_recipe.selection import ets_scores, select_top_fraction
 
     inputs = dict(batch)
     if variant == "old":
@@ -268,7 +268,7 @@ def accuracy(trainer, batch, device) -> dict:
 
 def gmts_top_fifth(entropy: torch.Tensor, batch) -> torch.Tensor:
     """GMTS's batch-wide top 20% of a batch's completion tokens, on-policy (omega = advantage), for this entropy."""
-    from selection import gmts_scores, select_top_fraction
+    from gmts_recipe.selection import gmts_scores, select_top_fraction
 
     omega = batch["advantages"].unsqueeze(1).expand_as(entropy)  # (B, T)
     return select_top_fraction(gmts_scores(entropy, omega), batch["completion_mask"].bool(), 0.2)
@@ -393,7 +393,7 @@ def generation_options(cfg, device, rows: int, new_tokens: int, reps: int, optio
     static cache, which makes transformers compile the decoding step with CUDA graphs (reduce-overhead).
     Each option is then profiled over 16 new tokens: CUDA kernels and GPU busy time per token step against the wall
     time, and the host-side operations that take the most time."""
-    from gmts_trainer import merged_lora, without_input_grad_hooks
+    from gmts_recipe.generation.fast import merged_lora, without_input_grad_hooks
 
     trainer = make_trainer(cfg, device, rows, new_tokens, token_selection="gmts")
     model = trainer.accelerator.unwrap_model(trainer.model)

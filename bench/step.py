@@ -499,7 +499,7 @@ def counters_delta(before: dict, after: dict) -> dict:
 def static_cache_length(trainer, prompt_ids: list[list[int]]) -> int | None:
     """The static KV cache length GMTSTrainer._generate_single_turn decodes these prompts with (generation_compile or
     generation_decode_loop="compiled_step"), None where generation has no static cache."""
-    from gmts_trainer import compile_cache_length
+    from gmts_recipe.generation.fast import compile_cache_length
 
     args = trainer.args
     if not (args.generation_compile or getattr(args, "generation_decode_loop", None) == "compiled_step"):
@@ -522,14 +522,14 @@ def generation_length(trainer, new_tokens: int):
 @contextlib.contextmanager
 def cache_length_of(max_new_tokens: int):
     """eval.generate_samples with fewer new tokens but the static cache of a `max_new_tokens` call (no recompile)."""
-    import gmts_trainer
+    from gmts_recipe.generation import fast
 
-    original = gmts_trainer.compile_cache_length
-    gmts_trainer.compile_cache_length = lambda prompts, _, pad: original(prompts, max_new_tokens, pad)
+    original = fast.compile_cache_length
+    fast.compile_cache_length = lambda prompts, _, pad: original(prompts, max_new_tokens, pad)
     try:
         yield
     finally:
-        gmts_trainer.compile_cache_length = original
+        fast.compile_cache_length = original
 
 
 # ---------------------------------------------------------------------------- the parts of the run
@@ -569,7 +569,7 @@ def training_generation_profile(trainer, clock: StepClock, device, lengths: list
 def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int, list[int]]:
     """The prompts of the full evaluation's first batch (its longest: eval.generate_samples sorts longest first and
     pads each batch to one size), that batch's row count, and every held-out prompt's length in tokens."""
-    from data import system_prompt, to_prompt
+    from gmts_recipe.data import system_prompt, to_prompt
 
     prompt = system_prompt(recipe_args.system_prompt)
     prompts = [to_prompt(t["question"], prompt) for t in heldout]
@@ -583,17 +583,17 @@ def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int, lis
 
 def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: list[int]) -> dict:
     """One batch of eval.generate_samples as the recipe calls it (recipe.Run._evaluate's settings)."""
-    import eval as evaluation_module
+    from gmts_recipe import eval as evaluation_module
     from recipe import sampling
 
-    from gmts_trainer import compile_cache_length
+    from gmts_recipe.generation.fast import compile_cache_length
 
     prompts, batch_rows, prompt_lengths = first_batch_prompts(recipe_args, tok, heldout)
     k, new_tokens = recipe_args.eval_samples, recipe_args.eval_max_new_tokens
     decode_steps: list[int] = []
     generate = model.generate
 
-    import decode_loop
+    from gmts_recipe.generation import decode_loop
     sample_with_config = decode_loop.sample_with_config  # what generate_samples calls with decode_loop compiled_step
 
     def counted_generate(*args, **kwargs):  # the decode steps of each call: output width minus prompt width
@@ -664,7 +664,7 @@ def dtypes(trainer, train_args) -> dict:
     """Where a float32 matmul could hide: parameter dtypes, the merged weights as generation merges them, the head."""
     from peft.tuners.lora import LoraLayer
 
-    from gmts_trainer import merged_lora
+    from gmts_recipe.generation.fast import merged_lora
 
     model = trainer.accelerator.unwrap_model(trainer.model)
     count: dict[str, int] = {}

@@ -35,10 +35,10 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from data import SYSTEM_PROMPTS as PROMPTS
-    from data import arithmetic_task
-    from eval import evaluate_pass_at_1
-    from models import OFFLINE_MODEL, resolve_model
+    from gmts_recipe.data import SYSTEM_PROMPTS as PROMPTS
+    from gmts_recipe.data import arithmetic_task
+    from gmts_recipe.eval import evaluate_pass_at_1
+    from gmts_recipe.models import OFFLINE_MODEL, resolve_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=64)

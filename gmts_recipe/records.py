@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from stats import compare, noise_floor, paired_delta, pass_at_1, verdict
+from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
 
 SCHEMA = 1
 ARMS = ("grpo", "ets", "gmts", "ets_nz")  # ets_nz: the control (ETS, omega == 0 tokens ranked last), when it ran

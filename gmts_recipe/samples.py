@@ -75,7 +75,7 @@ def check_samples(path: Path, evaluation: dict, where: str) -> int:
     recipe's reward (eval.sample_scores, the function the evaluation scored with) scores otherwise. Returns the number
     of samples. Re-scoring is fast: 0.25 s for 5,276 GSM8K-length samples with a plain final number, 27 s when every
     one needs math-verify (an expression), on a busy 2-core machine."""
-    from eval import sample_scores  # the recipe's reward (no torch): imported only where samples exist
+    from gmts_recipe.eval import sample_scores  # the recipe's reward (no torch): imported only where samples exist
 
     logged = read_samples(path, evaluation["samples"]["sha256"], where)
     where = f"{where}: {path.name}"
@@ -163,7 +163,7 @@ def samples_line(report: dict) -> str:
 def show(results: dict, folder: Path, task: str) -> str:
     """Every stored sample of one task (its index, or a prefix of its hash), evaluation by evaluation, with its score:
     what the model wrote, to read beside the numbers."""
-    from rewards import final_answer  # what the reward read as the answer (no torch)
+    from gmts_recipe.rewards import final_answer  # what the reward read as the answer (no torch)
 
     out = []
     for where, ev in evaluations(results):

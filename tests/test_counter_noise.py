@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 from tiny import tiny_model, tiny_tokenizer
 
-import decode_loop
+from gmts_recipe.generation import decode_loop
 from test_decode_loop import RAGGED, sharpen
 
 

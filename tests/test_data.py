@@ -2,8 +2,8 @@
 
 import pytest
 
-import data
-from data import DataError, arithmetic_problem, arithmetic_task, choose_split, decontaminate, split_tasks
+from gmts_recipe import data
+from gmts_recipe.data import DataError, arithmetic_problem, arithmetic_task, choose_split, decontaminate, split_tasks
 
 
 def offline_pools(difficulty=1, n_train=512, n_heldout=120, seed=17):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny import tiny_model, tiny_tokenizer
 
-import decode_loop
+from gmts_recipe.generation import decode_loop
 
 RAGGED = ["1+2=", "34+5=", "7+8+9+10=", "9=", "6+6=", "12+30+4="]  # left padding of 0 to 7 tokens
 EQUAL = ["1+2=", "3+4=", "5+6=", "7+8="]  # no padding: the attention mask alone must hide the empty cache slots
@@ -126,7 +126,7 @@ def test_compiled_step_traces_as_one_graph(tiny, kernel, entropy, rows_per_promp
     entropy as eager at the same seed."""
     import contextlib
 
-    from attention import grouped_query_attention
+    from gmts_recipe.generation.attention import grouped_query_attention
 
     tok, model = tiny
     prompts = RAGGED if rows_per_prompt == 1 else grouped(RAGGED[:3], rows_per_prompt)
@@ -316,7 +316,7 @@ def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch, region
     checkpointing left on after training). One compilation for all of them: before this change three (one per
     entropy signature and number of rows, one more for the PEFT model's wrappers, train mode and frozen weights).
     With generation_compile_regions: one per number of rows (12 and 8), each with the decoder layers as one subgraph."""
-    from eval import generate_samples
+    from gmts_recipe.eval import generate_samples
     from test_eval import _tiny_chat_model
     from test_trainer import make_trainer
 
@@ -398,7 +398,7 @@ def test_the_step_view_is_the_plain_model_samples_the_same_and_is_undone_on_an_e
     at the same seed."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    from gmts_trainer import merged_lora
+    from gmts_recipe.generation.fast import merged_lora
 
     tok = tiny_tokenizer()
     peft_model = trained_peft_model(tok)
@@ -440,7 +440,7 @@ def test_compile_regions_trace_one_layer_subgraph_for_every_layer_with_the_token
 
     from torch._dynamo.backends.debugging import aot_eager
 
-    from attention import grouped_query_attention
+    from gmts_recipe.generation.attention import grouped_query_attention
 
     graphs = []
     counting = lambda gm, inputs: graphs.append(gm) or aot_eager(gm, inputs)  # noqa: E731
@@ -488,8 +488,8 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     config hash (same computation), recorded with the arm's generation options; the recipe's evaluations
     (Run._evaluate -> eval.evaluate_pass_at_1 -> generate_samples) and the trainer's generation (with_decode_loop)
     pass it on to decode_loop.sample."""
-    import eval as evaluation
-    import gmts_trainer
+    from gmts_recipe import eval as evaluation
+    from gmts_recipe.generation import fast
     import recipe
     from test_decoding import evaluation_options
     from test_trainer import make_config
@@ -517,9 +517,9 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     assert calls and calls[0]["compile_regions"] is True
 
     calls = []
-    monkeypatch.setattr(gmts_trainer, "sample_with_config", lambda *a, **kw: calls.append(kw) or a[1])
+    monkeypatch.setattr(fast, "sample_with_config", lambda *a, **kw: calls.append(kw) or a[1])
     model = torch.nn.Linear(1, 1)
-    with gmts_trainer.with_decode_loop(model, 16, None, compile_regions=True):
+    with fast.with_decode_loop(model, 16, None, compile_regions=True):
         model.generate(input_ids=torch.zeros(1, 2, dtype=torch.long), attention_mask=None, generation_config=None)
     assert calls[0]["compile_regions"] is True
 

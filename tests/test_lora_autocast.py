@@ -10,7 +10,8 @@ from torch.profiler import profile
 
 import gmts_trainer
 import recipe
-from gmts_trainer import GMTSConfig, GMTSTrainer, lora_autocast_blockers, lora_input_casting
+from gmts_recipe.training_speed import lora_autocast_blockers, lora_input_casting
+from gmts_trainer import GMTSConfig, GMTSTrainer
 from tiny import tiny_dataset, tiny_model, tiny_tokenizer
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # the paper config's

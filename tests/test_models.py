@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import models
+from gmts_recipe import models
 
 
 @pytest.fixture

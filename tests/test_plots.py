@@ -6,7 +6,7 @@ import pytest
 from test_check import fake_results
 
 import check
-import plots
+from gmts_recipe import plots
 
 
 def with_arms(arms: tuple[str, ...]) -> dict:

@@ -79,8 +79,8 @@ def test_headline_agrees_with_the_sweep_summary():
     deltas and Student's t), and the primary test's: one computation, whichever table a reader looks at."""
     import json
 
-    from plots import seed_deltas, setting_scores
-    from stats import seed_t_interval
+    from gmts_recipe.plots import seed_deltas, setting_scores
+    from gmts_recipe.stats import seed_t_interval
 
     summary = json.loads((ROOT / "results/qwen/sweep.json").read_text())
     p = summary["primary"]

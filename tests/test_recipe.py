@@ -130,13 +130,13 @@ def test_every_phase_records_its_compile_seconds(tiny_config, tmp_path, monkeypa
     tests/test_training_compile.py; inductor on a GPU)."""
     import torch
 
-    import gmts_trainer
+    from gmts_recipe import training_speed
 
-    monkeypatch.setattr(gmts_trainer, "TRAINING_COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(training_speed, "TRAINING_COMPILE_BACKEND", "aot_eager")
 
     def fresh():  # no graph of another test reused, none left behind
         torch._dynamo.reset()
-        gmts_trainer.compiled_forward.cache_clear()
+        training_speed.compiled_forward.cache_clear()
 
     fresh()
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rewards import bounded_expression, exact_value, final_answer, math_equal_reward
+from gmts_recipe.rewards import bounded_expression, exact_value, final_answer, math_equal_reward
 
 ROOT = Path(__file__).resolve().parent.parent
 NEST = 30
@@ -84,7 +84,7 @@ HOSTILE = [
 _SCRIPT = """
 import json, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-from rewards import math_equal_reward
+from gmts_recipe.rewards import math_equal_reward
 math_equal_reward(["\\\\boxed{6 \\\\times 12}"], ["72"])  # imports math-verify and sympy outside the timing
 corpus = json.loads(sys.stdin.read())
 out = []

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import stats
-from stats import compare, paired_delta, pooled_delta
+from gmts_recipe import stats
+from gmts_recipe.stats import compare, paired_delta, pooled_delta
 
 SCORES = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])
 
@@ -122,7 +122,7 @@ def test_compare_in_both_directions_and_when_both_collapsed():
 
 
 def test_seed_t_interval_by_hand_and_its_coverage():
-    from stats import seed_t_interval
+    from gmts_recipe.stats import seed_t_interval
 
     low, high = seed_t_interval([0.075, 0.016])  # the two seeds of results/qwen at lr 1e-4: t(1) = 12.706
     assert (low, high) == pytest.approx((0.0455 - 12.7062 * 0.0295, 0.0455 + 12.7062 * 0.0295), abs=1e-4)
@@ -145,7 +145,7 @@ def test_with_three_seeds_the_t_interval_is_wider_than_the_seed_bootstrap():
 @pytest.mark.parametrize("effect_size, seeds", [(0.2, 199), (0.5, 34), (0.8, 15)])
 def test_seeds_for_power_matches_the_one_sample_t_test_tables(effect_size, seeds):
     """G*Power's one-sample t-test, two-tailed, alpha 0.05, power 0.8: 199, 34 and 15 for d = 0.2, 0.5, 0.8."""
-    from stats import seeds_for_power
+    from gmts_recipe.stats import seeds_for_power
 
     per_seed = np.array([1.0, -1.0, 1.0, -1.0])
     per_seed /= per_seed.std(ddof=1)  # seed-to-seed SD exactly 1: the effect is Cohen's d
@@ -157,7 +157,7 @@ def test_seeds_for_power_matches_the_one_sample_t_test_tables(effect_size, seeds
        st.floats(0.01, 0.05), st.floats(-0.1, 0.1))
 @settings(max_examples=25, deadline=None)
 def test_seeds_for_power_depends_on_the_spread_only_and_falls_with_the_effect(per_seed, effect, shift):
-    from stats import seeds_for_power
+    from gmts_recipe.stats import seeds_for_power
 
     n = seeds_for_power(per_seed, effect, max_seeds=20_000)
     assert n == seeds_for_power([x + shift for x in per_seed], effect, max_seeds=20_000)  # the mean plays no part
@@ -166,7 +166,7 @@ def test_seeds_for_power_depends_on_the_spread_only_and_falls_with_the_effect(pe
 
 
 def test_seeds_for_power_needs_three_seeds_to_estimate_the_spread():
-    from stats import seeds_for_power
+    from gmts_recipe.stats import seeds_for_power
 
     assert seeds_for_power([0.01, 0.03], 0.02) is None
     assert seeds_for_power([0.01, 0.03, 0.05], 0.02) is not None
@@ -176,7 +176,7 @@ def test_seeds_for_power_needs_three_seeds_to_estimate_the_spread():
 def test_t_test_power_is_finite_where_scipy_gives_nan_and_agrees_where_it_does_not():
     from scipy import stats as scipy_stats
 
-    from stats import _t_test_power
+    from gmts_recipe.stats import _t_test_power
 
     df = np.arange(1, 7)
     crit = scipy_stats.t.ppf(0.975, df)

@@ -265,7 +265,7 @@ def test_a_sweep_runs_each_cell_in_one_process(tmp_path, monkeypatch):
 def test_gmts_minus_ets_rows_say_how_many_seeds_the_papers_gains_need(tmp_path):
     """From 3 seeds on, the spread of the per-seed deltas says how many seeds 80% power needs at each of the gains
     the GMTS paper reports; fewer seeds give no estimate of that spread, and other comparisons have no claimed gain."""
-    from stats import seeds_for_power
+    from gmts_recipe.stats import seeds_for_power
 
     grid_path = write_grid(tmp_path, GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]"))
     grid = sweep.load_grid(grid_path)
@@ -362,7 +362,7 @@ def test_the_primary_test_is_interim_until_every_planned_seed_has_run(tmp_path):
     complete = tmp_path / "complete.yaml"
     complete.write_text(planned.read_text().replace("seeds: [1, 2, 3]\n  reproduced", "seeds: [1, 2]\n  reproduced"))
     done = sweep.summarize(sweep.load_grid(complete))["primary"]
-    from stats import plan_decision
+    from gmts_recipe.stats import plan_decision
 
     assert done["decision"] == plan_decision(100 * done["t_low"], 100 * done["t_high"], 0.0, 1.3) != "interim"
     assert f"**{done['decision']}**" in sweep.render(sweep.summarize(sweep.load_grid(complete)))

@@ -7,8 +7,8 @@ import torch
 from peft import LoraConfig
 
 from gmts_trainer import GMTSConfig, GMTSTrainer
-from selection import gmts_omega as selection_gmts_omega
-from selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
+from gmts_recipe.selection import gmts_omega as selection_gmts_omega
+from gmts_recipe.selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
 from tiny import digit_reward, prepared_batch, tiny_dataset, tiny_model, tiny_tokenizer
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
@@ -581,7 +581,7 @@ def test_dropped_tokens_get_exactly_zero_gradient_through_prepare_inputs_with_ac
 
 # ---------------------------------------------------------------- merged-adapter generation
 def test_merged_lora_generation_restores_the_base_weights_bit_for_bit(tmp_path):
-    from gmts_trainer import merged_lora
+    from gmts_recipe.generation.fast import merged_lora
 
     trainer = make_trainer(tmp_path, generation_merge_adapter=True)
     model = trainer.model
@@ -606,7 +606,7 @@ def test_merged_lora_generation_restores_the_base_weights_bit_for_bit(tmp_path):
 
 # ---------------------------------------------------------------- compiled generation
 def test_compile_cache_length_rounds_prompt_plus_completion_up_to_a_bucket():
-    from gmts_trainer import COMPILE_CACHE_BUCKET, compile_cache_length
+    from gmts_recipe.generation.fast import COMPILE_CACHE_BUCKET, compile_cache_length
 
     assert COMPILE_CACHE_BUCKET == 256
     assert compile_cache_length([[1] * 10, [1] * 300], 12, None) == 512
@@ -630,7 +630,7 @@ def test_generation_compile_refuses_paths_it_cannot_compile(tmp_path, overrides,
 
 
 def test_generation_compile_turns_on_transformers_compiled_decoding(tmp_path):
-    from gmts_trainer import compile_cache_length
+    from gmts_recipe.generation.fast import compile_cache_length
 
     plain = make_trainer(tmp_path)
     assert plain.generation_config.disable_compile  # what TRL does
@@ -672,7 +672,7 @@ def test_input_grad_hooks_do_not_pile_up_over_steps(tmp_path, source):
 
 
 def test_input_grad_hooks_are_lifted_while_generating_and_put_back(tmp_path):
-    from gmts_trainer import without_input_grad_hooks
+    from gmts_recipe.generation.fast import without_input_grad_hooks
 
     trainer = make_trainer(tmp_path, generation_compile=True, gradient_checkpointing=True)
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -695,11 +695,11 @@ def test_compiled_step_loop_generates_what_generate_does_and_feeds_the_recorder(
     sampler: torch.multinomial's own single-draw algorithm, so the same random numbers as generate's multinomial)
     gives the same completions as transformers' generate, and its entropy, computed inside the step, reaches the
     batch-scope selection with no scoring pass (the same kept tokens)."""
-    import gmts_trainer
+    from gmts_recipe.generation import fast
 
     calls = []
-    original = gmts_trainer.sample_with_config
-    monkeypatch.setattr(gmts_trainer, "sample_with_config", lambda *a, **k: calls.append(k) or original(*a, **k))
+    original = fast.sample_with_config
+    monkeypatch.setattr(fast, "sample_with_config", lambda *a, **k: calls.append(k) or original(*a, **k))
     out, entropy = {}, {}
     for loop in ("transformers", "compiled_step"):
         trainer = make_trainer(tmp_path, temperature=0.7, generation_decode_loop=loop)
@@ -722,7 +722,7 @@ def test_compiled_step_loop_generates_what_generate_does_and_feeds_the_recorder(
 
 
 def test_compiled_step_loop_restores_generate_and_refuses_other_inputs(tmp_path):
-    from gmts_trainer import with_decode_loop
+    from gmts_recipe.generation.fast import with_decode_loop
 
     trainer = make_trainer(tmp_path)
     model = trainer.accelerator.unwrap_model(trainer.model)

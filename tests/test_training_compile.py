@@ -15,9 +15,10 @@ from safetensors.torch import load_file
 from torch._dynamo.utils import counters
 from transformers import TrainerCallback
 
-import gmts_trainer
 import recipe
-from gmts_trainer import GMTSTrainer, layer_forwards, repeated_layers
+from gmts_recipe import training_speed
+from gmts_recipe.training_speed import layer_forwards, repeated_layers
+from gmts_trainer import GMTSTrainer
 from test_trainer import LORA, make_config, make_trainer
 from tiny import prepared_batch, tiny_model, tiny_tokenizer
 
@@ -32,13 +33,13 @@ def varied_reward(completions, **kwargs) -> list[float]:
 @pytest.fixture(autouse=True)
 def fresh_dynamo(monkeypatch):
     """Each test counts its own compiles: no graph of another test (or another backend) is reused."""
-    monkeypatch.setattr(gmts_trainer, "TRAINING_COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(training_speed, "TRAINING_COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
-    gmts_trainer.compiled_forward.cache_clear()
+    training_speed.compiled_forward.cache_clear()
     counters.clear()
     yield
     torch._dynamo.reset()
-    gmts_trainer.compiled_forward.cache_clear()
+    training_speed.compiled_forward.cache_clear()
 
 
 def graphs() -> int:
@@ -167,7 +168,7 @@ def test_the_option_is_a_speed_option_left_out_of_the_hash_and_recorded_with_the
 
 @pytest.mark.slow
 def test_one_step_compiled_with_inductor_matches_eager(tmp_path, monkeypatch):
-    monkeypatch.setattr(gmts_trainer, "TRAINING_COMPILE_BACKEND", "inductor")
+    monkeypatch.setattr(training_speed, "TRAINING_COMPILE_BACKEND", "inductor")
     _, loss_eager, grad_eager, _ = one_step(tmp_path / "eager", False, bf16=False)
     _, loss, grad, _ = one_step(tmp_path / "compiled", True, bf16=False)
     assert graphs() > 0

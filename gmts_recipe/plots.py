@@ -1,6 +1,6 @@
 """curves.png: one figure that a reader understands without the README.
 
-    python plots.py results/quickstart-cpu/results.json        # redraw curves.png next to a results file
+    python -m gmts_recipe.plots results/quickstart-cpu/results.json    # redraw curves.png next to a results file
 
 Panel 1 is the answer (held-out pass@1 of the base model and of every trained arm, with the 95% paired interval of
 each arm's gain over the base and its verdict); the other panels are the training curves behind it. Fractions are
@@ -242,7 +242,7 @@ def _reward_panel(ax, rewards: dict[str, dict[int, list[float]]], arms: list[str
     """Mean training reward per step over `seeds`, each arm with its 95% t band over those seeds."""
     import numpy as np
 
-    from stats import seed_t_interval
+    from gmts_recipe.stats import seed_t_interval
 
     for arm in arms:
         runs = [rewards[arm][s] for s in seeds]
@@ -272,7 +272,7 @@ def sweep_figure(summary: dict, root: Path):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from stats import seed_t_interval
+    from gmts_recipe.stats import seed_t_interval
     from sweep import CLAIMED
 
     p = summary["primary"]

@@ -49,7 +49,7 @@ transformers' generate), which calls it: the trainer's batch-scope selection tak
 pass and no processor outside the graph.
 
 Users: `eval.generate_samples(decode_loop="compiled_step")` and the trainer's `generation_decode_loop="compiled_step"`
-(gmts_trainer.py), which serves TRL's `generate` call with `sample_with_config`.
+(gmts_trainer.py, through fast.with_decode_loop), which serves TRL's `generate` call with `sample_with_config`.
 
 Attention mask: ones past the current slot would be harmless with sdpa/eager masks: `create_causal_mask` never skips
 the mask for a compileable cache and a one-token query (masking_utils.py, `allow_is_causal_skip`), and the causal

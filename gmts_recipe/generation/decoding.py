@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from transformers.generation.utils import DeferredStopCheck
 
-from attention import grouped_query_attention
+from gmts_recipe.generation.attention import grouped_query_attention
 
 DEVICES = ("cuda",)  # where the block turns the deferred check on (transformers: mps already)
 

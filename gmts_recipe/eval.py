@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from rewards import gold_answer, math_equal_reward
-from stats import hack_scan, pass_at_1
+from gmts_recipe.rewards import gold_answer, math_equal_reward
+from gmts_recipe.stats import hack_scan, pass_at_1
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -45,7 +45,7 @@ def _generation_config(model, tokenizer, sampling: Sampling, max_new_tokens: int
         config.cache_implementation = "static"
         config.max_cache_len = cache_len
     if compile_decoding:
-        from gmts_trainer import static_compile_config
+        from gmts_recipe.generation.fast import static_compile_config
 
         config.compile_config = static_compile_config()  # the training decoder's settings: one graph per shape
     return config
@@ -106,9 +106,9 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     import torch
     from tqdm.auto import tqdm
 
-    from decode_loop import EVAL_STREAM, noise_keys, sample_with_config
-    from decoding import decoding_options
-    from gmts_trainer import compile_cache_length, merged_lora, without_input_grad_hooks
+    from gmts_recipe.generation.decode_loop import EVAL_STREAM, noise_keys, sample_with_config
+    from gmts_recipe.generation.decoding import decoding_options
+    from gmts_recipe.generation.fast import compile_cache_length, merged_lora, without_input_grad_hooks
 
     sampling = sampling or Sampling(temperature=temperature)
     compiled_step = _check_decode_loop(decode_loop, fast, sampling)
@@ -169,7 +169,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
 
 def _check_sampling_noise(sampling_noise: str, compiled_step: bool) -> bool:
     """Whether the compiled step samples with the "counter" noise (an unknown name is refused in one line)."""
-    from decode_loop import SAMPLING_NOISES
+    from gmts_recipe.generation.decode_loop import SAMPLING_NOISES
 
     if sampling_noise not in SAMPLING_NOISES:
         raise ValueError(f"unknown sampling_noise {sampling_noise!r}: use one of {', '.join(SAMPLING_NOISES)}")
@@ -196,7 +196,7 @@ class _TokenSteps:
 
 def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool:
     """Whether `generate_samples` decodes through `decode_loop.sample`; what it cannot do is refused, in one line."""
-    from decode_loop import DECODE_LOOPS, check_supported
+    from gmts_recipe.generation.decode_loop import DECODE_LOOPS, check_supported
 
     if decode_loop not in DECODE_LOOPS:
         raise ValueError(f"unknown decode_loop {decode_loop!r}: use one of {', '.join(DECODE_LOOPS)}")
@@ -218,7 +218,7 @@ def sample_scores(texts: list[str], gold: str) -> list[float]:
 
 def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:
     """Per-task records: the task's index and hash, one 0/1 score per sample, and the sample lengths."""
-    from data import task_hash
+    from gmts_recipe.data import task_hash
 
     records = []
     for task, outs in zip(tasks, samples, strict=True):
@@ -247,8 +247,8 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     never into results.json itself."""
     import time
 
-    from data import system_prompt as resolve_prompt
-    from data import to_prompt
+    from gmts_recipe.data import system_prompt as resolve_prompt
+    from gmts_recipe.data import to_prompt
 
     t0 = time.perf_counter()
     prompts = [to_prompt(t["question"], resolve_prompt(system_prompt)) for t in tasks]

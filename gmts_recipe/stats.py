@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rewards import final_answer
+from gmts_recipe.rewards import final_answer
 
 N_RESAMPLES = 10_000
 

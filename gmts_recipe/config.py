@@ -1,0 +1,263 @@
+"""GMTSConfig: `GRPOConfig` plus the token-selection fields and the speed options, and the checks that refuse, with the
+reason, every setting where selection would be silently wrong or meaningless (`check_selection_config`: run when the
+config is built, and again by GMTSTrainer; `check_decode_loop_generation`, which needs the model: by GMTSTrainer).
+The trainer is gmts_trainer.py, which re-exports GMTSConfig.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+from trl import GRPOConfig
+
+from gmts_recipe.generation.attention import KERNELS
+from gmts_recipe.generation.decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, check_supported_config,
+                                                resolved_generation_config)
+
+TOKEN_SELECTIONS = ("all", "entropy", "gmts", "entropy_nonzero_omega")
+# Rules that rank with omega: it must be TRL's gradient coefficient (a token-level clipped surrogate, no sequence mask).
+OMEGA_RULES = ("gmts", "entropy_nonzero_omega")
+SELECTION_SCOPES = ("batch", "microbatch", "group")
+SELECTION_NORMALIZERS = ("all_tokens", "kept_tokens")
+ENTROPY_SOURCES = ("auto", "scoring_pass")
+PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: undoes the selection
+PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] (+ KL) is the gradient coefficient
+
+
+@dataclass
+class GMTSConfig(GRPOConfig):
+    """`GRPOConfig` plus the token-selection fields. Defaults: GMTS, 20% of tokens, one threshold per batch."""
+
+    token_selection: str = field(
+        default="gmts",
+        metadata={"help": "Which tokens train: 'all' (plain GRPO), 'entropy' (ETS: top entropy), 'gmts' "
+                          "(top |entropy x omega|) or 'entropy_nonzero_omega' (a control: ETS with every omega != 0 "
+                          "token ranked before every omega == 0 one, same kept count).",
+                  "choices": list(TOKEN_SELECTIONS)},
+    )
+    selection_ratio: float = field(
+        default=0.2, metadata={"help": "Ratio of kept tokens, in (0, 1]: exactly ceil(ratio x valid tokens) are kept."}
+    )
+    selection_scope: str = field(
+        default="batch",
+        metadata={"help": "Where the threshold is taken: 'batch' (the whole generation batch, every process: the "
+                          "paper), 'microbatch' (each loss microbatch, gathered over processes) or 'group' (each "
+                          "prompt's group of rollouts).", "choices": list(SELECTION_SCOPES)},
+    )
+    selection_normalizer: str = field(
+        default="all_tokens",
+        metadata={"help": "Loss denominator: 'all_tokens' (TRL's, every completion token; same for every arm) or "
+                          "'kept_tokens' (kept count; loss_type 'dapo' only).", "choices": list(SELECTION_NORMALIZERS)},
+    )
+    selection_entropy_source: str = field(
+        default="auto",
+        metadata={"help": "'auto': entropy recorded while generating when exact, else from a scoring pass; "
+                          "'scoring_pass': always a fused no-grad pass (for benchmarks).",
+                  "choices": list(ENTROPY_SOURCES)},
+    )
+
+    generation_merge_adapter: bool = field(
+        default=False,
+        metadata={"help": "Fold the LoRA adapter into the weights while generating (the exact base weights are restored "
+                          "after): ~1/3 of the kernels per decoding step; add generation_compile for CUDA graphs. "
+                          "Costs a copy of the adapted weights in memory. Not for DeepSpeed ZeRO-3 or FSDP."},
+    )
+    generation_compile: bool = field(
+        default=False,
+        metadata={"help": "Decode with transformers' compiled path: static KV cache, torch.compile and CUDA graphs "
+                          "(TRL turns it off). The first step pays the compilation (~40 s for a 1.5B model on an H200), "
+                          "and again when prompts outgrow the cache's 256-token bucket. GPU only; not with vLLM or "
+                          "continuous batching. Best with generation_merge_adapter."},
+    )
+    generation_grouped_attention: bool = field(
+        default=False,
+        metadata={"help": "Decode with grouped-query attention that does not copy the key/value cache once per query "
+                          "head at every step (attention.py; same computation as sdpa). For models with fewer "
+                          "key/value than query heads (Qwen2.5: 2 and 12); a no-op otherwise. Also used by the "
+                          "recipe's fast evaluation."},
+    )
+    generation_deferred_stop: bool = field(
+        default=False,
+        metadata={"help": "On CUDA, read transformers' all-rows-finished flag one step late instead of waiting for the "
+                          "GPU at every token (decoding.py; transformers' DeferredStopCheck, which it enables on mps "
+                          "only). Same tokens; when every row stops before the limit, the cut extra step advances the "
+                          "random stream for the next call. Also used by the recipe's fast evaluation."},
+    )
+    generation_decode_kernel: str = field(
+        default="sdpa",
+        metadata={"help": "With generation_grouped_attention: the folded decoding call through PyTorch's fused "
+                          "kernel ('sdpa') or as transformers' eager attention computes it, two batched matrix "
+                          "products ('matmul': reads the cache at full bandwidth where the fused kernel, made for long "
+                          "queries, does not; attention.py). Same attention, other bf16 rounding. Also used by the "
+                          "recipe's fast evaluation."},
+    )
+    generation_decode_loop: str = field(
+        default="transformers",
+        metadata={"help": "'transformers': TRL's call of transformers' generate. 'compiled_step': decode_loop.sample, "
+                          "the whole token step (one-token forward, sampling, bookkeeping, the entropy for selection) "
+                          "as one torch.compile graph, a CUDA-graph replay per token on a GPU (eager on a CPU). "
+                          "Samples softmax(logits / T) only: other sampling settings are refused. Same distribution, "
+                          "other random numbers on CUDA than generate's. Measured by bench/step.py "
+                          "--generation_decode_loop compiled_step.", "choices": list(DECODE_LOOPS)},
+    )
+    generation_compile_regions: bool = field(
+        default=False,
+        metadata={"help": "With generation_decode_loop compiled_step: compile the step's decoder layers once as nested "
+                          "compile regions (decode_loop.layer_regions) instead of as 28 unrolled copies: less "
+                          "inductor work per compilation, but one compilation per number of rows (the evaluation's "
+                          "and the training step's) where the unrolled step compiles once. Same computation, maybe "
+                          "other rounding (no fusion across layers). On an H200 a cold complete run compiled 36 s instead "
+                          "of 54 (5.42 against 5.84 GPU-min), a warm one the same (bench/complete-run-h200-j-*.json); "
+                          "the token step as fast (bench/compile-regions-64-h200.json). Also used by the recipe's fast "
+                          "evaluation."},
+    )
+    sampling_noise: str = field(
+        default="stream",
+        metadata={"help": "Where the rollouts' sampling noise comes from. 'stream': torch's generator, as TRL and "
+                          "transformers draw (each draw depends on every draw before it in the process). 'counter': "
+                          "a function of (seed, step) only: in the compiled step (generation_decode_loop "
+                          "compiled_step) a hash of (seed, step, rollout, position, token) (decode_loop.counter_noise), "
+                          "with transformers' generate the generator reseeded from (seed, step) for the step's call. "
+                          "Each arm's rollouts stay exact samples of its own policy; arms of one seed draw the same "
+                          "numbers at every step (identical rollouts while their weights are equal), which couples "
+                          "them and makes a run repeat whatever ran before it in the process. Also used by the "
+                          "recipe's evaluation.", "choices": list(SAMPLING_NOISES)},
+    )
+    lora_autocast_inputs: bool = field(
+        default=True,
+        metadata={"help": "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's "
+                          "float32, which autocast then copies back (two elementwise copies per LoRA layer in the "
+                          "forward, the checkpoint recompute and the backward). Same numbers: bf16 -> float32 -> bf16 "
+                          "is exact. Engages only with autocast and plain LoRA Linear layers without dropout "
+                          "(training_speed.lora_autocast_blockers); false: PEFT's cast, for comparison."},
+    )
+    training_compile: bool = field(
+        default=False,
+        metadata={"help": "Run the training forward and backward through the decoder layers compiled with "
+                          "torch.compile (one compiled forward for every layer: regional compilation), so the "
+                          "elementwise work between the matrix products is fused. Generation and the no-grad scoring "
+                          "passes keep the layers' own forwards. Other rounding in the update; the first step pays "
+                          "the compilation; later steps reuse it."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_selection_config(self)
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def check_selection_config(args: GMTSConfig) -> None:
+    """Refuse, with a reason, every configuration where selection would be silently wrong or meaningless."""
+    _choice("token_selection", args.token_selection, TOKEN_SELECTIONS)
+    _choice("selection_scope", args.selection_scope, SELECTION_SCOPES)
+    _choice("selection_normalizer", args.selection_normalizer, SELECTION_NORMALIZERS)
+    _choice("selection_entropy_source", args.selection_entropy_source, ENTROPY_SOURCES)
+    _choice("generation_decode_kernel", args.generation_decode_kernel, tuple(KERNELS))
+    _choice("generation_decode_loop", args.generation_decode_loop, DECODE_LOOPS)
+    _choice("sampling_noise", args.sampling_noise, SAMPLING_NOISES)
+    r = args.selection_ratio
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
+        raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
+    check_generation_config(args)
+    if args.token_selection == "all":
+        return
+    if args.loss_type in PER_SEQUENCE_LOSSES:
+        raise ValueError(
+            f"loss_type={args.loss_type!r} divides each answer by its own length, which renormalizes the selection "
+            f"away (GMTS only moves tokens between answers). Use a token-level loss: 'dapo' (recommended) or 'bnpo'."
+        )
+    if args.importance_sampling_level != "token":
+        raise ValueError(
+            f"importance_sampling_level={args.importance_sampling_level!r} (GSPO) builds one ratio per answer from "
+            f"every completion token's log-prob, so a dropped token still gets gradient through it (the mask only "
+            f"rescales each answer's term by its kept count). Use importance_sampling_level='token'."
+        )
+    if args.token_selection in OMEGA_RULES and args.loss_type not in PPO_CLIP_LOSSES:
+        raise ValueError(
+            f"token_selection={args.token_selection!r} needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), "
+            f"where omega = A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient "
+            f"coefficient."
+        )
+    if args.token_selection in OMEGA_RULES and args.off_policy_mask_threshold is not None:
+        raise ValueError("off_policy_mask_threshold drops answers by the live policy's divergence from the sampler, "
+                         "a factor of the gradient that omega does not model; unset it or use "
+                         "token_selection='entropy'.")
+    if args.top_entropy_quantile < 1.0:
+        raise ValueError("Set selection_ratio, not top_entropy_quantile: both would choose tokens.")
+    if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
+        raise ValueError("selection_normalizer='kept_tokens' needs loss_type='dapo' and a 'batch' or 'group' scope, "
+                         "where the kept count is one number for the whole generation batch.")
+
+
+def omega_is_modeled(args: GMTSConfig) -> bool:
+    """Whether `GMTSTrainer._omega` is TRL's gradient coefficient under these settings (the loss is a token-level
+    clipped surrogate without the off-policy sequence mask). The rules that rank with omega (OMEGA_RULES) are refused
+    where it is not; the other arms log the omega-based metrics only where it is."""
+    return (args.loss_type in PPO_CLIP_LOSSES and args.importance_sampling_level == "token"
+            and args.off_policy_mask_threshold is None)
+
+
+def check_generation_config(args: GMTSConfig) -> None:
+    """The generation options apply to transformers' `generate`, the path TRL takes without vLLM or batching."""
+    if args.generation_compile_regions and args.generation_decode_loop != "compiled_step":
+        raise ValueError("generation_compile_regions (on in configs/paper.yaml) compiles the decoder layers of "
+                         "decode_loop's compiled step: with generation_decode_loop="
+                         f"'{args.generation_decode_loop}' also pass --generation_compile_regions false, or keep "
+                         "generation_decode_loop='compiled_step'.")
+    if args.sampling_noise == "counter" and (args.use_vllm or args.use_transformers_continuous_batching):
+        other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
+        raise ValueError(f"sampling_noise='counter' sets the noise of transformers' generate or the compiled step, "
+                         f"which {other}=True does not use; drop one of them.")
+    if args.generation_decode_loop == "compiled_step":
+        if args.use_vllm or args.use_transformers_continuous_batching:
+            other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
+            raise ValueError(f"generation_decode_loop='compiled_step' replaces transformers' generate, which "
+                             f"{other}=True does not use; drop one of them.")
+        check_decode_loop_sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repetition_penalty)
+    if args.generation_compile:
+        other = "use_vllm" if args.use_vllm else (
+            "use_transformers_continuous_batching" if args.use_transformers_continuous_batching else None)
+        if other:
+            raise ValueError(f"generation_compile compiles transformers' generate, which {other}=True does not use; "
+                             f"drop one of them.")
+        if isinstance(args.pad_to_multiple_of, int) and args.pad_to_multiple_of > 1:
+            raise ValueError(f"generation_compile with pad_to_multiple_of={args.pad_to_multiple_of}: sampling met "
+                             f"NaN probabilities on an H200 (bench/results-h200.json, merged_compiled_pad64); "
+                             f"drop one of them.")
+        cache = (args.generation_kwargs or {}).get("cache_implementation", args.cache_implementation)
+        if cache not in (None, "static"):
+            raise ValueError(f"generation_compile needs a static KV cache; cache_implementation={cache!r} is not one.")
+
+
+def check_decode_loop_sampling(temperature: float, top_k, top_p, min_p, repetition_penalty) -> None:
+    """decode_loop.check_supported, its one-line refusal naming this trainer's option."""
+    try:
+        check_supported(temperature, "exponential", top_k, top_p, min_p, repetition_penalty)
+    except ValueError as err:
+        raise ValueError(f"generation_decode_loop='compiled_step': {err}") from None
+
+
+def check_decode_loop_generation(model: torch.nn.Module, config: GenerationConfig, temperature: float) -> None:
+    """Refuse generation_decode_loop='compiled_step' where the settings transformers' generate would use (TRL's
+    config with generation_kwargs, completed from the checkpoint's generation_config and transformers' defaults:
+    decode_loop.resolved_generation_config) hold one the loop would drop (decode_loop.check_supported_config, the
+    check sample_with_config repeats at every call), or a temperature other than the training's: the entropy the
+    loop computes while sampling is the one selection ranks by."""
+    resolved = resolved_generation_config(model, config)
+    sampled = 1.0 if resolved.temperature is None else resolved.temperature
+    if sampled != temperature:
+        raise ValueError(f"generation_decode_loop='compiled_step' would sample at temperature {sampled} "
+                         f"(generation_kwargs or the model's generation_config), not the training's {temperature}; "
+                         f"unset it or use generation_decode_loop='transformers'.")
+    try:
+        check_supported_config(resolved)
+    except ValueError as err:
+        raise ValueError(f"generation_decode_loop='compiled_step' (generation_kwargs or the model's "
+                         f"generation_config): {err}") from None

@@ -1,0 +1,173 @@
+"""Generation speed for the trainer and the recipe's evaluation: what `GMTSTrainer._generate_single_turn` and
+`eval.generate_samples` put around transformers' `generate`. The static KV cache length of compiled decoding
+(`compile_cache_length`, `static_compile_config`), decoding with the LoRA adapter merged (`merged_lora`),
+transformers' input-grad hooks lifted while decoding and kept to one (`without_input_grad_hooks`,
+`drop_duplicate_input_grad_hooks`), and TRL's `generate` call replaced inside a block (`generate_replaced`): served by
+decode_loop's compiled step (`with_decode_loop`), or with the trainer's entropy recorder added to its logits
+processors (`with_logits_processor`). Same tokens (the compiled step: the same distribution), fewer kernels and host
+waits.
+
+The trainer's generation options (`GMTSTrainer._generate_single_turn`):
+- Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
+  weights and restores the exact base weights afterwards.
+- Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
+  which TRL turns off with `disable_compile=True`. The cache is sized in buckets of `COMPILE_CACHE_BUCKET` tokens
+  so that prompts of another length reuse the compiled decoder instead of recompiling it every step, and compiled
+  with static shapes (`static_compile_config`).
+- Optional (`generation_grouped_attention`): decoding steps attend through `attention.grouped_sdpa_forward`, the
+  same attention without transformers' per-step copy of the key/value cache for every query head;
+  `generation_decode_kernel` "matmul" computes its folded call as two matrix products (eager's formulation).
+- Optional (`generation_deferred_stop`): on CUDA, decoding reads the all-rows-finished flag one step late
+  (`decoding.deferred_stop_check`: transformers' own mechanism, which it enables on mps only), so the host queues
+  the next token step while the GPU runs this one. Same tokens per call.
+- Optional (`generation_decode_loop="compiled_step"`): TRL's `generate` call is served by `decode_loop.sample`, the
+  whole token step (one-token forward on a static cache, sampling, bookkeeping) as one compiled graph, one CUDA-graph
+  replay per token on CUDA (eager elsewhere), inside the same context (merged LoRA, grouped attention and decode
+  kernel, the cache length of `compile_cache_length`; generation_compile's settings are generate's and go unused).
+  It samples softmax(logits / T) and stops at EOS or max_new_tokens, nothing else: any other setting of the config
+  generate would use (generation_kwargs, the checkpoint's generation_config) is refused at construction, never
+  dropped. Its sampler is torch.multinomial's own algorithm (argmax(p / Exp(1))), but compiled on CUDA it draws other
+  random numbers, so completions differ from generate's at the same seed: the same distribution (eager on the CPU
+  they are equal, tested). The entropy for the batch and group scopes is computed inside the step
+  (`decode_loop.token_entropy`, the recorder's formula) and handed to the recorder: source (a) of GMTSTrainer's
+  item 3, with no processor outside the graph. `generation_deferred_stop` is for generate: the loop never waits for
+  the GPU on its all-rows-finished flag anyway (a non-blocking copy read `decode_loop.CHECK_EVERY` steps later).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from gmts_recipe.generation.decode_loop import sample_with_config
+
+if TYPE_CHECKING:
+    from gmts_trainer import _EntropyRecorder
+
+COMPILE_CACHE_BUCKET = 256  # static KV cache length granularity with generation_compile (one compile per bucket)
+
+
+def compile_cache_length(prompt_ids: list[list[int]], max_new_tokens: int, pad_to_multiple_of: Any) -> int:
+    """Static KV cache length for a generation batch, rounded up to `COMPILE_CACHE_BUCKET`: transformers keeps the
+    largest length seen, so the compiled decoder sees a new shape (and recompiles) only when a bucket is outgrown."""
+    longest = max((len(p) for p in prompt_ids), default=0)
+    if isinstance(pad_to_multiple_of, int) and pad_to_multiple_of > 1:
+        longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+    return -(-(longest + max_new_tokens) // COMPILE_CACHE_BUCKET) * COMPILE_CACHE_BUCKET
+
+
+def static_compile_config():
+    """transformers' compile settings for decoding, with static shapes: its default (`dynamic=None`) recompiles the
+    decoder with symbolic shapes the second time it sees another shape (the training's 64 rows, then the evaluation's
+    880, or a second cache bucket), and every later call then runs the generic kernels. With `dynamic=False` each
+    shape gets its own graph (a few per process), the first call of each paying its compilation."""
+    from transformers import CompileConfig
+
+    return CompileConfig(dynamic=False)
+
+
+@contextlib.contextmanager
+def merged_lora(model: torch.nn.Module):
+    """Generate with the LoRA adapter folded into the base weights, then restore the base weights bit for bit.
+
+    PEFT's unmerge subtracts the delta again, which in bf16 does not give back the original weights: repeated every
+    step it would slowly rewrite the frozen model. A copy of the adapted weights avoids that.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer) and not m.merged]
+    with torch.no_grad():
+        backup = [m.get_base_layer().weight.detach().clone() for m in layers]
+        for m in layers:
+            m.merge()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, weight in zip(layers, backup):
+                m.get_base_layer().weight.copy_(weight)
+                m.merged_adapters.clear()
+
+
+def _input_grad_hook_keys(emb: torch.nn.Module) -> list[int]:
+    """The forward-hook ids of transformers' `make_inputs_require_grads` on an embedding, oldest first (by name)."""
+    return [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
+
+
+@contextlib.contextmanager
+def without_input_grad_hooks(model: torch.nn.Module):
+    """Lift transformers' `make_inputs_require_grads` hooks off the input embeddings while generating.
+
+    Gradient checkpointing with an adapter registers them so that checkpointed layers see an input that requires grad.
+    Under no_grad they do nothing, but `requires_grad_` is a graph break for torch.compile: with them on, the compiled
+    decoding step is split in two graphs. Matched by name; a renamed hook stays on (slower, still correct).
+    """
+    emb = model.get_input_embeddings()
+    lifted = {k: emb._forward_hooks[k] for k in _input_grad_hook_keys(emb)}
+    for k in lifted:
+        del emb._forward_hooks[k]
+    try:
+        yield
+    finally:
+        emb._forward_hooks.update(lifted)
+
+
+def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
+    """Keep one `make_inputs_require_grads` hook on the input embeddings. TRL turns gradient checkpointing off and on
+    around every generation; transformers' enable registers another hook each time, and for a PEFT-wrapped model its
+    disable removes none, so without this the hooks pile up, one more per step, each run by every forward."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    emb = model.get_input_embeddings()
+    keys = _input_grad_hook_keys(emb)
+    current = {h.id for h in getattr(base, "_require_grads_hooks", None) or []}
+    keep = next((k for k in keys if k in current), keys[-1] if keys else None)  # the one transformers would remove
+    for k in keys:
+        if k != keep:
+            del emb._forward_hooks[k]
+
+
+@contextlib.contextmanager
+def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None,
+                     compile_regions: bool = False, keys: torch.Tensor | None = None):
+    """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
+    with decode_loop.sample_with_config, compiled on CUDA (`compile_regions`: its decoder layers as nested compile
+    regions); the recorder, if any, takes the entropy computed inside the step. Other inputs (a VLM's pixel values)
+    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`rollout_noise_keys`)."""
+
+    def generate(input_ids, attention_mask, generation_config, **other):
+        if other:
+            raise ValueError(f"generation_decode_loop='compiled_step' decodes token ids only, not {', '.join(other)}; "
+                             f"use generation_decode_loop='transformers'.")
+        out = sample_with_config(model, input_ids, attention_mask, generation_config, cache_len,
+                                 return_entropy=recorder is not None, compile_regions=compile_regions,
+                                 noise_keys=keys)
+        if recorder is None:
+            return out
+        recorder.take(out[1])
+        return out[0]
+
+    with generate_replaced(model, generate):
+        yield
+
+
+@contextlib.contextmanager
+def with_logits_processor(model: torch.nn.Module, processor: LogitsProcessor):
+    """Make every `model.generate` call inside the block run `processor` too (TRL builds the generate call itself)."""
+    with generate_replaced(model, functools.partial(model.generate,
+                                                    logits_processor=LogitsProcessorList([processor]))):
+        yield
+
+
+@contextlib.contextmanager
+def generate_replaced(model: torch.nn.Module, generate: Callable):
+    """`model.generate` is `generate` inside the block (an instance attribute over the class method), then the class
+    method again."""
+    model.generate = generate
+    try:
+        yield
+    finally:
+        del model.generate  # drop the instance attribute: the class method shows through again

@@ -1,0 +1,79 @@
+"""What `pip install .` gives a user: the trainer imports from any directory, and the install adds two top-level names,
+the trainer module and the package of its supporting modules; no generic ones (data, eval, stats) that would shadow or
+be shadowed by another package's."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOP_LEVEL = {"gmts_recipe", "gmts_trainer"}
+# Built from a copy of the clone without its data and build outputs: setuptools' build/ folder in the clone would keep
+# a module deleted since and put it in the next wheel.
+NOT_COPIED = shutil.ignore_patterns(".git", "results", "bench", "runs", "cache", "build", "dist", "*.egg-info",
+                                    "__pycache__", ".pytest_cache", ".hypothesis", ".venv", "venv")
+# Run in a fresh interpreter from another directory, with only the installed copy on the path: import the package
+# (no torch yet), the trainer, and every module of the package; print where each came from.
+IMPORT_ALL = """
+import importlib, json, pkgutil, sys
+import gmts_recipe
+torch_free = "torch" not in sys.modules
+from gmts_trainer import GMTSConfig, GMTSTrainer
+import gmts_trainer
+files = {"gmts_trainer": gmts_trainer.__file__}
+for info in pkgutil.walk_packages(gmts_recipe.__path__, "gmts_recipe."):
+    files[info.name] = importlib.import_module(info.name).__file__
+print(json.dumps({"torch_free": torch_free, "lazy": gmts_recipe.GMTSTrainer is GMTSTrainer
+                  and gmts_recipe.GMTSConfig is GMTSConfig, "files": files}))
+"""
+
+
+def pip(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    clone = tmp_path_factory.mktemp("clone") / "gmts"
+    shutil.copytree(ROOT, clone, ignore=NOT_COPIED)
+    out = tmp_path_factory.mktemp("wheel")
+    pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(out), str(clone))
+    (path,) = out.glob("*.whl")
+    return path
+
+
+def test_the_wheel_installs_the_trainer_and_one_package(wheel):
+    with zipfile.ZipFile(wheel) as whl:
+        names = whl.namelist()
+        (top_level,) = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+        assert set(whl.read(top_level).decode().split()) == TOP_LEVEL
+        (record,) = [n for n in names if n.endswith(".dist-info/RECORD")]
+        paths = [line.split(",")[0] for line in whl.read(record).decode().splitlines() if line]
+    installed = {p.split("/")[0].removesuffix(".py") for p in paths if ".dist-info/" not in p}
+    assert installed == TOP_LEVEL
+    modules = {p for p in paths if p.endswith(".py")}
+    assert {"gmts_trainer.py", "gmts_recipe/selection.py", "gmts_recipe/generation/decode_loop.py",
+            "gmts_recipe/generation/attention.py", "gmts_recipe/generation/decoding.py"} <= modules
+
+
+def test_the_installed_trainer_imports_from_another_directory(wheel, tmp_path):
+    target, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pip("install", "--no-deps", "--no-index", "--no-compile", "-q", "--target", str(target), str(wheel))
+    assert {p.name for p in target.iterdir() if not p.name.endswith(".dist-info")} == {"gmts_recipe", "gmts_trainer.py"}
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    done = subprocess.run([sys.executable, "-c", IMPORT_ALL], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["torch_free"] and seen["lazy"]
+    assert {"gmts_recipe.eval", "gmts_recipe.generation.decode_loop"} <= set(seen["files"])
+    outside = {name: path for name, path in seen["files"].items() if not Path(path).is_relative_to(target)}
+    assert not outside, f"imported from outside the install: {outside}"
