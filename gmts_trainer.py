@@ -223,7 +223,7 @@ class GMTSTrainer(GRPOTrainer):
         self._capture_scoring: dict[str, torch.Tensor] | None = None
         self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
         # step -> a digest of each rollout this process generated at that step (`completion_digest`): two arms'
-        # rollouts are compared by these (stats.rollout_agreement) to see how long sampling_noise 'counter' couples
+        # rollouts are compared by these (records.rollout_agreement) to see how long sampling_noise 'counter' couples
         self.rollout_digests: dict[str, list[str]] = {}
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
         self._update_cosine = UpdateCosine()
@@ -316,8 +316,7 @@ class GMTSTrainer(GRPOTrainer):
                 else:
                     stack.enter_context(torch.random.fork_rng(devices=[model.device] if model.device.type == "cuda"
                                                               else [], device_type=model.device.type))
-                    torch.manual_seed(int(noise_keys(self.args.seed, train_stream(step),
-                                                     torch.tensor([self.accelerator.process_index]))))
+                    torch.manual_seed(int(rollout_noise_keys(self.args.seed, step, 1, self.accelerator.process_index)))
             if loop:  # the recorder, if any, takes the entropy the compiled step computed
                 stack.enter_context(with_decode_loop(model, cache_len, self._recorder,
                                                      self.args.generation_compile_regions, keys))

@@ -652,9 +652,9 @@ class SaveEveryMinutes(TrainerCallback):
 # ---------------------------------------------------------------------------- the run
 def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "") -> dict:
     """Move an evaluation's texts (eval.evaluate_pass_at_1's sample_log) into its samples file in `folder`
-    (check.write_samples) and name the file and its SHA-256 in the evaluation, inside what results.json's digest
-    covers: `prefix` + the file name is its path from the run directory (check.samples_path)."""
-    from check import write_samples
+    (samples.write_samples) and name the file and its SHA-256 in the evaluation, inside what results.json's digest
+    covers: `prefix` + the file name is its path from the run directory (samples.samples_path)."""
+    from gmts_recipe.samples import write_samples
 
     path, sha = write_samples(folder, stem, ev.pop("sample_log"))
     ev["samples"] = {"path": prefix + path.name, "sha256": sha}

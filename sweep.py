@@ -466,8 +466,8 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
 
 
 def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tuple[Path, Path]]:
-    """The samples files the merged cell names (check.samples_path: the arms' in the cell's folder, the base's in the
-    shared base-evals folder), each verified (SHA-256, records, re-scored: check.check_samples) where it will be read:
+    """The samples files the merged cell names (samples.samples_path: the arms' in the cell's folder, the base's in the
+    shared base-evals folder), each verified (SHA-256, records, re-scored: samples.check_samples) where it will be read:
     here if a file of that name is here, else in the incoming tree, from which it is to be copied. A merged cell
     keeps verifiable samples; a file here with other bytes is refused, never overwritten."""
     from gmts_recipe.records import ResultsError
@@ -545,20 +545,19 @@ def _mechanism(train_log: list[dict]) -> dict[str, float | None]:
     return out
 
 
-def _late_reward(train_log: list[dict], last: int = 10) -> float | None:
-    rewards = [row["reward"] for row in train_log if isinstance(row.get("reward"), (int, float))]
-    return sum(rewards[-last:]) / len(rewards[-last:]) if rewards else None
+LATE, EARLY = slice(-10, None), slice(None, 10)  # the last and the first 10 logged steps
 
 
-def _early_reward(train_log: list[dict], first: int = 10) -> float | None:
-    rewards = [row["reward"] for row in train_log if isinstance(row.get("reward"), (int, float))]
-    return sum(rewards[:first]) / len(rewards[:first]) if rewards else None
+def _mean_reward(train_log: list[dict], window: slice) -> float | None:
+    """The mean training reward over `window` of the logged steps (None when the log has no reward)."""
+    rewards = [row["reward"] for row in train_log if isinstance(row.get("reward"), (int, float))][window]
+    return sum(rewards) / len(rewards) if rewards else None
 
 
 def training_reward_fell(train_log: list[dict]) -> bool:
     """Training made the policy worse at its own task: the mean training reward of the last 10 steps lies below that
     of the first 10 (the training-side counterpart of collapsing below the base; windows overlap below 20 steps)."""
-    late, early = _late_reward(train_log), _early_reward(train_log)
+    late, early = _mean_reward(train_log, LATE), _mean_reward(train_log, EARLY)
     return late is not None and late < early
 
 
@@ -583,7 +582,7 @@ def summarize(grid: Grid) -> dict:
             training[(cell.variant, cell.learning_rate, cell.seed, arm)] = entry.get("train_log", [])
             a = s["arms"][arm]
             arms[arm] = {"pass@1": a["pass@1"], "vs_base": a["vs_base"], "verdict": a["verdict"],
-                         "late_reward": _late_reward(entry.get("train_log", [])),
+                         "late_reward": _mean_reward(entry.get("train_log", []), LATE),
                          "mechanism": _mechanism(entry.get("train_log", []))}
         cells.append({"cell": cell.name, "variant": cell.variant, "learning_rate": cell.learning_rate,
                       "seed": cell.seed, "path": str(path.relative_to(root)), "digest": results["digest"],
@@ -680,8 +679,8 @@ def best_stable(training: dict[tuple[str, float, int, str], list[dict]]) -> list
             for (v, lr, _, a), log in training.items():
                 if (v, a) == (variant, arm):
                     by_lr.setdefault(lr, []).append(log)
-            stable = {lr: [_late_reward(log) for log in logs] for lr, logs in by_lr.items()
-                      if all(_late_reward(log) is not None and not training_reward_fell(log) for log in logs)}
+            stable = {lr: [_mean_reward(log, LATE) for log in logs] for lr, logs in by_lr.items()
+                      if all(_mean_reward(log, LATE) is not None and not training_reward_fell(log) for log in logs)}
             if stable:
                 lr = max(stable, key=lambda x: (sum(stable[x]) / len(stable[x]), -x))
                 out.append({"variant": variant, "arm": arm, "learning_rate": lr,

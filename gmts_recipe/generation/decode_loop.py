@@ -167,9 +167,9 @@ def noise_keys(seed: int, stream: int, rows: torch.Tensor) -> torch.Tensor:
 
 def counter_noise(keys: torch.Tensor, column: torch.Tensor, vocab: int) -> torch.Tensor:
     """Exp(1) noise (B, V) float32, a pure function of (each row's key, the token's column, the vocabulary entry):
-    u = (23 hashed bits + 1/2) / 2^23 in (0, 1), E = -log u (> 0 and finite: `exponential_of_bits`). Nothing is drawn from a generator, so
-    the noise repeats whatever ran before in the process, whatever the batch holds and whether the step is compiled
-    (CUDA-graph warm-ups and recordings consume no random state). keys (B,), column (1,) long."""
+    u = (23 hashed bits + 1/2) / 2^23 in (0, 1), E = -log u (> 0 and finite: `exponential_of_bits`). Nothing is drawn
+    from a generator, so the noise repeats whatever ran before in the process, whatever the batch holds and whether
+    the step is compiled (CUDA-graph warm-ups and recordings consume no random state). keys (B,), column (1,) long."""
     row = hash32(keys ^ hash32(column))  # (B,): one 32-bit state per row and column
     token = torch.arange(vocab, device=keys.device)  # (V,)
     return exponential_of_bits(hash32(hash32(row[:, None] ^ token[None, :])) >> 9)  # (B, V)
