@@ -13,6 +13,11 @@ Every paper-config step (configs/qwen.yaml: Qwen2.5-Coder-1.5B-Instruct, GSM8K, 
   evaluation is the same code as an arm's.
 - data parallel, grouped: the same after grouped-query decoding, end to end (ETS then GMTS in one process pair,
   fresh base evaluations on the main process, results/qwen-accelerate/; 2026-11-30d).
+- one cell per GPU, every lever: configs/paper.yaml's levers and counter noise (the coupled pilot, results/coupled/,
+  2026-12-01, one H200): s100 on a cold compile cache, s105 on a warm one, each the only process on the GPU;
+- four cells per GPU under CUDA MPS: s101-s104 of the same pilot, four recipe.py processes at once on the one H200
+  (`sweep.py --gpus 0,0,0,0` with the MPS daemon started; warm cache). The sweep's own minutes per cell process
+  (model loading included) are in bench/logs/shared-gpu-h200-{alone,4way}.log.
 
 What does not scale: bench/step.py's profile of one process's share (32 rows per step, no accumulation:
 bench/step-profile-h200-rows32.json) beside the 64-row step on one GPU (bench/step-profile-h200-on.json), part by part.
@@ -50,12 +55,18 @@ RUNS = {
                      + [(f"paper-lr0.00015-s{seed}", arm) for seed in (18, 19) for arm in ("ets", "gmts")],  # 2026-11-30d
     "data_parallel_grouped": [("results/qwen-accelerate/paper-lr0.0001-s17", "ets"),
                               ("results/qwen-accelerate/paper-lr0.0001-s17", "gmts")],
+    "alone_levers": [(f"results/coupled/coupled-lr0.0001-s{seed}", arm) for seed in (100, 105)
+                     for arm in ("ets", "gmts")],  # 2026-12-01
+    "mps_four": [(f"results/coupled/coupled-lr0.0001-s{seed}", arm) for seed in (101, 102, 103, 104)
+                 for arm in ("ets", "gmts")],  # 2026-12-01, one H200, four processes at once under CUDA MPS
 }
-GPUS = {"alone": 1, "shared": 0.5, "data_parallel": 2, "alone_grouped": 1, "data_parallel_grouped": 2}  # per arm
+GPUS = {"alone": 1, "shared": 0.5, "data_parallel": 2, "alone_grouped": 1, "data_parallel_grouped": 2,
+        "alone_levers": 1, "mps_four": 0.25}  # per arm
 LABEL = {"alone": "one arm per GPU", "shared": "two arms per GPU",
          "data_parallel": "one arm on 2 GPUs (accelerate, 2 processes)",
          "alone_grouped": "one arm per GPU, grouped-query decoding",
-         "data_parallel_grouped": "one arm on 2 GPUs, grouped-query decoding (end to end)"}
+         "data_parallel_grouped": "one arm on 2 GPUs, grouped-query decoding (end to end)",
+         "alone_levers": "one cell per GPU, every lever", "mps_four": "four cells per GPU under CUDA MPS"}
 PROFILES = {"one GPU, 64 rows": "bench/step-profile-h200-on.json",
             "one of 2 processes, 32 rows": "bench/step-profile-h200-rows32.json"}
 PARTS = ("generation", "forward", "backward")  # the rest of the step is "other"
@@ -94,6 +105,8 @@ def measure() -> dict:
     grouped, dp_grouped = (out["ways"][w]["total_s"] for w in ("alone_grouped", "data_parallel_grouped"))
     out["grouped_speedup"] = alone / grouped  # same way, after attention.py
     out["data_parallel_grouped_speedup"] = grouped / dp_grouped
+    one, four = (out["ways"][w]["gpu_minutes_per_arm"] for w in ("alone_levers", "mps_four"))
+    out["mps_four_throughput"] = one / four  # arms per GPU-hour, four processes under MPS vs one (target >= 1.8)
     out["breakdown"] = breakdown()
     return out
 
@@ -123,7 +136,8 @@ def table(m: dict, markdown: bool = False) -> str:
               f"{m['data_parallel_speedup']:.2f}x the steps per second of one GPU. Two arms on one GPU: "
               f"{m['sharing_throughput']:.2f}x one arm's throughput (these three before grouped-query decoding). "
               f"With it, one arm per GPU: {m['grouped_speedup']:.2f}x the steps per second of before; one arm on 2 "
-              f"GPUs: {m['data_parallel_grouped_speedup']:.2f}x one GPU's."]
+              f"GPUs: {m['data_parallel_grouped_speedup']:.2f}x one GPU's. With every lever, four cells at once under "
+              f"CUDA MPS: {m['mps_four_throughput']:.2f}x the arms per GPU-hour of one cell alone."]
     b = m["breakdown"]
     cols = list(b)
     head = ["part of the median step (s)"] + [f"{c} ({b[c]['source']})" for c in cols]
