@@ -563,7 +563,7 @@ def training_reward_fell(train_log: list[dict]) -> bool:
 
 def summarize(grid: Grid) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
-    from gmts_recipe.stats import seeds_for_power
+    from gmts_recipe.stats import sd_interval, seeds_for_power
 
     root = Path(grid.results_dir) / grid.name
     cells, scores, seen, training = [], {}, [], {}
@@ -602,6 +602,7 @@ def summarize(grid: Grid) -> dict:
             pooled.append({"variant": variant, "learning_rate": lr, "comparison": f"{a} - {b}", "seeds": both,
                            "comparison_kind": "shared learning rate", **d})
             if f"{a} - {b}" in CLAIMED and len(both) >= 3:  # seeds this spread needs to detect the paper's gains
+                pooled[-1]["per_seed_sd"] = dict(zip(("sd", "low", "high"), sd_interval(d["per_seed"])))
                 pooled[-1]["seeds_for_power"] = {  # None: more than MAX_SEEDS
                     f"{100 * e:+.1f}": seeds_for_power(d["per_seed"], e, power=POWER, max_seeds=MAX_SEEDS)
                     for e in CLAIMED[f"{a} - {b}"]}
@@ -842,11 +843,14 @@ def render(summary: dict, markdown: bool = False) -> str:
         t = "-" if p.get("t_low") is None else _bracket(p["t_low"], p["t_high"]) + " pts"
         need = p.get("seeds_for_power") or {}
         power = " / ".join(f"{f'>{MAX_SEEDS}' if n is None else n} at {e}" for e, n in need.items()) or "-"
+        sd = p.get("per_seed_sd")
+        sd = "-" if sd is None else f"{100 * sd['sd']:.1f} [{100 * sd['low']:.1f}, {100 * sd['high']:.1f}]"
         rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
                       _interval(p) + " pts", t,
-                      ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", [])), power])
+                      ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", [])), sd, power])
     head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95% CI, seeds then tasks)",
-             "95% CI, t over seeds", "per seed", f"seeds for {POWER:.0%} power at the paper's gain (pts)"]
+             "95% CI, t over seeds", "per seed", "per-seed SD (95% CI, pts)",
+             f"seeds for {POWER:.0%} power at the paper's gain (pts)"]
     rows3 = []
     for c in sorted(cells, key=lambda c: (c["variant"], c["learning_rate"], c["seed"])):
         for arm in ARM_ORDER:

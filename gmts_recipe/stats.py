@@ -200,6 +200,23 @@ def signed(x: float) -> str:
     return "0" if x == 0 else f"{x:+g}"
 
 
+def sd_interval(per_seed: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float] | None:
+    """The per-seed standard deviation with its chi-square interval (normal deltas): a pilot's spread sets a test's
+    number of seeds, so how well a few seeds pin that spread must be stated with it. None below 2 seeds."""
+    from scipy import stats as scipy_stats
+
+    _check_confidence(confidence)
+    x = np.asarray(per_seed, dtype=float)
+    if x.size < 2:
+        return None
+    df = x.size - 1
+    sd = float(x.std(ddof=1))
+    tail = (1 - confidence) / 2
+    low = sd * float(np.sqrt(df / scipy_stats.chi2.ppf(1 - tail, df)))
+    high = sd * float(np.sqrt(df / scipy_stats.chi2.ppf(tail, df)))
+    return sd, low, high
+
+
 def seeds_for_power(per_seed: Sequence[float], effect: float, alpha: float = 0.05, power: float = 0.8,
                     max_seeds: int = 1000) -> int | None:
     """Training seeds a two-sided one-sample t-test over per-seed deltas needs to detect a true mean delta `effect`

@@ -259,3 +259,30 @@ def test_pass_at_1_is_the_mean_of_the_per_task_means(tasks, same_k):
         tasks = [t[:1] * len(tasks[0]) if len(t) != len(tasks[0]) else t for t in tasks]
     records = [{"scores": s} for s in tasks]
     assert stats.pass_at_1(records) == float(np.mean([np.mean(s) for s in tasks]))
+
+
+# ---------------------------------------------------------------- the per-seed spread with its interval
+def test_sd_interval_of_two_seeds_is_the_chi_square_interval_by_hand():
+    sd, low, high = stats.sd_interval([0.0, 2.0])
+    assert sd == pytest.approx(np.sqrt(2.0))
+    # one degree of freedom: chi-square quantiles 5.023886 (97.5%) and 0.000982069 (2.5%), from the printed tables
+    assert low == pytest.approx(np.sqrt(2.0) / np.sqrt(5.023886), rel=1e-6)
+    assert high == pytest.approx(np.sqrt(2.0) / np.sqrt(0.000982069), rel=1e-5)
+    assert stats.sd_interval([1.0]) is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-10, 10, allow_nan=False), min_size=3, max_size=30).filter(lambda x: np.std(x) > 1e-3),
+       st.floats(-5, 5), st.floats(0.1, 10))
+def test_sd_interval_moves_with_the_scale_not_the_location(x, shift, scale):
+    sd, low, high = stats.sd_interval(x)
+    sd2, low2, high2 = stats.sd_interval([scale * v + shift for v in x])
+    assert low < sd < high
+    assert (sd2, low2, high2) == pytest.approx((scale * sd, scale * low, scale * high), rel=1e-6)
+
+
+def test_sd_interval_covers_the_true_spread_95_percent_of_the_time():
+    rng = np.random.default_rng(7)
+    draws = rng.normal(0.0, 4.1, size=(4000, 10))  # a 10-seed pilot of deltas with SD 4.1
+    covered = np.mean([low <= 4.1 <= high for _, low, high in map(stats.sd_interval, draws)])
+    assert 0.94 <= covered <= 0.96  # binomial SD of the coverage over 4000 draws: 0.0034
