@@ -136,11 +136,13 @@ def test_setting_of_test_reads_the_primary_test_or_the_one_setting_that_runs_bot
     summary = {"primary": {"variant": "paper", "learning_rate": 1e-4, "comparison": "gmts - ets", "seeds": [1, 2, 3],
                            "seeds_done": [1, 2], "per_seed": [0.01, -0.02]}, "pooled": []}
     assert m.setting_of_test(summary, {}) == ("paper", 1e-4, [1, 2, 3], {1: 0.01, 2: -0.02})
-    grid = {"blocks": [{"name": "a", "variant": "c", "arms": ["ets", "gmts"], "learning_rates": [1e-4], "seeds": [5, 4]},
-                       {"name": "b", "variant": "c", "arms": ["gmts", "ets"], "learning_rates": [1e-4], "seeds": [6]},
+    block = {"variant": "c", "learning_rates": [1e-4]}
+    grid = {"blocks": [{"name": "a", **block, "arms": ["ets", "gmts"], "seeds": [5, 4]},
+                       {"name": "b", **block, "arms": ["gmts", "ets"], "seeds": [6]},
                        {"name": "grpo", "arms": ["grpo"], "learning_rates": [2e-5], "seeds": [1]}]}
-    pooled = [{"variant": "c", "learning_rate": 1e-4, "comparison": "gmts - ets", "seeds": [4, 5], "per_seed": [0.1, 0.2]},
-              {"variant": "c", "learning_rate": 1e-4, "comparison": "ets - grpo", "seeds": [4], "per_seed": [0.3]}]
+    row = {"variant": "c", "learning_rate": 1e-4}
+    pooled = [{**row, "comparison": "gmts - ets", "seeds": [4, 5], "per_seed": [0.1, 0.2]},
+              {**row, "comparison": "ets - grpo", "seeds": [4], "per_seed": [0.3]}]
     assert m.setting_of_test({"pooled": pooled}, grid) == ("c", 1e-4, [4, 5, 6], {4: 0.1, 5: 0.2})
     grid["blocks"].append({"name": "edge", "arms": ["ets", "gmts"], "learning_rates": [2e-4], "seeds": [1]})
     with pytest.raises(m.MechanismError, match="2 settings run both arms"):
