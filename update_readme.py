@@ -9,6 +9,7 @@ tests/test_readme.py fails when a block differs from what its command prints, so
     python update_readme.py --task-intervals results/qwen/sweep.json  # how wide one cell's interval over tasks is
     python update_readme.py --provenance results/qwen/sweep.json  # when and in which process each arm ran
     python update_readme.py --versions results/quickstart-cpu/results.json  # the libraries a reference run used
+    python update_readme.py --mechanism results/qwen/mechanism.json results/coupled/mechanism.json  # delta vs updates
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 SWEEP = "results/qwen/sweep.json"
 FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --sweep SWEEP --out FIGURE
+MECHANISM_SWEEPS = ("results/qwen/sweep.json", "results/coupled/sweep.json")  # each gets mechanism.json and .png
 
 NAMES = {"base": "base (untrained)", "grpo": "GRPO (all tokens)", "ets": "ETS (top-20% by entropy)",
          "gmts": "GMTS (top-20% by \\|entropy x omega\\|)", "ets_nz": "ETS-nz (control: ETS, omega != 0 first)"}
@@ -222,6 +224,39 @@ def versions(results: dict) -> str:
     return ", ".join(f"{k} {v[k]}" for k in ("python", "torch", "transformers", "trl", "peft") if v.get(k)) + "\n"
 
 
+def _r(x: float | None, low: float | None, high: float | None) -> str:
+    return "-" if x is None else f"{x:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+
+def mechanism(analyses: list[dict]) -> str:
+    """One table over grids (their mechanism.json, gmts_recipe.mechanism): for each variable, across the test's seeds,
+    Pearson's r and Spearman's rho of the per-seed GMTS - ETS with it (Fisher z intervals), the slope and the range
+    the variable spans; below it each grid's seeds (interim while planned seeds are missing) and how many intervals
+    exclude 0 among how many drawn."""
+    lines = ["| grid | per seed: mean over the training steps of | seeds | Pearson r [95%] | Spearman rho [95%] | "
+             "slope (points per unit) | across seeds |", "|---|---|---|---|---|---|---|"]
+    notes = []
+    for a in analyses:
+        seeds, planned = a["seeds"], a["planned_seeds"]
+        status = "interim" if a["status"] == "interim" else "complete"
+        for row in a["associations"]:
+            slope = "-" if row["slope"] is None else f"{row['slope']:+.3g}"
+            span = "-" if row["x_min"] is None else f"{row['x_min']:.3g} to {row['x_max']:.3g}"
+            n = f"{row['n']} ({_span(row['seeds'])})" if row["n"] else f"0 ({row['note']})"
+            lines.append(f"| {a['grid']} ({status}) | {row['label'].replace('|', chr(92) + '|')} | {n} | "
+                         f"{_r(row['pearson'], row['pearson_low'], row['pearson_high'])} | "
+                         f"{_r(row['spearman'], row['spearman_low'], row['spearman_high'])} | {slope} | {span} |")
+        drawn = [r for r in a["associations"] if r["pearson"] is not None]
+        apart = [r["label"] for r in drawn if r["pearson_low"] > 0 or r["pearson_high"] < 0]
+        count = (f"{len(seeds)} of {len(planned)} planned seeds ({_span(seeds)} of {_span(planned)}): **interim**"
+                 if status == "interim" else f"all {len(planned)} planned seeds ({_span(planned)})")
+        notes.append(f"{a['grid']} ({a['variant']}, lr {a['learning_rate']:g}): {count}; the Pearson interval excludes "
+                     f"0 for {len(apart)} of {len(drawn)} variables" + (f" ({'; '.join(apart)})" if apart else "")
+                     + ".")
+    interval = analyses[0]["interval"] if analyses else ""
+    return "\n".join(lines) + "\n\n" + " ".join(notes) + f" Intervals: {interval}.\n"
+
+
 # ---------------------------------------------------------------------------- the pages
 def regenerate(text: str) -> str:
     return BLOCK.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), text)
@@ -239,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task-intervals", metavar="SWEEP_JSON", help="print the width of one cell's interval")
     ap.add_argument("--provenance", metavar="SWEEP_JSON", help="print when and how each arm of the primary test ran")
     ap.add_argument("--versions", metavar="RESULTS_JSON", help="print the library versions a run recorded")
+    ap.add_argument("--mechanism", metavar="MECHANISM_JSON", nargs="+",
+                    help="print the table of per-seed GMTS - ETS against the arms' updates, one or more grids")
     args = ap.parse_args(argv)
     for option, show in ((args.headline, headline), (args.task_intervals, task_intervals),
                          (args.provenance, provenance)):
@@ -249,11 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.versions:
         print(versions(json.loads(Path(args.versions).read_text())), end="")
         return 0
+    if args.mechanism:
+        print(mechanism([json.loads(Path(p).read_text()) for p in args.mechanism]), end="")
+        return 0
     if args.check:
         old = [f"{page}: {cmd}" for page in PAGES for cmd in stale(page)]
         for line in old:
             print(f"stale block (run python update_readme.py): {line}")
         return 1 if old else 0
+    for sweep in MECHANISM_SWEEPS:  # first: the pages' mechanism block quotes the files written here
+        print(run(f"python -m gmts_recipe.plots mechanism {sweep}").strip().replace("\n", ", "))
     for page in PAGES:
         path = ROOT / page
         text = regenerate(path.read_text())

@@ -1,6 +1,8 @@
 """curves.png: one figure that a reader understands without the README.
 
     python -m gmts_recipe.plots results/quickstart-cpu/results.json    # redraw curves.png next to a results file
+    python -m gmts_recipe.plots --sweep results/qwen/sweep.json        # the README's headline figure
+    python -m gmts_recipe.plots mechanism results/coupled/sweep.json   # mechanism.json and mechanism.png beside it
 
 Panel 1 is the answer (held-out pass@1 of the base model and of every trained arm, with the 95% paired interval of
 each arm's gain over the base and its verdict); the other panels are the training curves behind it. Fractions are
@@ -316,12 +318,126 @@ def sweep_figure(summary: dict, root: Path):
     return fig
 
 
+# ---------------------------------------------------------------------------- the mechanism figure of a grid
+def _signed_interval(x: float | None, low: float | None, high: float | None) -> str:
+    return "undefined" if x is None else f"{x:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+
+def _association_panel(ax, analysis: dict, row: dict) -> None:
+    """Each seed's GMTS - ETS (y, points) against one variable's mean over its steps (x), the least-squares line, and
+    Pearson's r and Spearman's rho with their intervals in the title."""
+    import numpy as np
+
+    from gmts_recipe.mechanism import value_of
+
+    points = [(value_of(r, row["arm"], row["key"]), r["delta_points"], r["seed"]) for r in analysis["per_seed"]]
+    points = [p for p in points if p[0] is not None]
+    ax.axhline(0, color="k", lw=0.7)
+    ax.grid(alpha=0.3)
+    ax.set_xlabel(f"{row['label']}\n(mean over training steps)", fontsize=8)
+    ax.set_ylabel("GMTS - ETS, held-out pass@1 (points)", fontsize=8)
+    ax.tick_params(labelsize=8)
+    if not points:
+        ax.set_title(row["label"], fontsize=9)
+        ax.text(0.5, 0.5, row["note"] or "no values", ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        return
+    x, y = np.asarray([p[0] for p in points]), np.asarray([p[1] for p in points])
+    color = COLORS.get(row["arm"], "0.3")
+    ax.plot(x, y, "o", color=color, ms=5, alpha=0.85, mec="none")
+    for xi, yi, seed in points:
+        ax.annotate(str(seed), (xi, yi), xytext=(3, 2), textcoords="offset points", fontsize=6, color="0.35")
+    if row["slope"] is not None:
+        grid = np.linspace(x.min(), x.max(), 2)
+        ax.plot(grid, row["intercept"] + row["slope"] * grid, color="k", lw=1.2)
+    stats = (f"r {_signed_interval(row['pearson'], row['pearson_low'], row['pearson_high'])}, n {row['n']}\n"
+             f"rho {_signed_interval(row['spearman'], row['spearman_low'], row['spearman_high'])}")
+    ax.set_title(f"{row['label']}\n{stats}", fontsize=8.5)
+
+
+def _agreement_panel(ax, analysis: dict) -> None:
+    """The share of identical completions of the two arms per step: mean over seeds, 95% t band (clipped to [0, 1])."""
+    rows = analysis["agreement_by_step"]
+    ax.set_title("identical rollouts, ETS vs GMTS, per step\nmean over seeds, 95% t band", fontsize=8.5)
+    ax.set_xlabel("training step (rollout batch)", fontsize=8)
+    ax.set_ylabel("share of identical completions", fontsize=8)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=8)
+    if not rows:
+        ax.text(0.5, 0.5, "no rollout digests in this grid", ha="center", va="center", transform=ax.transAxes,
+                fontsize=9)
+        return
+    steps = [r["step"] for r in rows]
+    ax.plot(steps, [r["mean"] for r in rows], color="k", marker=".", ms=4, lw=1.2)
+    low = [max(0.0, r["low"] if r["low"] is not None else r["mean"]) for r in rows]
+    high = [min(1.0, r["high"] if r["high"] is not None else r["mean"]) for r in rows]
+    ax.fill_between(steps, low, high, color="0.5", alpha=0.25, lw=0)
+
+
+def mechanism_figure(analysis: dict):
+    """One panel per variable of gmts_recipe.mechanism: each seed's GMTS - ETS against what the arms' updates looked
+    like in that seed, with the fitted line and the correlations; the last panel the two arms' rollout agreement."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = analysis["associations"]
+    columns = 3
+    lines = -(-(len(rows) + 1) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(15, 4.2 * lines))
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.9, bottom=0.07, hspace=0.75, wspace=0.28)
+    flat = list(axes.flat)
+    for ax, row in zip(flat, rows):
+        _association_panel(ax, analysis, row)
+    _agreement_panel(flat[len(rows)], analysis)
+    for ax in flat[len(rows) + 1:]:
+        ax.set_visible(False)
+    seeds = analysis["seeds"]
+    status = ("all planned seeds" if analysis["status"] == "complete"
+              else f"interim: {len(seeds)} of {len(analysis['planned_seeds'])} planned seeds")
+    fig.suptitle(f"grid '{analysis['grid']}', {analysis['variant']} lr {analysis['learning_rate']:g}: does GMTS - ETS "
+                 f"follow the arms' updates? {len(seeds)} seeds ({status}); intervals Fisher z 95%, wide at this "
+                 f"many seeds", fontsize=11)
+    return fig
+
+
+def mechanism_main(argv: list[str]) -> int:
+    """python -m gmts_recipe.plots mechanism SWEEP_JSON: mechanism.json and mechanism.png beside the sweep.json."""
+    from gmts_recipe.mechanism import MechanismError, grid_analysis
+    from gmts_recipe.records import write_json
+
+    ap = argparse.ArgumentParser(prog="python -m gmts_recipe.plots mechanism",
+                                 description="Set each seed's GMTS - ETS against the arms' logged updates: write "
+                                             "mechanism.json and mechanism.png beside a sweep.json.")
+    ap.add_argument("sweep", metavar="SWEEP_JSON", help="a grid's sweep.json (results/<grid>/sweep.json)")
+    ap.add_argument("--out", metavar="DIR", help="where to write them (default: the sweep.json's folder)")
+    args = ap.parse_args(argv)
+    path = Path(args.sweep)
+    try:
+        analysis = grid_analysis(path)
+        fig = mechanism_figure(analysis)
+    except (OSError, MechanismError, KeyError) as e:
+        print(f"plots.py: cannot analyse {path}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "mechanism.json", analysis)
+    print(out / "mechanism.json")
+    print(save_png(fig, out / "mechanism.png", dpi=72))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Redraw curves.png (and curves-selection.png) next to a results.json, or "
-                                             "a sweep's headline figure.")
+                                             "a sweep's headline figure; `mechanism SWEEP_JSON`: the mechanism "
+                                             "analysis of a grid.")
     ap.add_argument("results", nargs="?", help="path to results.json")
     ap.add_argument("--sweep", metavar="SWEEP_JSON", help="draw the headline figure of this sweep.json")
     ap.add_argument("--out", default="docs/headline.png", help="where --sweep writes its figure")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["mechanism"]:
+        return mechanism_main(argv[1:])
     args = ap.parse_args(argv)
     if args.sweep:
         path = Path(args.sweep)

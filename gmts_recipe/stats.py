@@ -7,6 +7,7 @@
   can only redraw the few seeds there are, and is too narrow with 2-5 of them).
 - `seeds_for_power`: how many training seeds a t-test over per-seed deltas needs to detect a given gain.
 - `plan_decision`: a pre-registered decision rule (reproduced / refuted / undecided) applied to that t interval.
+- `correlation`: Pearson's r and Spearman's rho across seeds with Fisher z intervals, and the least-squares slope.
 - `noise_floor`: spread of the base model's pass@1 over sampling seeds.
 - `verdict` / `compare`: moved, flat or collapsed/regressed, with the same evidence required in both directions.
 - `hack_scan`: flags for length, shouting, repetition and answer-less output (flags, not verdicts).
@@ -252,6 +253,58 @@ def _t_test_power(crit: float, df: int, shift: float) -> float:
         return (scipy_stats.norm.sf(scale - shift) + scipy_stats.norm.cdf(-scale - shift)) * scipy_stats.chi2.pdf(v, df)
 
     return float(integrate.quad(tails, 0, np.inf)[0])
+
+
+def correlation(x: Sequence[float], y: Sequence[float], confidence: float = 0.95) -> dict:
+    """How y follows x across a few training seeds: Pearson's r and Spearman's rho, each with a Fisher z interval,
+    and the least-squares line y = slope x + intercept (scipy.stats.pearsonr, spearmanr, linregress).
+
+    Why Fisher z and not a bootstrap: with 6 to 19 seeds a resample holds few distinct seeds (often a constant
+    column at 6), and a percentile bootstrap of r is then both too narrow and unstable; Fisher's z = atanh(r) is
+    close to normal with standard error 1 / sqrt(n - 3) for Pearson's r (scipy's own interval), and with Bonett and
+    Wright's (1 + rho^2 / 2) / (n - 3) variance for Spearman's rho. Both assume roughly bivariate-normal data and
+    need n >= 4. Where r is undefined (fewer than 4 pairs, or x or y constant) the statistics are None and `note`
+    says why; the slope needs only 2 pairs and a non-constant x."""
+    from scipy import stats as scipy_stats
+
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"correlation needs two equal-length lists, got {a.shape} and {b.shape}")
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        raise ValueError("correlation needs finite values")
+    _check_confidence(confidence)
+    n = int(a.size)
+    out = {"n": n, "confidence": confidence, "pearson": None, "pearson_low": None, "pearson_high": None,
+           "spearman": None, "spearman_low": None, "spearman_high": None, "slope": None, "intercept": None,
+           "note": None}
+    flat_x = n == 0 or bool(np.all(a == a[0]))
+    if n >= 2 and not flat_x:
+        line = scipy_stats.linregress(a, b)
+        out.update(slope=float(line.slope), intercept=float(line.intercept))
+    if n < 4:
+        out["note"] = f"{n} seeds: an interval needs 4 or more"
+    elif flat_x or np.all(b == b[0]):
+        out["note"] = f"{'x' if flat_x else 'y'} is the same for every seed"
+    else:
+        r = scipy_stats.pearsonr(a, b)
+        ci = r.confidence_interval(confidence_level=confidence)  # Fisher z, se 1 / sqrt(n - 3)
+        rho = float(scipy_stats.spearmanr(a, b).statistic)
+        low, high = fisher_interval(rho, n, confidence, variance=(1 + rho**2 / 2) / (n - 3))
+        out.update(pearson=float(r.statistic), pearson_low=float(ci.low), pearson_high=float(ci.high),
+                   spearman=rho, spearman_low=low, spearman_high=high)
+    return out
+
+
+def fisher_interval(r: float, n: int, confidence: float = 0.95, variance: float | None = None) -> tuple[float, float]:
+    """tanh(atanh(r) +- z x se): the Fisher z interval of a correlation over n pairs, se^2 = `variance` (default
+    1 / (n - 3), Pearson's); r = +-1 gives the point itself."""
+    from scipy import stats as scipy_stats
+
+    if abs(r) >= 1:
+        return float(np.sign(r)), float(np.sign(r))
+    half = float(scipy_stats.norm.ppf(0.5 + confidence / 2)) * np.sqrt(1 / (n - 3) if variance is None else variance)
+    z = np.arctanh(r)
+    return float(np.tanh(z - half)), float(np.tanh(z + half))
 
 
 def noise_floor(pass_at_1_scores: Sequence[float]) -> float:

@@ -286,3 +286,76 @@ def test_sd_interval_covers_the_true_spread_95_percent_of_the_time():
     draws = rng.normal(0.0, 4.1, size=(4000, 10))  # a 10-seed pilot of deltas with SD 4.1
     covered = np.mean([low <= 4.1 <= high for _, low, high in map(stats.sd_interval, draws)])
     assert 0.94 <= covered <= 0.96  # binomial SD of the coverage over 4000 draws: 0.0034
+
+# ---------------------------------------------------------------- correlation across seeds (the mechanism analysis)
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+def test_correlation_of_a_known_pair_matches_the_closed_forms():
+    """x = 1..5, y = 2, 1, 4, 3, 5: sum dx dy = 8, sum dx^2 = sum dy^2 = 10, so r = 0.8 and slope 0.8 (intercept
+    3 - 0.8 x 3 = 0.6); the ranks are the values, so rho = 0.8 too. Fisher z: tanh(atanh(0.8) +- 1.96 se) with
+    se = 1/sqrt(2) for r and sqrt((1 + 0.32)/2) for rho (Bonett-Wright)."""
+    c = stats.correlation([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])
+    assert c["n"] == 5 and c["note"] is None
+    assert c["pearson"] == pytest.approx(0.8) and c["spearman"] == pytest.approx(0.8)
+    assert c["slope"] == pytest.approx(0.8) and c["intercept"] == pytest.approx(0.6)
+    z = np.arctanh(0.8)
+    assert (c["pearson_low"], c["pearson_high"]) == pytest.approx(
+        (np.tanh(z - Z95 / np.sqrt(2)), np.tanh(z + Z95 / np.sqrt(2))))
+    se = np.sqrt((1 + 0.8**2 / 2) / 2)
+    assert (c["spearman_low"], c["spearman_high"]) == pytest.approx((np.tanh(z - Z95 * se), np.tanh(z + Z95 * se)))
+    assert c["pearson_low"] == pytest.approx(-0.2796400419693548) and c["pearson_high"] == pytest.approx(0.9861961933)
+
+
+def test_correlation_of_a_line_and_of_no_line():
+    line = stats.correlation([0, 1, 2, 3, 4], [1, 3, 5, 7, 9])  # y = 2x + 1 exactly
+    assert line["pearson"] == pytest.approx(1) and line["spearman"] == pytest.approx(1)
+    assert line["pearson_low"] == pytest.approx(1) and line["spearman_high"] == pytest.approx(1)
+    assert line["slope"] == pytest.approx(2) and line["intercept"] == pytest.approx(1)
+    flat = stats.correlation([-2, -1, 1, 2], [1, -1, -1, 1])  # a V: no linear or monotone trend
+    assert flat["pearson"] == pytest.approx(0, abs=1e-12) and flat["slope"] == pytest.approx(0, abs=1e-12)
+    assert flat["pearson_low"] == pytest.approx(-np.tanh(Z95)) and flat["pearson_high"] == pytest.approx(np.tanh(Z95))
+    cube = stats.correlation([1, 2, 3, 4, 5], [1, 8, 27, 64, 125])  # monotone, not linear
+    assert cube["spearman"] == pytest.approx(1) and cube["pearson"] < 0.99
+
+
+def test_correlation_says_why_it_is_undefined():
+    three = stats.correlation([1, 2, 3], [1, 2, 4])
+    assert three["pearson"] is None and three["slope"] is not None and "4 or more" in three["note"]
+    flat_x = stats.correlation([1, 1, 1, 1], [1, 2, 3, 4])
+    assert flat_x["pearson"] is None and flat_x["slope"] is None and "x is the same" in flat_x["note"]
+    flat_y = stats.correlation([1, 2, 3, 4], [5, 5, 5, 5])
+    assert flat_y["pearson"] is None and flat_y["slope"] == 0 and "y is the same" in flat_y["note"]
+    assert stats.correlation([], [])["note"].startswith("0 seeds")
+    with pytest.raises(ValueError, match="equal-length"):
+        stats.correlation([1, 2], [1])
+    with pytest.raises(ValueError, match="finite"):
+        stats.correlation([1, 2, 3, 4], [1, 2, float("nan"), 4])
+
+
+VALUES = st.lists(st.floats(-100, 100, allow_nan=False).map(lambda v: round(v, 3)), min_size=4, max_size=19)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_correlation_follows_affine_and_monotone_maps(data):
+    """r is unchanged by a positive affine map of x and flips sign (interval mirrored) under a negative one; the slope
+    scales by 1/a; rho is unchanged by any increasing map (exp of a rescaled x); every interval holds its estimate."""
+    x = data.draw(VALUES)
+    y = data.draw(st.lists(st.floats(-100, 100, allow_nan=False).map(lambda v: round(v, 3)), min_size=len(x),
+                           max_size=len(x)))
+    c = stats.correlation(x, y)
+    if c["pearson"] is None:
+        return
+    a = data.draw(st.sampled_from([-3.0, -0.5, 0.25, 2.0]))
+    moved = stats.correlation([a * v + 7 for v in x], y)
+    sign = 1 if a > 0 else -1
+    assert moved["pearson"] == pytest.approx(sign * c["pearson"], abs=1e-9)
+    assert moved["slope"] == pytest.approx(c["slope"] / a, rel=1e-6, abs=1e-9)
+    low, high = (moved["pearson_low"], moved["pearson_high"])[::sign]
+    assert (sign * low, sign * high) == pytest.approx((c["pearson_low"], c["pearson_high"]), abs=1e-9)
+    span = max(x) - min(x)
+    assert stats.correlation([np.exp((v - min(x)) / span) for v in x], y)["spearman"] == pytest.approx(
+        c["spearman"], abs=1e-9)
+    for key in ("pearson", "spearman"):
+        assert -1 <= c[f"{key}_low"] <= c[key] + 1e-12 and c[key] - 1e-12 <= c[f"{key}_high"] <= 1

@@ -98,3 +98,35 @@ def test_check_mode_names_a_stale_block(tmp_path, monkeypatch, capsys):
 def test_generators_run_on_the_committed_sweep(option, capsys):
     assert update_readme.main([option, "results/qwen/sweep.json"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def _association(label: str, n: int, r: float | None, low: float | None, high: float | None, note=None) -> dict:
+    return {"label": label, "n": n, "seeds": list(range(1, n + 1)), "pearson": r, "pearson_low": low,
+            "pearson_high": high, "spearman": r, "spearman_low": low, "spearman_high": high,
+            "slope": None if r is None else 12.345, "x_min": None if r is None else 0.25,
+            "x_max": None if r is None else 0.375, "note": note}
+
+
+def test_mechanism_table_says_interim_and_counts_the_intervals_that_exclude_zero():
+    analyses = [
+        {"grid": "full", "variant": "paper", "learning_rate": 1e-4, "seeds": [1, 2, 3, 4, 5], "planned_seeds":
+         [1, 2, 3, 4, 5], "status": "complete", "interval": "Fisher z",
+         "associations": [_association("ETS: a |b|", 5, 0.9, 0.1, 0.99), _association("GMTS: c", 5, -0.2, -0.9, 0.8)]},
+        {"grid": "pilot", "variant": "coupled", "learning_rate": 1e-4, "seeds": [7, 8], "planned_seeds": [7, 8, 9],
+         "status": "interim", "interval": "Fisher z",
+         "associations": [_association("d", 0, None, None, None, "not logged for these seeds")]},
+    ]
+    text = update_readme.mechanism(analyses)
+    assert ("| full (complete) | ETS: a \\|b\\| | 5 (1-5) | +0.90 [+0.10, +0.99] | +0.90 [+0.10, +0.99] | +12.3 | "
+            "0.25 to 0.375 |") in text
+    assert "| pilot (interim) | d | 0 (not logged for these seeds) | - | - | - | - |" in text
+    assert "full (paper, lr 0.0001): all 5 planned seeds (1-5); the Pearson interval excludes 0 for 1 of 2 variables " \
+           "(ETS: a |b|)." in text
+    assert "pilot (coupled, lr 0.0001): 2 of 3 planned seeds (7, 8 of 7-9): **interim**; the Pearson interval " \
+           "excludes 0 for 0 of 0 variables." in text
+
+
+def test_mechanism_option_reads_the_committed_files(capsys):
+    assert update_readme.main(["--mechanism", "results/qwen/mechanism.json", "results/coupled/mechanism.json"]) == 0
+    out = capsys.readouterr().out
+    assert "| qwen (complete) |" in out and "| coupled (interim) |" in out
