@@ -287,6 +287,7 @@ def test_sd_interval_covers_the_true_spread_95_percent_of_the_time():
     covered = np.mean([low <= 4.1 <= high for _, low, high in map(stats.sd_interval, draws)])
     assert 0.94 <= covered <= 0.96  # binomial SD of the coverage over 4000 draws: 0.0034
 
+
 # ---------------------------------------------------------------- correlation across seeds (the mechanism analysis)
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 
