@@ -220,6 +220,7 @@ def test_an_interrupted_arm_resumes_from_its_last_checkpoint(tiny_config, tmp_pa
     assert "resuming from the last checkpoint" in out and "reusing 3" in out
     log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
+    assert not (tmp_path / "tiny" / "arm-ets" / "checkpoints").exists()  # sealed in results.json: removed
 
 
 def test_qwen_config_is_paper_with_the_offline_qwen_and_the_full_test_set():
@@ -453,8 +454,9 @@ def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkey
     assert "ets step 1/2: reward" in out and "training done ~" in out
     assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-1").is_dir()
     monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", original)
-    assert run(*argv, "--resume") == 0
+    assert run(*argv, "--resume", "--keep_checkpoints", "true") == 0
     assert "resuming from the last checkpoint" in capsys.readouterr().out
+    assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-2").is_dir()  # kept when asked
     log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
 
