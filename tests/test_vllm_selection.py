@@ -8,7 +8,6 @@ indicator), and omega is the coefficient of grad log pi in TRL's loss (autograd)
 import pytest
 import torch
 from peft import LoraConfig
-from torch.nn.utils.rnn import pad_sequence
 
 from gmts_recipe.selection import ets_nonzero_omega_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction
 from gmts_trainer import GMTSConfig, GMTSTrainer
