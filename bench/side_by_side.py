@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -176,7 +177,8 @@ def run_one(path: str, record_file: Path, argv: list[str]) -> int:
 # ---------------------------------------------------------------------------- the parent: every path, one file
 def child(cmd: list[str], record_file: Path) -> dict:
     """Run a child process; its record, or the reason it left none (exit status and its last error line)."""
-    proc = subprocess.run(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1"}  # vLLM would otherwise report usage over the network
+    proc = subprocess.run(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
     sys.stderr.write(proc.stderr[-20000:])
     if record_file.is_file():
         return json.loads(record_file.read_text())
