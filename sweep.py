@@ -677,6 +677,34 @@ def ray_init_kwargs(address: str | None) -> dict:
             "runtime_env": {"working_dir": str(Path(__file__).resolve().parent), "excludes": RAY_EXCLUDES}}
 
 
+def _answers(address: str, timeout: float = 10.0) -> OSError | None:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        return e
+    return None
+
+
+def _ray_address(address: str | None) -> str | None:
+    """The address for ray.init, checked first: ray.init waits minutes on a HOST:PORT that does not answer. None:
+    RAY_ADDRESS, else the cluster `ray start` made on this machine (Ray's /tmp/ray/ray_current_cluster) if it still
+    answers (a head killed without `ray stop` leaves the file behind), else "local", a new local cluster."""
+    if address is None:
+        if os.environ.get("RAY_ADDRESS"):
+            return None
+        latest = Path("/tmp/ray/ray_current_cluster")
+        found = latest.read_text().strip() if latest.is_file() else ""
+        return None if found and _answers(found, 2.0) is None else "local"
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit() and "://" not in address:  # else "auto" or a ray:// client address: Ray's to resolve
+        error = _answers(address)
+        if error is not None:
+            raise SweepError(f"--ray {address}: no Ray head answers there ({error.strerror or error}); start one "
+                             f"with `ray start --head` and give the address it prints") from None
+    return address
+
+
 def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bool = False,
             address: str | None = None, runs_per_gpu: int = 1, retries: int = 2) -> list[str]:
     """Every missing cell process as a Ray task asking for 1/runs_per_gpu GPU (one CPU on a cluster without GPUs), on
@@ -699,10 +727,12 @@ def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bo
     log_dir.mkdir(parents=True, exist_ok=True)
     started_here = not ray.is_initialized()  # else the caller's Ray, as it is (tests: ray_init_kwargs + resources)
     if started_here:
+        address = _ray_address(address)
         try:
             ray.init(**ray_init_kwargs(address))
         except (ConnectionError, ValueError, RuntimeError) as e:
-            raise SweepError(f"--ray {address or ''}: cannot reach the Ray cluster ({str(e).splitlines()[0]})") from None
+            raise SweepError(f"--ray {address or ''}: cannot reach the Ray cluster ({str(e).splitlines()[0]}; a head "
+                             f"started with a token needs RAY_AUTH_MODE=token here: docs/scale.md)") from None
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
         share = {"num_gpus": 1 / runs_per_gpu} if gpus else {"num_cpus": 1}
@@ -717,10 +747,11 @@ def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bo
             try:
                 answer, reason = ray.get(ref), None
             except ray.exceptions.RayTaskError as e:
-                cause = getattr(e, "cause", None)
-                if not isinstance(cause, CellFailed) and type(cause).__name__ != "CellFailed":
-                    raise
-                answer, reason = {"log": cause.log, "timing": cause.timing}, str(cause)
+                cause = getattr(e, "cause", None)  # CellFailed (by value when sweep.py runs as a script)
+                if type(cause).__name__ == "CellFailed":
+                    answer, reason = {"log": cause.log, "timing": cause.timing}, str(cause)
+                else:
+                    answer, reason = None, str(cause or e).strip().splitlines()[-1]
             except ray.exceptions.RayError as e:  # the worker or its node was lost, more often than retried
                 answer, reason = None, str(e).strip().splitlines()[0]
             if answer is not None:

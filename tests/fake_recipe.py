@@ -3,7 +3,8 @@ would, with test_sweep's fake cells: the shared base-evals cache for `--arm base
 needs that cache (a node without it would have evaluated the base again: exit 3).
 
 A file `kill-<cell>` beside the config makes the first attempt of that cell write half a results.json and kill the
-process that started it (a Ray worker lost midway), as a preempted node does; the file is removed, so a retry runs."""
+process that started it (a Ray worker lost midway), as a preempted node does; the file is removed, so a retry runs.
+`fail-<cell>`: every attempt exits 5. `forge-<cell>`: the cell's file records another training seed (re-sealed)."""
 
 import argparse
 import json
@@ -42,5 +43,14 @@ if kill.exists():
     os.kill(os.getppid(), signal.SIGKILL)
     sys.exit(1)
 # the scores drawn from the cell's name: two cells never hold the same records, a cell run twice the same ones
-tree_cell(root, args.experiment, {arm: 0.5 for arm in args.arm.split(",")}, seed=zlib.crc32(args.experiment.encode()))
+if (kill.parent / f"fail-{args.experiment}").exists():
+    print(f"[fake recipe] {args.experiment}: failing as told")
+    sys.exit(5)
+results = tree_cell(root, args.experiment, {arm: 0.5 for arm in args.arm.split(",")},
+                    seed=zlib.crc32(args.experiment.encode()))
+if (kill.parent / f"forge-{args.experiment}").exists():
+    from check import seal
+
+    results["config"]["seed"] += 100
+    (root / args.experiment / "results.json").write_text(json.dumps(seal(results)))
 print(f"[fake recipe] {args.experiment}: {args.arm}")

@@ -110,15 +110,27 @@ def test_a_task_killed_midway_is_retried_and_leaves_no_half_cell(tmp_path, clust
     assert [t["cell"] for t in timing(tmp_path)].count("paper-lr0.0002-s1") == 1  # the lost attempt never reported
 
 
-def test_a_cell_that_fails_every_attempt_is_reported_and_not_written(tmp_path, cluster, fake_recipe, capsys):
+def test_failed_lost_and_refused_cells_are_reported_and_never_written(tmp_path, cluster, fake_recipe, capsys):
+    """Without retries: a cell whose recipe.py exits 5, one whose worker is lost, one whose file records another
+    seed (refused by --merge's checks, its files kept aside). Only what passed enters the grid."""
     grid = grid_in(tmp_path)
-    (tmp_path / "kill-paper-lr0.0001-s2").write_text("")
+    for trigger in ("fail-paper-lr0.0001-s1", "kill-paper-lr0.0002-s1", "forge-paper-lr0.0001-s2"):
+        (tmp_path / trigger).write_text("")
     assert sweep.main([str(grid), "--ray", "--retries", "0"]) == 1
-    err = capsys.readouterr().err
-    assert "[sweep] failed: paper-lr0.0001-s2 ets: " in err
-    assert not (tmp_path / "results" / "demo" / "paper-lr0.0001-s2").exists()
-    shutil.rmtree(Path((tmp_path / "killed-paper-lr0.0001-s2").read_text()).parent)
-    assert [c["cell"] for c in sweep.verify(tmp_path / "results" / "demo" / "sweep.json")["cells"]] == CELLS[:2]
+    failed = dict(line.split(": ", 1) for line in capsys.readouterr().err.split("[sweep] failed: ")[1].split("; "))
+    assert failed["paper-lr0.0001-s1 ets,gmts"].startswith("recipe.py exited with code 5 on ")
+    assert "paper-lr0.0002-s1 ets,gmts" in failed  # the lost worker, in Ray's words
+    assert failed["paper-lr0.0001-s2 ets"].startswith("refused: --merge: paper-lr0.0001-s2: results.json records "
+                                                      "training seed 102, the cell's is 2 (its files: ")
+    root = tmp_path / "results" / "demo"
+    assert not any((root / name).exists() for name in CELLS)
+    kept = list((root / ".incoming").iterdir())
+    assert len(kept) == 1 and (kept[0] / "paper-lr0.0001-s2" / "results.json").is_file()
+    assert "failing as told" in (root / "logs" / "paper-lr0.0001-s1-ets+gmts.log").read_text()
+    assert sorted((t["cell"], ",".join(t["arms"]), t["exit_code"]) for t in timing(tmp_path)) == [
+        ("paper-lr0.0001-s1", "base", 0), ("paper-lr0.0001-s1", "ets,gmts", 5), ("paper-lr0.0001-s2", "ets", 0)]
+    shutil.rmtree(Path((tmp_path / "killed-paper-lr0.0002-s1").read_text()).parent)
+    assert sweep.verify(root / "sweep.json")["cells"] == []
 
 
 @pytest.mark.slow
