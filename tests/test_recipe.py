@@ -10,43 +10,14 @@ import pytest
 
 import check
 import recipe
-from tiny import free_port, save_tiny_model
+from tiny import free_port, write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny")
-    model = save_tiny_model(folder / "model")
-    config = folder / "tiny.yaml"
-    config.write_text(f"""
-model_name_or_path: {model}
-use_peft: true
-lora_r: 4
-lora_alpha: 8
-lora_target_modules: [q_proj, v_proj]
-task: arithmetic
-difficulty: 0
-n_train: 8
-n_heldout: 6
-system_prompt: Solve
-eval_samples: 2
-eval_max_new_tokens: 6
-eval_batch_size: 12
-num_generations: 4
-per_device_train_batch_size: 8
-gradient_accumulation_steps: 1
-max_completion_length: 6
-max_steps: 2
-learning_rate: 1.0e-3
-use_cpu: true
-save_steps: 1
-save_total_limit: 1
-logging_steps: 1
-report_to: none
-""")
-    return config
+    return write_tiny_config(tmp_path_factory.mktemp("tiny"))
 
 
 def run(*argv) -> int:

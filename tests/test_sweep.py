@@ -736,3 +736,78 @@ def test_a_merge_whose_samples_do_not_verify_is_refused_and_writes_nothing(tmp_p
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and re.match(f"sweep.py: --merge: {match}", err), err
     assert files(local) == before
+
+
+# ---------------------------------------------------------------- scheduling: workers per GPU, timing, --commands
+def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(tmp_path, monkeypatch):
+    import threading
+
+    assert sweep.expand_workers(["0", "1"], 2) == ["0", "0", "1", "1"]
+    assert sweep.expand_workers(["0", "0"]) == ["0", "0"]  # an id repeated in --gpus: two workers, as before
+    assert sweep.expand_workers([], 3) == [None, None, None]
+    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    seen, together = [], threading.Barrier(4, timeout=20)  # the 4 cells run at once, or the barrier breaks
+
+    def fake_call(command, stdout, stderr, env):
+        seen.append((command[command.index("--experiment") + 1], command[command.index("--arm") + 1],
+                     env.get("CUDA_VISIBLE_DEVICES")))
+        if "base" not in command:
+            together.wait()
+        return 1 if command[command.index("--experiment") + 1] == "small-lr0.0001-s1" else 0
+
+    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
+    failed = sweep.run(grid, ["0", "1"], [], runs_per_gpu=2)
+    assert len(failed) == 1 and failed[0].startswith("small-lr0.0001-s1 gmts")
+    assert seen[0][2] == "0" and sorted(gpu for _, _, gpu in seen[1:]) == ["0", "0", "1", "1"]  # 2 workers per GPU
+    lines = [json.loads(x) for x in (tmp_path / "results" / "demo" / "logs" / sweep.TIMING).read_text().splitlines()]
+    assert [(x["cell"], x["arms"]) for x in lines][0] == ("paper-lr0.0001-s1", ["base"])
+    assert sorted(x["cell"] for x in lines[1:]) == sorted(c.name for c in grid.cells())
+    assert sorted((x["cell"], ",".join(x["arms"]), x["gpu"]) for x in lines) == sorted(seen)
+    assert all(x["workers_on_gpu"] == 2 for x in lines)
+    assert {x["exit_code"] for x in lines if x["cell"] == "small-lr0.0001-s1"} == {1}
+    assert all(x["host"] and x["start"] <= x["end"] for x in lines)
+
+
+def test_a_bad_runs_per_gpu_or_gpus_with_ray_is_one_line(tmp_path, capsys):
+    grid = str(write_grid(tmp_path, GRID))
+    assert sweep.main([grid, "--runs_per_gpu", "0"]) == 2
+    assert capsys.readouterr().err == "sweep.py: --runs_per_gpu must be 1 or more and --retries 0 or more\n"
+    assert sweep.main([grid, "--ray", "--gpus", "0"]) == 2
+    assert capsys.readouterr().err.startswith("sweep.py: --gpus picks this machine's GPUs for the local pool")
+
+
+def test_ray_not_installed_is_one_line(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert sweep.main([str(write_grid(tmp_path, GRID)), "--ray"]) == 2
+    assert capsys.readouterr().err == ('sweep.py: --ray needs Ray, which is not installed here: '
+                                       'pip install -e ".[ray]"\n')
+
+
+def test_commands_print_the_base_line_then_one_line_per_missing_cell(tmp_path, capsys):
+    import shlex
+
+    grid_path = write_grid(tmp_path, GRID)
+    grid = sweep.load_grid(grid_path)
+    fake_cell(tmp_path / "results" / "demo", "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.6, "grpo": 0.5}, seed=2)
+    assert sweep.main([str(grid_path), "--commands", "--", "--gsm8k_path", "X"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cells = {c.name: c for c in grid.cells()}
+    want = [sweep._command(grid, cells["paper-lr0.0001-s1"], ("base",), ["--gsm8k_path", "X"])] + [
+        sweep._command(grid, cell, arms, ["--gsm8k_path", "X"]) for cell, arms in sweep.by_cell(sweep.jobs(grid))]
+    assert [shlex.split(line) for line in lines] == want  # the exact commands the local pool starts
+    assert [c[c.index("--experiment") + 1] for c in want] == ["paper-lr0.0001-s1", "paper-lr0.0001-s1",
+                                                             "paper-lr0.0002-s1", "small-lr0.0001-s1"]
+    for name in ("paper-lr0.0001-s1", "paper-lr0.0002-s1", "small-lr0.0001-s1"):
+        fake_cell(tmp_path / "results" / "demo", name, {"ets": 0.5, "gmts": 0.6, "grpo": 0.5}, seed=len(name))
+    assert sweep.main([str(grid_path), "--commands"]) == 0
+    assert capsys.readouterr().out == "# nothing to run: every job has finished\n"
+
+
+def test_an_address_where_no_ray_head_answers_is_one_line(tmp_path, capsys):
+    """Checked before ray.init, which would wait minutes (Ray itself: test_sweep_ray.py)."""
+    pytest.importorskip("ray")
+    assert sweep.main([str(write_grid(tmp_path, GRID)), "--ray", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sweep.py: --ray 127.0.0.1:1: no Ray head answers there") and err.count("\n") == 1

@@ -63,6 +63,45 @@ def save_tiny_model(folder) -> str:
     return str(folder)
 
 
+
+TINY_CONFIG = """
+model_name_or_path: {model}
+use_peft: true
+lora_r: 4
+lora_alpha: 8
+lora_target_modules: [q_proj, v_proj]
+task: arithmetic
+difficulty: 0
+n_train: 8
+n_heldout: 6
+system_prompt: Solve
+eval_samples: 2
+eval_max_new_tokens: 6
+eval_batch_size: 12
+num_generations: 4
+per_device_train_batch_size: 8
+gradient_accumulation_steps: 1
+max_completion_length: 6
+max_steps: 2
+learning_rate: 1.0e-3
+use_cpu: true
+save_steps: 1
+save_total_limit: 1
+logging_steps: 1
+report_to: none
+"""
+
+
+def write_tiny_config(folder) -> "Path":
+    """A recipe config for the tiny model (saved beside it): every stage of recipe.py in seconds on the CPU."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "tiny.yaml"
+    config.write_text(TINY_CONFIG.format(model=save_tiny_model(folder / "model")))
+    return config
+
 def prepared_batch(vocab: int, groups: int = 4, group_size: int = 4, prompt: int = 5, completion: int = 12,
                    seed: int = 0, min_length: int = 2) -> dict:
     """What GRPOTrainer's `_generate_and_score_completions` returns (right-padded completions of min_length to
