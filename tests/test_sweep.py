@@ -768,6 +768,29 @@ def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(
     assert all(x["host"] and x["start"] <= x["end"] for x in lines)
 
 
+def test_several_cells_per_gpu_without_mps_are_warned_once(tmp_path, capsys, monkeypatch):
+    import os
+
+    pipes = tmp_path / "mps"
+    pipes.mkdir()
+    assert not sweep.mps_running({"CUDA_MPS_PIPE_DIRECTORY": str(pipes)})
+    os.mkfifo(pipes / "control")  # what nvidia-cuda-mps-control -d leaves while it runs
+    assert sweep.mps_running({"CUDA_MPS_PIPE_DIRECTORY": str(pipes)})
+    assert sweep.shares_gpus(["0", "0"]) and not sweep.shares_gpus(["0", "1"]) and not sweep.shares_gpus([None])
+
+    grid = str(write_grid(tmp_path, GRID))
+    monkeypatch.setattr(sweep, "run", lambda *a, **k: [])
+    monkeypatch.setattr(sweep, "write_summary", lambda grid, path: tmp_path / "sweep.json")
+    monkeypatch.setattr(sweep, "parse_gpus", lambda text: text.split(",") if text else [])
+    for argv, warned in ((["--runs_per_gpu", "2"], True), (["--gpus", "0,0"], True), (["--gpus", "0,1"], False)):
+        monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "none"))
+        assert sweep.main([grid, *argv]) == 0
+        assert ("without CUDA MPS" in capsys.readouterr().err) is warned
+        monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipes))  # MPS answers: no warning
+        assert sweep.main([grid, *argv]) == 0
+        assert "without CUDA MPS" not in capsys.readouterr().err
+
+
 def test_a_bad_runs_per_gpu_or_gpus_with_ray_is_one_line(tmp_path, capsys):
     grid = str(write_grid(tmp_path, GRID))
     assert sweep.main([grid, "--runs_per_gpu", "0"]) == 2
