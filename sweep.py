@@ -284,15 +284,20 @@ def commands(grid: Grid, extra: list[str], only: str | None = None) -> list[str]
     return [shlex.join(_command(grid, cell, arms, extra)) for cell, arms in units]
 
 
+def _todo(grid: Grid, only: str | None, base_only: bool) -> list[tuple[Cell, str]]:
+    """What a run starts: every missing job, or with base_only the first cell's base evaluations alone."""
+    todo = [(grid.jobs_in_order(only)[0][0], "base")] if base_only else jobs(grid, only)
+    if not todo:
+        print("[sweep] nothing to run: every job has finished")
+    return todo
+
+
 def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, base_only: bool = False,
         runs_per_gpu: int = 1) -> list[str]:
     """Run every missing job, `runs_per_gpu` workers per GPU id (an id given twice: two workers on that GPU), one
     process per cell (`by_cell`); returns the failed jobs (their logs are next to their results)."""
-    todo = jobs(grid, only)
-    if base_only:
-        todo = [(grid.jobs_in_order(only)[0][0], "base")]
+    todo = _todo(grid, only, base_only)
     if not todo:
-        print("[sweep] nothing to run: every job has finished")
         return []
     log_dir = Path(grid.results_dir) / grid.name / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -729,11 +734,8 @@ def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bo
         import ray
     except ImportError:
         raise SweepError(f"--ray needs Ray, which is not installed here: {RAY_EXTRA}") from None
-    todo = jobs(grid, only)
-    if base_only:
-        todo = [(grid.jobs_in_order(only)[0][0], "base")]
+    todo = _todo(grid, only, base_only)
     if not todo:
-        print("[sweep] nothing to run: every job has finished")
         return []
     root = Path(grid.results_dir) / grid.name
     log_dir = root / "logs"

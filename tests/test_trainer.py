@@ -9,6 +9,7 @@ from peft import LoraConfig
 from gmts_trainer import GMTSConfig, GMTSTrainer
 from gmts_recipe.selection import gmts_omega as selection_gmts_omega
 from gmts_recipe.selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
+from loss_probe import loss_coefficients
 from tiny import digit_reward, prepared_batch, tiny_dataset, tiny_model, tiny_tokenizer
 
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
@@ -407,29 +408,9 @@ def test_omega_is_the_coefficient_of_grad_log_prob_in_trls_loss(tmp_path, name):
     if name == "vllm-is-weight":
         trainer.use_vllm = trainer.vllm_importance_sampling_correction = True  # the branch of `_compute_loss` only
         batch["importance_sampling_ratio"] = 0.5 + torch.rand(logps.shape, generator=g)
-    held, masks, omegas = {}, [], []
-    forward, hook, select = (trainer._get_per_token_logps_and_entropies, trainer.get_high_entropy_mask,
-                             trainer._select_across_processes)
-
-    def spy_forward(*args, **kwargs):
-        out = forward(*args, **kwargs)
-        out[0].retain_grad()
-        held["logps"] = out[0]
-        return out
-
-    def spy_select(entropy, omega, *args, **kwargs):
-        omegas.append(omega)
-        return select(entropy, omega, *args, **kwargs)
-
-    trainer._get_per_token_logps_and_entropies = spy_forward
-    trainer.get_high_entropy_mask = lambda e, m, t: masks.append(hook(e, m, t)) or masks[-1]
-    trainer._select_across_processes = spy_select
-    trainer.current_gradient_accumulation_steps = 1
-    trainer.compute_loss(trainer.model, batch).backward()
     normalizer = {"dapo": valid.sum(), "bnpo": valid.sum(), "dr_grpo": valid.size(0) * 12}[trainer.loss_type]
-    coefficient = -held["logps"].grad * normalizer
+    coefficient, live, masks, omegas = loss_coefficients(trainer, batch, normalizer)
     keep, omega = masks[0], omegas[0]
-    live = held["logps"].detach()
     kl_only = selection_gmts_omega(torch.zeros(16), beta=trainer.beta,
                                    ref_ratio=torch.exp(batch.get("ref_per_token_logps", live) - live),
                                    ratio=torch.exp(live - batch["old_per_token_logps"]),

@@ -11,6 +11,7 @@ from peft import LoraConfig
 
 from gmts_recipe.selection import ets_nonzero_omega_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction
 from gmts_trainer import GMTSConfig, GMTSTrainer
+from loss_probe import loss_coefficients
 from tiny import tiny_dataset, tiny_model, tiny_tokenizer
 
 MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
@@ -138,29 +139,9 @@ def test_omega_is_the_gradient_coefficient_of_trls_vllm_weighted_loss(tmp_path, 
     if scope == "microbatch":  # off-policy, so the live ratio and the clip indicator are in play
         g = torch.Generator().manual_seed(3)
         out["old_per_token_logps"] = out["old_per_token_logps"] + 0.4 * torch.randn(valid.shape, generator=g)
-    held, masks, omegas = {}, [], []
-    forward, hook, select = (trainer._get_per_token_logps_and_entropies, trainer.get_high_entropy_mask,
-                             trainer._select_across_processes)
-
-    def spy_forward(*args, **kwargs):
-        result = forward(*args, **kwargs)
-        if torch.is_grad_enabled():
-            result[0].retain_grad()
-            held["logps"] = result[0]
-        return result
-
-    def spy_select(entropy, omega, *args, **kwargs):
-        omegas.append(omega)
-        return select(entropy, omega, *args, **kwargs)
-
-    trainer._get_per_token_logps_and_entropies = spy_forward
-    trainer.get_high_entropy_mask = lambda e, m, t: masks.append(hook(e, m, t)) or masks[-1]
-    trainer._select_across_processes = spy_select
-    trainer.current_gradient_accumulation_steps = 1
-    trainer.compute_loss(trainer.model, out).backward()
-    coefficient = -held["logps"].grad * valid.sum()  # dapo: the loss is a sum over tokens / every completion token
+    # dapo: the loss is a sum over tokens / every completion token
+    coefficient, live, masks, omegas = loss_coefficients(trainer, out, valid.sum())
     keep = masks[0]
-    live = held["logps"].detach()
     by_hand = gmts_omega(out["advantages"], torch.exp(live - out["old_per_token_logps"]), 0.2, 0.2,
                          weight=out["importance_sampling_ratio"]).expand_as(live)
     assert keep.any() and (valid & ~keep).any()
