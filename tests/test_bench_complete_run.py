@@ -1,20 +1,18 @@
 """bench/complete_run.py: one recipe.py process timed start to exit, in a results directory of its own."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ["--config", "configs/smoke.yaml"]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("complete_run", ROOT / "bench" / "complete_run.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("complete_run")
 
 
 def _results(arms=("ets", "gmts"), compile_seconds: bool = True) -> dict:

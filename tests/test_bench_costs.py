@@ -1,6 +1,5 @@
 """bench/costs.py: the real-model rows of bench/results-h200.json are what the script computes from committed files."""
 
-import importlib.util
 import json
 import statistics
 from pathlib import Path
@@ -9,15 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench_scripts import load_bench
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results-h200.json"
 
 
 def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench(name)
 
 
 def _costs():
@@ -244,9 +242,7 @@ def test_selection_writer_names_its_e2e_rows_and_keeps_the_real_model_rows(tmp_p
     failed ones too, replaces only its own model's rows of the options it ran, and keeps bench/costs.py's rows."""
     import sys
 
-    spec = importlib.util.spec_from_file_location("selection_bench", ROOT / "bench" / "selection.py")
-    sel = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sel)
+    sel = load_bench("selection", "selection_bench")
     name = sel.e2e_model(sel.SMALL)
     real = {"model": "qwen2.5-coder-1.5b-instruct", "rows": 64, "total_s": 2.5, "source": "bench/x.json"}
     timed = {"completion": 32, "generation_s": 0.5, "scoring_s": 0.25, "update_s": 0.25, "total_s": 1.0,

@@ -1,17 +1,12 @@
 """bench/scaling.py: the committed scaling file is what the script computes from the committed runs."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench_scripts import load_bench
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("scaling", ROOT / "bench" / "scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("scaling")
 
 
 def test_scaling_file_is_recomputed_from_the_runs():

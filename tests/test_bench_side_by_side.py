@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from bench_scripts import load_bench
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("side_by_side", ROOT / "bench" / "side_by_side.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("side_by_side")
 
 
 sbs = _module()
