@@ -1,4 +1,4 @@
-"""One real training step and one real evaluation batch, broken down: where the time goes (issue #11).
+"""One real training step and one real evaluation batch, broken down: where the time goes.
 
     python bench/step.py --config configs/qwen.yaml --gsm8k_path /root/m/gsm8k --steps 4 --out OUT   # one GPU
     python bench/step.py --small --out /tmp/step-small          # CPU: tiny random model, tiny shapes, seconds

@@ -1,19 +1,16 @@
 """bench/step.py --small end to end on the CPU: every part of the step is measured, the parts add up, the profiles
-are filled, and the JSON carries what issue #11 item 5 asks of a step row and an evaluation row."""
+are filled, and the JSON carries what a step row and an evaluation row of the cost table need."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_step", ROOT / "bench" / "step.py")
-step = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(step)
+from bench_scripts import load_bench
+
+step = load_bench("step", "bench_step")
 
 MEASURED_PARTS = ("generation", "reward", "forward", "backward", "optimizer")  # each wrapper must have fired
 

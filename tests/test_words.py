@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKSHOP = r"stretch(es)?|lease|deliverable|issue [0-9]+|helper|session"
+WORKSHOP = r"stretch(es)?|lease|deliverable|issue #?[0-9]+|helper|session"
 HISTORY = (":!results/LOG.md", ":!*.log", ":!tests/test_words.py")  # the story may be told there, and this pattern
 
 
