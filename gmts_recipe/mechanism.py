@@ -123,6 +123,10 @@ def analyse(deltas: dict[int, float], arms_by_seed: dict[int, dict[str, dict]], 
     if not deltas:
         raise MechanismError("no seed has run both arms")
     seeds = sorted(deltas)
+    planned = sorted(int(s) for s in planned_seeds)
+    outside = sorted(set(seeds) - set(planned))
+    if outside:
+        raise MechanismError(f"seeds {outside} ran but are not among the planned seeds {planned}")
     records = [seed_record(s, deltas[s], arms_by_seed[s]) for s in seeds]
     associations = []
     for arm, key in VARIABLES:
@@ -135,10 +139,6 @@ def analyse(deltas: dict[int, float], arms_by_seed: dict[int, dict[str, dict]], 
                              "label": variable_label(arm, key), "seeds": [p[0] for p in pairs],
                              "x_min": min((p[1] for p in pairs), default=None),
                              "x_max": max((p[1] for p in pairs), default=None), **stats})
-    planned = sorted(int(s) for s in planned_seeds)
-    outside = sorted(set(seeds) - set(planned))
-    if outside:
-        raise MechanismError(f"seeds {outside} ran but are not among the planned seeds {planned}")
     return {"comparison": f"{PAIR[0]} - {PAIR[1]}", "planned_seeds": planned, "seeds": seeds,
             "status": "complete" if len(seeds) == len(planned) else "interim", "interval": INTERVAL,
             "slope_unit": "points of GMTS - ETS per unit of the variable", "per_seed": records,
