@@ -443,7 +443,7 @@ def check_together(cells: list[Recorded], where: str = "") -> None:
 @dataclass
 class Merge:
     """What merging one incoming cell does: the sealed file to write (None: the cell is unchanged), the incoming logs
-    that are absent here, and the line that says so."""
+    that are new here (absent, or a local log of that name that does not hold their text yet), and the line."""
 
     cell: Cell
     results: dict | None
@@ -512,8 +512,9 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
         if arm in arms and arms[arm] != entry:
             raise refuse(f"arm {arm} differs from the local one")
     added = [arm for arm in new["arms"] if arm not in arms]
-    logs = [p for p in sorted((incoming / "logs").glob(f"{cell.name}-*.log")) if not (root / "logs" / p.name).exists()]
-    copied = f"; {len(logs)} log(s) copied" if logs else ""
+    logs = [p for p in sorted((incoming / "logs").glob(f"{cell.name}-*.log")) if _log_is_new(p, root / "logs" / p.name)]
+    appended = sum((root / "logs" / p.name).exists() for p in logs)
+    copied = "".join(f"; {n} log(s) {how}" for n, how in ((len(logs) - appended, "copied"), (appended, "appended")) if n)
     if not added:
         return Merge(cell, None, logs, f"{cell.name}: unchanged{copied}")
     replaced = new["base"]["evals"] != kept
@@ -557,8 +558,9 @@ def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tu
 
 def merge(grid: Grid, incoming: Path) -> list[str]:
     """Bring the cells of `incoming` into this tree (plan_merge: all checked first), redraw each merged cell's curves
-    as recipe.py does, copy their absent logs, and return one line per cell. Never overwrites a log, never writes
-    the sweep's summary (--summarize does); merging the same folder again changes nothing."""
+    as recipe.py does, bring in their logs (a same-named local log keeps its text and gets the incoming one appended,
+    as a resumed local sweep appends), and return one line per cell. Never overwrites a log, never writes the sweep's
+    summary (--summarize does); merging the same folder again changes nothing."""
     from gmts_recipe.plots import plot_run
 
     plans = plan_merge(grid, incoming)
@@ -571,8 +573,21 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
             write_json(root / m.cell.name / "results.json", m.results)  # atomic: the cell is the old or the new one
             plot_run(m.results, root / m.cell.name / "curves.png")
         for log in m.logs:
-            copy_atomic(log, root / "logs" / log.name)
+            target = root / "logs" / log.name
+            if target.exists():  # as a resumed local sweep does: the new run's log after the old one, nothing lost
+                with open(target, "a", encoding="utf-8") as out:
+                    out.write(f"\n[sweep] merged from {incoming}:\n" + log.read_text(encoding="utf-8", errors="replace"))
+            else:
+                copy_atomic(log, target)
     return [m.line for m in plans] or [f"no cell of {grid.name} in {incoming}"]
+
+
+def _log_is_new(incoming: Path, local: Path) -> bool:
+    """An incoming log is brought in unless the local log of that name already holds its text (merged before)."""
+    if not local.exists():
+        return True
+    text = incoming.read_text(encoding="utf-8", errors="replace")
+    return bool(text) and text not in local.read_text(encoding="utf-8", errors="replace")
 
 
 def copy_atomic(source: Path, target: Path) -> None:

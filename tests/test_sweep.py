@@ -440,7 +440,8 @@ def test_merge_adds_the_incoming_arms_and_the_file_verifies(tmp_path, capsys):
     grid_path, local, incoming = trees(tmp_path)
     assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "[sweep] merge paper-lr0.0001-s1: added arm(s) gmts; base kept (shared cache); 1 log(s) copied"
+    assert lines[0] == ("[sweep] merge paper-lr0.0001-s1: added arm(s) gmts; base kept (shared cache); 1 log(s) copied;"
+                        " 1 log(s) appended")
     merged, theirs = load(local / "paper-lr0.0001-s1" / "results.json"), load(incoming / "paper-lr0.0001-s1" /
                                                                                "results.json")
     assert list(merged["arms"]) == ["ets", "gmts"] and merged["arms"] == theirs["arms"]
@@ -448,9 +449,14 @@ def test_merge_adds_the_incoming_arms_and_the_file_verifies(tmp_path, capsys):
     assert merged["merges"] == [{"arms": ["gmts"], "incoming_digest": theirs["digest"], "versions": None,
                                  "base": "shared cache"}]
     assert (local / "paper-lr0.0001-s1" / "curves.png").is_file()
-    # the absent log of the cell is copied; a local log is never overwritten; other cells' logs stay out
+    # the absent log of the cell is copied; a local log keeps its text and gets the incoming one after it, once;
+    # other cells' logs stay out
     assert (local / "logs" / "paper-lr0.0001-s1-ets+gmts.log").read_text() == "incoming"
-    assert (local / "logs" / "paper-lr0.0001-s1-ets.log").read_text() == "local"
+    appended = (local / "logs" / "paper-lr0.0001-s1-ets.log").read_text()
+    assert appended.startswith("local\n[sweep] merged from ") and appended.endswith(":\nincoming")
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    assert "log(s)" not in capsys.readouterr().out  # merged before: nothing copied or appended again
+    assert (local / "logs" / "paper-lr0.0001-s1-ets.log").read_text() == appended
     assert sorted(p.name for p in (local / "logs").iterdir()) == [
         "paper-lr0.0001-s1-ets+gmts.log", "paper-lr0.0001-s1-ets.log", "paper-lr0.0001-s2-ets+gmts.log"]
     assert not (local / "sweep.json").exists() and not (local / "sweep.png").exists()  # --summarize writes those
