@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -268,6 +269,21 @@ def shares_gpus(workers: list[str | None]) -> bool:
     return len(ids) != len(set(ids))
 
 
+def time_left(mean_s: float, running_s: list[float], queued: int, slots: int) -> float:
+    """Seconds until the last cell process ends, if each takes `mean_s` (the finished ones' mean): the running ones
+    (seconds they have run) end when they reach it, and each queued one takes the first slot that frees. Cells run
+    `slots` at a time, so the work left divided by one worker's pace would overstate it `slots`-fold."""
+    free = sorted([max(0.0, mean_s - r) for r in running_s] + [0.0] * max(0, slots - len(running_s)))
+    if not free:
+        return 0.0 if not queued else float("inf")
+    end = max(free) if running_s else 0.0
+    for _ in range(queued):
+        t = heapq.heappop(free) + mean_s
+        heapq.heappush(free, t)
+        end = max(end, t)
+    return end
+
+
 def expand_workers(gpus: list[str], runs_per_gpu: int = 1) -> list[str | None]:
     """The local pool's workers: `runs_per_gpu` per listed GPU id (an id listed twice already gives two), None for
     the one device of a run without --gpus. Several cells share a GPU well only under CUDA MPS (README, Scale)."""
@@ -311,7 +327,8 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
         pending.put(unit)
     lock = threading.Lock()
     total, done = len(todo), [0]
-    started = time.time()
+    took: list[float] = []  # seconds of each finished cell process
+    running: dict[int, float] = {}  # worker thread -> start time of the cell process it runs
 
     def launch(cell: Cell, arms: tuple[str, ...], gpu: str | None) -> int:
         env = dict(os.environ)
@@ -340,10 +357,16 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
             except queue.Empty:
                 return
             t0 = time.time()
+            with lock:
+                running[threading.get_ident()] = t0
             code = launch(cell, arms, gpu)
             with lock:
+                del running[threading.get_ident()]
                 done[0] += len(arms)
-                eta = (time.time() - started) / done[0] * (total - done[0]) / len(workers)
+                took.append(time.time() - t0)
+                now = time.time()
+                eta = time_left(sum(took) / len(took), [now - r for r in running.values()], pending.qsize(),
+                                len(workers))
                 status = "ok" if code == 0 else f"FAILED (exit {code})"
                 print(f"[sweep] {done[0]}/{total} {cell.name} {','.join(arms)} on gpu {gpu}: {status}, "
                       f"{(time.time() - t0) / 60:.1f} min; about {eta / 60:.0f} min left", flush=True)
@@ -809,8 +832,11 @@ def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bo
         for cell, arms in units:
             own = _files_of(root / cell.name, root, ("results.json", "samples-*.jsonl.xz"))  # its finished arms
             refs[task.remote(_command(grid, cell, arms, extra), grid.name, cell.name, base_ref, own)] = (cell, arms)
-        failed, done, started = [], 0, time.time()
+        failed, done = [], 0
         pending = list(refs)
+        slots = max(1, int((gpus * runs_per_gpu) if gpus else ray.cluster_resources().get("CPU", 1)))
+        begun = [time.time()] * min(slots, len(pending))  # start times: a task starts when a slot frees
+        took: list[float] = []
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             cell, arms = refs[ready[0]]
@@ -825,7 +851,12 @@ def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bo
                 failed.append(failure)
                 status = "FAILED"
             done += 1
-            eta = (time.time() - started) / done * (len(units) - done)
+            now = time.time()
+            begun.sort()
+            took.append(now - begun.pop(0))  # the earliest started ends first, as far as the driver can tell
+            if done + len(begun) < len(units):
+                begun.append(now)
+            eta = time_left(sum(took) / len(took), [now - b for b in begun], len(units) - done - len(begun), slots)
             print(f"[sweep] {done}/{len(units)} {cell.name} {','.join(arms)}: {status}; about {eta / 60:.0f} min "
                   f"left", flush=True)
         return failed

@@ -840,3 +840,15 @@ def test_an_address_where_no_ray_head_answers_is_one_line(tmp_path, capsys):
     assert sweep.main([str(write_grid(tmp_path, GRID)), "--ray", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sweep.py: --ray 127.0.0.1:1: no Ray head answers there") and err.count("\n") == 1
+
+
+def test_time_left_counts_cells_running_at_once():
+    # four slots, four cells running for 10 of their 11 minutes, nothing queued: about a minute, not 3 x 11
+    assert sweep.time_left(660.0, [600.0] * 3, 0, 4) == pytest.approx(60.0)
+    # one slot: the work left, one cell after another
+    assert sweep.time_left(100.0, [40.0], 3, 1) == pytest.approx(60.0 + 300.0)
+    # two slots, two queued behind two running: each queued one takes the first slot that frees
+    assert sweep.time_left(100.0, [90.0, 20.0], 2, 2) == pytest.approx(180.0)  # slots free at 10 and 80: ends 110, 180
+    # a running cell past the mean is taken to end now; idle slots start queued cells at once
+    assert sweep.time_left(100.0, [150.0], 2, 4) == pytest.approx(100.0)
+    assert sweep.time_left(100.0, [], 0, 4) == 0.0
