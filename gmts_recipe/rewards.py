@@ -20,6 +20,7 @@ So nothing unbounded ever reaches sympy:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from fractions import Fraction
@@ -157,6 +158,20 @@ def bounded_expression(answer: str) -> str | None:
     return cleaned
 
 
+def _drop_timeout_notice(record: logging.LogRecord) -> bool:
+    """False for math-verify's notice that its timeouts are off: they are off on purpose (answers_equal)."""
+    return not record.getMessage().startswith("Timeout is disabled")
+
+
+def _quiet_timeout_notice() -> None:
+    """math-verify warns once per process that a timeout of None disables its timeout; check.py and every evaluation
+    would print it twice. Only that notice is dropped; its other warnings still show."""
+    for name in ("math_verify.parser", "math_verify.grader"):
+        log = logging.getLogger(name)
+        if _drop_timeout_notice not in log.filters:
+            log.addFilter(_drop_timeout_notice)
+
+
 def answers_equal(gold: str, predicted: str | None) -> bool:
     """Exact equality of two numbers when both are plain numbers or fractions; otherwise math-verify's equality of
     two bounded expressions; False for anything unbounded."""
@@ -170,6 +185,7 @@ def answers_equal(gold: str, predicted: str | None) -> bool:
         return False
     from math_verify import parse, verify
 
+    _quiet_timeout_notice()
     # No SIGALRM timeouts (None): the input is bounded by construction, and a reward may run off the main thread.
     gold_parsed = parse(f"${g}$" if "\\" in g else g, parsing_timeout=None)
     pred_parsed = parse(f"${p}$" if "\\" in p else p, parsing_timeout=None)

@@ -186,3 +186,16 @@ def test_final_answer_reads_the_last_number_whole(text, answer):
 
 def test_a_signed_answer_is_its_number():
     assert math_equal_reward(["\\boxed{+72}", "#### +72"], ["72", "72"]) == [1.0, 1.0]
+
+
+def test_math_verify_notice_of_disabled_timeouts_is_dropped_and_nothing_else():
+    # A fresh process, as check.py is: an expression that reaches math-verify prints no "Timeout is disabled" notice
+    code = ("import logging; logging.basicConfig()\n"
+            "from gmts_recipe.rewards import answers_equal\n"
+            "print(answers_equal('12', '3 \\\\cdot 4'), answers_equal('12', '3 \\\\cdot 5'))\n"
+            "logging.getLogger('math_verify.parser').warning('another warning')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]
+    assert "Timeout is disabled" not in out.stderr and "another warning" in out.stderr
