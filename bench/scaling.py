@@ -100,7 +100,8 @@ PROCESSES = {
 REFERENCE_CELL = "coupled-lr0.0001-s105"  # one cell alone on a warm compile cache, as every shared group ran
 # A group's whole time by the driver's marks: (first event, last events); the Ray sweep's includes Ray's start and
 # s106's base-evaluation process.
-GROUPS = {"ray_four": ("start", ("A sweep rc=0",)), "mps_two": ("A sweep rc=0", ("B rerun-s100 rc=0", "B rerun-s105 rc=0"))}
+GROUPS = {"ray_four": ("start", ("A sweep rc=0",)),
+          "mps_two": ("A sweep rc=0", ("B rerun-s100 rc=0", "B rerun-s105 rc=0"))}
 SWEEP_LINE = re.compile(r"\[sweep\] \d+/\d+ (?P<cell>\S+) \S+ on gpu \S+: ok, (?P<minutes>[\d.]+) min")
 PROFILES = {"one GPU, 64 rows": "bench/step-profile-h200-on.json",
             "one of 2 processes, 32 rows": "bench/step-profile-h200-rows32.json"}

@@ -192,7 +192,8 @@ def env_overrides(path: str) -> dict[str, str]:
 def child(cmd: list[str], record_file: Path, env: dict[str, str] | None = None) -> dict:
     """Run a child process (env: variables added to ours); its record, or the reason it left none (exit status
     and its last error line)."""
-    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", **(env or {})}  # vLLM would otherwise report usage over the network
+    # VLLM_NO_USAGE_STATS: vLLM would otherwise report usage over the network
+    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", **(env or {})}
     proc = subprocess.run(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
     sys.stderr.write(proc.stderr[-20000:])
     if record_file.is_file():

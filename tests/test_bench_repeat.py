@@ -41,7 +41,8 @@ def test_each_difference_is_counted_where_it_is():
     # where it starts, in training steps from 1: the log's step 2; rollout_digests key "1" is drawn for step 2
     assert got["arms"]["gmts"]["first_train_step_differing"] == {"step": 2, "fields": {"loss": [0.4, 0.41]}}
     assert got["arms"]["gmts"]["first_rollout_step_differing"] is None
-    assert got["arms"]["ets"]["first_rollout_step_differing"] == 2 and got["arms"]["ets"]["first_train_step_differing"] is None
+    assert got["arms"]["ets"]["first_rollout_step_differing"] == 2
+    assert got["arms"]["ets"]["first_train_step_differing"] is None
     shorter = _run()
     shorter["arms"]["ets"]["train_log"].pop()
     assert repeat.compare(_run(), shorter)["arms"]["ets"]["first_train_step_differing"] == {"step": 2, "fields": {}}

@@ -91,7 +91,8 @@ def test_the_table_gives_ratios_to_c_and_complete_runs_when_there(tmp_path):
                            "complete_run": {"status": "failed", "reason": "recipe.py exited 1"}},
                    "vllm": {"steps": {"status": "unavailable", "reason": "vllm is not installed"}}}}
     table = sbs.markdown(r)  # a file from before max_steps: the count of step times; the file-wide "steps" unread
-    assert "| (a) TRL's generation | 17.60 | 11.00x | 40.0 | 20.0 | 4 | 0.50 | failed: recipe.py exited 1 | - |" in table
+    assert ("| (a) TRL's generation | 17.60 | 11.00x | 40.0 | 20.0 | 4 | 0.50 | failed: recipe.py exited 1 | - |"
+            in table)
     assert "| (c) this recipe's generation | 1.60 | 1.00x | 40.0 | 20.0 | 5 | 0.50 | 5.00 | 1.00x |" in table
     assert "Per step, (c) is 11.00x as fast as (a)." in table
     assert "unavailable: vllm is not installed" in table and "NVIDIA H200" in table and "64 rollouts" in table
