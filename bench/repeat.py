@@ -32,6 +32,25 @@ def _log(entry: dict) -> list[dict]:
     return [{k: v for k, v in row.items() if not any(w in k for w in WALL_CLOCK)} for row in entry["train_log"]]
 
 
+def _first_step_differing(log_a: list[dict], log_b: list[dict]) -> dict | None:
+    """The first training step (the log's `step`, 1 = the first) whose metrics differ, with each differing metric's
+    two values: where a difference starts tells the update (same rollouts, other metrics) from the generation."""
+    for i, (x, y) in enumerate(zip(log_a, log_b)):
+        if x != y:
+            return {"step": x.get("step", i + 1),
+                    "fields": {k: [x.get(k), y.get(k)] for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)}}
+    return None if len(log_a) == len(log_b) else {"step": min(len(log_a), len(log_b)) + 1, "fields": {}}
+
+
+def _first_rollouts_differing(a: dict | None, b: dict | None) -> int | None:
+    """The first training step (1 = the first) whose rollouts differ: `rollout_digests` is keyed by the global step
+    the rollouts were drawn at, before that step's update (0 for the first step)."""
+    if a is None or b is None:
+        return None
+    differing = [int(s) for s in set(a) | set(b) if a.get(s) != b.get(s)]
+    return min(differing) + 1 if differing else None
+
+
 def compare(first: dict, other: dict) -> dict:
     """What of `other` differs from `first` (two results.json of one configuration), counted per part: every base
     evaluation, and the arms `other` ran (a process that ran only the base evaluations compares those)."""
@@ -51,6 +70,8 @@ def compare(first: dict, other: dict) -> dict:
             "train_steps_differing": sum(x != y for x, y in zip(log_a, log_b)) + abs(len(log_a) - len(log_b)),
             "rollout_steps_differing": (None if digests_a is None or digests_b is None else
                                         sum(digests_a.get(s) != digests_b.get(s) for s in set(digests_a) | set(digests_b))),
+            "first_train_step_differing": _first_step_differing(log_a, log_b),
+            "first_rollout_step_differing": _first_rollouts_differing(digests_a, digests_b),
             "eval_tasks_differing": _records_differ(a["eval"]["records"], b["eval"]["records"]),
             "pass@1": [a["eval"]["pass@1"], b["eval"]["pass@1"]],
         }
@@ -60,17 +81,41 @@ def compare(first: dict, other: dict) -> dict:
     return {"identical": same, "base": base, "arms": arms}
 
 
+def _where_it_starts(arm: str, v: dict) -> str:
+    """One arm's first differing training step, its differing metrics (the two values, the first three) and the
+    first step whose rollouts differ; '-' where nothing differs (files from before these fields: '?')."""
+    if "first_train_step_differing" not in v:
+        return f"{arm} ?"
+    first, rollouts = v["first_train_step_differing"], v["first_rollout_step_differing"]
+    if first is None and rollouts is None:
+        return f"{arm} -"
+    parts = []
+    if first is not None:
+        shown = [f"{k} {_value(a)} vs {_value(b)}" for k, (a, b) in list(first["fields"].items())[:3]]
+        more = len(first["fields"]) - len(shown)
+        parts.append(f"metrics at step {first['step']} ({', '.join(shown)}{f', {more} more' if more > 0 else ''})")
+    if rollouts is not None:
+        parts.append(f"rollouts from step {rollouts}")
+    return f"{arm}: {'; '.join(parts)}"
+
+
+def _value(x: object) -> str:
+    return format(x, ".7g") if isinstance(x, float) else str(x)
+
+
 def markdown(comparison: dict) -> str:
-    """The comparison file as a table: one row per later run, what differs from the reference, counted."""
+    """The comparison file as a table: one row per later run, what differs from the reference, counted, and where
+    in training it starts (training steps numbered from 1; wall-clock times are never compared)."""
     rows = ["| run | vs | base evaluations: tasks differing | training steps differing | rollout steps differing | "
-            "evaluation tasks differing | identical |", "|---|---|---|---|---|---|---|"]
+            "evaluation tasks differing | identical | where a difference starts |", "|---|---|---|---|---|---|---|---|"]
     for label, c in comparison["compared"].items():
         base = ", ".join(str(v["tasks_differing"]) for v in c["base"].values())
         arms = c["arms"]
         per_arm = lambda key: ", ".join(f"{a} {v[key]}" for a, v in arms.items()) or "(base only)"  # noqa: E731
         rows.append(f"| {label} | {comparison['reference']} | {base} | {per_arm('train_steps_differing')} | "
                     f"{per_arm('rollout_steps_differing')} | {per_arm('eval_tasks_differing')} | "
-                    f"{'yes' if c['identical'] else 'no'} |")
+                    f"{'yes' if c['identical'] else 'no'} | "
+                    f"{'; '.join(_where_it_starts(a, v) for a, v in arms.items() if not v.get('missing')) or '-'} |")
     return "\n".join(rows)
 
 

@@ -16,6 +16,9 @@ trains, without checkpoints), each step's wall time CUDA-synchronized at both en
 vLLM engine's first weight push) is reported apart, the median over the others is the step time. With --complete,
 also one `bench/complete_run.py` process per path (its summary, in a results directory of its own). A path that
 cannot run (vLLM not installed, an error, a crashed process) is recorded with its one-line reason; the others go on.
+Each path's entry records its own --steps (`max_steps`: a path run by a later call may have another) and the
+environment variables the bench set for its process (`env`): without flashinfer installed, vLLM's top-k/top-p sampler
+would import it and fail, so path (b) runs with VLLM_USE_FLASHINFER_SAMPLER=0 unless the caller set that variable.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "trainin
 # vllm_gpu_memory_utilization: the weights (3 GB in bf16), vLLM's 4096-token profiling pass (its logits over 152k
 # words: ~4 GB), the KV cache of one 32k-token sequence (0.9 GB) and 64 rows' CUDA graphs fit in 0.15 of 141 GB
 VLLM_MEMORY = 0.15
+FLASHINFER_SAMPLER = "VLLM_USE_FLASHINFER_SAMPLER"  # 0: vLLM samples top-k/top-p in PyTorch, not with flashinfer
 
 
 def progress(message: str) -> None:
@@ -175,9 +179,21 @@ def run_one(path: str, record_file: Path, argv: list[str]) -> int:
 
 
 # ---------------------------------------------------------------------------- the parent: every path, one file
-def child(cmd: list[str], record_file: Path) -> dict:
-    """Run a child process; its record, or the reason it left none (exit status and its last error line)."""
-    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1"}  # vLLM would otherwise report usage over the network
+def env_overrides(path: str) -> dict[str, str]:
+    """The environment a path's processes get beyond ours: for vLLM without flashinfer installed, its PyTorch
+    sampler (vLLM's default top-k/top-p sampler imports flashinfer), unless the caller chose one. Nothing where
+    vLLM itself is not installed: the path is recorded as unavailable."""
+    if (path == "vllm" and FLASHINFER_SAMPLER not in os.environ and importlib.util.find_spec("vllm") is not None
+            and importlib.util.find_spec("flashinfer") is None):
+        return {FLASHINFER_SAMPLER: "0"}
+    return {}
+
+
+def child(cmd: list[str], record_file: Path, env: dict[str, str] | None = None) -> dict:
+    """Run a child process (env: variables added to ours); its record, or the reason it left none (exit status
+    and its last error line)."""
+    # VLLM_NO_USAGE_STATS: vLLM would otherwise report usage over the network
+    env = {**os.environ, "VLLM_NO_USAGE_STATS": "1", **(env or {})}
     proc = subprocess.run(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
     sys.stderr.write(proc.stderr[-20000:])
     if record_file.is_file():
@@ -185,14 +201,14 @@ def child(cmd: list[str], record_file: Path) -> dict:
     return {"status": "failed", "reason": f"exited {proc.returncode}: {one_line(proc.stderr)}"}
 
 
-def complete_run(path: str, rest: list[str], options: dict, work: Path) -> dict:
+def complete_run(path: str, rest: list[str], options: dict, work: Path, env: dict[str, str] | None = None) -> dict:
     """One bench/complete_run.py process with this path's settings, in a results directory of its own."""
     summary = work / f"complete-{path}.json"
     cmd = [sys.executable, str(ROOT / "bench" / "complete_run.py"), "--out", str(summary), "--", *rest,
            *(a for k, v in options.items() for a in (f"--{k}", cli(v))), "--results_dir", str(work / f"run-{path}")]
     if path == "vllm" and importlib.util.find_spec("vllm") is None:
         return {"status": "unavailable", "reason": "vllm is not installed (import vllm: no module named 'vllm')"}
-    record = child(cmd, summary)
+    record = child(cmd, summary, env)
     if "status" not in record:  # complete_run.py's summary
         record = {"status": "ok" if record.get("returncode") == 0 else "failed", **record}
         if record["status"] == "failed":
@@ -212,7 +228,8 @@ def run_paths(args: argparse.Namespace, rest: list[str]) -> dict:
     if result and result.get("recipe_argv") != rest:
         raise recipe.RecipeError(f"{out} holds paths measured with other arguments ({result.get('recipe_argv')}); "
                                  f"write to another --out")
-    result.update({"versions": recipe.versions(), "recipe_argv": rest, "steps": args.steps, "arm": ARM,
+    result.pop("steps", None)  # files before each path recorded its own: the last call's, wrong for the others
+    result.update({"versions": recipe.versions(), "recipe_argv": rest, "arm": ARM,
                    "reference": REFERENCE, "small": args.small, "vllm_gpu_memory_utilization": args.vllm_memory})
     result.setdefault("paths", {})
     for path in args.paths:
@@ -221,13 +238,17 @@ def run_paths(args: argparse.Namespace, rest: list[str]) -> dict:
         record_file = work / f"steps-{path}.json"
         record_file.unlink(missing_ok=True)
         argv = recipe_argv(rest, options, work / f"steps-{path}", args.steps)
-        entry = {"label": PATHS[path], "options": options,
+        env = env_overrides(path)
+        if env:
+            progress(f"{PATHS[path]}: flashinfer is not installed: " + " ".join(f"{k}={v}" for k, v in env.items())
+                     + " (vLLM's top-k/top-p sampler in PyTorch)")
+        entry = {"label": PATHS[path], "options": options, "max_steps": args.steps, "env": env,
                  "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "steps": child([sys.executable, str(Path(__file__).resolve()), "--one", path, "--record",
-                                 str(record_file), "--", *argv], record_file)}
+                                 str(record_file), "--", *argv], record_file, env)}
         if args.complete:
             progress(f"{PATHS[path]}: a complete run (bench/complete_run.py)")
-            entry["complete_run"] = complete_run(path, rest, options, work)
+            entry["complete_run"] = complete_run(path, rest, options, work, env)
         result["paths"][path] = entry
         out.write_text(json.dumps(result, indent=1, default=str) + "\n")  # after each path: a cut run keeps its part
         s = entry["steps"]
@@ -245,14 +266,22 @@ def _ratio(value: float | None, reference: float | None) -> str:
     return "-" if value is None or not reference else f"{value / reference:.2f}x"
 
 
+def _timed(path_entry: dict) -> int | None:
+    """How many steps a path timed: its step times (files of every age have them), else the steps it was asked
+    for."""
+    steps = path_entry["steps"].get("step_s")
+    return len(steps) if steps is not None else path_entry.get("max_steps")
+
+
 def markdown(result: dict) -> str:
-    """One row per path, (a), (b), (c): median step, first step, setup, and with --complete the run's GPU minutes;
-    each with its ratio to (c). A path that did not run says why."""
+    """One row per path, (a), (b), (c): median step, first step, setup, the steps it timed, and with --complete the
+    run's GPU minutes; each with its ratio to (c). A path that did not run says why."""
     paths, ref = result.get("paths", {}), result.get("reference", REFERENCE)
     ref_steps = paths.get(ref, {}).get("steps", {})
     ref_complete = paths.get(ref, {}).get("complete_run", {})
     complete = any("complete_run" in p for p in paths.values())
-    header = "| path | median step (s) | vs (c) | first step (s) | setup (s) | rewards (mean of the steps) |"
+    header = ("| path | median step (s) | vs (c) | first step (s) | setup (s) | steps timed | "
+              "rewards (mean of the steps) |")
     if complete:
         header += " complete run (GPU-min) | vs (c) |"
     lines = [header, "|---" * header.count(" | ") + "|---|"]
@@ -261,11 +290,11 @@ def markdown(result: dict) -> str:
             continue
         s = paths[path]["steps"]
         if s["status"] != "ok":
-            row = f"| {label} | {s['status']}: {s.get('reason', '')} | | | | |"
+            row = f"| {label} | {s['status']}: {s.get('reason', '')} | | | | | |"
         else:
             med, first, rewards = s["median_step_s"], s["first_step_s"], s.get("rewards") or []
             row = (f"| {label} | {_number(med, '.2f')} | {_ratio(med, ref_steps.get('median_step_s'))} | "
-                   f"{_number(first, '.1f')} | {s['setup_s']:.1f} | "
+                   f"{_number(first, '.1f')} | {s['setup_s']:.1f} | {_number(_timed(paths[path]), 'd')} | "
                    f"{_number(sum(rewards) / len(rewards) if rewards else None, '.2f')} |")
         if complete:
             c = paths[path].get("complete_run")
@@ -281,9 +310,19 @@ def markdown(result: dict) -> str:
     any_ok = next((p["steps"] for p in paths.values() if p["steps"]["status"] == "ok"), {})
     lines += ["", f"{v.get('gpu') or 'CPU'}; torch {v.get('torch')}, transformers {v.get('transformers')}, trl "
               f"{v.get('trl')}; arm {result.get('arm')}, {any_ok.get('rows', '-')} rollouts x <= "
-              f"{any_ok.get('max_completion_length', '-')} tokens per step; {result.get('steps')} steps per path, "
-              f"the median over all but the first (which compiles); one process per path; vLLM's share of the GPU "
+              f"{any_ok.get('max_completion_length', '-')} tokens per step; per path the median over the steps it "
+              f"timed but the first (which compiles); one process per path; vLLM's share of the GPU "
               f"{result.get('vllm_gpu_memory_utilization')}."]
+    ref_median = ref_steps.get("median_step_s") if ref_steps.get("status") == "ok" else None
+    faster = [f"{_ratio(paths[k]['steps']['median_step_s'], ref_median)} as fast as {PATHS[k].split(' ', 1)[0]}"
+              for k in PATHS if k != ref and k in paths and paths[k]["steps"]["status"] == "ok"
+              and paths[k]["steps"].get("median_step_s") and ref_median]
+    if faster:
+        lines.append(f"Per step, {PATHS[ref].split(' ', 1)[0]} is {' and '.join(faster)}.")
+    env = {PATHS[k].split(" ", 1)[0]: p["env"] for k, p in paths.items() if p.get("env")}
+    if env:
+        lines.append("Set for a path's process: " + "; ".join(
+            f"{k} {' '.join(f'{n}={x}' for n, x in e.items())}" for k, e in env.items()) + ".")
     return "\n".join(lines)
 
 

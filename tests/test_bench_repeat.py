@@ -38,6 +38,14 @@ def test_each_difference_is_counted_where_it_is():
     assert got["base"]["0"]["tasks_differing"] == 1
     assert got["arms"]["gmts"]["eval_tasks_differing"] == 1 and got["arms"]["gmts"]["train_steps_differing"] == 1
     assert got["arms"]["ets"]["rollout_steps_differing"] == 1 and got["arms"]["ets"]["train_steps_differing"] == 0
+    # where it starts, in training steps from 1: the log's step 2; rollout_digests key "1" is drawn for step 2
+    assert got["arms"]["gmts"]["first_train_step_differing"] == {"step": 2, "fields": {"loss": [0.4, 0.41]}}
+    assert got["arms"]["gmts"]["first_rollout_step_differing"] is None
+    assert got["arms"]["ets"]["first_rollout_step_differing"] == 2
+    assert got["arms"]["ets"]["first_train_step_differing"] is None
+    shorter = _run()
+    shorter["arms"]["ets"]["train_log"].pop()
+    assert repeat.compare(_run(), shorter)["arms"]["ets"]["first_train_step_differing"] == {"step": 2, "fields": {}}
     missing = _run()
     del missing["arms"]["gmts"]
     assert repeat.compare(missing, _run())["arms"]["gmts"] == {"missing": True}
@@ -70,5 +78,19 @@ def test_the_table(tmp_path, capsys):
     repeat.main(["--out", str(out), f"cold={paths[0]}", f"warm={paths[1]}"])
     capsys.readouterr()
     assert repeat.main(["--markdown", str(out)]) == 0
-    assert capsys.readouterr().out.splitlines()[2] == "| warm | cold | 0 | ets 0, gmts 0 | ets 0, gmts 0 | ets 0, gmts 1 | no |"
+    assert capsys.readouterr().out.splitlines()[2] == \
+        "| warm | cold | 0 | ets 0, gmts 0 | ets 0, gmts 0 | ets 0, gmts 1 | no | ets -; gmts - |"
     assert repeat.main([]) == 2
+
+
+def test_the_table_says_where_a_difference_starts():
+    other = _run()
+    other["arms"]["gmts"]["train_log"][0].update(grad_norm=0.10780801624, loss=0.51, reward=0.3, entropy=1.0)
+    other["arms"]["gmts"]["rollout_digests"]["1"] = ["cc", "de"]
+    comparison = {"reference": "alone", "compared": {"shared": repeat.compare(_run(), other)}}
+    row = repeat.markdown(comparison).splitlines()[2]
+    assert row.endswith("| no | ets -; gmts: metrics at step 1 (entropy None vs 1, grad_norm None vs 0.107808, "
+                        "loss 0.5 vs 0.51, 1 more); rollouts from step 2 |")
+    for v in comparison["compared"]["shared"]["arms"].values():  # a file written before these fields
+        del v["first_train_step_differing"], v["first_rollout_step_differing"]
+    assert repeat.markdown(comparison).splitlines()[2].endswith("| no | ets ?; gmts ? |")

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from bench_scripts import load_bench
 
 
@@ -16,3 +18,40 @@ def test_scaling_file_is_recomputed_from_the_runs():
     ways = committed["ways"]
     assert committed["data_parallel_speedup"] == ways["alone"]["total_s"] / ways["data_parallel"]["total_s"]
     assert all(r["steps"] >= 10 for w in ways.values() for r in w["runs"])
+
+
+def test_a_cell_process_lasts_at_least_its_two_arms():
+    """Whole-process minutes (sweep log, Ray timing file, driver's marks) against the arms' own clocks: a process runs
+    ETS then GMTS, so it cannot be shorter than their wall minutes together; the Ray file's base-evaluation process
+    (15 s) is no cell."""
+    scaling = _module()
+    p = scaling.processes()["ways"]
+    assert [len(p[w]["processes"]) for w in ("alone_levers", "mps_four", "ray_four", "mps_two")] == [1, 4, 4, 2]
+    for way, entry in p.items():
+        arms = {}
+        for source, arm in scaling.RUNS[way]:
+            results = json.loads(scaling._results_file(source).read_text())
+            arms.setdefault(results["config_name"], []).append(results["arms"][arm]["wall_minutes"])
+        for row in entry["processes"]:
+            assert len(arms[row["cell"]]) == 2 and sum(arms[row["cell"]]) <= row["minutes"], (way, row)
+    assert p["mps_two"]["group_minutes"] >= max(r["minutes"] for r in p["mps_two"]["processes"])
+    assert p["ray_four"]["group_minutes"] >= max(r["minutes"] for r in p["ray_four"]["processes"])
+
+
+def test_a_run_read_from_a_results_file_and_a_timing_not_found_once(tmp_path, monkeypatch):
+    scaling = _module()
+    runs = [scaling._run(*r) for r in scaling.RUNS["mps_two"]]
+    assert all(r["steps"] == 40 and r["source"].endswith("-results.json") for r in runs)
+    (tmp_path / "sweep.log").write_text("[sweep] 1/2 c-s1 ets,gmts on gpu 0: ok, 4.0 min\n"
+                                        "[sweep] 2/2 c-s1 ets,gmts on gpu 0: ok, 5.0 min\n")
+    (tmp_path / "timing.jsonl").write_text(json.dumps({"cell": "c-s2", "arms": ["base"], "start": 0, "end": 15}) + "\n"
+                                           + json.dumps({"cell": "c-s2", "arms": ["ets", "gmts"], "start": 15,
+                                                         "end": 615}) + "\n")
+    (tmp_path / "marks.log").write_text("100 A sweep rc=0\n400 B rerun-s3 rc=0\n")
+    monkeypatch.setattr(scaling, "ROOT", tmp_path)
+    assert scaling._process_minutes("ray", "timing.jsonl", "c-s2", None) == 10.0
+    assert scaling._process_minutes("marks", "marks.log", "c-s3", "A sweep rc=0") == 5.0
+    for clock, path, cell in (("sweep", "sweep.log", "c-s1"), ("sweep", "sweep.log", "c-s9"),
+                              ("marks", "marks.log", "c-s4")):
+        with pytest.raises(ValueError, match="timings of"):
+            scaling._process_minutes(clock, path, cell, "A sweep rc=0")
