@@ -20,14 +20,15 @@ attention_backward.cu: the memory-efficient backward, which the padded training 
 `num_splits_key = 1` instead of accumulating the query gradient over key splits with atomics, and flash attention
 passes `deterministic=true`; with warn_only both only warn once and keep their split kernels; cuDNN attention has no
 deterministic backward and is not dispatched to in strict mode, sdp_utils.cpp `check_cudnn_deterministic`). So
-GMTSTrainer runs its training step strict (`strict`), generation and the no-grad scoring passes inside it back in
-warn_only mode (`warn_only`): the mode every compiled generation graph was traced in (dynamo's global-state guard
-includes it), and where an op without a deterministic implementation only warns. In the strict step such an op raises
+GMTSTrainer runs its training step strict (`strict`), and TRL's generation and scoring inside it back in warn_only
+mode (`warn_only`): the mode the evaluation's compiled graphs were traced in (dynamo's global-state guard checks
+warn_only too: another mode would compile the decode step again), and where an op without a deterministic
+implementation only warns. In the strict step such an op raises
 (PyTorch's one-line RuntimeError names it) rather than silently breaking the repeat.
 
 Inductor: deterministic algorithms also switch inductor's deterministic mode on (no timing-based choices: the compiled
 decode step already runs with it, decode_loop.inductor_options), fall index_put back to the eager kernel and key the
-compile caches (a first run with the option compiles anew). CUDA graphs are unaffected.
+compile caches (a first run with the option compiles anew). Its cost on a GPU: bench/determinism.py.
 """
 
 from __future__ import annotations
