@@ -56,6 +56,7 @@ from gmts_recipe.generation.fast import (compile_cache_length, drop_duplicate_in
                                          without_input_grad_hooks)
 from gmts_recipe.selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores,
                                    select_top_fraction, selection_stats, update_cosine)
+from gmts_recipe import determinism
 from gmts_recipe.training_speed import layer_forwards, lora_autocast_blockers, lora_input_casting, repeated_layers
 
 logger = logging.get_logger(__name__)
@@ -197,6 +198,9 @@ class GMTSTrainer(GRPOTrainer):
        `generation_compile_regions`: the contexts `_generate_single_turn` enters (gmts_recipe/generation/fast.py);
        `lora_autocast_inputs` (on by default) and `training_compile`: those of `training_step`
        (gmts_recipe/training_speed.py).
+    10. Optional (`deterministic_kernels`): PyTorch's deterministic algorithms, enabled before the model is loaded;
+       `training_step` strict (the fused attention backward's deterministic path), its generation and scoring in
+       warn_only mode (gmts_recipe/determinism.py).
 
     Selection metrics are logged under `selection/` every step: kept_fraction, overlap (with the other ranking),
     top_answer_share, effective_answers, top_answer_weight_share, entropy_kept_mean and entropy_all_mean; with
@@ -207,6 +211,9 @@ class GMTSTrainer(GRPOTrainer):
     _tag_names = ["trl", "grpo", "gmts"]
 
     def __init__(self, *args, **kwargs):
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if getattr(config, "deterministic_kernels", False):  # before the model reaches the GPU (cuBLAS's workspace)
+            determinism.enable()
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, GMTSConfig):
             raise TypeError(f"GMTSTrainer needs a GMTSConfig, got {type(self.args).__name__}")
@@ -287,6 +294,7 @@ class GMTSTrainer(GRPOTrainer):
         with training_compile, the decoder layers run compiled (generation and scoring: see
         `_generate_and_score_completions`)."""
         with contextlib.ExitStack() as stack:
+            stack.enter_context(determinism.strict(self.args.deterministic_kernels))
             if self.lora_autocast_inputs_on:
                 stack.enter_context(lora_input_casting(self.accelerator.unwrap_model(self.model), enabled=False))
             if self.training_layers:
@@ -362,7 +370,8 @@ class GMTSTrainer(GRPOTrainer):
         elif batch_wide and self._trl_makes_scoring_pass():
             self._capture_scoring = {}
         try:
-            with layer_forwards(self.training_layers, compiled=False):  # generation and scoring: the layers' own
+            with (layer_forwards(self.training_layers, compiled=False),  # generation and scoring: the layers' own
+                  determinism.warn_only(self.args.deterministic_kernels)):  # the mode generation was compiled in
                 output = super()._generate_and_score_completions(inputs)
         finally:
             recorder, captured = self._recorder, self._capture_scoring

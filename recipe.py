@@ -92,7 +92,7 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
                       "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
-                      "lora_autocast_inputs", "training_compile", "generation_compile_regions")
+                      "lora_autocast_inputs", "training_compile", "generation_compile_regions", "deterministic_kernels")
 
 
 @dataclass
@@ -895,9 +895,22 @@ def batch_shape(train, processes: int) -> str:
             f"{processes} process{'es' if processes > 1 else ''})")
 
 
+def deterministic_kernels(train) -> None:
+    """With `deterministic_kernels`, PyTorch's deterministic algorithms for this process (gmts_recipe.determinism),
+    before its first CUDA work; its refusal as one line. Without it nothing changes (unless an earlier run of this
+    process turned them on: then off again)."""
+    from gmts_recipe import determinism
+
+    try:
+        determinism.apply(train.deterministic_kernels)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
+
+
 def _run_experiment(argv: list[str]) -> dict:
     quiet_known_warnings()
     recipe, train, model, name = parse(argv, hub=True)
+    deterministic_kernels(train)  # before Run: its process state may be the first CUDA work
     run = Run(recipe, train, model, name)
     import torch
 

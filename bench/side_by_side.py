@@ -42,7 +42,7 @@ REFERENCE = "ours"  # the ratios are path / ours
 ARM = "gmts"
 PAPER = ROOT / "configs" / "paper.yaml"  # where (c)'s generation levers are read from
 # GMTSConfig's generation fields (recipe.GENERATION_OPTIONS minus the training-side ones, which every path shares)
-SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "training_compile")
+SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "training_compile", "deterministic_kernels")
 # vllm_gpu_memory_utilization: the weights (3 GB in bf16), vLLM's 4096-token profiling pass (its logits over 152k
 # words: ~4 GB), the KV cache of one 32k-token sequence (0.9 GB) and 64 rows' CUDA graphs fit in 0.15 of 141 GB
 VLLM_MEMORY = 0.15

@@ -142,6 +142,15 @@ class GMTSConfig(GRPOConfig):
                           "passes keep the layers' own forwards. Other rounding in the update; the first step pays "
                           "the compilation; later steps reuse it."},
     )
+    deterministic_kernels: bool = field(
+        default=False,
+        metadata={"help": "PyTorch's deterministic algorithms (gmts_recipe/determinism.py): CUBLAS_WORKSPACE_CONFIG="
+                          ":4096:8 before the first CUDA work, torch.use_deterministic_algorithms with warn_only (each "
+                          "op without a deterministic implementation named once, on one line), and the training step "
+                          "strict, so the fused attention backward does not accumulate over key splits with atomics: "
+                          "the update then does not depend on how the GPU schedules blocks (two runs at once on one "
+                          "GPU). Other rounding than without it; measured by bench/determinism.py."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
