@@ -82,7 +82,7 @@ NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", 
               "ets_nz_learning_rate",
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
               "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "lora_autocast_inputs",
-              "save_minutes", "training_compile", "generation_compile_regions",
+              "save_minutes", "training_compile", "generation_compile_regions", "deterministic_kernels",
               "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
