@@ -5,7 +5,7 @@ trainer, as side_by_side.py does; no evaluation, no checkpoints). Per step it re
 the loss, grad_norm and every other logged metric (bench/repeat.py's, wall-clock fields left out) agree between the
 runs, and each run's step times: the option's cost is the median step with it against without.
 
-    python bench/determinism.py --out bench/determinism-h200.json --steps 4 -- --config configs/qwen.yaml \
+    python bench/determinism.py --out bench/determinism-h200.json --steps 12 -- --config configs/qwen.yaml \
         --gsm8k_path DIR
     python bench/determinism.py --small --out F     # CPU: the tiny random model (bench/step.py's config)
 
