@@ -94,32 +94,29 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def strict(on: bool = True) -> Iterator[None]:
-    """Deterministic algorithms without warn_only inside (where `on` and they are enabled): the fused attention
-    backwards take their deterministic path. Restores the mode found."""
+def _mode(warn: bool, on: bool) -> Iterator[None]:
+    """Deterministic algorithms with warn_only = `warn` inside (where `on` and they are enabled); the mode found is
+    restored after."""
     if not on or not torch.are_deterministic_algorithms_enabled():
         yield
         return
     before = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=False)
+    torch.use_deterministic_algorithms(True, warn_only=warn)
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(True, warn_only=before)
 
 
-@contextlib.contextmanager
-def warn_only(on: bool = True) -> Iterator[None]:
-    """Back to warn_only inside a strict region (where `on` and deterministic algorithms are enabled)."""
-    if not on or not torch.are_deterministic_algorithms_enabled():
-        yield
-        return
-    before = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(True, warn_only=before)
+def strict(on: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Deterministic algorithms without warn_only inside: the fused attention backwards take their deterministic
+    path (with warn_only they only warn and keep accumulating over key splits with atomics)."""
+    return _mode(False, on)
+
+
+def warn_only(on: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Back to warn_only inside a strict region: generation keeps the mode it was compiled in."""
+    return _mode(True, on)
 
 
 def reported() -> list[str]:
