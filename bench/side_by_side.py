@@ -185,6 +185,21 @@ class SelectionProbe:
         return row
 
 
+def selection_record(trainer, probe: SelectionProbe) -> dict:
+    """What a path's record keeps of the selection after training: the rule, ratio and scope the trainer used, the
+    logged metrics per step (selection_log) and the probe's rows."""
+    args = trainer.args
+    return {"token_selection": args.token_selection, "selection_ratio": args.selection_ratio,
+            "selection_scope": args.selection_scope, "selection": selection_log(trainer.state.log_history),
+            "selection_probe": probe.batches}
+
+
+def importance_sampling_settings(args) -> dict:
+    """TRL's vLLM importance-sampling settings of a trainer's config."""
+    return {k: getattr(args, k) for k in ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                                          "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max")}
+
+
 def _finite(values: list) -> bool:
     return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
 
@@ -313,9 +328,7 @@ def measure_steps(path: str, argv: list[str]) -> dict:
               "trl_step_time_s": trl_step, "rows": rows, "max_completion_length": args_used.max_completion_length,
               "entropy_source": trainer.entropy_source_used,
               "rewards": [row["reward"] for row in trainer.state.log_history if "reward" in row],
-              "arm": arm, "token_selection": args_used.token_selection, "selection_ratio": args_used.selection_ratio,
-              "selection_scope": args_used.selection_scope, "selection": selection_log(trainer.state.log_history),
-              "selection_probe": probe.batches}
+              "arm": arm, **selection_record(trainer, probe)}
     if cuda:
         free, total = torch.cuda.mem_get_info()
         record["gpu_memory_gib"] = {"torch_peak_allocated": torch.cuda.max_memory_allocated() / 2**30,
@@ -323,10 +336,7 @@ def measure_steps(path: str, argv: list[str]) -> dict:
     if path == "vllm":
         import vllm
 
-        record["vllm"] = {"version": vllm.__version__,
-                          "importance_sampling": {k: getattr(args_used, k) for k in (
-                              "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
-                              "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max")}}
+        record["vllm"] = {"version": vllm.__version__, "importance_sampling": importance_sampling_settings(args_used)}
     return record
 
 
@@ -460,10 +470,15 @@ def _short(path: str) -> str:
 
 
 def _check_cell(entry: dict) -> str:
+    """failed (any claim), ok (every claim), else how many of the claims were verified."""
     check = entry.get("selection_check")
     if not check or check.get("ok") is None:
         return "-"
-    return "ok" if check["ok"] else "failed"
+    verdicts = list(check["claims"].values())
+    verified = sum(v.startswith("ok") for v in verdicts)
+    if not check["ok"]:
+        return "failed"
+    return "ok" if verified == len(verdicts) else f"{verified} of {len(verdicts)} verified"
 
 
 def markdown(result: dict) -> str:
