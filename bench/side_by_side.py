@@ -10,9 +10,16 @@ step, grouped attention, ...). Everything else is the command line's, the same f
     python bench/side_by_side.py --out F --complete -- ...         # and a complete run (recipe.py --arm ets,gmts)
     python bench/side_by_side.py --markdown bench/side-by-side-h200.json   # the README's table
     python bench/side_by_side.py --small --out F                   # CPU: the tiny random model (bench/step.py's)
+    python bench/side_by_side.py --out F --paths vllm --arm ets -- ...   # another arm: an entry of its own
 
-Per path: --steps training steps of the gmts arm through recipe.Run.build_trainer (what `recipe.py --arm gmts`
-trains, without checkpoints), each step's wall time CUDA-synchronized at both ends; the first step (compilation, the
+Per path and arm: --steps training steps of the --arm arm (default gmts) through recipe.Run.build_trainer (what
+`recipe.py --arm gmts` trains, without checkpoints), each step's wall time CUDA-synchronized at both ends; entries are
+keyed "path:arm" (files from before --arm, keyed by path, are read as their file-wide arm). Each entry also keeps, per
+step, the trainer's selection metrics and TRL's vLLM importance-sampling ones from its log (`selection`), what a
+SelectionProbe saw of each ranked generation batch (`selection_probe`: kept and valid tokens, omega as ranked against
+advantage x TRL's weight recomputed, the kept set recomputed), and a `selection_check` of both: kept tokens =
+ceil(ratio x valid) every step, and for vLLM the weight logged and finite and carried by omega; each claim ok,
+failed or not verified with its reason. The first step (compilation, the
 vLLM engine's first weight push) is reported apart, the median over the others is the step time. With --complete,
 also one `bench/complete_run.py` process per path (its summary, in a results directory of its own). A path that
 cannot run (vLLM not installed, an error, a crashed process) is recorded with its one-line reason; the others go on.
