@@ -230,8 +230,9 @@ def selection_check(record: dict, path: str, arm: str) -> dict:
         claims[claim] = "not verified: the trainer logged no token counts (a trainer from before kept_tokens)"
     elif scope != "batch":
         claims[claim] = f"not verified: selection_scope {scope} (per group or per microbatch: logged counts averaged)"
-    elif any(k is None or v is None or k != int(k) or v != int(v) for k, v in zip(kept, valid)):
-        claims[claim] = "not verified: a step's logged counts are not whole (several selections averaged)"
+    elif any(k is None or v is None or k != int(k) or v != int(v) for k, v in zip(kept, valid)) or any(
+            [r["step"] for r in probe].count(step) > 1 for step in logged["step"]):
+        claims[claim] = "not verified: a step made several selections, whose logged counts are averaged"
     else:
         want = [kept_count(int(v), 1.0 if rule == "all" else ratio) for v in valid]
         bad = [f"step {s}: {int(k)} of {int(v)}, want {w}" for s, k, v, w in zip(logged["step"], kept, valid, want)

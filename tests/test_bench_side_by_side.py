@@ -227,6 +227,10 @@ def test_selection_check_passes_exact_counts_and_fails_one_token_off():
     check = sbs.selection_check(no_counts, "ours", "gmts")
     assert check["ok"] is True and list(check["claims"].values()) == [
         "not verified: the trainer logged no token counts (a trainer from before kept_tokens)"]
+    twice = _ok_record()
+    twice["selection_probe"] = [*twice["selection_probe"], {"step": 2, "valid_tokens": 140, "kept_tokens": 28}]
+    assert sbs.selection_check(twice, "ours", "gmts")["claims"][
+        "kept_tokens = ceil(ratio x valid tokens) every step (logged)"].startswith("not verified: a step made several")
     averaged = _ok_record(selection_scope="microbatch")
     assert sbs.selection_check(averaged, "ours", "gmts")["claims"][
         "kept_tokens = ceil(ratio x valid tokens) every step (logged)"].startswith("not verified: selection_scope")
