@@ -203,7 +203,8 @@ class GMTSTrainer(GRPOTrainer):
        warn_only mode (gmts_recipe/determinism.py).
 
     Selection metrics are logged under `selection/` every step: kept_fraction, overlap (with the other ranking),
-    top_answer_share, effective_answers, top_answer_weight_share, entropy_kept_mean and entropy_all_mean; with
+    top_answer_share, effective_answers, top_answer_weight_share, entropy_kept_mean and entropy_all_mean, and the
+    counts behind kept_fraction (kept_tokens, valid_tokens: per selection, averaged where a step makes several); with
     token_selection="all" too (every valid token kept, no overlap) where omega is modeled. `update/cosine_prev` (every
     arm): cosine between successive steps' gradients.
     """
@@ -496,8 +497,10 @@ class GMTSTrainer(GRPOTrainer):
         if group_index is None:
             group_index = torch.arange(g_mask.size(0), device=g_mask.device)
         # kept as tensors until `log`: a host sync here would stall the CPU in the middle of the forward
-        self._pending_stats[mode].append(
-            selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other, omega=g_omega))
+        stats = selection_stats(keep, g_mask, g_entropy, adv, group_index, other_kept=keep_other, omega=g_omega)
+        # the counts behind kept_fraction, so a log can be checked against ceil(ratio x valid tokens) exactly
+        stats.update(kept_tokens=keep.sum().float(), valid_tokens=g_mask.sum().float())
+        self._pending_stats[mode].append(stats)
         rows = entropy.size(0)
         start = acc.process_index * rows if acc.num_processes > 1 else 0
         return keep[start : start + rows, :width], keep.sum()

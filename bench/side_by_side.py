@@ -10,9 +10,16 @@ step, grouped attention, ...). Everything else is the command line's, the same f
     python bench/side_by_side.py --out F --complete -- ...         # and a complete run (recipe.py --arm ets,gmts)
     python bench/side_by_side.py --markdown bench/side-by-side-h200.json   # the README's table
     python bench/side_by_side.py --small --out F                   # CPU: the tiny random model (bench/step.py's)
+    python bench/side_by_side.py --out F --paths vllm --arm ets -- ...   # another arm: an entry of its own
 
-Per path: --steps training steps of the gmts arm through recipe.Run.build_trainer (what `recipe.py --arm gmts`
-trains, without checkpoints), each step's wall time CUDA-synchronized at both ends; the first step (compilation, the
+Per path and arm: --steps training steps of the --arm arm (default gmts) through recipe.Run.build_trainer (what
+`recipe.py --arm gmts` trains, without checkpoints), each step's wall time CUDA-synchronized at both ends; entries are
+keyed "path:arm" (files from before --arm, keyed by path, are read as their file-wide arm). Each entry also keeps, per
+step, the trainer's selection metrics and TRL's vLLM importance-sampling ones from its log (`selection`), what a
+SelectionProbe saw of each ranked generation batch (`selection_probe`: kept and valid tokens, omega as ranked against
+advantage x TRL's weight recomputed, the kept set recomputed), and a `selection_check` of both: kept tokens =
+ceil(ratio x valid) every step, and for vLLM the weight logged and finite and carried by omega; each claim ok,
+failed or not verified with its reason. The first step (compilation, the
 vLLM engine's first weight push) is reported apart, the median over the others is the step time. With --complete,
 also one `bench/complete_run.py` process per path (its summary, in a results directory of its own). A path that
 cannot run (vLLM not installed, an error, a crashed process) is recorded with its one-line reason; the others go on.
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -38,8 +46,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
 PATHS = {"trl": "(a) TRL's generation", "vllm": "(b) TRL + vLLM, colocate", "ours": "(c) this recipe's generation"}
-REFERENCE = "ours"  # the ratios are path / ours
-ARM = "gmts"
+REFERENCE = "ours"  # the ratios are path / ours (of the same arm)
+ARM = "gmts"  # the default --arm, and the arm of every entry in files from before --arm
+ARM_ORDER = ("grpo", "ets", "gmts", "ets_nz")  # recipe.RULE_OF_ARM's arms, in the table's order
+# What a path's entry keeps of trainer.state.log_history per step: this recipe's selection metrics and TRL's vLLM
+# importance-sampling ones (sampling/importance_sampling_ratio/{min,mean,max}, the weight over valid tokens, and
+# sampling/sampling_logp_difference/{mean,max}, |trainer - vLLM| log-prob), which TRL logs with use_vllm only.
+LOGGED_PREFIXES = ("selection/", "sampling/importance_sampling_ratio/", "sampling/sampling_logp_difference/")
+IS_METRICS = tuple(f"sampling/importance_sampling_ratio/{k}" for k in ("min", "mean", "max"))
+OMEGA_TOLERANCE = 1e-5  # relative: omega as ranked vs advantage x weight recomputed here (float32 products)
 PAPER = ROOT / "configs" / "paper.yaml"  # where (c)'s generation levers are read from
 # GMTSConfig's generation fields (recipe.GENERATION_OPTIONS minus the training-side ones, which every path shares)
 SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "training_compile", "deterministic_kernels")
@@ -88,11 +103,11 @@ def path_options(path: str, vllm_memory: float) -> dict:
     return options
 
 
-def recipe_argv(rest: list[str], options: dict, out: Path, steps: int) -> list[str]:
+def recipe_argv(rest: list[str], options: dict, out: Path, steps: int, arm: str = ARM) -> list[str]:
     """The recipe command line of one path's steps: the shared arguments, the path's settings (which win), and this
-    bench's fixed fields (no checkpoints, the gmts arm, --steps steps)."""
+    bench's fixed fields (no checkpoints, the arm, --steps steps)."""
     return [*rest, *(a for k, v in options.items() for a in (f"--{k}", cli(v))), "--results_dir", str(out),
-            "--experiment", "side-by-side", "--save_strategy", "no", "--save_minutes", "0", "--arm", ARM,
+            "--experiment", "side-by-side", "--save_strategy", "no", "--save_minutes", "0", "--arm", arm,
             "--max_steps", str(steps)]
 
 
@@ -106,9 +121,177 @@ def small_argv(out: Path) -> list[str]:
     return ["--config", str(config)]
 
 
+# ---------------------------------------------------------------------------- what the selection did, per step
+def selection_log(log_history: list[dict]) -> dict:
+    """The training steps' selection and vLLM importance-sampling metrics (LOGGED_PREFIXES) from a trainer's
+    log_history: {"step": [...], name: [value per step, None where that step did not log it]}. Eval rows (eval_...)
+    and the final summary row carry none of these names and are left out."""
+    rows = [row for row in log_history if any(k.startswith(LOGGED_PREFIXES) for k in row)]
+    names = sorted({k for row in rows for k in row if k.startswith(LOGGED_PREFIXES)})
+    return {"step": [row.get("step") for row in rows], **{n: [row.get(n) for row in rows] for n in names}}
+
+
+class SelectionProbe:
+    """Records, for every generation batch the trainer ranks (batch scope, one process), what went into its ranking:
+    the valid and kept token counts, and omega as ranked against advantage x TRL's importance-sampling weight
+    recomputed here from the batch, and whether the weight changed the kept set. The trainer does not log omega;
+    this wraps two of its methods (their inputs and outputs only: the numbers trained on are the trainer's)."""
+
+    def __init__(self, trainer):
+        self.trainer, self.batches, self._seen = trainer, [], {}
+        select_across, select_batch = trainer._select_across_processes, trainer._select_generation_batch
+
+        def across(entropy, omega, mask, *args, **kwargs):
+            keep, kept_global = select_across(entropy, omega, mask, *args, **kwargs)
+            self._seen = {"entropy": entropy.detach(), "omega": omega.detach(), "mask": mask.bool(), "keep": keep}
+            return keep, kept_global
+
+        def batch(output, *args, **kwargs):
+            self._seen = {}
+            select_batch(output, *args, **kwargs)
+            if self._seen:
+                self.batches.append(self.inspect(output, **self._seen))
+
+        trainer._select_across_processes, trainer._select_generation_batch = across, batch
+
+    def inspect(self, output: dict, entropy, omega, mask, keep) -> dict:
+        import torch
+
+        from gmts_recipe.selection import kept_count, select_top_fraction
+        from gmts_trainer import RULE_SCORES
+
+        t, args = self.trainer, self.trainer.args
+        valid = mask
+        n_valid, n_kept = int(valid.sum()), int((keep.bool() & valid).sum())
+        rule, ratio = args.token_selection, args.selection_ratio
+        row = {"step": t.state.global_step + 1, "valid_tokens": n_valid, "kept_tokens": n_kept,
+               "expected_kept_tokens": kept_count(n_valid, ratio) if args.selection_scope == "batch" else None}
+        w = output.get("importance_sampling_ratio")
+        if w is None:
+            row["omega"] = "no importance_sampling_ratio in the batch (TRL's vLLM correction off or vLLM not used)"
+            return row
+        if t.beta != 0.0 or args.delta is not None or t.accelerator.num_processes > 1:
+            row["omega"] = "not recomputed: beta != 0, delta or several processes (omega has more terms)"
+            return row
+        adv = output["advantages"].float().reshape(-1, 1)
+        wide = w.float().expand_as(omega)
+        by_hand, without = adv * wide, adv.expand_as(omega)
+        scale = by_hand[valid].abs().max().clamp(min=1e-30) if n_valid else torch.tensor(1.0)
+        row.update(
+            weight_finite=bool(torch.isfinite(wide[valid]).all()),
+            weight_not_one_tokens=int((valid & (wide != 1) & (adv != 0)).sum()),  # tokens where the weight can matter
+            omega_max_relative_error=float(((omega.float() - by_hand).abs()[valid].max() / scale) if n_valid else 0.0),
+            omega_max_relative_error_without_weight=float(
+                ((omega.float() - without).abs()[valid].max() / scale) if n_valid else 0.0))
+        if rule != "all" and args.selection_scope == "batch":
+            score = RULE_SCORES[rule]
+            mine = select_top_fraction(score(entropy, by_hand), valid, ratio)
+            unweighted = select_top_fraction(score(entropy, without), valid, ratio)
+            row.update(kept_set_matches_recomputed=bool(torch.equal(mine, keep.bool() & valid)),
+                       kept_tokens_changed_by_weight=int((mine != unweighted).sum()) // 2)
+        return row
+
+
+def selection_record(trainer, probe: SelectionProbe) -> dict:
+    """What a path's record keeps of the selection after training: the rule, ratio and scope the trainer used, the
+    logged metrics per step (selection_log) and the probe's rows."""
+    args = trainer.args
+    return {"token_selection": args.token_selection, "selection_ratio": args.selection_ratio,
+            "selection_scope": args.selection_scope, "selection": selection_log(trainer.state.log_history),
+            "selection_probe": probe.batches}
+
+
+def importance_sampling_settings(args) -> dict:
+    """TRL's vLLM importance-sampling settings of a trainer's config."""
+    return {k: getattr(args, k) for k in ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                                          "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max")}
+
+
+def _finite(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def selection_check(record: dict, path: str, arm: str) -> dict:
+    """What a path's steps show about the selection, computed from its record (selection: the logged metrics,
+    selection_probe: SelectionProbe's rows): each claim "ok", "failed: why" or "not verified: why"; ok is True when
+    nothing failed. Old records without these keys: every claim not verified."""
+    import recipe
+    from gmts_recipe.selection import kept_count
+
+    rule = recipe.RULE_OF_ARM.get(arm)
+    logged, probe = record.get("selection") or {}, record.get("selection_probe") or []
+    ratio, scope = record.get("selection_ratio"), record.get("selection_scope")
+    claims: dict[str, str] = {}
+    kept, valid = logged.get("selection/kept_tokens"), logged.get("selection/valid_tokens")
+    claim = "kept_tokens = ceil(ratio x valid tokens) every step (logged)"
+    if record.get("status") != "ok":
+        return {"ok": None, "claims": {"all": f"not verified: the path did not run ({record.get('status')})"}}
+    if not kept or not valid or ratio is None:
+        claims[claim] = "not verified: the trainer logged no token counts (a trainer from before kept_tokens)"
+    elif scope != "batch":
+        claims[claim] = f"not verified: selection_scope {scope} (per group or per microbatch: logged counts averaged)"
+    elif any(k is None or v is None or k != int(k) or v != int(v) for k, v in zip(kept, valid)) or any(
+            [r["step"] for r in probe].count(step) > 1 for step in logged["step"]):
+        claims[claim] = "not verified: a step made several selections, whose logged counts are averaged"
+    else:
+        want = [kept_count(int(v), 1.0 if rule == "all" else ratio) for v in valid]
+        bad = [f"step {s}: {int(k)} of {int(v)}, want {w}" for s, k, v, w in zip(logged["step"], kept, valid, want)
+               if int(k) != w]
+        claims[claim] = f"failed: {'; '.join(bad)}" if bad else f"ok ({len(want)} steps)"
+        fractions = logged.get("selection/kept_fraction") or []
+        off = [s for s, f, k, v in zip(logged["step"], fractions, kept, valid) if f is None or
+               abs(f - k / v) > 1e-6]
+        claims["kept_fraction = kept_tokens / valid_tokens (logged)"] = (
+            f"failed: steps {off}" if off else f"ok ({len(fractions)} steps)")
+    if probe and ratio is not None and scope == "batch":
+        bad = [f"step {r['step']}: {r['kept_tokens']} of {r['valid_tokens']}" for r in probe
+               if r["kept_tokens"] != kept_count(r["valid_tokens"], 1.0 if rule == "all" else ratio)]
+        claims["kept set size = ceil(ratio x valid tokens) every generation batch (recomputed)"] = (
+            f"failed: {'; '.join(bad)}" if bad else f"ok ({len(probe)} batches)")
+    is_claim = "TRL's importance-sampling weight logged every step and finite"
+    if path == "vllm":
+        present = [n for n in IS_METRICS if n in logged]
+        values = [v for n in present for v in logged[n]]
+        if not record.get("vllm", {}).get("importance_sampling", {}).get("vllm_importance_sampling_correction"):
+            claims[is_claim] = "not verified: vllm_importance_sampling_correction is off"
+        elif len(present) < len(IS_METRICS) or not logged.get("step"):
+            claims[is_claim] = f"failed: logged {present or 'none'} of {list(IS_METRICS)}"
+        else:
+            claims[is_claim] = ("ok" if _finite(values) else "failed: a value is missing or not finite") + \
+                f" (weight min {min(logged[IS_METRICS[0]], default=float('nan')):.4g}, " \
+                f"max {max(logged[IS_METRICS[2]], default=float('nan')):.4g} over {len(logged['step'])} steps)"
+        omega_claim = "omega as ranked = advantage x TRL's weight on every valid token (recomputed, not logged)"
+        reasons = {r["omega"] for r in probe if "omega" in r}
+        if not probe:
+            claims[omega_claim] = "not verified: no batch-scope selection was probed (the trainer logs no omega)"
+        elif reasons:
+            claims[omega_claim] = f"not verified: {'; '.join(sorted(reasons))}"
+        else:
+            err = max(r["omega_max_relative_error"] for r in probe)
+            moved = sum(r["weight_not_one_tokens"] for r in probe)
+            if not all(r["weight_finite"] for r in probe):
+                claims[omega_claim] = "failed: a weight on a valid token is not finite"
+            elif err > OMEGA_TOLERANCE:
+                claims[omega_claim] = f"failed: max relative difference {err:.3g}"
+            elif moved == 0:
+                claims[omega_claim] = ("not verified: the weight was 1 on every token with a nonzero advantage, "
+                                       "so omega with and without it are the same")
+            else:
+                claims[omega_claim] = f"ok (max relative difference {err:.2g}; {moved} tokens with weight != 1)"
+            if all("kept_set_matches_recomputed" in r for r in probe):
+                same = all(r["kept_set_matches_recomputed"] for r in probe)
+                changed = sum(r["kept_tokens_changed_by_weight"] for r in probe)
+                claims["kept set = top of the arm's score with that omega (recomputed)"] = (
+                    f"ok ({changed} kept tokens differ from a ranking without the weight)" if same else "failed")
+    not_verified = ("that omega is the loss's gradient coefficient (tests/test_vllm_selection.py checks it by autograd "
+                    "on the CPU); vLLM's own log-probs (TRL's weight is taken as TRL computes it)")
+    return {"ok": not any(v.startswith("failed") for v in claims.values()), "claims": claims,
+            "not_checked_here": not_verified}
+
+
 # ---------------------------------------------------------------------------- one path, in its own process
 def measure_steps(path: str, argv: list[str]) -> dict:
-    """Train --max_steps steps of the gmts arm as recipe.py would, timing each; the path's record."""
+    """Train --max_steps steps of the arm as recipe.py would, timing each; the path's record."""
     import torch
     from transformers import TrainerCallback
 
@@ -123,8 +306,10 @@ def measure_steps(path: str, argv: list[str]) -> dict:
         torch.backends.cuda.enable_cudnn_sdp(recipe_args.cudnn_attention)  # as recipe._run_experiment does
     t0 = time.perf_counter()
     train_tasks, _, _ = recipe.load_tasks(recipe_args)
-    trainer, args_used = recipe.Run(recipe_args, train_args, model_args, name).build_trainer(ARM, train_tasks)
+    arm = recipe.trained_arms(recipe_args.arm)[0]
+    trainer, args_used = recipe.Run(recipe_args, train_args, model_args, name).build_trainer(arm, train_tasks)
     setup_s = time.perf_counter() - t0
+    probe = SelectionProbe(trainer)
 
     class StepClock(TrainerCallback):
         def __init__(self):
@@ -150,7 +335,8 @@ def measure_steps(path: str, argv: list[str]) -> dict:
               "median_step_s": statistics.median(steps[1:]) if len(steps) > 1 else None,
               "trl_step_time_s": trl_step, "rows": rows, "max_completion_length": args_used.max_completion_length,
               "entropy_source": trainer.entropy_source_used,
-              "rewards": [row["reward"] for row in trainer.state.log_history if "reward" in row]}
+              "rewards": [row["reward"] for row in trainer.state.log_history if "reward" in row],
+              "arm": arm, **selection_record(trainer, probe)}
     if cuda:
         free, total = torch.cuda.mem_get_info()
         record["gpu_memory_gib"] = {"torch_peak_allocated": torch.cuda.max_memory_allocated() / 2**30,
@@ -158,10 +344,7 @@ def measure_steps(path: str, argv: list[str]) -> dict:
     if path == "vllm":
         import vllm
 
-        record["vllm"] = {"version": vllm.__version__,
-                          "importance_sampling": {k: getattr(args_used, k) for k in (
-                              "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
-                              "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max")}}
+        record["vllm"] = {"version": vllm.__version__, "importance_sampling": importance_sampling_settings(args_used)}
     return record
 
 
@@ -216,6 +399,17 @@ def complete_run(path: str, rest: list[str], options: dict, work: Path, env: dic
     return record
 
 
+def entries(result: dict) -> dict[str, dict]:
+    """A file's entries keyed "path:arm", each with its path and arm. Files from before --arm keyed them by path
+    alone, every one of the file-wide arm."""
+    out = {}
+    for key, entry in result.get("paths", {}).items():
+        path, _, arm = key.partition(":")
+        arm = entry.get("arm") or arm or result.get("arm", ARM)
+        out[f"{path}:{arm}"] = {**entry, "path": path, "arm": arm}
+    return out
+
+
 def run_paths(args: argparse.Namespace, rest: list[str]) -> dict:
     import recipe
 
@@ -229,31 +423,37 @@ def run_paths(args: argparse.Namespace, rest: list[str]) -> dict:
         raise recipe.RecipeError(f"{out} holds paths measured with other arguments ({result.get('recipe_argv')}); "
                                  f"write to another --out")
     result.pop("steps", None)  # files before each path recorded its own: the last call's, wrong for the others
-    result.update({"versions": recipe.versions(), "recipe_argv": rest, "arm": ARM,
+    result["paths"] = entries(result)  # an older file's layout: one entry per path, all of its file-wide arm
+    result.pop("arm", None)  # each entry says its own
+    result.update({"versions": recipe.versions(), "recipe_argv": rest,
                    "reference": REFERENCE, "small": args.small, "vllm_gpu_memory_utilization": args.vllm_memory})
-    result.setdefault("paths", {})
     for path in args.paths:
         options = path_options(path, args.vllm_memory)
         progress(f"{PATHS[path]}: {' '.join(f'--{k} {cli(v)}' for k, v in options.items())}")
-        record_file = work / f"steps-{path}.json"
+        record_file = work / f"steps-{path}-{args.arm}.json"
         record_file.unlink(missing_ok=True)
-        argv = recipe_argv(rest, options, work / f"steps-{path}", args.steps)
+        argv = recipe_argv(rest, options, work / f"steps-{path}-{args.arm}", args.steps, args.arm)
         env = env_overrides(path)
         if env:
             progress(f"{PATHS[path]}: flashinfer is not installed: " + " ".join(f"{k}={v}" for k, v in env.items())
                      + " (vLLM's top-k/top-p sampler in PyTorch)")
-        entry = {"label": PATHS[path], "options": options, "max_steps": args.steps, "env": env,
+        entry = {"label": PATHS[path], "path": path, "arm": args.arm, "options": options, "max_steps": args.steps,
+                 "env": env,
                  "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "steps": child([sys.executable, str(Path(__file__).resolve()), "--one", path, "--record",
                                  str(record_file), "--", *argv], record_file, env)}
+        entry["selection_check"] = selection_check(entry["steps"], path, args.arm)
         if args.complete:
             progress(f"{PATHS[path]}: a complete run (bench/complete_run.py)")
             entry["complete_run"] = complete_run(path, rest, options, work, env)
-        result["paths"][path] = entry
+        result["paths"][f"{path}:{args.arm}"] = entry
         out.write_text(json.dumps(result, indent=1, default=str) + "\n")  # after each path: a cut run keeps its part
         s = entry["steps"]
-        progress(f"{PATHS[path]}: " + (f"median step {s['median_step_s']:.3f} s" if s["status"] == "ok" and
-                                      s["median_step_s"] is not None else f"{s['status']}: {s.get('reason', '')}"))
+        progress(f"{PATHS[path]}, {args.arm}: " + (
+            f"median step {s['median_step_s']:.3f} s" if s["status"] == "ok" and s["median_step_s"] is not None
+            else f"{s['status']}: {s.get('reason', '')}"))
+        for claim, verdict in entry["selection_check"]["claims"].items():
+            progress(f"{PATHS[path]}, {args.arm}: {claim}: {verdict}")
     return result
 
 
@@ -273,31 +473,49 @@ def _timed(path_entry: dict) -> int | None:
     return len(steps) if steps is not None else path_entry.get("max_steps")
 
 
+def _short(path: str) -> str:
+    return PATHS[path].split(" ", 1)[0]
+
+
+def _check_cell(entry: dict) -> str:
+    """failed (any claim), ok (every claim), else how many of the claims were verified."""
+    check = entry.get("selection_check")
+    if not check or check.get("ok") is None:
+        return "-"
+    verdicts = list(check["claims"].values())
+    verified = sum(v.startswith("ok") for v in verdicts)
+    if not check["ok"]:
+        return "failed"
+    return "ok" if verified == len(verdicts) else f"{verified} of {len(verdicts)} verified"
+
+
 def markdown(result: dict) -> str:
-    """One row per path, (a), (b), (c): median step, first step, setup, the steps it timed, and with --complete the
-    run's GPU minutes; each with its ratio to (c). A path that did not run says why."""
-    paths, ref = result.get("paths", {}), result.get("reference", REFERENCE)
-    ref_steps = paths.get(ref, {}).get("steps", {})
-    ref_complete = paths.get(ref, {}).get("complete_run", {})
+    """One row per path and arm, (a), (b), (c): median step, first step, setup, the steps it timed, the selection
+    check, and with --complete the run's GPU minutes; each with its ratio to (c) of the same arm. A path that did not
+    run says why; below, each checked entry's claims."""
+    paths, ref = entries(result), result.get("reference", REFERENCE)
+    keys = [f"{p}:{a}" for p in PATHS for a in (*ARM_ORDER, *sorted({e["arm"] for e in paths.values()} -
+                                                                       set(ARM_ORDER))) if f"{p}:{a}" in paths]
     complete = any("complete_run" in p for p in paths.values())
-    header = ("| path | median step (s) | vs (c) | first step (s) | setup (s) | steps timed | "
-              "rewards (mean of the steps) |")
+    header = ("| path | arm | median step (s) | vs (c) | first step (s) | setup (s) | steps timed | "
+              "rewards (mean of the steps) | selection check |")
     if complete:
         header += " complete run (GPU-min) | vs (c) |"
     lines = [header, "|---" * header.count(" | ") + "|---|"]
-    for path, label in PATHS.items():
-        if path not in paths:
-            continue
-        s = paths[path]["steps"]
+    for key in keys:
+        entry = paths[key]
+        label, arm, s = PATHS[entry["path"]], entry["arm"], entry["steps"]
+        ref_entry = paths.get(f"{ref}:{arm}", {})
+        ref_steps = ref_entry.get("steps", {})
         if s["status"] != "ok":
-            row = f"| {label} | {s['status']}: {s.get('reason', '')} | | | | | |"
+            row = f"| {label} | {arm} | {s['status']}: {s.get('reason', '')} | | | | | | {_check_cell(entry)} |"
         else:
             med, first, rewards = s["median_step_s"], s["first_step_s"], s.get("rewards") or []
-            row = (f"| {label} | {_number(med, '.2f')} | {_ratio(med, ref_steps.get('median_step_s'))} | "
-                   f"{_number(first, '.1f')} | {s['setup_s']:.1f} | {_number(_timed(paths[path]), 'd')} | "
-                   f"{_number(sum(rewards) / len(rewards) if rewards else None, '.2f')} |")
+            row = (f"| {label} | {arm} | {_number(med, '.2f')} | {_ratio(med, ref_steps.get('median_step_s'))} | "
+                   f"{_number(first, '.1f')} | {s['setup_s']:.1f} | {_number(_timed(entry), 'd')} | "
+                   f"{_number(sum(rewards) / len(rewards) if rewards else None, '.2f')} | {_check_cell(entry)} |")
         if complete:
-            c = paths[path].get("complete_run")
+            c, ref_complete = entry.get("complete_run"), ref_entry.get("complete_run", {})
             if c is None:
                 row += " - | - |"
             elif c["status"] != "ok":
@@ -308,21 +526,30 @@ def markdown(result: dict) -> str:
         lines.append(row)
     v = result.get("versions", {})
     any_ok = next((p["steps"] for p in paths.values() if p["steps"]["status"] == "ok"), {})
+    arms = ", ".join(dict.fromkeys(paths[k]["arm"] for k in keys)) or "-"
     lines += ["", f"{v.get('gpu') or 'CPU'}; torch {v.get('torch')}, transformers {v.get('transformers')}, trl "
-              f"{v.get('trl')}; arm {result.get('arm')}, {any_ok.get('rows', '-')} rollouts x <= "
+              f"{v.get('trl')}; arm {arms}, {any_ok.get('rows', '-')} rollouts x <= "
               f"{any_ok.get('max_completion_length', '-')} tokens per step; per path the median over the steps it "
               f"timed but the first (which compiles); one process per path; vLLM's share of the GPU "
               f"{result.get('vllm_gpu_memory_utilization')}."]
-    ref_median = ref_steps.get("median_step_s") if ref_steps.get("status") == "ok" else None
-    faster = [f"{_ratio(paths[k]['steps']['median_step_s'], ref_median)} as fast as {PATHS[k].split(' ', 1)[0]}"
-              for k in PATHS if k != ref and k in paths and paths[k]["steps"]["status"] == "ok"
-              and paths[k]["steps"].get("median_step_s") and ref_median]
-    if faster:
-        lines.append(f"Per step, {PATHS[ref].split(' ', 1)[0]} is {' and '.join(faster)}.")
-    env = {PATHS[k].split(" ", 1)[0]: p["env"] for k, p in paths.items() if p.get("env")}
+    for arm in dict.fromkeys(paths[k]["arm"] for k in keys):
+        ref_steps = paths.get(f"{ref}:{arm}", {}).get("steps", {})
+        ref_median = ref_steps.get("median_step_s") if ref_steps.get("status") == "ok" else None
+        faster = [f"{_ratio(paths[k]['steps']['median_step_s'], ref_median)} as fast as {_short(paths[k]['path'])}"
+                  for k in keys if paths[k]["arm"] == arm and paths[k]["path"] != ref
+                  and paths[k]["steps"]["status"] == "ok" and paths[k]["steps"].get("median_step_s") and ref_median]
+        if faster:
+            lines.append(f"Per step, {PATHS[ref].split(' ', 1)[0]} is {' and '.join(faster)}"
+                         + (f" ({arm})." if len(arms.split(", ")) > 1 else "."))
+    env = {_short(p["path"]): p["env"] for p in paths.values() if p.get("env")}
     if env:
         lines.append("Set for a path's process: " + "; ".join(
             f"{k} {' '.join(f'{n}={x}' for n, x in e.items())}" for k, e in env.items()) + ".")
+    for key in keys:
+        check = paths[key].get("selection_check") or {}
+        if check.get("ok") is not None:
+            lines.append(f"Selection, {_short(paths[key]['path'])} {paths[key]['arm']}: " + "; ".join(
+                f"{claim}: {verdict}" for claim, verdict in check["claims"].items()) + ".")
     return "\n".join(lines)
 
 
@@ -332,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="the results file (bench/side-by-side-h200.json); paths not run keep their entries")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma list of {', '.join(PATHS)} (default: all)")
+    ap.add_argument("--arm", default=ARM, choices=ARM_ORDER,
+                    help=f"the arm each path trains (default {ARM}); each path and arm has its own entry")
     ap.add_argument("--steps", type=int, default=5, help="training steps per path (the first compiles; default 5)")
     ap.add_argument("--complete", action="store_true", help="also a complete run per path (bench/complete_run.py)")
     ap.add_argument("--vllm_memory", type=float, default=VLLM_MEMORY,
