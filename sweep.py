@@ -114,6 +114,7 @@ class Grid:
     blocks: list[dict] = field(default_factory=list)
     variants: dict[str, dict] = field(default_factory=dict)
     primary: dict | None = None  # the analysis plan's one primary test (PRIMARY_KEYS), fixed before its cells ran
+    secondary: list[dict] = field(default_factory=list)  # its secondary comparisons (SECONDARY_KEYS): intervals only
 
     def jobs_in_order(self, only: str | None = None) -> list[tuple[Cell, str]]:
         """Every (cell, arm) in the grid's order (block by block, seed-major), each once even when blocks share it."""
@@ -163,16 +164,54 @@ def _check_primary(primary: Any, grid: Grid, p: Path) -> dict:
     return out
 
 
+SECONDARY_KEYS = {"comparison": str, "seeds": _INTS}  # at the primary test's variant and learning rate
+
+
+def _check_secondary(secondary: Any, grid: Grid, p: Path) -> list[dict]:
+    """The grid's `secondary:` list, the plan's other comparisons (each at the primary test's variant and learning
+    rate, over its own planned seeds; reported with their intervals, no decision); each mistake one line."""
+    where = f"{p}: secondary"
+    if grid.primary is None:
+        raise SweepError(f"{where}: needs a primary test (its variant and learning rate are the secondary ones')")
+    if not isinstance(secondary, list) or not secondary:
+        raise SweepError(f"{where}: must be a non-empty list of mappings with {', '.join(SECONDARY_KEYS)}")
+    out = []
+    for i, item in enumerate(secondary):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict) or set(item) != set(SECONDARY_KEYS):
+            raise SweepError(f"{at}: must be a mapping with exactly {', '.join(SECONDARY_KEYS)}")
+        try:
+            entry = {k: SECONDARY_KEYS[k](v) for k, v in item.items()}
+        except (TypeError, ValueError):
+            raise SweepError(f"{at}: seeds must be a list of integers") from None
+        arms = entry["comparison"].split(" - ")
+        if len(arms) != 2 or any(a not in ARM_ORDER for a in arms) or arms[0] == arms[1]:
+            raise SweepError(f"{at}: comparison {entry['comparison']!r} is not 'A - B' of two of {', '.join(ARM_ORDER)}")
+        if entry["comparison"] == grid.primary["comparison"]:
+            raise SweepError(f"{at}: {entry['comparison']} is the primary test")
+        if len(entry["seeds"]) < 2:
+            raise SweepError(f"{at}: a t interval over seeds needs at least 2 seeds")
+        planned = {(s, a) for b in grid.blocks if b.get("variant", "paper") == grid.primary["variant"]
+                   and any(math.isclose(float(lr), grid.primary["learning_rate"]) for lr in b["learning_rates"])
+                   for s in b["seeds"] for a in b["arms"]}
+        missing = [s for s in entry["seeds"] if any((s, a) not in planned for a in arms)]
+        if missing:
+            raise SweepError(f"{at}: no block runs both arms of {entry['comparison']} for seed(s) "
+                             f"{', '.join(map(str, missing))}")
+        out.append(entry)
+    return out
+
+
 def load_grid(path: str | Path) -> Grid:
     """Read and check a sweep file; every mistake is a one-line SweepError."""
     p = Path(path)
     if not p.is_file():
         raise SweepError(f"sweep file {p} not found")
     raw = read_yaml_mapping(p, SweepError, "must be a YAML mapping with config and blocks")
-    unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants", "primary"}
+    unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants", "primary", "secondary"}
     if unknown:
         raise SweepError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; allowed: name, config, results_dir, "
-                         f"blocks, variants, primary")
+                         f"blocks, variants, primary, secondary")
     grid = Grid(name=str(raw.get("name", p.stem)), config=str(raw.get("config", "")),
                 results_dir=str(raw.get("results_dir", "results")), blocks=list(raw.get("blocks") or []),
                 variants=dict(raw.get("variants") or {}))
@@ -203,6 +242,8 @@ def load_grid(path: str | Path) -> Grid:
             raise SweepError(f"{where}: variant {variant!r} is not defined under variants")
     if "primary" in raw:
         grid.primary = _check_primary(raw["primary"], grid, p)
+    if "secondary" in raw:
+        grid.secondary = _check_secondary(raw["secondary"], grid, p)
     return grid
 
 
@@ -979,6 +1020,8 @@ def summarize(grid: Grid) -> dict:
            "pooled": pooled, "best_stable": best}
     if grid.primary is not None:
         out["primary"] = primary_test(grid.primary, scores)
+    if grid.secondary:
+        out["secondary"] = [secondary_test(spec, grid.primary, scores) for spec in grid.secondary]
     out["digest"] = digest(out)
     return out
 
@@ -1000,6 +1043,34 @@ def primary_test(spec: dict, scores: dict) -> dict:
     out["decision"] = plan_decision(100 * out["t_low"], 100 * out["t_high"], spec["reproduced_above_points"],
                                     spec["refuted_below_points"]) if complete else "interim"
     return out
+
+
+def secondary_test(spec: dict, primary: dict, scores: dict) -> dict:
+    """A secondary comparison of the plan: over its planned seeds that have run both arms, at the primary test's
+    variant and learning rate, Student's t over the per-seed deltas; an interval, never a decision ("interim" until
+    every planned seed has run)."""
+    a, b = spec["comparison"].split(" - ")
+    key = (primary["variant"], primary["learning_rate"])
+    done = [s for s in spec["seeds"] if (*key, s, a) in scores and (*key, s, b) in scores]
+    out = {**spec, "variant": primary["variant"], "learning_rate": primary["learning_rate"], "seeds_done": done,
+           "delta": None, "t_low": None, "t_high": None, "per_seed": [],
+           "status": "complete" if len(done) == len(spec["seeds"]) else "interim"}
+    if len(done) >= 2:
+        d = _pooled(scores, (*key, a), (*key, b), done)
+        out.update(delta=d["delta"], t_low=d["t_low"], t_high=d["t_high"], per_seed=d["per_seed"])
+    return out
+
+
+def secondary_line(s: dict) -> str:
+    """One line for a secondary comparison: where it stands, its interval, never a decision."""
+    seeds = s["seeds"]
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+    head = f"Secondary (planned, interval only): {s['comparison']} over seeds {span}:"
+    if s["delta"] is None:
+        return f"{head} {len(s['seeds_done'])} of {len(seeds)} seeds have run, no interval yet."
+    return (f"{head} {'' if s['status'] == 'complete' else 'so far '}{len(s['seeds_done'])} of {len(seeds)} seeds, "
+            f"{100 * s['delta']:+.1f} points, t {_bracket(s['t_low'], s['t_high'])}"
+            f"{'' if s['status'] == 'complete' else ' (interim)'}.")
 
 
 def primary_line(p: dict) -> str:
@@ -1223,6 +1294,7 @@ def render(summary: dict, markdown: bool = False) -> str:
             + ".") if base else f"{summary['name']}: no finished cells yet."
     mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)
     primary = [primary_line(summary["primary"])] if "primary" in summary else []
+    primary += [secondary_line(s) for s in summary.get("secondary", [])]
     return "\n\n".join([*primary, _table(head1, rows1, markdown), _table(head2, rows2, markdown), note, mechanism])
 
 

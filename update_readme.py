@@ -93,12 +93,22 @@ def headline(summary: dict, root: Path) -> str:
         rows.append([f"| {NAMES[arm]} | {100 * sum(values) / len(values):.1f}% | {_bracket(lo, hi, '%')} | "
                      f"{len(seeds)} ({_span(seeds)}) | - |"])
     primary = tuple(p["comparison"].split(" - "))
+    secondary = {tuple(s["comparison"].split(" - ")): s for s in summary.get("secondary", [])}
     for a, b in HEADLINE_COMPARISONS:
         seeds, deltas = seed_deltas(scores, a, b)
+        if (a, b) in secondary:  # the plan's own seeds for it
+            planned = secondary[(a, b)]
+            deltas = [d for s, d in zip(seeds, deltas) if s in planned["seeds_done"]]
+            seeds = [s for s in seeds if s in planned["seeds_done"]]
         if len(seeds) < 2:
             continue
         lo, hi = seed_t_interval(deltas)
-        if (a, b) == primary:
+        if (a, b) in secondary:
+            name = f"{SHORT[a]} - {SHORT[b]} (secondary)"
+            says = ("planned: its interval, no decision" if secondary[(a, b)]["status"] == "complete" else
+                    f"planned, **interim** ({len(seeds)} of {len(secondary[(a, b)]['seeds'])} seeds): its interval, "
+                    f"no decision")
+        elif (a, b) == primary:
             name, says = (f"**{SHORT[a]} - {SHORT[b]}** (primary test)",
                           f"**{p['decision']}**: reproduced if the interval lies above "
                           f"{signed(p['reproduced_above_points'])}, refuted if it lies below "

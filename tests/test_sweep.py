@@ -383,6 +383,54 @@ def test_a_bad_primary_block_is_one_line(tmp_path, edit, match):
         sweep.load_grid(write_grid(tmp_path, text))
 
 
+SECONDARY = """secondary:
+  - {comparison: gmts - grpo, seeds: [1, 2]}
+  - {comparison: ets - grpo, seeds: SEEDS2}
+"""
+
+
+def test_secondary_comparisons_are_intervals_over_their_own_planned_seeds_never_a_decision(tmp_path):
+    root = tmp_path / "results" / "demo"
+    for seed, gmts, grpo in ((1, 0.6, 0.55), (2, 0.65, 0.5)):
+        fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": grpo}, seed=seed)
+    planned = write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]") + SECONDARY.replace("SEEDS2", "[1, 2]"))
+    summary = sweep.summarize(sweep.load_grid(planned))
+    first, second = summary["secondary"]
+    pooled = {p["comparison"]: p for p in summary["pooled"] if p["learning_rate"] == 1e-4}
+    for entry in (first, second):  # the same seeds as the pooled rows here: the same numbers
+        assert entry["status"] == "complete" and entry["seeds_done"] == [1, 2] and "decision" not in entry
+        row = pooled[entry["comparison"]]
+        assert (entry["delta"], entry["t_low"], entry["t_high"]) == (row["delta"], row["t_low"], row["t_high"])
+    assert first["delta"] > 0 > second["delta"]  # GMTS above GRPO on both seeds, ETS below
+    lines = sweep.render(summary).split("\n\n")
+    assert lines[1].startswith("Secondary (planned, interval only): gmts - grpo over seeds 1-2: 2 of 2 seeds, "
+                               f"{100 * first['delta']:+.1f} points, t [")
+    assert "interim" not in lines[1] and "reproduced" not in lines[1]
+    path = sweep.write_summary(sweep.load_grid(planned), planned)
+    assert sweep.verify(path)["secondary"] == summary["secondary"]
+    # seeds still to run: interim, over the seeds that have run
+    more = write_grid(tmp_path, GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]") + PRIMARY.replace("SEEDS", "[1, 2]")
+                      + SECONDARY.replace("SEEDS2", "[1, 2, 3]"))
+    interim = sweep.summarize(sweep.load_grid(more))["secondary"][1]
+    assert interim["status"] == "interim" and interim["seeds_done"] == [1, 2]
+    assert "so far 2 of 3 seeds" in sweep.secondary_line(interim) and "(interim)" in sweep.secondary_line(interim)
+
+
+@pytest.mark.parametrize("secondary, match", [
+    ("secondary:\n  - {comparison: gmts - ets, seeds: [1, 2]}\n", "gmts - ets is the primary test"),
+    ("secondary:\n  - {comparison: gmts - base, seeds: [1, 2]}\n", "is not 'A - B' of two of"),
+    ("secondary:\n  - {comparison: gmts - ets_nz, seeds: [1, 2]}\n", "no block runs both arms of gmts - ets_nz"),
+    ("secondary:\n  - {comparison: ets - grpo, seeds: [1, 2], alpha: 1}\n", "exactly comparison, seeds"),
+    ("secondary:\n  - {comparison: ets - grpo, seeds: [1]}\n", "at least 2 seeds"),
+    ("secondary: []\n", "non-empty list"),
+])
+def test_a_bad_secondary_list_is_one_line(tmp_path, secondary, match):
+    with pytest.raises(sweep.SweepError, match=match):
+        sweep.load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]") + secondary))
+    with pytest.raises(sweep.SweepError, match="needs a primary test"):
+        sweep.load_grid(write_grid(tmp_path, GRID + "secondary:\n  - {comparison: ets - grpo, seeds: [1, 2]}\n"))
+
+
 # ---------------------------------------------------------------- --merge: cells run on another machine
 EVAL_HASH = "e" * 64
 HELDOUT = [[i, h] for i, h in enumerate(TASKS)]

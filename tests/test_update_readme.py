@@ -132,3 +132,22 @@ def test_mechanism_option_reads_the_committed_files(capsys):
     for grid in ("qwen", "coupled"):  # each row says its file's status (the pilot was interim, then complete)
         status = json.loads((update_readme.ROOT / "results" / grid / "mechanism.json").read_text())["status"]
         assert f"| {grid} ({status}) |" in out
+
+
+def test_headline_labels_the_plans_secondary_comparisons_and_says_interim(tmp_path):
+    import sweep
+    from test_sweep import GRID, PRIMARY, fake_cell, write_grid
+
+    root = tmp_path / "results" / "demo"
+    for seed, gmts, grpo in ((1, 0.6, 0.55), (2, 0.65, 0.5)):
+        fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": grpo}, seed=seed)
+    text = (GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]") + PRIMARY.replace("SEEDS", "[1, 2, 3]")
+            + "secondary:\n  - {comparison: gmts - grpo, seeds: [1, 2]}\n  - {comparison: ets - grpo, seeds: [1, 2, 3]}\n")
+    grid = sweep.load_grid(write_grid(tmp_path, text))
+    table = update_readme.headline(sweep.summarize(grid), root).splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table if line.startswith("| ")}
+    assert "planned: its interval, no decision" in rows["GMTS - GRPO (secondary)"]
+    assert "planned, **interim** (2 of 3 seeds)" in rows["ETS - GRPO (secondary)"]
+    assert "**interim**: reproduced if" in rows["**GMTS - ETS** (primary test)"]
+    assert not any("outside the plan" in line for line in table)
+    assert "over 2 seeds" in table[-1] and "**interim**" in table[-1]
