@@ -175,6 +175,9 @@ def _check_secondary(secondary: Any, grid: Grid, p: Path) -> list[dict]:
         raise SweepError(f"{where}: needs a primary test (its variant and learning rate are the secondary ones')")
     if not isinstance(secondary, list) or not secondary:
         raise SweepError(f"{where}: must be a non-empty list of mappings with {', '.join(SECONDARY_KEYS)}")
+    planned = {(s, a) for b in grid.blocks if b.get("variant", "paper") == grid.primary["variant"]
+               and any(math.isclose(float(lr), grid.primary["learning_rate"]) for lr in b["learning_rates"])
+               for s in b["seeds"] for a in b["arms"]}  # (seed, arm) the blocks run at the primary's setting
     out = []
     for i, item in enumerate(secondary):
         at = f"{where}[{i}]"
@@ -191,9 +194,6 @@ def _check_secondary(secondary: Any, grid: Grid, p: Path) -> list[dict]:
             raise SweepError(f"{at}: {entry['comparison']} is the primary test")
         if len(entry["seeds"]) < 2:
             raise SweepError(f"{at}: a t interval over seeds needs at least 2 seeds")
-        planned = {(s, a) for b in grid.blocks if b.get("variant", "paper") == grid.primary["variant"]
-                   and any(math.isclose(float(lr), grid.primary["learning_rate"]) for lr in b["learning_rates"])
-                   for s in b["seeds"] for a in b["arms"]}
         missing = [s for s in entry["seeds"] if any((s, a) not in planned for a in arms)]
         if missing:
             raise SweepError(f"{at}: no block runs both arms of {entry['comparison']} for seed(s) "
@@ -1026,20 +1026,29 @@ def summarize(grid: Grid) -> dict:
     return out
 
 
+def _planned_comparison(comparison: str, variant: str, learning_rate: float, seeds: list[int], scores: dict) -> dict:
+    """A comparison over the planned seeds that have run both arms: those seeds and, from two on, the pooled delta
+    with its t interval and per-seed values (None and [] before); the computation behind the primary test and each
+    secondary one."""
+    a, b = comparison.split(" - ")
+    key = (variant, learning_rate)
+    done = [s for s in seeds if (*key, s, a) in scores and (*key, s, b) in scores]
+    out = {"seeds_done": done, "delta": None, "t_low": None, "t_high": None, "per_seed": []}
+    if len(done) >= 2:
+        d = _pooled(scores, (*key, a), (*key, b), done)
+        out.update(delta=d["delta"], t_low=d["t_low"], t_high=d["t_high"], per_seed=d["per_seed"])
+    return out
+
+
 def primary_test(spec: dict, scores: dict) -> dict:
     """The analysis plan's primary test: its comparison over its planned seeds only (a seed counts once both arms
     have run), Student's t over the per-seed deltas, and the plan's decision, which is "interim" until every planned
     seed has run: the plan commits to running all of them whatever the interim rows show."""
     from gmts_recipe.stats import plan_decision
 
-    a, b = spec["comparison"].split(" - ")
-    key = (spec["variant"], spec["learning_rate"])
-    done = [s for s in spec["seeds"] if (*key, s, a) in scores and (*key, s, b) in scores]
-    out = {**spec, "seeds_done": done, "delta": None, "t_low": None, "t_high": None, "per_seed": []}
-    if len(done) >= 2:
-        d = _pooled(scores, (*key, a), (*key, b), done)
-        out.update(delta=d["delta"], t_low=d["t_low"], t_high=d["t_high"], per_seed=d["per_seed"])
-    complete = len(done) == len(spec["seeds"])
+    out = {**spec, **_planned_comparison(spec["comparison"], spec["variant"], spec["learning_rate"], spec["seeds"],
+                                         scores)}
+    complete = len(out["seeds_done"]) == len(spec["seeds"])
     out["decision"] = plan_decision(100 * out["t_low"], 100 * out["t_high"], spec["reproduced_above_points"],
                                     spec["refuted_below_points"]) if complete else "interim"
     return out
@@ -1049,23 +1058,22 @@ def secondary_test(spec: dict, primary: dict, scores: dict) -> dict:
     """A secondary comparison of the plan: over its planned seeds that have run both arms, at the primary test's
     variant and learning rate, Student's t over the per-seed deltas; an interval, never a decision ("interim" until
     every planned seed has run)."""
-    a, b = spec["comparison"].split(" - ")
-    key = (primary["variant"], primary["learning_rate"])
-    done = [s for s in spec["seeds"] if (*key, s, a) in scores and (*key, s, b) in scores]
-    out = {**spec, "variant": primary["variant"], "learning_rate": primary["learning_rate"], "seeds_done": done,
-           "delta": None, "t_low": None, "t_high": None, "per_seed": [],
-           "status": "complete" if len(done) == len(spec["seeds"]) else "interim"}
-    if len(done) >= 2:
-        d = _pooled(scores, (*key, a), (*key, b), done)
-        out.update(delta=d["delta"], t_low=d["t_low"], t_high=d["t_high"], per_seed=d["per_seed"])
+    out = {**spec, "variant": primary["variant"], "learning_rate": primary["learning_rate"],
+           **_planned_comparison(spec["comparison"], primary["variant"], primary["learning_rate"], spec["seeds"],
+                                 scores)}
+    out["status"] = "complete" if len(out["seeds_done"]) == len(spec["seeds"]) else "interim"
     return out
+
+
+def _seed_span(seeds: list[int]) -> str:
+    """200-299 for consecutive seeds, else the list."""
+    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
 
 
 def secondary_line(s: dict) -> str:
     """One line for a secondary comparison: where it stands, its interval, never a decision."""
     seeds = s["seeds"]
-    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
-    head = f"Secondary (planned, interval only): {s['comparison']} over seeds {span}:"
+    head = f"Secondary (planned, interval only): {s['comparison']} over seeds {_seed_span(seeds)}:"
     if s["delta"] is None:
         return f"{head} {len(s['seeds_done'])} of {len(seeds)} seeds have run, no interval yet."
     return (f"{head} {'' if s['status'] == 'complete' else 'so far '}{len(s['seeds_done'])} of {len(seeds)} seeds, "
@@ -1078,9 +1086,8 @@ def primary_line(p: dict) -> str:
     from gmts_recipe.stats import signed
 
     seeds = p["seeds"]
-    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
     head = (f"Primary test (analysis plan fixed {p['fixed_on']}): {p['comparison']} at lr "
-            f"{p['learning_rate']:g} ({p['variant']}) over seeds {span}, Student's t over the per-seed deltas, 95%; "
+            f"{p['learning_rate']:g} ({p['variant']}) over seeds {_seed_span(seeds)}, Student's t over the per-seed deltas, 95%; "
             f"reproduced if the interval lies above {signed(p['reproduced_above_points'])} points, refuted at "
             f"{signed(p['refuted_below_points'])} if its upper end lies below that.")
     if p["delta"] is None:
