@@ -163,13 +163,11 @@ def _drop_timeout_notice(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Timeout is disabled")
 
 
-def _quiet_timeout_notice() -> None:
-    """math-verify warns once per process that a timeout of None disables its timeout; check.py and every evaluation
-    would print it twice. Only that notice is dropped; its other warnings still show."""
-    for name in ("math_verify.parser", "math_verify.grader"):
-        log = logging.getLogger(name)
-        if _drop_timeout_notice not in log.filters:
-            log.addFilter(_drop_timeout_notice)
+# math-verify warns once per process that a timeout of None disables its timeout; check.py and every evaluation would
+# print it twice. Only that notice is dropped, once at import (the loggers exist by name before math-verify loads);
+# its other warnings still show.
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_drop_timeout_notice)
 
 
 def answers_equal(gold: str, predicted: str | None) -> bool:
@@ -185,7 +183,6 @@ def answers_equal(gold: str, predicted: str | None) -> bool:
         return False
     from math_verify import parse, verify
 
-    _quiet_timeout_notice()
     # No SIGALRM timeouts (None): the input is bounded by construction, and a reward may run off the main thread.
     gold_parsed = parse(f"${g}$" if "\\" in g else g, parsing_timeout=None)
     pred_parsed = parse(f"${p}$" if "\\" in p else p, parsing_timeout=None)
