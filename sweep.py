@@ -442,12 +442,23 @@ def recorded(cell: Cell, results: dict) -> Recorded:
     where = f"{cell.name}: results.json"
     if config.get("seed") != cell.seed:
         raise SweepError(f"{where} records training seed {config.get('seed')!r}, the cell's is {cell.seed}")
+    arms = results.get("arms", {})
     for key, value in cell.overrides:
-        if key not in config:
+        if key in config:
+            if not _same_setting(config[key], value):
+                raise SweepError(f"{where} records {key} = {config[key]!r}, variant {cell.variant} sets {value!r}")
+            continue
+        # a speed lever is left out of the config record (it changes rounding only): each arm records it instead
+        options = {arm: (entry.get("generation_options") or {}) for arm, entry in arms.items()}
+        if not arms:
+            continue  # no arm has run yet: nothing records the lever, nothing contradicts the variant
+        if any(key not in o for o in options.values()):
             raise SweepError(f"{where} records no {key} (variant {cell.variant} sets {value!r})")
-        if not _same_setting(config[key], value):
-            raise SweepError(f"{where} records {key} = {config[key]!r}, variant {cell.variant} sets {value!r}")
-    for arm, entry in results.get("arms", {}).items():
+        for arm, o in options.items():
+            if not _same_setting(o[key], value):
+                raise SweepError(f"{where}: arm {arm} ran with {key} = {o[key]!r}, variant {cell.variant} sets "
+                                 f"{value!r}")
+    for arm, entry in arms.items():
         lr = entry.get("learning_rate")
         if not isinstance(lr, (int, float)) or not math.isclose(lr, cell.learning_rate, rel_tol=1e-9):
             raise SweepError(f"{where}: arm {arm} trained at learning rate {lr!r}, the cell's is "

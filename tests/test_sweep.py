@@ -900,3 +900,34 @@ def test_time_left_counts_cells_running_at_once():
     # a running cell past the mean is taken to end now; idle slots start queued cells at once
     assert sweep.time_left(100.0, [150.0], 2, 4) == pytest.approx(100.0)
     assert sweep.time_left(100.0, [], 0, 4) == 0.0
+
+
+# ---------------------------------------------------------------- a variant's speed lever is recorded per arm
+def _lever_results(**per_arm: dict) -> dict:
+    return {"config": {"seed": 200, "sampling_noise": "counter"},
+            "arms": {arm: {"learning_rate": 1e-4, "eval": {"records": []}, "train_log": [],
+                           "generation_options": options} for arm, options in per_arm.items()}}
+
+
+LEVER_CELL = sweep.Cell("coupled", (("sampling_noise", "counter"), ("generation_compile_regions", True)), 1e-4, 200)
+
+
+def test_a_variant_lever_left_out_of_the_config_record_is_checked_in_every_arm_options():
+    """recipe.py leaves rounding-only levers out of the hashed config and records them per arm (generation_options):
+    a cell whose arms all ran with the variant's value is that cell."""
+    results = _lever_results(ets={"generation_compile_regions": True}, gmts={"generation_compile_regions": True})
+    assert sweep.recorded(LEVER_CELL, results).config["sampling_noise"] == "counter"
+    assert sweep.recorded(LEVER_CELL, _lever_results()).arms == {}  # a cell whose first arm has not ended yet
+
+
+@pytest.mark.parametrize("per_arm, message", [
+    ({"ets": {"generation_compile_regions": True}, "gmts": {"generation_compile_regions": False}},
+     "coupled-lr0.0001-s200: results.json: arm gmts ran with generation_compile_regions = False, variant coupled "
+     "sets True"),
+    ({"ets": {"generation_compile_regions": True}, "gmts": {}},
+     "coupled-lr0.0001-s200: results.json records no generation_compile_regions (variant coupled sets True)"),
+], ids=["other value", "one arm silent"])
+def test_a_variant_lever_an_arm_ran_without_is_refused(per_arm, message):
+    with pytest.raises(sweep.SweepError) as refused:
+        sweep.recorded(LEVER_CELL, _lever_results(**per_arm))
+    assert str(refused.value) == message
