@@ -292,6 +292,24 @@ def _check_arm(arm: str) -> None:
     trained_arms(arm)
 
 
+def _switched_on(field: str, config: dict, argv: list[str]) -> bool:
+    """Whether a bool field is on, from the command line (its last --field [value] / --field=value) else the config
+    file, read before the config classes are built; a value that is not a bool reads as off here (the parser then
+    refuses it in one line)."""
+    from transformers.hf_argparser import string_to_bool
+
+    value = config.get(field, False)
+    for i, a in enumerate(argv):
+        if a == f"--{field}":
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else True
+        elif a.startswith(f"--{field}="):
+            value = a.split("=", 1)[1]
+    try:
+        return bool(string_to_bool(value)) if isinstance(value, str) else value is True
+    except Exception:  # noqa: BLE001 - a typo: parse_args_and_config refuses it with its own message
+        return False
+
+
 def parse(argv: list[str], hub: bool = False):
     """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides; `hub`: also
     refuse a run that needs the Hugging Face Hub where it cannot be reached (check_hub)."""
@@ -321,6 +339,10 @@ def parse(argv: list[str], hub: bool = False):
         # Under a launcher the other processes wait at a barrier while the main process evaluates (the base model
         # on 3 sampling seeds first): longer than transformers' 30 minutes on a slow GPU or a large held-out set.
         argv += ["--ddp_timeout", str(DDP_TIMEOUT_S)]
+    if _switched_on("deterministic_kernels", config, argv):
+        from gmts_recipe import determinism
+
+        determinism.prepare()  # before the config classes: building TrainingArguments initialises CUDA
     try:
         recipe, train, model, from_file, from_cli = parser.parse_args_and_config(
             argv, return_remaining_strings=True, separate_remaining_strings=True)

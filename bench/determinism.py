@@ -8,6 +8,7 @@ runs, and each run's step times: the option's cost is the median step with it ag
     python bench/determinism.py --out bench/determinism-h200.json --steps 12 -- --config configs/qwen.yaml \
         --gsm8k_path DIR
     python bench/determinism.py --small --out F     # CPU: the tiny random model (bench/step.py's config)
+    python bench/determinism.py --markdown bench/determinism-h200.json bench/determinism-h200-on.json   # the table
 
 configs/paper.yaml's generation levers and its sampling_noise come first on every command line (what the recipe's
 runs use; the arguments after -- win). `--settings off` or `on` runs one setting.
@@ -216,6 +217,39 @@ def run_settings(args: argparse.Namespace, rest: list[str]) -> dict:
     return result
 
 
+# ---------------------------------------------------------------------------- the table (bench/README.md)
+def _verdict(c: dict) -> str:
+    if c.get("identical") is None:
+        return "not compared (a run failed)"
+    if c["identical"]:
+        return f"identical ({len(c['steps'])} steps)"
+    rollouts = c["first_step_rollouts_differ"]
+    return (f"differs from step {c['first_step_metrics_differ']} ("
+            + (f"rollouts from step {rollouts})" if rollouts is not None else "rollouts the same)"))
+
+
+def markdown(paths: list[str]) -> str:
+    """One row per results file and setting: each run's status, the median step alone and per run when two share the
+    GPU, and each shared run against the run alone."""
+    rows = ["| file | deterministic_kernels | measured | median step alone (s) | median step, two at once (s) | "
+            "shared-1 vs alone | shared-2 vs alone | failed run |", "|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
+    for path in paths:
+        result = json.loads(Path(path).read_text())
+        for setting, runs in result["runs"].items():
+            comparison = result.get("comparison", {}).get(setting, {})
+            cost_ = cost({setting: runs})
+            failed = [r.get("reason", "") for r in [runs.get("alone"), *runs.get("shared", [])]
+                      if r and r.get("status") != "ok"]
+            rows.append(f"| {Path(path).name} | {setting} | {result['measured']} | "
+                        f"{fmt(cost_[f'{setting}_alone_median_step_s'])} | "
+                        f"{fmt(cost_[f'{setting}_shared_median_step_s'])} | "
+                        f"{_verdict(comparison.get('shared-1 vs alone', {}))} | "
+                        f"{_verdict(comparison.get('shared-2 vs alone', {}))} | "
+                        f"{(failed[0][:160] + (f' ({len(failed)} runs)' if len(failed) > 1 else '')) if failed else '-'} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, rest = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -227,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", help="folder for the runs and their logs (default: a new temporary folder)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child process of one run
     ap.add_argument("--record", help=argparse.SUPPRESS)
+    ap.add_argument("--markdown", nargs="+", metavar="FILE", help="print the table of these results files and stop")
     args = ap.parse_args(ours)
+    if args.markdown:
+        print(markdown(args.markdown))
+        return 0
     if args.one:
         return run_one(Path(args.record), rest)
     if not args.out:

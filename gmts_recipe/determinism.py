@@ -69,6 +69,15 @@ def apply(on: bool) -> None:
         _enabled_here = False
 
 
+def prepare() -> None:
+    """cuBLAS's fixed workspace, where the variable is unset and this process has done no CUDA work yet. The recipe
+    calls it as soon as it knows the option is on, before its config classes are built: transformers'
+    TrainingArguments asks the GPU whether it supports bf16, which initialises CUDA, and `enable` would then refuse
+    (on one H200, 2026-12-01, every run with the option failed so until the variable was set in the environment)."""
+    if os.environ.get(CUBLAS_VARIABLE) is None and not torch.cuda.is_initialized():
+        os.environ[CUBLAS_VARIABLE] = CUBLAS_WORKSPACE
+
+
 def enable() -> None:
     """Deterministic algorithms (warn_only), cuBLAS's fixed workspace and the one-line reports, for this process.
     Raises ValueError (one line) where CUDA is already initialised without the cuBLAS setting, or it has another

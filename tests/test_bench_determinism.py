@@ -48,6 +48,22 @@ def test_every_run_gets_the_paper_levers_the_setting_and_no_evaluation(tmp_path)
     assert argv[argv.index("--deterministic_kernels") + 1] == "true" and argv[argv.index("--max_steps") + 1] == "3"
 
 
+def test_the_table_gives_each_setting_its_verdicts_step_times_and_failures(tmp_path, capsys):
+    ok = record([1.0, 2.0], {"0": ["x"], "1": ["y"]})
+    off = record([1.0, 2.5], {"0": ["x"], "1": ["y"]})
+    runs = {"off": {"alone": ok, "shared": [ok, off]},
+            "on": {"alone": {"status": "failed", "reason": "RecipeError: no"}, "shared": [ok, ok]}}
+    result = {"measured": "2026-12-01 23:01 UTC", "runs": runs,
+              "comparison": {s: det.comparisons(r) for s, r in runs.items()}}
+    (tmp_path / "d.json").write_text(json.dumps(result))
+    assert det.main(["--markdown", str(tmp_path / "d.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == ("| d.json | off | 2026-12-01 23:01 UTC | 1.00 | 1.00 | identical (2 steps) | differs from step 2 "
+                        "(rollouts the same) | - |")
+    assert lines[3] == ("| d.json | on | 2026-12-01 23:01 UTC | - | 1.00 | not compared (a run failed) | not compared "
+                        "(a run failed) | RecipeError: no |")
+
+
 @pytest.mark.parametrize("args", [["--settings", "onn"], ["--steps", "1"], []])
 def test_bad_arguments_are_refused_in_one_line(tmp_path, capsys, args):
     with pytest.raises(SystemExit) as err:

@@ -3,6 +3,7 @@ each arm's generation_options instead); on, the trainer's process has PyTorch's 
 first CUDA work, its training step strict and its generation warn_only; each nondeterministic op named once."""
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -120,3 +121,33 @@ def test_each_nondeterministic_op_is_named_once_on_one_line(capsys):
     assert "put_ does not have a deterministic implementation" in determinism.reported()
     with pytest.warns(UserWarning, match="an unrelated warning"):  # other warnings go where they went
         warnings.warn("an unrelated warning")
+
+
+@pytest.mark.parametrize("argv, config_line, expected", [
+    (["--deterministic_kernels", "true"], "", True),
+    (["--deterministic_kernels=true"], "", True),
+    (["--deterministic_kernels"], "", True),
+    ([], "deterministic_kernels: true\n", True),
+    (["--deterministic_kernels", "false"], "deterministic_kernels: true\n", False),
+    ([], "", False),
+], ids=["flag value", "flag=value", "bare flag", "config file", "command line wins", "off"])
+def test_parse_sets_the_cublas_workspace_before_the_config_classes_touch_cuda(tmp_path, monkeypatch, argv,
+                                                                            config_line, expected):
+    """On a GPU, building TrainingArguments initialises CUDA (its bf16 check); the variable must be set before that,
+    so parse sets it as soon as the option is on, and leaves the environment alone otherwise."""
+    monkeypatch.delenv(determinism.CUBLAS_VARIABLE, raising=False)
+    config = tmp_path / "c.yaml"
+    config.write_text((ROOT / "configs/qwen.yaml").read_text() + config_line)
+    seen = {}
+    from trl import TrlParser
+
+    real = TrlParser.parse_args_and_config
+
+    def spy(self, *a, **k):  # what the environment holds when the config classes are built
+        seen["cublas"] = os.environ.get(determinism.CUBLAS_VARIABLE)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(TrlParser, "parse_args_and_config", spy)
+    train = recipe.parse(["--config", str(config), "--use_cpu", "true", *argv])[1]
+    assert train.deterministic_kernels is expected
+    assert seen["cublas"] == (determinism.CUBLAS_WORKSPACE if expected else None)
