@@ -89,7 +89,7 @@ def headline(summary: dict, root: Path) -> str:
             continue
         seeds = sorted(scores[arm])
         values = [scores[arm][s] for s in seeds]
-        lo, hi = seed_t_interval(values)
+        lo, hi = seed_t_interval(values)  # (None, None) from one seed: "-"
         rows.append([f"| {NAMES[arm]} | {100 * sum(values) / len(values):.1f}% | {_bracket(lo, hi, '%')} | "
                      f"{len(seeds)} ({_span(seeds)}) | - |"])
     primary = tuple(p["comparison"].split(" - "))
@@ -109,8 +109,9 @@ def headline(summary: dict, root: Path) -> str:
                     f"planned, **interim** ({len(seeds)} of {len(secondary[(a, b)]['seeds'])} seeds): its interval, "
                     f"no decision")
         elif (a, b) == primary:
+            done = "" if p["decision"] != "interim" else f" ({len(p['seeds_done'])} of {len(p['seeds'])} seeds)"
             name, says = (f"**{SHORT[a]} - {SHORT[b]}** (primary test)",
-                          f"**{p['decision']}**: reproduced if the interval lies above "
+                          f"**{p['decision']}**{done}: reproduced if the interval lies above "
                           f"{signed(p['reproduced_above_points'])}, refuted if it lies below "
                           f"{signed(p['refuted_below_points'])}")
         elif (a, b) in CONTROL:
@@ -121,11 +122,51 @@ def headline(summary: dict, root: Path) -> str:
         rows.append([f"| {name} | {_points(sum(deltas) / len(deltas))} | {_bracket(lo, hi)} | "
                      f"{len(seeds)} ({_span(seeds)}) | {says} |"])
     table = "\n".join(r[0] if len(r) == 1 else "\n".join(r) for r in rows)
+    test = f"{SHORT[primary[0]]} - {SHORT[primary[1]]}"
+    if p["delta"] is None:  # fewer than two of its seeds have run: no interval yet
+        result = (f"{len(p['seeds_done'])} of its {len(p['seeds'])} seeds done: **{p['decision']}**, no interval "
+                  f"before two")
+    else:
+        result = (f"over {len(p['seeds_done'])} seeds is {_points(p['delta'])} points, t "
+                  f"{_bracket(p['t_low'], p['t_high'])}: **{p['decision']}**"
+                  + (f" ({len(p['seeds_done'])} of {len(p['seeds'])} planned seeds)"
+                     if p["decision"] == "interim" else ""))
     note = (f"lr {p['learning_rate']:g}, every arm evaluated on all {base_tasks(summary)} GSM8K test problems. "
-            f"Primary test: {SHORT[primary[0]]} - {SHORT[primary[1]]} over {len(p['seeds_done'])} seeds is "
-            f"{_points(p['delta'])} points, t {_bracket(p['t_low'], p['t_high'])}: **{p['decision']}**; the paper "
-            f"claims {_claimed_range()} points.")
+            f"Primary test: {test} {result}; the paper claims {_claimed_range()} points.")
     return f"{table}\n\n{note}\n"
+
+
+def plan(summary: dict, root: Path) -> str:
+    """A confirmatory test where it stands: one row for its primary test and one per secondary comparison, each over
+    its own planned seeds that have run (sweep.json's primary and secondary entries), the same rows from the first
+    seed to the last, so the README's block keeps its size; a table for a grid whose plan lists no secondary
+    comparison has the primary row only."""
+    from gmts_recipe.stats import signed
+
+    p = summary["primary"]
+
+    def label(comparison: str) -> str:
+        a, b = comparison.split(" - ")
+        return f"{SHORT[a]} - {SHORT[b]}"
+
+    def cells(entry: dict) -> str:
+        done, planned = entry["seeds_done"], entry["seeds"]
+        value = _points(entry["delta"]) if entry["delta"] is not None else "-"
+        interval = _bracket(entry["t_low"], entry["t_high"]) if entry["delta"] is not None else "- (from two seeds)"
+        return f"{value} | {interval} | {len(done)} of {len(planned)} ({_span(planned)})"
+
+    rule = (f"reproduced if the interval lies above {signed(p['reproduced_above_points'])}, refuted if it lies below "
+            f"{signed(p['refuted_below_points'])}")
+    says = (f"**interim**: decided once all {len(p['seeds'])} have run; {rule}" if p["decision"] == "interim" else
+            f"**{p['decision']}**: {rule}")
+    rows = ["| comparison (lr " + f"{p['learning_rate']:g}) | difference (points) | 95% interval, Student's t over "
+            "seeds | seeds done of planned | what the plan says |", "|---|---|---|---|---|",
+            f"| **{label(p['comparison'])}** (primary test) | {cells(p)} | {says} |"]
+    for entry in summary.get("secondary", []):
+        status = "interim: " if entry["status"] == "interim" else ""
+        rows.append(f"| {label(entry['comparison'])} (secondary) | {cells(entry)} | {status}its interval, no "
+                    f"decision |")
+    return "\n".join(rows) + "\n"
 
 
 def _claimed_range() -> str:
@@ -281,13 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Regenerate the documentation's generated blocks and headline figure.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
     ap.add_argument("--headline", metavar="SWEEP_JSON", help="print the README's headline table")
+    ap.add_argument("--plan", metavar="SWEEP_JSON", help="print a planned test's rows: its primary and secondary "
+                    "comparisons, each over its planned seeds done so far")
     ap.add_argument("--task-intervals", metavar="SWEEP_JSON", help="print the width of one cell's interval")
     ap.add_argument("--provenance", metavar="SWEEP_JSON", help="print when and how each arm of the primary test ran")
     ap.add_argument("--versions", metavar="RESULTS_JSON", help="print the library versions a run recorded")
     ap.add_argument("--mechanism", metavar="MECHANISM_JSON", nargs="+",
                     help="print the table of per-seed GMTS - ETS against the arms' updates, one or more grids")
     args = ap.parse_args(argv)
-    for option, show in ((args.headline, headline), (args.task_intervals, task_intervals),
+    for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
                          (args.provenance, provenance)):
         if option:
             path = Path(option)

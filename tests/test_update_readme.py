@@ -148,6 +148,44 @@ def test_headline_labels_the_plans_secondary_comparisons_and_says_interim(tmp_pa
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table if line.startswith("| ")}
     assert "planned: its interval, no decision" in rows["GMTS - GRPO (secondary)"]
     assert "planned, **interim** (2 of 3 seeds)" in rows["ETS - GRPO (secondary)"]
-    assert "**interim**: reproduced if" in rows["**GMTS - ETS** (primary test)"]
+    assert "**interim** (2 of 3 seeds): reproduced if" in rows["**GMTS - ETS** (primary test)"]
     assert not any("outside the plan" in line for line in table)
-    assert "over 2 seeds" in table[-1] and "**interim**" in table[-1]
+    assert "over 2 seeds" in table[-1] and "**interim** (2 of 3 planned seeds)" in table[-1]
+
+
+def test_headline_of_a_test_with_one_seed_done_gives_no_interval_and_says_interim(tmp_path):
+    import sweep
+    from test_sweep import GRID, PRIMARY, fake_cell, write_grid
+
+    root = tmp_path / "results" / "demo"
+    fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6}, seed=1)
+    grid = sweep.load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]")))
+    table = update_readme.headline(sweep.summarize(grid), root).splitlines()
+    gmts = next(line for line in table if line.startswith("| GMTS (top-20%"))
+    assert gmts.endswith("% | - | 1 (1) | - |")  # a mean from one seed, no interval
+    assert not any("primary test" in line for line in table)  # no comparison row from one seed
+    assert table[-1].endswith("Primary test: GMTS - ETS 1 of its 2 seeds done: **interim**, no interval before two; "
+                              "the paper claims +1.3 to +3.4 points.")
+
+
+def test_plan_rows_keep_their_number_from_the_first_seed_and_give_intervals_from_two(tmp_path):
+    import sweep
+    from test_sweep import GRID, PRIMARY, fake_cell, write_grid
+
+    root = tmp_path / "results" / "demo"
+    text = (GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]") + PRIMARY.replace("SEEDS", "[1, 2, 3]")
+            + "secondary:\n  - {comparison: gmts - grpo, seeds: [1, 2]}\n")
+    grid = sweep.load_grid(write_grid(tmp_path, text))
+    fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6, "grpo": 0.55}, seed=1)
+    one = update_readme.plan(sweep.summarize(grid), root).splitlines()
+    assert len(one) == 4 and one[2].startswith("| **GMTS - ETS** (primary test) | - | - (from two seeds) | 1 of 3 (1-3) "
+                                               "| **interim**: decided once all 3 have run; reproduced if")
+    assert one[3] == "| GMTS - GRPO (secondary) | - | - (from two seeds) | 1 of 2 (1, 2) | interim: its interval, no decision |"
+    fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.65, "grpo": 0.5}, seed=2)
+    summary = sweep.summarize(grid)
+    two = update_readme.plan(summary, root).splitlines()
+    assert len(two) == 4
+    p = summary["primary"]
+    assert two[2].startswith(f"| **GMTS - ETS** (primary test) | {100 * p['delta']:+.1f} | "
+                             f"[{100 * p['t_low']:+.1f}, {100 * p['t_high']:+.1f}] | 2 of 3 (1-3) | **interim**")
+    assert two[3].endswith("| 2 of 2 (1, 2) | its interval, no decision |")  # complete: no longer interim
