@@ -300,6 +300,7 @@ def measure_steps(path: str, argv: list[str]) -> dict:
     if path == "vllm" and importlib.util.find_spec("vllm") is None:
         return {"status": "unavailable", "reason": "vllm is not installed (import vllm: no module named 'vllm')"}
     recipe_args, train_args, model_args, name = recipe.parse(argv)
+    recipe.deterministic_kernels(train_args)  # as recipe.py does, before any CUDA work of the run
     cuda = torch.cuda.is_available() and not train_args.use_cpu
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:

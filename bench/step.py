@@ -739,6 +739,7 @@ def run(argv: list[str]) -> dict:
     lengths = [int(x) for x in (args.profile_tokens or ("4,8" if args.small else "16,40")).split(",")]
     progress("setup: parsing the config and loading the data (recipe.parse, recipe.load_tasks)")
     recipe_args, train_args, model_args, name = recipe.parse(recipe_argv(args, rest, out_dir))
+    recipe.deterministic_kernels(train_args)  # as recipe.py does, before any CUDA work of the run
     arm = recipe.trained_arms(recipe_args.arm)[0]
     device = torch.device("cuda" if torch.cuda.is_available() and not train_args.use_cpu else "cpu")
     if device.type == "cuda":
