@@ -249,3 +249,29 @@ def test_the_trainers_rollouts_and_the_evaluation_are_the_same_with_the_projecti
         assert _same(before, _snapshot(trainer.model))
     assert calls == [False, True]
     assert torch.equal(completions[True], completions[False])
+
+
+def test_a_hook_on_an_owner_sees_its_input_and_output_unchanged_a_hook_on_a_projection_is_refused(tiny):
+    """A forward hook on the attention (transformers installs one to capture attentions when asked) runs around the
+    owner's instance forward: it sees the hidden states it always saw and the same output. A hook on a projection
+    would be skipped by the fused product: refused in one line."""
+    tok, model = tiny
+    batch = _batch(tok)
+    attention = model.model.layers[0].self_attn
+    seen = []
+    handle = attention.register_forward_hook(lambda module, args, kwargs, out: seen.append(
+        (kwargs["hidden_states"].shape[-1], out[0])), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(**batch)
+            with fused.fused_projections(model):
+                model(**batch)
+    finally:
+        handle.remove()
+    assert seen[0][0] == seen[1][0] == model.config.hidden_size and torch.equal(seen[0][1], seen[1][1])
+    handle = attention.k_proj.register_forward_hook(lambda *a: None)
+    try:
+        with pytest.raises(ValueError, match=r"\.k_proj has a forward hook, which a fused product would skip"):
+            fused.fusable_groups(model)
+    finally:
+        handle.remove()
