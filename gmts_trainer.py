@@ -51,6 +51,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from gmts_recipe.config import GMTSConfig, check_decode_loop_generation, check_selection_config, omega_is_modeled
 from gmts_recipe.generation.decode_loop import noise_keys, token_entropy, train_stream
 from gmts_recipe.generation.decoding import decoding_options
+from gmts_recipe.generation.fused import fusable_groups
 from gmts_recipe.generation.fast import (compile_cache_length, drop_duplicate_input_grad_hooks, merged_lora,
                                          static_compile_config, with_decode_loop, with_logits_processor,
                                          without_input_grad_hooks)
@@ -195,7 +196,7 @@ class GMTSTrainer(GRPOTrainer):
     9. Speed options, each described where its code lives, with what it changes (same tokens, the same distribution, or
        other rounding): `generation_merge_adapter`, `generation_compile`, `generation_grouped_attention` with
        `generation_decode_kernel`, `generation_deferred_stop`, `generation_decode_loop` with
-       `generation_compile_regions`: the contexts `_generate_single_turn` enters (gmts_recipe/generation/fast.py);
+       `generation_compile_regions` and `generation_fused_projections`: the contexts `_generate_single_turn` enters (gmts_recipe/generation/fast.py);
        `lora_autocast_inputs` (on by default) and `training_compile`: those of `training_step`
        (gmts_recipe/training_speed.py).
     10. Optional (`deterministic_kernels`): PyTorch's deterministic algorithms, enabled before the model is loaded;
@@ -239,6 +240,9 @@ class GMTSTrainer(GRPOTrainer):
         if self.args.generation_decode_loop == "compiled_step":  # refused, not dropped, where it is not exact
             check_decode_loop_generation(self.accelerator.unwrap_model(self.model), self.generation_config,
                                          self.temperature)
+        if self.args.generation_fused_projections:  # a model it cannot fuse is refused now, not at the first step
+            fusable_groups(self.accelerator.unwrap_model(self.model),
+                           merged_lora=self.args.generation_merge_adapter)
         if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
             self.generation_config.cache_implementation = "static"
             self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder
@@ -328,7 +332,8 @@ class GMTSTrainer(GRPOTrainer):
                     torch.manual_seed(int(rollout_noise_keys(self.args.seed, step, 1, self.accelerator.process_index)))
             if loop:  # the recorder, if any, takes the entropy the compiled step computed
                 stack.enter_context(with_decode_loop(model, cache_len, self._recorder,
-                                                     self.args.generation_compile_regions, keys))
+                                                     self.args.generation_compile_regions, keys,
+                                                     self.args.generation_fused_projections))
             elif self._recorder is not None:
                 stack.enter_context(with_logits_processor(model, self._recorder))
             out = super()._generate_single_turn(prompt_ids, *args, **kwargs)

@@ -83,7 +83,7 @@ NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", 
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
               "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "lora_autocast_inputs",
               "save_minutes", "training_compile", "generation_compile_regions", "deterministic_kernels",
-              "set_fields",
+              "generation_fused_projections", "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -92,7 +92,8 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
 # How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
                       "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
-                      "lora_autocast_inputs", "training_compile", "generation_compile_regions", "deterministic_kernels")
+                      "lora_autocast_inputs", "training_compile", "generation_compile_regions", "deterministic_kernels",
+                      "generation_fused_projections")
 
 
 @dataclass
@@ -795,7 +796,8 @@ class Run:
                                 decode_kernel=self.train_args.generation_decode_kernel,
                                 decode_loop=self.train_args.generation_decode_loop,
                                 compile_regions=self.train_args.generation_compile_regions,
-                                sampling_noise=self.train_args.sampling_noise)
+                                sampling_noise=self.train_args.sampling_noise,
+                                fused_projections=self.train_args.generation_fused_projections)
         ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
         return ev
 

@@ -49,7 +49,7 @@ def _source(path: Path, root: Path) -> str:
 
 
 LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing", "decode_kernel", "decode_loop",
-              "training_compile", "compile_regions")  # each row records
+              "training_compile", "compile_regions", "fused_projections")  # each row records
 
 
 def _options(gen: dict, grouped: bool, checkpointing: bool) -> dict:
@@ -59,7 +59,8 @@ def _options(gen: dict, grouped: bool, checkpointing: bool) -> dict:
                                  gen.get("generation_decode_kernel", "sdpa"),
                                  gen.get("generation_decode_loop", "transformers"),
                                  bool(gen.get("training_compile", False)),
-                                 bool(gen.get("generation_compile_regions", False)))))
+                                 bool(gen.get("generation_compile_regions", False)),
+                                 bool(gen.get("generation_fused_projections", False)))))
 
 
 def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
@@ -219,12 +220,15 @@ def levers(row: dict) -> str | None:
     (`training_compile`). Each of those columns adds its switch to the one before. The last column is the compiled
     decode loop with its decoder layers as nested compile regions (`generation_compile_regions`, training compile
     off): it adds its switch to the loop column, not to training compile. Other mixes (none measured) belong to no
-    column. Rows from before a switch existed ran with it off."""
+    column, nor does a row with `generation_fused_projections` (not measured on a GPU yet: no column until it is, so
+    that it enters no other column's median). Rows from before a switch existed ran with it off."""
     grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
         row.get("gradient_checkpointing", True)
     every_lever = grouped and deferred and not checkpointing
     matmul = row.get("decode_kernel", "sdpa") != "sdpa"
     loop = row.get("decode_loop", "transformers") != "transformers"
+    if row.get("fused_projections", False):
+        return None
     if row.get("compile_regions", False):
         return "regions" if every_lever and matmul and loop and not row.get("training_compile", False) else None
     if row.get("training_compile", False):

@@ -27,6 +27,9 @@ seed for both: the share of identical completions says how far the option moved 
   second row's first call can reuse Triton kernels the first row built in the same process (same inductor cache), so
   the cold cost of the switch is a complete run's (bench/complete_run.py ... --generation_compile_regions true on a
   fresh TORCHINDUCTOR_CACHE_DIR, against the committed cold run without it; bench/README.md says the command).
+- `--option fused_projections`: `decode_loop.sample` with each layer's q/k/v and gate/up projections as separate
+  matrix products against one product per group (`fused_projections`, generation_fused_projections: 4 products per
+  layer and token step instead of 7), same options as decode_loop's "on" row. Not run on a GPU yet.
 
 `--k`: samples per prompt, --rows / k prompts (the evaluation's layout: k=4); with k > 1 the decode_loop option's
 compiled-step row shares each prompt's prefill.
@@ -42,6 +45,8 @@ Every row records its pass@1 (GSM8K's scorer, `eval.score_samples`) on the promp
         --rows 880 --k 4 --out bench/shared-prefill-880-h200.json
     python bench/decode_options.py --option compile_regions --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
         --rows 64 --out bench/compile-regions-64-h200.json
+    python bench/decode_options.py --option fused_projections --model qwen2.5-coder-1.5b-instruct --gsm8k_path DIR \
+        --rows 64 --out bench/fused-projections-64-h200.json
     python bench/decode_options.py --markdown bench/grouped-attention-h200.json   # its table (bench/README.md)
 """
 
@@ -74,6 +79,9 @@ OPTIONS = {  # option: (column title, label off, label on, what the identical sh
     "compile_regions": ("decoder layers in the step", "unrolled", "nested regions", "the same computation; inductor "
                         "fuses no kernel across a layer's boundary, which may round otherwise in bf16 (equal tokens "
                         "on a CPU in float32, tests/test_decode_loop.py)"),
+    "fused_projections": ("q/k/v and gate/up products", "separate", "fused", "the same dot products; cuBLAS may pick "
+                          "other kernels for the wider products, which may round otherwise in bf16 (equal tokens on a "
+                          "CPU in float32, tests/test_fused.py)"),
 }
 
 
@@ -151,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 decode_loop.sample_with_config = shared if on else per_row
             elif args.option == "compile_regions":
                 options["compile_regions"] = on
+            elif args.option == "fused_projections":
+                options["fused_projections"] = on
             else:
                 decode_loop.COMPILE_MODE = labels[on]  # the compiled step is cached per mode: each compiles once
         run = lambda: generate_samples(model, tok, prompts, k=args.k, seed=0,  # noqa: E731

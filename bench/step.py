@@ -612,7 +612,8 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
             batch_size=recipe_args.eval_batch_size, progress=False, sampling=sampling(recipe_args, train_args),
             fast=recipe_args.eval_fast, grouped_attention=train_args.generation_grouped_attention,
             deferred_stop=train_args.generation_deferred_stop, decode_kernel=train_args.generation_decode_kernel,
-            decode_loop=train_args.generation_decode_loop)
+            decode_loop=train_args.generation_decode_loop, compile_regions=train_args.generation_compile_regions,
+            fused_projections=train_args.generation_fused_projections)
 
     static, compiled = evaluation_module.decoding_plan(device.type, recipe_args.eval_fast)
     out = {"model": None, "samples": len(prompts) * k,
@@ -621,6 +622,8 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
            "grouped_attention": train_args.generation_grouped_attention,
            "deferred_stop": train_args.generation_deferred_stop, "decode_kernel": train_args.generation_decode_kernel,
            "decode_loop": train_args.generation_decode_loop, "compiled_decoding": compiled,
+           "compile_regions": train_args.generation_compile_regions,
+           "fused_projections": train_args.generation_fused_projections,
            "full_test_batches": -(-len(heldout) * k // batch_rows),
            "parameter_dtype": str(next(model.parameters()).dtype), "prompt_tokens_max": max(prompt_lengths),
            "prompt_tokens_mean": statistics.mean(prompt_lengths), "dynamo": {},
@@ -789,7 +792,8 @@ def run(argv: list[str]) -> dict:
                       "generation_options": {k: getattr(args_used, k) for k in (
                           "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
                           "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "bf16",
-                          "gradient_checkpointing", "lora_autocast_inputs", "training_compile")},
+                          "gradient_checkpointing", "lora_autocast_inputs", "training_compile",
+                          "generation_compile_regions", "generation_fused_projections")},
                       "lora_autocast_inputs_on": trainer.lora_autocast_inputs_on}
     result["step_profile"] = step_profile
     result["dynamo"].update(training_first_step=counters_delta(before, clock.counters_after_first_step),

@@ -114,6 +114,18 @@ class GMTSConfig(GRPOConfig):
                           "the token step as fast (bench/compile-regions-64-h200.json). Also used by the recipe's fast "
                           "evaluation."},
     )
+    generation_fused_projections: bool = field(
+        default=False,
+        metadata={"help": "With generation_decode_loop compiled_step: while generating, each decoder layer's q/k/v "
+                          "projections run as one matrix product over their concatenated weights and biases, gate/up "
+                          "as one (gmts_recipe/generation/fused.py): 4 products per layer and token step instead of "
+                          "7, for small-batch decoding where each product costs its latency. Restored after every "
+                          "generation call. For Qwen2/Llama-family attention and MLP modules (others refused); with a "
+                          "LoRA adapter it needs generation_merge_adapter. Keeps a copy of those weights (~1.7 GB for "
+                          "a 1.5B model in bf16) for the CUDA graph's fixed addresses. Same numbers on a CPU, maybe "
+                          "other bf16 rounding on a GPU. Not measured on a GPU yet (bench/step.py "
+                          "--generation_fused_projections true)."},
+    )
     sampling_noise: str = field(
         default="stream",
         metadata={"help": "Where the rollouts' sampling noise comes from. 'stream': torch's generator, as TRL and "
@@ -220,6 +232,10 @@ def check_generation_config(args: GMTSConfig) -> None:
                          "decode_loop's compiled step: with generation_decode_loop="
                          f"'{args.generation_decode_loop}' also pass --generation_compile_regions false, or keep "
                          "generation_decode_loop='compiled_step'.")
+    if args.generation_fused_projections and args.generation_decode_loop != "compiled_step":
+        raise ValueError("generation_fused_projections fuses the projections inside decode_loop's compiled step: "
+                         f"with generation_decode_loop='{args.generation_decode_loop}' also pass "
+                         "--generation_fused_projections false, or set generation_decode_loop='compiled_step'.")
     if args.sampling_noise == "counter" and (args.use_vllm or args.use_transformers_continuous_batching):
         other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
         raise ValueError(f"sampling_noise='counter' sets the noise of transformers' generate or the compiled step, "

@@ -78,7 +78,8 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                      sampling: Sampling | None = None, fast: bool = False,
                      grouped_attention: bool = False, deferred_stop: bool = False,
                      decode_kernel: str = "sdpa", decode_loop: str = "transformers",
-                     compile_regions: bool = False, sampling_noise: str = "stream") -> list[list[str]]:
+                     compile_regions: bool = False, sampling_noise: str = "stream",
+                     fused_projections: bool = False) -> list[list[str]]:
     """k sampled completions per prompt, seeded. Returns texts, one list per prompt (in the order given).
 
     Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
@@ -97,6 +98,8 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     leaves the samples unchanged (equal on the CPU; on a GPU the smaller prefill GEMMs may round otherwise in bf16).
     `compile_regions`: the compiled step's decoder layers compiled once, not unrolled (`decode_loop.layer_regions`,
     the trainer's generation_compile_regions); CUDA only, where the step is compiled.
+    `fused_projections`: the compiled step's q/k/v and gate/up projections as one matrix product each
+    (`fused.fused_projections`, the trainer's generation_fused_projections); with decode_loop="compiled_step" only.
     `sampling_noise`: "stream" draws from torch's generator, seeded once before the first batch; "counter" gives
     sample s of prompt i, in the compiled step, the noise of `decode_loop.noise_keys(seed, EVAL_STREAM, i * k + s)`,
     so each sample depends on the weights, its prompt and (seed, i, s) only: not on the batches, their order, or what
@@ -112,6 +115,9 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
 
     sampling = sampling or Sampling(temperature=temperature)
     compiled_step = _check_decode_loop(decode_loop, fast, sampling)
+    if fused_projections and not compiled_step:
+        raise ValueError("fused_projections fuses the projections inside decode_loop's compiled step: pass "
+                         "decode_loop='compiled_step' or fused_projections=False")
     counter = _check_sampling_noise(sampling_noise, compiled_step)
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
     prompt_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -154,7 +160,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                     keys = noise_keys(seed, EVAL_STREAM, torch.tensor(rows)) if counter else None  # j = i * k + s
                     gen = sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len,
                                              rows_per_prompt=rows_per_prompt, compile_regions=compile_regions,
-                                             noise_keys=keys)
+                                             noise_keys=keys, fused_projections=fused_projections)
                 else:
                     gen = model.generate(**batch, generation_config=config, streamer=streamer)  # (B, P + new)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
@@ -241,7 +247,8 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
                        progress: bool = True, sampling: Sampling | None = None, fast: bool = False,
                        grouped_attention: bool = False, deferred_stop: bool = False,
                        decode_kernel: str = "sdpa", decode_loop: str = "transformers",
-                       compile_regions: bool = False, sampling_noise: str = "stream") -> dict:
+                       compile_regions: bool = False, sampling_noise: str = "stream",
+                       fused_projections: bool = False) -> dict:
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds",
     "sample_log"}: `sample_log` (texts, `sample_log`) is what the recipe writes to the evaluation's samples file, and
     never into results.json itself."""
@@ -255,7 +262,8 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress,
                                sampling=sampling, fast=fast, grouped_attention=grouped_attention,
                                deferred_stop=deferred_stop, decode_kernel=decode_kernel, decode_loop=decode_loop,
-                               compile_regions=compile_regions, sampling_noise=sampling_noise)
+                               compile_regions=compile_regions, sampling_noise=sampling_noise,
+                               fused_projections=fused_projections)
     t1 = time.perf_counter()
     records = score_samples(samples, tasks)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,

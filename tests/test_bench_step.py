@@ -65,13 +65,15 @@ def test_eval_first_evaluates_a_fresh_base_model_before_training(tmp_path):
 
 
 def test_the_compiled_decode_loop_and_training_compile_are_measured_and_recorded(tmp_path):
-    """The A/B of the next GPU run: with both options the step, its generation (entropy from the loop) and the evaluation
-    (decode steps counted through the loop, which never calls model.generate) are all measured."""
+    """The A/B of the next GPU run: with those options (and the projections fused) the step, its generation (entropy
+    from the loop) and the evaluation (decode steps counted through the loop, which never calls model.generate) are
+    all measured, and the options recorded."""
     assert step.main(["--small", "--steps", "2", "--generation_decode_loop", "compiled_step", "--training_compile",
-                      "true", "--out", str(tmp_path)]) == 0
+                      "true", "--generation_fused_projections", "true", "--out", str(tmp_path)]) == 0
     r = json.loads((tmp_path / "step-profile.json").read_text())
     options = r["step"]["generation_options"]
     assert options["generation_decode_loop"] == "compiled_step" and options["training_compile"] is True
+    assert options["generation_fused_projections"] is True and r["eval"]["fused_projections"] is True
     assert r["step"]["entropy_source"] == "generation"
     assert "error" not in r["eval"] and r["eval"]["decode_loop"] == "compiled_step"
     assert r["eval"]["decode_steps"] > 0 and r["eval"]["seconds"] > 0

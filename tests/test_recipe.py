@@ -45,7 +45,8 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
                                                "generation_decode_kernel": "sdpa",
                                                "generation_decode_loop": "transformers", "lora_autocast_inputs": True,
                                                "training_compile": False, "generation_compile_regions": False,
-                                               "deterministic_kernels": False}
+                                               "deterministic_kernels": False,
+                                               "generation_fused_projections": False}
     assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
     assert results["versions"]["trl"].startswith("1.16")
     # the arms started from the same LoRA init and saw the same data: their first-step rewards match

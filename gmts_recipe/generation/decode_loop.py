@@ -104,6 +104,11 @@ first full-test evaluation 44 s instead of 81; the training batch's compilation 
 took 5.42 GPU-minutes instead of 5.84; on a warm cache 4.93 against 4.98. The token step is as fast (3.4 ms at 64 rows,
 1.01x; 67% identical completions at one seed, bf16 rounding: bench/compile-regions-64-h200.json).
 
+Fused projections (`fused_projections=True`, the trainer's `generation_fused_projections`; off in configs/paper.yaml):
+each decoder layer's q/k/v projections as one matrix product and gate/up as one, inside the view (fused.py says how
+and why: small-M GEMMs on an H200 cost their latency, not their weight reads). The same numbers on the CPU in
+float32; not measured on a GPU yet.
+
 Measured on an H200 (Qwen2.5-Coder-1.5B): 1.13x against generate at 64 rows, 1.10x at 880 with pass@1 0.336
 against 0.318 (bench/decode-loop-*-h200.json); in the training step generation 1.02 -> 0.85 s
 (bench/step-profile-h200-decode-loop.txt). The compiled path has no .item()/.tolist() in the step and no branching
@@ -121,6 +126,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import torch
+
+from gmts_recipe.generation.fused import fused_projections as fused_layers
 
 SAMPLERS = ("multinomial", "exponential", "counter")
 DECODE_LOOPS = ("transformers", "compiled_step")  # transformers' generate, or `sample` (eval.py, gmts_trainer.py)
@@ -626,8 +633,8 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
            sampler: str = "exponential", cache_len: int | None = None, check_every: int = CHECK_EVERY,
            compile_backend: str = "inductor", top_k: int | None = 0, top_p: float | None = 1.0,
            min_p: float | None = None, repetition_penalty: float | None = 1.0, return_entropy: bool = False,
-           rows_per_prompt: int = 1, compile_regions: bool = False, noise_keys: torch.Tensor | None = None
-           ) -> torch.LongTensor | tuple[torch.LongTensor, torch.Tensor]:
+           rows_per_prompt: int = 1, compile_regions: bool = False, noise_keys: torch.Tensor | None = None,
+           fused_projections: bool = False) -> torch.LongTensor | tuple[torch.LongTensor, torch.Tensor]:
     """What `model.generate(input_ids, attention_mask, do_sample=True, temperature=T, top_k=0, top_p=1.0)` returns:
     the left-padded prompt and the completion, (B, P + n), pad after a row's EOS, n = max_new_tokens or the step at
     which the last row emitted EOS. The top_k .. repetition_penalty arguments only refuse what is not supported.
@@ -638,7 +645,10 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     model as its plain transformers model, one compiled step for both. `compile_regions` (with `compiled`): the
     decoder layers compiled once as nested compile regions (`layer_regions`), not unrolled, the same computation, but
     the rows static: one compilation per number of rows (`_mark_for_compile` says why). `noise_keys` (B,): the
-    "counter" sampler's per-row keys (`noise_keys`), which it needs and the other samplers refuse."""
+    "counter" sampler's per-row keys (`noise_keys`), which it needs and the other samplers refuse.
+    `fused_projections`: each layer's q/k/v projections run as one matrix product and gate/up as one, in the prefill
+    and every step (`fused.fused_projections`: 4 products per layer instead of 7, the same numbers up to the wider
+    product's rounding); a model it cannot fuse exactly is refused in one line."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
     batch, prompt_len = input_ids.shape
     if (sampler == "counter") != (noise_keys is not None):
@@ -661,7 +671,12 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # as generate: PEFT's wrapper off
 
     regions = compiled and compile_regions
-    with step_view(model), layer_regions(model) if regions else contextlib.nullcontext():  # one graph
+    with contextlib.ExitStack() as stack:  # one graph: the view, then what changes the layers inside it
+        stack.enter_context(step_view(model))
+        if fused_projections:  # after the view: merged LoRA layers are their base layers there
+            stack.enter_context(fused_layers(model))
+        if regions:
+            stack.enter_context(layer_regions(model))
         cache, state = _buffers(model, batch, cache_len, device, regions)
         position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
         state.attention_mask.zero_()
@@ -694,7 +709,8 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
 
 def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, config,
                        cache_len: int | None = None, return_entropy: bool = False, rows_per_prompt: int = 1,
-                       compile_regions: bool = False, noise_keys: torch.Tensor | None = None):
+                       compile_regions: bool = False, noise_keys: torch.Tensor | None = None,
+                       fused_projections: bool = False):
     """`model.generate(input_ids, attention_mask=..., generation_config=config)` through `sample`: compiled on CUDA,
     eager elsewhere (no CUDA graphs to gain), the exponential sampler (the "counter" one with `noise_keys`);
     temperature, max_new_tokens, EOS and pad ids from the config as generate would complete it
@@ -711,7 +727,8 @@ def sample_with_config(model, input_ids: torch.LongTensor, attention_mask: torch
                   sampler="exponential" if noise_keys is None else "counter", noise_keys=noise_keys,
                   cache_len=cache_len, top_k=config.top_k, top_p=config.top_p, min_p=config.min_p,
                   repetition_penalty=config.repetition_penalty, return_entropy=return_entropy,
-                  rows_per_prompt=rows_per_prompt, compile_regions=compile_regions)
+                  rows_per_prompt=rows_per_prompt, compile_regions=compile_regions,
+                  fused_projections=fused_projections)
 
 
 def completion_length(tokens: torch.Tensor, eos_token_ids: tuple[int, ...]) -> int:

@@ -32,6 +32,8 @@ The trainer's generation options (`GMTSTrainer._generate_single_turn`):
   (`decode_loop.token_entropy`, the recorder's formula) and handed to the recorder: source (a) of GMTSTrainer's
   item 3, with no processor outside the graph. `generation_deferred_stop` is for generate: the loop never waits for
   the GPU on its all-rows-finished flag anyway (a non-blocking copy read `decode_loop.CHECK_EVERY` steps later).
+- Optional (`generation_fused_projections`, with the compiled step): each decoder layer's q/k/v projections as one
+  matrix product and gate/up as one while generating (fused.py), restored after the call.
 """
 
 from __future__ import annotations
@@ -132,11 +134,13 @@ def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
 
 @contextlib.contextmanager
 def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None,
-                     compile_regions: bool = False, keys: torch.Tensor | None = None):
+                     compile_regions: bool = False, keys: torch.Tensor | None = None,
+                     fused_projections: bool = False):
     """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
     with decode_loop.sample_with_config, compiled on CUDA (`compile_regions`: its decoder layers as nested compile
     regions); the recorder, if any, takes the entropy computed inside the step. Other inputs (a VLM's pixel values)
-    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`rollout_noise_keys`)."""
+    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`rollout_noise_keys`).
+    `fused_projections`: q/k/v and gate/up as one matrix product each (fused.py)."""
 
     def generate(input_ids, attention_mask, generation_config, **other):
         if other:
@@ -144,7 +148,7 @@ def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyR
                              f"use generation_decode_loop='transformers'.")
         out = sample_with_config(model, input_ids, attention_mask, generation_config, cache_len,
                                  return_entropy=recorder is not None, compile_regions=compile_regions,
-                                 noise_keys=keys)
+                                 noise_keys=keys, fused_projections=fused_projections)
         if recorder is None:
             return out
         recorder.take(out[1])
