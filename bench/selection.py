@@ -31,7 +31,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from tiny import prepared_batch  # noqa: E402 - the same hand-built batch the trainer tests use
 
 QWEN_1_5B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                  num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
@@ -107,6 +106,9 @@ def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwarg
 def synthetic_batch(trainer, rows: int, prompt: int, completion: int, seed: int = 0) -> dict:
     """What `_generate_and_score_completions` returns, with random tokens and lengths (a quarter of `completion` and
     up), in groups of 8 rollouts (tests/tiny.prepared_batch), on the trainer's device."""
+    from tiny import prepared_batch  # the same hand-built batch the trainer tests use (imported here: --table needs
+    # neither it nor the transformers and datasets it imports)
+
     group_size = min(8, rows)
     batch = prepared_batch(trainer.model.config.vocab_size, rows // group_size, group_size, prompt, completion, seed,
                            min_length=completion // 4)

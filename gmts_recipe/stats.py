@@ -232,13 +232,16 @@ def seeds_for_power(per_seed: Sequence[float], effect: float, alpha: float = 0.0
     sd = float(x.std(ddof=1))
     if sd == 0.0:
         return 2
-    n = np.arange(2, max_seeds + 1)
-    crit = scipy_stats.t.ppf(1 - alpha / 2, n - 1)
-    shift = abs(effect) / sd * np.sqrt(n)  # noncentrality of the t statistic under the effect
-    scipy_power = scipy_stats.nct.sf(crit, n - 1, shift) + scipy_stats.nct.cdf(-crit, n - 1, shift)  # NaN at times
-    for i in range(n.size):  # power grows with n: the first n that reaches it
-        if (scipy_power[i] if np.isfinite(scipy_power[i]) else _t_test_power(crit[i], n[i] - 1, shift[i])) >= power:
-            return int(n[i])
+    start, size = 2, 64
+    while start <= max_seeds:  # blocks of n, doubling: the answer is often small, max_seeds large (scipy's nct is slow)
+        n = np.arange(start, min(start + size, max_seeds + 1))
+        crit = scipy_stats.t.ppf(1 - alpha / 2, n - 1)
+        shift = abs(effect) / sd * np.sqrt(n)  # noncentrality of the t statistic under the effect
+        scipy_power = scipy_stats.nct.sf(crit, n - 1, shift) + scipy_stats.nct.cdf(-crit, n - 1, shift)  # NaN at times
+        for i in range(n.size):  # power grows with n: the first n that reaches it
+            if (scipy_power[i] if np.isfinite(scipy_power[i]) else _t_test_power(crit[i], n[i] - 1, shift[i])) >= power:
+                return int(n[i])
+        start, size = start + size, 2 * size
     return None
 
 

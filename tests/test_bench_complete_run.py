@@ -103,15 +103,22 @@ def test_a_run_of_a_recipe_without_compile_seconds_says_unrecorded():
     assert r["arm_compile_s"]["ets"] == {"train": None, "eval": None} and r["first_step_s"]["gmts"] == 1.5
 
 
-def test_a_results_directory_with_cached_base_evaluations_or_an_arm_flag_is_refused(tmp_path):
+def test_a_results_directory_with_cached_base_evaluations_or_an_arm_flag_is_refused(tmp_path, capsys, monkeypatch):
+    """The first refusal as a user meets it (the script in a fresh process), the second through main() here."""
     (tmp_path / "used" / "base-evals").mkdir(parents=True)
-    for extra, message in ([["--results_dir", str(tmp_path / "used")], "base-evals exists"],
-                           [["--results_dir", str(tmp_path / "new"), "--arm", "gmts"], "no --arm after '--'"]):
-        done = subprocess.run([sys.executable, "bench/complete_run.py", "--out", str(tmp_path / "o.json"), "--",
-                               *SMOKE, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr[-2000:]
-        assert not (tmp_path / "o.json").exists()
+    argv = ["--out", str(tmp_path / "o.json"), "--", *SMOKE, "--results_dir", str(tmp_path / "used")]
+    done = subprocess.run([sys.executable, "bench/complete_run.py", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "base-evals exists" in lines[0], done.stderr[-2000:]
+    assert not (tmp_path / "o.json").exists()
+
+    monkeypatch.chdir(ROOT)
+    argv = ["--out", str(tmp_path / "o.json"), "--", *SMOKE, "--results_dir", str(tmp_path / "new"), "--arm", "gmts"]
+    assert _module().main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "no --arm after '--'" in lines[0], lines
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_the_timed_runs_table_reads_every_number_off_the_files(tmp_path, capsys):

