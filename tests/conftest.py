@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def committed_sweeps_verified_once(monkeypatch):
         p = Path(path).resolve()
         if ROOT not in p.parents:
             return None  # a test's own file: verified as usual
-        summary = __import__("json").loads(p.read_text(encoding="utf-8"))
+        summary = json.loads(p.read_text(encoding="utf-8"))
         names = [p.parent / cell["path"] for cell in summary.get("cells", [])]
         return (str(p), *(hashlib.sha256(f.read_bytes()).hexdigest() for f in [p, *names]))
 
