@@ -49,7 +49,7 @@ def _source(path: Path, root: Path) -> str:
 
 
 LEVER_KEYS = ("grouped_attention", "deferred_stop", "gradient_checkpointing", "decode_kernel", "decode_loop",
-              "training_compile", "compile_regions", "fused_projections")  # each row records
+              "training_compile", "compile_regions", "fused_projections", "deterministic_kernels")  # each row records
 
 
 def _options(gen: dict, grouped: bool, checkpointing: bool) -> dict:
@@ -60,7 +60,8 @@ def _options(gen: dict, grouped: bool, checkpointing: bool) -> dict:
                                  gen.get("generation_decode_loop", "transformers"),
                                  bool(gen.get("training_compile", False)),
                                  bool(gen.get("generation_compile_regions", False)),
-                                 bool(gen.get("generation_fused_projections", False)))))
+                                 bool(gen.get("generation_fused_projections", False)),
+                                 bool(gen.get("deterministic_kernels", False)))))
 
 
 def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
@@ -221,14 +222,15 @@ def levers(row: dict) -> str | None:
     decode loop with its decoder layers as nested compile regions (`generation_compile_regions`, training compile
     off): it adds its switch to the loop column, not to training compile. Other mixes (none measured) belong to no
     column, nor does a row with `generation_fused_projections` (not measured on a GPU yet: no column until it is, so
-    that it enters no other column's median). Rows from before a switch existed ran with it off."""
+    that it enters no other column's median) or with `deterministic_kernels` (repeatability bought with time). Rows
+    from before a switch existed ran with it off."""
     grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
         row.get("gradient_checkpointing", True)
     every_lever = grouped and deferred and not checkpointing
     matmul = row.get("decode_kernel", "sdpa") != "sdpa"
     loop = row.get("decode_loop", "transformers") != "transformers"
-    if row.get("fused_projections", False):
-        return None
+    if row.get("fused_projections", False) or row.get("deterministic_kernels", False):
+        return None  # not measured on a GPU yet / slower by design (bench/determinism.py): no speed column
     if row.get("compile_regions", False):
         return "regions" if every_lever and matmul and loop and not row.get("training_compile", False) else None
     if row.get("training_compile", False):

@@ -121,7 +121,7 @@ def test_rows_and_medians_on_fixture_files(tmp_path):
         "forward_s": 0.25, "backward_s": 0.75, "grouped_attention": True, "deferred_stop": False,
         "gradient_checkpointing": True, "decode_kernel": "sdpa", "decode_loop": "transformers",
         "training_compile": False, "compile_regions": False, "fused_projections": False,
-        "source": "bench/step-profile-h200-on.json",
+        "deterministic_kernels": False, "source": "bench/step-profile-h200-on.json",
         "measured_by": "bench/step.py"}
     assert by[(None, None, False, 64, False, "sdpa")]["total_s"] == 3.5
     assert costs.levers(by[(None, None, True, 64, True, "sdpa")]) == "all"
@@ -157,6 +157,8 @@ def test_rows_and_medians_on_fixture_files(tmp_path):
     assert costs.levers({**timed["bench/complete-run-h200-regions.json"], "compile_regions": False}) == "loop"
     # fused projections: no column until a GPU measured them (a faster row must not enter another column's median)
     assert costs.levers({**timed["bench/complete-run-h200-regions.json"], "fused_projections": True}) is None
+    # deterministic kernels: slower by design, never a speed column's median
+    assert costs.levers({**timed["bench/complete-run-h200-regions.json"], "deterministic_kernels": True}) is None
     # regions on top of training compile: no column (none measured)
     assert costs.levers({**timed["bench/complete-run-h200-regions.json"], "training_compile": True}) is None
     assert {s: r["compile_cache"] for s, r in timed.items()} == {  # no field: cold
