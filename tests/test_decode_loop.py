@@ -490,22 +490,14 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     pass it on to decode_loop.sample."""
     from gmts_recipe import eval as evaluation
     from gmts_recipe.generation import fast
-    import recipe
-    from test_decoding import evaluation_options
+    from test_decoding import check_rounding_only_switch
     from test_trainer import make_config
 
     with pytest.raises(ValueError, match="with generation_decode_loop='transformers' also pass "
                                          "--generation_compile_regions false") as err:
         make_config(tmp_path, generation_compile_regions=True)
     assert "\n" not in str(err.value)
-    flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false", "--generation_decode_loop",
-             "compiled_step"]
-    off = recipe.parse(flags)
-    on = recipe.parse([*flags, "--generation_compile_regions", "true"])
-    assert on[1].generation_compile_regions and not off[1].generation_compile_regions
-    assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
-    assert "generation_compile_regions" in recipe.GENERATION_OPTIONS
-    assert evaluation_options(monkeypatch, on)["compile_regions"] is True
+    check_rounding_only_switch(monkeypatch, "generation_compile_regions", "compile_regions")
 
     from test_eval import _tiny_chat_model
 

@@ -152,6 +152,22 @@ def evaluation_options(monkeypatch, parsed) -> dict:
     return seen
 
 
+def check_rounding_only_switch(monkeypatch, field: str, evaluation_key: str) -> None:
+    """A bool speed switch of the compiled decode step: parsed on from the command line (configs/qwen.yaml with the
+    compiled step), out of the config hash, recorded with each arm's generation options, and passed to every
+    evaluation as `evaluation_key`."""
+    import recipe
+
+    flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false", "--generation_decode_loop",
+             "compiled_step"]
+    off = recipe.parse(flags)
+    on = recipe.parse([*flags, f"--{field}", "true"])
+    assert getattr(on[1], field) and not getattr(off[1], field)
+    assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
+    assert field in recipe.GENERATION_OPTIONS
+    assert evaluation_options(monkeypatch, on)[evaluation_key] is True
+
+
 def test_the_decode_loop_keys_base_evaluations_only_when_on_and_reaches_every_evaluation(monkeypatch):
     """generation_decode_loop 'compiled_step' draws other random numbers than generate on CUDA: another base evaluation
     key when on (the old key when off), not in the config hash, recorded with the arm's generation options, and the

@@ -220,17 +220,10 @@ def test_the_trainers_rollouts_and_the_evaluation_are_the_same_with_the_projecti
     training batch's rollouts with it on equal those with it off at the same seed, and the trainer's model is the
     original afterwards."""
     import recipe
-    from test_decoding import evaluation_options
+    from test_decoding import check_rounding_only_switch
     from test_trainer import generation_batch, make_trainer
 
-    flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false", "--generation_decode_loop",
-             "compiled_step"]
-    off = recipe.parse(flags)
-    on = recipe.parse([*flags, "--generation_fused_projections", "true"])
-    assert on[1].generation_fused_projections and not off[1].generation_fused_projections
-    assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
-    assert "generation_fused_projections" in recipe.GENERATION_OPTIONS
-    assert evaluation_options(monkeypatch, on)["fused_projections"] is True
+    check_rounding_only_switch(monkeypatch, "generation_fused_projections", "fused_projections")
     assert recipe.parse(["--use_cpu", "true"])[1].generation_fused_projections is False  # configs/paper.yaml
 
     calls, original = [], decode_loop.sample
