@@ -443,13 +443,13 @@ def recorded(cell: Cell, results: dict) -> Recorded:
     if config.get("seed") != cell.seed:
         raise SweepError(f"{where} records training seed {config.get('seed')!r}, the cell's is {cell.seed}")
     arms = results.get("arms", {})
+    options = {arm: (entry.get("generation_options") or {}) for arm, entry in arms.items()}
     for key, value in cell.overrides:
         if key in config:
             if not _same_setting(config[key], value):
                 raise SweepError(f"{where} records {key} = {config[key]!r}, variant {cell.variant} sets {value!r}")
             continue
         # a speed lever is left out of the config record (it changes rounding only): each arm records it instead
-        options = {arm: (entry.get("generation_options") or {}) for arm, entry in arms.items()}
         if not arms:
             continue  # no arm has run yet: nothing records the lever, nothing contradicts the variant
         if any(key not in o for o in options.values()):

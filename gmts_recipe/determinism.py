@@ -82,12 +82,11 @@ def enable() -> None:
     """Deterministic algorithms (warn_only), cuBLAS's fixed workspace and the one-line reports, for this process.
     Raises ValueError (one line) where CUDA is already initialised without the cuBLAS setting, or it has another
     value; idempotent."""
+    prepare()
     value = os.environ.get(CUBLAS_VARIABLE)
-    if value is None:
-        if torch.cuda.is_initialized():
-            raise ValueError(f"deterministic_kernels needs {CUBLAS_VARIABLE}={CUBLAS_WORKSPACE} before the process's "
-                             f"first CUDA work, and CUDA is already initialised here: set it in the environment")
-        os.environ[CUBLAS_VARIABLE] = value = CUBLAS_WORKSPACE
+    if value is None:  # unset, and too late for prepare to set it
+        raise ValueError(f"deterministic_kernels needs {CUBLAS_VARIABLE}={CUBLAS_WORKSPACE} before the process's "
+                         f"first CUDA work, and CUDA is already initialised here: set it in the environment")
     if value not in DETERMINISTIC_CUBLAS:
         raise ValueError(f"deterministic_kernels: {CUBLAS_VARIABLE}={value!r} leaves cuBLAS nondeterministic; use "
                          f"{' or '.join(DETERMINISTIC_CUBLAS)}, or unset it")
