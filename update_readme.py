@@ -68,12 +68,25 @@ def _bracket(low: float | None, high: float | None, unit: str = "") -> str:
     return f"[{100 * low:+.1f}, {100 * high:+.1f}]" if not unit else f"[{100 * low:.1f}%, {100 * high:.1f}%]"
 
 
+def _label(comparison: str) -> str:
+    """'gmts - ets' as the tables name it: 'GMTS - ETS'."""
+    a, b = comparison.split(" - ")
+    return f"{SHORT[a]} - {SHORT[b]}"
+
+
+def _decision_rule(primary: dict) -> str:
+    from gmts_recipe.stats import signed
+
+    return (f"reproduced if the interval lies above {signed(primary['reproduced_above_points'])}, refuted if it lies "
+            f"below {signed(primary['refuted_below_points'])}")
+
+
 def headline(summary: dict, root: Path) -> str:
     """One table: each arm's pass@1 at the primary test's setting (mean over training seeds, Student's t interval of
     that mean), then the planned comparisons and each arm against GRPO (mean per-seed difference, t over seeds), with
     what the analysis plan makes of each; below it the primary test in one sentence."""
     from gmts_recipe.plots import seed_deltas, setting_scores
-    from gmts_recipe.stats import seed_t_interval, signed
+    from gmts_recipe.stats import seed_t_interval
 
     p = summary["primary"]
     scores = setting_scores(summary)
@@ -111,9 +124,7 @@ def headline(summary: dict, root: Path) -> str:
         elif (a, b) == primary:
             done = "" if p["decision"] != "interim" else f" ({len(p['seeds_done'])} of {len(p['seeds'])} seeds)"
             name, says = (f"**{SHORT[a]} - {SHORT[b]}** (primary test)",
-                          f"**{p['decision']}**{done}: reproduced if the interval lies above "
-                          f"{signed(p['reproduced_above_points'])}, refuted if it lies below "
-                          f"{signed(p['refuted_below_points'])}")
+                          f"**{p['decision']}**{done}: {_decision_rule(p)}")
         elif (a, b) in CONTROL:
             name, says = (f"{SHORT[a]} - {SHORT[b]} (control)",
                           f"read descriptively: {len(seeds)} seeds cannot test a gain of {_claimed_range()}")
@@ -122,7 +133,7 @@ def headline(summary: dict, root: Path) -> str:
         rows.append([f"| {name} | {_points(sum(deltas) / len(deltas))} | {_bracket(lo, hi)} | "
                      f"{len(seeds)} ({_span(seeds)}) | {says} |"])
     table = "\n".join(r[0] if len(r) == 1 else "\n".join(r) for r in rows)
-    test = f"{SHORT[primary[0]]} - {SHORT[primary[1]]}"
+    test = _label(p["comparison"])
     if p["delta"] is None:  # fewer than two of its seeds have run: no interval yet
         result = (f"{len(p['seeds_done'])} of its {len(p['seeds'])} seeds done: **{p['decision']}**, no interval "
                   f"before two")
@@ -141,13 +152,7 @@ def plan(summary: dict, root: Path) -> str:
     its own planned seeds that have run (sweep.json's primary and secondary entries), the same rows from the first
     seed to the last, so the README's block keeps its size; a table for a grid whose plan lists no secondary
     comparison has the primary row only."""
-    from gmts_recipe.stats import signed
-
     p = summary["primary"]
-
-    def label(comparison: str) -> str:
-        a, b = comparison.split(" - ")
-        return f"{SHORT[a]} - {SHORT[b]}"
 
     def cells(entry: dict) -> str:
         done, planned = entry["seeds_done"], entry["seeds"]
@@ -155,16 +160,15 @@ def plan(summary: dict, root: Path) -> str:
         interval = _bracket(entry["t_low"], entry["t_high"]) if entry["delta"] is not None else "- (from two seeds)"
         return f"{value} | {interval} | {len(done)} of {len(planned)} ({_span(planned)})"
 
-    rule = (f"reproduced if the interval lies above {signed(p['reproduced_above_points'])}, refuted if it lies below "
-            f"{signed(p['refuted_below_points'])}")
+    rule = _decision_rule(p)
     says = (f"**interim**: decided once all {len(p['seeds'])} have run; {rule}" if p["decision"] == "interim" else
             f"**{p['decision']}**: {rule}")
-    rows = ["| comparison (lr " + f"{p['learning_rate']:g}) | difference (points) | 95% interval, Student's t over "
-            "seeds | seeds done of planned | what the plan says |", "|---|---|---|---|---|",
-            f"| **{label(p['comparison'])}** (primary test) | {cells(p)} | {says} |"]
+    rows = [f"| comparison (lr {p['learning_rate']:g}) | difference (points) | 95% interval, Student's t over seeds | "
+            "seeds done of planned | what the plan says |", "|---|---|---|---|---|",
+            f"| **{_label(p['comparison'])}** (primary test) | {cells(p)} | {says} |"]
     for entry in summary.get("secondary", []):
         status = "interim: " if entry["status"] == "interim" else ""
-        rows.append(f"| {label(entry['comparison'])} (secondary) | {cells(entry)} | {status}its interval, no "
+        rows.append(f"| {_label(entry['comparison'])} (secondary) | {cells(entry)} | {status}its interval, no "
                     f"decision |")
     return "\n".join(rows) + "\n"
 
