@@ -49,21 +49,26 @@ OPTION = "fused_projections (generation_fused_projections)"  # how refusals name
 _INPUT_READS = ("dtype", "device")  # attributes of the input a forward may read: the fused product has the same
 
 
+def _layout(linears: list[torch.nn.Linear]) -> tuple:
+    """What a group's fused copy must match to be refilled in place: widths, input width, dtype, device, bias."""
+    first = linears[0]
+    return (tuple(lin.out_features for lin in linears), first.in_features, first.weight.dtype, first.weight.device,
+            first.bias is not None)
+
+
 class FusedLinear(torch.nn.Module):
     """One linear for a group of projections: weight (sum of N_i, K) and bias (sum of N_i,) or None, the group's
     weights concatenated along their outputs. Frozen copies, refilled by `fill` from the projections."""
 
     def __init__(self, linears: list[torch.nn.Linear]):
         super().__init__()
-        self.widths = tuple(lin.out_features for lin in linears)
+        self.layout = _layout(linears)  # of the projections it was built from (refilled only from the same layout)
+        self.widths = self.layout[0]
         self.input_name = ""  # the owner's forward's input parameter (`fused_projections` sets it)
         self.weight = torch.nn.Parameter(torch.cat([lin.weight.detach() for lin in linears]), requires_grad=False)
         bias = None if linears[0].bias is None else torch.cat([lin.bias.detach() for lin in linears])
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
         self.eval()
-
-    def layout(self) -> tuple:
-        return self.widths, tuple(self.weight.shape), self.weight.dtype, self.weight.device, self.bias is not None
 
     @torch.no_grad()
     def fill(self, linears: list[torch.nn.Linear]) -> None:
@@ -220,11 +225,8 @@ _FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _fused_linear(owner: torch.nn.Module, linears: list[torch.nn.Linear]) -> FusedLinear:
     """The owner's kept FusedLinear refilled with the projections' current weights, or a new one when there is none
     or the projections' layout changed."""
-    first, widths = linears[0], tuple(lin.out_features for lin in linears)
-    layout = (widths, (sum(widths), first.in_features), first.weight.dtype, first.weight.device,
-              first.bias is not None)
     kept = _FUSED.get(owner)
-    if kept is not None and kept.layout() == layout:
+    if kept is not None and kept.layout == _layout(linears):
         kept.fill(linears)
         return kept
     _FUSED[owner] = FusedLinear(linears)
