@@ -590,6 +590,9 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
     logs = [p for p in sorted((incoming / "logs").glob(f"{cell.name}-*.log")) if _log_is_new(p, root / "logs" / p.name)]
     appended = sum((root / "logs" / p.name).exists() for p in logs)
     copied = "".join(f"; {n} log(s) {how}" for n, how in ((len(logs) - appended, "copied"), (appended, "appended")) if n)
+    if not new["arms"]:  # a cell process stopped before its first arm ended: its results file holds the base only
+        return Merge(cell, None, logs, f"{cell.name}: no finished arm there (a run stopped before its first arm "
+                                       f"ended), nothing merged{copied}")
     if not added:
         return Merge(cell, None, logs, f"{cell.name}: unchanged{copied}")
     replaced = new["base"]["evals"] != kept

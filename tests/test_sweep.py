@@ -561,6 +561,22 @@ def test_merging_the_same_folder_again_changes_nothing(tmp_path, capsys):
                                                     ("paper-lr0.0001-s1", "paper-lr0.0002-s1", "paper-lr0.0001-s2")]
 
 
+def test_an_incoming_cell_without_a_finished_arm_merges_nothing_and_says_so(tmp_path, capsys):
+    """A cell process stopped during its first arm leaves a results file with the base only: the merge says so
+    rather than calling the cell unchanged, writes no cell, and still brings the log in."""
+    grid_path, local, incoming = trees(tmp_path)
+    path = incoming / "paper-lr0.0001-s2" / "results.json"
+    results = json.loads(path.read_text())
+    results["arms"] = {}
+    path.write_text(json.dumps(seal(results)))
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == ("[sweep] merge paper-lr0.0001-s2: no finished arm there (a run stopped before its first arm "
+                       "ended), nothing merged; 1 log(s) copied")
+    assert not (local / "paper-lr0.0001-s2").exists()
+    assert [p.name for p in (local / "logs").glob("paper-lr0.0001-s2-*.log")] != []
+
+
 def _other_arm(r: dict) -> None:
     r["arms"]["ets"]["train_log"][0]["loss"] = 1.0
 
