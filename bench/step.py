@@ -2,6 +2,7 @@
 
     python bench/step.py --config configs/qwen.yaml --gsm8k_path /root/m/gsm8k --steps 4 --out OUT   # one GPU
     python bench/step.py --small --out /tmp/step-small          # CPU: tiny random model, tiny shapes, seconds
+    python bench/step.py --compare OFF/step-profile.json ON/step-profile.json   # a lever off then on, as a table
 
 Every argument besides this script's own (--out, --steps, --arm, --small, --eval_first, --profile_tokens,
 --host_profile, --skip_guard_eval) is a recipe.py override,
@@ -938,11 +939,52 @@ def top_lines(p: dict) -> list[str]:
     return lines
 
 
+def _options(r: dict) -> dict:
+    return r["step"]["generation_options"]
+
+
+def compare(paths: list[str]) -> str:
+    """Step profiles of one config with one option changed each, as a markdown table: every row's options that differ
+    from the first file's, then the parts a lever can move. A lever is judged per token step (ms per token step, GPU
+    busy time and kernels per token step of the profiled decode): the median steps decoded other completions, so
+    their lengths (and the update's tokens) differ between runs."""
+    runs = [(Path(p).name, json.loads(Path(p).read_text(encoding="utf-8"))) for p in paths]
+    first = _options(runs[0][1])
+    lines = ["| file | options changed from the first row | median step (s) | generation (s) | training ms per token "
+             "step | GPU busy per token step (ms) | kernels per token step | forward (s) | backward (s) | "
+             "evaluation ms per token step | first step (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in runs:
+        s, per = r["step"], r["generation_profile"]["per_token_step"]
+        changed = ", ".join(f"{k} {v}" for k, v in sorted(_options(r).items()) if first.get(k) != v) or "-"
+        m = s["median_step"]
+        ev = r["eval"].get("ms_per_token_step")
+        lines.append(f"| {name} | {changed} | {s['total_s']:.2f} | {m['generation']:.3f} | "
+                     f"{s['generation']['ms_per_token_step']:.2f} | {per['gpu_busy_ms']:.2f} | {per['items']:.0f} | "
+                     f"{m['forward']:.3f} | {m['backward']:.3f} | {'-' if ev is None else f'{ev:.2f}'} | "
+                     f"{s['first_step_s']:.1f} |")
+    r0 = runs[0][1]
+    lines.append(f"\n{r0['device']}; torch {r0['versions']['torch']}; {r0['model']}, arm {r0['arm']}, "
+                 f"{r0['step']['rows']} rows per step; median over the steps after the first (which compiles); "
+                 "every part CUDA-synchronized at both ends.")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     import recipe
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--compare"]:
+        if len(argv) < 2:
+            print("step.py: --compare needs one or more step-profile.json files", file=sys.stderr)
+            return 2
+        missing = [p for p in argv[1:] if not Path(p).is_file()]
+        if missing:
+            print(f"step.py: --compare: no such file: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        print(compare(argv[1:]))
+        return 0
     try:
-        run(sys.argv[1:] if argv is None else argv)
+        run(argv)
     except recipe.RecipeError as err:
         print(f"step.py: {err}", file=sys.stderr)
         return 2

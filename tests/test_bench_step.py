@@ -186,3 +186,25 @@ def test_skip_guard_eval_enters_the_stance_only_for_shapes_that_compiled():
 def test_bench_only_options_are_off_by_default():
     args, _ = step.parse_args(["--out", "x"])
     assert args.host_profile is False and args.skip_guard_eval is False
+
+
+def test_compare_tabulates_each_profile_with_the_options_it_changed(small_run, tmp_path, capsys):
+    """--compare on the small run and a copy with one option flipped and its decode slower: one row each, the first
+    changes nothing, the second names the flipped option and carries its own per-token-step numbers."""
+    out, r = small_run
+    other = json.loads(json.dumps(r))
+    other["step"]["generation_options"]["deterministic_kernels"] = True
+    other["generation_profile"]["per_token_step"]["items"] = 1235.4
+    other["step"]["generation"]["ms_per_token_step"] = 5.0
+    (tmp_path / "det.json").write_text(json.dumps(other))
+    assert step.main(["--compare", str(out / "step-profile.json"), str(tmp_path / "det.json")]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]  # after the header
+    assert [row[0] for row in rows] == ["| step-profile.json", "| det.json"]
+    assert rows[0][1] == "-" and rows[1][1] == "deterministic_kernels True"
+    assert rows[1][4] == "5.00" and rows[1][6] == "1235"
+    assert rows[0][4] == f"{r['step']['generation']['ms_per_token_step']:.2f}"
+
+
+def test_compare_refuses_a_missing_file_in_one_line(tmp_path, capsys):
+    assert step.main(["--compare", str(tmp_path / "nowhere.json")]) == 2
+    assert capsys.readouterr().err == f"step.py: --compare: no such file: {tmp_path / 'nowhere.json'}\n"
