@@ -221,8 +221,8 @@ def levers(row: dict) -> str | None:
     (`training_compile`). Each of those columns adds its switch to the one before. The last column is the compiled
     decode loop with its decoder layers as nested compile regions (`generation_compile_regions`, training compile
     off): it adds its switch to the loop column, not to training compile. Other mixes (none measured) belong to no
-    column, nor does a row with `generation_fused_projections` (not measured on a GPU yet: no column until it is, so
-    that it enters no other column's median) or with `deterministic_kernels` (repeatability bought with time). Rows
+    column, nor does a row with `generation_fused_projections` (off in every config; measured against its own
+    run without it in bench/README.md's lever table, so that it enters no other column's median) or with `deterministic_kernels` (repeatability bought with time). Rows
     from before a switch existed ran with it off."""
     grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
         row.get("gradient_checkpointing", True)
@@ -230,7 +230,7 @@ def levers(row: dict) -> str | None:
     matmul = row.get("decode_kernel", "sdpa") != "sdpa"
     loop = row.get("decode_loop", "transformers") != "transformers"
     if row.get("fused_projections", False) or row.get("deterministic_kernels", False):
-        return None  # not measured on a GPU yet / slower by design (bench/determinism.py): no speed column
+        return None  # off in every config / slower by design (bench/determinism.py): no speed column
     if row.get("compile_regions", False):
         return "regions" if every_lever and matmul and loop and not row.get("training_compile", False) else None
     if row.get("training_compile", False):

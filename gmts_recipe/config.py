@@ -123,8 +123,8 @@ class GMTSConfig(GRPOConfig):
                           "generation call. For Qwen2/Llama-family attention and MLP modules (others refused); with a "
                           "LoRA adapter it needs generation_merge_adapter. Keeps a copy of those weights (~1.7 GB for "
                           "a 1.5B model in bf16) for the CUDA graph's fixed addresses. Same numbers on a CPU, maybe "
-                          "other bf16 rounding on a GPU. Not measured on a GPU yet (bench/step.py "
-                          "--generation_fused_projections true)."},
+                          "other bf16 rounding on a GPU. On one H200 (Qwen2.5-Coder-1.5B, 64 rows) the token step "
+                          "3.46 -> 3.12 ms, the training step 1.93 -> 1.85 s (bench/README.md)."},
     )
     sampling_noise: str = field(
         default="stream",
