@@ -1,0 +1,114 @@
+"""How long the test suites take: the wall times of `.ci/run` logs (a clean clone, installed from scratch), read back.
+
+    bash .ci/run 2>&1 | tee bench/logs/ci-run-DATE-COMMIT.log
+    python bench/ci_times.py --markdown bench/logs/ci-run-*.log     # one row per run: each phase, each suite's count
+    python bench/ci_times.py --readme bench/logs/ci-run-*.log       # the README's line on the unit suite's time
+
+`.ci/run` prints `== commit SHA, DATE, N cores` first and `== PHASE (after Ns)` as each phase starts; pytest's closing
+line ("898 passed, 7 deselected, 15 warnings in 404.16s") gives each suite's counts. Logs from before the header
+existed name their date and commit in the file name (ci-run-YYYY-MM-DD-SHA.log). A log whose run did not reach
+`== done` is refused: its phases are not a complete run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+HEADER = re.compile(r"^== commit (?P<commit>\S+), (?P<date>[^,]+), (?P<cores>\d+) cores")
+PHASE = re.compile(r"^== (?P<name>.+?) \(after (?P<after>\d+)s\)$")
+NAME = re.compile(r"ci-run-(?P<date>\d{4}-\d{2}-\d{2})-(?P<commit>[0-9a-f]{7,40})\.log$")
+PYTEST_END = re.compile(r"^(?:=+ )?(?P<counts>\d+ \w+(?:, \d+ \w+)*) in (?P<seconds>[\d.]+)s\b")
+SUITES = {"unit tests": "unit", "slow tests": "slow"}  # a phase name's start -> the suite it runs
+
+
+class CiLogError(ValueError):
+    """A log that is not a finished `.ci/run`."""
+
+
+def read_log(path: Path) -> dict:
+    """One `.ci/run` log: commit, date, cores, each phase's seconds, and each suite's counts and pytest seconds."""
+    text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    header = next((m for m in map(HEADER.match, text) if m), None)
+    named = NAME.search(path.name)
+    run = {"log": path.name, "commit": header["commit"] if header else named["commit"] if named else None,
+           "date": header["date"].strip() if header else named["date"] if named else None,
+           "cores": int(header["cores"]) if header else None, "phases": {}, "suites": {}}
+    marks: list[tuple[str, int]] = []
+    suite = None
+    for line in text:
+        if m := PHASE.match(line):
+            marks.append((m["name"], int(m["after"])))
+            suite = next((s for prefix, s in SUITES.items() if m["name"].startswith(prefix)), None)
+        elif suite is not None and (m := PYTEST_END.match(line.strip())):
+            counts = {w.rstrip("s"): int(n) for n, w in (c.split(" ", 1) for c in m["counts"].split(", "))}
+            run["suites"][suite] = {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0),
+                                    "errors": counts.get("error", 0), "seconds": float(m["seconds"])}
+    if not marks or marks[-1][0] != "done":
+        raise CiLogError(f"{path}: no '== done' line: not a finished .ci/run")
+    for (name, start), (_, end) in zip(marks, marks[1:]):
+        run["phases"][name.split(" (")[0].split(":")[0]] = end - start
+    run["total_s"] = marks[-1][1]
+    missing = [s for s in SUITES.values() if s not in run["suites"]]
+    if missing:
+        raise CiLogError(f"{path}: no pytest summary for the {', '.join(missing)} tests")
+    return run
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f}"
+
+
+def _suite(s: dict) -> str:
+    bad = "".join(f", {s[k]} {k}" for k in ("failed", "errors") if s[k])
+    return f"{s['passed']} passed{bad} in {_minutes(s['seconds'])} min"
+
+
+def markdown(runs: list[dict]) -> str:
+    lines = ["| log | commit | date | cores | install (min) | unit tests | slow tests (-m slow) | smoke run (min) | "
+             "total (min) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        p = r["phases"]
+        lines.append(f"| {r['log']} | {r['commit'] or '-'} | {r['date'] or '-'} | {r['cores'] or '-'} | "
+                     f"{_minutes(p.get('install', 0))} | {_suite(r['suites']['unit'])} | {_suite(r['suites']['slow'])} "
+                     f"| {_minutes(p.get('smoke run', 0))} | {_minutes(r['total_s'])} |")
+    return "\n".join(lines)
+
+
+def readme(runs: list[dict]) -> str:
+    """The README's sentence: the unit suite's time over the runs given, with its test count, and any failure."""
+    unit = [r["suites"]["unit"] for r in runs]
+    low, high = min(s["seconds"] for s in unit), max(s["seconds"] for s in unit)
+    span = _minutes(low) if _minutes(low) == _minutes(high) else f"{_minutes(low)}-{_minutes(high)}"
+    counts = sorted({s["passed"] for s in unit})
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    failed = sum(s["failed"] + s["errors"] for s in unit)
+    cores = sorted({r["cores"] for r in runs if r["cores"]})
+    dates = sorted({r["date"][:10] for r in runs if r["date"]})
+    return (f"`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): {span} min for "
+            f"{n} tests{' on ' + '/'.join(map(str, cores)) + ' cores' if cores else ''}, "
+            f"{'none failing' if not failed else f'{failed} failing'}, over {len(runs)} `.ci/run`s on clean clones"
+            f"{' (' + ', '.join(dates) + ')' if dates else ''}; every phase in "
+            f"[bench/README.md](bench/README.md#the-test-suites-time).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--markdown", action="store_true", help="one table row per log")
+    what.add_argument("--readme", action="store_true", help="the README's sentence on the unit suite's time")
+    ap.add_argument("logs", nargs="+", type=Path, help="logs of `bash .ci/run` (stdout and stderr)")
+    args = ap.parse_args(argv)
+    try:
+        runs = [read_log(p) for p in args.logs]
+    except (OSError, CiLogError) as e:
+        print(f"ci_times.py: {e}", file=sys.stderr)
+        return 2
+    print(markdown(runs) if args.markdown else readme(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""bench/ci_times.py on hand-written `.ci/run` logs: phases, suite counts and the README's sentence, exactly."""
+
+import pytest
+
+from bench_scripts import load_bench
+
+ci_times = load_bench("ci_times", "bench_ci_times")
+
+LOG = """== commit 1a2b3c4, 2026-12-02 03:10 UTC, 2 cores
+== install (after 10s)
+== unit tests: python -m pytest -q (after 100s)
+........................................................................ [ 50%]
+{unit}
+== slow tests (-m slow: the end-to-end runs) (after 610s)
+7 passed, 900 deselected, 14 warnings in 120.50s (0:02:00)
+== smoke run (every stage, offline model, CPU) (after 740s)
+[recipe] smoke: done
+== done (after 1000s)
+"""
+PASSING = "900 passed, 7 deselected, 15 warnings in 480.00s (0:08:00)"
+FAILING = "2 failed, 898 passed, 7 deselected, 15 warnings in 540.00s (0:09:00)"
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_log_gives_its_header_each_phase_and_each_suite(tmp_path):
+    run = ci_times.read_log(write(tmp_path, "a.log", LOG.format(unit=PASSING)))
+    assert (run["commit"], run["date"], run["cores"], run["total_s"]) == ("1a2b3c4", "2026-12-02 03:10 UTC", 2, 1000)
+    assert run["phases"] == {"install": 90, "unit tests": 510, "slow tests": 130, "smoke run": 260}
+    assert run["suites"] == {"unit": {"passed": 900, "failed": 0, "errors": 0, "seconds": 480.0},
+                             "slow": {"passed": 7, "failed": 0, "errors": 0, "seconds": 120.5}}
+
+
+def test_a_log_without_the_header_takes_date_and_commit_from_its_name(tmp_path):
+    text = "\n".join(LOG.format(unit=PASSING).splitlines()[1:])
+    run = ci_times.read_log(write(tmp_path, "ci-run-2026-12-01-bed9889.log", text))
+    assert (run["commit"], run["date"], run["cores"]) == ("bed9889", "2026-12-01", None)
+
+
+def test_the_table_and_the_readme_sentence_say_the_span_the_count_and_the_failures(tmp_path, capsys):
+    a = write(tmp_path, "a.log", LOG.format(unit=PASSING))
+    b = write(tmp_path, "b.log", LOG.format(unit=FAILING))
+    assert ci_times.main(["--readme", str(a), str(b)]) == 0
+    assert capsys.readouterr().out == (
+        "`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): 8.0-9.0 min for "
+        "898-900 tests on 2 cores, 2 failing, over 2 `.ci/run`s on clean clones (2026-12-02); every phase in "
+        "[bench/README.md](bench/README.md#the-test-suites-time).\n")
+    assert ci_times.main(["--markdown", str(a), str(b)]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert rows == ["| a.log | 1a2b3c4 | 2026-12-02 03:10 UTC | 2 | 1.5 | 900 passed in 8.0 min | 7 passed in 2.0 min "
+                    "| 4.3 | 16.7 |",
+                    "| b.log | 1a2b3c4 | 2026-12-02 03:10 UTC | 2 | 1.5 | 898 passed, 2 failed in 9.0 min | 7 passed in "
+                    "2.0 min | 4.3 | 16.7 |"]
+
+
+@pytest.mark.parametrize("text, reason", [
+    (LOG.format(unit=PASSING).replace("== done (after 1000s)\n", ""), "no '== done' line"),
+    (LOG.format(unit="FAILED tests/test_x.py::test_y"), "no pytest summary for the unit tests"),
+])
+def test_an_unfinished_log_is_refused_in_one_line(tmp_path, capsys, text, reason):
+    path = write(tmp_path, "c.log", text)
+    assert ci_times.main(["--readme", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ci_times.py: {path}: {reason}") and len(err.splitlines()) == 1
