@@ -4,7 +4,7 @@ with one sealed summary that `check.py` verifies cell by cell.
     python sweep.py configs/sweeps/qwen.yaml                      # run what is missing, then summarize
     python sweep.py configs/sweeps/qwen.yaml --gpus 0,1           # one worker per GPU, cells from one queue
     python sweep.py configs/sweeps/qwen.yaml --only lr-sweep      # one block of the grid (or several: a,b)
-    python sweep.py configs/sweeps/qwen.yaml --plan               # print the jobs, run nothing
+    python sweep.py configs/sweeps/qwen.yaml --plan               # print the jobs and their GPU time, run nothing
     python sweep.py configs/sweeps/qwen.yaml --summarize          # only (re)write sweep.json and sweep.png
     python sweep.py configs/sweeps/qwen.yaml --base               # only the base evaluations (shared by all cells)
     python sweep.py configs/sweeps/qwen.yaml -- --gsm8k_path DIR  # anything after -- goes to every recipe.py call
@@ -42,7 +42,8 @@ the same recipe.py command in a temporary folder of a copy of this tree, with th
 first) shipped in, and ships the cell's files back; they enter the grid only through --merge's checks, written file by
 file atomically, so a failed, preempted or refused task (retried --retries times) leaves no half-written cell. Every
 cell process, local or Ray, appends one line to <sweep folder>/logs/timing.jsonl (cell, arms, gpu, workers_on_gpu,
-start, end, exit_code, host): cells per GPU-hour from committed files.
+start, end, exit_code, host): cells per GPU-hour from committed files; --merge brings a merged cell's lines with it,
+and --plan estimates the jobs left from them (per arm: a grid's cells may run 4 arms, then 2).
 """
 
 from __future__ import annotations
@@ -310,19 +311,39 @@ def shares_gpus(workers: list[str | None]) -> bool:
     return len(ids) != len(set(ids))
 
 
-def time_left(mean_s: float, running_s: list[float], queued: int, slots: int) -> float:
-    """Seconds until the last cell process ends, if each takes `mean_s` (the finished ones' mean): the running ones
-    (seconds they have run) end when they reach it, and each queued one takes the first slot that frees. Cells run
-    `slots` at a time, so the work left divided by one worker's pace would overstate it `slots`-fold."""
-    free = sorted([max(0.0, mean_s - r) for r in running_s] + [0.0] * max(0, slots - len(running_s)))
+def time_left(arm_s: float, running: list[tuple[float, int]], queued: list[int], slots: int) -> float:
+    """Seconds until the last cell process ends, if each takes `arm_s` per arm (the finished processes' seconds over
+    their arms: a grid's cells may run 4 arms, then 2): the running ones ((seconds run, arms)) end when they reach
+    theirs, and each queued one (its arms) takes the first slot that frees. Cells run `slots` at a time, so the work
+    left divided by one worker's pace would overstate it `slots`-fold."""
+    free = sorted([max(0.0, arms * arm_s - r) for r, arms in running] + [0.0] * max(0, slots - len(running)))
     if not free:
         return 0.0 if not queued else float("inf")
-    end = max(free) if running_s else 0.0
-    for _ in range(queued):
-        t = heapq.heappop(free) + mean_s
+    end = max(free) if running else 0.0
+    for arms in queued:
+        t = heapq.heappop(free) + arms * arm_s
         heapq.heappush(free, t)
         end = max(end, t)
     return end
+
+
+def recorded_pace(log_dir: Path) -> tuple[float, int] | None:
+    """(seconds per arm, arm-runs) of the cell processes in logs/timing.jsonl that trained arms, ended well and had
+    their GPU to themselves; None where there are none. What `--plan` estimates the jobs left from."""
+    seconds = arms = 0
+    try:
+        lines = (log_dir / TIMING).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            t = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if t.get("exit_code") == 0 and t.get("arms") and t["arms"] != ["base"] and t.get("workers_on_gpu") == 1:
+            seconds += t["end"] - t["start"]
+            arms += len(t["arms"])
+    return (seconds / arms, arms) if arms else None
 
 
 def expand_workers(gpus: list[str], runs_per_gpu: int = 1) -> list[str | None]:
@@ -368,8 +389,8 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
         pending.put(unit)
     lock = threading.Lock()
     total, done = len(todo), [0]
-    took: list[float] = []  # seconds of each finished cell process
-    running: dict[int, float] = {}  # worker thread -> start time of the cell process it runs
+    took: list[tuple[float, int]] = []  # (seconds, arms) of each finished cell process
+    running: dict[int, tuple[float, int]] = {}  # worker thread -> (start time, arms) of the cell process it runs
 
     def launch(cell: Cell, arms: tuple[str, ...], gpu: str | None) -> int:
         env = dict(os.environ)
@@ -399,15 +420,16 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 return
             t0 = time.time()
             with lock:
-                running[threading.get_ident()] = t0
+                running[threading.get_ident()] = (t0, len(arms))
             code = launch(cell, arms, gpu)
             with lock:
                 del running[threading.get_ident()]
                 done[0] += len(arms)
-                took.append(time.time() - t0)
+                took.append((time.time() - t0, len(arms)))
                 now = time.time()
-                eta = time_left(sum(took) / len(took), [now - r for r in running.values()], pending.qsize(),
-                                len(workers))
+                eta = time_left(sum(t for t, _ in took) / sum(n for _, n in took),
+                                [(now - r, n) for r, n in running.values()],
+                                [len(a) for _, a in list(pending.queue)], len(workers))
                 status = "ok" if code == 0 else f"FAILED (exit {code})"
                 print(f"[sweep] {done[0]}/{total} {cell.name} {','.join(arms)} on gpu {gpu}: {status}, "
                       f"{(time.time() - t0) / 60:.1f} min; about {eta / 60:.0f} min left", flush=True)
@@ -525,6 +547,7 @@ class Merge:
     logs: list[Path]
     line: str
     samples: list[tuple[Path, Path]] = field(default_factory=list)  # (incoming file, where it goes here)
+    timing: list[str] = field(default_factory=list)  # the incoming cell's lines of logs/timing.jsonl new here
 
 
 def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
@@ -607,9 +630,31 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
     except ResultsError as e:
         raise refuse(f"the merged cell does not verify: {e}") from None
     samples = _merge_samples(merged, incoming / cell.name, root / cell.name, refuse)
+    timing = _timing_lines(incoming / "logs" / TIMING, cell, root / "logs" / TIMING)
+    if timing:
+        copied += f"; {len(timing)} timing line(s)"
     base = (f"base replaced by the {source} (incoming pass@1 "
             f"{', '.join(f'{p:.4f}' for p in entry['replaced_base_pass@1'])})" if replaced else f"base kept ({source})")
-    return Merge(cell, merged, logs, f"{cell.name}: added arm(s) {', '.join(added)}; {base}{copied}", samples)
+    return Merge(cell, merged, logs, f"{cell.name}: added arm(s) {', '.join(added)}; {base}{copied}", samples, timing)
+
+
+def _timing_lines(incoming: Path, cell: Cell, local: Path) -> list[str]:
+    """The incoming lines of logs/timing.jsonl about `cell` that the local file does not hold yet: a merged cell keeps
+    the record of how long its processes ran, and where (`recorded_pace` reads it)."""
+    try:
+        lines = incoming.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    have = set(local.read_text(encoding="utf-8").splitlines()) if local.is_file() else set()
+    out = []
+    for line in lines:
+        try:
+            ours = json.loads(line).get("cell") == cell.name
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if ours and line not in have and line not in out:
+            out.append(line)
+    return out
 
 
 def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tuple[Path, Path]]:
@@ -650,6 +695,10 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
             (root / m.cell.name).mkdir(parents=True, exist_ok=True)
             write_json(root / m.cell.name / "results.json", m.results)  # atomic: the cell is the old or the new one
             plot_run(m.results, root / m.cell.name / "curves.png")
+        if m.timing:  # after the results file: a line never describes a cell that is not here
+            (root / "logs").mkdir(parents=True, exist_ok=True)
+            with open(root / "logs" / TIMING, "a", encoding="utf-8") as out:
+                out.write("".join(line + "\n" for line in m.timing))
         for log in m.logs:
             target = root / "logs" / log.name
             if target.exists():  # as a resumed local sweep does: the new run's log after the old one, nothing lost
@@ -891,7 +940,7 @@ def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bo
         pending = list(refs)
         slots = max(1, int((gpus * runs_per_gpu) if gpus else ray.cluster_resources().get("CPU", 1)))
         begun = [time.time()] * min(slots, len(pending))  # start times: a task starts when a slot frees
-        took: list[float] = []
+        took: list[tuple[float, int]] = []  # (seconds, arms) of each finished task
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             cell, arms = refs[ready[0]]
@@ -908,10 +957,12 @@ def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bo
             done += 1
             now = time.time()
             begun.sort()
-            took.append(now - begun.pop(0))  # the earliest started ends first, as far as the driver can tell
+            took.append((now - begun.pop(0), len(arms)))  # the earliest started ends first, as far as we can tell
             if done + len(begun) < len(units):
                 begun.append(now)
-            eta = time_left(sum(took) / len(took), [now - b for b in begun], len(units) - done - len(begun), slots)
+            left = [len(refs[r][1]) for r in pending]  # in submission order: the first len(begun) are running
+            eta = time_left(sum(t for t, _ in took) / sum(n for _, n in took),
+                            list(zip((now - b for b in sorted(begun)), left)), left[len(begun):], slots)
             print(f"[sweep] {done}/{len(units)} {cell.name} {','.join(arms)}: {status}; about {eta / 60:.0f} min "
                   f"left", flush=True)
         return failed
@@ -1361,7 +1412,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "for another worker on that GPU (default: one worker)")
     ap.add_argument("--only", default=None, help="run only the block of this name (comma-separated: these blocks, "
                                                  "in the grid's order)")
-    ap.add_argument("--plan", action="store_true", help="print the jobs still to run and exit")
+    ap.add_argument("--plan", action="store_true", help="print the jobs still to run, with the GPU time they take "
+                                                      "at the pace in logs/timing.jsonl, and exit")
     ap.add_argument("--summarize", action="store_true", help="only write sweep.json and sweep.png")
     ap.add_argument("--base", action="store_true", help="only the base evaluations (cached for every cell)")
     ap.add_argument("--merge", default=None, metavar="DIR", help="bring in the cells of another tree's sweep folder "
@@ -1401,7 +1453,11 @@ def main(argv: list[str] | None = None) -> int:
             todo = jobs(grid, args.only)
             for cell, arm in todo:
                 print(f"{cell.name:40s} {arm}")
-            print(f"[sweep] {len(todo)} job(s) to run")
+            pace = recorded_pace(Path(grid.results_dir) / grid.name / "logs")
+            estimate = "" if not todo or pace is None else (
+                f"; about {len(todo) * pace[0] / 60:.0f} GPU-min at the pace of logs/{TIMING} ({pace[1]} arm-runs "
+                f"alone on their GPU, {pace[0] / 60:.1f} min each with their cell's startup)")
+            print(f"[sweep] {len(todo)} job(s) to run{estimate}")
             return 0
         if args.merge is not None:
             for line in merge(grid, Path(args.merge)):

@@ -907,15 +907,70 @@ def test_an_address_where_no_ray_head_answers_is_one_line(tmp_path, capsys):
 
 
 def test_time_left_counts_cells_running_at_once():
-    # four slots, four cells running for 10 of their 11 minutes, nothing queued: about a minute, not 3 x 11
-    assert sweep.time_left(660.0, [600.0] * 3, 0, 4) == pytest.approx(60.0)
+    # four slots, four cells of one arm running for 10 of their 11 minutes, nothing queued: about a minute, not 3 x 11
+    assert sweep.time_left(660.0, [(600.0, 1)] * 3, [], 4) == pytest.approx(60.0)
     # one slot: the work left, one cell after another
-    assert sweep.time_left(100.0, [40.0], 3, 1) == pytest.approx(60.0 + 300.0)
+    assert sweep.time_left(100.0, [(40.0, 1)], [1, 1, 1], 1) == pytest.approx(60.0 + 300.0)
     # two slots, two queued behind two running: each queued one takes the first slot that frees
-    assert sweep.time_left(100.0, [90.0, 20.0], 2, 2) == pytest.approx(180.0)  # slots free at 10 and 80: ends 110, 180
-    # a running cell past the mean is taken to end now; idle slots start queued cells at once
-    assert sweep.time_left(100.0, [150.0], 2, 4) == pytest.approx(100.0)
-    assert sweep.time_left(100.0, [], 0, 4) == 0.0
+    assert sweep.time_left(100.0, [(90.0, 1), (20.0, 1)], [1, 1], 2) == pytest.approx(180.0)  # free at 10, 80
+    # a running cell past its time is taken to end now; idle slots start queued cells at once
+    assert sweep.time_left(100.0, [(150.0, 1)], [1, 1], 4) == pytest.approx(100.0)
+    assert sweep.time_left(100.0, [], [], 4) == 0.0
+
+
+def test_time_left_scales_each_cell_by_its_arms():
+    """A grid whose first cells run four arms and the rest two (the confirmatory grid): per arm, not per process, or
+    the estimate doubles. One slot, 100 s per arm: a 4-arm cell 50 s in, then 4-, 2- and 2-arm cells."""
+    assert sweep.time_left(100.0, [(50.0, 4)], [4, 2, 2], 1) == pytest.approx(350.0 + 400.0 + 200.0 + 200.0)
+    # two slots free at 400 and 200: the first queued 2-arm cell ends at 400, the second at 600
+    assert sweep.time_left(100.0, [(0.0, 4), (0.0, 2)], [2, 2], 2) == pytest.approx(600.0)
+
+
+def _timing(log_dir: Path, *rows: dict) -> None:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / "timing.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _row(cell: str, arms: list[str], seconds: float, workers: int = 1, code: int = 0) -> dict:
+    return {"cell": cell, "arms": arms, "gpu": "0", "workers_on_gpu": workers, "start": 1000.0,
+            "end": 1000.0 + seconds, "exit_code": code, "host": "h"}
+
+
+def test_recorded_pace_is_seconds_per_arm_of_the_alone_processes_that_trained(tmp_path):
+    _timing(tmp_path, _row("c-s1", ["base"], 20.0), _row("c-s1", ["ets", "gmts", "ets_nz", "grpo"], 520.0),
+            _row("c-s2", ["ets", "gmts"], 280.0), _row("c-s3", ["ets", "gmts"], 900.0, workers=2),
+            _row("c-s4", ["ets"], 5.0, code=1))
+    assert sweep.recorded_pace(tmp_path) == (pytest.approx(800.0 / 6), 6)
+    assert sweep.recorded_pace(tmp_path / "nowhere") is None
+
+
+def test_plan_estimates_the_jobs_left_from_the_recorded_pace(tmp_path, capsys):
+    grid_path, local, _ = trees(tmp_path)
+    assert sweep.main([str(grid_path), "--plan"]) == 0
+    without = capsys.readouterr().out.splitlines()[-1]
+    n = int(without.split()[1])
+    assert without == f"[sweep] {n} job(s) to run"
+    _timing(local / "logs", _row("paper-lr0.0001-s1", ["ets"], 120.0))
+    assert sweep.main([str(grid_path), "--plan"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"[sweep] {n} job(s) to run; about {2 * n:.0f} GPU-min at the pace of logs/timing.jsonl (1 arm-runs alone on "
+        "their GPU, 2.0 min each with their cell's startup)")
+
+
+def test_merge_brings_the_merged_cells_timing_lines_once(tmp_path, capsys):
+    grid_path, local, incoming = trees(tmp_path)
+    _timing(local / "logs", _row("paper-lr0.0001-s1", ["ets"], 100.0))
+    _timing(incoming / "logs", _row("paper-lr0.0001-s1", ["ets"], 100.0), _row("paper-lr0.0001-s1", ["gmts"], 90.0),
+            _row("paper-lr0.0001-s2", ["ets", "gmts"], 200.0), _row("paper-lr0.0001-s20", ["ets"], 50.0))
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("; 1 timing line(s)") and "paper-lr0.0001-s2: added" in out[2]
+    assert out[2].endswith("; 1 timing line(s)") and "timing" not in out[1]
+    lines = (local / "logs" / "timing.jsonl").read_text().splitlines()
+    assert [(json.loads(x)["cell"], json.loads(x)["arms"]) for x in lines] == [
+        ("paper-lr0.0001-s1", ["ets"]), ("paper-lr0.0001-s1", ["gmts"]), ("paper-lr0.0001-s2", ["ets", "gmts"])]
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0  # again: nothing new
+    assert (local / "logs" / "timing.jsonl").read_text().splitlines() == lines
 
 
 # ---------------------------------------------------------------- a variant's speed lever is recorded per arm
