@@ -15,9 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TOP_LEVEL = {"gmts_recipe", "gmts_trainer"}
 # Built from a copy of the clone without its data and build outputs: setuptools' build/ folder in the clone would keep
-# a module deleted since and put it in the next wheel.
+# a module deleted since and put it in the next wheel. In a git checkout only what git tracks or would (a clone may
+# hold large untracked folders: runs, model files, environments); elsewhere everything but these.
 NOT_COPIED = shutil.ignore_patterns(".git", "results", "bench", "runs", "cache", "build", "dist", "*.egg-info",
                                     "__pycache__", ".pytest_cache", ".hypothesis", ".venv", "venv")
+DATA = {"results", "bench", "runs", "cache", "build", "dist"}  # top-level folders the wheel never needs
 # Run in a fresh interpreter from another directory, with only the installed copy on the path: import the package
 # (no torch yet), the trainer, and every module of the package; print where each came from.
 IMPORT_ALL = """
@@ -40,10 +42,24 @@ def pip(*args: str) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def copy_clone(clone: Path) -> None:
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True)
+    if listed.returncode != 0:  # not a git checkout (an unpacked archive)
+        shutil.copytree(ROOT, clone, ignore=NOT_COPIED)
+        return
+    for rel in filter(None, listed.stdout.decode().split("\0")):
+        source = ROOT / rel
+        if Path(rel).parts[0] in DATA or not source.is_file():  # data, or tracked but deleted in the work tree
+            continue
+        (clone / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, clone / rel)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     clone = tmp_path_factory.mktemp("clone") / "gmts"
-    shutil.copytree(ROOT, clone, ignore=NOT_COPIED)
+    copy_clone(clone)
     out = tmp_path_factory.mktemp("wheel")
     pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(out), str(clone))
     (path,) = out.glob("*.whl")
