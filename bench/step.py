@@ -943,16 +943,32 @@ def _options(r: dict) -> dict:
     return r["step"]["generation_options"]
 
 
+def _completion_lengths(r: dict) -> list[float | None]:
+    return [(step.get("generation_info") or {}).get("completion_tokens_mean") for step in r["step"]["steps"]]
+
+
+def _same_lengths(these: list, first: list) -> str:
+    """How many steps decoded completions of the first run's mean length, to the last digit: the same seed and
+    batches, so a lever that changes no sampled token keeps every step's length; one that changes rounding parts the
+    runs within a step or two. Equal lengths are evidence of the same tokens, not proof of bit-equal records."""
+    steps = min(len(these), len(first))
+    same = sum(a is not None and a == b for a, b in zip(these, first))
+    return f"{same} of {steps}"
+
+
 def compare(paths: list[str]) -> str:
     """Step profiles of one config with one option changed each, as a markdown table: every row's options that differ
     from the first file's, then the parts a lever can move. A lever is judged per token step (ms per token step, GPU
-    busy time and kernels per token step of the profiled decode): the median steps decoded other completions, so
-    their lengths (and the update's tokens) differ between runs."""
+    busy time and kernels per token step of the profiled decode): the median step of each run may be another step,
+    of other completion lengths. The last column compares every step's mean completion length with the first run's
+    (the same seed: equal lengths at every step say the lever changed no sampled token, most likely)."""
     runs = [(Path(p).name, json.loads(Path(p).read_text(encoding="utf-8"))) for p in paths]
     first = _options(runs[0][1])
+    lengths = _completion_lengths(runs[0][1])
     lines = ["| file | options changed from the first row | median step (s) | generation (s) | training ms per token "
              "step | GPU busy per token step (ms) | kernels per token step | forward (s) | backward (s) | "
-             "evaluation ms per token step | first step (s) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "evaluation ms per token step | first step (s) | steps whose mean completion length is the first row's |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in runs:
         s, per = r["step"], r["generation_profile"]["per_token_step"]
         changed = ", ".join(f"{k} {v}" for k, v in sorted(_options(r).items()) if first.get(k) != v) or "-"
@@ -961,7 +977,7 @@ def compare(paths: list[str]) -> str:
         lines.append(f"| {name} | {changed} | {s['total_s']:.2f} | {m['generation']:.3f} | "
                      f"{s['generation']['ms_per_token_step']:.2f} | {per['gpu_busy_ms']:.2f} | {per['items']:.0f} | "
                      f"{m['forward']:.3f} | {m['backward']:.3f} | {'-' if ev is None else f'{ev:.2f}'} | "
-                     f"{s['first_step_s']:.1f} |")
+                     f"{s['first_step_s']:.1f} | {_same_lengths(_completion_lengths(r), lengths)} |")
     r0 = runs[0][1]
     lines.append(f"\n{r0['device']}; torch {r0['versions']['torch']}; {r0['model']}, arm {r0['arm']}, "
                  f"{r0['step']['rows']} rows per step; median over the steps after the first (which compiles); "

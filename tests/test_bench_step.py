@@ -196,6 +196,7 @@ def test_compare_tabulates_each_profile_with_the_options_it_changed(small_run, t
     other["step"]["generation_options"]["deterministic_kernels"] = True
     other["generation_profile"]["per_token_step"]["items"] = 1235.4
     other["step"]["generation"]["ms_per_token_step"] = 5.0
+    other["step"]["steps"][-1]["generation_info"]["completion_tokens_mean"] += 1.0  # its last step decoded otherwise
     (tmp_path / "det.json").write_text(json.dumps(other))
     assert step.main(["--compare", str(out / "step-profile.json"), str(tmp_path / "det.json")]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]  # after the header
@@ -203,6 +204,8 @@ def test_compare_tabulates_each_profile_with_the_options_it_changed(small_run, t
     assert rows[0][1] == "-" and rows[1][1] == "deterministic_kernels True"
     assert rows[1][4] == "5.00" and rows[1][6] == "1235"
     assert rows[0][4] == f"{r['step']['generation']['ms_per_token_step']:.2f}"
+    n = len(r["step"]["steps"])
+    assert (rows[0][-1], rows[1][-1]) == (f"{n} of {n} |", f"{n - 1} of {n} |")
 
 
 def test_compare_refuses_a_missing_file_in_one_line(tmp_path, capsys):
