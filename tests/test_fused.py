@@ -216,7 +216,7 @@ def test_a_model_it_cannot_fuse_exactly_or_an_other_path_is_refused_in_one_line(
 def test_the_trainers_rollouts_and_the_evaluation_are_the_same_with_the_projections_fused(tmp_path, monkeypatch):
     """The switch reaches the trainer's generation (with_decode_loop) and every evaluation (Run._evaluate ->
     evaluate_pass_at_1 -> generate_samples); it is not in the config hash (the same numbers up to rounding), it is
-    recorded with the arm's generation options, and configs/paper.yaml leaves it off (its seeds keep their rounding). A
+    recorded with the arm's generation options, and configs/paper.yaml leaves it off (not shown bit-identical on a GPU yet). A
     training batch's rollouts with it on equal those with it off at the same seed, and the trainer's model is the
     original afterwards."""
     import recipe

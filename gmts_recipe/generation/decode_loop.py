@@ -107,7 +107,8 @@ took 5.42 GPU-minutes instead of 5.84; on a warm cache 4.93 against 4.98. The to
 Fused projections (`fused_projections=True`, the trainer's `generation_fused_projections`; off in configs/paper.yaml):
 each decoder layer's q/k/v projections as one matrix product and gate/up as one, inside the view (fused.py says how
 and why: small-M GEMMs on an H200 cost their latency, not their weight reads). The same numbers on the CPU in
-float32; on an H200 at 64 rows the token step 3.46 -> 3.12 ms, other bf16 rounding (bench/step-profile-h200-confirm-*).
+float32; on an H200 at 64 rows the token step 3.46 -> 3.12 ms, and every training step of 6 decoded completions of
+the same mean length as without it (bench/step-profile-h200-confirm-*: most likely the same tokens).
 
 Measured on an H200 (Qwen2.5-Coder-1.5B): 1.13x against generate at 64 rows, 1.10x at 880 with pass@1 0.336
 against 0.318 (bench/decode-loop-*-h200.json); in the training step generation 1.02 -> 0.85 s
