@@ -360,16 +360,22 @@ def _assert_compiled_matches_eager(tok, model, prompts: list[str], backend, **op
     torch.testing.assert_close(entropy, eager_entropy)
 
 
+def counting_backend(monkeypatch) -> tuple[list, object]:
+    """A compile backend (dynamo and AOT autograd, aot_eager) that keeps every graph it is given, and the compiled
+    step's cache emptied, so each test counts its own compilations."""
+    from torch._dynamo.backends.debugging import aot_eager
+
+    graphs: list = []
+    monkeypatch.setattr(decode_loop, "_COMPILED", {})
+    torch._dynamo.reset()
+    return graphs, lambda gm, inputs: graphs.append(gm) or aot_eager(gm, inputs)
+
+
 def test_one_graph_for_every_number_of_rows_with_the_tokens_and_entropy_of_eager(tiny, monkeypatch):
     """The rows are the step's one symbolic dim: compiled (dynamo and AOT autograd, backend aot_eager) at 12 rows, the
     step serves 6 rows with no second compilation (before: one graph per number of rows), and at both sizes the
     tokens and the entropy equal eager's at the same seed: the symbolic batch computes what the static one did."""
-    from torch._dynamo.backends.debugging import aot_eager
-
-    graphs = []
-    counting = lambda gm, inputs: graphs.append(gm) or aot_eager(gm, inputs)  # noqa: E731
-    monkeypatch.setattr(decode_loop, "_COMPILED", {})
-    torch._dynamo.reset()
+    graphs, counting = counting_backend(monkeypatch)
     tok, model = tiny
     for prompts in (grouped(RAGGED, 2), RAGGED):
         _assert_compiled_matches_eager(tok, model, prompts, counting)
@@ -438,14 +444,9 @@ def test_compile_regions_trace_one_layer_subgraph_for_every_layer_with_the_token
     same seed. The rows are static there: 12 then 6 rows compile twice, 12 rows again not."""
     import contextlib
 
-    from torch._dynamo.backends.debugging import aot_eager
-
     from gmts_recipe.generation.attention import grouped_query_attention
 
-    graphs = []
-    counting = lambda gm, inputs: graphs.append(gm) or aot_eager(gm, inputs)  # noqa: E731
-    monkeypatch.setattr(decode_loop, "_COMPILED", {})
-    torch._dynamo.reset()
+    graphs, counting = counting_backend(monkeypatch)
     tok = tiny_tokenizer()
     model = sharpen(tiny_model(tok, layers=4).eval())
     stack = contextlib.ExitStack()

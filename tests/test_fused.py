@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 import torch
-from test_decode_loop import RAGGED, grouped, sharpen, trained_peft_model
+from test_decode_loop import RAGGED, counting_backend, grouped, sharpen, trained_peft_model
 from tiny import tiny_model, tiny_tokenizer
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -88,12 +88,7 @@ def test_the_compiled_step_traces_the_fused_projections_in_one_graph_with_the_to
     the fused step samples eager's tokens and entropy; a second call of the same shape, after the weights changed
     (a training step), compiles nothing new and samples what eager samples with the new weights: the fused copies are
     refilled, at the same addresses (a recorded CUDA graph reads them there)."""
-    from torch._dynamo.backends.debugging import aot_eager
-
-    graphs = []
-    counting = lambda gm, inputs: graphs.append(gm) or aot_eager(gm, inputs)  # noqa: E731
-    monkeypatch.setattr(decode_loop, "_COMPILED", {})
-    torch._dynamo.reset()
+    graphs, counting = counting_backend(monkeypatch)
     tok = tiny_tokenizer()
     model = sharpen(tiny_model(tok, layers=3).eval())
     batch = _batch(tok, grouped(RAGGED, 2))
