@@ -196,7 +196,8 @@ class GMTSTrainer(GRPOTrainer):
     9. Speed options, each described where its code lives, with what it changes (same tokens, the same distribution, or
        other rounding): `generation_merge_adapter`, `generation_compile`, `generation_grouped_attention` with
        `generation_decode_kernel`, `generation_deferred_stop`, `generation_decode_loop` with
-       `generation_compile_regions` and `generation_fused_projections`: the contexts `_generate_single_turn` enters (gmts_recipe/generation/fast.py);
+       `generation_compile_regions` and `generation_fused_projections`: the contexts `_generate_single_turn` enters
+       (gmts_recipe/generation/fast.py);
        `lora_autocast_inputs` (on by default) and `training_compile`: those of `training_step`
        (gmts_recipe/training_speed.py).
     10. Optional (`deterministic_kernels`): PyTorch's deterministic algorithms, enabled before the model is loaded;

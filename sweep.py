@@ -327,6 +327,11 @@ def time_left(arm_s: float, running: list[tuple[float, int]], queued: list[int],
     return end
 
 
+def seconds_per_arm(took: list[tuple[float, int]]) -> float:
+    """The finished cell processes' seconds over their arms ((seconds, arms) each): `time_left`'s pace."""
+    return sum(t for t, _ in took) / sum(n for _, n in took)
+
+
 def recorded_pace(log_dir: Path) -> tuple[float, int] | None:
     """(seconds per arm, arm-runs) of the cell processes in logs/timing.jsonl that trained arms, ended well and had
     their GPU to themselves; None where there are none. What `--plan` estimates the jobs left from."""
@@ -427,8 +432,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 done[0] += len(arms)
                 took.append((time.time() - t0, len(arms)))
                 now = time.time()
-                eta = time_left(sum(t for t, _ in took) / sum(n for _, n in took),
-                                [(now - r, n) for r, n in running.values()],
+                eta = time_left(seconds_per_arm(took), [(now - r, n) for r, n in running.values()],
                                 [len(a) for _, a in list(pending.queue)], len(workers))
                 status = "ok" if code == 0 else f"FAILED (exit {code})"
                 print(f"[sweep] {done[0]}/{total} {cell.name} {','.join(arms)} on gpu {gpu}: {status}, "
@@ -961,8 +965,8 @@ def run_ray(grid: Grid, extra: list[str], only: str | None = None, base_only: bo
             if done + len(begun) < len(units):
                 begun.append(now)
             left = [len(refs[r][1]) for r in pending]  # in submission order: the first len(begun) are running
-            eta = time_left(sum(t for t, _ in took) / sum(n for _, n in took),
-                            list(zip((now - b for b in sorted(begun)), left)), left[len(begun):], slots)
+            eta = time_left(seconds_per_arm(took), list(zip((now - b for b in sorted(begun)), left)),
+                            left[len(begun):], slots)
             print(f"[sweep] {done}/{len(units)} {cell.name} {','.join(arms)}: {status}; about {eta / 60:.0f} min "
                   f"left", flush=True)
         return failed

@@ -222,8 +222,8 @@ def levers(row: dict) -> str | None:
     decode loop with its decoder layers as nested compile regions (`generation_compile_regions`, training compile
     off): it adds its switch to the loop column, not to training compile. Other mixes (none measured) belong to no
     column, nor does a row with `generation_fused_projections` (off in every config; measured against its own
-    run without it in bench/README.md's lever table, so that it enters no other column's median) or with `deterministic_kernels` (repeatability bought with time). Rows
-    from before a switch existed ran with it off."""
+    run without it in bench/README.md's lever table, so that it enters no other column's median) or with
+    `deterministic_kernels` (repeatability bought with time). Rows from before a switch existed ran with it off."""
     grouped, deferred, checkpointing = row["grouped_attention"], row.get("deferred_stop", False), \
         row.get("gradient_checkpointing", True)
     every_lever = grouped and deferred and not checkpointing
