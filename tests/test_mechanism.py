@@ -223,7 +223,7 @@ def test_figure_titles_carry_r_and_its_interval():
 
 
 # ---------------------------------------------------------------------------- the committed files
-@pytest.mark.parametrize("grid", ["qwen", "coupled"])
+@pytest.mark.parametrize("grid", ["qwen", "coupled", "confirm"])
 def test_committed_mechanism_json_is_what_the_code_computes(grid):
     """results/<grid>/mechanism.json is regenerated, not typed: recomputed from the committed sweep.json and cells."""
     committed = json.loads((ROOT / "results" / grid / "mechanism.json").read_text())
@@ -236,10 +236,11 @@ def test_committed_mechanism_json_is_what_the_code_computes(grid):
     assert [r["delta_points"] for r in committed["per_seed"]] == pytest.approx([100 * d for d in row["per_seed"]])
 
 
-def test_coupled_pilot_is_interim_until_its_planned_seeds_have_run():
-    """The coupled grid's planned seeds are its pilot block's in configs/sweeps/coupled.yaml."""
-    committed = json.loads((ROOT / "results" / "coupled" / "mechanism.json").read_text())
-    config = yaml.safe_load((ROOT / "configs" / "sweeps" / "coupled.yaml").read_text())
+@pytest.mark.parametrize("grid", ["coupled", "confirm"])
+def test_grid_is_interim_until_its_planned_seeds_have_run(grid):
+    """A grid's planned seeds are those of its blocks that run both ETS and GMTS in configs/sweeps/<grid>.yaml."""
+    committed = json.loads((ROOT / "results" / grid / "mechanism.json").read_text())
+    config = yaml.safe_load((ROOT / "configs" / "sweeps" / f"{grid}.yaml").read_text())
     planned = sorted(s for b in config["blocks"] if {"ets", "gmts"} <= set(b["arms"]) for s in b["seeds"])
     assert committed["planned_seeds"] == planned
     assert committed["status"] == ("interim" if len(committed["seeds"]) < len(planned) else "complete")

@@ -127,9 +127,10 @@ def test_mechanism_table_says_interim_and_counts_the_intervals_that_exclude_zero
 
 
 def test_mechanism_option_reads_the_committed_files(capsys):
-    assert update_readme.main(["--mechanism", "results/qwen/mechanism.json", "results/coupled/mechanism.json"]) == 0
+    grids = ("qwen", "coupled", "confirm")
+    assert update_readme.main(["--mechanism", *(f"results/{grid}/mechanism.json" for grid in grids)]) == 0
     out = capsys.readouterr().out
-    for grid in ("qwen", "coupled"):  # each row says its file's status (the pilot was interim, then complete)
+    for grid in grids:  # each row says its file's status (the pilot was interim, then complete)
         status = json.loads((update_readme.ROOT / "results" / grid / "mechanism.json").read_text())["status"]
         assert f"| {grid} ({status}) |" in out
 
