@@ -11,6 +11,7 @@ with one sealed summary that `check.py` verifies cell by cell.
     python sweep.py configs/sweeps/qwen.yaml --results_dir /scratch  # the sweep's folder under another parent
     python sweep.py configs/sweeps/qwen.yaml --merge OTHER/results/qwen  # bring in cells another machine ran
     python sweep.py configs/sweeps/qwen.yaml --runs_per_gpu 4     # 4 cells at once per GPU (start CUDA MPS first)
+    python sweep.py configs/sweeps/qwen.yaml --warm_workers       # a worker's cells in one process (startup once)
     python sweep.py configs/sweeps/qwen.yaml --ray                # cells as Ray tasks (a local cluster, or `ray start`'s)
     python sweep.py configs/sweeps/qwen.yaml --ray HEAD:6379      # cells on the workers of that Ray cluster
     python sweep.py configs/sweeps/qwen.yaml --commands           # one shell line per missing cell (Slurm job arrays)
@@ -25,7 +26,9 @@ The held-out tasks, their samples and the base evaluations are the same in every
 evaluations by what they depend on), so every comparison is paired by task.
 
 Each cell's missing arms run in one `python recipe.py --arm ARM,ARM ... --resume` process (the later arms reuse what
-the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. The summary pools
+the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. With --warm_workers
+each worker runs its cells' recipe.py one after another in one process of its own (gmts_recipe.worker), so the
+startup and the compile are paid once per worker, not per cell. The summary pools
 each comparison over the seeds of a (variant, learning rate) with a two-level bootstrap (seeds, then tasks:
 stats.pooled_delta), so its interval includes seed-to-seed variance, and gives Student's t over the seeds beside it.
 
@@ -68,6 +71,7 @@ from typing import Any
 
 from gmts_recipe.records import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's
 from gmts_recipe.records import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
+from gmts_recipe.worker import WarmWorker  # --warm_workers: one process runs a worker's cells
 from gmts_recipe.records import (ResultsError, _close, _first_difference, digest, load, read_yaml_mapping, seal,
                                  task_scores, write_json)  # a cell's file, verified (load) and written as check.py does
 
@@ -288,11 +292,13 @@ TIMING = "timing.jsonl"  # one JSON line per cell process, in the sweep's logs f
 
 
 def write_timing(log_dir: Path, cell: Cell, arms: tuple[str, ...], gpu: str | None, workers_on_gpu: int,
-                 start: float, end: float, exit_code: int | None, host: str) -> None:
+                 start: float, end: float, exit_code: int | None, host: str, warm: bool = False) -> None:
     """One line of logs/timing.jsonl: which cell process ran where and how long (unix seconds), so cells per
-    GPU-hour come from committed files. One write call per line in append mode: concurrent workers never interleave."""
-    line = json.dumps({"cell": cell.name, "arms": list(arms), "gpu": gpu, "workers_on_gpu": workers_on_gpu,
-                       "start": round(start, 3), "end": round(end, 3), "exit_code": exit_code, "host": host})
+    GPU-hour come from committed files; `warm`: the cell ran in a warm worker's process (its startup paid once per
+    worker). One write call per line in append mode: concurrent workers never interleave."""
+    record = {"cell": cell.name, "arms": list(arms), "gpu": gpu, "workers_on_gpu": workers_on_gpu,
+              "start": round(start, 3), "end": round(end, 3), "exit_code": exit_code, "host": host}
+    line = json.dumps({**record, "warm": True} if warm else record)
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / TIMING, "a", encoding="utf-8") as out:
         out.write(line + "\n")
@@ -376,9 +382,11 @@ def _todo(grid: Grid, only: str | None, base_only: bool) -> list[tuple[Cell, str
 
 
 def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, base_only: bool = False,
-        runs_per_gpu: int = 1) -> list[str]:
+        runs_per_gpu: int = 1, warm_workers: bool = False) -> list[str]:
     """Run every missing job, `runs_per_gpu` workers per GPU id (an id given twice: two workers on that GPU), one
-    process per cell (`by_cell`); returns the failed jobs (their logs are next to their results)."""
+    process per cell (`by_cell`), or with `warm_workers` one process per worker that runs its cells one after
+    another (gmts_recipe.worker: imports, CUDA context and compiled graphs paid once per worker); returns the failed
+    jobs (their logs are next to their results)."""
     todo = _todo(grid, only, base_only)
     if not todo:
         return []
@@ -397,27 +405,31 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
     took: list[tuple[float, int]] = []  # (seconds, arms) of each finished cell process
     running: dict[int, tuple[float, int]] = {}  # worker thread -> (start time, arms) of the cell process it runs
 
-    def launch(cell: Cell, arms: tuple[str, ...], gpu: str | None) -> int:
+    def environment(gpu: str | None) -> dict:
         env = dict(os.environ)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
+        return env
+
+    warm = [WarmWorker(environment(gpu), cwd=Path.cwd()) for gpu in workers] if warm_workers else None
+
+    def launch(cell: Cell, arms: tuple[str, ...], slot: int) -> int:
+        gpu = workers[slot]
         command = _command(grid, cell, arms, extra)
         start = time.time()
-        with open(log_dir / _log_name(cell, arms), "a", encoding="utf-8") as out:
-            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n")
+        log = log_dir / _log_name(cell, arms)
+        where = "" if warm is None else f"  # in warm worker {slot}'s process"
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}{where}\n")
             out.flush()
-            code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        write_timing(log_dir, cell, arms, gpu, workers.count(gpu), start, time.time(), code, host)
+            if warm is None:
+                code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=environment(gpu))
+        if warm is not None:
+            code = warm[slot].run(command[1:], log)  # the worker's own Python runs recipe.py
+        write_timing(log_dir, cell, arms, gpu, workers.count(gpu), start, time.time(), code, host, warm=warm_workers)
         return code
 
-    print(f"[sweep] {grid.name}: {total} job(s) in {pending.qsize()} cell process(es) on {len(workers)} "
-          f"worker(s); base evaluations first")
-    if launch(first_cell, ("base",), workers[0]) != 0:
-        return [f"{first_cell.name}-base (see {log_dir / _log_name(first_cell, ('base',))})"]
-    if base_only:
-        return []
-
-    def worker(gpu: str | None) -> None:
+    def worker(slot: int) -> None:
         while True:
             try:
                 cell, arms = pending.get_nowait()
@@ -426,7 +438,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
             t0 = time.time()
             with lock:
                 running[threading.get_ident()] = (t0, len(arms))
-            code = launch(cell, arms, gpu)
+            code = launch(cell, arms, slot)
             with lock:
                 del running[threading.get_ident()]
                 done[0] += len(arms)
@@ -435,16 +447,26 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 eta = time_left(seconds_per_arm(took), [(now - r, n) for r, n in running.values()],
                                 [len(a) for _, a in list(pending.queue)], len(workers))
                 status = "ok" if code == 0 else f"FAILED (exit {code})"
-                print(f"[sweep] {done[0]}/{total} {cell.name} {','.join(arms)} on gpu {gpu}: {status}, "
+                print(f"[sweep] {done[0]}/{total} {cell.name} {','.join(arms)} on gpu {workers[slot]}: {status}, "
                       f"{(time.time() - t0) / 60:.1f} min; about {eta / 60:.0f} min left", flush=True)
                 if code != 0:
                     failed.append(f"{cell.name} {','.join(arms)} (see {log_dir / _log_name(cell, arms)})")
 
-    threads = [threading.Thread(target=worker, args=(g,)) for g in workers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    print(f"[sweep] {grid.name}: {total} job(s) in {pending.qsize()} cell process(es) on {len(workers)} "
+          f"worker(s){' (warm: one process each)' if warm else ''}; base evaluations first")
+    try:
+        if launch(first_cell, ("base",), 0) != 0:
+            return [f"{first_cell.name}-base (see {log_dir / _log_name(first_cell, ('base',))})"]
+        if base_only:
+            return []
+        threads = [threading.Thread(target=worker, args=(slot,)) for slot in range(len(workers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for w in warm or []:
+            w.close()
     return failed
 
 
@@ -1428,6 +1450,10 @@ def main(argv: list[str] | None = None) -> int:
                          "first (nvidia-cuda-mps-control -d, with CUDA_MPS_PIPE_DIRECTORY and "
                          "CUDA_MPS_LOG_DIRECTORY set): 4 cells under MPS gave 1.55x the cells per GPU-hour on one "
                          "H200, time-slicing without it little")
+    ap.add_argument("--warm_workers", action="store_true",
+                    help="each worker runs its cells one after another in one Python process (the imports, the CUDA "
+                         "context and the compiled generation step paid once per worker, not per cell; a process "
+                         "whose cell fails is replaced); the same settings, only the scheduling differs")
     ap.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="run each cell as a Ray task: on the cluster at ADDRESS (HEAD:6379), else on the one "
                          "`ray start` made here, else on a new local one (" + RAY_EXTRA + ")")
@@ -1446,6 +1472,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError(f"no block named {unknown[0]!r}; blocks: {', '.join(blocks)}")
         if args.runs_per_gpu < 1 or args.retries < 0:
             raise SweepError("--runs_per_gpu must be 1 or more and --retries 0 or more")
+        if args.ray is not None and args.warm_workers:
+            raise SweepError("--warm_workers is for the local pool; a Ray task runs one cell in its own process")
         if args.ray is not None and args.gpus is not None:
             raise SweepError("--gpus picks this machine's GPUs for the local pool; with --ray each node offers its "
                              "own (set CUDA_VISIBLE_DEVICES before `ray start`)")
@@ -1477,7 +1505,8 @@ def main(argv: list[str] | None = None) -> int:
             if (args.runs_per_gpu > 1 or shares_gpus(gpus)) and not mps_running():
                 print("[sweep] several cells per GPU without CUDA MPS take turns on it (little gain): start it first "
                       "with nvidia-cuda-mps-control -d (docs/scale.md)", file=sys.stderr)
-            failed = run(grid, gpus, extra, args.only, base_only=args.base, runs_per_gpu=args.runs_per_gpu)
+            failed = run(grid, gpus, extra, args.only, base_only=args.base, runs_per_gpu=args.runs_per_gpu,
+                         warm_workers=args.warm_workers)
         path = write_summary(grid, args.grid)
         print(f"[sweep] summary: {path} (verify with: python check.py {path})")
         if failed:

@@ -4,6 +4,7 @@ before in the process, with sampling_noise 'counter' (decode_loop.counter_noise)
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,3 +102,35 @@ def test_a_step_rollouts_are_a_function_of_seed_and_step_in_both_decode_paths(tm
     assert _rollouts(counter, 3, 0) != _rollouts(counter, 4, 0)
     stream = make_trainer(tmp_path, generation_decode_loop=loop)
     assert _rollouts(stream, 3, 0) != _rollouts(stream, 3, 1)
+
+
+@pytest.mark.slow
+def test_a_warm_workers_second_cell_equals_the_cell_in_a_fresh_process(tiny_config, tmp_path):  # noqa: F811
+    """sweep.py --warm_workers: recipe.py run again in one process (gmts_recipe.worker), a cell trained after another
+    cell (another seed, arm and experiment) gives the records it gives in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    from gmts_recipe.worker import WarmWorker
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    flags = ["--config", str(tiny_config), "--sampling_noise", "counter", "--generation_decode_loop", "compiled_step",
+             "--eval_fast", "true", "--base_eval_seeds", "0"]
+    cell = ["--arm", "gmts", "--experiment", "cell", "--seed", "18"]
+    fresh = subprocess.run([sys.executable, "recipe.py", *cell, "--results_dir", str(tmp_path / "fresh"), *flags],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    worker = WarmWorker(env, cwd=root)
+    try:
+        first = ["--arm", "ets", "--experiment", "first", "--seed", "17"]
+        for argv in (first, cell):
+            assert worker.run(["recipe.py", *argv, "--results_dir", str(tmp_path / "warm"), *flags],
+                              tmp_path / "warm.log") == 0, (tmp_path / "warm.log").read_text()[-3000:]
+    finally:
+        worker.close()
+    assert worker.started == 1 and (tmp_path / "warm.log").read_text().count("held-out tasks, config") == 2
+    a, b = (json.loads((tmp_path / d / "cell" / "results.json").read_text()) for d in ("fresh", "warm"))
+    assert _repeatable_fields(a["arms"]["gmts"]) == _repeatable_fields(b["arms"]["gmts"])
+    assert a["base"]["evals"][0]["records"] == b["base"]["evals"][0]["records"]

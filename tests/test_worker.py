@@ -1,0 +1,118 @@
+"""The warm worker (gmts_recipe.worker): jobs run one after another in one process, each job's output in its own log
+(file descriptors included), each exit code answered; a failed or dead process is replaced for the next job. And
+sweep.py --warm_workers gives the cells the fresh-process pool gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import sweep
+from test_sweep import GRID, write_grid
+
+from gmts_recipe.worker import WarmWorker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = """
+import os, sys
+import tally  # a module: what a process keeps between its jobs
+tally.jobs += 1
+print(f"job {tally.jobs} of pid {os.getpid()}: {sys.argv[1:]}")
+print("to stderr", file=sys.stderr)
+os.write(1, b"straight to file descriptor 1\\n")
+mode = sys.argv[1]
+if mode == "fail":
+    sys.exit(3)
+if mode == "raise":
+    raise ValueError("boom")
+if mode == "die":
+    os._exit(9)
+"""
+
+
+@pytest.fixture
+def worker(tmp_path):
+    (tmp_path / "job.py").write_text(SCRIPT)
+    (tmp_path / "tally.py").write_text("jobs = 0\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    w = WarmWorker(env, cwd=tmp_path)
+    yield w
+    w.close()
+
+
+def _job(line: str) -> tuple[int, int]:
+    """(job number in its process, pid) from the script's first line."""
+    words = line.split()
+    return int(words[1]), int(words[4].rstrip(":"))
+
+
+def test_jobs_share_one_process_and_each_log_gets_its_own_output(worker, tmp_path):
+    logs = [tmp_path / f"{i}.log" for i in range(3)]
+    logs[0].write_text("=== header\n")
+    assert [worker.run(["job.py", "ok", str(i)], log) for i, log in enumerate(logs)] == [0, 0, 0]
+    texts = [log.read_text() for log in logs]
+    assert texts[0].startswith("=== header\njob 1 of pid ")  # appended after what the sweep wrote
+    jobs = [_job(next(x for x in t.splitlines() if x.startswith("job "))) for t in texts]
+    assert [n for n, _ in jobs] == [1, 2, 3] and len({pid for _, pid in jobs}) == 1 and worker.started == 1
+    for i, text in enumerate(texts):  # Python's streams and the raw descriptor, each job's own
+        assert f"['ok', '{i}']" in text and "to stderr" in text and "straight to file descriptor 1" in text
+        assert text.count("job ") == 1
+
+
+@pytest.mark.parametrize("mode,code,in_log", [("fail", 3, None), ("raise", 1, "ValueError: boom"), ("die", 9, None)])
+def test_a_failed_job_ends_its_process_and_the_next_job_gets_a_fresh_one(worker, tmp_path, mode, code, in_log):
+    assert worker.run(["job.py", "ok"], tmp_path / "a.log") == 0
+    assert worker.run(["job.py", mode], tmp_path / "b.log") == code
+    assert worker.run(["job.py", "ok"], tmp_path / "c.log") == 0
+    first, failed, after = (_job((tmp_path / f"{x}.log").read_text().splitlines()[0]) for x in "abc")
+    assert failed == (2, first[1]) and after[0] == 1 and after[1] != first[1] and worker.started == 2
+    if in_log:
+        assert in_log in (tmp_path / "b.log").read_text()
+
+
+def test_a_missing_script_is_a_failed_job_with_its_error_in_the_log(worker, tmp_path):
+    assert worker.run(["nowhere.py"], tmp_path / "a.log") == 1
+    assert "nowhere.py" in (tmp_path / "a.log").read_text()
+
+
+@pytest.fixture
+def fake_recipe(monkeypatch):
+    """Every cell command as sweep builds it, with tests/fake_recipe.py in place of recipe.py."""
+    real = sweep._command
+    monkeypatch.setattr(sweep, "_command", lambda *a: [real(*a)[0], "tests/fake_recipe.py", *real(*a)[2:]])
+
+
+def _grid(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    shutil.copy("configs/smoke.yaml", folder / "config.yaml")
+    return write_grid(folder, GRID.replace("configs/smoke.yaml", str(folder / "config.yaml")))
+
+
+def test_warm_workers_give_the_cells_fresh_processes_give(tmp_path, fake_recipe, capsys):
+    fresh, warm = _grid(tmp_path / "fresh"), _grid(tmp_path / "warm")
+    (tmp_path / "warm" / "fail-paper-lr0.0002-s1").write_text("")  # one cell fails: its worker's process is replaced
+    (tmp_path / "fresh" / "fail-paper-lr0.0002-s1").write_text("")
+    assert sweep.main([str(fresh)]) == 1
+    assert sweep.main([str(warm), "--warm_workers"]) == 1
+    assert "worker(s) (warm: one process each)" in capsys.readouterr().out
+    demo = {d: tmp_path / d / "results" / "demo" for d in ("fresh", "warm")}
+    names = sorted(p.parent.name for p in demo["fresh"].glob("*/results.json"))
+    assert names == sorted(p.parent.name for p in demo["warm"].glob("*/results.json")) and len(names) >= 2
+    for name in names:
+        a, b = (json.loads((demo[d] / name / "results.json").read_text()) for d in ("fresh", "warm"))
+        assert a == b
+    timing = [json.loads(x) for x in (demo["warm"] / "logs" / sweep.TIMING).read_text().splitlines()]
+    assert all(t["warm"] for t in timing) and {t["exit_code"] for t in timing} == {0, 5}
+    assert "warm" not in json.loads((demo["fresh"] / "logs" / sweep.TIMING).read_text().splitlines()[0])
+    log = (demo["warm"] / "logs" / "paper-lr0.0002-s1-ets+gmts.log").read_text()
+    assert "in warm worker 0's process" in log and "failing as told" in log
+
+
+def test_warm_workers_with_ray_is_one_line(tmp_path, capsys):
+    assert sweep.main([str(_grid(tmp_path / "g")), "--warm_workers", "--ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--warm_workers is for the local pool" in err
