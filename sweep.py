@@ -58,6 +58,7 @@ import json
 import math
 import os
 import queue
+import re
 import shlex
 import shutil
 import socket
@@ -708,7 +709,8 @@ def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tu
 def merge(grid: Grid, incoming: Path) -> list[str]:
     """Bring the cells of `incoming` into this tree (plan_merge: all checked first), redraw each merged cell's curves
     as recipe.py does, bring in their logs (a same-named local log keeps its text and gets the incoming one appended,
-    as a resumed local sweep appends), and return one line per cell. Never overwrites a log, never writes the sweep's
+    as a resumed local sweep appends; only its rest where the local log ends with its beginning: `_continued`), and
+    return one line per cell. Never overwrites a log, never writes the sweep's
     summary (--summarize does); merging the same folder again changes nothing."""
     from gmts_recipe.plots import plot_run
 
@@ -728,11 +730,23 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
         for log in m.logs:
             target = root / "logs" / log.name
             if target.exists():  # as a resumed local sweep does: the new run's log after the old one, nothing lost
+                text = log.read_text(encoding="utf-8", errors="replace")
+                rest = _continued(text, target.read_text(encoding="utf-8", errors="replace"))
                 with open(target, "a", encoding="utf-8") as out:
-                    out.write(f"\n[sweep] merged from {incoming}:\n" + log.read_text(encoding="utf-8", errors="replace"))
+                    out.write(rest if rest is not None else f"\n[sweep] merged from {incoming}:\n" + text)
             else:
                 copy_atomic(log, target)
     return [m.line for m in plans] or [f"no cell of {grid.name} in {incoming}"]
+
+
+def _continued(incoming: str, local: str) -> str | None:
+    """What an incoming log adds when the local one ends with its beginning (the same process's log, merged once while
+    it was still being written, then again whole): the rest, to append as is; None for another process's log."""
+    marks = list(re.finditer(r"\n\[sweep\] merged from .*:\n", local))
+    for merged_last in (local, local[marks[-1].end():] if marks else ""):
+        if merged_last and incoming.startswith(merged_last):
+            return incoming[len(merged_last):]
+    return None
 
 
 def _log_is_new(incoming: Path, local: Path) -> bool:

@@ -577,6 +577,30 @@ def test_an_incoming_cell_without_a_finished_arm_merges_nothing_and_says_so(tmp_
     assert [p.name for p in (local / "logs").glob("paper-lr0.0001-s2-*.log")] != []
 
 
+def test_a_log_merged_while_it_was_written_is_continued_not_repeated(tmp_path, capsys):
+    """The same process's log merged twice, cut while its cell ran and then whole: the second merge appends the rest
+    only, so the local log reads as the process wrote it; a log of another process still comes after a marker."""
+    grid_path, local, incoming = trees(tmp_path)
+    log = incoming / "logs" / "paper-lr0.0001-s2-ets+gmts.log"
+    whole = log.read_text() + "\nstep 1\nstep 2\ndone\n"
+    (local / "logs" / log.name).unlink(missing_ok=True)
+    log.write_text(whole[: len(whole) - 12])  # cut
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    log.write_text(whole)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    assert (local / "logs" / log.name).read_text() == whole
+    other = "=== another process\n"  # another machine's run of the cell, merged after a mark
+    (local / "logs" / log.name).write_text(whole + f"\n[sweep] merged from X:\n{other}")
+    log.write_text(other + "its next line\n")
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    assert (local / "logs" / log.name).read_text() == whole + f"\n[sweep] merged from X:\n{other}its next line\n"
+    log.write_text("=== a third process\n")
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    text = (local / "logs" / log.name).read_text()
+    assert text.count("[sweep] merged from ") == 2 and text.endswith(":\n=== a third process\n")
+    capsys.readouterr()
+
+
 def _other_arm(r: dict) -> None:
     r["arms"]["ets"]["train_log"][0]["loss"] = 1.0
 
