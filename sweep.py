@@ -289,6 +289,7 @@ def _log_name(cell: Cell, arms: tuple[str, ...]) -> str:
     return f"{cell.name}-{'+'.join(arms)}.log"
 
 
+INTERRUPTED = (130, -2)  # recipe.py's exit code after Ctrl-C, and a process ended by SIGINT
 TIMING = "timing.jsonl"  # one JSON line per cell process, in the sweep's logs folder
 
 
@@ -430,8 +431,10 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
         write_timing(log_dir, cell, arms, gpu, workers.count(gpu), start, time.time(), code, host, warm=warm_workers)
         return code
 
+    stop = threading.Event()  # an interrupted cell (Ctrl-C reaches every process of the terminal): take no other
+
     def worker(slot: int) -> None:
-        while True:
+        while not stop.is_set():
             try:
                 cell, arms = pending.get_nowait()
             except queue.Empty:
@@ -452,6 +455,8 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                       f"{(time.time() - t0) / 60:.1f} min; about {eta / 60:.0f} min left", flush=True)
                 if code != 0:
                     failed.append(f"{cell.name} {','.join(arms)} (see {log_dir / _log_name(cell, arms)})")
+                if code in INTERRUPTED:
+                    stop.set()
 
     print(f"[sweep] {grid.name}: {total} job(s) in {pending.qsize()} cell process(es) on {len(workers)} "
           f"worker(s){' (warm: one process each)' if warm else ''}; base evaluations first")
@@ -460,11 +465,21 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
             return [f"{first_cell.name}-base (see {log_dir / _log_name(first_cell, ('base',))})"]
         if base_only:
             return []
-        threads = [threading.Thread(target=worker, args=(slot,)) for slot in range(len(workers))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        threads: list[threading.Thread] = []
+        try:
+            for slot in range(len(workers)):
+                threads.append(threading.Thread(target=worker, args=(slot,)))
+                threads[-1].start()
+            for t in threads:
+                t.join()
+        except KeyboardInterrupt:
+            stop.set()
+            print("[sweep] interrupted: waiting for the running cells to stop (each keeps its finished arms)",
+                  file=sys.stderr, flush=True)
+            for t in threads:
+                if t.ident is not None:  # started
+                    t.join()
+            raise
     finally:
         for w in warm or []:
             w.close()
@@ -1529,6 +1544,9 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as e:
         print(f"sweep.py: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("sweep.py: interrupted; run the same command again to resume (finished arms are kept)", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -114,4 +114,7 @@ class WarmWorker:
 
 
 if __name__ == "__main__":
-    sys.exit(serve())
+    try:
+        sys.exit(serve())
+    except KeyboardInterrupt:  # Ctrl-C between jobs: the sweep stops too
+        sys.exit(130)

@@ -862,6 +862,50 @@ def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(
     assert all(x["host"] and x["start"] <= x["end"] for x in lines)
 
 
+def test_an_interrupted_cell_stops_the_pool_and_ctrl_c_is_one_line(tmp_path, monkeypatch, capsys):
+    """Ctrl-C reaches every process of the terminal: a cell that exits as interrupted (recipe.py's 130) makes the pool
+    take no other cell; an interrupt of sweep.py itself ends in one line that says how to resume."""
+    grid_path = write_grid(tmp_path, GRID)
+    started = []
+
+    def fake_call(command, stdout, stderr, env):
+        started.append(command[command.index("--experiment") + 1])
+        return 130 if len(started) == 2 else 0
+
+    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
+    assert sweep.run(sweep.load_grid(grid_path), [], []) == [
+        f"paper-lr0.0001-s1 ets,gmts,grpo (see {tmp_path / 'results' / 'demo' / 'logs'}/paper-lr0.0001-s1-ets+gmts+grpo.log)"]
+    assert len(started) == 2  # the base, then the interrupted cell; none after it
+
+    import os
+    import signal
+    import time
+
+    started.clear()
+
+    def ctrl_c(command, stdout, stderr, env):  # Ctrl-C while a cell runs: sweep.py's main thread gets it too
+        started.append(command[command.index("--experiment") + 1])
+        if len(started) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+            return 130
+        return 0
+
+    monkeypatch.setattr(sweep.subprocess, "call", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(sweep.load_grid(grid_path), [], [])
+    assert len(started) == 3 and "waiting for the running cells to stop" in capsys.readouterr().err
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "run", interrupted)
+    capsys.readouterr()
+    assert sweep.main([str(grid_path)]) == 130
+    err = capsys.readouterr().err
+    assert err == "sweep.py: interrupted; run the same command again to resume (finished arms are kept)\n"
+
+
 def test_several_cells_per_gpu_without_mps_are_warned_once(tmp_path, capsys, monkeypatch):
     import os
 
