@@ -441,6 +441,8 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 return
             t0 = time.time()
             with lock:
+                if stop.is_set():  # interrupted while this cell was being taken: it never started
+                    return
                 running[threading.get_ident()] = (t0, len(arms))
             code = launch(cell, arms, slot)
             with lock:
@@ -757,8 +759,8 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
 def _continued(incoming: str, local: str) -> str | None:
     """What an incoming log adds when the local one ends with its beginning (the same process's log, merged once while
     it was still being written, then again whole): the rest, to append as is; None for another process's log."""
-    marks = list(re.finditer(r"\n\[sweep\] merged from .*:\n", local))
-    for merged_last in (local, local[marks[-1].end():] if marks else ""):
+    marks = re.finditer(r"\n\[sweep\] merged from .*:\n", local)
+    for merged_last in (local, *(local[m.end():] for m in marks)):  # the longest first
         if merged_last and incoming.startswith(merged_last):
             return incoming[len(merged_last):]
     return None
@@ -1503,6 +1505,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError("--runs_per_gpu must be 1 or more and --retries 0 or more")
         if args.ray is not None and args.warm_workers:
             raise SweepError("--warm_workers is for the local pool; a Ray task runs one cell in its own process")
+        if args.warm_workers and any("deterministic_kernels" in v for v in grid.variants.values()):
+            raise SweepError("--warm_workers: a variant sets deterministic_kernels, which a process can turn on only "
+                             "before its first CUDA work; run this grid without --warm_workers")
         if args.ray is not None and args.gpus is not None:
             raise SweepError("--gpus picks this machine's GPUs for the local pool; with --ray each node offers its "
                              "own (set CUDA_VISIBLE_DEVICES before `ray start`)")

@@ -598,6 +598,13 @@ def test_a_log_merged_while_it_was_written_is_continued_not_repeated(tmp_path, c
     assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
     text = (local / "logs" / log.name).read_text()
     assert text.count("[sweep] merged from ") == 2 and text.endswith(":\n=== a third process\n")
+    # an incoming log that itself holds a merge mark (the other machine merged too): continued after the first mark
+    log.write_text(f"{other}its next line\n\n[sweep] merged from Y:\nz\n")
+    merged_twice = f"{whole}\n[sweep] merged from X:\n{other}its next line\n\n[sweep] merged from Y:\n"
+    (local / "logs" / log.name).write_text(merged_twice)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    assert (local / "logs" / log.name).read_text().endswith("[sweep] merged from Y:\nz\n")
+    assert (local / "logs" / log.name).read_text().count("its next line") == 1
     capsys.readouterr()
 
 
@@ -873,8 +880,9 @@ def test_an_interrupted_cell_stops_the_pool_and_ctrl_c_is_one_line(tmp_path, mon
         return 130 if len(started) == 2 else 0
 
     monkeypatch.setattr(sweep.subprocess, "call", fake_call)
+    logs = tmp_path / "results" / "demo" / "logs"
     assert sweep.run(sweep.load_grid(grid_path), [], []) == [
-        f"paper-lr0.0001-s1 ets,gmts,grpo (see {tmp_path / 'results' / 'demo' / 'logs'}/paper-lr0.0001-s1-ets+gmts+grpo.log)"]
+        f"paper-lr0.0001-s1 ets,gmts,grpo (see {logs}/paper-lr0.0001-s1-ets+gmts+grpo.log)"]
     assert len(started) == 2  # the base, then the interrupted cell; none after it
 
     import os
@@ -883,18 +891,17 @@ def test_an_interrupted_cell_stops_the_pool_and_ctrl_c_is_one_line(tmp_path, mon
 
     started.clear()
 
-    def ctrl_c(command, stdout, stderr, env):  # Ctrl-C while a cell runs: sweep.py's main thread gets it too
+    def ctrl_c(command, stdout, stderr, env):  # Ctrl-C while two cells run: only sweep.py's main thread gets it
         started.append(command[command.index("--experiment") + 1])
         if len(started) == 3:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.5)
-            return 130
-        return 0
+        time.sleep(0.3)
+        return 0  # the cell ended well: only the interrupt of sweep.py itself stops the pool
 
     monkeypatch.setattr(sweep.subprocess, "call", ctrl_c)
     with pytest.raises(KeyboardInterrupt):
-        sweep.run(sweep.load_grid(grid_path), [], [])
-    assert len(started) == 3 and "waiting for the running cells to stop" in capsys.readouterr().err
+        sweep.run(sweep.load_grid(grid_path), ["0", "0"], [])
+    assert len(started) == 3 and "waiting for the running cells to stop" in capsys.readouterr().err  # base + 2
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -31,6 +31,15 @@ if mode == "raise":
     raise ValueError("boom")
 if mode == "die":
     os._exit(9)
+if mode == "read":  # a job that waits for input gets none (its stdin is not the control channel)
+    input()
+if mode == "wide":  # a fresh process's status is the code modulo 256
+    sys.exit(256 + 4)
+if mode == "interrupt":
+    raise KeyboardInterrupt
+if mode == "thread":
+    import threading, time
+    threading.Thread(target=time.sleep, args=(0.5,), name="late-writer").start()
 """
 
 
@@ -63,7 +72,8 @@ def test_jobs_share_one_process_and_each_log_gets_its_own_output(worker, tmp_pat
         assert text.count("job ") == 1
 
 
-@pytest.mark.parametrize("mode,code,in_log", [("fail", 3, None), ("raise", 1, "ValueError: boom"), ("die", 9, None)])
+@pytest.mark.parametrize("mode,code,in_log", [("fail", 3, None), ("raise", 1, "ValueError: boom"), ("die", 9, None),
+                                              ("read", 1, "EOFError"), ("wide", 4, None), ("interrupt", 130, None)])
 def test_a_failed_job_ends_its_process_and_the_next_job_gets_a_fresh_one(worker, tmp_path, mode, code, in_log):
     assert worker.run(["job.py", "ok"], tmp_path / "a.log") == 0
     assert worker.run(["job.py", mode], tmp_path / "b.log") == code
@@ -72,6 +82,12 @@ def test_a_failed_job_ends_its_process_and_the_next_job_gets_a_fresh_one(worker,
     assert failed == (2, first[1]) and after[0] == 1 and after[1] != first[1] and worker.started == 2
     if in_log:
         assert in_log in (tmp_path / "b.log").read_text()
+
+
+def test_a_thread_a_job_leaves_running_is_named_in_its_log(worker, tmp_path):
+    assert worker.run(["job.py", "thread"], tmp_path / "a.log") == 0
+    assert "[gmts-worker] threads this job started still run: late-writer" in (tmp_path / "a.log").read_text()
+    assert worker.run(["job.py", "ok"], tmp_path / "b.log") == 0 and worker.started == 1
 
 
 def test_a_missing_script_is_a_failed_job_with_its_error_in_the_log(worker, tmp_path):
@@ -116,3 +132,13 @@ def test_warm_workers_with_ray_is_one_line(tmp_path, capsys):
     assert sweep.main([str(_grid(tmp_path / "g")), "--warm_workers", "--ray"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--warm_workers is for the local pool" in err
+
+
+def test_warm_workers_refuse_a_grid_whose_cells_differ_in_deterministic_kernels(tmp_path, capsys):
+    """One process can turn PyTorch's deterministic kernels on only before its first CUDA work (cuBLAS's workspace)."""
+    path = _grid(tmp_path / "g")
+    path.write_text(path.read_text().replace("small: {per_device_train_batch_size: 4}",
+                                             "small: {per_device_train_batch_size: 4, deterministic_kernels: true}"))
+    assert sweep.main([str(path), "--warm_workers"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a variant sets deterministic_kernels" in err
