@@ -340,9 +340,10 @@ def seconds_per_arm(took: list[tuple[float, int]]) -> float:
     return sum(t for t, _ in took) / sum(n for _, n in took)
 
 
-def recorded_pace(log_dir: Path) -> tuple[float, int] | None:
+def recorded_pace(log_dir: Path, warm: bool = False) -> tuple[float, int] | None:
     """(seconds per arm, arm-runs) of the cell processes in logs/timing.jsonl that trained arms, ended well and had
-    their GPU to themselves; None where there are none. What `--plan` estimates the jobs left from."""
+    their GPU to themselves, those of fresh processes (each with its start and compile) or, with `warm`, those that
+    ran in warm workers; None where there are none. What `--plan` estimates the jobs left from."""
     seconds = arms = 0
     try:
         lines = (log_dir / TIMING).read_text(encoding="utf-8").splitlines()
@@ -353,7 +354,8 @@ def recorded_pace(log_dir: Path) -> tuple[float, int] | None:
             t = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if t.get("exit_code") == 0 and t.get("arms") and t["arms"] != ["base"] and t.get("workers_on_gpu") == 1:
+        if (t.get("exit_code") == 0 and t.get("arms") and t["arms"] != ["base"] and t.get("workers_on_gpu") == 1
+                and bool(t.get("warm")) == warm):
             seconds += t["end"] - t["start"]
             arms += len(t["arms"])
     return (seconds / arms, arms) if arms else None
@@ -1519,10 +1521,14 @@ def main(argv: list[str] | None = None) -> int:
             todo = jobs(grid, args.only)
             for cell, arm in todo:
                 print(f"{cell.name:40s} {arm}")
-            pace = recorded_pace(Path(grid.results_dir) / grid.name / "logs")
-            estimate = "" if not todo or pace is None else (
-                f"; about {len(todo) * pace[0] / 60:.0f} GPU-min at the pace of logs/{TIMING} ({pace[1]} arm-runs "
-                f"alone on their GPU, {pace[0] / 60:.1f} min each with their cell's startup)")
+            logs = Path(grid.results_dir) / grid.name / "logs"
+            fresh, warm = recorded_pace(logs), recorded_pace(logs, warm=True)
+            estimate = "" if not todo or fresh is None else (
+                f"; about {len(todo) * fresh[0] / 60:.0f} GPU-min at the pace of logs/{TIMING} ({fresh[1]} arm-runs "
+                f"alone on their GPU, {fresh[0] / 60:.1f} min each with their cell's startup)")
+            if todo and warm is not None:
+                estimate += (f"; about {len(todo) * warm[0] / 60:.0f} GPU-min in warm workers ({warm[1]} arm-runs, "
+                             f"{warm[0] / 60:.1f} min each)")
             print(f"[sweep] {len(todo)} job(s) to run{estimate}")
             return 0
         if args.merge is not None:

@@ -1017,6 +1017,9 @@ def test_recorded_pace_is_seconds_per_arm_of_the_alone_processes_that_trained(tm
             _row("c-s4", ["ets"], 5.0, code=1))
     assert sweep.recorded_pace(tmp_path) == (pytest.approx(800.0 / 6), 6)
     assert sweep.recorded_pace(tmp_path / "nowhere") is None
+    assert sweep.recorded_pace(tmp_path, warm=True) is None
+    _timing(tmp_path, _row("c-s1", ["ets", "gmts"], 280.0), {**_row("c-s2", ["ets", "gmts"], 200.0), "warm": True})
+    assert sweep.recorded_pace(tmp_path) == (140.0, 2) and sweep.recorded_pace(tmp_path, warm=True) == (100.0, 2)
 
 
 def test_plan_estimates_the_jobs_left_from_the_recorded_pace(tmp_path, capsys):
@@ -1030,6 +1033,13 @@ def test_plan_estimates_the_jobs_left_from_the_recorded_pace(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"[sweep] {n} job(s) to run; about {2 * n:.0f} GPU-min at the pace of logs/timing.jsonl (1 arm-runs alone on "
         "their GPU, 2.0 min each with their cell's startup)")
+    _timing(local / "logs", _row("paper-lr0.0001-s1", ["ets"], 120.0),
+            {**_row("paper-lr0.0001-s2", ["ets"], 90.0), "warm": True})
+    assert sweep.main([str(grid_path), "--plan"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"[sweep] {n} job(s) to run; about {2 * n:.0f} GPU-min at the pace of logs/timing.jsonl (1 arm-runs alone on "
+        f"their GPU, 2.0 min each with their cell's startup); about {1.5 * n:.0f} GPU-min in warm workers (1 "
+        "arm-runs, 1.5 min each)")
 
 
 def test_merge_brings_the_merged_cells_timing_lines_once(tmp_path, capsys):
