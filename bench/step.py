@@ -794,7 +794,8 @@ def run(argv: list[str]) -> dict:
                           "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
                           "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "bf16",
                           "gradient_checkpointing", "lora_autocast_inputs", "training_compile",
-                          "generation_compile_regions", "generation_fused_projections", "deterministic_kernels")},
+                          "generation_compile_regions", "generation_fused_projections", "deterministic_kernels",
+                          "use_liger_kernel")},
                       "lora_autocast_inputs_on": trainer.lora_autocast_inputs_on}
     result["step_profile"] = step_profile
     result["dynamo"].update(training_first_step=counters_delta(before, clock.counters_after_first_step),
