@@ -899,8 +899,12 @@ def test_an_interrupted_cell_stops_the_pool_and_ctrl_c_is_one_line(tmp_path, mon
         return 0  # the cell ended well: only the interrupt of sweep.py itself stops the pool
 
     monkeypatch.setattr(sweep.subprocess, "call", ctrl_c)
-    with pytest.raises(KeyboardInterrupt):
-        sweep.run(sweep.load_grid(grid_path), ["0", "0"], [])
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # an earlier test (Ray) may have set another
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sweep.run(sweep.load_grid(grid_path), ["0", "0"], [])
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert len(started) == 3 and "waiting for the running cells to stop" in capsys.readouterr().err  # base + 2
 
     def interrupted(*args, **kwargs):
