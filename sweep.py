@@ -27,10 +27,10 @@ evaluations by what they depend on), so every comparison is paired by task.
 
 Each cell's missing arms run in one `python recipe.py --arm ARM,ARM ... --resume` process (the later arms reuse what
 the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. With --warm_workers
-each worker runs its cells' recipe.py one after another in one process of its own (gmts_recipe.worker), so the
-startup and the compile are paid once per worker, not per cell. The summary pools
-each comparison over the seeds of a (variant, learning rate) with a two-level bootstrap (seeds, then tasks:
-stats.pooled_delta), so its interval includes seed-to-seed variance, and gives Student's t over the seeds beside it.
+each worker runs its cells' recipe.py one after another in one process of its own (gmts_recipe.worker), so the startup
+and the compile are paid once per worker, not per cell. The summary pools each comparison over the seeds of a
+(variant, learning rate) with a two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval includes
+seed-to-seed variance, and gives Student's t over the seeds beside it.
 
 `--merge DIR` brings in cells that another machine ran (DIR: its sweep folder), without running anything: each
 incoming results.json must verify, be the cell it is merged into (as above), and match the local cell's config hash
@@ -72,9 +72,9 @@ from typing import Any
 
 from gmts_recipe.records import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's
 from gmts_recipe.records import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
-from gmts_recipe.worker import WarmWorker  # --warm_workers: one process runs a worker's cells
 from gmts_recipe.records import (ResultsError, _close, _first_difference, digest, load, read_yaml_mapping, seal,
                                  task_scores, write_json)  # a cell's file, verified (load) and written as check.py does
+from gmts_recipe.worker import WarmWorker  # --warm_workers: one process runs a worker's cells
 
 SCHEMA = 1
 # The control arm (ETS with omega == 0 tokens ranked last) gets a column in the tables only where a cell has it.
@@ -729,8 +729,8 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
     """Bring the cells of `incoming` into this tree (plan_merge: all checked first), redraw each merged cell's curves
     as recipe.py does, bring in their logs (a same-named local log keeps its text and gets the incoming one appended,
     as a resumed local sweep appends; only its rest where the local log ends with its beginning: `_continued`), and
-    return one line per cell. Never overwrites a log, never writes the sweep's
-    summary (--summarize does); merging the same folder again changes nothing."""
+    return one line per cell. Never overwrites a log, never writes the sweep's summary (--summarize does); merging
+    the same folder again changes nothing."""
     from gmts_recipe.plots import plot_run
 
     plans = plan_merge(grid, incoming)

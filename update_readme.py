@@ -28,7 +28,8 @@ PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 SWEEP = "results/qwen/sweep.json"
 FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --sweep SWEEP --out FIGURE
-MECHANISM_SWEEPS = ("results/qwen/sweep.json", "results/coupled/sweep.json", "results/confirm/sweep.json")  # each gets mechanism.json and .png
+# each gets mechanism.json and .png
+MECHANISM_SWEEPS = ("results/qwen/sweep.json", "results/coupled/sweep.json", "results/confirm/sweep.json")
 
 NAMES = {"base": "base (untrained)", "grpo": "GRPO (all tokens)", "ets": "ETS (top-20% by entropy)",
          "gmts": "GMTS (top-20% by \\|entropy x omega\\|)", "ets_nz": "ETS-nz (control: ETS, omega != 0 first)"}

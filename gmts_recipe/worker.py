@@ -84,8 +84,8 @@ def between_jobs() -> None:
     import gc
 
     decode_loop = sys.modules.get("gmts_recipe.generation.decode_loop")
-    if decode_loop is not None:
-        decode_loop._BUFFERS.clear()
+    if decode_loop is not None:  # imported by a job: not imported here, so a worker of other scripts needs no torch
+        decode_loop.release_buffers()
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():

@@ -90,6 +90,16 @@ def test_a_thread_a_job_leaves_running_is_named_in_its_log(worker, tmp_path):
     assert worker.run(["job.py", "ok"], tmp_path / "b.log") == 0 and worker.started == 1
 
 
+def test_between_jobs_the_last_cells_decode_buffers_are_dropped():
+    """A fresh process holds no static cache; a warm one must not carry the last cell's (gigabytes at 880 rows)."""
+    from gmts_recipe.generation import decode_loop
+    from gmts_recipe.worker import between_jobs
+
+    decode_loop._BUFFERS.append(("model", "key", "cache", "state"))
+    between_jobs()
+    assert decode_loop._BUFFERS == []
+
+
 def test_a_missing_script_is_a_failed_job_with_its_error_in_the_log(worker, tmp_path):
     assert worker.run(["nowhere.py"], tmp_path / "a.log") == 1
     assert "nowhere.py" in (tmp_path / "a.log").read_text()

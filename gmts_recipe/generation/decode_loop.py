@@ -301,6 +301,12 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device, regions: b
     return cache, state
 
 
+def release_buffers() -> None:
+    """Drop the kept static cache and decode state (gigabytes at 880 rows): for a process that goes on to other work,
+    as a warm sweep worker does between cells (gmts_recipe.worker), where a fresh process would hold none."""
+    _BUFFERS.clear()
+
+
 def _mark_for_compile(cache, state: DecodeState, regions: bool = False) -> None:
     """Before the compiled step's first call on these tensors: static addresses (a CUDA graph replays at them, and
     cudagraph trees take their in-place updates as mutations of static inputs), and dim 0, the rows, symbolic, every
