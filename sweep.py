@@ -294,13 +294,19 @@ TIMING = "timing.jsonl"  # one JSON line per cell process, in the sweep's logs f
 
 
 def write_timing(log_dir: Path, cell: Cell, arms: tuple[str, ...], gpu: str | None, workers_on_gpu: int,
-                 start: float, end: float, exit_code: int | None, host: str, warm: bool = False) -> None:
+                 start: float, end: float, exit_code: int | None, host: str, warm: bool = False,
+                 job_in_process: int | None = None) -> None:
     """One line of logs/timing.jsonl: which cell process ran where and how long (unix seconds), so cells per
     GPU-hour come from committed files; `warm`: the cell ran in a warm worker's process (its startup paid once per
-    worker). One write call per line in append mode: concurrent workers never interleave."""
+    worker), `job_in_process` its place there (1: the job that paid the process's start and first compile). One
+    write call per line in append mode: concurrent workers never interleave."""
     record = {"cell": cell.name, "arms": list(arms), "gpu": gpu, "workers_on_gpu": workers_on_gpu,
               "start": round(start, 3), "end": round(end, 3), "exit_code": exit_code, "host": host}
-    line = json.dumps({**record, "warm": True} if warm else record)
+    if warm:
+        record["warm"] = True
+        if job_in_process is not None:
+            record["job_in_process"] = job_in_process
+    line = json.dumps(record)
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / TIMING, "a", encoding="utf-8") as out:
         out.write(line + "\n")
@@ -343,7 +349,8 @@ def seconds_per_arm(took: list[tuple[float, int]]) -> float:
 def recorded_pace(log_dir: Path, warm: bool = False) -> tuple[float, int] | None:
     """(seconds per arm, arm-runs) of the cell processes in logs/timing.jsonl that trained arms, ended well and had
     their GPU to themselves, those of fresh processes (each with its start and compile) or, with `warm`, those that
-    ran in warm workers; None where there are none. What `--plan` estimates the jobs left from."""
+    ran in warm workers after a worker's first job (which paid the process's start; lines from before
+    `job_in_process` was recorded count); None where there are none. What `--plan` estimates the jobs left from."""
     seconds = arms = 0
     try:
         lines = (log_dir / TIMING).read_text(encoding="utf-8").splitlines()
@@ -355,7 +362,7 @@ def recorded_pace(log_dir: Path, warm: bool = False) -> tuple[float, int] | None
         except json.JSONDecodeError:
             continue
         if (t.get("exit_code") == 0 and t.get("arms") and t["arms"] != ["base"] and t.get("workers_on_gpu") == 1
-                and bool(t.get("warm")) == warm):
+                and bool(t.get("warm")) == warm and not (warm and t.get("job_in_process") == 1)):
             seconds += t["end"] - t["start"]
             arms += len(t["arms"])
     return (seconds / arms, arms) if arms else None
@@ -430,7 +437,8 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=environment(gpu))
         if warm is not None:
             code = warm[slot].run(command[1:], log)  # the worker's own Python runs recipe.py
-        write_timing(log_dir, cell, arms, gpu, workers.count(gpu), start, time.time(), code, host, warm=warm_workers)
+        write_timing(log_dir, cell, arms, gpu, workers.count(gpu), start, time.time(), code, host, warm=warm_workers,
+                     job_in_process=None if warm is None else warm[slot].jobs)
         return code
 
     stop = threading.Event()  # an interrupted cell (Ctrl-C reaches every process of the terminal): take no other
@@ -1528,7 +1536,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"alone on their GPU, {fresh[0] / 60:.1f} min each with their cell's startup)")
             if todo and warm is not None:
                 estimate += (f"; about {len(todo) * warm[0] / 60:.0f} GPU-min in warm workers ({warm[1]} arm-runs, "
-                             f"{warm[0] / 60:.1f} min each)")
+                             f"{warm[0] / 60:.1f} min each, plus each worker's start)")
             print(f"[sweep] {len(todo)} job(s) to run{estimate}")
             return 0
         if args.merge is not None:

@@ -126,6 +126,7 @@ class WarmWorker:
     def __init__(self, env: dict | None = None, cwd: str | Path | None = None):
         self.env, self.cwd, self.proc = env, cwd, None
         self.started = 0  # processes started so far (one, unless a job failed)
+        self.jobs = 0  # jobs the current process has taken, the last one included (1: it paid the process's start)
 
     def run(self, argv: list[str], log: str | Path) -> int:
         """Run one job (argv[0]: the script, then its arguments) in the warm process; its exit code."""
@@ -134,6 +135,8 @@ class WarmWorker:
             self.proc = subprocess.Popen([sys.executable, "-m", "gmts_recipe.worker"], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, env=self.env, cwd=self.cwd, text=True, bufsize=1)
             self.started += 1
+            self.jobs = 0
+        self.jobs += 1
         try:
             self.proc.stdin.write(json.dumps({"argv": [str(a) for a in argv], "log": str(log)}) + "\n")
             self.proc.stdin.flush()

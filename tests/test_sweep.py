@@ -1024,6 +1024,11 @@ def test_recorded_pace_is_seconds_per_arm_of_the_alone_processes_that_trained(tm
     assert sweep.recorded_pace(tmp_path, warm=True) is None
     _timing(tmp_path, _row("c-s1", ["ets", "gmts"], 280.0), {**_row("c-s2", ["ets", "gmts"], 200.0), "warm": True})
     assert sweep.recorded_pace(tmp_path) == (140.0, 2) and sweep.recorded_pace(tmp_path, warm=True) == (100.0, 2)
+    # a warm worker's first job paid the process's start: not the warm pace (lines from before the field count)
+    _timing(tmp_path, {**_row("c-s1", ["ets", "gmts"], 300.0), "warm": True, "job_in_process": 1},
+            {**_row("c-s2", ["ets", "gmts"], 180.0), "warm": True, "job_in_process": 2},
+            {**_row("c-s3", ["ets"], 120.0), "warm": True})
+    assert sweep.recorded_pace(tmp_path, warm=True) == (100.0, 3)
 
 
 def test_plan_estimates_the_jobs_left_from_the_recorded_pace(tmp_path, capsys):
@@ -1043,7 +1048,7 @@ def test_plan_estimates_the_jobs_left_from_the_recorded_pace(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"[sweep] {n} job(s) to run; about {2 * n:.0f} GPU-min at the pace of logs/timing.jsonl (1 arm-runs alone on "
         f"their GPU, 2.0 min each with their cell's startup); about {1.5 * n:.0f} GPU-min in warm workers (1 "
-        "arm-runs, 1.5 min each)")
+        "arm-runs, 1.5 min each, plus each worker's start)")
 
 
 def test_merge_brings_the_merged_cells_timing_lines_once(tmp_path, capsys):

@@ -67,6 +67,7 @@ def test_jobs_share_one_process_and_each_log_gets_its_own_output(worker, tmp_pat
     assert texts[0].startswith("=== header\njob 1 of pid ")  # appended after what the sweep wrote
     jobs = [_job(next(x for x in t.splitlines() if x.startswith("job "))) for t in texts]
     assert [n for n, _ in jobs] == [1, 2, 3] and len({pid for _, pid in jobs}) == 1 and worker.started == 1
+    assert worker.jobs == 3
     for i, text in enumerate(texts):  # Python's streams and the raw descriptor, each job's own
         assert f"['ok', '{i}']" in text and "to stderr" in text and "straight to file descriptor 1" in text
         assert text.count("job ") == 1
@@ -80,6 +81,7 @@ def test_a_failed_job_ends_its_process_and_the_next_job_gets_a_fresh_one(worker,
     assert worker.run(["job.py", "ok"], tmp_path / "c.log") == 0
     first, failed, after = (_job((tmp_path / f"{x}.log").read_text().splitlines()[0]) for x in "abc")
     assert failed == (2, first[1]) and after[0] == 1 and after[1] != first[1] and worker.started == 2
+    assert worker.jobs == 1  # the job in the fresh process paid its start
     if in_log:
         assert in_log in (tmp_path / "b.log").read_text()
 
@@ -133,6 +135,8 @@ def test_warm_workers_give_the_cells_fresh_processes_give(tmp_path, fake_recipe,
         assert a == b
     timing = [json.loads(x) for x in (demo["warm"] / "logs" / sweep.TIMING).read_text().splitlines()]
     assert all(t["warm"] for t in timing) and {t["exit_code"] for t in timing} == {0, 5}
+    # one worker: its jobs counted in its process, from 1 again after the failed cell's process was replaced
+    assert [(t["job_in_process"], t["exit_code"]) for t in timing] == [(1, 0), (2, 0), (3, 5), (1, 0), (2, 0)]
     assert "warm" not in json.loads((demo["fresh"] / "logs" / sweep.TIMING).read_text().splitlines()[0])
     log = (demo["warm"] / "logs" / "paper-lr0.0002-s1-ets+gmts.log").read_text()
     assert "in warm worker 0's process" in log and "failing as told" in log
