@@ -272,6 +272,7 @@ def test_sweep_cells_share_the_base_evals(tiny_config, tmp_path, capsys, monkeyp
     assert not list(tmp_path.glob("cell-*/*.jsonl.xz"))
 
 
+@pytest.mark.slow
 def test_two_processes_training_different_arms_at_once_keep_both(tiny_config, tmp_path):
     """One process per arm of one experiment, started together (as on two GPUs): the base evals are computed once
     (the second process waits on the cache lock) and results.json ends with both arms."""

@@ -67,6 +67,7 @@ def timing(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "results" / "demo" / "logs" / "timing.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_ray_gives_the_cells_the_local_pool_gives(tmp_path, cluster, fake_recipe, capsys):
     local, remote = grid_in(tmp_path / "local"), grid_in(tmp_path / "ray")
     assert sweep.main([str(local), "--runs_per_gpu", "2"]) == 0  # two workers on this machine's one device

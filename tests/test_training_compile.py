@@ -78,7 +78,8 @@ def one_step(tmp_path, training_compile: bool, **overrides):
     return trainer, loss, trainer._update_cosine.previous, seen
 
 
-@pytest.mark.parametrize("checkpointing,bf16", [(False, False), (True, True)], ids=["fp32", "bf16-checkpointing"])
+@pytest.mark.parametrize("checkpointing,bf16", [(False, False), pytest.param(True, True, marks=pytest.mark.slow)],
+                         ids=["fp32", "bf16-checkpointing"])
 def test_one_step_compiled_matches_eager_and_saves_the_same_adapter(tmp_path, checkpointing, bf16):
     options = dict(gradient_checkpointing=checkpointing, bf16=bf16)  # bf16: autocast, float32 weights, as on the GPU
     eager, loss_eager, grad_eager, seen_eager = one_step(tmp_path / "eager", False, **options)
