@@ -24,6 +24,7 @@ evaluation seconds (the cells reused base evaluations cached from an older run).
 
     python bench/costs.py              # rewrites its rows of bench/results-h200.json and prints the table
     python bench/costs.py --markdown   # the README's table (read-only: from the results file)
+    python bench/costs.py --targets    # where the speed targets stand, each against its best committed measure
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once t
 
 SHARED = set(RUNS["shared"])  # (cell, arm) pairs that ran two arms on one GPU
 TARGETS = {"step_s": 1.5, "full_test_s": 45.0, "complete_run_min": 5.0}  # the targets set for one experiment's cost
+# the next targets, twice the experiments per GPU-hour: `python bench/costs.py --targets` (each against its best measure)
+SPEED_TARGETS = {"step_s": 1.0, "complete_run_warm_min": 3.0, "complete_run_cold_min": 3.5, "runs_per_gpu_hour_x": 1.8}
 
 
 def _source(path: Path, root: Path) -> str:
@@ -357,10 +360,78 @@ def table(results: dict) -> str:
     return "\n".join(out)
 
 
+def _met(value: float | None, target: float, at_least: bool = False) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if (value >= target if at_least else value <= target) else "not met"
+
+
+def targets(root: Path = ROOT) -> str:
+    """Where the speed targets stand, each against the best committed measure of it (read-only, from the files it
+    names): the step (bench/step.py), a complete run on a warm and on a cold compile cache (bench/complete_run.py), the
+    arm-runs per GPU-hour of the confirmatory grid in warm workers against one fresh process per cell
+    (its logs/timing.jsonl, sweep.recorded_pace) and of cells sharing a GPU (bench/scaling.py), and the side-by-side
+    ratios to TRL (bench/side_by_side.py)."""
+    sys.path.insert(0, str(root))
+    import sweep  # noqa: E402 - the recorded pace is computed once, there
+
+    rows = []
+    steps = [(r["total_s"], p.name) for p in sorted(root.glob("bench/step-profile-h200-*.json"))
+             if (r := step_profile_rows(p, root)[0])["rows"] == 64]
+    best = min(steps, default=None)
+    rows.append((f"paper-config step at 64 rollouts <= {SPEED_TARGETS['step_s']:g} s",
+                 "-" if best is None else f"{best[0]:.2f} s", "-" if best is None else best[1],
+                 _met(best and best[0], SPEED_TARGETS["step_s"])))
+    timed = [r for r in (complete_run_rows(p, root)[0] for p in sorted(root.glob("bench/complete-run-h200*.json")))
+             if r and r["rows"] == 64]
+    for cache in ("warm", "cold"):
+        target = SPEED_TARGETS[f"complete_run_{cache}_min"]
+        best = min(((r["gpu_minutes"], Path(r["source"]).name) for r in timed if r["compile_cache"] == cache), default=None)
+        rows.append((f"complete run (3 base evaluations, ETS, GMTS) on a {cache} compile cache <= {target:g} GPU-min",
+                     "-" if best is None else f"{best[0]:.2f} GPU-min", "-" if best is None else best[1],
+                     _met(best and best[0], target)))
+    logs = root / "results" / "confirm" / "logs"
+    fresh, warm = sweep.recorded_pace(logs), sweep.recorded_pace(logs, warm=True)
+    gain = fresh[0] / warm[0] if fresh and warm else None
+    rows.append((f"arm-runs per GPU-hour >= {SPEED_TARGETS['runs_per_gpu_hour_x']:g}x one fresh process per cell",
+                 "-" if gain is None else f"{gain:.2f}x in warm workers ({warm[0] / 60:.2f} min per arm, {warm[1]} "
+                 f"arm-runs, against {fresh[0] / 60:.2f}, {fresh[1]})",
+                 "results/confirm/logs/timing.jsonl", _met(gain, SPEED_TARGETS["runs_per_gpu_hour_x"], at_least=True)))
+    scaling = root / "bench" / "scaling-h200.json"
+    if scaling.exists():  # cells sharing one GPU (bench/scaling.py): more per GPU-hour, but no bit-for-bit repeat
+        d = json.loads(scaling.read_text())
+        shared = {n: d.get(f"mps_{n}_throughput") for n in ("two", "four")}
+        best = max((x for x in shared.values() if x), default=None)
+        rows.append((f"arm-runs per GPU-hour >= {SPEED_TARGETS['runs_per_gpu_hour_x']:g}x one per GPU, cells sharing "
+                     "a GPU under CUDA MPS (their runs do not repeat a cell run alone)",
+                     ", ".join(f"{n} at once {x:.2f}x" for n, x in shared.items() if x) or "-", scaling.name,
+                     _met(best, SPEED_TARGETS["runs_per_gpu_hour_x"], at_least=True)))
+    sbs = root / "bench" / "side-by-side-h200.json"
+    if sbs.exists():
+        paths = json.loads(sbs.read_text())["paths"]
+        step = {k: v.get("steps", {}).get("median_step_s") for k, v in paths.items()
+                if v.get("steps", {}).get("status") == "ok"}
+        done = {k: v["complete_run"]["gpu_minutes"] for k, v in paths.items()
+                if v.get("complete_run", {}).get("status") == "ok"}
+        if step.get("ours"):
+            ratios = ", ".join(f"{paths[k]['label']} {step[k] / step['ours']:.2f}x" for k in ("trl", "vllm") if step.get(k))
+            rows.append(("side by side: the step of TRL's paths over this recipe's", ratios, sbs.name, "measured"))
+        rows.append(("side by side: a complete run of each path",
+                     ", ".join(f"{paths[k]['label']} {m:.1f} GPU-min" for k, m in done.items()) or "-", sbs.name,
+                     "measured" if len(done) == len(paths) else "not measured"))
+    out = ["| target | best measured | from | verdict |", "|---|---|---|---|"]
+    out += [f"| {' | '.join(r)} |" for r in rows]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help="print the table of the committed results file")
+    ap.add_argument("--targets", action="store_true", help="print where the speed targets stand (read-only)")
     args = ap.parse_args(argv)
+    if args.targets:
+        print(targets())
+        return 0
     results = json.loads(OUT.read_text())
     if not args.markdown:
         results = merged(results, measure())
