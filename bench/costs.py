@@ -43,7 +43,7 @@ from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once t
 
 SHARED = set(RUNS["shared"])  # (cell, arm) pairs that ran two arms on one GPU
 TARGETS = {"step_s": 1.5, "full_test_s": 45.0, "complete_run_min": 5.0}  # the targets set for one experiment's cost
-# the next targets, twice the experiments per GPU-hour: `python bench/costs.py --targets` (each against its best measure)
+# the next targets, twice the experiments per GPU-hour (`python bench/costs.py --targets`: each vs its best measure)
 SPEED_TARGETS = {"step_s": 1.0, "complete_run_warm_min": 3.0, "complete_run_cold_min": 3.5, "runs_per_gpu_hour_x": 1.8}
 
 
@@ -372,8 +372,9 @@ def targets(root: Path = ROOT) -> str:
     arm-runs per GPU-hour of the confirmatory grid in warm workers against one fresh process per cell
     (its logs/timing.jsonl, sweep.recorded_pace) and of cells sharing a GPU (bench/scaling.py), and the side-by-side
     ratios to TRL (bench/side_by_side.py)."""
-    sys.path.insert(0, str(root))
-    import sweep  # noqa: E402 - the recorded pace is computed once, there
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import sweep  # the recorded pace is computed once, there
 
     rows = []
     steps = [(r["total_s"], p.name) for p in sorted(root.glob("bench/step-profile-h200-*.json"))
@@ -386,7 +387,8 @@ def targets(root: Path = ROOT) -> str:
              if r and r["rows"] == 64]
     for cache in ("warm", "cold"):
         target = SPEED_TARGETS[f"complete_run_{cache}_min"]
-        best = min(((r["gpu_minutes"], Path(r["source"]).name) for r in timed if r["compile_cache"] == cache), default=None)
+        best = min(((r["gpu_minutes"], Path(r["source"]).name) for r in timed if r["compile_cache"] == cache),
+                   default=None)
         rows.append((f"complete run (3 base evaluations, ETS, GMTS) on a {cache} compile cache <= {target:g} GPU-min",
                      "-" if best is None else f"{best[0]:.2f} GPU-min", "-" if best is None else best[1],
                      _met(best and best[0], target)))
@@ -414,7 +416,8 @@ def targets(root: Path = ROOT) -> str:
         done = {k: v["complete_run"]["gpu_minutes"] for k, v in paths.items()
                 if v.get("complete_run", {}).get("status") == "ok"}
         if step.get("ours"):
-            ratios = ", ".join(f"{paths[k]['label']} {step[k] / step['ours']:.2f}x" for k in ("trl", "vllm") if step.get(k))
+            ratios = ", ".join(f"{paths[k]['label']} {step[k] / step['ours']:.2f}x"
+                               for k in ("trl", "vllm") if step.get(k))
             rows.append(("side by side: the step of TRL's paths over this recipe's", ratios, sbs.name, "measured"))
         rows.append(("side by side: a complete run of each path",
                      ", ".join(f"{paths[k]['label']} {m:.1f} GPU-min" for k, m in done.items()) or "-", sbs.name,

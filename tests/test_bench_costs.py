@@ -213,7 +213,8 @@ def test_targets_judge_each_target_by_its_best_measure(tmp_path):
     assert costs.targets(tmp_path).splitlines()[2:] == [  # nothing measured yet: every row says so
         "| paper-config step at 64 rollouts <= 1 s | - | - | not measured |",
         "| complete run (3 base evaluations, ETS, GMTS) on a warm compile cache <= 3 GPU-min | - | - | not measured |",
-        "| complete run (3 base evaluations, ETS, GMTS) on a cold compile cache <= 3.5 GPU-min | - | - | not measured |",
+        "| complete run (3 base evaluations, ETS, GMTS) on a cold compile cache <= 3.5 GPU-min | - | - "
+        "| not measured |",
         "| arm-runs per GPU-hour >= 1.8x one fresh process per cell | - | results/confirm/logs/timing.jsonl "
         "| not measured |"]
     _fixture(tmp_path)
@@ -224,7 +225,8 @@ def test_targets_judge_each_target_by_its_best_measure(tmp_path):
         {**line, "arms": ["ets"], "end": 200.0, "warm": True, "job_in_process": 1},  # paid the process's start
         {**line, "arms": ["ets", "gmts"], "end": 120.0, "warm": True, "job_in_process": 2})))  # 1 min per arm
     for name in ("step-profile-h200-rows8.json", "complete-run-h200-rows8.json"):  # not the paper config: no measure
-        other = json.loads((tmp_path / "bench" / name.replace("rows8", "rows32" if "step" in name else "older")).read_text())
+        like = name.replace("rows8", "rows32" if "step" in name else "older")
+        other = json.loads((tmp_path / "bench" / like).read_text())
         _write(tmp_path / "bench" / name, {**other, "gpu_minutes": 0.5, "rows": 8} if "complete" in name else
                {**other, "step": {**other["step"], "rows": 8, "total_s": 0.5}})
     _write(tmp_path / "bench" / "scaling-h200.json", {"mps_two_throughput": 1.25, "mps_four_throughput": 1.5})
@@ -243,7 +245,8 @@ def test_targets_judge_each_target_by_its_best_measure(tmp_path):
         "arm-runs, against 2.00, 2) | results/confirm/logs/timing.jsonl | met |",
         "| arm-runs per GPU-hour >= 1.8x one per GPU, cells sharing a GPU under CUDA MPS (their runs do not repeat a "
         "cell run alone) | two at once 1.25x, four at once 1.50x | scaling-h200.json | not met |",
-        "| side by side: the step of TRL's paths over this recipe's | (a) T 12.00x | side-by-side-h200.json | measured |",
+        "| side by side: the step of TRL's paths over this recipe's | (a) T 12.00x | side-by-side-h200.json "
+        "| measured |",
         "| side by side: a complete run of each path | (c) O 5.0 GPU-min | side-by-side-h200.json | not measured |"]
 
 
