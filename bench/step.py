@@ -34,6 +34,10 @@ parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data reci
    (compiling) step run under torch.compiler.set_stance("default", skip_guard_eval_unsafe=True), to measure whether
    torch._dynamo's guard evaluation is part of the host time per token step. Unsafe if a new shape arrives after the
    warmup, so a call enters it only with rows and a static cache that a guarded call compiled.
+6. --step_graph whole_step (default cudagraph_trees; bench only): the compiled decode step recorded into one
+   torch.cuda.CUDAGraph per decode buffers and replayed with no Python between token steps (decode_loop.STEP_GRAPH),
+   against torch.compile's cudagraph trees, which check every input before each replay: the same kernels, so the
+   same tokens are expected (`--compare`'s last column shows whether each step's mean completion length is kept).
 Writes OUT/step-profile.json and OUT/step-profile.txt, and prints a progress line per phase.
 """
 
@@ -713,6 +717,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--skip_guard_eval", action="store_true",
                     help="A/B, bench only: generation calls after the first (compiling) step run under "
                          "torch.compiler.set_stance(skip_guard_eval_unsafe=True), whose shapes have compiled")
+    ap.add_argument("--step_graph", default="cudagraph_trees", choices=("cudagraph_trees", "whole_step"),
+                    help="A/B, bench only: who records the compiled decode step's CUDA graph (decode_loop.STEP_GRAPH): "
+                         "torch.compile's cudagraph trees, or one torch.cuda.CUDAGraph of the whole step replayed "
+                         "with no Python between token steps (the counter sampler only)")
     args, rest = ap.parse_known_args(argv)
     if args.steps < 2:
         ap.error("--steps must be at least 2: the first step compiles and is reported apart")
@@ -744,6 +752,9 @@ def run(argv: list[str]) -> dict:
     progress("setup: parsing the config and loading the data (recipe.parse, recipe.load_tasks)")
     recipe_args, train_args, model_args, name = recipe.parse(recipe_argv(args, rest, out_dir))
     recipe.deterministic_kernels(train_args)  # as recipe.py does, before any CUDA work of the run
+    from gmts_recipe.generation import decode_loop
+
+    decode_loop.STEP_GRAPH = args.step_graph  # training generation and evaluation alike
     arm = recipe.trained_arms(recipe_args.arm)[0]
     device = torch.device("cuda" if torch.cuda.is_available() and not train_args.use_cpu else "cpu")
     if device.type == "cuda":
@@ -754,7 +765,8 @@ def run(argv: list[str]) -> dict:
               "config_name": name, "order": "eval, then training" if args.eval_first else "training, then eval",
               "sync_note": "every part is CUDA-synchronized at both ends: a small cost per part, and no host/GPU "
                            "overlap",
-              "bench_options": {"host_profile": args.host_profile, "skip_guard_eval": args.skip_guard_eval},
+              "bench_options": {"host_profile": args.host_profile, "skip_guard_eval": args.skip_guard_eval,
+                                "step_graph": args.step_graph},
               "dynamo": {"recompile_limit": getattr(torch._dynamo.config, "recompile_limit",
                                                     getattr(torch._dynamo.config, "cache_size_limit", None))}}
 
@@ -877,6 +889,8 @@ def options_line(o: dict) -> str:
                  f"True), {c['calls_with_guards']} with guards: the first step's, which compiles, and "
                  f"{c['calls_with_a_new_shape']} with a shape not compiled before: the later training steps and the "
                  "generation profiles ran in it, the evaluation did not)")
+    if o.get("step_graph", "cudagraph_trees") != "cudagraph_trees":  # files from before the option have none
+        line += f", step_graph {o['step_graph']}"
     return line + "."
 
 
@@ -941,7 +955,9 @@ def top_lines(p: dict) -> list[str]:
 
 
 def _options(r: dict) -> dict:
-    return r["step"]["generation_options"]
+    """The run's generation options, and the bench-only decode graph where it was not torch.compile's own."""
+    graph = r.get("bench_options", {}).get("step_graph", "cudagraph_trees")
+    return {**r["step"]["generation_options"], **({} if graph == "cudagraph_trees" else {"step_graph": graph})}
 
 
 def _completion_lengths(r: dict) -> list[float | None]:

@@ -185,7 +185,26 @@ def test_skip_guard_eval_enters_the_stance_only_for_shapes_that_compiled():
 
 def test_bench_only_options_are_off_by_default():
     args, _ = step.parse_args(["--out", "x"])
-    assert args.host_profile is False and args.skip_guard_eval is False
+    assert args.host_profile is False and args.skip_guard_eval is False and args.step_graph == "cudagraph_trees"
+
+
+def test_the_whole_step_graph_is_recorded_and_compared_as_an_option(small_run, tmp_path, capsys):
+    """--step_graph whole_step sets decode_loop.STEP_GRAPH for the run (training generation and evaluation) and is
+    written to bench_options; the text report and --compare name it, files from before it name nothing."""
+    out, r = small_run
+    assert r["bench_options"]["step_graph"] == "cudagraph_trees"
+    assert "step_graph" not in step.options_line(r["bench_options"])
+    other = json.loads(json.dumps(r))
+    other["bench_options"]["step_graph"] = "whole_step"
+    assert step.options_line(other["bench_options"]).endswith(", step_graph whole_step.")
+    del r["bench_options"]["step_graph"]  # as a file from before the option
+    (tmp_path / "old.json").write_text(json.dumps(r))
+    (tmp_path / "whole.json").write_text(json.dumps(other))
+    assert step.main(["--compare", str(tmp_path / "old.json"), str(tmp_path / "whole.json")]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert rows[0][1] == "-" and rows[1][1] == "step_graph whole_step"
+    with pytest.raises(SystemExit):
+        step.parse_args(["--out", "x", "--step_graph", "whole"])
 
 
 def test_compare_tabulates_each_profile_with_the_options_it_changed(small_run, tmp_path, capsys):

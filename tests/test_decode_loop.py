@@ -587,3 +587,45 @@ def test_sample_with_config_accepts_the_cache_compile_and_length_settings_and_sa
     with pytest.raises(ValueError, match="max_new_tokens unset"):
         decode_loop.sample_with_config(model, batch["input_ids"], batch["attention_mask"],
                                        _config(max_new_tokens=None, max_length=12))
+
+
+def test_the_whole_step_graph_is_checked_and_kept_per_buffers_and_weights(tiny, monkeypatch):
+    """STEP_GRAPH='whole_step' (bench/step.py --step_graph): refused for a sampler that draws from a generator (a
+    replay would repeat the recording's draws) and for an unknown value; its recording is kept while the buffers,
+    the scalars and every weight's address stay, recorded anew when one changes, and dropped with the buffers. The
+    step compiled for it is another function (no inductor CUDA graphs). The recording itself needs CUDA: on the CPU
+    the loop runs as before (the tokens are checked against generate by the tests above)."""
+    tok, model = tiny
+    batch = tok(["1 + 2 ="], return_tensors="pt", add_special_tokens=False)
+    call = dict(max_new_tokens=2, temperature=1.0, eos_token_ids=[0], pad_token_id=0, compiled=True)
+    monkeypatch.setattr(decode_loop, "STEP_GRAPH", "whole_stepp")
+    with pytest.raises(ValueError, match="STEP_GRAPH 'whole_stepp': use one of cudagraph_trees, whole_step"):
+        decode_loop.sample(model, batch.input_ids, batch.attention_mask, **call)
+    monkeypatch.setattr(decode_loop, "STEP_GRAPH", "whole_step")
+    with pytest.raises(ValueError, match="only the 'counter' sampler allows.*sampler='exponential'"):
+        decode_loop.sample(model, batch.input_ids, batch.attention_mask, **call)
+
+    monkeypatch.setattr(decode_loop, "_GRAPHS", [])
+    monkeypatch.setattr(decode_loop, "_BUFFERS", [])
+    cache, state = decode_loop._buffers(model, 2, 16, torch.device("cpu"))
+    args = (model, cache, state, 1.0, (0,), 0, "counter")
+    first = decode_loop._step_graph(decode_loop.decode_step, *args)
+    assert decode_loop._step_graph(decode_loop.decode_step, *args) is first and first.graph is None
+    assert decode_loop._step_graph(decode_loop.decode_step, model, cache, state, 0.5, (0,), 0, "counter") is not first
+    again = decode_loop._step_graph(decode_loop.decode_step, *args)
+    weight = next(model.parameters())
+    original = weight.data
+    try:
+        weight.data = original.clone()  # a new address: a recording would read the old one
+        assert decode_loop._step_graph(decode_loop.decode_step, *args) is not again
+    finally:
+        weight.data = original
+    decode_loop._buffers(model, 3, 16, torch.device("cpu"))  # another shape: the buffers and the recording go
+    assert decode_loop._GRAPHS == []
+    decode_loop._step_graph(decode_loop.decode_step, *args)
+    decode_loop.release_buffers()
+    assert decode_loop._GRAPHS == [] and decode_loop._BUFFERS == []
+
+    monkeypatch.setattr(decode_loop, "_COMPILED", {})
+    with_graphs, without = decode_loop.compiled_step(), decode_loop.compiled_step(graphs=False)
+    assert without is not with_graphs and decode_loop.compiled_step(graphs=False) is without

@@ -271,7 +271,16 @@ _COMPILED: dict[tuple[str, str], object] = {}
 # (bench/decode_options.py --option decode_loop_autotune), as the small-batch decode GEMMs are latency-bound.
 COMPILE_MODES = ("reduce-overhead", "max-autotune")
 COMPILE_MODE = "reduce-overhead"
+# Who records and replays the compiled step's CUDA graph: "cudagraph_trees", torch.compile's own (mode
+# "reduce-overhead": before every replay it checks each input in Python, the model's parameters among them), or
+# "whole_step": the step compiled without CUDA graphs (the same inductor kernels) and recorded once into one
+# torch.cuda.CUDAGraph per decode buffers (`_StepGraph`), replayed with no Python between token steps. A bench-level
+# switch (bench/step.py --step_graph) until a GPU run shows it is faster with the same tokens; the "counter" sampler
+# only (it draws nothing from a generator, so a replay needs no generator state).
+STEP_GRAPHS = ("cudagraph_trees", "whole_step")
+STEP_GRAPH = "cudagraph_trees"
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
+_GRAPHS: list = []  # at most one _StepGraph: the one recorded on the last shape's buffers
 
 
 def _buffers(model, batch: int, cache_len: int, device: torch.device, regions: bool = False):
@@ -289,6 +298,7 @@ def _buffers(model, batch: int, cache_len: int, device: torch.device, regions: b
         cache.reset()
         return cache, state
     _BUFFERS.clear()
+    _GRAPHS.clear()  # recorded on the dropped buffers' addresses
     long = {"dtype": torch.long, "device": device}
     cache = StaticCache(config=model.config, max_cache_len=cache_len)
     state = DecodeState(token=torch.zeros(batch, 1, **long), position_ids=torch.zeros(batch, 1, **long),
@@ -305,6 +315,7 @@ def release_buffers() -> None:
     """Drop the kept static cache and decode state (gigabytes at 880 rows): for a process that goes on to other work,
     as a warm sweep worker does between cells (gmts_recipe.worker), where a fresh process would hold none."""
     _BUFFERS.clear()
+    _GRAPHS.clear()
 
 
 def _mark_for_compile(cache, state: DecodeState, regions: bool = False) -> None:
@@ -483,17 +494,64 @@ def inductor_options(mode: str) -> dict:
     return options
 
 
-def compiled_step(backend: str = "inductor", regions: bool = False):
+def compiled_step(backend: str = "inductor", regions: bool = False, graphs: bool = True):
     """`decode_step` compiled once per process, `COMPILE_MODE` and `regions` (fullgraph, static shapes but the rows,
     which `sample` marks symbolic unless `regions`; CUDA graphs and deterministic kernels with inductor:
-    `inductor_options`)."""
+    `inductor_options`). `graphs=False`: the same options without inductor's CUDA graphs, for `_StepGraph`."""
     if COMPILE_MODE not in COMPILE_MODES:
         raise ValueError(f"decode_loop.COMPILE_MODE {COMPILE_MODE!r}: use one of {', '.join(COMPILE_MODES)}")
-    key = (backend, COMPILE_MODE, regions)
+    key = (backend, COMPILE_MODE, regions, graphs)
     if key not in _COMPILED:
-        options = {"options": inductor_options(COMPILE_MODE)} if backend == "inductor" else {}
+        options = {}
+        if backend == "inductor":
+            options = {"options": {**inductor_options(COMPILE_MODE), **({} if graphs else {"triton.cudagraphs": False})}}
         _COMPILED[key] = torch.compile(decode_step, backend=backend, fullgraph=True, dynamic=False, **options)
     return _COMPILED[key]
+
+
+class _StepGraph:
+    """The compiled step recorded once into one torch.cuda.CUDAGraph and replayed for every later token step
+    (`STEP_GRAPH = "whole_step"`). Every tensor the step reads or writes has a fixed address (`_buffers`, the model's
+    weights, which the merged adapter changes in place), so a replay computes the step on whatever they hold now; the
+    scalars (temperature, EOS ids, pad id, sampler) are constants of the recording, and `key` holds them with every
+    parameter's and buffer's address: a call whose key differs records anew. The first `WARMUP` token steps of the
+    first call run the compiled function itself on a side stream (real steps: compiling, loading kernels, cuBLAS's
+    workspace), then the next one is recorded and replayed."""
+
+    WARMUP = 2
+
+    def __init__(self, fn, args: tuple, key: tuple):
+        self.fn, self.args, self.key = fn, args, key
+        self.graph, self.warm = None, 0
+
+    def __call__(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        if self.warm < self.WARMUP:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.fn(*self.args)
+            torch.cuda.current_stream().wait_stream(side)
+            self.warm += 1
+            return
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.fn(*self.args)  # recorded, not run
+        self.graph = graph
+        graph.replay()
+
+
+def _step_graph(fn, model, cache, state: DecodeState, temperature: float, eos: tuple[int, ...], pad_token_id: int,
+                sampler: str) -> _StepGraph:
+    """The recorded step for these buffers and this model's weights, kept while they stay (one: the last shape's)."""
+    key = (id(cache), id(state), fn, temperature, eos, pad_token_id, sampler,
+           tuple(t.data_ptr() for t in (*model.parameters(), *model.buffers())))
+    if not _GRAPHS or _GRAPHS[0].key != key:
+        _GRAPHS.clear()
+        _GRAPHS.append(_StepGraph(fn, (model, cache, state, temperature, eos, pad_token_id, sampler), key))
+    return _GRAPHS[0]
 
 
 class _DoneFlag:
@@ -657,6 +715,11 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     and every step (`fused.fused_projections`: 4 products per layer instead of 7, the same numbers up to the wider
     product's rounding); a model it cannot fuse exactly is refused in one line."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
+    if STEP_GRAPH not in STEP_GRAPHS:
+        raise ValueError(f"decode_loop.STEP_GRAPH {STEP_GRAPH!r}: use one of {', '.join(STEP_GRAPHS)}")
+    if STEP_GRAPH == "whole_step" and compiled and sampler != "counter":
+        raise ValueError(f"decode_loop: STEP_GRAPH='whole_step' records the step once and replays it, which only the "
+                         f"'counter' sampler allows (it draws nothing from a generator); sampler={sampler!r}")
     batch, prompt_len = input_ids.shape
     if (sampler == "counter") != (noise_keys is not None):
         raise ValueError(f"decode_loop: noise_keys go with sampler='counter' and only with it (sampler={sampler!r})")
@@ -697,15 +760,20 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
         state.noise_key.copy_(noise_keys if noise_keys is not None else torch.zeros_like(state.noise_key))
         _advance(state, logits, temperature, eos, pad_token_id, sampler)
         step = decode_step
+        whole = compiled and STEP_GRAPH == "whole_step" and device.type == "cuda"
         if compiled:
             _mark_for_compile(cache, state, regions)
-            step = compiled_step(compile_backend, regions)
+            step = compiled_step(compile_backend, regions, graphs=not whole)
+        graph = _step_graph(step, model, cache, state, temperature, eos, pad_token_id, sampler) if whole else None
         flag = _DoneFlag(device)
         done = 1
         while done < max_new_tokens:
-            if compiled:
-                torch.compiler.cudagraph_mark_step_begin()
-            step(model, cache, state, temperature, eos, pad_token_id, sampler)
+            if graph is not None:
+                graph()
+            else:
+                if compiled:
+                    torch.compiler.cudagraph_mark_step_begin()
+                step(model, cache, state, temperature, eos, pad_token_id, sampler)
             done += 1
             if done % check_every == 0 and flag.poll(state.unfinished):
                 break
