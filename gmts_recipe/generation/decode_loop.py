@@ -539,7 +539,7 @@ class _StepGraph:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self.fn(*self.args)  # recorded, not run
-        self.graph = graph
+        self.graph, self.args = graph, None  # a replay needs no Python object: the model is not kept alive here
         graph.replay()
 
 
