@@ -483,7 +483,8 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 threads.append(threading.Thread(target=worker, args=(slot,)))
                 threads[-1].start()
             for t in threads:
-                t.join()
+                while t.is_alive():  # short waits: a Ctrl-C delivered to a worker thread runs its handler here only
+                    t.join(0.1)      # when this thread wakes, which a join without timeout does when the cell ends
         except KeyboardInterrupt:
             stop.set()
             print("[sweep] interrupted: waiting for the running cells to stop (each keeps its finished arms)",
