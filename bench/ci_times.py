@@ -6,8 +6,9 @@
 
 `.ci/run` prints `== commit SHA, DATE, N cores` first and `== PHASE (after Ns)` as each phase starts; pytest's closing
 line ("898 passed, 7 deselected, 15 warnings in 404.16s") gives each suite's counts. Logs from before the header
-existed name their date and commit in the file name (ci-run-YYYY-MM-DD-SHA.log). A log whose run did not reach
-`== done` is refused: its phases are not a complete run.
+existed name their date and commit in the file name (ci-run-YYYY-MM-DD-SHA.log). `.ci/run` stops at the first
+failing phase: a log that ends with a test suite's failures is a run that failed there (its later phases did not
+run, and the table says so); any other log without `== done` is refused, its phases are not a run.
 """
 
 from __future__ import annotations
@@ -46,22 +47,34 @@ def read_log(path: Path) -> dict:
             counts = {w.rstrip("s"): int(n) for n, w in (c.split(" ", 1) for c in m["counts"].split(", "))}
             run["suites"][suite] = {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0),
                                     "errors": counts.get("error", 0), "seconds": float(m["seconds"])}
+    run["stopped_at"] = None
     if not marks or marks[-1][0] != "done":
-        raise CiLogError(f"{path}: no '== done' line: not a finished .ci/run")
+        last = next((s for prefix, s in SUITES.items() if marks and marks[-1][0].startswith(prefix)), None)
+        if last is None or not _failing(run["suites"].get(last)):
+            raise CiLogError(f"{path}: no '== done' line: not a finished .ci/run (nor one stopped by failing tests)")
+        run["stopped_at"] = last  # .ci/run's set -e: the phases after it never ran
     for (name, start), (_, end) in zip(marks, marks[1:]):
         run["phases"][name.split(" (")[0].split(":")[0]] = end - start
-    run["total_s"] = marks[-1][1]
-    missing = [s for s in SUITES.values() if s not in run["suites"]]
+    run["total_s"] = marks[-1][1] if run["stopped_at"] is None else None
+    ran = list(SUITES.values())
+    ran = ran if run["stopped_at"] is None else ran[:ran.index(run["stopped_at"]) + 1]
+    missing = [s for s in ran if s not in run["suites"]]
     if missing:
         raise CiLogError(f"{path}: no pytest summary for the {', '.join(missing)} tests")
     return run
+
+
+def _failing(suite: dict | None) -> int:
+    return 0 if suite is None else suite["failed"] + suite["errors"]
 
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f}"
 
 
-def _suite(s: dict) -> str:
+def _suite(s: dict | None, stopped_at: str | None = None) -> str:
+    if s is None:
+        return f"not run (the {stopped_at} tests failed)"
     bad = "".join(f", {s[k]} {k}" for k in ("failed", "errors") if s[k])
     return f"{s['passed']} passed{bad} in {_minutes(s['seconds'])} min"
 
@@ -71,9 +84,12 @@ def markdown(runs: list[dict]) -> str:
              "total (min) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         p = r["phases"]
+        stopped = r.get("stopped_at")
+        smoke = _minutes(p["smoke run"]) if "smoke run" in p else "not run"
+        total = _minutes(r["total_s"]) if r["total_s"] is not None else f"stopped: {stopped} tests failing"
         lines.append(f"| {r['log']} | {r['commit'] or '-'} | {r['date'] or '-'} | {r['cores'] or '-'} | "
-                     f"{_minutes(p.get('install', 0))} | {_suite(r['suites']['unit'])} | {_suite(r['suites']['slow'])} "
-                     f"| {_minutes(p.get('smoke run', 0))} | {_minutes(r['total_s'])} |")
+                     f"{_minutes(p.get('install', 0))} | {_suite(r['suites'].get('unit'), stopped)} | "
+                     f"{_suite(r['suites'].get('slow'), stopped)} | {smoke} | {total} |")
     return "\n".join(lines)
 
 
@@ -84,14 +100,23 @@ def readme(runs: list[dict]) -> str:
     span = _minutes(low) if _minutes(low) == _minutes(high) else f"{_minutes(low)}-{_minutes(high)}"
     counts = sorted({s["passed"] for s in unit})
     n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    failed = sum(s["failed"] + s["errors"] for s in unit)
+    failing = [(r["commit"] or r["log"], _failing(r["suites"]["unit"])) for r in runs if _failing(r["suites"]["unit"])]
     cores = sorted({r["cores"] for r in runs if r["cores"]})
     dates = sorted({r["date"][:10] for r in runs if r["date"]})
+    where = ", ".join(f"{c}: {k} test{'s' if k > 1 else ''}" for c, k in failing)
     return (f"`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): {span} min for "
-            f"{n} tests{' on ' + '/'.join(map(str, cores)) + ' cores' if cores else ''}, "
-            f"{'none failing' if not failed else f'{failed} failing'}, over {len(runs)} `.ci/run`s on clean clones"
-            f"{' (' + ', '.join(dates) + ')' if dates else ''}; every phase in "
+            f"{n} tests{' on ' + '/'.join(map(str, cores)) + ' cores' if cores else ''} over {len(runs)} `.ci/run`s on "
+            f"clean clones{' (' + ', '.join(dates) + ')' if dates else ''}, "
+            f"{'none failing' if not failing else f'failing in {len(failing)} of them ({where})'}"
+            f"{_last_passing(runs) if failing else ''}; every phase in "
             f"[bench/README.md](bench/README.md#the-test-suites-time).")
+
+
+def _last_passing(runs: list[dict]) -> str:
+    """Where some run failed: whether the last one given (the newest, as the commands list them) passed."""
+    last = runs[-1]
+    bad = any(_failing(s) for s in last["suites"].values()) or last["stopped_at"] is not None
+    return "" if bad else f", the last ({last['commit'] or last['log']}) passing"
 
 
 def main(argv: list[str] | None = None) -> int:

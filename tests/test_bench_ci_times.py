@@ -47,14 +47,32 @@ def test_the_table_and_the_readme_sentence_say_the_span_the_count_and_the_failur
     assert ci_times.main(["--readme", str(a), str(b)]) == 0
     assert capsys.readouterr().out == (
         "`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): 8.0-9.0 min for "
-        "898-900 tests on 2 cores, 2 failing, over 2 `.ci/run`s on clean clones (2026-12-02); every phase in "
-        "[bench/README.md](bench/README.md#the-test-suites-time).\n")
+        "898-900 tests on 2 cores over 2 `.ci/run`s on clean clones (2026-12-02), failing in 1 of them (1a2b3c4: 2 "
+        "tests); every phase in [bench/README.md](bench/README.md#the-test-suites-time).\n")
     assert ci_times.main(["--markdown", str(a), str(b)]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     assert rows == ["| a.log | 1a2b3c4 | 2026-12-02 03:10 UTC | 2 | 1.5 | 900 passed in 8.0 min | 7 passed in 2.0 min "
                     "| 4.3 | 16.7 |",
                     "| b.log | 1a2b3c4 | 2026-12-02 03:10 UTC | 2 | 1.5 | 898 passed, 2 failed in 9.0 min | 7 passed in "
                     "2.0 min | 4.3 | 16.7 |"]
+
+
+def test_a_run_stopped_by_failing_unit_tests_is_a_run_that_failed_there(tmp_path, capsys):
+    """.ci/run's set -e: the log ends with the unit suite's failures; the slow suite and the smoke run never ran."""
+    stopped = LOG.format(unit="1 failed, 899 passed, 7 deselected in 470.00s (0:07:50)").split("== slow tests")[0]
+    path = write(tmp_path, "ci-run-2026-12-02-72b76b3.log", stopped.replace("1a2b3c4", "72b76b3"))
+    run = ci_times.read_log(path)
+    assert (run["stopped_at"], run["total_s"], run["phases"]) == ("unit", None, {"install": 90})
+    assert ci_times.main(["--markdown", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[2] == (
+        "| ci-run-2026-12-02-72b76b3.log | 72b76b3 | 2026-12-02 03:10 UTC | 2 | 1.5 | 899 passed, 1 failed in 7.8 min "
+        "| not run (the unit tests failed) | not run | stopped: unit tests failing |")
+    passing = write(tmp_path, "a.log", LOG.format(unit=PASSING))
+    assert ci_times.main(["--readme", str(passing), str(path)]) == 0
+    assert "over 2 `.ci/run`s on clean clones (2026-12-02), failing in 1 of them (72b76b3: 1 test);" in (
+        capsys.readouterr().out)  # the last given failed: no "passing" claim
+    assert ci_times.main(["--readme", str(path), str(passing)]) == 0
+    assert "failing in 1 of them (72b76b3: 1 test), the last (1a2b3c4) passing;" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("text, reason", [
