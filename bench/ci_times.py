@@ -84,7 +84,7 @@ def markdown(runs: list[dict]) -> str:
              "total (min) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         p = r["phases"]
-        stopped = r.get("stopped_at")
+        stopped = r["stopped_at"]
         smoke = _minutes(p["smoke run"]) if "smoke run" in p else "not run"
         total = _minutes(r["total_s"]) if r["total_s"] is not None else f"stopped: {stopped} tests failing"
         lines.append(f"| {r['log']} | {r['commit'] or '-'} | {r['date'] or '-'} | {r['cores'] or '-'} | "
