@@ -67,19 +67,23 @@ def _options(gen: dict, grouped: bool, checkpointing: bool) -> dict:
                                  bool(gen.get("deterministic_kernels", False)))))
 
 
-def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict]:
-    """The end-to-end row (median step) and the evaluation row (one batch, second call: compiled) of a step profile.
-    The recipe's decoding switches govern training generation and evaluation alike; profiles older than a switch ran
-    with it off (and with gradient checkpointing, the config's setting)."""
+def step_profile_rows(path: Path, root: Path) -> tuple[dict, dict | None]:
+    """The end-to-end row (median step) and the evaluation row (one batch, second call: compiled) of a step profile;
+    no evaluation row where its evaluation failed (the file says why). The recipe's decoding switches govern training
+    generation and evaluation alike; profiles older than a switch ran with it off (and with gradient checkpointing,
+    the config's setting)."""
     d = json.loads(path.read_text())
     step, ev, gen = d["step"], d["eval"], d["step"].get("generation_options", {})
-    options = _options(gen, bool(ev["grouped_attention"]), bool(gen.get("gradient_checkpointing", True)))
+    grouped = ev["grouped_attention"] if "grouped_attention" in ev else gen.get("generation_grouped_attention", False)
+    options = _options(gen, bool(grouped), bool(gen.get("gradient_checkpointing", True)))
     e2e = {"model": step["model"], "rows": step["rows"], "total_s": step["total_s"],
            "first_step_s": step["first_step_s"], "steps": step["steps_in_median"],
            **({"step_times_s": [s["total_s"] for s in step["steps"]]} if "steps" in step else {}),
            "generation_s": step["median_step"]["generation"], "forward_s": step["median_step"]["forward"],
            "backward_s": step["median_step"]["backward"], **options,
            "source": _source(path, root), "measured_by": "bench/step.py"}
+    if "error" in ev:
+        return e2e, None
     evaluation = {"model": ev["model"], "samples": ev["samples"], "seconds": ev["seconds"],
                   "first_call_s": ev["first_call_s"], "full_test_estimate_s": ev["full_test_estimate_s"], **options,
                   "rows": step["rows"], "source": _source(path, root),
@@ -170,7 +174,7 @@ def measure(root: Path = ROOT) -> dict:
     for path in sorted(root.glob("bench/step-profile-h200-*.json")):
         row, ev = step_profile_rows(path, root)
         e2e.append(row)
-        evaluations.append(ev)
+        evaluations += [ev] if ev is not None else []
     for path in sorted(root.glob("results/qwen/*/results.json")):
         rows, evs = arm_rows(path, root)
         e2e += rows

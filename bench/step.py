@@ -38,6 +38,7 @@ parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data reci
    torch.cuda.CUDAGraph per decode buffers and replayed with no Python between token steps (decode_loop.STEP_GRAPH),
    against torch.compile's cudagraph trees, which check every input before each replay: the same kernels, so the
    same tokens are expected (`--compare`'s last column shows whether each step's mean completion length is kept).
+   The training generation only: the evaluation's sampler is not the counter one, so it keeps cudagraph trees.
 Writes OUT/step-profile.json and OUT/step-profile.txt, and prints a progress line per phase.
 """
 
@@ -754,7 +755,7 @@ def run(argv: list[str]) -> dict:
     recipe.deterministic_kernels(train_args)  # as recipe.py does, before any CUDA work of the run
     from gmts_recipe.generation import decode_loop
 
-    decode_loop.STEP_GRAPH = args.step_graph  # training generation and evaluation alike
+    decode_loop.STEP_GRAPH = args.step_graph  # the training generation's; the evaluation keeps the default (below)
     arm = recipe.trained_arms(recipe_args.arm)[0]
     device = torch.device("cuda" if torch.cuda.is_available() and not train_args.use_cpu else "cpu")
     if device.type == "cuda":
@@ -771,12 +772,17 @@ def run(argv: list[str]) -> dict:
                                                     getattr(torch._dynamo.config, "cache_size_limit", None))}}
 
     def evaluate(model, tokenizer, which: str) -> None:
+        # The evaluation samples with its own sampler, which a whole-step recording refuses (it replays the counter
+        # sampler only): it runs with torch.compile's cudagraph trees whatever --step_graph says.
+        decode_loop.STEP_GRAPH = "cudagraph_trees"
         try:
             result["eval"] = evaluation(recipe_args, train_args, model, tokenizer, heldout, device, lengths)
         except Exception as err:  # noqa: BLE001 - e.g. out of memory at the eval batch: the rest still counts
             result["eval"] = {"error": f"{type(err).__name__}: {str(err)[:500]}"}
             progress(f"evaluation failed: {result['eval']['error']}")
-        result["eval"].update(model=model_args.model_name_or_path, evaluated=which)
+        finally:
+            decode_loop.STEP_GRAPH = args.step_graph
+        result["eval"].update(model=model_args.model_name_or_path, evaluated=which, step_graph="cudagraph_trees")
         save(out_dir, result)  # written after each part: a run cut short keeps what it measured
 
     if args.eval_first:  # the recipe's order: base evaluations (a model of their own) before any training
@@ -988,7 +994,9 @@ def compare(paths: list[str]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in runs:
         s, per = r["step"], r["generation_profile"]["per_token_step"]
-        changed = ", ".join(f"{k} {v}" for k, v in sorted(_options(r).items()) if first.get(k) != v) or "-"
+        # an option the first file predates ran off there: named only where this run has it on
+        changed = ", ".join(f"{k} {v}" for k, v in sorted(_options(r).items())
+                            if (first[k] != v if k in first else v not in (False, None))) or "-"
         m = s["median_step"]
         ev = r["eval"].get("ms_per_token_step")
         lines.append(f"| {name} | {changed} | {s['total_s']:.2f} | {m['generation']:.3f} | "

@@ -355,3 +355,16 @@ def test_median_step_edge_cases_and_the_three_scripts_that_read_it(tmp_path, mon
             "grpo": []}
     results = _cell({arm: {"wall_minutes": 1.0, "train_log": log, "eval": evaluation} for arm, log in logs.items()})
     assert complete_run.summary(results, 60.0, 0, [])["median_step_s"] == {"ets": 1003.0, "gmts": None, "grpo": None}
+
+
+def test_a_profile_whose_evaluation_failed_gives_its_step_row_and_no_evaluation_row(tmp_path):
+    """A bench run whose evaluation failed (its file says why) still measured the step: the step row counts, grouped
+    attention read from the generation options; no evaluation row is made up."""
+    costs = _costs()
+    failed = _profile(True, 2.25, 6.0, {"generation_grouped_attention": True})
+    failed["eval"] = {"error": "ValueError: ...", "model": "m"}
+    _write(tmp_path / "bench" / "step-profile-h200-failed-eval.json", failed)
+    step_row, evaluation = costs.step_profile_rows(tmp_path / "bench" / "step-profile-h200-failed-eval.json", tmp_path)
+    assert evaluation is None and step_row["total_s"] == 2.25 and step_row["grouped_attention"] is True
+    m = costs.measure(tmp_path)
+    assert [r["total_s"] for r in m["e2e"]] == [2.25] and m["evaluation"] == []

@@ -17,10 +17,26 @@ MEASURED_PARTS = ("generation", "reward", "forward", "backward", "optimizer")  #
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    """One --small run for every test here, with both bench-only options (off by default) on."""
+    """One --small run for every test here, with the bench-only options (off by default) on. The decode graph each
+    evaluation call ran with is kept in GRAPH_SEEN_BY_EVALUATION; decode_loop.STEP_GRAPH is restored afterwards."""
+    from gmts_recipe.generation import decode_loop
+
     out = tmp_path_factory.mktemp("step")
-    assert step.main(["--small", "--steps", "2", "--host_profile", "--skip_guard_eval", "--out", str(out)]) == 0
+    real = step.evaluation
+
+    def evaluation(*args, **kwargs):
+        GRAPH_SEEN_BY_EVALUATION.append(decode_loop.STEP_GRAPH)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(step, "evaluation", evaluation)
+        mp.setattr(decode_loop, "STEP_GRAPH", decode_loop.STEP_GRAPH)  # restored when the run is done
+        assert step.main(["--small", "--steps", "2", "--host_profile", "--skip_guard_eval",
+                          "--step_graph", "whole_step", "--out", str(out)]) == 0
     return out, json.loads((out / "step-profile.json").read_text())
+
+
+GRAPH_SEEN_BY_EVALUATION: list[str] = []
 
 
 def test_small_run_breaks_a_real_step_into_parts_that_sum_to_its_total(small_run):
@@ -189,19 +205,23 @@ def test_bench_only_options_are_off_by_default():
 
 
 def test_the_whole_step_graph_is_recorded_and_compared_as_an_option(small_run, tmp_path, capsys):
-    """--step_graph whole_step sets decode_loop.STEP_GRAPH for the run (training generation and evaluation) and is
-    written to bench_options; the text report and --compare name it, files from before it name nothing."""
+    """--step_graph whole_step sets decode_loop.STEP_GRAPH for the training generation and is written to bench_options;
+    the evaluation (another sampler, which a recording refuses) runs with cudagraph trees. The text report and
+    --compare name it; files from before it, or from before another option that ran off, name nothing."""
     out, r = small_run
-    assert r["bench_options"]["step_graph"] == "cudagraph_trees"
-    assert "step_graph" not in step.options_line(r["bench_options"])
-    other = json.loads(json.dumps(r))
-    other["bench_options"]["step_graph"] = "whole_step"
-    assert step.options_line(other["bench_options"]).endswith(", step_graph whole_step.")
-    del r["bench_options"]["step_graph"]  # as a file from before the option
-    (tmp_path / "old.json").write_text(json.dumps(r))
-    (tmp_path / "whole.json").write_text(json.dumps(other))
+    assert r["bench_options"]["step_graph"] == "whole_step"
+    assert GRAPH_SEEN_BY_EVALUATION == ["cudagraph_trees"] and r["eval"]["step_graph"] == "cudagraph_trees"
+    assert "error" not in r["eval"]
+    assert step.options_line(r["bench_options"]).endswith(", step_graph whole_step.")
+    old = json.loads(json.dumps(r))
+    del old["bench_options"]["step_graph"]  # as a file from before the option
+    old["step"]["generation_options"].pop("use_liger_kernel", None)  # ... and from before this one (run off here)
+    assert "step_graph" not in step.options_line(old["bench_options"])
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "whole.json").write_text(json.dumps(r))
     assert step.main(["--compare", str(tmp_path / "old.json"), str(tmp_path / "whole.json")]) == 0
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert r["step"]["generation_options"]["use_liger_kernel"] is False
     assert rows[0][1] == "-" and rows[1][1] == "step_graph whole_step"
     with pytest.raises(SystemExit):
         step.parse_args(["--out", "x", "--step_graph", "whole"])

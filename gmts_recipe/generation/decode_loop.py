@@ -275,8 +275,9 @@ COMPILE_MODE = "reduce-overhead"
 # "reduce-overhead": before every replay it checks each input in Python, the model's parameters among them), or
 # "whole_step": the step compiled without CUDA graphs (the same inductor kernels) and recorded once into one
 # torch.cuda.CUDAGraph per decode buffers (`_StepGraph`), replayed with no Python between token steps. A bench-level
-# switch (bench/step.py --step_graph) until a GPU run shows it is faster with the same tokens; the "counter" sampler
-# only (it draws nothing from a generator, so a replay needs no generator state).
+# switch (bench/step.py --step_graph), the "counter" sampler only (it draws nothing from a generator, so a replay
+# needs no generator state). Measured on an H200: the same kernels and tokens, and no faster (3.58 against 3.46 ms per
+# token step; bench/README.md): the host's Python was not what kept the GPU waiting.
 STEP_GRAPHS = ("cudagraph_trees", "whole_step")
 STEP_GRAPH = "cudagraph_trees"
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
