@@ -18,7 +18,8 @@ parsed by recipe.parse; the trainer is recipe.Run.build_trainer's, the data reci
 2. One more step runs under torch.profiler from the end of its generation to its end (a whole decode of 64 x 256
    tokens is ~300k kernel events: too slow to capture and parse); generation is profiled apart, through the same
    _generate_single_turn with the last step's prompts, at two lengths (--profile_tokens): the difference gives GPU busy
-   time, kernels and wall per token step free of the prefill, which the intercept holds.
+   time, kernels and wall per token step free of the prefill, which the intercept holds, and the kernels of one token
+   step by name (the census: each name's count and busy time, long minus short), which says what to fuse.
 3. Evaluation: eval.generate_samples (fast, the recipe's sampler and eval_batch_size) on the prompts of the full test's
    first batch (its longest prompts: the same padded length and static-cache size), called twice (the first compiles),
    then profiled at the two lengths with the full call's cache length (so nothing recompiles). torch._dynamo counters
@@ -363,7 +364,18 @@ def profile_summary(prof, device: torch.device, wall_s: float) -> dict:
     return {"work_items": "CUDA kernels" if on_gpu else "CPU operators (no CUDA here)", "wall_s": wall_s,
             "busy_s": sum(busy_us(e, on_gpu) for e in items) / 1e6, "items": len(items),
             "graph_launches": runtime["cudaGraphLaunch"], "runtime_calls": runtime,
-            "by_phase": by_phase(events, on_gpu), "top": top_items(events, on_gpu), "matmul_ops": matmul_ops(events)}
+            "by_phase": by_phase(events, on_gpu), "top": top_items(events, on_gpu), "matmul_ops": matmul_ops(events),
+            "by_name": items_by_name(items, on_gpu)}
+
+
+def items_by_name(items, on_gpu: bool) -> dict[str, list]:
+    """Every work item's name -> [count, busy ms]: two profiled lengths' tables give the kernels of one token step."""
+    table: dict[str, list] = {}
+    for e in items:
+        row = table.setdefault(e.name[:160], [0, 0.0])
+        row[0] += 1
+        row[1] += busy_us(e, on_gpu) / 1e3
+    return table
 
 
 def profiled(fn, device: torch.device):
@@ -441,7 +453,8 @@ RUNTIME_NOISE_CALLS = 0.5
 RUNTIME_NOISE_NOTE = (f"(a difference of the two runs over the extra token steps; below {RUNTIME_NOISE_CALLS} per "
                       "token step, negative included, a count does not scale with tokens: shown as ~0 with its raw "
                       "value, e.g. the allocator freeing at another time; raw numbers in the JSON)")
-POINT_KEYS = ("busy_s", "items", "wall_s", "graph_launches", "runtime_calls")  # what each profiled length keeps
+POINT_KEYS = ("busy_s", "items", "wall_s", "graph_launches", "runtime_calls", "by_name")  # each profiled length's
+CENSUS_MIN_COUNT = 0.5  # a name whose count grows by less per token step is not part of the step (noise, the prefill)
 
 
 def short_long(points: list[dict]) -> tuple[dict, dict, int]:
@@ -469,7 +482,22 @@ def per_token_step(points: list[dict]) -> dict:
             "intercept_busy_ms": 1000 * (a["busy_s"] - a["decode_steps"] * slope["busy_s"]),
             "intercept_items": a["items"] - a["decode_steps"] * slope["items"],
             "runtime_calls": {k: (b["runtime_calls"][k] - a["runtime_calls"][k]) / steps
-                              for k in a.get("runtime_calls", {})}}
+                              for k in a.get("runtime_calls", {})},
+            **({"kernels": kernel_census(a["by_name"], b["by_name"], steps)} if "by_name" in a else {})}
+
+
+def kernel_census(short: dict, long: dict, steps: int) -> list[dict]:
+    """The work items of one token step by name: each name's count and busy time in the long profile minus the short
+    one, over the decode steps it added, most busy first. Names growing by fewer than CENSUS_MIN_COUNT per step are
+    left out (they do not scale with tokens); the counts kept add up to the step's items but for those."""
+    rows = []
+    for name in long.keys() | short.keys():
+        (n_long, ms_long), (n_short, ms_short) = long.get(name, (0, 0.0)), short.get(name, (0, 0.0))
+        count = (n_long - n_short) / steps
+        if count >= CENSUS_MIN_COUNT:
+            rows.append({"name": name, "per_step": count, "us_per_step": 1000 * (ms_long - ms_short) / steps,
+                         "gemm_dtype": gemm_dtype(name)})
+    return sorted(rows, key=lambda r: (-r["us_per_step"], r["name"]))
 
 
 def dynamo_counters() -> dict:
@@ -915,7 +943,20 @@ def profile_lines(title: str, p: dict) -> list[str]:
     if calls:
         lines += ["CUDA runtime calls per token step: " + ", ".join(runtime_call_text(k, v) for k, v in calls.items()),
                   RUNTIME_NOISE_NOTE]
-    return lines + top_lines(p)
+    return lines + census_lines(t.get("kernels")) + top_lines(p)
+
+
+def census_lines(census: list[dict] | None) -> list[str]:
+    """The token step's work items by name (kernel_census); nothing for files from before the census."""
+    if not census:
+        return []
+    lines = ["", f"| work items of one token step (long minus short profile, over the added steps) | per step | "
+                 f"us per step | gemm dtype |", "|---|---|---|---|"]
+    lines += [f"| {row['name'][:100]} | {row['per_step']:.2f} | {row['us_per_step']:.1f} | {row['gemm_dtype'] or ''} |"
+              for row in census]
+    total = sum(row["per_step"] for row in census)
+    return lines + [f"({len(census)} names, {total:.0f} items per token step; names growing by less than "
+                    f"{CENSUS_MIN_COUNT} per step left out)"]
 
 
 def runtime_call_text(name: str, per_token_step: float) -> str:

@@ -250,3 +250,32 @@ def test_compare_tabulates_each_profile_with_the_options_it_changed(small_run, t
 def test_compare_refuses_a_missing_file_in_one_line(tmp_path, capsys):
     assert step.main(["--compare", str(tmp_path / "nowhere.json")]) == 2
     assert capsys.readouterr().err == f"step.py: --compare: no such file: {tmp_path / 'nowhere.json'}\n"
+
+
+def test_kernel_census_is_each_names_growth_per_added_step():
+    """The token step's work items by name: long minus short over the added steps, names that do not grow by half an
+    item per step left out (the prefill's, a one-off), most busy first, ties by name."""
+    short = {"a": [16, 1.6], "b": [1, 5.0], "c": [2, 0.2], "e": [3, 0.3]}
+    long = {"a": [40, 4.0], "b": [1, 5.0], "c": [14, 1.4], "d": [24, 2.4], "e": [14, 1.4]}
+    census = step.kernel_census(short, long, 24)
+    assert [(r["name"], r["per_step"], round(r["us_per_step"], 6)) for r in census] == [
+        ("a", 1.0, 100.0), ("d", 1.0, 100.0), ("c", 0.5, 50.0)]  # b: no growth; e: 11/24 < 0.5
+    lines = step.census_lines(census)
+    assert lines[-1] == "(3 names, 2 items per token step; names growing by less than 0.5 per step left out)"
+    assert step.census_lines(None) == [] and step.census_lines([]) == []
+
+
+def test_small_run_has_a_kernel_census_of_its_token_step(small_run):
+    """The small run's generation profile names the work items of one token step; their counts add up to the items per
+    token step but for the names left out (each of those grows by less than CENSUS_MIN_COUNT per step)."""
+    out, r = small_run
+    g = r["generation_profile"]
+    census, t = g["per_token_step"]["kernels"], g["per_token_step"]
+    a, b = g["points"][0], g["points"][-1]
+    steps = b["decode_steps"] - a["decode_steps"]
+    left_out = [(b["by_name"].get(n, [0])[0] - a["by_name"].get(n, [0])[0]) / steps
+                for n in b["by_name"].keys() | a["by_name"].keys() if n not in {row["name"] for row in census}]
+    assert census and all(row["per_step"] >= step.CENSUS_MIN_COUNT for row in census)
+    assert all(x < step.CENSUS_MIN_COUNT for x in left_out)
+    assert sum(row["per_step"] for row in census) + sum(left_out) == pytest.approx(t["items"])
+    assert "| work items of one token step" in (out / "step-profile.txt").read_text()
