@@ -305,14 +305,11 @@ def by_phase(events, on_gpu: bool) -> dict:
     return out
 
 
-def top_items(events, on_gpu: bool, limit: int = 25) -> list[dict]:
-    """The work items with the most busy time, by name: count, total and mean, with the gemm dtype read from the name."""
-    table: dict[str, dict] = {}
-    for e in device_events(events, on_gpu):
-        row = table.setdefault(e.name, {"name": e.name[:160], "count": 0, "total_ms": 0.0})
-        row["count"] += 1
-        row["total_ms"] += busy_us(e, on_gpu) / 1e3
-    rows = sorted(table.values(), key=lambda r: -r["total_ms"])[:limit]
+def top_items(by_name: dict[str, list], limit: int = 25) -> list[dict]:
+    """The work items with the most busy time, by name (`items_by_name`'s table): count, total and mean, with the gemm
+    dtype read from the name."""
+    rows = sorted(({"name": name[:160], "count": count, "total_ms": ms} for name, (count, ms) in by_name.items()),
+                  key=lambda r: -r["total_ms"])[:limit]
     for r in rows:
         r["mean_us"] = 1000 * r["total_ms"] / r["count"]
         r["gemm_dtype"] = gemm_dtype(r["name"])
@@ -357,6 +354,7 @@ def profile_summary(prof, device: torch.device, wall_s: float) -> dict:
     on_gpu = device.type == "cuda"
     events = prof.events()
     items = device_events(events, on_gpu)
+    by_name = items_by_name(items, on_gpu)
     runtime = {name: 0 for name in RUNTIME_CALLS}
     for e in events:
         if e.name in runtime:
@@ -364,15 +362,16 @@ def profile_summary(prof, device: torch.device, wall_s: float) -> dict:
     return {"work_items": "CUDA kernels" if on_gpu else "CPU operators (no CUDA here)", "wall_s": wall_s,
             "busy_s": sum(busy_us(e, on_gpu) for e in items) / 1e6, "items": len(items),
             "graph_launches": runtime["cudaGraphLaunch"], "runtime_calls": runtime,
-            "by_phase": by_phase(events, on_gpu), "top": top_items(events, on_gpu), "matmul_ops": matmul_ops(events),
-            "by_name": items_by_name(items, on_gpu)}
+            "by_phase": by_phase(events, on_gpu), "top": top_items(by_name), "matmul_ops": matmul_ops(events),
+            "by_name": by_name}
 
 
 def items_by_name(items, on_gpu: bool) -> dict[str, list]:
-    """Every work item's name -> [count, busy ms]: two profiled lengths' tables give the kernels of one token step."""
+    """Every work item's name -> [count, busy ms]: the top items of one profile, and two profiled lengths' tables give
+    the kernels of one token step (kernel_census)."""
     table: dict[str, list] = {}
     for e in items:
-        row = table.setdefault(e.name[:160], [0, 0.0])
+        row = table.setdefault(e.name, [0, 0.0])
         row[0] += 1
         row[1] += busy_us(e, on_gpu) / 1e3
     return table
