@@ -47,7 +47,6 @@ import datetime
 import difflib
 import enum
 import gc
-import hashlib
 import json
 import shutil
 import os
@@ -59,7 +58,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from gmts_recipe.records import read_yaml_mapping
+from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
 
 ARMS = ("base", "grpo", "ets", "gmts", "ets_nz", "all")
 ALL_ARMS = ("grpo", "ets", "gmts")  # what --arm all trains (after base): the control ets_nz only when named
@@ -83,7 +82,7 @@ NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", 
               "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
               "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "lora_autocast_inputs",
               "save_minutes", "training_compile", "generation_compile_regions", "deterministic_kernels",
-              "generation_fused_projections", "set_fields",
+              "generation_fused_projections", "gradient_checkpointing", "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -93,7 +92,7 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
 GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
                       "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
                       "lora_autocast_inputs", "training_compile", "generation_compile_regions", "deterministic_kernels",
-                      "generation_fused_projections")
+                      "generation_fused_projections", "gradient_checkpointing")
 
 
 @dataclass
@@ -418,10 +417,6 @@ def config_record(recipe: RecipeArgs, train, model) -> dict:
     return out
 
 
-def config_hash(record: dict) -> str:
-    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
-
-
 def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) -> dict:
     """What decides a base evaluation, and nothing else (not the training seed, learning rate or other trainer
     fields): two runs with the same record share their base evaluations. What changes which samples are drawn is in
@@ -712,7 +707,7 @@ class Run:
         from check import load as load_results
 
         try:
-            results = load_results(self.path)
+            results = current_record(load_results(self.path))  # a file from before a field moved into the arms
         except ResultsError as e:
             raise RecipeError(f"{self.path} cannot be extended: {e}") from None
         if results.get("config_hash") != self.hash:

@@ -72,8 +72,8 @@ from typing import Any
 
 from gmts_recipe.records import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's
 from gmts_recipe.records import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
-from gmts_recipe.records import (ResultsError, _close, _first_difference, digest, load, read_yaml_mapping, seal,
-                                 task_scores, write_json)  # a cell's file, verified (load) and written as check.py does
+from gmts_recipe.records import (ResultsError, _close, _first_difference, current_record, digest, load,
+                                 read_yaml_mapping, seal, task_scores, write_json)  # a cell's file, verified (load) and written as check.py does
 from gmts_recipe.worker import WarmWorker  # --warm_workers: one process runs a worker's cells
 
 SCHEMA = 1
@@ -514,7 +514,9 @@ class Recorded:
 def recorded(cell: Cell, results: dict) -> Recorded:
     """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
     training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
-    none of these (the learning rate is not even in the config hash that recipe.py checks on --resume)."""
+    none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). Read as
+    recipe.py writes it today (`current_record`): a cell from before a field moved into the arms pools with later ones."""
+    results = current_record(results)
     config = results.get("config") or {}
     where = f"{cell.name}: results.json"
     if config.get("seed") != cell.seed:
@@ -635,8 +637,8 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
 
     local_path = root / cell.name / "results.json"
     try:
-        new = load(incoming / cell.name / "results.json")
-        old = load(local_path) if local_path.is_file() else None
+        new = current_record(load(incoming / cell.name / "results.json"))  # both as recipe.py writes them today
+        old = current_record(load(local_path)) if local_path.is_file() else None
     except ResultsError as e:
         raise refuse(str(e)) from None
     try:

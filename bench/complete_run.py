@@ -80,7 +80,8 @@ def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str
     evals = evaluations(results)
     return {"model": cfg["model_name_or_path"], "device": versions.get("gpu"), "gpus": gpus,
             "rows": cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] * gpus,
-            "gradient_checkpointing": bool(cfg.get("gradient_checkpointing", True)),
+            "gradient_checkpointing": bool(next(iter(arms.values()), {}).get("generation_options", {}).get(
+                "gradient_checkpointing", cfg.get("gradient_checkpointing", True))),  # an arm's record, or the config's
             "wall_s": wall_s, "gpu_minutes": wall_s / 60 * gpus, "returncode": returncode,
             "base_eval_s": [e["seconds"] for e in evals if e["phase"] == "base"],
             "arm_wall_minutes": {arm: a["wall_minutes"] for arm, a in arms.items()},

@@ -100,7 +100,7 @@ def arm_rows(path: Path, root: Path) -> tuple[list[dict], list[dict]]:
     for arm, a in d["arms"].items():
         gen = a.get("generation_options", {})
         where = {**_options(gen, bool(gen.get("generation_grouped_attention", False)),
-                            bool(cfg.get("gradient_checkpointing", True))),
+                            bool(gen.get("gradient_checkpointing", cfg.get("gradient_checkpointing", True)))),
                  "arms_per_gpu": 2 if (cell, arm) in SHARED else 1, "source": _source(path, root), "cell": cell,
                  "arm": arm}
         steps = [s["step_time"] for s in a["train_log"]]

@@ -6,8 +6,9 @@ rollouts (`rollout_digests`, a digest of every completion of every step).
     python bench/repeat.py --out bench/repeat-h200.json cold=A/results.json warm=B/results.json \
         after-another=C/results.json
 
-A later run may be of the base evaluations alone (`recipe.py --arm base`): its base evaluations are compared.
-Writes the comparison (one entry per later run: what differs from the first, counted) and `identical`, true when
+A later run may be of the base evaluations alone (`recipe.py --arm base`): its base evaluations are compared. A run
+may use other execution options (e.g. `--gradient_checkpointing false`): the file lists each run's per arm, so a
+comparison says whether an option changed any number. Writes the comparison (one entry per later run: what differs from the first, counted) and `identical`, true when
 every later run equals the first in all of it.
 """
 
@@ -17,6 +18,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gmts_recipe.records import current_record  # noqa: E402 - a file from before a field moved, as written today
 
 WALL_CLOCK = ("runtime", "per_second", "time", "seconds")  # a training log's timing fields: not expected to repeat
 
@@ -144,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     (ref_label, ref_path, ref), rest = runs[0], runs[1:]
     pairs = {label: compare(ref, results) for label, _, results in rest}
     out = {"reference": ref_label, "runs": {label: path for label, path, _ in runs},
-           "config_hash": {label: r.get("config_hash") for label, _, r in runs},
+           "config_hash": {label: current_record(r).get("config_hash") for label, _, r in runs},
+           "generation_options": {label: {arm: e.get("generation_options", {})
+                                          for arm, e in current_record(r).get("arms", {}).items()}
+                                  for label, _, r in runs},
            "versions": ref.get("versions"), "identical": all(p["identical"] for p in pairs.values()),
            "compared": pairs}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -57,7 +57,8 @@ IS_METRICS = tuple(f"sampling/importance_sampling_ratio/{k}" for k in ("min", "m
 OMEGA_TOLERANCE = 1e-5  # relative: omega as ranked vs advantage x weight recomputed here (float32 products)
 PAPER = ROOT / "configs" / "paper.yaml"  # where (c)'s generation levers are read from
 # GMTSConfig's generation fields (recipe.GENERATION_OPTIONS minus the training-side ones, which every path shares)
-SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "training_compile", "deterministic_kernels")
+SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "training_compile", "deterministic_kernels",
+                  "gradient_checkpointing")
 # vllm_gpu_memory_utilization: the weights (3 GB in bf16), vLLM's 4096-token profiling pass (its logits over 152k
 # words: ~4 GB), the KV cache of one 32k-token sequence (0.9 GB) and 64 rows' CUDA graphs fit in 0.15 of 141 GB
 VLLM_MEMORY = 0.15

@@ -10,6 +10,8 @@ for grid files, PyYAML.
   `ResultsError` otherwise. `seal`: add the summary and the digest (the last step of writing a file).
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
 - `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line.
+- `config_hash`, `current_record`: the hash of a config record, and a file as recipe.py writes it today (fields that
+  moved from the config record into each arm's record moved there), so that older files compare with newer ones.
 - `_close`, `_first_difference`: numbers equal up to rounding, and the first that is not, as a path.
 See check.py's docstring for what the digest proves and what it does not.
 """
@@ -37,6 +39,13 @@ SHORT_NAMES = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz"}
 COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"), ("gmts", "ets_nz"), ("ets_nz", "ets"))
 
 
+# Fields that a run's config record (and so its hash) held before they counted as how an arm is executed, not what it
+# computes: recipe.py now leaves them out of the record (NOT_HASHED) and each arm records them in its
+# generation_options. gradient_checkpointing: the same gradients bit for bit on the CPU, checkpointing or not
+# (tests/test_trainer.py); a memory-for-time trade, as the speed options are.
+MOVED_TO_ARMS = ("gradient_checkpointing",)
+
+
 class ResultsError(ValueError):
     """A results file that cannot be trusted; the message is the one-line reason."""
 
@@ -45,6 +54,30 @@ def digest(results: dict) -> str:
     """SHA-256 of the canonical JSON without the digest: anyone can recompute it (see check.py's docstring)."""
     body = {k: v for k, v in results.items() if k != "digest"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def config_hash(record: dict) -> str:
+    """The hash of a config record (recipe.config_record): two runs with the same one compute the same thing."""
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def current_record(results: dict) -> dict:
+    """`results` as recipe.py writes it today: each MOVED_TO_ARMS field its config record holds taken out of it and
+    into every arm's generation_options (where the arm does not record it itself: it ran with the config's value), and
+    the config hash recomputed. A file written before a field moved then resumes, merges and pools with files written
+    after. A copy; `results` itself when nothing moves. Not sealed: whoever writes it seals it."""
+    config = results.get("config") or {}
+    moved = {k: config[k] for k in MOVED_TO_ARMS if k in config}
+    if not moved:
+        return results
+    out = json.loads(json.dumps(results))
+    out["config"] = {k: v for k, v in config.items() if k not in moved}
+    out["config_hash"] = config_hash(out["config"])
+    for entry in out.get("arms", {}).values():
+        options = entry.setdefault("generation_options", {})
+        for k, v in moved.items():
+            options.setdefault(k, v)
+    return out
 
 
 def _is_score(x: Any) -> bool:

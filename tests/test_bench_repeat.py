@@ -10,6 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import repeat  # noqa: E402
 
+from gmts_recipe.records import config_hash  # noqa: E402
+
 
 def _run() -> dict:
     records = [{"task": i, "hash": f"h{i}", "scores": [1, 0], "lengths": [10, 12]} for i in range(4)]
@@ -56,13 +58,24 @@ def test_each_difference_is_counted_where_it_is():
 
 def test_the_file_written(tmp_path, capsys):
     paths = []
-    for i, results in enumerate([_run(), _run()]):
+    first, again = _run(), _run()  # the first from before gradient_checkpointing moved into the arms, run again without
+    first["config"] = {"seed": 1, "gradient_checkpointing": True}
+    again["config"] = {"seed": 1}
+    again["config_hash"] = config_hash(again["config"])  # as recipe.py writes it today
+    for arm in again["arms"].values():
+        arm["generation_options"] = {"gradient_checkpointing": False}
+    for i, results in enumerate([first, again]):
         paths.append(tmp_path / f"r{i}.json")
         paths[-1].write_text(json.dumps(results))
     out = tmp_path / "repeat.json"
     assert repeat.main(["--out", str(out), f"cold={paths[0]}", f"warm={paths[1]}"]) == 0
     written = json.loads(out.read_text())
     assert written["identical"] and written["reference"] == "cold" and set(written["compared"]) == {"warm"}
+    assert written["generation_options"] == {"cold": {"ets": {"gradient_checkpointing": True},
+                                                      "gmts": {"gradient_checkpointing": True}},
+                                             "warm": {"ets": {"gradient_checkpointing": False},
+                                                      "gmts": {"gradient_checkpointing": False}}}
+    assert written["config_hash"] == {"cold": again["config_hash"], "warm": again["config_hash"]}
     assert repeat.main(["--out", str(out), f"cold={paths[0]}"]) == 2
     assert repeat.main(["--out", str(out), "cold", f"warm={paths[1]}"]) == 2
 

@@ -476,3 +476,21 @@ def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
     with pytest.raises(check.ResultsError, match=r"task 0:\w+ sample 1: scored 1.0 in the results file, 1.0 in the "
                                                  r"samples file, 0.0 by the reward now \(6 sample score"):
         check.check_samples(path, ev, "arm ets")
+
+
+def test_a_file_from_before_gradient_checkpointing_moved_reads_as_recipe_writes_it_today():
+    """`current_record`: the config record loses gradient_checkpointing, every arm that does not record it gets the
+    config's value (it ran with it), the hash is the new record's; a file with nothing to move is returned as is."""
+    from gmts_recipe.records import config_hash, current_record
+
+    old = fake_results(arms=("ets", "gmts"))
+    old["config"] = {"model_name_or_path": "tiny", "gradient_checkpointing": True}
+    old["arms"]["gmts"]["generation_options"] = {"generation_compile": True, "gradient_checkpointing": False}
+    now = current_record(old)
+    assert now["config"] == {"model_name_or_path": "tiny"}
+    assert now["config_hash"] == config_hash({"model_name_or_path": "tiny"})
+    assert now["arms"]["ets"]["generation_options"] == {"gradient_checkpointing": True}
+    assert now["arms"]["gmts"]["generation_options"] == {"generation_compile": True, "gradient_checkpointing": False}
+    assert old["config"]["gradient_checkpointing"] is True and "generation_options" not in old["arms"]["ets"]  # a copy
+    assert current_record(now) == now and current_record(now) is now  # nothing left to move
+    assert check.render(old) == check.render(now)  # check.py names a file by today's hash

@@ -12,6 +12,7 @@ import torch
 
 import recipe
 from gmts_recipe import determinism
+from gmts_recipe.records import current_record
 from test_trainer import make_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +58,8 @@ def test_it_stays_out_of_the_hash_like_the_other_rounding_only_levers_and_is_rec
         parsed_run = recipe.parse(["--config", "configs/quickstart.yaml", *argv])
         record = recipe.config_record(*parsed_run[:3])
         assert "deterministic_kernels" not in record
-        assert recipe.config_hash(record) == committed["config_hash"]
+        # the committed file predates gradient_checkpointing's move into the arms: its hash as recipe.py writes it today
+        assert recipe.config_hash(record) == current_record(committed)["config_hash"]
     assert parsed_run[1].deterministic_kernels is False
     assert recipe.parse(["--config", "configs/quickstart.yaml", "--deterministic_kernels", "true"])[1].deterministic_kernels
     assert "deterministic_kernels" in recipe.GENERATION_OPTIONS  # recorded with each arm

@@ -46,7 +46,8 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
                                                "generation_decode_loop": "transformers", "lora_autocast_inputs": True,
                                                "training_compile": False, "generation_compile_regions": False,
                                                "deterministic_kernels": False,
-                                               "generation_fused_projections": False}
+                                               "generation_fused_projections": False,
+                                               "gradient_checkpointing": True}
     assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
     assert results["versions"]["trl"].startswith("1.16")
     # the arms started from the same LoRA init and saw the same data: their first-step rewards match
@@ -470,3 +471,27 @@ def test_processes_wait_for_the_main_process_evaluation_long_enough():
     r, train, model, _ = recipe.parse(["--config", "configs/qwen.yaml", "--use_cpu", "true", "--ddp_timeout", "600"])
     assert train.ddp_timeout == 600  # a config or flag that sets it wins
     assert "ddp_timeout" not in recipe.config_record(r, train, model)  # how long to wait is not what is computed
+
+
+def test_gradient_checkpointing_is_recorded_with_each_arm_and_a_file_from_before_resumes(tiny_config, tmp_path):
+    """gradient_checkpointing stays out of the config hash (the same gradients either way: tests/test_trainer.py) and
+    each arm records it. A results file written while the config record still held it resumes with the option
+    changed: the finished arm keeps what it ran with, now in its own record, and the new arm records its own."""
+    from gmts_recipe.records import config_hash
+
+    argv = ["--config", tiny_config, "--results_dir", tmp_path]
+    assert run("--arm", "ets", *argv, "--gradient_checkpointing", "true") == 0
+    path = tmp_path / "tiny" / "results.json"
+    today = json.loads(path.read_text())
+    assert "gradient_checkpointing" not in today["config"]
+    assert today["arms"]["ets"]["generation_options"]["gradient_checkpointing"] is True
+    old = json.loads(path.read_text())  # the same file as recipe.py wrote it before the field moved
+    old["config"]["gradient_checkpointing"] = True
+    old["config_hash"] = config_hash(old["config"])
+    del old["arms"]["ets"]["generation_options"]["gradient_checkpointing"]
+    path.write_text(json.dumps(check.seal(old)))
+    assert run("--arm", "ets,gmts", "--resume", *argv, "--gradient_checkpointing", "false") == 0
+    results = check.load(path)
+    assert results["config"] == today["config"] and results["config_hash"] == today["config_hash"]
+    assert results["arms"]["ets"] == today["arms"]["ets"]  # kept, its option moved back into its own record
+    assert results["arms"]["gmts"]["generation_options"]["gradient_checkpointing"] is False

@@ -608,6 +608,45 @@ def test_a_log_merged_while_it_was_written_is_continued_not_repeated(tmp_path, c
     capsys.readouterr()
 
 
+def test_a_cell_from_before_gradient_checkpointing_moved_merges_and_pools_with_a_current_one(tmp_path, capsys):
+    """The local cell's file predates the move (its config record holds gradient_checkpointing, its arms do not); the
+    incoming one is as recipe.py writes it today, resumed from that file with the option off for its new arm: the
+    merge adds the arm, writes the file as today's, and the cells pool (check_together) with an old-style one."""
+    from gmts_recipe.records import config_hash
+
+    grid_path, local, incoming = trees(tmp_path)
+    for path in (local / "paper-lr0.0001-s1" / "results.json", local / "paper-lr0.0002-s1" / "results.json"):
+        r = json.loads(path.read_text())
+        r["config"]["gradient_checkpointing"] = True
+        path.write_text(json.dumps(seal(r)))
+    path = incoming / "paper-lr0.0001-s1" / "results.json"
+    r = json.loads(path.read_text())
+    r["config_hash"] = config_hash(r["config"])
+    r["arms"]["ets"]["generation_options"] = {"gradient_checkpointing": True}
+    r["arms"]["gmts"]["generation_options"] = {"gradient_checkpointing": False}
+    path.write_text(json.dumps(seal(r)))
+    old_style = json.loads((local / "paper-lr0.0002-s1" / "results.json").read_text())
+    for cell in ("paper-lr0.0001-s2", "paper-lr0.0002-s1"):  # as today's recipe.py wrote them (the same hash)
+        path = incoming / cell / "results.json"
+        other = json.loads(path.read_text())
+        other["config_hash"] = config_hash(other["config"])
+        path.write_text(json.dumps(seal(other)))
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    assert "paper-lr0.0001-s1: added arm(s) gmts" in capsys.readouterr().out
+    merged = json.loads((local / "paper-lr0.0001-s1" / "results.json").read_text())
+    assert "gradient_checkpointing" not in merged["config"] and merged["config_hash"] == r["config_hash"]
+    assert {a: e["generation_options"] for a, e in merged["arms"].items()} == {
+        "ets": {"gradient_checkpointing": True}, "gmts": {"gradient_checkpointing": False}}
+    grid = sweep.load_grid(grid_path)
+    cells = {c.name: c for c in grid.cells()}
+    sweep.check_together([sweep.recorded(cells["paper-lr0.0001-s1"], merged),
+                          sweep.recorded(cells["paper-lr0.0002-s1"], old_style)])  # today's and an old-style cell
+    with pytest.raises(sweep.SweepError, match="records gradient_checkpointing = True where"):
+        sweep.check_together([sweep.Recorded(c.cell, {**c.config, "gradient_checkpointing": True}, c.arms) if i else c
+                              for i, c in enumerate([sweep.recorded(cells["paper-lr0.0001-s1"], merged),
+                                                     sweep.recorded(cells["paper-lr0.0002-s1"], old_style)])])
+
+
 def _other_arm(r: dict) -> None:
     r["arms"]["ets"]["train_log"][0]["loss"] = 1.0
 

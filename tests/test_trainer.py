@@ -766,3 +766,32 @@ def test_compiled_step_loop_refuses_a_checkpoint_generation_config_it_would_drop
         with pytest.raises(ValueError, match=match):
             GMTSTrainer(model=model, reward_funcs=digit_reward, processing_class=tok, train_dataset=tiny_dataset(16),
                         args=make_config(tmp_path, generation_decode_loop="compiled_step"))
+
+
+@pytest.mark.parametrize("rule, bf16", [("entropy", False), ("gmts", True)])
+def test_gradient_checkpointing_changes_no_gradient_bit(tmp_path, rule, bf16):
+    """Why gradient_checkpointing is an execution option (recorded with each arm, out of the config hash): the loss
+    and every LoRA gradient of one update are the same bit for bit with and without it (float32, and bf16 autocast
+    over float32 weights as on a GPU): the recomputed forward is the same computation."""
+    out = {}
+    for checkpointing in (True, False):
+        trainer = make_trainer(tmp_path / str(checkpointing), token_selection=rule, bf16=bf16,
+                               gradient_checkpointing=checkpointing)
+        trainer.current_gradient_accumulation_steps = 1
+        trainer.model.train()
+        if checkpointing:  # Trainer.train() turns it on; compute_loss alone does not
+            trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        layer = next(m for name, m in trainer.model.named_modules() if name.endswith("layers.0"))
+        calls = []
+        layer.register_forward_pre_hook(lambda *_: calls.append(1))
+        loss = trainer.compute_loss(trainer.model, prepared_batch(len(trainer.processing_class), groups=4,
+                                                                  group_size=4))
+        loss.backward()
+        assert len(calls) == (2 if checkpointing else 1)  # on: the backward ran the layer's forward again
+        out[checkpointing] = loss.detach(), {n: p.grad for n, p in trainer.model.named_parameters()
+                                             if p.grad is not None}
+    (loss_on, on), (loss_off, off) = out[True], out[False]
+    assert torch.equal(loss_on, loss_off) and loss_on.item() != 0.0
+    assert on.keys() == off.keys() and len(on) == 8  # LoRA A and B of q and v, two layers
+    assert all(torch.equal(on[n], off[n]) for n in on)
+    assert any(g.abs().max() > 0 for g in on.values())
