@@ -72,8 +72,9 @@ from typing import Any
 
 from gmts_recipe.records import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's
 from gmts_recipe.records import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
+# a cell's file, verified (load), read as written today (current_record) and written as check.py does
 from gmts_recipe.records import (ResultsError, _close, _first_difference, current_record, digest, load,
-                                 read_yaml_mapping, seal, task_scores, write_json)  # a cell's file, verified (load) and written as check.py does
+                                 read_yaml_mapping, seal, task_scores, write_json)
 from gmts_recipe.worker import WarmWorker  # --warm_workers: one process runs a worker's cells
 
 SCHEMA = 1
@@ -515,7 +516,8 @@ def recorded(cell: Cell, results: dict) -> Recorded:
     """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
     training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
     none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). Read as
-    recipe.py writes it today (`current_record`): a cell from before a field moved into the arms pools with later ones."""
+    recipe.py writes it today (`current_record`): a cell from before a field moved into the arms pools with later
+    ones."""
     results = current_record(results)
     config = results.get("config") or {}
     where = f"{cell.name}: results.json"

@@ -7,9 +7,9 @@ rollouts (`rollout_digests`, a digest of every completion of every step).
         after-another=C/results.json
 
 A later run may be of the base evaluations alone (`recipe.py --arm base`): its base evaluations are compared. A run
-may use other execution options (e.g. `--gradient_checkpointing false`): the file lists each run's per arm, so a
-comparison says whether an option changed any number. Writes the comparison (one entry per later run: what differs from the first, counted) and `identical`, true when
-every later run equals the first in all of it.
+may use other execution options (e.g. `--gradient_checkpointing false`): the file lists each run's, per arm, so a
+comparison says whether an option changed any number. Writes the comparison (one entry per later run: what differs
+from the first, counted) and `identical`, true when every later run equals the first in all of it.
 """
 
 from __future__ import annotations
