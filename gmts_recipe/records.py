@@ -65,18 +65,22 @@ def current_record(results: dict) -> dict:
     """`results` as recipe.py writes it today: each MOVED_TO_ARMS field its config record holds taken out of it and
     into every arm's generation_options (where the arm does not record it itself: it ran with the config's value), and
     the config hash recomputed. A file written before a field moved then resumes, merges and pools with files written
-    after. A copy; `results` itself when nothing moves. Not sealed: whoever writes it seals it."""
+    after. A new dict where it changes (the config, the arms, each arm entry and its options) sharing everything else
+    with `results`, which stays as it was (no deep copy: the evaluation records are most of a file); `results` itself
+    when nothing moves. Not sealed: whoever writes it seals it."""
     config = results.get("config") or {}
     moved = {k: config[k] for k in MOVED_TO_ARMS if k in config}
     if not moved:
         return results
-    out = json.loads(json.dumps(results))
-    out["config"] = {k: v for k, v in config.items() if k not in moved}
+    out = dict(results, config={k: v for k, v in config.items() if k not in moved})
     out["config_hash"] = config_hash(out["config"])
-    for entry in out.get("arms", {}).values():
-        options = entry.setdefault("generation_options", {})
-        for k, v in moved.items():
-            options.setdefault(k, v)
+    if "arms" in results:
+        out["arms"] = {}
+        for arm, entry in results["arms"].items():
+            options = dict(entry.get("generation_options", {}))
+            for k, v in moved.items():
+                options.setdefault(k, v)  # an arm that records it ran with its own value
+            out["arms"][arm] = {**entry, "generation_options": options}
     return out
 
 
