@@ -8,7 +8,8 @@ rollouts (`rollout_digests`, a digest of every completion of every step).
 
 A later run may be of the base evaluations alone (`recipe.py --arm base`): its base evaluations are compared. A run
 may use other execution options (e.g. `--gradient_checkpointing false`): the file lists each run's, per arm, so a
-comparison says whether an option changed any number. Writes the comparison (one entry per later run: what differs
+comparison says whether an option changed any number, and each arm's median training step (`step_time_s`) what
+it bought. Writes the comparison (one entry per later run: what differs
 from the first, counted) and `identical`, true when every later run equals the first in all of it.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -103,6 +105,16 @@ def _where_it_starts(arm: str, v: dict) -> str:
     return f"{arm}: {'; '.join(parts)}"
 
 
+def step_time_s(results: dict) -> dict[str, float | None]:
+    """Each arm's median training step in seconds, its first step left out (a fresh process compiles there): what an
+    execution option buys, beside whether it changed any number (wall-clock times are never compared for that)."""
+    out = {}
+    for arm, entry in results.get("arms", {}).items():
+        times = [row["step_time"] for row in entry.get("train_log", [])[1:] if row.get("step_time") is not None]
+        out[arm] = statistics.median(times) if times else None
+    return out
+
+
 def _value(x: object) -> str:
     return format(x, ".7g") if isinstance(x, float) else str(x)
 
@@ -120,6 +132,12 @@ def markdown(comparison: dict) -> str:
                     f"{per_arm('rollout_steps_differing')} | {per_arm('eval_tasks_differing')} | "
                     f"{'yes' if c['identical'] else 'no'} | "
                     f"{'; '.join(_where_it_starts(a, v) for a, v in arms.items() if not v.get('missing')) or '-'} |")
+    times = comparison.get("step_time_s")
+    if times:  # files from before this field have none
+        rows.append("")
+        rows.append("Median training step, its first left out: " + "; ".join(
+            f"{label} " + ", ".join(f"{arm} {'?' if t is None else f'{t:.2f} s'}" for arm, t in arms.items())
+            for label, arms in times.items()) + ".")
     return "\n".join(rows)
 
 
@@ -152,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
            "generation_options": {label: {arm: e.get("generation_options", {})
                                           for arm, e in current_record(r).get("arms", {}).items()}
                                   for label, _, r in runs},
+           "step_time_s": {label: step_time_s(r) for label, _, r in runs},
            "versions": ref.get("versions"), "identical": all(p["identical"] for p in pairs.values()),
            "compared": pairs}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

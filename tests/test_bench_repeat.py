@@ -76,6 +76,7 @@ def test_the_file_written(tmp_path, capsys):
                                              "warm": {"ets": {"gradient_checkpointing": False},
                                                       "gmts": {"gradient_checkpointing": False}}}
     assert written["config_hash"] == {"cold": again["config_hash"], "warm": again["config_hash"]}
+    assert written["step_time_s"] == {"cold": {"ets": 1.1, "gmts": 1.1}, "warm": {"ets": 1.1, "gmts": 1.1}}
     assert repeat.main(["--out", str(out), f"cold={paths[0]}"]) == 2
     assert repeat.main(["--out", str(out), "cold", f"warm={paths[1]}"]) == 2
 
@@ -94,6 +95,19 @@ def test_the_table(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[2] == \
         "| warm | cold | 0 | ets 0, gmts 0 | ets 0, gmts 0 | ets 0, gmts 1 | no | ets -; gmts - |"
     assert repeat.main([]) == 2
+
+
+def test_the_median_step_leaves_the_first_out_and_is_printed_under_the_table():
+    run = _run()
+    run["arms"]["ets"]["train_log"] = [{"step": i + 1, "step_time": t} for i, t in enumerate([30.0, 1.5, 1.7, 1.4])]
+    run["arms"]["gmts"]["train_log"] = [{"step": 1, "step_time": 20.0}]  # nothing after the compiling step
+    assert repeat.step_time_s(run) == {"ets": 1.5, "gmts": None}
+    comparison = {"reference": "a", "compared": {"b": repeat.compare(_run(), _run())},
+                  "step_time_s": {"a": repeat.step_time_s(run), "b": {"ets": 1.25}}}
+    assert repeat.markdown(comparison).splitlines()[-1] == \
+        "Median training step, its first left out: a ets 1.50 s, gmts ?; b ets 1.25 s."
+    del comparison["step_time_s"]  # a file from before the field: the table alone
+    assert repeat.markdown(comparison).splitlines()[-1].startswith("| b | a |")
 
 
 def test_the_table_says_where_a_difference_starts():
