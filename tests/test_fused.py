@@ -211,15 +211,15 @@ def test_a_model_it_cannot_fuse_exactly_or_an_other_path_is_refused_in_one_line(
 def test_the_trainers_rollouts_and_the_evaluation_are_the_same_with_the_projections_fused(tmp_path, monkeypatch):
     """The switch reaches the trainer's generation (with_decode_loop) and every evaluation (Run._evaluate ->
     evaluate_pass_at_1 -> generate_samples); it is not in the config hash (the same numbers up to rounding), it is
-    recorded with the arm's generation options, and configs/paper.yaml leaves it off (not shown bit-identical on a GPU yet). A
-    training batch's rollouts with it on equal those with it off at the same seed, and the trainer's model is the
+    recorded with the arm's generation options, and configs/paper.yaml turns it on (identical on an H200:
+    bench/repeat-options-h200-s211.json). A training batch's rollouts with it on equal those with it off at the same seed, and the trainer's model is the
     original afterwards."""
     import recipe
     from test_decoding import check_rounding_only_switch
     from test_trainer import generation_batch, make_trainer
 
     check_rounding_only_switch(monkeypatch, "generation_fused_projections", "fused_projections")
-    assert recipe.parse(["--use_cpu", "true"])[1].generation_fused_projections is False  # configs/paper.yaml
+    assert recipe.parse(["--use_cpu", "true"])[1].generation_fused_projections is True  # configs/paper.yaml
 
     calls, original = [], decode_loop.sample
     monkeypatch.setattr(decode_loop, "sample", lambda *a, **kw: calls.append(kw["fused_projections"]) or original(

@@ -378,7 +378,7 @@ def test_config_hash_ignores_a_field_a_newer_library_adds(monkeypatch):
         warnings.simplefilter("error", FutureWarning)
         newer = recipe.parse(argv)
     assert type(newer[1]) is newer_train and type(newer[2]) is newer_model
-    assert newer[1].activation_checkpointing is False and newer[1].gradient_checkpointing is False  # the file's, not None
+    assert newer[1].activation_checkpointing is False and newer[1].gradient_checkpointing is False  # the file's
     assert recipe.config_record(*newer[:3]) == before
     assert recipe.config_hash(recipe.config_record(*newer[:3])) == recipe.config_hash(before)
     assert recipe.config_record(*recipe.parse([*argv, "--future_knob", "4"])[:3])["future_knob"] == 4
