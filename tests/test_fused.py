@@ -212,8 +212,8 @@ def test_the_trainers_rollouts_and_the_evaluation_are_the_same_with_the_projecti
     """The switch reaches the trainer's generation (with_decode_loop) and every evaluation (Run._evaluate ->
     evaluate_pass_at_1 -> generate_samples); it is not in the config hash (the same numbers up to rounding), it is
     recorded with the arm's generation options, and configs/paper.yaml turns it on (identical on an H200:
-    bench/repeat-options-h200-s211.json). A training batch's rollouts with it on equal those with it off at the same seed, and the trainer's model is the
-    original afterwards."""
+    bench/repeat-options-h200-s211.json). A training batch's rollouts with it on equal those with it off at the same
+    seed, and the trainer's model is the original afterwards."""
     import recipe
     from test_decoding import check_rounding_only_switch
     from test_trainer import generation_batch, make_trainer
