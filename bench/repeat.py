@@ -8,21 +8,22 @@ rollouts (`rollout_digests`, a digest of every completion of every step).
 
 A later run may be of the base evaluations alone (`recipe.py --arm base`): its base evaluations are compared. A run
 may use other execution options (e.g. `--gradient_checkpointing false`): the file lists each run's, per arm, so a
-comparison says whether an option changed any number, and each arm's median training step (`step_time_s`) what
-it bought. Writes the comparison (one entry per later run: what differs
-from the first, counted) and `identical`, true when every later run equals the first in all of it.
+comparison says whether an option changed any number, and each arm's median training step (`step_time_s`) what it
+bought. Writes the comparison (one entry per later run: what differs from the first, counted) and `identical`, true
+when every later run equals the first in all of it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from gmts_recipe.records import current_record  # noqa: E402 - a file from before a field moved, as written today
+from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
 WALL_CLOCK = ("runtime", "per_second", "time", "seconds")  # a training log's timing fields: not expected to repeat
 
@@ -108,11 +109,8 @@ def _where_it_starts(arm: str, v: dict) -> str:
 def step_time_s(results: dict) -> dict[str, float | None]:
     """Each arm's median training step in seconds, its first step left out (a fresh process compiles there): what an
     execution option buys, beside whether it changed any number (wall-clock times are never compared for that)."""
-    out = {}
-    for arm, entry in results.get("arms", {}).items():
-        times = [row["step_time"] for row in entry.get("train_log", [])[1:] if row.get("step_time") is not None]
-        out[arm] = statistics.median(times) if times else None
-    return out
+    return {arm: median_step_s(entry["train_log"]) if len(entry.get("train_log", [])) > 1 else None
+            for arm, entry in results.get("arms", {}).items()}
 
 
 def _value(x: object) -> str:
