@@ -80,10 +80,11 @@ def test_eval_first_evaluates_a_fresh_base_model_before_training(tmp_path):
     assert r["eval"]["seconds"] > 0 and r["step"]["total_s"] > 0
 
 
+@pytest.mark.slow  # inductor compiles the decode step and the update on the CPU: ~45 s
 def test_the_compiled_decode_loop_and_training_compile_are_measured_and_recorded(tmp_path):
-    """The A/B of the next GPU run: with those options (and the projections fused) the step, its generation (entropy
-    from the loop) and the evaluation (decode steps counted through the loop, which never calls model.generate) are
-    all measured, and the options recorded."""
+    """With the compiled options (and the projections fused) the step, its generation (entropy from the loop) and the
+    evaluation (decode steps counted through the loop, which never calls model.generate) are all measured, and the
+    options recorded."""
     assert step.main(["--small", "--steps", "2", "--generation_decode_loop", "compiled_step", "--training_compile",
                       "true", "--generation_fused_projections", "true", "--out", str(tmp_path)]) == 0
     r = json.loads((tmp_path / "step-profile.json").read_text())
