@@ -190,3 +190,10 @@ def test_plan_rows_keep_their_number_from_the_first_seed_and_give_intervals_from
     assert two[2].startswith(f"| **GMTS - ETS** (primary test) | {100 * p['delta']:+.1f} | "
                              f"[{100 * p['t_low']:+.1f}, {100 * p['t_high']:+.1f}] | 2 of 3 (1-3) | **interim**")
     assert two[3].endswith("| 2 of 2 (1, 2) | its interval, no decision |")  # complete: no longer interim
+    fake_cell(root, "paper-lr0.0001-s3", {"ets": 0.5, "gmts": 0.62, "grpo": 0.5}, seed=3)
+    summary = sweep.summarize(grid)
+    three = update_readme.plan(summary, root).splitlines()
+    decision = summary["primary"]["decision"]
+    assert len(three) == 4 and decision in ("reproduced", "refuted", "undecided")
+    assert f"| 3 of 3 (1-3) | **{decision}**: reproduced if the interval lies above" in three[2]
+    assert "interim" not in "\n".join(three)  # every planned seed has run: the block says the decision only
