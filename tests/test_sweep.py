@@ -1036,6 +1036,17 @@ def test_time_left_counts_cells_running_at_once():
     assert sweep.time_left(100.0, [], [], 4) == 0.0
 
 
+def test_seconds_per_arm_leaves_a_warm_workers_first_cell_out_once_a_steady_one_has_finished():
+    assert sweep.seconds_per_arm([(300.0, 2), (100.0, 2)]) == pytest.approx(100.0)
+    # only the first cell, which loaded and compiled: the recorded pace of earlier runs, else that cell
+    assert sweep.seconds_per_arm([], [(312.0, 2)], recorded=105.0) == pytest.approx(105.0)
+    assert sweep.seconds_per_arm([], [(312.0, 2)]) == pytest.approx(156.0)
+    # a steady cell: its pace alone, whatever was recorded before
+    assert sweep.seconds_per_arm([(186.0, 2)], [(312.0, 2)], recorded=105.0) == pytest.approx(93.0)
+    with pytest.raises(ValueError):
+        sweep.seconds_per_arm([], [])
+
+
 def test_time_left_scales_each_cell_by_its_arms():
     """A grid whose first cells run four arms and the rest two (the confirmatory grid): per arm, not per process, or
     the estimate doubles. One slot, 100 s per arm: a 4-arm cell 50 s in, then 4-, 2- and 2-arm cells."""

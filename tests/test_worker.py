@@ -142,6 +142,24 @@ def test_warm_workers_give_the_cells_fresh_processes_give(tmp_path, fake_recipe,
     assert "in warm worker 0's process" in log and "failing as told" in log
 
 
+def test_the_time_left_takes_each_warm_process_s_first_training_cell_apart(tmp_path, fake_recipe, monkeypatch):
+    """The cell after a process starts (the worker's first, and the first after a failed cell replaced it) pays the
+    model's load and compilation; the estimate takes its pace from the others (sweep.seconds_per_arm)."""
+    calls, real = [], sweep.seconds_per_arm
+    monkeypatch.setattr(sweep, "seconds_per_arm",
+                        lambda took, warm_up=(), recorded=None: calls.append((len(took), len(warm_up)))
+                        or real(took, warm_up, recorded))
+    warm, fresh = _grid(tmp_path / "warm"), _grid(tmp_path / "fresh")
+    for grid in (warm, fresh):
+        (grid.parent / "fail-paper-lr0.0002-s1").write_text("")
+    assert sweep.main([str(warm), "--warm_workers"]) == 1
+    # jobs: base (process 1), cell (its first training cell), the failing cell; then a fresh process: two cells
+    assert calls == [(0, 1), (1, 1), (1, 2), (2, 2)]
+    calls.clear()
+    assert sweep.main([str(fresh)]) == 1  # fresh processes: every cell pays its start
+    assert calls == [(1, 0), (2, 0), (3, 0), (4, 0)]
+
+
 def test_warm_workers_with_ray_is_one_line(tmp_path, capsys):
     assert sweep.main([str(_grid(tmp_path / "g")), "--warm_workers", "--ray"]) == 2
     err = capsys.readouterr().err
