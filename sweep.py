@@ -351,7 +351,7 @@ def seconds_per_arm(took: list[tuple[float, int]], warm_up: list[tuple[float, in
     others they put the first estimates ~1.7x too high, falling with every cell after."""
     if not took and recorded is not None:
         return recorded
-    cells = took or list(warm_up)
+    cells = took or warm_up
     if not cells:
         raise ValueError("no finished cell to take a pace from")
     return sum(t for t, _ in cells) / sum(n for _, n in cells)
@@ -427,7 +427,8 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
     took: list[tuple[float, int]] = []  # (seconds, arms) of each finished cell process
     warm_up: list[tuple[float, int]] = []  # the same, of a warm process's first training cell (its load and compile)
     trained_in: dict[int, int] = {}  # worker slot -> which of its processes (WarmWorker.started) last trained a cell
-    recorded = recorded_pace(log_dir, warm=True) if warm_workers else None
+    before = recorded_pace(log_dir, warm=True) if warm_workers else None  # (seconds per arm, arm-runs) of earlier runs
+    recorded = before[0] if before else None
     running: dict[int, tuple[float, int]] = {}  # worker thread -> (start time, arms) of the cell process it runs
 
     def environment(gpu: str | None) -> dict:
@@ -477,8 +478,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 if warm is not None:
                     trained_in[slot] = warm[slot].started
                 now = time.time()
-                pace = seconds_per_arm(took, warm_up, recorded[0] if recorded else None)
-                eta = time_left(pace, [(now - r, n) for r, n in running.values()],
+                eta = time_left(seconds_per_arm(took, warm_up, recorded), [(now - r, n) for r, n in running.values()],
                                 [len(a) for _, a in list(pending.queue)], len(workers))
                 status = "ok" if code == 0 else f"FAILED (exit {code})"
                 print(f"[sweep] {done[0]}/{total} {cell.name} {','.join(arms)} on gpu {workers[slot]}: {status}, "
