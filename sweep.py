@@ -360,20 +360,28 @@ def seconds_per_arm(took: list[tuple[float, int]], warm_up: list[tuple[float, in
 def recorded_pace(log_dir: Path, warm: bool = False) -> tuple[float, int] | None:
     """(seconds per arm, arm-runs) of the cell processes in logs/timing.jsonl that trained arms, ended well and had
     their GPU to themselves, those of fresh processes (each with its start and compile) or, with `warm`, those that
-    ran in warm workers after a worker's first job (which paid the process's start; lines from before
-    `job_in_process` was recorded count); None where there are none. What `--plan` estimates the jobs left from."""
+    ran in warm workers after a worker's first training job (which loaded the model and compiled: job 1, or job 2
+    after a job 1 of base evaluations alone, its worker known by host and GPU; lines from before `job_in_process` was
+    recorded count); None where there are none. What `--plan` estimates the jobs left from."""
     seconds = arms = 0
     try:
         lines = (log_dir / TIMING).read_text(encoding="utf-8").splitlines()
     except OSError:
         return None
+    began_with_base: dict[tuple, bool] = {}  # (host, gpu): whether that worker's job 1 was the base evaluations
     for line in lines:
         try:
             t = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not isinstance(t, dict):
+            continue
+        job, worker = t.get("job_in_process"), (t.get("host"), t.get("gpu"))
+        if job == 1:
+            began_with_base[worker] = t.get("arms") == ["base"]
+        first_training = job == 1 or (job == 2 and began_with_base.get(worker, False))
         if (t.get("exit_code") == 0 and t.get("arms") and t["arms"] != ["base"] and t.get("workers_on_gpu") == 1
-                and bool(t.get("warm")) == warm and not (warm and t.get("job_in_process") == 1)):
+                and bool(t.get("warm")) == warm and not (warm and first_training)):
             seconds += t["end"] - t["start"]
             arms += len(t["arms"])
     return (seconds / arms, arms) if arms else None

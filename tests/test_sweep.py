@@ -1081,6 +1081,22 @@ def test_recorded_pace_is_seconds_per_arm_of_the_alone_processes_that_trained(tm
     assert sweep.recorded_pace(tmp_path, warm=True) == (100.0, 3)
 
 
+def test_recorded_warm_pace_leaves_out_the_first_training_job_after_a_base_job(tmp_path):
+    """A warm worker that began with the base evaluations loads the model and compiles in its job 2, the first that
+    trains: that job is not the steady pace. Another worker (another GPU) that began with a cell keeps its job 2."""
+    def warm(cell, arms, seconds, job, gpu="0"):
+        return {**_row(cell, arms, seconds), "gpu": gpu, "warm": True, "job_in_process": job}
+
+    _timing(tmp_path, warm("c-s1", ["base"], 20.0, 1), warm("c-s9", ["ets", "gmts"], 400.0, 1, gpu="1"),
+            warm("c-s1", ["ets", "gmts"], 320.0, 2), warm("c-s9b", ["ets", "gmts"], 180.0, 2, gpu="1"),
+            warm("c-s2", ["ets", "gmts"], 190.0, 3), warm("c-s3", ["ets"], 90.0, 4))
+    assert sweep.recorded_pace(tmp_path, warm=True) == (pytest.approx(460.0 / 5), 5)
+    # a new process on GPU 0 that begins with a cell: its job 2 is steady again
+    _timing(tmp_path, warm("c-s1", ["base"], 20.0, 1), warm("c-s1", ["ets", "gmts"], 320.0, 2),
+            warm("c-s2", ["ets", "gmts"], 300.0, 1), warm("c-s3", ["ets", "gmts"], 200.0, 2))
+    assert sweep.recorded_pace(tmp_path, warm=True) == (100.0, 2)
+
+
 def test_plan_estimates_the_jobs_left_from_the_recorded_pace(tmp_path, capsys):
     grid_path, local, _ = trees(tmp_path)
     assert sweep.main([str(grid_path), "--plan"]) == 0
