@@ -659,8 +659,9 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
     run to run) is replaced, and its pass@1 recorded in the file's `merges`. The arms never read the base (recipe.py
     trains after, and independently of, the base evaluation), so this is the cell the sweep would have written had
     the cache travelled."""
-    def refuse(reason: str) -> SweepError:
-        return SweepError(f"--merge: {cell.name}: {reason}")
+    def refuse(reason: str) -> SweepError:  # one line, and the way to bring in the other cells
+        return SweepError(f"--merge: {cell.name}: {reason}; nothing merged (to merge the other cells, move "
+                          f"{incoming / cell.name} out of {incoming})")
 
     local_path = root / cell.name / "results.json"
     try:

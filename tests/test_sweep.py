@@ -878,6 +878,23 @@ def test_a_merge_whose_samples_do_not_verify_is_refused_and_writes_nothing(tmp_p
     assert files(local) == before
 
 
+def test_a_refused_merge_says_how_to_merge_the_other_cells(tmp_path, capsys):
+    """A cell that came back incomplete (an arm's samples file missing) is refused and nothing is merged; doing what
+    the message says (its folder moved out of the incoming tree) merges the rest, and the cell runs again later."""
+    import shutil
+
+    grid_path, local, incoming = sample_trees(tmp_path)
+    _drop_an_arm_file(incoming)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 2
+    err = capsys.readouterr().err
+    hint = f"nothing merged (to merge the other cells, move {incoming / 'paper-lr0.0001-s2'} out of {incoming})\n"
+    assert err.endswith(hint), err
+    shutil.move(incoming / "paper-lr0.0001-s2", tmp_path / "set-aside")
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    out = capsys.readouterr().out
+    assert "paper-lr0.0001-s1: added arm(s)" in out and "paper-lr0.0001-s2" not in out
+
+
 # ---------------------------------------------------------------- scheduling: workers per GPU, timing, --commands
 def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(tmp_path, monkeypatch):
     import threading
