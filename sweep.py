@@ -213,7 +213,8 @@ def load_grid(path: str | Path) -> Grid:
     """Read and check a sweep file; every mistake is a one-line SweepError."""
     p = Path(path)
     if not p.is_file():
-        raise SweepError(f"sweep file {p} not found")
+        near = sorted(str(q) for q in (p.parent if p.parent.is_dir() else Path("configs/sweeps")).glob("*.yaml"))
+        raise SweepError(f"sweep file {p} not found" + (f" (sweeps: {', '.join(near)})" if near else ""))
     raw = read_yaml_mapping(p, SweepError, "must be a YAML mapping with config and blocks")
     unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants", "primary", "secondary"}
     if unknown:

@@ -85,6 +85,10 @@ def test_bad_grid_files_give_one_line(tmp_path, text, match):
 def test_main_reports_grid_errors_in_one_line(tmp_path, capsys):
     assert sweep.main([str(tmp_path / "missing.yaml")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+    # a mistyped name: the sweeps beside it are named (here the only one in its folder)
+    grid = write_grid(tmp_path, GRID)
+    assert sweep.main([str(grid.with_name("gird.yaml")), "--plan"]) == 2
+    assert capsys.readouterr().err == f"sweep.py: sweep file {grid.with_name('gird.yaml')} not found (sweeps: {grid})\n"
 
 
 @pytest.mark.parametrize("gpus, visible, match", [
