@@ -358,12 +358,14 @@ def seconds_per_arm(took: list[tuple[float, int]], warm_up: list[tuple[float, in
     return sum(t for t, _ in cells) / sum(n for _, n in cells)
 
 
-def recorded_pace(log_dir: Path, warm: bool = False) -> tuple[float, int] | None:
+def recorded_pace(log_dir: Path, warm: bool = False, steady: bool = True) -> tuple[float, int] | None:
     """(seconds per arm, arm-runs) of the cell processes in logs/timing.jsonl that trained arms, ended well and had
     their GPU to themselves, those of fresh processes (each with its start and compile) or, with `warm`, those that
-    ran in warm workers after a worker's first training job (which loaded the model and compiled: job 1, or job 2
-    after a job 1 of base evaluations alone, its worker known by host and GPU; lines from before `job_in_process` was
-    recorded count); None where there are none. What `--plan` estimates the jobs left from."""
+    ran in warm workers; None where there are none. With `steady` (what `--plan` and the sweep's time-left estimate
+    use, the worker's start counted apart) a warm worker's first training job is left out: it loaded the model and
+    compiled (job 1, or job 2 after a job 1 of base evaluations alone, its worker known by host and GPU; lines from
+    before `job_in_process` was recorded count). Without it every training job counts: the arm-runs per GPU-hour that
+    warm workers gave, their start included (bench/costs.py)."""
     seconds = arms = 0
     try:
         lines = (log_dir / TIMING).read_text(encoding="utf-8").splitlines()
@@ -382,7 +384,7 @@ def recorded_pace(log_dir: Path, warm: bool = False) -> tuple[float, int] | None
             began_with_base[worker] = t.get("arms") == ["base"]
         first_training = job == 1 or (job == 2 and began_with_base.get(worker, False))
         if (t.get("exit_code") == 0 and t.get("arms") and t["arms"] != ["base"] and t.get("workers_on_gpu") == 1
-                and bool(t.get("warm")) == warm and not (warm and first_training)):
+                and bool(t.get("warm")) == warm and not (warm and steady and first_training)):
             seconds += t["end"] - t["start"]
             arms += len(t["arms"])
     return (seconds / arms, arms) if arms else None

@@ -1112,6 +1112,8 @@ def test_recorded_warm_pace_leaves_out_the_first_training_job_after_a_base_job(t
             warm("c-s1", ["ets", "gmts"], 320.0, 2), warm("c-s9b", ["ets", "gmts"], 180.0, 2, gpu="1"),
             warm("c-s2", ["ets", "gmts"], 190.0, 3), warm("c-s3", ["ets"], 90.0, 4))
     assert sweep.recorded_pace(tmp_path, warm=True) == (pytest.approx(460.0 / 5), 5)
+    # what the workers gave per GPU-hour, their starts included: every training job (the base job is no arm-run)
+    assert sweep.recorded_pace(tmp_path, warm=True, steady=False) == (pytest.approx(1180.0 / 9), 9)
     # a new process on GPU 0 that begins with a cell: its job 2 is steady again
     _timing(tmp_path, warm("c-s1", ["base"], 20.0, 1), warm("c-s1", ["ets", "gmts"], 320.0, 2),
             warm("c-s2", ["ets", "gmts"], 300.0, 1), warm("c-s3", ["ets", "gmts"], 200.0, 2))
