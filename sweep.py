@@ -358,6 +358,18 @@ def seconds_per_arm(took: list[tuple[float, int]], warm_up: list[tuple[float, in
     return sum(t for t, _ in cells) / sum(n for _, n in cells)
 
 
+def arms_that_fit(arms: int, seconds_per_arm: float | None, seconds_left: float) -> int:
+    """How many of a cell process's `arms` to start with `seconds_left` before a time limit (`--time_limit`), at
+    `seconds_per_arm`: all when they fit, else as many as fit, so that an arm is left whole for the next run instead of
+    cut midway by the end of the allocation (with checkpoints off a cut arm keeps nothing). None: no pace measured yet
+    (nothing has run), so every arm starts while time is left."""
+    if seconds_left <= 0:
+        return 0
+    if seconds_per_arm is None or seconds_per_arm <= 0:
+        return arms
+    return max(0, min(arms, int(seconds_left // seconds_per_arm)))
+
+
 def recorded_pace(log_dir: Path, warm: bool = False, steady: bool = True) -> tuple[float, int] | None:
     """(seconds per arm, arm-runs) of the cell processes in logs/timing.jsonl that trained arms, ended well and had
     their GPU to themselves, those of fresh processes (each with its start and compile) or, with `warm`, those that
@@ -415,11 +427,14 @@ def _todo(grid: Grid, only: str | None, base_only: bool) -> list[tuple[Cell, str
 
 
 def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, base_only: bool = False,
-        runs_per_gpu: int = 1, warm_workers: bool = False) -> list[str]:
+        runs_per_gpu: int = 1, warm_workers: bool = False, time_limit: float | None = None,
+        left: list[str] | None = None) -> list[str]:
     """Run every missing job, `runs_per_gpu` workers per GPU id (an id given twice: two workers on that GPU), one
     process per cell (`by_cell`), or with `warm_workers` one process per worker that runs its cells one after
     another (gmts_recipe.worker: imports, CUDA context and compiled graphs paid once per worker); returns the failed
-    jobs (their logs are next to their results)."""
+    jobs (their logs are next to their results). With `time_limit` (minutes from now) a worker starts only the arms
+    that end within it at the pace measured so far (`arms_that_fit`) and appends the others to `left`."""
+    deadline = None if time_limit is None else time.time() + 60 * time_limit
     todo = _todo(grid, only, base_only)
     if not todo:
         return []
@@ -479,6 +494,20 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
             with lock:
                 if stop.is_set():  # interrupted while this cell was being taken: it never started
                     return
+                if deadline is not None:
+                    first = warm is not None and trained_in.get(slot) != warm[slot].started
+                    pace = (seconds_per_arm(warm_up) if first and warm_up else
+                            seconds_per_arm(took, warm_up, recorded) if took or warm_up or recorded else None)
+                    n = arms_that_fit(len(arms), pace, deadline - t0)
+                    if n < len(arms):
+                        if left is not None:
+                            left.extend(f"{cell.name} {arm}" for arm in arms[n:])
+                        at = "" if pace is None else f", {pace / 60:.1f} min per arm so far"
+                        print(f"[sweep] time limit: {cell.name} {','.join(arms[n:])} left for the next run "
+                              f"({max(0.0, deadline - t0) / 60:.1f} min left{at})", flush=True)
+                        if n == 0:
+                            continue
+                        arms = arms[:n]
                 running[threading.get_ident()] = (t0, len(arms))
             code = launch(cell, arms, slot)
             with lock:
@@ -1536,6 +1565,10 @@ def main(argv: list[str] | None = None) -> int:
                                                            "again (default 2)")
     ap.add_argument("--commands", action="store_true", help="print one shell line per missing cell process, the "
                     "base evaluations first (a Slurm job array: README, Scale), and exit")
+    ap.add_argument("--time_limit", type=float, default=None, metavar="MINUTES",
+                    help="local pool: start no arm that would end more than MINUTES after the sweep's start, at the "
+                         "pace measured so far (an allocation's wall-clock limit); the arms left run when the same "
+                         "command runs again")
     args = ap.parse_args(argv)
     try:
         grid = load_grid(args.grid)
@@ -1552,6 +1585,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.warm_workers and any("deterministic_kernels" in v for v in grid.variants.values()):
             raise SweepError("--warm_workers: a variant sets deterministic_kernels, which a process can turn on only "
                              "before its first CUDA work; run this grid without --warm_workers")
+        if args.time_limit is not None and not args.time_limit > 0:
+            raise SweepError(f"--time_limit must be a number of minutes above 0, not {args.time_limit:g}")
+        if args.time_limit is not None and args.ray is not None:
+            raise SweepError("--time_limit is for the local pool; a Ray cluster's tasks are scheduled by Ray")
         if args.ray is not None and args.gpus is not None:
             raise SweepError("--gpus picks this machine's GPUs for the local pool; with --ray each node offers its "
                              "own (set CUDA_VISIBLE_DEVICES before `ray start`)")
@@ -1577,6 +1614,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in merge(grid, Path(args.merge)):
                 print(f"[sweep] merge {line}")
             return 0
+        left: list[str] = []
         if args.summarize:
             failed = []
         elif args.ray is not None:
@@ -1588,9 +1626,13 @@ def main(argv: list[str] | None = None) -> int:
                 print("[sweep] several cells per GPU without CUDA MPS take turns on it (little gain): start it first "
                       "with nvidia-cuda-mps-control -d (docs/scale.md)", file=sys.stderr)
             failed = run(grid, gpus, extra, args.only, base_only=args.base, runs_per_gpu=args.runs_per_gpu,
-                         warm_workers=args.warm_workers)
+                         warm_workers=args.warm_workers, time_limit=args.time_limit, left=left)
         path = write_summary(grid, args.grid)
         print(f"[sweep] summary: {path} (verify with: python check.py {path})")
+        if left:
+            shown = "; ".join(left[:4]) + ("; ..." if len(left) > 4 else "")
+            print(f"[sweep] time limit: {len(left)} job(s) not started ({shown}); run the same command again to run "
+                  f"them")
         if failed:
             print("[sweep] failed: " + "; ".join(failed), file=sys.stderr)
             return 1

@@ -1185,3 +1185,59 @@ def test_a_variant_lever_an_arm_ran_without_is_refused(per_arm, message):
     with pytest.raises(sweep.SweepError) as refused:
         sweep.recorded(LEVER_CELL, _lever_results(**per_arm))
     assert str(refused.value) == message
+
+
+def test_arms_that_fit_start_whole_arms_only():
+    assert sweep.arms_that_fit(2, 90.0, 200.0) == 2
+    assert sweep.arms_that_fit(2, 90.0, 179.9) == 1  # the second arm would end past the limit: left whole
+    assert sweep.arms_that_fit(3, 90.0, 89.0) == 0
+    assert sweep.arms_that_fit(2, None, 1.0) == 2  # no pace measured yet: start while time is left
+    assert sweep.arms_that_fit(2, None, 0.0) == 0 and sweep.arms_that_fit(2, 90.0, -5.0) == 0
+    for arms in range(1, 5):
+        for left in (0.0, 45.0, 90.0, 135.0, 1000.0):
+            n = sweep.arms_that_fit(arms, 45.0, left)
+            assert 0 <= n <= arms and n * 45.0 <= max(left, 0.0) and (n == arms or (n + 1) * 45.0 > left)
+
+
+def test_a_time_limit_starts_only_the_arms_that_end_within_it(tmp_path, monkeypatch, capsys):
+    """A fake clock: the base takes 10 s and every arm 60 s. With 6.5 minutes the first cell starts (no pace yet),
+    the second fits whole, the third has time for its first arm only, the fourth for none; what is left is listed
+    and runs when the same command runs again."""
+    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    now, calls = [1000.0], []
+
+    def fake_call(command, stdout, stderr, env):
+        arms = command[command.index("--arm") + 1]
+        calls.append((command[command.index("--experiment") + 1], arms))
+        now[0] += 10.0 if arms == "base" else 60.0 * len(arms.split(","))
+        return 0
+
+    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
+    monkeypatch.setattr(sweep.time, "time", lambda: now[0])
+    left: list[str] = []
+    assert sweep.run(grid, [], [], time_limit=6.5, left=left) == []
+    assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets,gmts,grpo"),
+                     ("paper-lr0.0002-s1", "ets,gmts"), ("paper-lr0.0001-s2", "ets")]
+    assert left == ["paper-lr0.0001-s2 gmts", "paper-lr0.0001-s2 grpo", "small-lr0.0001-s1 gmts"]
+    out = capsys.readouterr().out
+    assert "[sweep] time limit: paper-lr0.0001-s2 gmts,grpo left for the next run (1.3 min left, 1.0 min per arm" in out
+    lines = [json.loads(x) for x in (tmp_path / "results" / "demo" / "logs" / sweep.TIMING).read_text().splitlines()]
+    assert lines[-1]["end"] <= 1000.0 + 6.5 * 60  # nothing started ends past the limit
+
+    capsys.readouterr()
+    grid_path = str(write_grid(tmp_path, GRID))
+    monkeypatch.setattr(sweep, "run", lambda *a, **k: k["left"].extend(left) or [])
+    monkeypatch.setattr(sweep, "write_summary", lambda grid, path: tmp_path / "sweep.json")
+    assert sweep.main([grid_path, "--time_limit", "6.5"]) == 0
+    assert ("[sweep] time limit: 3 job(s) not started (paper-lr0.0001-s2 gmts; paper-lr0.0001-s2 grpo; "
+            "small-lr0.0001-s1 gmts); run the same command again to run them") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, match", [(["--time_limit", "0"], "--time_limit must be a number of minutes above 0"),
+                                         (["--time_limit", "-3"], "--time_limit must be a number of minutes above 0"),
+                                         (["--time_limit", "nan"], "--time_limit must be a number of minutes above 0"),
+                                         (["--time_limit", "10", "--ray"], "--time_limit is for the local pool")])
+def test_a_bad_time_limit_is_one_line(tmp_path, capsys, argv, match):
+    assert sweep.main([str(write_grid(tmp_path, GRID)), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sweep.py: {match}") and err.count("\n") == 1
