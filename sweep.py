@@ -453,7 +453,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
     took: list[tuple[float, int]] = []  # (seconds, arms) of each finished cell process
     warm_up: list[tuple[float, int]] = []  # the same, of a warm process's first training cell (its load and compile)
     trained_in: dict[int, int] = {}  # worker slot -> which of its processes (WarmWorker.started) last trained a cell
-    before = recorded_pace(log_dir, warm=True) if warm_workers else None  # (seconds per arm, arm-runs) of earlier runs
+    before = recorded_pace(log_dir, warm=warm_workers)  # (seconds per arm, arm-runs) of earlier runs, run the same way
     recorded = before[0] if before else None
     running: dict[int, tuple[float, int]] = {}  # worker thread -> (start time, arms) of the cell process it runs
 

@@ -1241,3 +1241,28 @@ def test_a_bad_time_limit_is_one_line(tmp_path, capsys, argv, match):
     assert sweep.main([str(write_grid(tmp_path, GRID)), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"sweep.py: {match}") and err.count("\n") == 1
+
+
+def test_a_time_limit_takes_the_pace_of_earlier_runs_before_a_cell_has_finished(tmp_path, monkeypatch):
+    """Earlier runs' fresh processes took 120 s per arm (logs/timing.jsonl): with 3 minutes and the base taking
+    10 s, the first cell has time for one of its three arms, and it starts that one alone."""
+    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    logs = tmp_path / "results" / "demo" / "logs"
+    logs.mkdir(parents=True)
+    earlier = {"cell": "x", "arms": ["ets", "gmts"], "gpu": "0", "workers_on_gpu": 1, "start": 0.0, "end": 240.0,
+               "exit_code": 0, "host": "h"}
+    (logs / sweep.TIMING).write_text(json.dumps(earlier) + "\n")
+    now, calls = [1000.0], []
+
+    def fake_call(command, stdout, stderr, env):
+        arms = command[command.index("--arm") + 1]
+        calls.append((command[command.index("--experiment") + 1], arms))
+        now[0] += 10.0 if arms == "base" else 120.0 * len(arms.split(","))
+        return 0
+
+    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
+    monkeypatch.setattr(sweep.time, "time", lambda: now[0])
+    left: list[str] = []
+    assert sweep.run(grid, [], [], time_limit=3.0, left=left) == []
+    assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets")]
+    assert left[:2] == ["paper-lr0.0001-s1 gmts", "paper-lr0.0001-s1 grpo"] and len(left) == 8
