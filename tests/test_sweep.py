@@ -1199,23 +1199,29 @@ def test_arms_that_fit_start_whole_arms_only():
             assert 0 <= n <= arms and n * 45.0 <= max(left, 0.0) and (n == arms or (n + 1) * 45.0 > left)
 
 
-def test_a_time_limit_starts_only_the_arms_that_end_within_it(tmp_path, monkeypatch, capsys):
-    """A fake clock: the base takes 10 s and every arm 60 s. With 6.5 minutes the first cell starts (no pace yet),
-    the second fits whole, the third has time for its first arm only, the fourth for none; what is left is listed
-    and runs when the same command runs again."""
-    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+def run_on_a_fake_clock(grid, monkeypatch, arm_seconds: float, time_limit: float) -> tuple[list, list[str]]:
+    """sweep.run with a clock that only the fake cells move: the base takes 10 s, every arm `arm_seconds`; returns
+    the (cell, arms) processes started and the jobs left for the next run."""
     now, calls = [1000.0], []
 
     def fake_call(command, stdout, stderr, env):
         arms = command[command.index("--arm") + 1]
         calls.append((command[command.index("--experiment") + 1], arms))
-        now[0] += 10.0 if arms == "base" else 60.0 * len(arms.split(","))
+        now[0] += 10.0 if arms == "base" else arm_seconds * len(arms.split(","))
         return 0
 
     monkeypatch.setattr(sweep.subprocess, "call", fake_call)
     monkeypatch.setattr(sweep.time, "time", lambda: now[0])
     left: list[str] = []
-    assert sweep.run(grid, [], [], time_limit=6.5, left=left) == []
+    assert sweep.run(grid, [], [], time_limit=time_limit, left=left) == []
+    return calls, left
+
+
+def test_a_time_limit_starts_only_the_arms_that_end_within_it(tmp_path, monkeypatch, capsys):
+    """A fake clock: the base takes 10 s and every arm 60 s. With 6.5 minutes the first cell starts (no pace yet),
+    the second fits whole, the third has time for its first arm only, the fourth for none; what is left is listed
+    and runs when the same command runs again."""
+    calls, left = run_on_a_fake_clock(sweep.load_grid(write_grid(tmp_path, GRID)), monkeypatch, 60.0, 6.5)
     assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets,gmts,grpo"),
                      ("paper-lr0.0002-s1", "ets,gmts"), ("paper-lr0.0001-s2", "ets")]
     assert left == ["paper-lr0.0001-s2 gmts", "paper-lr0.0001-s2 grpo", "small-lr0.0001-s1 gmts"]
@@ -1252,17 +1258,6 @@ def test_a_time_limit_takes_the_pace_of_earlier_runs_before_a_cell_has_finished(
     earlier = {"cell": "x", "arms": ["ets", "gmts"], "gpu": "0", "workers_on_gpu": 1, "start": 0.0, "end": 240.0,
                "exit_code": 0, "host": "h"}
     (logs / sweep.TIMING).write_text(json.dumps(earlier) + "\n")
-    now, calls = [1000.0], []
-
-    def fake_call(command, stdout, stderr, env):
-        arms = command[command.index("--arm") + 1]
-        calls.append((command[command.index("--experiment") + 1], arms))
-        now[0] += 10.0 if arms == "base" else 120.0 * len(arms.split(","))
-        return 0
-
-    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
-    monkeypatch.setattr(sweep.time, "time", lambda: now[0])
-    left: list[str] = []
-    assert sweep.run(grid, [], [], time_limit=3.0, left=left) == []
+    calls, left = run_on_a_fake_clock(grid, monkeypatch, 120.0, 3.0)
     assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets")]
     assert left[:2] == ["paper-lr0.0001-s1 gmts", "paper-lr0.0001-s1 grpo"] and len(left) == 8
