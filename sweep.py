@@ -456,6 +456,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
     before = recorded_pace(log_dir, warm=warm_workers)  # (seconds per arm, arm-runs) of earlier runs, run the same way
     recorded = before[0] if before else None
     running: dict[int, tuple[float, int]] = {}  # worker thread -> (start time, arms) of the cell process it runs
+    skipped_whole = [False]  # a cell has been left whole for the next run (its line printed)
 
     def environment(gpu: str | None) -> dict:
         env = dict(os.environ)
@@ -503,9 +504,12 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                         if left is not None:
                             left.extend(f"{cell.name} {arm}" for arm in arms[n:])
                         at = "" if pace is None else f", {pace / 60:.1f} min per arm so far"
-                        print(f"[sweep] time limit: {cell.name} {','.join(arms[n:])} left for the next run "
-                              f"({max(0.0, deadline - t0) / 60:.1f} min left{at})", flush=True)
+                        if n > 0 or not skipped_whole[0]:  # one line for the cells not started, not one per cell
+                            rest = "" if n > 0 else ", and every later cell that does not fit"
+                            print(f"[sweep] time limit: {cell.name} {','.join(arms[n:])}{rest} left for the next "
+                                  f"run ({max(0.0, deadline - t0) / 60:.1f} min left{at})", flush=True)
                         if n == 0:
+                            skipped_whole[0] = True
                             continue
                         arms = arms[:n]
                 running[threading.get_ident()] = (t0, len(arms))

@@ -1239,6 +1239,18 @@ def test_a_time_limit_starts_only_the_arms_that_end_within_it(tmp_path, monkeypa
             "small-lr0.0001-s1 gmts); run the same command again to run them") in capsys.readouterr().out
 
 
+def test_the_cells_a_time_limit_leaves_whole_take_one_line(tmp_path, monkeypatch, capsys):
+    """2.5 minutes, the base 10 s, every arm 60 s: the first cell (no pace yet) ends past the limit, so the three
+    cells after it are all left whole; the console says so once, not once per cell, and the end lists every job."""
+    calls, left = run_on_a_fake_clock(sweep.load_grid(write_grid(tmp_path, GRID)), monkeypatch, 60.0, 2.5)
+    assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets,gmts,grpo")]
+    assert left == ["paper-lr0.0002-s1 ets", "paper-lr0.0002-s1 gmts", "paper-lr0.0001-s2 ets",
+                    "paper-lr0.0001-s2 gmts", "paper-lr0.0001-s2 grpo", "small-lr0.0001-s1 gmts"]
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[sweep] time limit:")]
+    assert lines == ["[sweep] time limit: paper-lr0.0002-s1 ets,gmts, and every later cell that does not fit left "
+                     "for the next run (0.0 min left, 1.0 min per arm so far)"]
+
+
 @pytest.mark.parametrize("argv, match", [(["--time_limit", "0"], "--time_limit must be a number of minutes above 0"),
                                          (["--time_limit", "-3"], "--time_limit must be a number of minutes above 0"),
                                          (["--time_limit", "nan"], "--time_limit must be a number of minutes above 0"),
