@@ -483,6 +483,11 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                      job_in_process=None if warm is None else warm[slot].jobs)
         return code
 
+    def first_in_process(slot: int) -> bool:
+        """Whether the worker's next (or just finished) cell is the first its warm process trains: that one pays the
+        process's model load and compilation, so its pace is kept apart (`warm_up`)."""
+        return warm is not None and trained_in.get(slot) != warm[slot].started
+
     stop = threading.Event()  # an interrupted cell (Ctrl-C reaches every process of the terminal): take no other
 
     def worker(slot: int) -> None:
@@ -496,8 +501,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 if stop.is_set():  # interrupted while this cell was being taken: it never started
                     return
                 if deadline is not None:
-                    first = warm is not None and trained_in.get(slot) != warm[slot].started
-                    pace = (seconds_per_arm(warm_up) if first and warm_up else
+                    pace = (seconds_per_arm(warm_up) if first_in_process(slot) and warm_up else
                             seconds_per_arm(took, warm_up, recorded) if took or warm_up or recorded else None)
                     n = arms_that_fit(len(arms), pace, deadline - t0)
                     if n < len(arms):
@@ -517,8 +521,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
             with lock:
                 del running[threading.get_ident()]
                 done[0] += len(arms)
-                first = warm is not None and trained_in.get(slot) != warm[slot].started
-                (warm_up if first else took).append((time.time() - t0, len(arms)))
+                (warm_up if first_in_process(slot) else took).append((time.time() - t0, len(arms)))
                 if warm is not None:
                     trained_in[slot] = warm[slot].started
                 now = time.time()
