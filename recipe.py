@@ -179,6 +179,22 @@ def _check_keys(config: dict, argv: list[str], allowed: list[str]) -> None:
             raise _unknown_key(a[2:].split("=")[0], "command line", allowed)
 
 
+def _check_types(config: dict, argv: list[str], path: Path) -> None:
+    """Every value of the config file fits its field's declared type (argparse converts only the command line's
+    strings: a file's `max_steps: 2.5` or `beta: null` would reach the trainer as written). A field the command
+    line also sets is checked there instead."""
+    from trl import ModelConfig
+
+    from gmts_recipe.field_types import misfits
+    from gmts_trainer import GMTSConfig
+
+    on_command_line = {a[2:].split("=")[0] for a in argv if a.startswith("--")}
+    from_file = {k: v for k, v in config.items() if k not in on_command_line}
+    for key, value, needs in misfits(from_file, (RecipeArgs, GMTSConfig, ModelConfig)):
+        shown = "null" if value is None else json.dumps(value) if not isinstance(value, str) else repr(value)
+        raise RecipeError(f"{key}: {shown} in the config file {path}: must be {needs}")
+
+
 def _truthy(value) -> bool:
     return str(value).lower() in ("true", "1", "yes")
 
@@ -332,6 +348,7 @@ def parse(argv: list[str], hub: bool = False):
     allowed = sorted({a.dest for a in parser._actions if a.dest != "help"} | {"config"})
     config = read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
     _check_keys(config, argv, allowed)
+    _check_types(config, argv, config_path)
     argv = _hardware(config, argv)
     set_fields = {k for k in config if k != "env"} | {a[2:].split("=")[0] for a in argv if a.startswith("--")}
     argv = [*argv, *_current_names(parser, config, argv, set_fields)]

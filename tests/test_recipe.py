@@ -418,6 +418,27 @@ def test_a_typo_is_reported_before_the_hardware(tiny_config, tmp_path, monkeypat
     assert "unknown key 'lerning_rate' in the command line" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("line,message", [
+    ("max_steps: 2.5", "max_steps: 2.5 in the config file {}: must be an integer"),
+    ("max_steps: true", "max_steps: true in the config file {}: must be an integer"),
+    ("beta: null", "beta: null in the config file {}: must be a number"),
+    ("use_peft: 3", "use_peft: 3 in the config file {}: must be true or false"),
+])
+def test_a_config_value_of_the_wrong_type_is_one_line(tmp_path, monkeypatch, capsys, line, message):
+    """argparse converts only the command line's strings: a file's value of the wrong type would reach the trainer
+    as written (`max_steps: true` is one step), so it is refused by name; the command line may override it."""
+    monkeypatch.chdir(ROOT)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path("configs/quickstart.yaml").read_text() + line + "\n")
+    assert recipe.main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"recipe.py: {message.format(bad)}\n", err
+    key = line.split(":")[0]
+    good = {"max_steps": "3", "beta": "0.0", "use_peft": "true"}[key]
+    r, train, model, _ = recipe.parse(["--config", str(bad), f"--{key}", good])
+    assert str(getattr(train, key, getattr(model, key, None))).lower() == str(float(good) if key == "beta" else good)
+
+
 def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkeypatch, capsys):
     """save_steps far away, save_minutes tiny: the checkpoint an interrupted run resumes from came from the time rule;
     after the first step the run says when it will finish."""
