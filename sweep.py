@@ -291,6 +291,19 @@ def _log_name(cell: Cell, arms: tuple[str, ...]) -> str:
     return f"{cell.name}-{'+'.join(arms)}.log"
 
 
+def refusal(log_text: str) -> str | None:
+    """recipe.py's own one-line refusal (exit 2: a typo in a field, a file not found), if the log ends with one: the
+    failure line then says why, and a typo in a grid's variant is read where the sweep stops, not in a log."""
+    lines = [line for line in log_text.splitlines() if line.strip()]
+    return lines[-1].removeprefix("recipe.py: ") if lines and lines[-1].startswith("recipe.py: ") else None
+
+
+def _failure(cell: Cell, arms: tuple[str, ...], log: Path) -> str:
+    """A failed cell process, for the sweep's last line: the cell, its arms, the recipe's refusal if any, its log."""
+    why = refusal(log.read_text(encoding="utf-8", errors="replace")[-4000:]) if log.is_file() else None
+    return f"{cell.name} {','.join(arms)}{f': {why}' if why else ''} (see {log})"
+
+
 INTERRUPTED = (130, -2)  # recipe.py's exit code after Ctrl-C, and a process ended by SIGINT
 TIMING = "timing.jsonl"  # one JSON line per cell process, in the sweep's logs folder
 
@@ -531,7 +544,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
                 print(f"[sweep] {done[0]}/{total} {cell.name} {','.join(arms)} on gpu {workers[slot]}: {status}, "
                       f"{(time.time() - t0) / 60:.1f} min; about {eta / 60:.0f} min left", flush=True)
                 if code != 0:
-                    failed.append(f"{cell.name} {','.join(arms)} (see {log_dir / _log_name(cell, arms)})")
+                    failed.append(_failure(cell, arms, log_dir / _log_name(cell, arms)))
                 if code in INTERRUPTED:
                     stop.set()
 
@@ -539,7 +552,7 @@ def run(grid: Grid, gpus: list[str], extra: list[str], only: str | None = None, 
           f"worker(s){' (warm: one process each)' if warm else ''}; base evaluations first")
     try:
         if launch(first_cell, ("base",), 0) != 0:
-            return [f"{first_cell.name}-base (see {log_dir / _log_name(first_cell, ('base',))})"]
+            return [_failure(first_cell, ("base",), log_dir / _log_name(first_cell, ("base",)))]
         if base_only:
             return []
         threads: list[threading.Thread] = []
@@ -882,7 +895,8 @@ class CellFailed(RuntimeError):
         self.code, self.log, self.timing = code, log, timing
 
     def __str__(self) -> str:
-        return f"recipe.py exited with code {self.code} on {self.timing.get('host')}"
+        why = refusal(self.log[-4000:])
+        return f"recipe.py exited with code {self.code} on {self.timing.get('host')}" + (f": {why}" if why else "")
 
 
 def run_cell_here(command: list[str], sweep_name: str, cell_name: str, *shipped: dict[str, bytes]) -> dict:

@@ -929,6 +929,37 @@ def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(
     assert all(x["host"] and x["start"] <= x["end"] for x in lines)
 
 
+def test_a_cell_the_recipe_refuses_says_why_in_the_last_line(tmp_path, monkeypatch):
+    """recipe.py refuses a typo in one line and exits 2; the sweep's failure line carries that line, for the base
+    (a typo in the grid's variant stops the sweep there) and for a cell; any other failure names only its log."""
+    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    logs = tmp_path / "results" / "demo" / "logs"
+    typo = "recipe.py: unknown key 'sampling_nois' in the command line: did you mean sampling_noise?"
+
+    def refuse(command, stdout, stderr, env):
+        stdout.write(f"[recipe] loading\n{typo}\n\n")
+        return 2
+
+    monkeypatch.setattr(sweep.subprocess, "call", refuse)
+    assert sweep.run(grid, [], []) == [f"paper-lr0.0001-s1 base: {typo.removeprefix('recipe.py: ')} "
+                                       f"(see {logs}/paper-lr0.0001-s1-base.log)"]
+
+    def cell_fails(command, stdout, stderr, env):
+        if "base" in command:
+            return 0
+        stdout.write(typo + "\n" if "paper-lr0.0001-s1" in command else "Traceback ...\nRuntimeError: CUDA\n")
+        return 2 if "paper-lr0.0001-s1" in command else 1
+
+    monkeypatch.setattr(sweep.subprocess, "call", cell_fails)
+    failed = sweep.run(grid, [], [])
+    assert failed[0] == (f"paper-lr0.0001-s1 ets,gmts,grpo: {typo.removeprefix('recipe.py: ')} "
+                         f"(see {logs}/paper-lr0.0001-s1-ets+gmts+grpo.log)")
+    assert all(f.split(" (see ")[0].count(":") == 0 for f in failed[1:]) and len(failed) > 1
+    assert str(sweep.CellFailed(2, f"x\n{typo}\n", {"host": "node3"})) == (
+        f"recipe.py exited with code 2 on node3: {typo.removeprefix('recipe.py: ')}")
+    assert str(sweep.CellFailed(5, "failing\n", {"host": "node3"})) == "recipe.py exited with code 5 on node3"
+
+
 def test_an_interrupted_cell_stops_the_pool_and_ctrl_c_is_one_line(tmp_path, monkeypatch, capsys):
     """Ctrl-C reaches every process of the terminal: a cell that exits as interrupted (recipe.py's 130) makes the pool
     take no other cell; an interrupt of sweep.py itself ends in one line that says how to resume."""
