@@ -323,6 +323,20 @@ def stale(page: str) -> list[str]:
     return [m.group("cmd") for m in blocks((ROOT / page).read_text()) if m.group("body") != run(m.group("cmd"))]
 
 
+class InputError(Exception):
+    """A file named on the command line that is missing or not JSON: one line, exit status 2."""
+
+
+def _read_json(path: str) -> dict:
+    """A results or summary file named on the command line."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not a readable JSON file ({e})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Regenerate the documentation's generated blocks and headline figure.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
@@ -335,18 +349,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mechanism", metavar="MECHANISM_JSON", nargs="+",
                     help="print the table of per-seed GMTS - ETS against the arms' updates, one or more grids")
     args = ap.parse_args(argv)
-    for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
-                         (args.provenance, provenance)):
-        if option:
-            path = Path(option)
-            print(show(json.loads(path.read_text()), path.parent), end="")
+    try:
+        for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
+                             (args.provenance, provenance)):
+            if option:
+                print(show(_read_json(option), Path(option).parent), end="")
+                return 0
+        if args.versions:
+            print(versions(_read_json(args.versions)), end="")
             return 0
-    if args.versions:
-        print(versions(json.loads(Path(args.versions).read_text())), end="")
-        return 0
-    if args.mechanism:
-        print(mechanism([json.loads(Path(p).read_text()) for p in args.mechanism]), end="")
-        return 0
+        if args.mechanism:
+            print(mechanism([_read_json(p) for p in args.mechanism]), end="")
+            return 0
+    except InputError as e:  # only a file named here: a fault in a table's code stays a traceback
+        print(f"update_readme.py: {e}", file=sys.stderr)
+        return 2
     if args.check:
         old = [f"{page}: {cmd}" for page in PAGES for cmd in stale(page)]
         for line in old:

@@ -100,6 +100,16 @@ def test_generators_run_on_the_committed_sweep(option, capsys):
     assert capsys.readouterr().out.strip()
 
 
+def test_a_missing_or_broken_file_is_one_line(tmp_path, capsys):
+    broken = tmp_path / "sweep.json"
+    broken.write_text('{"cells": [')
+    assert update_readme.main(["--plan", str(tmp_path / "nope.json")]) == 2
+    assert capsys.readouterr().err == f"update_readme.py: {tmp_path / 'nope.json'}: no such file\n"
+    assert update_readme.main(["--mechanism", "results/qwen/mechanism.json", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"update_readme.py: {broken}: not a readable JSON file (") and err.count("\n") == 1
+
+
 def _association(label: str, n: int, r: float | None, low: float | None, high: float | None, note=None) -> dict:
     return {"label": label, "n": n, "seeds": list(range(1, n + 1)), "pearson": r, "pearson_low": low,
             "pearson_high": high, "spearman": r, "spearman_low": low, "spearman_high": high,
