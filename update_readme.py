@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gmts_recipe.records import json_file
+
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
 PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
@@ -323,47 +325,30 @@ def stale(page: str) -> list[str]:
     return [m.group("cmd") for m in blocks((ROOT / page).read_text()) if m.group("body") != run(m.group("cmd"))]
 
 
-class InputError(Exception):
-    """A file named on the command line that is missing or not JSON: one line, exit status 2."""
-
-
-def _read_json(path: str) -> dict:
-    """A results or summary file named on the command line."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: not a readable JSON file ({e})") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Regenerate the documentation's generated blocks and headline figure.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
-    ap.add_argument("--headline", metavar="SWEEP_JSON", help="print the README's headline table")
-    ap.add_argument("--plan", metavar="SWEEP_JSON", help="print a planned test's rows: its primary and secondary "
+    ap.add_argument("--headline", metavar="SWEEP_JSON", type=json_file, help="print the README's headline table")
+    ap.add_argument("--plan", metavar="SWEEP_JSON", type=json_file, help="print a planned test's rows: its primary and secondary "
                     "comparisons, each over its planned seeds done so far")
-    ap.add_argument("--task-intervals", metavar="SWEEP_JSON", help="print the width of one cell's interval")
-    ap.add_argument("--provenance", metavar="SWEEP_JSON", help="print when and how each arm of the primary test ran")
-    ap.add_argument("--versions", metavar="RESULTS_JSON", help="print the library versions a run recorded")
-    ap.add_argument("--mechanism", metavar="MECHANISM_JSON", nargs="+",
+    ap.add_argument("--task-intervals", metavar="SWEEP_JSON", type=json_file, help="print the width of one cell's interval")
+    ap.add_argument("--provenance", metavar="SWEEP_JSON", type=json_file, help="print when and how each arm of the primary test ran")
+    ap.add_argument("--versions", metavar="RESULTS_JSON", type=json_file, help="print the library versions a run recorded")
+    ap.add_argument("--mechanism", metavar="MECHANISM_JSON", nargs="+", type=json_file,
                     help="print the table of per-seed GMTS - ETS against the arms' updates, one or more grids")
     args = ap.parse_args(argv)
-    try:
-        for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
-                             (args.provenance, provenance)):
-            if option:
-                print(show(_read_json(option), Path(option).parent), end="")
-                return 0
-        if args.versions:
-            print(versions(_read_json(args.versions)), end="")
+    for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
+                         (args.provenance, provenance)):
+        if option:
+            path = Path(option)
+            print(show(json.loads(path.read_text()), path.parent), end="")
             return 0
-        if args.mechanism:
-            print(mechanism([_read_json(p) for p in args.mechanism]), end="")
-            return 0
-    except InputError as e:  # only a file named here: a fault in a table's code stays a traceback
-        print(f"update_readme.py: {e}", file=sys.stderr)
-        return 2
+    if args.versions:
+        print(versions(json.loads(Path(args.versions).read_text())), end="")
+        return 0
+    if args.mechanism:
+        print(mechanism([json.loads(Path(p).read_text()) for p in args.mechanism]), end="")
+        return 0
     if args.check:
         old = [f"{page}: {cmd}" for page in PAGES for cmd in stale(page)]
         for line in old:

@@ -59,6 +59,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gmts_recipe.records import json_file  # noqa: E402
 
 
 ROUNDING = "bf16 rounding moves the samples; on a CPU in float32 tests/test_attention.py finds equal logits and " \
@@ -99,7 +100,7 @@ def table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--markdown", default=None, help="print the table of a results file and exit")
+    ap.add_argument("--markdown", default=None, type=json_file, help="print the table of a results file and exit")
     ap.add_argument("--option", default="grouped_attention", choices=sorted(OPTIONS))
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--gsm8k_path")

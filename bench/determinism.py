@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
+from gmts_recipe.records import json_file  # noqa: E402
 from repeat import WALL_CLOCK  # noqa: E402
 from side_by_side import PAPER, cli, one_line, path_options, small_argv  # noqa: E402
 
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", help="folder for the runs and their logs (default: a new temporary folder)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child process of one run
     ap.add_argument("--record", help=argparse.SUPPRESS)
-    ap.add_argument("--markdown", nargs="+", metavar="FILE", help="print the table of these results files and stop")
+    ap.add_argument("--markdown", nargs="+", metavar="FILE", type=json_file, help="print the table of these results files and stop")
     args = ap.parse_args(ours)
     if args.markdown:
         print(markdown(args.markdown))

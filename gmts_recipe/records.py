@@ -9,7 +9,8 @@ for grid files, PyYAML.
 - `load`: read a file, check its digest, recompute every summary number from the per-task records; one-line
   `ResultsError` otherwise. `seal`: add the summary and the digest (the last step of writing a file).
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
-- `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line.
+- `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line;
+  `json_file`: the same for a JSON file named on a command line (an argparse type).
 - `config_hash`, `current_record`: the hash of a config record, and a file as recipe.py writes it today (fields that
   moved from the config record into each arm's record moved there), so that older files compare with newer ones.
 - `_close`, `_first_difference`: numbers equal up to rounding, and the first that is not, as a path.
@@ -257,6 +258,20 @@ def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json_text(obj) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def json_file(path: str) -> str:
+    """argparse type of an option that names a JSON file to read (a results file, a benchmark's): the path as given,
+    once it reads as JSON; a missing or broken file is argparse's own one-line error, not a traceback later."""
+    import argparse
+
+    try:
+        json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise argparse.ArgumentTypeError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise argparse.ArgumentTypeError(f"{path}: not a readable JSON file ({e})") from None
+    return path
 
 
 def read_yaml_mapping(path: Path, error: type[Exception], shape: str) -> dict:

@@ -100,14 +100,16 @@ def test_generators_run_on_the_committed_sweep(option, capsys):
     assert capsys.readouterr().out.strip()
 
 
-def test_a_missing_or_broken_file_is_one_line(tmp_path, capsys):
+def test_a_missing_or_broken_file_is_argparses_error_not_a_traceback(tmp_path, capsys):
     broken = tmp_path / "sweep.json"
     broken.write_text('{"cells": [')
-    assert update_readme.main(["--plan", str(tmp_path / "nope.json")]) == 2
-    assert capsys.readouterr().err == f"update_readme.py: {tmp_path / 'nope.json'}: no such file\n"
-    assert update_readme.main(["--mechanism", "results/qwen/mechanism.json", str(broken)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"update_readme.py: {broken}: not a readable JSON file (") and err.count("\n") == 1
+    with pytest.raises(SystemExit) as exit_:
+        update_readme.main(["--plan", str(tmp_path / "nope.json")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.endswith(f"error: argument --plan: {tmp_path / 'nope.json'}: no such file\n")
+    with pytest.raises(SystemExit):
+        update_readme.main(["--mechanism", "results/qwen/mechanism.json", str(broken)])
+    assert f"error: argument --mechanism: {broken}: not a readable JSON file (" in capsys.readouterr().err
 
 
 def _association(label: str, n: int, r: float | None, low: float | None, high: float | None, note=None) -> dict:
