@@ -78,7 +78,8 @@ def describe(hint: Any) -> str:
     if hint in words:
         return words[hint]
     if origin in (list, tuple) or hint in (list, tuple):
-        return "a list" + (f" of {describe(args[0])}" if args else "")
+        plural = {str: "strings", int: "integers", float: "numbers", bool: "true or false values"}
+        return "a list" + (f" of {plural[args[0]]}" if args and args[0] in plural else "")
     if origin is dict:
         return "a mapping"
     return getattr(hint, "__name__", str(hint))
@@ -86,7 +87,7 @@ def describe(hint: Any) -> str:
 
 def misfits(config: dict, classes: tuple[type, ...]) -> list[tuple[str, Any, str]]:
     """(field, value, what it takes) for each value of `config` that does not fit its field's declared type.
-    A field whose default is None also takes null. Keys that are no field are left to the unknown-key check."""
+    A field whose default is None also takes null. Keys that name no field are left to the unknown-key check."""
     out = []
     for cls in classes:
         hints = typing.get_type_hints(cls)
