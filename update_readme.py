@@ -329,11 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Regenerate the documentation's generated blocks and headline figure.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
     ap.add_argument("--headline", metavar="SWEEP_JSON", type=json_file, help="print the README's headline table")
-    ap.add_argument("--plan", metavar="SWEEP_JSON", type=json_file, help="print a planned test's rows: its primary and secondary "
-                    "comparisons, each over its planned seeds done so far")
-    ap.add_argument("--task-intervals", metavar="SWEEP_JSON", type=json_file, help="print the width of one cell's interval")
-    ap.add_argument("--provenance", metavar="SWEEP_JSON", type=json_file, help="print when and how each arm of the primary test ran")
-    ap.add_argument("--versions", metavar="RESULTS_JSON", type=json_file, help="print the library versions a run recorded")
+    ap.add_argument("--plan", metavar="SWEEP_JSON", type=json_file, help="print a planned test's rows: its primary "
+                    "and secondary comparisons, each over its planned seeds done so far")
+    ap.add_argument("--task-intervals", metavar="SWEEP_JSON", type=json_file,
+                    help="print the width of one cell's interval")
+    ap.add_argument("--provenance", metavar="SWEEP_JSON", type=json_file,
+                    help="print when and how each arm of the primary test ran")
+    ap.add_argument("--versions", metavar="RESULTS_JSON", type=json_file,
+                    help="print the library versions a run recorded")
     ap.add_argument("--mechanism", metavar="MECHANISM_JSON", nargs="+", type=json_file,
                     help="print the table of per-seed GMTS - ETS against the arms' updates, one or more grids")
     args = ap.parse_args(argv)

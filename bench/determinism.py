@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", help="folder for the runs and their logs (default: a new temporary folder)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child process of one run
     ap.add_argument("--record", help=argparse.SUPPRESS)
-    ap.add_argument("--markdown", nargs="+", metavar="FILE", type=json_file, help="print the table of these results files and stop")
+    ap.add_argument("--markdown", nargs="+", metavar="FILE", type=json_file,
+                    help="print the table of these results files and stop")
     args = ap.parse_args(ours)
     if args.markdown:
         print(markdown(args.markdown))

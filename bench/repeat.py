@@ -22,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-from gmts_recipe.records import current_record, json_file  # noqa: E402 - a file from before a field moved, as written today
+from gmts_recipe.records import current_record  # noqa: E402 - a file from before a field moved, as written today
+from gmts_recipe.records import json_file  # noqa: E402
 from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
 WALL_CLOCK = ("runtime", "per_second", "time", "seconds")  # a training log's timing fields: not expected to repeat
@@ -143,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", help="LABEL=results.json, the first is the reference")
     parser.add_argument("--out", help="the comparison, as JSON")
-    parser.add_argument("--markdown", metavar="COMPARISON", type=json_file, help="print a comparison file written by --out as a table")
+    parser.add_argument("--markdown", metavar="COMPARISON", type=json_file,
+                        help="print a comparison file written by --out as a table")
     args = parser.parse_args(argv)
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))

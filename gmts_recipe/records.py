@@ -10,7 +10,7 @@ for grid files, PyYAML.
   `ResultsError` otherwise. `seal`: add the summary and the digest (the last step of writing a file).
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
 - `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line;
-  `json_file`: the same for a JSON file named on a command line (an argparse type).
+  `read_json`: the same for a JSON file (`load`'s), and `json_file`, it as an argparse type.
 - `config_hash`, `current_record`: the hash of a config record, and a file as recipe.py writes it today (fields that
   moved from the config record into each arm's record moved there), so that older files compare with newer ones.
 - `_close`, `_first_difference`: numbers equal up to rounding, and the first that is not, as a path.
@@ -209,12 +209,7 @@ def _first_difference(a: Any, b: Any, path: str = "summary") -> str:
 def load(path: str | Path) -> dict:
     """Load and verify a results file; raise ResultsError with a one-line reason."""
     p = Path(path)
-    if not p.is_file():
-        raise ResultsError(f"{p}: no such file")
-    try:
-        results = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ResultsError(f"{p}: not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+    results = read_json(p, ResultsError)
     if not isinstance(results, dict) or results.get("schema") != SCHEMA:
         raise ResultsError(f"{p}: not a results file of schema {SCHEMA}")
     if results.get("digest") != digest(results):
@@ -260,17 +255,25 @@ def write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
+def read_json(path: str | Path, error: type[Exception]) -> Any:
+    """A JSON file a user named (a results file, a benchmark's): a missing or broken one is one line of `error`."""
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{p}: no such file")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{p}: not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+    except OSError as e:  # a file it may not read
+        raise error(f"{p}: cannot be read ({e.strerror or e})") from None
+
+
 def json_file(path: str) -> str:
-    """argparse type of an option that names a JSON file to read (a results file, a benchmark's): the path as given,
-    once it reads as JSON; a missing or broken file is argparse's own one-line error, not a traceback later."""
+    """argparse type of an option that names a JSON file to read: the path as given, once it reads as JSON; a missing
+    or broken file is argparse's own one-line error, not a traceback later."""
     import argparse
 
-    try:
-        json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise argparse.ArgumentTypeError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise argparse.ArgumentTypeError(f"{path}: not a readable JSON file ({e})") from None
+    read_json(path, argparse.ArgumentTypeError)
     return path
 
 

@@ -99,7 +99,7 @@ def test_the_table(tmp_path, capsys):
     out.write_text("{")  # a broken file is argparse's one-line error (exit 2), not a traceback
     with pytest.raises(SystemExit) as exit_:
         repeat.main(["--markdown", str(out)])
-    assert exit_.value.code == 2 and f"argument --markdown: {out}: not a readable JSON file" in capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument --markdown: {out}: not valid JSON" in capsys.readouterr().err
     assert repeat.main([]) == 2
 
 

@@ -40,7 +40,8 @@ def test_fits(value, hint, expected):
 
 
 @pytest.mark.parametrize("hint,words", [
-    (int, "an integer"), (float | None, "a number or null"), (bool, "true or false"), (list[str], "a list of strings"), (list[dict], "a list"),
+    (int, "an integer"), (float | None, "a number or null"), (bool, "true or false"),
+    (list[str], "a list of strings"), (list[dict], "a list"),
     (Literal["batch", "group"], "one of batch, group"), (Colour, "one of red, blue"), (Colour | str, "a string"),
 ])
 def test_describe(hint, words):

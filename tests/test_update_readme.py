@@ -109,7 +109,7 @@ def test_a_missing_or_broken_file_is_argparses_error_not_a_traceback(tmp_path, c
     assert capsys.readouterr().err.endswith(f"error: argument --plan: {tmp_path / 'nope.json'}: no such file\n")
     with pytest.raises(SystemExit):
         update_readme.main(["--mechanism", "results/qwen/mechanism.json", str(broken)])
-    assert f"error: argument --mechanism: {broken}: not a readable JSON file (" in capsys.readouterr().err
+    assert f"error: argument --mechanism: {broken}: not valid JSON (" in capsys.readouterr().err
 
 
 def _association(label: str, n: int, r: float | None, low: float | None, high: float | None, note=None) -> dict:
