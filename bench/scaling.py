@@ -25,6 +25,11 @@ Every paper-config step (configs/qwen.yaml: Qwen2.5-Coder-1.5B-Instruct, GSM8K, 
   (bench/logs/shared-gpu-h200-2way-s10{0,5}-results.json and .log); no sweep timed them, so a process's minutes run
   from the driver's mark before they started to its own end mark (bench/logs/shared-gpu-h200-ray4-2way-marks.log,
   lines `<unix time> <event>`, which also time the Ray sweep as a whole).
+- one warm worker on one H200, and one warm worker per GPU on two H200s of one host: cells of the confirmatory grid
+  (results/confirm/, 2026-12-04), `sweep.py --warm_workers --gpus 0` and `--gpus 0,1`, every lever of
+  configs/paper.yaml, a compile cache carried from the machine before. Each worker's first cell (its model load and
+  compilation) is left out: s252-258, s260-266 and s268-274 on one H200 (three machines), s277-288 on two. Each cell
+  process's start and end are in the sweep's results/confirm/logs/timing.jsonl.
 
 Per way sharing one GPU, a second table counts whole cell processes (model loading, both arms, their evaluations) by
 the clock that timed them: cells per GPU-hour against one cell alone on a warm cache (s105), as the shared groups ran.
@@ -54,6 +59,11 @@ from train_log import median_step_s  # noqa: E402 - the median step after the co
 
 OUT = ROOT / "bench" / "scaling-h200.json"
 CELLS = ROOT / "results" / "qwen"
+# The confirmatory grid's cells in warm workers (2026-12-04), each worker's first cell left out: one H200 (three
+# machines), then two H200s of one host, one worker per GPU
+WARM_ONE = (*range(252, 259), *range(260, 267), *range(268, 275))
+WARM_TWO = tuple(range(277, 289))
+TIMING = "results/confirm/logs/timing.jsonl"
 RUNS = {
     "alone": [("paper-lr0.0001-s17", "ets"), ("paper-lr0.0001-s17", "gmts"), ("paper-lr0.0002-s17", "ets"),
               ("paper-lr0.0002-s17", "gmts")],
@@ -74,20 +84,24 @@ RUNS = {
                  for arm in ("ets", "gmts")],  # 2026-12-01 evening, the same, as Ray tasks (sweep.py --ray)
     "mps_two": [(f"bench/logs/shared-gpu-h200-2way-s{seed}-results.json", arm) for seed in (100, 105)
                 for arm in ("ets", "gmts")],  # 2026-12-01 evening, two processes at once under CUDA MPS
+    "warm_one": [(f"results/confirm/coupled-lr0.0001-s{seed}", arm) for seed in WARM_ONE for arm in ("ets", "gmts")],
+    "warm_two": [(f"results/confirm/coupled-lr0.0001-s{seed}", arm) for seed in WARM_TWO for arm in ("ets", "gmts")],
 }
 GPUS = {"alone": 1, "shared": 0.5, "data_parallel": 2, "alone_grouped": 1, "data_parallel_grouped": 2,
-        "alone_levers": 1, "mps_four": 0.25, "ray_four": 0.25, "mps_two": 0.5}  # per arm (and per cell process)
+        "alone_levers": 1, "mps_four": 0.25, "ray_four": 0.25, "mps_two": 0.5, "warm_one": 1,
+        "warm_two": 1}  # per arm (and per cell process)
 LABEL = {"alone": "one arm per GPU", "shared": "two arms per GPU",
          "data_parallel": "one arm on 2 GPUs (accelerate, 2 processes)",
          "alone_grouped": "one arm per GPU, grouped-query decoding",
          "data_parallel_grouped": "one arm on 2 GPUs, grouped-query decoding (end to end)",
          "alone_levers": "one cell per GPU, every lever", "mps_four": "four cells per GPU under CUDA MPS",
-         "ray_four": "four cells per GPU under CUDA MPS, as Ray tasks", "mps_two": "two cells per GPU under CUDA MPS"}
+         "ray_four": "four cells per GPU under CUDA MPS, as Ray tasks", "mps_two": "two cells per GPU under CUDA MPS",
+         "warm_one": "one warm worker, one H200", "warm_two": "one warm worker per GPU, two H200s of one host"}
 MARKS = "bench/logs/shared-gpu-h200-ray4-2way-marks.log"
 # Whole cell processes: (clock, file, cell, event the process started after): "sweep", the sweep's own line
-# `[sweep] i/n CELL ARMS on gpu G: ok, M min`; "ray", the start and end of the cell's arms process in the Ray timing
-# file (its base-evaluation process apart); "marks", the driver's mark before the processes started to the cell's own
-# end mark `B rerun-<seed> rc=0`.
+# `[sweep] i/n CELL ARMS on gpu G: ok, M min`; "ray" and "timing", the start and end of the cell's arms process in the
+# Ray timing file or the local sweep's (its base-evaluation process apart); "marks", the driver's mark before the
+# processes started to the cell's own end mark `B rerun-<seed> rc=0`.
 PROCESSES = {
     # s105, on a warm compile cache as every shared group ran (s100's cold process, 4.7 min, is in the 4way log)
     "alone_levers": [("sweep", "bench/logs/shared-gpu-h200-alone.log", "coupled-lr0.0001-s105", None)],
@@ -96,6 +110,8 @@ PROCESSES = {
     "ray_four": [("ray", "bench/logs/shared-gpu-h200-ray4-timing.jsonl", f"coupled-lr0.0001-s{seed}", None)
                  for seed in (106, 107, 108, 109)],
     "mps_two": [("marks", MARKS, f"coupled-lr0.0001-s{seed}", "A sweep rc=0") for seed in (100, 105)],
+    "warm_one": [("timing", TIMING, f"coupled-lr0.0001-s{seed}", None) for seed in WARM_ONE],
+    "warm_two": [("timing", TIMING, f"coupled-lr0.0001-s{seed}", None) for seed in WARM_TWO],
 }
 REFERENCE_CELL = "coupled-lr0.0001-s105"  # one cell alone on a warm compile cache, as every shared group ran
 # A group's whole time by the driver's marks: (first event, last events); the Ray sweep's includes Ray's start and
@@ -145,7 +161,7 @@ def _process_minutes(clock: str, path: str, cell: str, after: str | None) -> flo
     if clock == "sweep":
         found = [float(m["minutes"]) for m in map(SWEEP_LINE.search, (ROOT / path).read_text().splitlines())
                  if m and m["cell"] == cell]
-    elif clock == "ray":
+    elif clock in ("ray", "timing"):  # the same lines: sweep.py writes them for a Ray task and a local worker alike
         rows = [json.loads(line) for line in (ROOT / path).read_text().splitlines() if line.strip()]
         found = [(r["end"] - r["start"]) / 60 for r in rows if r["cell"] == cell and "base" not in r["arms"]]
     else:
@@ -203,6 +219,9 @@ def measure() -> dict:
     out["ray_four_throughput"] = one / out["ways"]["ray_four"]["gpu_minutes_per_arm"]  # the same, as Ray tasks
     out["mps_two_throughput"] = one / out["ways"]["mps_two"]["gpu_minutes_per_arm"]  # two processes under MPS vs one
     out["cell_processes"] = processes()
+    # cells per hour of a two-GPU machine, one warm worker per GPU, against one warm worker on one GPU
+    warm = out["cell_processes"]["ways"]
+    out["warm_two_gpus_throughput"] = 2 * warm["warm_one"]["cell_minutes"] / warm["warm_two"]["cell_minutes"]
     out["breakdown"] = breakdown()
     return out
 
@@ -252,7 +271,12 @@ def table(m: dict, markdown: bool = False) -> str:
               f"the arms' process) or, for the two at once, the driver's marks (a mark before both started to each "
               f"one's end). Against {p['reference_cell']} alone on a warm compile cache "
               f"({p['reference_minutes']:.1f} min), as every shared group ran. The group's time (the driver's marks) "
-              f"adds what lies between the processes: Ray's start and a base-evaluation process for the Ray sweep."]
+              f"adds what lies between the processes: Ray's start and a base-evaluation process for the Ray sweep. "
+              f"In a warm worker a cell is a job of the worker's process, its model already loaded and compiled (each "
+              f"worker's first cell left out), timed by the sweep's timing file: two H200s of one host, one warm "
+              f"worker each, ran {m['warm_two_gpus_throughput']:.2f}x the cells per hour of one H200's warm worker "
+              f"(median cell {p['ways']['warm_two']['cell_minutes']:.2f} min against "
+              f"{p['ways']['warm_one']['cell_minutes']:.2f})."]
     b = m["breakdown"]
     cols = list(b)
     head = ["part of the median step (s)"] + [f"{c} ({b[c]['source']})" for c in cols]

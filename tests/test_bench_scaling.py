@@ -26,7 +26,8 @@ def test_a_cell_process_lasts_at_least_its_two_arms():
     (15 s) is no cell."""
     scaling = _module()
     p = scaling.processes()["ways"]
-    assert [len(p[w]["processes"]) for w in ("alone_levers", "mps_four", "ray_four", "mps_two")] == [1, 4, 4, 2]
+    assert [len(p[w]["processes"]) for w in ("alone_levers", "mps_four", "ray_four", "mps_two", "warm_one",
+                                              "warm_two")] == [1, 4, 4, 2, 21, 12]
     for way, entry in p.items():
         arms = {}
         for source, arm in scaling.RUNS[way]:
@@ -55,3 +56,26 @@ def test_a_run_read_from_a_results_file_and_a_timing_not_found_once(tmp_path, mo
                               ("marks", "marks.log", "c-s4")):
         with pytest.raises(ValueError, match="timings of"):
             scaling._process_minutes(clock, path, cell, "A sweep rc=0")
+
+
+def test_warm_worker_cells_leave_out_each_workers_first_cell_and_ran_as_labelled():
+    """The warm-worker ways count steady cells only: no cell that was its worker's first training job (it loaded the
+    model and compiled), by the sweep's own job counter; and each ran where its label says (one GPU alone, or a GPU
+    of a machine whose other GPU ran a cell at the same time)."""
+    scaling = _module()
+    lines = [json.loads(line) for line in (scaling.ROOT / scaling.TIMING).read_text().splitlines() if line.strip()]
+    first_job = {}  # index of a process's job-1 line -> whether it was the base evaluations
+    for way, seeds in (("warm_one", scaling.WARM_ONE), ("warm_two", scaling.WARM_TWO)):
+        for seed in seeds:
+            (i, t), = [(i, t) for i, t in enumerate(lines) if t["cell"] == f"coupled-lr0.0001-s{seed}"
+                       and t["arms"] == ["ets", "gmts"]]
+            start = max(j for j in range(i + 1) if lines[j]["gpu"] == t["gpu"] and lines[j].get("job_in_process") == 1)
+            first_job[start] = lines[start]["arms"] == ["base"]
+            assert t["warm"] and t["exit_code"] == 0
+            assert t["job_in_process"] > (2 if first_job[start] else 1), seed
+            others = [u for u in lines if u["gpu"] != t["gpu"] and u["start"] < t["end"] and t["start"] < u["end"]]
+            assert bool(others) == (way == "warm_two"), seed
+    committed = json.loads(scaling.OUT.read_text())
+    warm = committed["cell_processes"]["ways"]
+    one, two = warm["warm_one"]["cell_minutes"], warm["warm_two"]["cell_minutes"]
+    assert committed["warm_two_gpus_throughput"] == 2 * one / two
