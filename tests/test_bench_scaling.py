@@ -64,15 +64,15 @@ def test_warm_worker_cells_leave_out_each_workers_first_cell_and_ran_as_labelled
     of a machine whose other GPU ran a cell at the same time)."""
     scaling = _module()
     lines = [json.loads(line) for line in (scaling.ROOT / scaling.TIMING).read_text().splitlines() if line.strip()]
-    first_job = {}  # index of a process's job-1 line -> whether it was the base evaluations
     for way, seeds in (("warm_one", scaling.WARM_ONE), ("warm_two", scaling.WARM_TWO)):
         for seed in seeds:
             (i, t), = [(i, t) for i, t in enumerate(lines) if t["cell"] == f"coupled-lr0.0001-s{seed}"
                        and t["arms"] == ["ets", "gmts"]]
-            start = max(j for j in range(i + 1) if lines[j]["gpu"] == t["gpu"] and lines[j].get("job_in_process") == 1)
-            first_job[start] = lines[start]["arms"] == ["base"]
+            # the job-1 line of its worker's process: the last one on its GPU up to this cell's
+            job_1 = lines[max(j for j in range(i + 1)
+                              if lines[j]["gpu"] == t["gpu"] and lines[j].get("job_in_process") == 1)]
             assert t["warm"] and t["exit_code"] == 0
-            assert t["job_in_process"] > (2 if first_job[start] else 1), seed
+            assert t["job_in_process"] > (2 if job_1["arms"] == ["base"] else 1), seed
             others = [u for u in lines if u["gpu"] != t["gpu"] and u["start"] < t["end"] and t["start"] < u["end"]]
             assert bool(others) == (way == "warm_two"), seed
     committed = json.loads(scaling.OUT.read_text())
