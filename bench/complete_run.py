@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+from gmts_recipe.records import json_file, read_json  # noqa: E402
 
 ARMS = "ets,gmts"  # a complete run: the base evaluations and the two arms the paper compares
 
@@ -110,15 +111,15 @@ def compile_cache() -> dict:
 def resummarize(out: Path, results_path: Path) -> int:
     """--from_results: the summary of a run timed earlier, recomputed from its results.json with this script's fields;
     what only the timing process knew (wall time, exit status, arguments, compile cache) is kept from the old file."""
-    for path in (out, results_path):
-        if not path.is_file():
-            print(f"complete_run.py: {path} does not exist (--from_results needs --out's earlier summary and the "
-                  f"run's results.json)", file=sys.stderr)
-            return 2
-    old = json.loads(out.read_text())
+    try:
+        old, results = read_json(out, ValueError), read_json(results_path, ValueError)
+    except ValueError as err:
+        print(f"complete_run.py: {err} (--from_results needs --out's earlier summary and the run's results.json)",
+              file=sys.stderr)
+        return 2
     argv = old["recipe_argv"]
     recipe_argv = argv[2:] if argv[:2] == ["--arm", ARMS] else argv
-    new = summary(json.loads(results_path.read_text()), old["wall_s"], old["returncode"], recipe_argv)
+    new = summary(results, old["wall_s"], old["returncode"], recipe_argv)
     if "compile_cache" in old:
         new["compile_cache"] = old["compile_cache"]
     out.write_text(json.dumps(new, indent=1) + "\n")
@@ -162,18 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     ours, recipe_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="the JSON file to write (bench/complete-run-h200.json)")
-    ap.add_argument("--table", nargs="+", default=None, metavar="RUN_JSON",
+    ap.add_argument("--table", nargs="+", default=None, metavar="RUN_JSON", type=json_file,
                     help="print the markdown table of these timed runs (nothing runs)")
     ap.add_argument("--from_results", default=None, metavar="RESULTS_JSON",
                     help="summarize an earlier run again from its results.json, after this script gained fields: "
                          "--out's wall time, exit status, recipe arguments and compile cache are kept, the rest is "
                          "recomputed (nothing runs)")
     args = ap.parse_args(ours)
-    if args.table:
-        missing = [p for p in args.table if not Path(p).is_file()]
-        if missing:
-            print(f"complete_run.py: no such file: {', '.join(missing)}", file=sys.stderr)
-            return 2
+    if args.table:  # each read as JSON already by its argparse type: a missing or broken file is argparse's error
         print(table([Path(p) for p in args.table]))
         return 0
     if args.out is None:

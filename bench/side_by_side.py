@@ -44,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+from gmts_recipe.records import json_file  # noqa: E402
 
 PATHS = {"trl": "(a) TRL's generation", "vllm": "(b) TRL + vLLM, colocate", "ours": "(c) this recipe's generation"}
 REFERENCE = "ours"  # the ratios are path / ours (of the same arm)
@@ -569,16 +570,14 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"vllm_gpu_memory_utilization for path vllm (default {VLLM_MEMORY})")
     ap.add_argument("--small", action="store_true", help="the tiny random model and config (CPU, seconds)")
     ap.add_argument("--work", help="folder for the runs (default: a new temporary folder)")
-    ap.add_argument("--markdown", metavar="RESULTS", help="print a results file as the README's table (nothing runs)")
+    ap.add_argument("--markdown", metavar="RESULTS", type=json_file,
+                    help="print a results file as the README's table (nothing runs)")
     ap.add_argument("--one", choices=list(PATHS), help=argparse.SUPPRESS)  # the child process of one path
     ap.add_argument("--record", help=argparse.SUPPRESS)
     args = ap.parse_args(ours)
     if args.one:
         return run_one(args.one, Path(args.record), rest)
-    if args.markdown:
-        if not Path(args.markdown).is_file():
-            print(f"side_by_side.py: no such file: {args.markdown}", file=sys.stderr)
-            return 2
+    if args.markdown:  # read as JSON already by its argparse type: a missing or broken file is argparse's error
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return 0
     if not args.out:

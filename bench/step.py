@@ -62,6 +62,7 @@ from transformers import TrainerCallback
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from gmts_recipe.records import read_json  # noqa: E402
 _spec = importlib.util.spec_from_file_location("bench_selection", ROOT / "bench" / "selection.py")
 bench_selection = importlib.util.module_from_spec(_spec)  # by path: the name `selection` is the root's ranking math
 _spec.loader.exec_module(bench_selection)
@@ -1058,9 +1059,11 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) < 2:
             print("step.py: --compare needs one or more step-profile.json files", file=sys.stderr)
             return 2
-        missing = [p for p in argv[1:] if not Path(p).is_file()]
-        if missing:
-            print(f"step.py: --compare: no such file: {', '.join(missing)}", file=sys.stderr)
+        try:  # each file read once here, so a missing or broken one is one line, not a traceback inside compare
+            for path in argv[1:]:
+                read_json(path, ValueError)
+        except ValueError as err:
+            print(f"step.py: --compare: {err}", file=sys.stderr)
             return 2
         print(compare(argv[1:]))
         return 0

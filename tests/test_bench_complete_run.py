@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench_scripts import load_bench
+from bench_scripts import assert_refuses_bad_json_files, load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ["--config", "configs/smoke.yaml"]
@@ -85,6 +85,8 @@ def test_an_earlier_run_is_summarized_again_from_its_results_keeping_what_only_i
     assert r["base_eval_s"] == [30.0] * 3 and len(r["evaluations"]) == 5 and "compile_cache" not in r
     assert r["evaluations"][3]["compile_seconds"] is None  # that recipe.py did not record it
     assert mod.main(["--out", str(tmp_path / "none.json"), "--from_results", str(results)]) == 2
+    (tmp_path / "broken.json").write_text("{")  # a broken file is one line too, not a traceback
+    assert mod.main(["--out", str(out), "--from_results", str(tmp_path / "broken.json")]) == 2
 
 
 def test_the_compile_cache_is_warm_once_it_holds_a_graph(tmp_path, monkeypatch):
@@ -143,4 +145,4 @@ def test_the_timed_runs_table_reads_every_number_off_the_files(tmp_path, capsys)
         "| older.json | on | off | - | 7.27 | - | 30 | 122.5, 1.5 | -, - | 1.50, 1.50 | 50.0, 50.0 | +0.0 |",
         "| crashed.json | recipe.py exited 1: not a complete run |",
         "| regions.json | off | on | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 53.8 | +3.8 |"]
-    assert mod.main(["--table", str(tmp_path / "none.json")]) == 2
+    assert_refuses_bad_json_files(mod.main, "--table", tmp_path, capsys)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_scripts import load_bench
+from bench_scripts import assert_refuses_bad_json_files, load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,7 +80,7 @@ def test_the_results_file_keeps_other_paths_and_refuses_other_arguments(tmp_path
     assert table.index("| (a)") < table.index("| (b)") < table.index("| (c)")
 
 
-def test_the_table_gives_ratios_to_c_and_complete_runs_when_there(tmp_path):
+def test_the_table_gives_ratios_to_c_and_complete_runs_when_there(tmp_path, capsys):
     def steps(median):
         return {"status": "ok", "median_step_s": median, "first_step_s": 40.0, "setup_s": 20.0, "rows": 64,
                 "max_completion_length": 256, "rewards": [0.25, 0.75]}
@@ -98,7 +98,7 @@ def test_the_table_gives_ratios_to_c_and_complete_runs_when_there(tmp_path):
     assert "| (c) this recipe's generation | gmts | 1.60 | 1.00x | 40.0 | 20.0 | 5 | 0.50 | - | 5.00 | 1.00x |" in table
     assert "Per step, (c) is 11.00x as fast as (a)." in table
     assert "unavailable: vllm is not installed" in table and "NVIDIA H200" in table and "64 rollouts" in table
-    assert sbs.main(["--markdown", str(tmp_path / "missing.json")]) == 2
+    assert_refuses_bad_json_files(sbs.main, "--markdown", tmp_path, capsys)
 
 
 def test_vllm_without_flashinfer_runs_with_the_pytorch_sampler_and_the_file_says_so(tmp_path, monkeypatch, capsys):

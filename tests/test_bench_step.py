@@ -250,7 +250,10 @@ def test_compare_tabulates_each_profile_with_the_options_it_changed(small_run, t
 
 def test_compare_refuses_a_missing_file_in_one_line(tmp_path, capsys):
     assert step.main(["--compare", str(tmp_path / "nowhere.json")]) == 2
-    assert capsys.readouterr().err == f"step.py: --compare: no such file: {tmp_path / 'nowhere.json'}\n"
+    assert capsys.readouterr().err == f"step.py: --compare: {tmp_path / 'nowhere.json'}: no such file\n"
+    (tmp_path / "broken.json").write_text("{")
+    assert step.main(["--compare", str(tmp_path / "broken.json")]) == 2
+    assert capsys.readouterr().err.startswith(f"step.py: --compare: {tmp_path / 'broken.json'}: not valid JSON (")
 
 
 def test_kernel_census_is_each_names_growth_per_added_step():
