@@ -188,7 +188,7 @@ def _check_types(config: dict, argv: list[str], path: Path) -> None:
     from gmts_recipe.field_types import misfits
     from gmts_trainer import GMTSConfig
 
-    on_command_line = {a[2:].split("=")[0] for a in argv if a.startswith("--")}
+    on_command_line = _cli_values(argv)
     from_file = {k: v for k, v in config.items() if k not in on_command_line}
     for key, value, needs in misfits(from_file, (RecipeArgs, GMTSConfig, ModelConfig)):
         shown = "null" if value is None else json.dumps(value) if not isinstance(value, str) else repr(value)
@@ -350,7 +350,7 @@ def parse(argv: list[str], hub: bool = False):
     _check_keys(config, argv, allowed)
     _check_types(config, argv, config_path)
     argv = _hardware(config, argv)
-    set_fields = {k for k in config if k != "env"} | {a[2:].split("=")[0] for a in argv if a.startswith("--")}
+    set_fields = {k for k in config if k != "env"} | set(_cli_values(argv))
     argv = [*argv, *_current_names(parser, config, argv, set_fields)]
     if "ddp_timeout" not in set_fields:
         # Under a launcher the other processes wait at a barrier while the main process evaluates (the base model

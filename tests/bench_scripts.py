@@ -26,4 +26,4 @@ def assert_refuses_bad_json_files(main: Callable[[list[str]], int], option: str,
             (folder / name).write_text(text)
         with pytest.raises(SystemExit) as exit_:
             main([option, str(folder / name)])
-        assert exit_.value.code == 2 and f"{folder / name}: {said}" in capsys.readouterr().err
+        assert exit_.value.code == 2 and f"argument {option}: {folder / name}: {said}" in capsys.readouterr().err

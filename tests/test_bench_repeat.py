@@ -7,11 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import repeat  # noqa: E402
 
+from bench_scripts import assert_refuses_bad_json_files  # noqa: E402
 from gmts_recipe.records import config_hash  # noqa: E402
 
 
@@ -96,10 +95,7 @@ def test_the_table(tmp_path, capsys):
     assert repeat.main(["--markdown", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[2] == \
         "| warm | cold | 0 | ets 0, gmts 0 | ets 0, gmts 0 | ets 0, gmts 1 | no | ets -; gmts - |"
-    out.write_text("{")  # a broken file is argparse's one-line error (exit 2), not a traceback
-    with pytest.raises(SystemExit) as exit_:
-        repeat.main(["--markdown", str(out)])
-    assert exit_.value.code == 2 and f"argument --markdown: {out}: not valid JSON" in capsys.readouterr().err
+    assert_refuses_bad_json_files(repeat.main, "--markdown", tmp_path, capsys)  # argparse's one line, no traceback
     assert repeat.main([]) == 2
 
 
