@@ -102,7 +102,7 @@ class RecipeArgs:
     arm: str = field(default="all", metadata={"help": "base, grpo, ets, gmts, ets_nz, all, or a comma list (ets,gmts); "
                                                       "all = base, grpo, ets, gmts (not the control ets_nz: ETS with "
                                                       "omega != 0 tokens ranked first; name it)"})
-    experiment: str | None = field(default=None, metadata={"help": "run directory name (default: the config file name)"})
+    experiment: str | None = field(default=None, metadata={"help": "run directory name (unset: the config file name)"})
     results_dir: str = field(default="runs", metadata={"help": "parent of the run directories (references: results/)"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
     task: str = field(default="gsm8k", metadata={"help": "gsm8k or arithmetic (generated, offline)"})
@@ -122,11 +122,11 @@ class RecipeArgs:
                 "decoding (the first evaluation compiles); the same sampler either way (eval.decoding_plan)"})
     base_eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
-    grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (default: learning_rate)"})
-    ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (default: learning_rate)"})
-    gmts_learning_rate: float | None = field(default=None, metadata={"help": "GMTS arm's lr (default: learning_rate)"})
+    grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (unset: learning_rate)"})
+    ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (unset: learning_rate)"})
+    gmts_learning_rate: float | None = field(default=None, metadata={"help": "GMTS arm's lr (unset: learning_rate)"})
     ets_nz_learning_rate: float | None = field(default=None, metadata={
-        "help": "control arm ets_nz's lr (default: learning_rate)"})
+        "help": "control arm ets_nz's lr (unset: learning_rate)"})
     save_minutes: float = field(default=5.0, metadata={
         "help": "also save a checkpoint when this many minutes passed since the last one (0: steps only), so an "
                 "interrupted run resumes (--resume) losing at most that much work"})
@@ -157,6 +157,19 @@ def _parser():
     return OneLineParser((RecipeArgs, GMTSConfig, ModelConfig))
 
 
+def _print_help() -> None:
+    """argparse's help with a short usage line: its own lists all ~400 fields before the first explanation, and
+    --config (read by TrlParser, not a field) would appear nowhere."""
+    parser = _parser()
+    parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--FIELD VALUE ...]"
+    parser.description = (
+        f"--config FILE: a YAML file of 'field: value' lines (default {DEFAULT_CONFIG}; the others are in configs/); "
+        "a --FIELD on the command line overrides the file's value. The fields below: the recipe's own first (--arm "
+        "to --cudnn_attention), then GMTSConfig's (TRL's GRPOConfig and the selection fields; token_selection is "
+        "set by --arm), then TRL's ModelConfig's.")
+    parser.print_help()
+
+
 def _first_key(strings: list[str]) -> str:
     keys = [s.lstrip("-").split("=")[0] for s in strings if s.startswith("--")]
     return (keys or strings)[0]
@@ -168,15 +181,21 @@ def _unknown_key(key: str, where: str, allowed: list[str]) -> RecipeError:
     return RecipeError(f"unknown key '{key}' in the {where}: {hint}")
 
 
-def _check_keys(config: dict, argv: list[str], allowed: list[str]) -> None:
+def _check_keys(config: dict, argv: list[str], allowed: list[str], path: Path) -> None:
     """Every key of the config file and the command line is a field: checked before anything else (the config
-    classes check the hardware when they are built, and that error would hide a typo)."""
+    classes check the hardware when they are built, and that error would hide a typo). token_selection is a field the
+    recipe sets from --arm for each arm: set by hand it would be overwritten without a word, so it is refused."""
     for key in config:
         if key not in allowed and key != "env":  # env: TrlParser's environment variables
-            raise _unknown_key(key, "config file", allowed)
+            raise _unknown_key(key, f"config file {path}", allowed)
     for a in argv:
         if a.startswith("--") and a[2:].split("=")[0] not in allowed:
             raise _unknown_key(a[2:].split("=")[0], "command line", allowed)
+    for where, keys in ((f"config file {path}", config), ("command line", _cli_values(argv))):
+        if "token_selection" in keys:
+            rules = ", ".join(f"{arm}: {rule}" for arm, rule in RULE_OF_ARM.items())
+            raise RecipeError(f"token_selection in the {where}: the recipe sets it from the arm ({rules}); drop it "
+                              f"and name the arms with --arm")
 
 
 def _check_types(config: dict, argv: list[str], path: Path) -> None:
@@ -332,7 +351,7 @@ def parse(argv: list[str], hub: bool = False):
     _NOTES.clear()
     argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
     if "-h" in argv or "--help" in argv:  # every field of RecipeArgs, GMTSConfig and ModelConfig, with its help
-        _parser().print_help()
+        _print_help()
         raise SystemExit(0)
     for i, a in enumerate(argv):  # the arm first: its error is the one a typo deserves, before any config check
         arm = a.split("=", 1)[1] if a.startswith("--arm=") else argv[i + 1] if a == "--arm" and i + 1 < len(argv) else None
@@ -340,14 +359,17 @@ def parse(argv: list[str], hub: bool = False):
             _check_arm(arm)
     if "--config" not in argv:
         argv = ["--config", DEFAULT_CONFIG, *argv]
-    config_path = Path(argv[argv.index("--config") + 1]) if argv.index("--config") + 1 < len(argv) else None
-    if config_path is None or not config_path.is_file():
-        raise RecipeError(f"config file {config_path} not found (configs: "
-                          f"{', '.join(sorted(str(p) for p in Path('configs').glob('*.yaml')))})")
+    i = argv.index("--config") + 1
+    configs = ", ".join(sorted(str(p) for p in Path("configs").glob("*.yaml")))
+    if i >= len(argv) or argv[i].startswith("--"):
+        raise RecipeError(f"--config needs a file (configs: {configs})")
+    config_path = Path(argv[i])
+    if not config_path.is_file():
+        raise RecipeError(f"config file {config_path} not found (configs: {configs})")
     parser = _parser()
     allowed = sorted({a.dest for a in parser._actions if a.dest != "help"} | {"config"})
     config = read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
-    _check_keys(config, argv, allowed)
+    _check_keys(config, argv, allowed, config_path)
     _check_types(config, argv, config_path)
     argv = _hardware(config, argv)
     set_fields = {k for k in config if k != "env"} | set(_cli_values(argv))
@@ -365,7 +387,7 @@ def parse(argv: list[str], hub: bool = False):
             argv, return_remaining_strings=True, separate_remaining_strings=True)
     except (ValueError, TypeError) as e:  # a value a config class refused, e.g. selection_scope: global
         raise RecipeError(str(e).splitlines()[0]) from None
-    for where, strings in (("config file", from_file), ("command line", from_cli)):
+    for where, strings in ((f"config file {config_path}", from_file), ("command line", from_cli)):
         if strings:  # a stray value (the keys were checked above)
             raise _unknown_key(_first_key(strings), where, allowed)
     recipe.set_fields = frozenset(set_fields - {"config"})
@@ -645,12 +667,28 @@ class ArmConsole(TrainerCallback):
 KNOWN_WARNINGS = ((FutureWarning, r"`is_gradient_checkpointing` is deprecated", r"transformers\.modeling_utils"),)
 
 
+# transformers' log lines of the same kind (logger name, start of the message): transformers 5.x logs once per process
+# that it ignores the tokenizer's clean_up_tokenization_spaces for a BPE tokenizer (SmolLM2's, Qwen's) in decode. It
+# ignores it either way, so the texts are what they would be without the line (400 characters in every run's console).
+KNOWN_LOG_LINES = (("transformers.tokenization_utils_tokenizers", "Ignoring clean_up_tokenization_spaces=True for BPE"),)
+
+
+def _drop_known_log_lines(record) -> bool:
+    return not any(record.name == name and record.getMessage().startswith(start) for name, start in KNOWN_LOG_LINES)
+
+
 def quiet_known_warnings() -> None:
-    """Ignore KNOWN_WARNINGS, and only them: any other warning, from the same module too, still prints."""
+    """Ignore KNOWN_WARNINGS and KNOWN_LOG_LINES, and only them: any other warning or log line, from the same module
+    too, still prints."""
+    import logging
     import warnings
 
     for category, message, module in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    for name, _ in KNOWN_LOG_LINES:
+        logger = logging.getLogger(name)
+        if _drop_known_log_lines not in logger.filters:
+            logger.addFilter(_drop_known_log_lines)
 
 
 def quiet_console(trainer) -> None:
@@ -964,11 +1002,16 @@ def _run_experiment(argv: list[str]) -> dict:
         if recipe.resume and arm in run.results["arms"]:
             print(f"[recipe] {arm}: finished in {run.path}, kept")
             continue
+        if arm in run.results["arms"] and run.state.is_main_process:
+            print(f"[recipe] {arm}: finished in {run.path} (lr {run.results['arms'][arm]['learning_rate']:g}); "
+                  f"trained again, and replaced when done (--resume keeps it)")
         run.train_arm(arm, train_tasks, heldout, device)
     if not run.state.is_main_process:
         from check import load as load_results
 
         return load_results(run.path)  # what the main process wrote
+    print(f"[recipe] done: {run.path} and its figures in {run.dir}; the table below; verify it at any time: "
+          f"python check.py {run.path}")
     return run.results
 
 

@@ -62,7 +62,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     assert [ev["samples"]["path"].rsplit("-", 1)[0] for ev in results["base"]["evals"]] == [
         f"../base-evals/{results['base']['eval_hash'][:16]}-seed{s}" for s in (0, 1, 2)]
     assert check.main([str(path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("Samples: 72 of 6 evaluation(s) re-scored")
+    assert capsys.readouterr().out.splitlines()[-1].startswith("Samples: 72 in 6 evaluation(s) re-scored")
 
     # re-running one arm replaces only that arm and reuses the base evals
     before = json.loads(path.read_text())
@@ -413,7 +413,7 @@ def test_a_typo_is_reported_before_the_hardware(tiny_config, tmp_path, monkeypat
     bad.write_text(Path("configs/offline.yaml").read_text() + "selection_ration: 0.3\n")
     assert recipe.main(["--config", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown key 'selection_ration' in the config file: did you mean" in err, err
+    assert err.count("\n") == 1 and f"unknown key 'selection_ration' in the config file {bad}: did you mean" in err, err
     assert recipe.main(["--config", "configs/offline.yaml", "--lerning_rate", "1"]) == 2
     assert "unknown key 'lerning_rate' in the command line" in capsys.readouterr().err
 
@@ -466,6 +466,12 @@ def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkey
     assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-2").is_dir()  # kept when asked
     log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
+    results = tmp_path / "tiny" / "results.json"
+    assert run(*argv[:-4]) == 0  # without --resume the finished arm is trained again, and the run says so
+    out = capsys.readouterr().out
+    assert f"[recipe] ets: finished in {results} (lr " in out and "trained again, and replaced when done" in out
+    assert f"[recipe] done: {results} and its figures in" in out
+    assert f"verify it at any time: python check.py {results}" in out
 
 
 def test_help_lists_the_fields_and_exits_0(capsys):
@@ -474,6 +480,31 @@ def test_help_lists_the_fields_and_exits_0(capsys):
     assert stop.value.code == 0
     out = capsys.readouterr().out
     assert "--selection_ratio" in out and "--gsm8k_path" in out and "--learning_rate" in out
+    head = out.splitlines()[:12]  # the usage in one line, then --config (not a field), then the recipe's own fields
+    assert head[0] == "usage: python recipe.py [--config FILE] [--arm ARM] [--FIELD VALUE ...]"
+    assert "--config FILE: a YAML file" in head[2] and any(line.startswith("  --arm ARM") for line in head)
+    assert "(default: learning_rate)" not in out and "(unset: learning_rate)" in out  # not beside argparse's default
+
+
+@pytest.mark.parametrize("where", ["file", "command line"])
+def test_token_selection_is_refused_as_the_arm_sets_it(where, tmp_path, capsys):
+    """--arm sets token_selection for each arm: set by hand it would be overwritten without a word."""
+    config = tmp_path / "c.yaml"
+    extra_line = "token_selection: all\n" if where == "file" else ""
+    config.write_text(Path("configs/quickstart.yaml").read_text() + extra_line)
+    extra = ["--token_selection", "all"] if where == "command line" else []
+    assert recipe.main(["--config", str(config), "--arm", "gmts", *extra]) == 2
+    err = capsys.readouterr().err
+    place = f"config file {config}" if where == "file" else "command line"
+    assert err.count("\n") == 1 and f"token_selection in the {place}: the recipe sets it from the arm (grpo: all, " \
+        "ets: entropy, gmts: gmts, ets_nz: entropy_nonzero_omega); drop it" in err, err
+
+
+def test_config_without_a_file_names_the_configs(capsys):
+    for argv in (["--config"], ["--config", "--arm", "gmts"]):
+        assert recipe.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("recipe.py: --config needs a file (configs: configs/offline.yaml, ") and "None" not in err
 
 
 def test_the_batch_shape_line_counts_every_process():

@@ -40,6 +40,21 @@ def test_known_warnings_are_ignored_and_no_other(recwarn):
     assert [str(w.message) for w in seen] == ["`something_else` is deprecated"]
 
 
+def test_the_known_tokenizer_log_line_is_dropped_and_no_other(caplog):
+    """transformers 5.x logs once that it ignores clean_up_tokenization_spaces for a BPE tokenizer: that line is
+    dropped, another line of the same logger still shows."""
+    import logging
+
+    recipe.quiet_known_warnings()
+    recipe.quiet_known_warnings()  # twice: one filter
+    logger = logging.getLogger("transformers.tokenization_utils_tokenizers")
+    assert logger.filters.count(recipe._drop_known_log_lines) == 1
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        logger.warning("Ignoring clean_up_tokenization_spaces=True for BPE tokenizer Qwen2Tokenizer. The ...")
+        logger.warning("Something else about the tokenizer")
+    assert [r.getMessage() for r in caplog.records] == ["Something else about the tokenizer"]
+
+
 def test_default_config_without_the_hub_is_one_line_naming_the_config_for_this_machine(monkeypatch, capsys):
     """`python recipe.py --arm gmts` (configs/paper.yaml: GSM8K and Qwen from the hub) on a CPU machine that cannot
     reach the hub: one line at once, no retries, naming the Quick start's config with the same arm."""
