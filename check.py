@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", help="path to results.json or sweep.json")
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
     ap.add_argument("--show", metavar="TASK", default=None,
-                    help="print the stored samples of one task (its index or a prefix of its hash) with their scores")
+                    help="print the stored samples of one task with their scores: the task's number in its split "
+                         "(the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question hash")
     args = ap.parse_args(argv)
     try:
         args.results = _resolve(args.results)
@@ -169,9 +170,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sweep_samples(path: Path, summary: dict) -> dict:
     """verify_samples over every cell of a verified sweep.json, the shared base evaluations re-scored once."""
+    from tqdm.auto import tqdm
+
     total: dict = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
     done: dict = {}
-    for cell in summary["cells"]:  # verified by sweep.verify (check.load): read again, the same bytes by digest
+    # a grid of 100 cells takes about a minute: a bar on a terminal (tqdm leaves pipes and logs alone)
+    for cell in tqdm(summary["cells"], desc="re-scoring samples", unit="cell", leave=False, disable=None):
+        # verified by sweep.verify (check.load): read again, the same bytes by digest
         results_path = path.parent / cell["path"]
         results = json.loads(results_path.read_text(encoding="utf-8"))
         if digest(results) != cell["digest"]:

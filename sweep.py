@@ -52,6 +52,7 @@ and --plan estimates the jobs left from them (per arm: a grid's cells may run 4 
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import heapq
 import json
@@ -229,9 +230,12 @@ def load_grid(path: str | Path) -> Grid:
         raise SweepError(f"{p}: no blocks")
     for i, block in enumerate(grid.blocks):
         where = f"{p}: block {block.get('name', i)!r}"
-        extra = set(block) - {"name", "arms", "learning_rates", "seeds", "variant"}
+        keys = ("name", "arms", "learning_rates", "seeds", "variant")
+        extra = set(block) - set(keys)
         if extra:
-            raise SweepError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+            near = {k: difflib.get_close_matches(str(k), keys, n=1) for k in sorted(extra, key=str)}
+            hints = [f"{k} (did you mean {m[0]}?)" if m else str(k) for k, m in near.items()]
+            raise SweepError(f"{where}: unknown key(s) {', '.join(hints)}; a block has {', '.join(keys)}")
         if "name" not in block:
             raise SweepError(f"{where}: needs a name")
         for key in ("arms", "learning_rates", "seeds"):
@@ -1557,7 +1561,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    ap = argparse.ArgumentParser(description="Run a grid of recipe.py experiments and summarize it.")
+    ap = argparse.ArgumentParser(usage="python sweep.py GRID [options] [-- recipe.py arguments]",
+                                 description="Run a grid of recipe.py experiments and summarize it. Whatever follows "
+                                             "-- goes to every cell's recipe.py (e.g. -- --gsm8k_path DIR).")
     ap.add_argument("grid", help="sweep file (configs/sweeps/*.yaml)")
     ap.add_argument("--gpus", default=None, help="comma-separated GPU ids, --runs_per_gpu workers each; repeat an id "
                                                  "for another worker on that GPU (default: one worker)")
@@ -1590,7 +1596,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="local pool: start no arm that would end more than MINUTES after the sweep's start, at the "
                          "pace measured so far (an allocation's wall-clock limit); the arms left run when the same "
                          "command runs again")
-    args = ap.parse_args(argv)
+    args, stray = ap.parse_known_args(argv)
+    if stray:  # most often a recipe.py option given without the -- before it
+        print(f"sweep.py: unrecognized arguments: {' '.join(stray)} (recipe.py's options go after --: python sweep.py "
+              f"GRID [options] -- {' '.join(stray)})", file=sys.stderr)
+        return 2
     try:
         grid = load_grid(args.grid)
         if args.results_dir is not None:

@@ -308,4 +308,5 @@ def agreement_line(results: dict, pair: tuple[str, str] = ("ets", "gmts")) -> st
         return None
     shares = rollout_agreement(*digests)
     shown = ", ".join(f"{s}: {share:.0%}" for s, share in shares[:12]) + (", ..." if len(shares) > 12 else "")
-    return f"Identical rollouts, {pair[0]} vs {pair[1]}, per step: {shown}"
+    return (f"Identical rollouts, {pair[0]} vs {pair[1]} (the share of a step's completions the two arms sampled "
+            f"alike; shared noise, parting weights), per step: {shown}")

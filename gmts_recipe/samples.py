@@ -152,7 +152,7 @@ def samples_line(report: dict) -> str:
     if not with_samples:
         return (f"Scores not re-scored: none of the {n} evaluations keeps its samples (written before evaluations "
                 f"kept their completions); the digest and the recomputed summaries are all that was checked.")
-    line = (f"Samples: {report['samples']:,} of {with_samples} evaluation(s) re-scored with the recipe's reward, "
+    line = (f"Samples: {report['samples']:,} in {with_samples} evaluation(s) re-scored with the recipe's reward, "
             f"every score as recorded")
     if without:
         shown = ", ".join(without[:3]) + (f" and {len(without) - 3} more" if len(without) > 3 else "")
@@ -187,7 +187,7 @@ def show(results: dict, folder: Path, task: str) -> str:
     if not out:
         kept = any("samples" in ev for _, ev in evaluations(results))
         some = ", ".join(str(r["task"]) for r in results["base"]["evals"][0]["records"][:5])
-        raise ResultsError(f"--show {task}: " + (f"no such task (give its index, e.g. {some}, or a prefix of its "
-                                                 f"hash)" if kept else "this file keeps no samples (written before "
-                                                 "evaluations kept their completions)"))
+        missing = (f"no such task (give its number in its split, e.g. {some}, or a prefix of its hash)" if kept else
+                   "this file keeps no samples (written before evaluations kept their completions)")
+        raise ResultsError(f"--show {task}: {missing}")
     return "\n".join(out)

@@ -277,7 +277,8 @@ def test_rollout_agreement_per_step_and_its_line():
     gmts = {"0": ["a", "b", "c", "d"], "1": ["a", "b", "c", "e"], "2": ["t", "u", "v", "w"], "3": ["z"] * 4}
     assert rollout_agreement(ets, gmts) == [(0, 1.0), (1, 0.5), (2, 0.0)]
     line = agreement_line({"arms": {"ets": {"rollout_digests": ets}, "gmts": {"rollout_digests": gmts}}})
-    assert line == "Identical rollouts, ets vs gmts, per step: 0: 100%, 1: 50%, 2: 0%"
+    assert line == ("Identical rollouts, ets vs gmts (the share of a step's completions the two arms sampled alike; "
+                    "shared noise, parting weights), per step: 0: 100%, 1: 50%, 2: 0%")
     assert agreement_line({"arms": {"ets": {}, "gmts": {"rollout_digests": gmts}}}) is None
 
 
@@ -350,8 +351,8 @@ def test_a_file_with_samples_is_re_scored_and_says_so(tmp_path, capsys):
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "base-evals").iterdir()) == ["base"] * 3
     assert check.main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[-1] == "Samples: 1,200 of 5 evaluation(s) re-scored with the recipe's reward, every score " \
-                                   "as recorded."
+    assert out.splitlines()[-1] == "Samples: 1,200 in 5 evaluation(s) re-scored with the recipe's reward, every " \
+                                   "score as recorded."
     assert check.main([str(path), "--markdown"]) == 0  # the README's tables stay tables: the line goes to stderr
     out, err = capsys.readouterr()
     assert "Samples:" not in out and err.startswith("Samples: 1,200")
@@ -433,7 +434,7 @@ def test_a_file_without_samples_is_checked_as_before_and_says_it_was_not_re_scor
     reseal(path, lambda r: [ev.pop("samples") for ev in r["base"]["evals"]])
     assert check.main([str(path)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "Samples: 480 of 2 evaluation(s) re-scored with the recipe's reward, every score as recorded; 3 evaluation(s) "
+        "Samples: 480 in 2 evaluation(s) re-scored with the recipe's reward, every score as recorded; 3 evaluation(s) "
         "keep no samples (base eval 0, base eval 1, base eval 2): their scores were not re-scored.")
 
 
@@ -470,7 +471,8 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
     assert check.main([str(path), "--show", "000000000000003b"]) == 0  # by hash: task 59
     assert capsys.readouterr().out.startswith("task 59 ")
     assert check.main([str(path), "--show", "99"]) == 2
-    assert capsys.readouterr().err.strip() == ("check.py: --show 99: no such task (give its index, e.g. 0, 1, 2, 3, 4, "
+    assert capsys.readouterr().err.strip() == ("check.py: --show 99: no such task (give its number in its split, "
+                                                     "e.g. 0, 1, 2, 3, 4, "
                                                      "or a prefix of its hash)")
     assert check.main([write(tmp_path, fake_results()), "--show", "7"]) == 2
     assert "this file keeps no samples" in capsys.readouterr().err

@@ -76,6 +76,8 @@ def test_an_unknown_block_name_among_several_gives_one_line(tmp_path, capsys):
     (f"config: {CONFIG}\nblocks:\n  - name: a\n    arms: [ets]\n    learning_rates: [1]\n    seeds: [1]\n"
      "    variant: nope\n", "variant 'nope' is not defined"),
     ("{{{", "not valid YAML"),
+    (f"config: {CONFIG}\nblocks:\n  - name: a\n    arms: [ets]\n    learning_rate: [1]\n    seeds: [1]\n",
+     "block 'a': unknown key\\(s\\) learning_rate \\(did you mean learning_rates\\?\\); a block has name, arms, "),
 ])
 def test_bad_grid_files_give_one_line(tmp_path, text, match):
     with pytest.raises(sweep.SweepError, match=match):
@@ -89,6 +91,10 @@ def test_main_reports_grid_errors_in_one_line(tmp_path, capsys):
     grid = write_grid(tmp_path, GRID)
     assert sweep.main([str(grid.with_name("gird.yaml")), "--plan"]) == 2
     assert capsys.readouterr().err == f"sweep.py: sweep file {grid.with_name('gird.yaml')} not found (sweeps: {grid})\n"
+    # a recipe.py option without the -- before it: one line that shows where it goes, nothing runs
+    assert sweep.main([str(grid), "--gsm8k_path", "DIR"]) == 2
+    assert capsys.readouterr().err == ("sweep.py: unrecognized arguments: --gsm8k_path DIR (recipe.py's options go "
+                                       "after --: python sweep.py GRID [options] -- --gsm8k_path DIR)\n")
 
 
 @pytest.mark.parametrize("gpus, visible, match", [
@@ -824,7 +830,7 @@ def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsy
     summary = sweep.write_summary(sweep.load_grid(grid_path), grid_path)
     capsys.readouterr()
     assert check.main([str(summary)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == ("Samples: 2,560 of 16 evaluation(s) re-scored with the "
+    assert capsys.readouterr().out.splitlines()[-1] == ("Samples: 2,560 in 16 evaluation(s) re-scored with the "
                                                         "recipe's reward, every score as recorded.")
 
 
