@@ -670,7 +670,9 @@ KNOWN_WARNINGS = ((FutureWarning, r"`is_gradient_checkpointing` is deprecated", 
 # transformers' log lines of the same kind (logger name, start of the message): transformers 5.x logs once per process
 # that it ignores the tokenizer's clean_up_tokenization_spaces for a BPE tokenizer (SmolLM2's, Qwen's) in decode. It
 # ignores it either way, so the texts are what they would be without the line (400 characters in every run's console).
-KNOWN_LOG_LINES = (("transformers.tokenization_utils_tokenizers", "Ignoring clean_up_tokenization_spaces=True for BPE"),)
+KNOWN_LOG_LINES = (
+    ("transformers.tokenization_utils_tokenizers", "Ignoring clean_up_tokenization_spaces=True for BPE"),
+)
 
 
 def _drop_known_log_lines(record) -> bool:
