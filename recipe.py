@@ -157,6 +157,12 @@ def _parser():
     return OneLineParser((RecipeArgs, GMTSConfig, ModelConfig))
 
 
+def field_names() -> list[str]:
+    """Every key a config file or the command line may set: the fields of RecipeArgs, GMTSConfig and ModelConfig,
+    and config (sweep.py checks a grid's variants against them before any cell runs)."""
+    return sorted({a.dest for a in _parser()._actions if a.dest != "help"} | {"config"})
+
+
 def _print_help() -> None:
     """argparse's help with a short usage line: its own lists all ~400 fields before the first explanation, and
     --config (read by TrlParser, not a field) would appear nowhere."""
@@ -367,7 +373,7 @@ def parse(argv: list[str], hub: bool = False):
     if not config_path.is_file():
         raise RecipeError(f"config file {config_path} not found (configs: {configs})")
     parser = _parser()
-    allowed = sorted({a.dest for a in parser._actions if a.dest != "help"} | {"config"})
+    allowed = field_names()
     config = read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
     _check_keys(config, argv, allowed, config_path)
     _check_types(config, argv, config_path)

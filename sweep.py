@@ -259,6 +259,28 @@ def load_grid(path: str | Path) -> Grid:
     return grid
 
 
+def check_recipe_keys(grid: Grid, extra: list[str]) -> None:
+    """Every key a variant sets and every --key after -- is a recipe.py field: a typo is one line before any cell runs
+    (or --plan counts jobs), where each cell's recipe.py would refuse it only once launched. Imports the recipe's
+    config classes (a few seconds), so --summarize and --merge, which launch nothing, leave it out."""
+    import recipe
+
+    allowed = recipe.field_names()
+
+    def refuse(key: str, where: str) -> SweepError:
+        near = difflib.get_close_matches(key, allowed, n=3)
+        return SweepError(f"{where}: unknown recipe.py key {key!r}" + (f" (did you mean {', '.join(near)}?)"
+                                                                         if near else ""))
+
+    for name, variant in grid.variants.items():
+        for key in variant:
+            if str(key) not in allowed:
+                raise refuse(str(key), f"variant {name!r}")
+    for a in extra:
+        if a.startswith("--") and a[2:].split("=")[0] not in allowed:
+            raise refuse(a[2:].split("=")[0], "after --")
+
+
 # ---------------------------------------------------------------------------- running
 def _finished_arms(results_path: Path) -> set[str]:
     if not results_path.is_file():
@@ -1623,6 +1645,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.ray is not None and args.gpus is not None:
             raise SweepError("--gpus picks this machine's GPUs for the local pool; with --ray each node offers its "
                              "own (set CUDA_VISIBLE_DEVICES before `ray start`)")
+        if not (args.summarize or args.merge is not None):  # what launches cells, or plans them
+            check_recipe_keys(grid, extra)
         if args.commands:
             lines = commands(grid, extra, args.only)
             print("\n".join(lines) if lines else "# nothing to run: every job has finished")

@@ -97,6 +97,19 @@ def test_main_reports_grid_errors_in_one_line(tmp_path, capsys):
                                        "after --: python sweep.py GRID [options] -- --gsm8k_path DIR)\n")
 
 
+@pytest.mark.parametrize("flags", [["--plan"], ["--commands"], []])
+def test_a_misspelt_recipe_key_in_a_variant_or_after_dashes_is_one_line_before_anything_runs(tmp_path, capsys, flags):
+    grid = write_grid(tmp_path, GRID.replace("per_device_train_batch_size: 4", "per_device_train_batch_sise: 4"))
+    assert sweep.main([str(grid), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sweep.py: variant 'small': unknown recipe.py key 'per_device_train_batch_sise' (did you "
+                          "mean per_device_train_batch_size, ") and err.count("\n") == 1
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("results.json"))
+    assert sweep.main([str(write_grid(tmp_path, GRID)), *flags, "--", "--gsm8k_pth", "DIR"]) == 2
+    assert capsys.readouterr().err.startswith("sweep.py: after --: unknown recipe.py key 'gsm8k_pth' (did you mean "
+                                              "gsm8k_path")
+
+
 @pytest.mark.parametrize("gpus, visible, match", [
     ("x", 2, "'x' is not a GPU index"), ("0,2", 2, "GPU 2 is not visible here \\(2 GPU\\(s\\): 0-1\\)"),
     ("0", 0, "no GPU: leave out --gpus")])
