@@ -157,10 +157,11 @@ def _parser():
     return OneLineParser((RecipeArgs, GMTSConfig, ModelConfig))
 
 
-def field_names() -> list[str]:
+def field_names(parser=None) -> list[str]:
     """Every key a config file or the command line may set: the fields of RecipeArgs, GMTSConfig and ModelConfig,
-    and config (sweep.py checks a grid's variants against them before any cell runs)."""
-    return sorted({a.dest for a in _parser()._actions if a.dest != "help"} | {"config"})
+    and config (sweep.py checks a grid's variants against them before any cell runs). `parser`: one _parser()
+    already built (building it takes the three config classes' ~400 fields again)."""
+    return sorted({a.dest for a in (parser or _parser())._actions if a.dest != "help"} | {"config"})
 
 
 def _print_help() -> None:
@@ -191,13 +192,14 @@ def _check_keys(config: dict, argv: list[str], allowed: list[str], path: Path) -
     """Every key of the config file and the command line is a field: checked before anything else (the config
     classes check the hardware when they are built, and that error would hide a typo). token_selection is a field the
     recipe sets from --arm for each arm: set by hand it would be overwritten without a word, so it is refused."""
+    on_command_line = cli_values(argv)
     for key in config:
         if key not in allowed and key != "env":  # env: TrlParser's environment variables
             raise _unknown_key(key, f"config file {path}", allowed)
-    for a in argv:
-        if a.startswith("--") and a[2:].split("=")[0] not in allowed:
-            raise _unknown_key(a[2:].split("=")[0], "command line", allowed)
-    for where, keys in ((f"config file {path}", config), ("command line", _cli_values(argv))):
+    for key in on_command_line:
+        if key not in allowed:
+            raise _unknown_key(key, "command line", allowed)
+    for where, keys in ((f"config file {path}", config), ("command line", on_command_line)):
         if "token_selection" in keys:
             rules = ", ".join(f"{arm}: {rule}" for arm, rule in RULE_OF_ARM.items())
             raise RecipeError(f"token_selection in the {where}: the recipe sets it from the arm ({rules}); drop it "
@@ -213,7 +215,7 @@ def _check_types(config: dict, argv: list[str], path: Path) -> None:
     from gmts_recipe.field_types import misfits
     from gmts_trainer import GMTSConfig
 
-    on_command_line = _cli_values(argv)
+    on_command_line = cli_values(argv)
     from_file = {k: v for k, v in config.items() if k not in on_command_line}
     for key, value, needs in misfits(from_file, (RecipeArgs, GMTSConfig, ModelConfig)):
         shown = "null" if value is None else json.dumps(value) if not isinstance(value, str) else repr(value)
@@ -232,13 +234,13 @@ def _current_names(parser, config: dict, argv: list[str], set_fields: set[str]) 
     extra = []
     for old, new in RENAMED.items():
         if new in defaults and new not in set_fields:
-            value = _cli_values(argv).get(old, config.get(old, defaults.get(old)))
+            value = cli_values(argv).get(old, config.get(old, defaults.get(old)))
             if value is not None:
                 extra += [f"--{new}", value if isinstance(value, str) else json.dumps(value)]
     return extra
 
 
-def _cli_values(argv: list[str]) -> dict[str, str]:
+def cli_values(argv: list[str]) -> dict[str, str]:
     """--key value / --key=value / --flag (true) from a command line."""
     return {a[2:].split("=")[0]: a.split("=", 1)[1] if "=" in a else
             argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else "true"
@@ -294,7 +296,7 @@ def _hardware(config: dict, argv: list[str]) -> list[str]:
     changes: the config's bf16 and compiled generation apply."""
     import torch
 
-    asked_cpu = _truthy(_cli_values(argv).get("use_cpu", config.get("use_cpu", False)))
+    asked_cpu = _truthy(cli_values(argv).get("use_cpu", config.get("use_cpu", False)))
     if torch.cuda.is_available() and not asked_cpu:
         return argv
     _NOTES.append(f"[recipe] {'use_cpu' if asked_cpu else 'no GPU found'}: running on the CPU in float32 (no bf16, "
@@ -373,12 +375,12 @@ def parse(argv: list[str], hub: bool = False):
     if not config_path.is_file():
         raise RecipeError(f"config file {config_path} not found (configs: {configs})")
     parser = _parser()
-    allowed = field_names()
+    allowed = field_names(parser)
     config = read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
     _check_keys(config, argv, allowed, config_path)
     _check_types(config, argv, config_path)
     argv = _hardware(config, argv)
-    set_fields = {k for k in config if k != "env"} | set(_cli_values(argv))
+    set_fields = {k for k in config if k != "env"} | set(cli_values(argv))
     argv = [*argv, *_current_names(parser, config, argv, set_fields)]
     if "ddp_timeout" not in set_fields:
         # Under a launcher the other processes wait at a barrier while the main process evaluates (the base model

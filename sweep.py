@@ -276,9 +276,9 @@ def check_recipe_keys(grid: Grid, extra: list[str]) -> None:
         for key in variant:
             if str(key) not in allowed:
                 raise refuse(str(key), f"variant {name!r}")
-    for a in extra:
-        if a.startswith("--") and a[2:].split("=")[0] not in allowed:
-            raise refuse(a[2:].split("=")[0], "after --")
+    for key in recipe.cli_values(extra):
+        if key not in allowed:
+            raise refuse(key, "after --")
 
 
 # ---------------------------------------------------------------------------- running

@@ -1059,7 +1059,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) < 2:
             print("step.py: --compare needs one or more step-profile.json files", file=sys.stderr)
             return 2
-        try:  # each file read once here, so a missing or broken one is one line, not a traceback inside compare
+        try:  # each file parsed here first (compare reads it again), so a missing or broken one is one line, not a
+            # traceback inside compare
             for path in argv[1:]:
                 read_json(path, ValueError)
         except ValueError as err:
