@@ -56,8 +56,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import TrainerCallback
-
 from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
 
 ARMS = ("base", "grpo", "ets", "gmts", "ets_nz", "all")
@@ -374,9 +372,9 @@ def parse(argv: list[str], hub: bool = False):
     config_path = Path(argv[i])
     if not config_path.is_file():
         raise RecipeError(f"config file {config_path} not found (configs: {configs})")
-    parser = _parser()
-    allowed = field_names(parser)
     config = read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
+    parser = _parser()  # the first import of the libraries (seconds): every check above answers before it
+    allowed = field_names(parser)
     _check_keys(config, argv, allowed, config_path)
     _check_types(config, argv, config_path)
     argv = _hardware(config, argv)
@@ -610,64 +608,7 @@ def versions() -> dict:
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
 
 
-# ---------------------------------------------------------------------------- progress and checkpoints
-def _duration(seconds: float) -> str:
-    minutes = round(seconds / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
-
-
-class ArmConsole(TrainerCallback):
-    """What the console shows of an arm's training: one line as it starts (its place among the arms, its steps and,
-    after a first arm, how long it should take), then one short line per logged step (reward, kept fraction, the
-    step's seconds, when training should end). Every step's full metrics go to the arm's train_log.jsonl as they come,
-    not to the console: build_trainer removes transformers' own printer, which prints the whole dict every step."""
-
-    def __init__(self, arm: str, log_path: Path, position: tuple[int, int] | None = None,
-                 pace: dict | None = None):
-        self.arm, self.log_path, self.position = arm, log_path, position
-        self.pace = {} if pace is None else pace  # shared by a process's arms: what the last one took
-        self.began = self.step_began = time.time()
-        self.first_step = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.began = time.time()
-        self.first_step = state.global_step
-        if not state.is_world_process_zero:
-            return
-        place = f" ({self.position[0]} of {self.position[1]})" if self.position else ""
-        steps = state.max_steps - state.global_step
-        guess = ""
-        if self.pace.get("step_s") is not None:
-            guess = f", ~{_duration(steps * self.pace['step_s'] + self.pace.get('eval_s', 0.0))} with its evaluation"
-        print(f"[recipe] training {self.arm}{place}: {steps} steps{guess}; every step's metrics: {self.log_path}",
-              flush=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if state.global_step == 0:  # a fresh arm: its log starts empty (a resumed one keeps the steps it has)
-            self.log_path.write_text("")
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.step_began = time.time()
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
-            return
-        with self.log_path.open("a") as f:
-            f.write(json.dumps({**logs, "step": state.global_step}) + "\n")
-        if "reward" not in logs:  # the run's closing summary (train_runtime, ...): in the log only
-            return
-        seconds = logs.get("step_time") or time.time() - self.step_began
-        kept = logs.get("selection/kept_fraction")
-        left = (state.max_steps - state.global_step) * seconds
-        end = f"; training done ~{time.strftime('%H:%M', time.localtime(time.time() + left))}" if left > 0 else ""
-        print(f"[recipe] {self.arm} step {state.global_step}/{state.max_steps}: reward {logs['reward']:.2f}, kept "
-              f"{'-' if kept is None else f'{kept:.3f}'}, {seconds:.1f} s{end}", flush=True)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        steps = state.global_step - (self.first_step or 0)
-        if steps > 0:
-            self.pace["step_s"] = (time.time() - self.began) / steps
-
-
+# ---------------------------------------------------------------------------- console
 # Warnings a run cannot act on, each matched by its exact message and the module that raises it. Newer transformers
 # (5.2x) deprecates PreTrainedModel.is_gradient_checkpointing, which TRL reads around every generation and PEFT when
 # it wraps a model: the same FutureWarning, printed again at every step (warning filters reset inside
@@ -699,41 +640,6 @@ def quiet_known_warnings() -> None:
         logger = logging.getLogger(name)
         if _drop_known_log_lines not in logger.filters:
             logger.addFilter(_drop_known_log_lines)
-
-
-def quiet_console(trainer) -> None:
-    """Remove transformers' console printer (the progress bar, and the whole metrics dict of every step, printed
-    again): ArmConsole prints one line per step instead and writes the full metrics to the arm's log file."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    trainer.remove_callback(ProgressCallback)
-    trainer.remove_callback(PrinterCallback)
-
-
-class SaveEveryMinutes(TrainerCallback):
-    """A checkpoint when `minutes` passed since the last one (besides save_steps): an interrupted slow run resumes
-    with --resume losing at most that much. Every process takes the main process's decision (a checkpoint is a
-    collective step under data parallelism)."""
-
-    def __init__(self, minutes: float, partial_state):
-        self.minutes, self.partial_state, self.last = minutes, partial_state, time.time()
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.last = time.time()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.minutes <= 0:
-            return
-        due = [time.time() - self.last >= 60 * self.minutes]
-        if self.partial_state.num_processes > 1:
-            from accelerate.utils import broadcast_object_list
-
-            broadcast_object_list(due, from_process=0)
-        if due[0]:
-            control.should_save = True
-
-    def on_save(self, args, state, control, **kwargs):
-        self.last = time.time()
 
 
 # ---------------------------------------------------------------------------- the run
@@ -867,9 +773,10 @@ class Run:
         from trl import get_peft_config
 
         from gmts_recipe.data import system_prompt, to_prompt
+        from gmts_recipe.models import resolve_model
+        from gmts_recipe.progress import SaveEveryMinutes, quiet_console
         from gmts_recipe.rewards import math_equal_reward
         from gmts_trainer import GMTSTrainer, check_selection_config
-        from gmts_recipe.models import resolve_model
 
         arm_dir = self.dir / f"arm-{arm}"
         lr = getattr(self.recipe, f"{arm}_learning_rate") or self.train_args.learning_rate
@@ -890,9 +797,11 @@ class Run:
         quiet_console(trainer)
         return trainer, args
 
-    def _console(self, arm: str, arm_dir: Path) -> ArmConsole:
-        """The arm's console lines: its place in this process's arms and, after a first arm, the last one's pace
-        (seconds per step, and its evaluation's seconds from results.json) for the estimate."""
+    def _console(self, arm: str, arm_dir: Path):
+        """The arm's console lines (progress.ArmConsole): its place in this process's arms and, after a first arm,
+        the last one's pace (seconds per step, and its evaluation's seconds from results.json) for the estimate."""
+        from gmts_recipe.progress import ArmConsole
+
         order = self.arm_order
         done = [a for a in order[: order.index(arm)] if a in self.results.get("arms", {})] if arm in order else []
         if done and self.pace.get("step_s") is not None:

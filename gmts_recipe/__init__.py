@@ -1,7 +1,7 @@
-"""The recipe's supporting modules: data, models, rewards, evaluation, statistics, plots, the selection math
-(selection.py), a config file's values against their fields' types (field_types.py), the generation speed code
-(generation/), and the results files' model (records.py, samples.py: no torch, for check.py and sweep.py). The
-trainer itself is the top-level module `gmts_trainer`.
+"""The recipe's supporting modules: data, models, rewards, evaluation, statistics, plots, the training console
+(progress.py), the selection math (selection.py), a config file's values against their fields' types
+(field_types.py), the generation speed code (generation/), and the results files' model (records.py, samples.py: no
+torch, for check.py and sweep.py). The trainer itself is the top-level module `gmts_trainer`.
 
 `gmts_recipe.GMTSTrainer` and `gmts_recipe.GMTSConfig` are the trainer's, imported on first use, so that
 `import gmts_recipe` (and its torch-free modules) does not import torch.

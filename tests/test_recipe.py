@@ -164,6 +164,24 @@ def test_bad_input_is_one_line_and_exit_2(tiny_config, tmp_path, monkeypatch, ca
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--arm", "gmtss"], "unknown arm 'gmtss'"),
+    (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found"),
+    (["--config"], "--config needs a file"),
+    (["--config", "{bad}"], "must be a YAML mapping"),
+])
+def test_a_typo_in_the_arm_or_config_file_is_refused_before_the_libraries_load(tmp_path, argv, message):
+    """These refusals need no field list, so they come before transformers' and TRL's seconds of imports."""
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- not a mapping\n")
+    argv = [str(bad) if a == "{bad}" else a for a in argv]
+    probe = ("import sys, recipe; code = recipe.main(sys.argv[1:]); "
+             "print(code, sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split("\n")[0] == "2 []", done.stdout + done.stderr[-2000:]
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
 def test_unknown_key_in_the_config_file(tiny_config, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(tiny_config.read_text() + "selection_ration: 0.3\n")
