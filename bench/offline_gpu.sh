@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# How a sweep ran on the H200 machines (results/confirm/, results/LOG.md): a GPU machine that reaches no package
+# registry and no hub, reached by commands that each carry at most 64 MiB of the tree, with files coming back only
+# from $OUT of the last command (8 files of at most 16 MiB). /root keeps what a command wrote only while the machine
+# stays busy, so the sweep runs in the background and each later command waits for it, then packs what it has.
+#
+# Here, in the clone (../shared/GPU.md: .carry/w and .carry/q00-q22 hold the wheels, GSM8K and the Qwen GGUF in parts):
+#   bash bench/offline_gpu.sh state GRID     # the sweep folder's records -> .carry/st/: the cells already run (the
+#                                            # sweep there resumes after them), the shared base evaluations, the
+#                                            # cells' pace (logs/timing.jsonl, for --time_limit)
+#   bash bench/offline_gpu.sh aside          # results/ and bench/logs/ (~290 MB, tracked) out of the tree; `back`
+# There, one command after another with no pause between them (each a few seconds, except the last two):
+#   carry .carry/w, .carry/q22:   mkdir -p /root/m && cp -r .carry/w/* .carry/q22/* /root/m/
+#   carry .carry/qNN (00 .. 21):  cp .carry/qNN/* /root/m/
+#   carry .carry/st (and .carry/ic, the compile cache an earlier machine packed, if there is one):
+#     bash bench/offline_gpu.sh start GRID MINUTES [recipe options] && bash bench/offline_gpu.sh wait 480
+#                                            # assemble, install, restore; the sweep in the background on every GPU
+#                                            # (one warm worker each) for MINUTES at most; wait for it
+#   bash bench/offline_gpu.sh wait 560       # again, as often as needed: until the sweep ends or 560 s pass, then
+#                                            # pack into $OUT: cur/b.tar.gz.* (what the sweep wrote), ic/ (the cache)
+# Here again, with the last command's files (FILES_AT):
+#   bash bench/offline_gpu.sh back; rm -rf .carry/ic; cp -r FILES_AT/ic .carry/ic
+#   mkdir D && cat FILES_AT/cur/b.tar.gz.* | tar -xz -C D
+#   python sweep.py GRID --merge D/work/NAME && python sweep.py GRID --summarize
+set -euo pipefail
+cd "$(dirname "$0")/.."
+M=${GPU_FILES:-/root/m}         # what the transfer commands copied: whl/, gsm8k/, qwen.part.*
+WORK=${GPU_WORK:-/root/work}    # the sweep's results_dir there
+TREE=${GPU_TREE:-/root/tree}    # a copy of the tree the sweep runs from (later commands may replace the working copy)
+IC=${GPU_COMPILE_CACHE:-/root/ic}  # torch.compile's caches (inductor, Triton): ~17 MB, 2.5 MB packed
+ASIDE=${GMTS_ASIDE:-$HOME/.gmts-aside}
+QWEN=$M/qwen2.5-coder-1.5b-instruct.gguf
+ENV=(PYTHONPATH="/tmp/site:$TREE" GMTS_QWEN_GGUF="$QWEN" GMTS_CACHE=/root/cache HF_HUB_OFFLINE=1
+     HF_DATASETS_OFFLINE=1 TORCHINDUCTOR_CACHE_DIR="$IC" TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0)
+say() { echo "[offline_gpu] $*"; }
+
+grid_folder() {  # GRID -> its sweep folder, relative to the tree (results_dir/name)
+  python3 -c "import sys, yaml; g = yaml.safe_load(open(sys.argv[1]))
+print(f\"{g.get('results_dir', 'results')}/{g['name']}\")" "$1"
+}
+
+case "${1:-}" in
+state)
+  grid=${2:?state GRID}; folder=$(grid_folder "$grid"); name=${folder##*/}
+  [ -d "$folder" ] || { say "$folder: no such folder (nothing run yet: no state to carry)"; exit 2; }
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  mkdir -p "$tmp/$name/base-evals"
+  for f in "$folder"/*/results.json; do
+    cell=$(basename "$(dirname "$f")"); mkdir -p "$tmp/$name/$cell" && cp "$f" "$tmp/$name/$cell/"
+  done
+  [ -f "$folder/logs/timing.jsonl" ] && mkdir -p "$tmp/$name/logs" && cp "$folder/logs/timing.jsonl" "$tmp/$name/logs/"
+  find "$folder/base-evals" -maxdepth 1 \( -name '*.json' -o -name '*.jsonl.xz' \) \
+    -exec cp -t "$tmp/$name/base-evals/" {} +
+  # the shared cache's record (<hash>.json) where the folder holds only its samples: the same hash in another sweep
+  # folder is the same evaluation (the hash covers model, tasks and settings); the recipe reads it instead of
+  # evaluating the base model again
+  keys=$(python3 -c "import json, sys; print(*{json.load(open(f))['base']['eval_hash'] for f in sys.argv[1:]})" \
+         "$folder"/*/results.json)
+  for key in $keys; do
+    [ -f "$tmp/$name/base-evals/$key.json" ] && continue
+    other=$(find results/*/base-evals -name "$key.json" | head -1)
+    [ -n "$other" ] && cp "$other" "$tmp/$name/base-evals/" && say "base evaluations $key: $other"
+  done
+  rm -rf .carry/st && mkdir -p .carry/st
+  tar -C "$tmp" -cf - "$name" | xz -T0 -6 | split -b 60000000 - .carry/st/st.tar.xz.
+  say "$(ls "$tmp/$name" | grep -c -- '-s[0-9]*$' || true) cell(s) of $name packed: $(du -sh .carry/st | cut -f1)"
+  ;;
+aside)
+  [ -e "$ASIDE" ] && { say "$ASIDE exists: run back first"; exit 2; }
+  mkdir -p "$ASIDE/bench" && mv results "$ASIDE/" && mv bench/logs "$ASIDE/bench/"
+  say "results/ and bench/logs/ moved to $ASIDE (bash bench/offline_gpu.sh back)"
+  ;;
+back)
+  [ -d "$ASIDE/results" ] || { say "nothing in $ASIDE"; exit 2; }
+  mv "$ASIDE/results" . && mv "$ASIDE/bench/logs" bench/ && rmdir "$ASIDE/bench" "$ASIDE"
+  say "results/ and bench/logs/ are back"
+  ;;
+start)
+  grid=${2:?start GRID MINUTES}; minutes=${3:?start GRID MINUTES}; shift 3
+  name=$(grid_folder "$grid"); name=${name##*/}
+  n=$(find "$M" -maxdepth 1 -name 'qwen.part.*' | wc -l)
+  if [ ! -f "$QWEN" ] && [ "$n" != 0 ]; then  # none: a grid whose config needs no Qwen
+    [ "$n" = 23 ] || { say "$n of 23 Qwen parts in $M"; exit 3; }
+    cat "$M"/qwen.part.* > "$QWEN.tmp" && mv "$QWEN.tmp" "$QWEN" && rm "$M"/qwen.part.*
+  fi
+  if [ ! -d /tmp/site ] && ls "$M"/whl/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$M"/whl/*.whl
+  fi
+  if [ -d .carry/ic ] && [ ! -d "$IC" ]; then mkdir -p "$IC" && cat .carry/ic/ic.tar.gz.* | tar -xz -C "$IC"; fi
+  if [ ! -d "$WORK/$name" ] && [ -d .carry/st ]; then
+    mkdir -p "$WORK" && cat .carry/st/st.tar.xz.* | xz -d | tar -x -C "$WORK"
+  fi
+  rm -rf "$TREE" && mkdir -p "$TREE" && tar --exclude=./.carry -cf - . | tar -x -C "$TREE"
+  mkdir -p "$WORK/$name" && touch "$WORK/.started"
+  gsm8k=(); [ -d "$M/gsm8k" ] && gsm8k=(--gsm8k_path "$M/gsm8k")
+  gpus=()  # every GPU, one warm worker each (none found: one worker on this machine)
+  command -v nvidia-smi > /dev/null && gpus=(--gpus "$(nvidia-smi -L | awk '{printf "%s%d", NR > 1 ? "," : "", NR-1}')")
+  say "$(ls -d "$WORK/$name"/*-s* 2>/dev/null | wc -l) cell folder(s) there; ${gpus[*]:-no GPU}; sweep for $minutes min"
+  (cd "$TREE" && env "${ENV[@]}" setsid nohup python3 sweep.py "$grid" --warm_workers "${gpus[@]}" \
+     --time_limit "$minutes" --results_dir "$WORK" -- "${gsm8k[@]}" "$@" > "$WORK/driver.log" 2>&1 &
+   echo $! > "$WORK/driver.pid")
+  ;;
+wait)
+  seconds=${2:?wait SECONDS}; out=${OUT:?wait: \$OUT is where the files go back}
+  pid=$(cat "$WORK/driver.pid"); t0=$SECONDS
+  while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$seconds" ]; do sleep 5; done
+  state=$(kill -0 "$pid" 2>/dev/null && echo running || echo ended)
+  rm -rf "$out/cur" "$out/ic" && mkdir -p "$out/cur" "$out/ic"
+  (cd "$WORK" && find . -newer .started -type f ! -name '*.lock' ! -path '*/arm-*/*' ! -path './.started' \
+     | sed 's#^\./##' \
+     | tar -cz --transform 's#^#work/#' -T - | split -b 15000000 - "$out/cur/b.tar.gz.")
+  [ -d "$IC" ] && tar -C "$IC" -cz . | split -b 15000000 - "$out/ic/ic.tar.gz."
+  say "sweep $state after $((SECONDS - t0)) s of waiting; $(du -sh "$out/cur" | cut -f1) of new files in \$OUT/cur"
+  tail -n 25 "$WORK/driver.log"
+  ;;
+*)
+  awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 2
+  ;;
+esac
