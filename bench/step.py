@@ -1026,7 +1026,7 @@ def compare(paths: list[str]) -> str:
     busy time and kernels per token step of the profiled decode): the median step of each run may be another step,
     of other completion lengths. The last column compares every step's mean completion length with the first run's
     (the same seed: equal lengths at every step say the lever changed no sampled token, most likely)."""
-    runs = [(Path(p).name, json.loads(Path(p).read_text(encoding="utf-8"))) for p in paths]
+    runs = [(Path(p).name, read_json(p, ValueError)) for p in paths]  # a missing or broken file: one ValueError line
     first = _options(runs[0][1])
     lengths = _completion_lengths(runs[0][1])
     lines = ["| file | options changed from the first row | median step (s) | generation (s) | training ms per token "
@@ -1059,14 +1059,11 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) < 2:
             print("step.py: --compare needs one or more step-profile.json files", file=sys.stderr)
             return 2
-        try:  # each file parsed here first (compare reads it again), so a missing or broken one is one line, not a
-            # traceback inside compare
-            for path in argv[1:]:
-                read_json(path, ValueError)
+        try:
+            print(compare(argv[1:]))
         except ValueError as err:
             print(f"step.py: --compare: {err}", file=sys.stderr)
             return 2
-        print(compare(argv[1:]))
         return 0
     try:
         run(argv)
