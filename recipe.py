@@ -608,7 +608,7 @@ def versions() -> dict:
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
 
 
-# ---------------------------------------------------------------------------- console
+# ---------------------------------------------------------------------------- known warnings and log lines
 # Warnings a run cannot act on, each matched by its exact message and the module that raises it. Newer transformers
 # (5.2x) deprecates PreTrainedModel.is_gradient_checkpointing, which TRL reads around every generation and PEFT when
 # it wraps a model: the same FutureWarning, printed again at every step (warning filters reset inside
