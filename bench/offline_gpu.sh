@@ -18,6 +18,7 @@
 #                                            # (one warm worker each) for MINUTES at most; wait for it
 #   bash bench/offline_gpu.sh wait 560       # again, as often as needed: until the sweep ends or 560 s pass, then
 #                                            # pack into $OUT: cur/b.tar.gz.* (what the sweep wrote), ic/ (the cache)
+#   bash bench/offline_gpu.sh exec python3 bench/step.py ...   # then a benchmark on the same machine, if time is left
 # Here again, with the last command's files (FILES_AT):
 #   bash bench/offline_gpu.sh back; rm -rf .carry/ic; cp -r FILES_AT/ic .carry/ic
 #   mkdir D && cat FILES_AT/cur/b.tar.gz.* | tar -xz -C D
@@ -112,6 +113,12 @@ wait)
   [ -d "$IC" ] && tar -C "$IC" -cz . | split -b 15000000 - "$out/ic/ic.tar.gz."
   say "sweep $state after $((SECONDS - t0)) s of waiting; $(du -sh "$out/cur" | cut -f1) of new files in \$OUT/cur"
   tail -n 25 "$WORK/driver.log"
+  ;;
+exec)  # a command in the sweep's environment (the tree's copy, the wheels, the model, the caches), once it has ended
+  shift; [ $# -gt 0 ] || { say "exec CMD [ARGS]"; exit 2; }
+  pid=$(cat "$WORK/driver.pid" 2>/dev/null || true)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && { say "the sweep is still running: wait first"; exit 2; }
+  cd "$TREE" && exec env "${ENV[@]}" "$@"
   ;;
 *)
   awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 2
