@@ -79,7 +79,9 @@ back)
 start)
   grid=${2:?start GRID MINUTES}; minutes=${3:?start GRID MINUTES}; shift 3
   name=$(grid_folder "$grid"); name=${name##*/}
-  n=$(find "$M" -maxdepth 1 -name 'qwen.part.*' | wc -l)
+  pid=$(cat "$WORK/driver.pid" 2>/dev/null || true)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && { say "a sweep is running here already (pid $pid): wait"; exit 2; }
+  n=0; [ -d "$M" ] && n=$(find "$M" -maxdepth 1 -name 'qwen.part.*' | wc -l)
   if [ ! -f "$QWEN" ] && [ "$n" != 0 ]; then  # none: a grid whose config needs no Qwen
     [ "$n" = 23 ] || { say "$n of 23 Qwen parts in $M"; exit 3; }
     cat "$M"/qwen.part.* > "$QWEN.tmp" && mv "$QWEN.tmp" "$QWEN" && rm "$M"/qwen.part.*
@@ -97,9 +99,10 @@ start)
   gpus=()  # every GPU, one warm worker each (none found: one worker on this machine)
   command -v nvidia-smi > /dev/null && gpus=(--gpus "$(nvidia-smi -L | awk '{printf "%s%d", NR > 1 ? "," : "", NR-1}')")
   say "$(ls -d "$WORK/$name"/*-s* 2>/dev/null | wc -l) cell folder(s) there; ${gpus[*]:-no GPU}; sweep for $minutes min"
-  (cd "$TREE" && env "${ENV[@]}" setsid nohup python3 sweep.py "$grid" --warm_workers "${gpus[@]}" \
-     --time_limit "$minutes" --results_dir "$WORK" -- "${gsm8k[@]}" "$@" > "$WORK/driver.log" 2>&1 &
-   echo $! > "$WORK/driver.pid")
+  cd "$TREE"  # the sweep in a session of its own (the end of this command does not stop it); its pid is python's
+  env "${ENV[@]}" setsid nohup python3 sweep.py "$grid" --warm_workers "${gpus[@]}" --time_limit "$minutes" \
+    --results_dir "$WORK" -- "${gsm8k[@]}" "$@" > "$WORK/driver.log" 2>&1 < /dev/null &
+  echo $! > "$WORK/driver.pid"
   ;;
 wait)
   seconds=${2:?wait SECONDS}; out=${OUT:?wait: \$OUT is where the files go back}
