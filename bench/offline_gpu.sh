@@ -35,9 +35,13 @@ ENV=(PYTHONPATH="/tmp/site:$TREE" GMTS_QWEN_GGUF="$QWEN" GMTS_CACHE=/root/cache 
      HF_DATASETS_OFFLINE=1 TORCHINDUCTOR_CACHE_DIR="$IC" TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0)
 say() { echo "[offline_gpu] $*"; }
 
-grid_folder() {  # GRID -> its sweep folder, relative to the tree (results_dir/name)
-  python3 -c "import sys, yaml; g = yaml.safe_load(open(sys.argv[1]))
-print(f\"{g.get('results_dir', 'results')}/{g['name']}\")" "$1"
+grid_folder() {  # GRID -> its sweep folder, relative to the tree (results_dir/name), as sweep.py reads the grid
+  python3 -c "import sys, sweep
+try:
+    g = sweep.load_grid(sys.argv[1])
+except sweep.SweepError as e:
+    sys.exit(f'offline_gpu.sh: {e}')
+print(f'{g.results_dir}/{g.name}')" "$1"
 }
 
 case "${1:-}" in
