@@ -110,6 +110,7 @@ start)
   ;;
 wait)
   seconds=${2:?wait SECONDS}; out=${OUT:?wait: \$OUT is where the files go back}
+  [ -f "$WORK/driver.pid" ] || { say "no sweep was started here ($WORK/driver.pid is missing): start first"; exit 2; }
   pid=$(cat "$WORK/driver.pid"); t0=$SECONDS
   while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$seconds" ]; do sleep 5; done
   state=$(kill -0 "$pid" 2>/dev/null && echo running || echo ended)
@@ -125,6 +126,7 @@ exec)  # a command in the sweep's environment (the tree's copy, the wheels, the 
   shift; [ $# -gt 0 ] || { say "exec CMD [ARGS]"; exit 2; }
   pid=$(cat "$WORK/driver.pid" 2>/dev/null || true)
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && { say "the sweep is still running: wait first"; exit 2; }
+  [ -d "$TREE" ] || { say "nothing was started here ($TREE is missing): start first"; exit 2; }
   cd "$TREE" && exec env "${ENV[@]}" "$@"
   ;;
 *)
