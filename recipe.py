@@ -158,8 +158,59 @@ def _parser():
 def field_names(parser=None) -> list[str]:
     """Every key a config file or the command line may set: the fields of RecipeArgs, GMTSConfig and ModelConfig,
     and config (sweep.py checks a grid's variants against them before any cell runs). `parser`: one _parser()
-    already built (building it takes the three config classes' ~400 fields again)."""
-    return sorted({a.dest for a in (parser or _parser())._actions if a.dest != "help"} | {"config"})
+    already built (building it takes the three config classes' ~400 fields again). Kept for known_field_names."""
+    names = sorted({a.dest for a in (parser or _parser())._actions if a.dest != "help"} | {"config"})
+    _keep_field_names(names)
+    return names
+
+
+FIELD_LIBRARIES = ("trl", "transformers", "peft")  # whose config classes (with ours) make the field list
+
+
+def _field_list_file() -> Path | None:
+    """Where this environment's field list is kept once a run has built it: named by the versions of the libraries
+    whose config classes it lists and by the bytes of the files that define ours (RecipeArgs here, GMTSConfig in
+    gmts_recipe/config.py), so a list is read back only where it is the one _parser() would give. None where a
+    version or a file cannot be read: then nothing is kept."""
+    import hashlib
+    import importlib.metadata
+
+    from gmts_recipe.models import cache_root
+
+    digest = hashlib.sha256()
+    try:
+        for library in FIELD_LIBRARIES:
+            digest.update(f"{library}=={importlib.metadata.version(library)}\n".encode())
+        for source in (Path(__file__), Path(__file__).parent / "gmts_recipe" / "config.py"):
+            digest.update(source.read_bytes())
+    except (importlib.metadata.PackageNotFoundError, OSError):
+        return None
+    return cache_root() / "fields" / f"{digest.hexdigest()[:20]}.json"
+
+
+def known_field_names() -> list[str] | None:
+    """field_names() as a run in this environment kept it (_field_list_file), without the seconds of importing
+    transformers and TRL: a typo in a key is refused before they load. None where no run has kept it yet."""
+    path = _field_list_file()
+    try:
+        names = json.loads(path.read_text()) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    return names if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
+
+
+def _keep_field_names(names: list[str]) -> None:
+    """Keep the field list for known_field_names; a cache only, so a folder that cannot be written is no error."""
+    path = _field_list_file()
+    if path is None or known_field_names() == names:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(names))
+        partial.replace(path)  # whole or not at all, for a run reading it meanwhile
+    except OSError:
+        pass
 
 
 def _print_help() -> None:
@@ -373,6 +424,9 @@ def parse(argv: list[str], hub: bool = False):
     if not config_path.is_file():
         raise RecipeError(f"config file {config_path} not found (configs: {configs})")
     config = read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
+    known = known_field_names()
+    if known is not None:  # kept by an earlier run here: a typo in a key answers before the libraries load
+        _check_keys(config, argv, known, config_path)
     parser = _parser()  # the first import of the libraries (seconds): every check above answers before it
     allowed = field_names(parser)
     _check_keys(config, argv, allowed, config_path)

@@ -262,10 +262,11 @@ def load_grid(path: str | Path) -> Grid:
 def check_recipe_keys(grid: Grid, extra: list[str]) -> None:
     """Every key a variant sets and every --key after -- is a recipe.py field: a typo is one line before any cell runs
     (or --plan counts jobs), where each cell's recipe.py would refuse it only once launched. Imports the recipe's
-    config classes (a few seconds), so --summarize and --merge, which launch nothing, leave it out."""
+    config classes (a few seconds, unless a run here kept the field list), so --summarize and --merge, which launch
+    nothing, leave it out."""
     import recipe
 
-    allowed = recipe.field_names()
+    allowed = recipe.known_field_names() or recipe.field_names()
 
     def refuse(key: str, where: str) -> SweepError:
         near = difflib.get_close_matches(key, allowed, n=3)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,16 @@ def spot_check(summary: dict) -> dict:
     """A sweep summary with its cells cut to the first and the last: whose samples the unit suite re-scores."""
     cells = summary.get("cells", [])
     return {**summary, "cells": cells[:1] + cells[1:][-1:]}
+
+
+def pytest_configure(config) -> None:
+    """The recipe keeps converted models and the field list under GMTS_CACHE (by default in the home folder): a test
+    run keeps its own, so no test reads what an earlier run left there, and the home folder is left alone."""
+    config.gmts_cache = os.environ["GMTS_CACHE"] = tempfile.mkdtemp(prefix="gmts-cache-")
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(config.gmts_cache, ignore_errors=True)
 
 
 @pytest.fixture

@@ -182,6 +182,45 @@ def test_a_typo_in_the_arm_or_config_file_is_refused_before_the_libraries_load(t
     assert message in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_kept_field_list_refuses_a_key_typo_before_the_libraries_load(tmp_path, monkeypatch):
+    """Once a run here built the field list, a mistyped key is refused from the kept copy, with the same hint."""
+    monkeypatch.setenv("GMTS_CACHE", str(tmp_path / "cache"))
+    assert recipe.known_field_names() is None
+    names = recipe.field_names()
+    assert recipe.known_field_names() == names and "learning_rate" in names and "selection_ratio" in names
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("selection_ration: 0.3\n")
+    probe = ("import sys, recipe; code = recipe.main(sys.argv[1:]); "
+             "print(code, sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
+    for argv, message in ((["--config", str(bad)], f"unknown key 'selection_ration' in the config file {bad}"),
+                          (["--arm", "gmts", "--lerning_rate", "1"], "unknown key 'lerning_rate' in the command line")):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert done.stdout.split("\n")[0] == "2 []", done.stdout + done.stderr[-2000:]
+        assert message in done.stderr and "did you mean" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_field_list_is_read_back_only_where_it_was_built(tmp_path, monkeypatch):
+    """The kept list is named by the libraries' versions: another TRL's list is not read; a damaged one is rebuilt;
+    a cache folder that cannot be written costs only the speed."""
+    import importlib.metadata
+
+    monkeypatch.setenv("GMTS_CACHE", str(tmp_path / "cache"))
+    names = recipe.field_names()
+    version = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda lib: "0.0.1" if lib == "trl" else version(lib))
+    assert recipe.known_field_names() is None
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    kept = recipe._field_list_file()
+    kept.write_text('["learning_rate"')  # cut short
+    assert recipe.known_field_names() is None
+    assert recipe.field_names() == names and recipe.known_field_names() == names
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("GMTS_CACHE", str(blocked))  # no folder can be made under a file
+    assert recipe.field_names() == names and recipe.known_field_names() is None
+
+
 def test_unknown_key_in_the_config_file(tiny_config, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(tiny_config.read_text() + "selection_ration: 0.3\n")
