@@ -101,7 +101,7 @@ start)
   mkdir -p "$WORK/$name" && touch "$WORK/.started"
   gsm8k=(); [ -d "$M/gsm8k" ] && gsm8k=(--gsm8k_path "$M/gsm8k")
   gpus=()  # every GPU, one warm worker each (none found: one worker on this machine)
-  command -v nvidia-smi > /dev/null && gpus=(--gpus "$(nvidia-smi -L | awk '{printf "%s%d", NR > 1 ? "," : "", NR-1}')")
+  command -v nvidia-smi > /dev/null && gpus=(--gpus "$(nvidia-smi -L | awk '{printf "%s%d", (NR > 1 ? "," : ""), NR-1}')")
   say "$(ls -d "$WORK/$name"/*-s* 2>/dev/null | wc -l) cell folder(s) there; ${gpus[*]:-no GPU}; sweep for $minutes min"
   cd "$TREE"  # the sweep detached by setsid (the end of this command does not stop it); its pid is python's
   env "${ENV[@]}" setsid nohup python3 sweep.py "$grid" --warm_workers "${gpus[@]}" --time_limit "$minutes" \
