@@ -6,6 +6,7 @@ tests/test_readme.py fails when a block differs from what its command prints, so
     python update_readme.py                                        # rewrite every page's blocks and the figure
     python update_readme.py --check                                # exit 1 naming each stale block, write nothing
     python update_readme.py --headline results/qwen/sweep.json     # the README's headline table
+    python update_readme.py --decisions First=results/qwen/sweep.json Confirmatory=results/confirm/sweep.json
     python update_readme.py --task-intervals results/qwen/sweep.json  # how wide one cell's interval over tasks is
     python update_readme.py --provenance results/qwen/sweep.json  # when and in which process each arm ran
     python update_readme.py --versions results/quickstart-cpu/results.json  # the libraries a reference run used
@@ -176,6 +177,29 @@ def plan(summary: dict, root: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
+def decisions(tests: list[tuple[str, dict]]) -> str:
+    """The README's first lines on the claim: each planned test's primary decision, one line each, never pooled.
+    `tests`: (name, sweep summary), e.g. ("First", ...), ("Confirmatory", ...)."""
+    lines = []
+    for name, summary in tests:
+        p = summary["primary"]
+        done, planned = len(p["seeds_done"]), len(p["seeds"])
+        if p["delta"] is None:
+            result = f"{done} of {planned} seeds done, no interval before two"
+        else:
+            result = (f"{_points(p['delta'])} points, t {_bracket(p['t_low'], p['t_high'])} over "
+                      + (f"{done} seeds" if done == planned else f"{done} of {planned} planned seeds"))
+        lines.append(f"- {name} test, seeds {_span(p['seeds'])} at lr {p['learning_rate']:g}: "
+                     f"{_label(p['comparison'])} {result}: **{p['decision']}**")
+    verdicts = {summary["primary"]["decision"] for _, summary in tests}
+    rules = {_decision_rule(summary["primary"]) for _, summary in tests}
+    rule = (f"each {rules.pop()}" if len(rules) == 1 else
+            "; ".join(f"{name}: {_decision_rule(summary['primary'])}" for name, summary in tests))
+    head = ("**Decision**" if len(tests) == 1 else f"**{'Both' if len(tests) == 2 else 'All'} {verdicts.pop()}**"
+            if len(verdicts) == 1 else "**Decisions**")
+    return (f"{head} (the paper claims {_claimed_range()} points; {rule}):\n" + "\n".join(lines) + "\n")
+
+
 def _claimed_range() -> str:
     """The gains over ETS the GMTS paper reports, in points (sweep.CLAIMED)."""
     from sweep import CLAIMED
@@ -331,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--headline", metavar="SWEEP_JSON", type=json_file, help="print the README's headline table")
     ap.add_argument("--plan", metavar="SWEEP_JSON", type=json_file, help="print a planned test's rows: its primary "
                     "and secondary comparisons, each over its planned seeds done so far")
+    ap.add_argument("--decisions", metavar="NAME=SWEEP_JSON", nargs="+",
+                    help="print each planned test's primary decision, one line each (NAME: First, Confirmatory)")
     ap.add_argument("--task-intervals", metavar="SWEEP_JSON", type=json_file,
                     help="print the width of one cell's interval")
     ap.add_argument("--provenance", metavar="SWEEP_JSON", type=json_file,
@@ -346,6 +372,18 @@ def main(argv: list[str] | None = None) -> int:
             path = Path(option)
             print(show(json.loads(path.read_text()), path.parent), end="")
             return 0
+    if args.decisions:
+        tests = []
+        for item in args.decisions:
+            name, sep, path = item.partition("=")
+            if not sep or not name:
+                ap.error(f"--decisions: {item!r} is not NAME=SWEEP_JSON")
+            try:
+                tests.append((name, json.loads(Path(json_file(path)).read_text())))
+            except argparse.ArgumentTypeError as e:
+                ap.error(f"--decisions: {e}")
+        print(decisions(tests), end="")
+        return 0
     if args.versions:
         print(versions(json.loads(Path(args.versions).read_text())), end="")
         return 0

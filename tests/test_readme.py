@@ -74,6 +74,8 @@ def test_readme_is_short_and_leads_with_the_headline():
     lines = TEXT["README.md"].splitlines()
     assert len(lines) < 250, f"README.md has {len(lines)} lines: move detail to docs/results.md or bench/README.md"
     first = "\n".join(lines[:70])
+    assert "<!-- BEGIN generated: python update_readme.py --decisions First=results/qwen/sweep.json" in first
+    assert "Confirmatory=results/confirm/sweep.json -->" in first
     assert "<!-- BEGIN generated: python update_readme.py --headline results/qwen/sweep.json -->" in first
     assert "python recipe.py --arm all --config configs/quickstart.yaml" in first
     assert "docs/headline.png" in TEXT["README.md"] and (ROOT / "docs" / "headline.png").is_file()

@@ -209,3 +209,34 @@ def test_plan_rows_keep_their_number_from_the_first_seed_and_give_intervals_from
     assert len(three) == 4 and decision in ("reproduced", "refuted", "undecided")
     assert f"| 3 of 3 (1-3) | **{decision}**: reproduced if the interval lies above" in three[2]
     assert "interim" not in "\n".join(three)  # every planned seed has run: the block says the decision only
+
+
+def test_decisions_give_each_planned_test_one_line_and_pool_nothing(tmp_path):
+    import sweep
+    from test_sweep import GRID, PRIMARY, fake_cell, write_grid
+
+    root = tmp_path / "results" / "demo"
+    for seed, gmts in ((1, 0.60), (2, 0.58)):
+        fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts}, seed=seed)
+    done = sweep.summarize(sweep.load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]"))))
+    three = GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]") + PRIMARY.replace("SEEDS", "[1, 2, 3]")
+    grid = write_grid(tmp_path, three)
+    running = sweep.summarize(sweep.load_grid(grid))  # the same cells, a third seed planned and not run
+    p = done["primary"]
+    text = update_readme.decisions([("First", done), ("Confirmatory", running)]).splitlines()
+    assert text[0].startswith("**Decisions** (the paper claims +1.3 to +3.4 points; each reproduced if the interval")
+    assert text[1] == (f"- First test, seeds 1, 2 at lr 0.0001: GMTS - ETS {100 * p['delta']:+.1f} points, t "
+                       f"[{100 * p['t_low']:+.1f}, {100 * p['t_high']:+.1f}] over 2 seeds: **{p['decision']}**")
+    assert text[2].startswith("- Confirmatory test, seeds 1-3")
+    assert text[2].endswith("over 2 of 3 planned seeds: **interim**")
+    same = update_readme.decisions([("First", done), ("Second", done)]).splitlines()
+    assert same[0].startswith(f"**Both {p['decision']}** (the paper claims") and len(same) == 3
+
+
+def test_decisions_option_refuses_an_item_without_a_name(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        update_readme.main(["--decisions", "results/qwen/sweep.json"])
+    assert exit_.value.code == 2 and "is not NAME=SWEEP_JSON" in capsys.readouterr().err
+    assert update_readme.main(["--decisions", "First=results/qwen/sweep.json"]) == 0
+    one = capsys.readouterr().out.splitlines()
+    assert len(one) == 2 and one[0].startswith("**Decision** (the paper claims") and one[1].startswith("- First test")
