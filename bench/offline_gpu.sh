@@ -19,6 +19,9 @@
 #   bash bench/offline_gpu.sh wait 560       # again, as often as needed: until the sweep ends or 560 s pass, then
 #                                            # pack into $OUT: cur/b.tar.gz.* (what the sweep wrote), ic/ (the cache)
 #   bash bench/offline_gpu.sh exec python3 bench/step.py ...   # then a benchmark on the same machine, if time is left
+#   bash bench/offline_gpu.sh background python3 bench/complete_run.py --out /root/work/X.json -- ...
+#                                            # or, instead of start, a command longer than one call's limit, in the
+#                                            # same environment; wait packs what it wrote under /root/work
 # Here again, with the last command's files (FILES_AT):
 #   bash bench/offline_gpu.sh back; rm -rf .carry/ic; cp -r FILES_AT/ic .carry/ic
 #   mkdir D && cat FILES_AT/cur/b.tar.gz.* | tar -xz -C D
@@ -42,6 +45,30 @@ try:
 except sweep.SweepError as e:
     sys.exit(f'offline_gpu.sh: {e}')
 print(f'{g.results_dir}/{g.name}')" "$1"
+}
+
+refuse_if_running() {
+  local pid; pid=$(cat "$WORK/driver.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then say "a command is running here already (pid $pid): wait"
+    exit 2; fi
+}
+
+prepare() {  # the model assembled, the wheels installed, the compile cache restored, the tree copied to TREE
+  local n=0; [ -d "$M" ] && n=$(find "$M" -maxdepth 1 -name 'qwen.part.*' | wc -l)
+  if [ ! -f "$QWEN" ] && [ "$n" != 0 ]; then  # none: a run that needs no Qwen
+    [ "$n" = 23 ] || { say "$n of 23 Qwen parts in $M"; exit 3; }
+    cat "$M"/qwen.part.* > "$QWEN.tmp" && mv "$QWEN.tmp" "$QWEN" && rm "$M"/qwen.part.*
+  fi
+  if [ ! -d /tmp/site ] && ls "$M"/whl/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$M"/whl/*.whl
+  fi
+  if [ -d .carry/ic ] && [ ! -d "$IC" ]; then mkdir -p "$IC" && cat .carry/ic/ic.tar.gz.* | tar -xz -C "$IC"; fi
+  rm -rf "$TREE" && mkdir -p "$TREE" && tar --exclude=./.carry -cf - . | tar -x -C "$TREE"
+}
+
+detach() {  # CMD in TREE, detached by setsid (the end of this command does not stop it); the recorded pid is CMD's
+  (cd "$TREE" && exec env "${ENV[@]}" setsid nohup "$@" > "$WORK/driver.log" 2>&1 < /dev/null) &
+  echo $! > "$WORK/driver.pid"
 }
 
 case "${1:-}" in
@@ -83,34 +110,30 @@ back)
 start)
   grid=${2:?start GRID MINUTES}; minutes=${3:?start GRID MINUTES}; shift 3
   name=$(grid_folder "$grid"); name=${name##*/}
-  pid=$(cat "$WORK/driver.pid" 2>/dev/null || true)
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && { say "a sweep is running here already (pid $pid): wait"; exit 2; }
-  n=0; [ -d "$M" ] && n=$(find "$M" -maxdepth 1 -name 'qwen.part.*' | wc -l)
-  if [ ! -f "$QWEN" ] && [ "$n" != 0 ]; then  # none: a grid whose config needs no Qwen
-    [ "$n" = 23 ] || { say "$n of 23 Qwen parts in $M"; exit 3; }
-    cat "$M"/qwen.part.* > "$QWEN.tmp" && mv "$QWEN.tmp" "$QWEN" && rm "$M"/qwen.part.*
-  fi
-  if [ ! -d /tmp/site ] && ls "$M"/whl/*.whl > /dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$M"/whl/*.whl
-  fi
-  if [ -d .carry/ic ] && [ ! -d "$IC" ]; then mkdir -p "$IC" && cat .carry/ic/ic.tar.gz.* | tar -xz -C "$IC"; fi
+  refuse_if_running
+  prepare
   if [ ! -d "$WORK/$name" ] && [ -d .carry/st ]; then
     mkdir -p "$WORK" && cat .carry/st/st.tar.xz.* | xz -d | tar -x -C "$WORK"
   fi
-  rm -rf "$TREE" && mkdir -p "$TREE" && tar --exclude=./.carry -cf - . | tar -x -C "$TREE"
   mkdir -p "$WORK/$name" && touch "$WORK/.started"
   gsm8k=(); [ -d "$M/gsm8k" ] && gsm8k=(--gsm8k_path "$M/gsm8k")
   gpus=()  # every GPU, one warm worker each (none found: one worker on this machine)
   command -v nvidia-smi > /dev/null && gpus=(--gpus "$(nvidia-smi -L | awk '{printf "%s%d", (NR > 1 ? "," : ""), NR-1}')")
   say "$(ls -d "$WORK/$name"/*-s* 2>/dev/null | wc -l) cell folder(s) there; ${gpus[*]:-no GPU}; sweep for $minutes min"
-  cd "$TREE"  # the sweep detached by setsid (the end of this command does not stop it); its pid is python's
-  env "${ENV[@]}" setsid nohup python3 sweep.py "$grid" --warm_workers "${gpus[@]}" --time_limit "$minutes" \
-    --results_dir "$WORK" -- "${gsm8k[@]}" "$@" > "$WORK/driver.log" 2>&1 < /dev/null &
-  echo $! > "$WORK/driver.pid"
+  detach python3 sweep.py "$grid" --warm_workers "${gpus[@]}" --time_limit "$minutes" --results_dir "$WORK" -- \
+    "${gsm8k[@]}" "$@"
+  ;;
+background)  # any long command (a benchmark past one command's time limit), as start runs the sweep
+  shift; [ $# -gt 0 ] || { say "background CMD [ARGS] (it writes what should come back under $WORK)"; exit 2; }
+  refuse_if_running
+  prepare
+  mkdir -p "$WORK" && touch "$WORK/.started"
+  say "in the background: $*"
+  detach "$@"
   ;;
 wait)
   seconds=${2:?wait SECONDS}; out=${OUT:?wait: \$OUT is where the files go back}
-  [ -f "$WORK/driver.pid" ] || { say "no sweep was started here ($WORK/driver.pid is missing): start first"; exit 2; }
+  [ -f "$WORK/driver.pid" ] || { say "nothing was started here ($WORK/driver.pid is missing): start first"; exit 2; }
   pid=$(cat "$WORK/driver.pid"); t0=$SECONDS
   while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$seconds" ]; do sleep 5; done
   state=$(kill -0 "$pid" 2>/dev/null && echo running || echo ended)
@@ -119,13 +142,13 @@ wait)
      | sed 's#^\./##' \
      | tar -cz --transform 's#^#work/#' -T - | split -b 15000000 - "$out/cur/b.tar.gz.")
   [ -d "$IC" ] && tar -C "$IC" -cz . | split -b 15000000 - "$out/ic/ic.tar.gz."
-  say "sweep $state after $((SECONDS - t0)) s of waiting; $(du -sh "$out/cur" | cut -f1) of new files in \$OUT/cur"
+  say "$state after $((SECONDS - t0)) s of waiting; $(du -sh "$out/cur" | cut -f1) of new files in \$OUT/cur"
   tail -n 25 "$WORK/driver.log"
   ;;
 exec)  # a command in the sweep's environment (the tree's copy, the wheels, the model, the caches), once it has ended
   shift; [ $# -gt 0 ] || { say "exec CMD [ARGS]"; exit 2; }
   pid=$(cat "$WORK/driver.pid" 2>/dev/null || true)
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && { say "the sweep is still running: wait first"; exit 2; }
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && { say "what start began is still running: wait first"; exit 2; }
   [ -d "$TREE" ] || { say "nothing was started here ($TREE is missing): start first"; exit 2; }
   cd "$TREE" && exec env "${ENV[@]}" "$@"
   ;;

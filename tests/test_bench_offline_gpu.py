@@ -1,8 +1,11 @@
 """bench/offline_gpu.sh refuses, in one line of its own, a command given before the sweep it needs was started."""
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,35 @@ def test_usage_without_command(tmp_path):
     done = _run(tmp_path)
     assert done.returncode == 2
     assert "bash bench/offline_gpu.sh state GRID" in done.stdout
+
+
+def test_background_runs_a_command_detached_and_wait_packs_what_it_wrote(tmp_path):
+    """`background CMD` runs CMD in a copy of the tree, detached by setsid (the end of the command that started it
+    does not stop it), with its pid recorded; a second start is refused while it runs; `wait` packs what
+    it wrote under the work folder. Run from a small tree holding only the script, so the copy is small."""
+    tree = tmp_path / "repo"
+    (tree / "bench").mkdir(parents=True)
+    (tree / "bench" / "offline_gpu.sh").write_text(SCRIPT.read_text())
+    (tree / "marker.txt").write_text("the tree\n")
+    work = tmp_path / "work"
+    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_WORK=str(work), GPU_TREE=str(tmp_path / "tree"),
+               GPU_FILES=str(tmp_path / "m"), GPU_COMPILE_CACHE=str(tmp_path / "ic"))
+
+    def script(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(tree / "bench" / "offline_gpu.sh"), *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+
+    started = script("background", "bash", "-c", f"sleep 2; cat marker.txt > {work}/copied.txt")
+    assert started.returncode == 0, started.stdout + started.stderr
+    pid = int((work / "driver.pid").read_text())
+    deadline = time.monotonic() + 10
+    while os.getsid(pid) != pid and time.monotonic() < deadline:  # the recorded pid becomes setsid's within moments
+        time.sleep(0.05)
+    assert os.getsid(pid) == pid  # CMD itself, detached
+    again = script("background", "true")
+    assert again.returncode == 2 and f"a command is running here already (pid {pid})" in again.stdout
+    waited = script("wait", "30")
+    assert waited.returncode == 0 and "[offline_gpu] ended after" in waited.stdout
+    parts = b"".join(p.read_bytes() for p in sorted((tmp_path / "out" / "cur").glob("b.tar.gz.*")))
+    with tarfile.open(fileobj=io.BytesIO(parts)) as packed:
+        assert packed.extractfile("work/copied.txt").read() == b"the tree\n"
