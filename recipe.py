@@ -191,7 +191,10 @@ def _field_list_file() -> Path | None:
 def known_field_names() -> list[str] | None:
     """field_names() as a run in this environment kept it (_field_list_file), without the seconds of importing
     transformers and TRL: a typo in a key is refused before they load. None where no run has kept it yet."""
-    path = _field_list_file()
+    return _read_field_list(_field_list_file())
+
+
+def _read_field_list(path: Path | None) -> list[str] | None:
     try:
         names = json.loads(path.read_text()) if path is not None else None
     except (OSError, ValueError):
@@ -202,7 +205,7 @@ def known_field_names() -> list[str] | None:
 def _keep_field_names(names: list[str]) -> None:
     """Keep the field list for known_field_names; a cache only, so a folder that cannot be written is no error."""
     path = _field_list_file()
-    if path is None or known_field_names() == names:
+    if path is None or _read_field_list(path) == names:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

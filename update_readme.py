@@ -192,11 +192,17 @@ def decisions(tests: list[tuple[str, dict]]) -> str:
         lines.append(f"- {name} test, seeds {_span(p['seeds'])} at lr {p['learning_rate']:g}: "
                      f"{_label(p['comparison'])} {result}: **{p['decision']}**")
     verdicts = {summary["primary"]["decision"] for _, summary in tests}
-    rules = {_decision_rule(summary["primary"]) for _, summary in tests}
-    rule = (f"each {rules.pop()}" if len(rules) == 1 else
-            "; ".join(f"{name}: {_decision_rule(summary['primary'])}" for name, summary in tests))
-    head = ("**Decision**" if len(tests) == 1 else f"**{'Both' if len(tests) == 2 else 'All'} {verdicts.pop()}**"
-            if len(verdicts) == 1 else "**Decisions**")
+    rules = {name: _decision_rule(summary["primary"]) for name, summary in tests}
+    if len(set(rules.values())) == 1:
+        rule = f"each {next(iter(rules.values()))}"
+    else:
+        rule = "; ".join(f"{name}: {text}" for name, text in rules.items())
+    if len(tests) == 1:
+        head = "**Decision**"
+    elif len(verdicts) == 1:
+        head = f"**{'Both' if len(tests) == 2 else 'All'} {verdicts.pop()}**"
+    else:
+        head = "**Decisions**"
     return (f"{head} (the paper claims {_claimed_range()} points; {rule}):\n" + "\n".join(lines) + "\n")
 
 
@@ -349,13 +355,21 @@ def stale(page: str) -> list[str]:
     return [m.group("cmd") for m in blocks((ROOT / page).read_text()) if m.group("body") != run(m.group("cmd"))]
 
 
+def named_sweep(item: str) -> tuple[str, str]:
+    """argparse type of --decisions: NAME=SWEEP_JSON -> (NAME, the file, checked as the other options check theirs)."""
+    name, sep, path = item.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{item!r} is not NAME=SWEEP_JSON")
+    return name, json_file(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Regenerate the documentation's generated blocks and headline figure.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
     ap.add_argument("--headline", metavar="SWEEP_JSON", type=json_file, help="print the README's headline table")
     ap.add_argument("--plan", metavar="SWEEP_JSON", type=json_file, help="print a planned test's rows: its primary "
                     "and secondary comparisons, each over its planned seeds done so far")
-    ap.add_argument("--decisions", metavar="NAME=SWEEP_JSON", nargs="+",
+    ap.add_argument("--decisions", metavar="NAME=SWEEP_JSON", nargs="+", type=named_sweep,
                     help="print each planned test's primary decision, one line each (NAME: First, Confirmatory)")
     ap.add_argument("--task-intervals", metavar="SWEEP_JSON", type=json_file,
                     help="print the width of one cell's interval")
@@ -373,16 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             print(show(json.loads(path.read_text()), path.parent), end="")
             return 0
     if args.decisions:
-        tests = []
-        for item in args.decisions:
-            name, sep, path = item.partition("=")
-            if not sep or not name:
-                ap.error(f"--decisions: {item!r} is not NAME=SWEEP_JSON")
-            try:
-                tests.append((name, json.loads(Path(json_file(path)).read_text())))
-            except argparse.ArgumentTypeError as e:
-                ap.error(f"--decisions: {e}")
-        print(decisions(tests), end="")
+        print(decisions([(name, json.loads(Path(path).read_text())) for name, path in args.decisions]), end="")
         return 0
     if args.versions:
         print(versions(json.loads(Path(args.versions).read_text())), end="")

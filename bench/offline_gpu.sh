@@ -147,8 +147,7 @@ wait)
   ;;
 exec)  # a command in the sweep's environment (the tree's copy, the wheels, the model, the caches), once it has ended
   shift; [ $# -gt 0 ] || { say "exec CMD [ARGS]"; exit 2; }
-  pid=$(cat "$WORK/driver.pid" 2>/dev/null || true)
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && { say "what start began is still running: wait first"; exit 2; }
+  refuse_if_running
   [ -d "$TREE" ] || { say "nothing was started here ($TREE is missing): start first"; exit 2; }
   cd "$TREE" && exec env "${ENV[@]}" "$@"
   ;;

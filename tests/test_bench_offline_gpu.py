@@ -1,4 +1,5 @@
-"""bench/offline_gpu.sh refuses, in one line of its own, a command given before the sweep it needs was started."""
+"""bench/offline_gpu.sh: a command given before anything was started is refused in one line of its own; `background`
+runs a command detached, and `wait` packs what it wrote."""
 
 import io
 import os
@@ -14,11 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "offline_gpu.sh"
 
 
-def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
     env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_WORK=str(tmp_path / "work"),
-               GPU_TREE=str(tmp_path / "tree"), GPU_FILES=str(tmp_path / "m"),
+               GPU_TREE=str(tmp_path / "tree"), GPU_FILES=str(tmp_path / "m"), GPU_COMPILE_CACHE=str(tmp_path / "ic"),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("args, missing", [(("wait", "5"), "driver.pid is missing"),
@@ -59,12 +60,9 @@ def test_background_runs_a_command_detached_and_wait_packs_what_it_wrote(tmp_pat
     (tree / "bench" / "offline_gpu.sh").write_text(SCRIPT.read_text())
     (tree / "marker.txt").write_text("the tree\n")
     work = tmp_path / "work"
-    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_WORK=str(work), GPU_TREE=str(tmp_path / "tree"),
-               GPU_FILES=str(tmp_path / "m"), GPU_COMPILE_CACHE=str(tmp_path / "ic"))
 
     def script(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(tree / "bench" / "offline_gpu.sh"), *args], env=env, capture_output=True,
-                              text=True, timeout=60)
+        return _run(tmp_path, *args, script=tree / "bench" / "offline_gpu.sh")
 
     started = script("background", "bash", "-c", f"sleep 2; cat marker.txt > {work}/copied.txt")
     assert started.returncode == 0, started.stdout + started.stderr
