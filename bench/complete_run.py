@@ -88,6 +88,7 @@ def summary(results: dict, wall_s: float, returncode: int, recipe_argv: list[str
             "arm_wall_minutes": {arm: a["wall_minutes"] for arm, a in arms.items()},
             "first_step_s": {arm: next((r["step_time"] for r in a.get("train_log", []) if r.get("step") == 1), None)
                              for arm, a in arms.items()},
+            "training_steps": {arm: len(a.get("train_log", [])) for arm, a in arms.items()},
             "median_step_s": {arm: median_step_s(a["train_log"]) if len(a.get("train_log", [])) > 1 else None
                               for arm, a in arms.items()},  # an arm of one step or none has none: null
             "compile_s": compile_s, "base_eval_compile_s": base_compile_s, "arm_compile_s": arm_compile_s,

@@ -12,6 +12,8 @@
 # There, one command after another with no pause between them (each a few seconds, except the last two):
 #   carry .carry/w, .carry/q22:   mkdir -p /root/m && cp -r .carry/w/* .carry/q22/* /root/m/
 #   carry .carry/qNN (00 .. 21):  cp .carry/qNN/* /root/m/
+#   (for TRL + vLLM, after `python bench/vllm_wheels.py`: carry .carry/vd: cp .carry/vd/* /root/m/whl/; carry each
+#    .carry/vN: cp .carry/vN/* /root/m/ -- prepare joins the parts)
 #   carry .carry/st (and .carry/ic, the compile cache an earlier machine packed, if there is one):
 #     bash bench/offline_gpu.sh start GRID MINUTES [recipe options] && bash bench/offline_gpu.sh wait 480
 #                                            # assemble, install, restore; the sweep in the background on every GPU
@@ -33,8 +35,9 @@ WORK=${GPU_WORK:-/root/work}    # the sweep's results_dir there
 TREE=${GPU_TREE:-/root/tree}    # a copy of the tree the sweep runs from (later commands may replace the working copy)
 IC=${GPU_COMPILE_CACHE:-/root/ic}  # torch.compile's caches (inductor, Triton): ~17 MB, 2.5 MB packed
 ASIDE=${GMTS_ASIDE:-$HOME/.gmts-aside}
+SITE=${GPU_SITE:-/tmp/site}     # where the carried wheels are installed
 QWEN=$M/qwen2.5-coder-1.5b-instruct.gguf
-ENV=(PYTHONPATH="/tmp/site:$TREE" GMTS_QWEN_GGUF="$QWEN" GMTS_CACHE=/root/cache HF_HUB_OFFLINE=1
+ENV=(PYTHONPATH="$SITE:$TREE" GMTS_QWEN_GGUF="$QWEN" GMTS_CACHE=/root/cache HF_HUB_OFFLINE=1
      HF_DATASETS_OFFLINE=1 TORCHINDUCTOR_CACHE_DIR="$IC" TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0)
 say() { echo "[offline_gpu] $*"; }
 
@@ -59,8 +62,12 @@ prepare() {  # the model assembled, the wheels installed, the compile cache rest
     [ "$n" = 23 ] || { say "$n of 23 Qwen parts in $M"; exit 3; }
     cat "$M"/qwen.part.* > "$QWEN.tmp" && mv "$QWEN.tmp" "$QWEN" && rm "$M"/qwen.part.*
   fi
-  if [ ! -d /tmp/site ] && ls "$M"/whl/*.whl > /dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$M"/whl/*.whl
+  local part; for part in "$M"/*.whl.part.00; do  # a wheel over one command's 64 MiB came in parts (vllm_wheels.py)
+    [ -e "$part" ] || continue; mkdir -p "$M/whl"
+    cat "${part%.00}".* > "$M/whl/$(basename "${part%.part.00}")" && rm "${part%.00}".*
+  done
+  if [ ! -d "$SITE" ] && ls "$M"/whl/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$M"/whl/*.whl
   fi
   if [ -d .carry/ic ] && [ ! -d "$IC" ]; then mkdir -p "$IC" && cat .carry/ic/ic.tar.gz.* | tar -xz -C "$IC"; fi
   rm -rf "$TREE" && mkdir -p "$TREE" && tar --exclude=./.carry -cf - . | tar -x -C "$TREE"

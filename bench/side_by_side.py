@@ -60,6 +60,10 @@ PAPER = ROOT / "configs" / "paper.yaml"  # where (c)'s generation levers are rea
 # GMTSConfig's generation fields (recipe.GENERATION_OPTIONS minus the training-side ones, which every path shares)
 SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "training_compile", "deterministic_kernels",
                   "gradient_checkpointing")
+# The generation fields that act on transformers' generate (compile it, or replace it by the compiled step), which
+# GMTSConfig refuses beside use_vllm; path (b) keeps them at their defaults
+VLLM_REPLACED = ("generation_compile", "generation_decode_loop", "generation_compile_regions",
+                 "generation_fused_projections")
 # vllm_gpu_memory_utilization: the weights (3 GB in bf16), vLLM's 4096-token profiling pass (its logits over 152k
 # words: ~4 GB), the KV cache of one 32k-token sequence (0.9 GB) and 64 rows' CUDA graphs fit in 0.15 of 141 GB
 VLLM_MEMORY = 0.15
@@ -87,8 +91,10 @@ def generation_fields() -> tuple[str, ...]:
 
 
 def path_options(path: str, vllm_memory: float) -> dict:
-    """The settings a path adds to the shared command line: (c) configs/paper.yaml's value of every generation field,
-    (a) and (b) GMTSConfig's defaults for them (this recipe's generation off); (b) also vLLM in colocate mode."""
+    """The settings a path adds to the shared command line: (c) configs/paper.yaml's value of every generation field;
+    (a) GMTSConfig's defaults for them (this recipe's generation off); (b) vLLM in colocate mode with paper.yaml's
+    values of the fields that still act beside it (VLLM_REPLACED at their defaults): vLLM generates the rollouts
+    either way, so they change only how the recipe's evaluations decode, which vLLM does not do."""
     import dataclasses
 
     from gmts_recipe.config import GMTSConfig
@@ -96,11 +102,12 @@ def path_options(path: str, vllm_memory: float) -> dict:
 
     defaults = {f.name: f.default for f in dataclasses.fields(GMTSConfig)}
     fields = generation_fields()
-    if path == "ours":
-        paper = read_yaml_mapping(PAPER, ValueError, "a config")
-        return {k: paper.get(k, defaults[k]) for k in fields}
-    options = {k: defaults[k] for k in fields}
+    if path == "trl":
+        return {k: defaults[k] for k in fields}
+    paper = read_yaml_mapping(PAPER, ValueError, "a config")
+    options = {k: paper.get(k, defaults[k]) for k in fields}
     if path == "vllm":
+        options.update({k: defaults[k] for k in VLLM_REPLACED})
         options.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=vllm_memory)
     return options
 
@@ -492,6 +499,39 @@ def _check_cell(entry: dict) -> str:
     return "ok" if verified == len(verdicts) else f"{verified} of {len(verdicts)} verified"
 
 
+def _evaluation_minutes(complete: dict) -> float | None:
+    """The minutes a complete run spent in its full-test evaluations (3 base, one per arm), from its summary."""
+    evals = complete.get("evaluations")
+    return sum(e["seconds"] for e in evals) / 60 if evals else None
+
+
+def _complete_notes(paths: dict, keys: list[str], ref: str) -> list[str]:
+    """Below the table: how each complete run evaluated, and for a path with steps but no complete run, what its
+    training steps alone take at its median step (an estimate, said to be one: the run itself was not timed)."""
+    notes = []
+    for key in keys:
+        entry, c = paths[key], paths[key].get("complete_run")
+        if c and c.get("status") == "ok":
+            o = c.get("generation_options", {})
+            notes.append(f"{PATHS[entry['path']]}: evaluations decoded with grouped attention "
+                         f"{_on(o.get('generation_grouped_attention'))}, decode loop "
+                         f"{o.get('generation_decode_loop', '-')}, compile cache "
+                         f"{'warm' if c.get('compile_cache', {}).get('warm') else 'cold'}.")
+    for key in keys:
+        entry, s = paths[key], paths[key]["steps"]
+        ref_c = paths.get(f"{ref}:{entry['arm']}", {}).get("complete_run") or {}
+        steps = sum((ref_c.get("training_steps") or {}).values())
+        if entry.get("complete_run") is None and s["status"] == "ok" and s.get("median_step_s") and steps:
+            notes.append(f"{PATHS[entry['path']]}: no complete run timed; an estimate, not a measurement: at its "
+                         f"median step the {steps} training steps of one take {steps * s['median_step_s'] / 60:.1f} "
+                         f"min before any evaluation.")
+    return notes
+
+
+def _on(value) -> str:
+    return "-" if value is None else ("on" if value else "off")
+
+
 def markdown(result: dict) -> str:
     """One row per path and arm, (a), (b), (c): median step, first step, setup, the steps it timed, the selection
     check, and with --complete the run's GPU minutes; each with its ratio to (c) of the same arm. A path that did not
@@ -503,7 +543,7 @@ def markdown(result: dict) -> str:
     header = ("| path | arm | median step (s) | vs (c) | first step (s) | setup (s) | steps timed | "
               "rewards (mean of the steps) | selection check |")
     if complete:
-        header += " complete run (GPU-min) | vs (c) |"
+        header += " complete run (GPU-min) | vs (c) | of which evaluations (min) |"
     lines = [header, "|---" * header.count(" | ") + "|---|"]
     for key in keys:
         entry = paths[key]
@@ -520,12 +560,13 @@ def markdown(result: dict) -> str:
         if complete:
             c, ref_complete = entry.get("complete_run"), ref_entry.get("complete_run", {})
             if c is None:
-                row += " - | - |"
+                row += " not run | - | - |"
             elif c["status"] != "ok":
-                row += f" {c['status']}: {c.get('reason', '')} | - |"
+                row += f" {c['status']}: {c.get('reason', '')} | - | - |"
             else:
                 ref_min = ref_complete.get("gpu_minutes") if ref_complete.get("status") == "ok" else None
-                row += f" {c['gpu_minutes']:.2f} | {_ratio(c['gpu_minutes'], ref_min)} |"
+                row += (f" {c['gpu_minutes']:.2f} | {_ratio(c['gpu_minutes'], ref_min)} | "
+                        f"{_number(_evaluation_minutes(c), '.2f')} |")
         lines.append(row)
     v = result.get("versions", {})
     any_ok = next((p["steps"] for p in paths.values() if p["steps"]["status"] == "ok"), {})
@@ -544,6 +585,8 @@ def markdown(result: dict) -> str:
         if faster:
             lines.append(f"Per step, {PATHS[ref].split(' ', 1)[0]} is {' and '.join(faster)}"
                          + (f" ({arm})." if len(arms.split(", ")) > 1 else "."))
+    if complete:
+        lines += _complete_notes(paths, keys, ref)
     env = {_short(p["path"]): p["env"] for p in paths.values() if p.get("env")}
     if env:
         lines.append("Set for a path's process: " + "; ".join(

@@ -18,6 +18,7 @@ SCRIPT = ROOT / "bench" / "offline_gpu.sh"
 def _run(tmp_path: Path, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
     env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_WORK=str(tmp_path / "work"),
                GPU_TREE=str(tmp_path / "tree"), GPU_FILES=str(tmp_path / "m"), GPU_COMPILE_CACHE=str(tmp_path / "ic"),
+               GPU_SITE=str(tmp_path / "site"),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=60)
 
@@ -78,3 +79,29 @@ def test_background_runs_a_command_detached_and_wait_packs_what_it_wrote(tmp_pat
     parts = b"".join(p.read_bytes() for p in sorted((tmp_path / "out" / "cur").glob("b.tar.gz.*")))
     with tarfile.open(fileobj=io.BytesIO(parts)) as packed:
         assert packed.extractfile("work/copied.txt").read() == b"the tree\n"
+
+
+def test_a_wheel_carried_in_parts_is_joined_and_installed_with_the_others(tmp_path):
+    """vllm_wheels.py cuts a wheel over one command's 64 MiB into NAME.whl.part.NN; `prepare` (here through
+    `background`) joins the parts into whl/NAME.whl, removes them, and installs every wheel of whl/."""
+    import zipfile
+
+    tree = tmp_path / "repo"
+    (tree / "bench").mkdir(parents=True)
+    (tree / "bench" / "offline_gpu.sh").write_text(SCRIPT.read_text())
+    wheel = tmp_path / "tinypkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("tinypkg/__init__.py", "VALUE = 7\n")
+        z.writestr("tinypkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n")
+        z.writestr("tinypkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                   "Tag: py3-none-any\n")
+        z.writestr("tinypkg-1.0.dist-info/RECORD", "")
+    data, m = wheel.read_bytes(), tmp_path / "m"
+    m.mkdir()
+    half = len(data) // 2
+    (m / f"{wheel.name}.part.00").write_bytes(data[:half])
+    (m / f"{wheel.name}.part.01").write_bytes(data[half:])
+    done = _run(tmp_path, "background", "true", script=tree / "bench" / "offline_gpu.sh")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (m / "whl" / wheel.name).read_bytes() == data and not list(m.glob("*.part.*"))
+    assert (tmp_path / "site" / "tinypkg" / "__init__.py").read_text() == "VALUE = 7\n"

@@ -31,7 +31,11 @@ def test_each_path_sets_only_the_generation_fields_and_c_takes_them_from_the_pap
     assert ours["generation_merge_adapter"] is True and ours["generation_compile_regions"] is True
     assert trl["generation_merge_adapter"] is False and trl["generation_decode_loop"] == "transformers"
     assert not any(trl[k] for k in trl if isinstance(trl[k], bool))  # every switch off
-    assert vllm == {**trl, "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.2}
+    # (b): paper.yaml's values beside vLLM (they act on the evaluations), the ones vLLM replaces at their defaults
+    assert vllm == {**ours, **{k: trl[k] for k in sbs.VLLM_REPLACED}, "use_vllm": True, "vllm_mode": "colocate",
+                    "vllm_gpu_memory_utilization": 0.2}
+    assert vllm["generation_grouped_attention"] is True and vllm["generation_decode_loop"] == "transformers"
+    assert vllm["generation_decode_kernel"] == paper["generation_decode_kernel"] == "matmul"
     assert not set(sbs.SHARED_OPTIONS) & set(ours)  # the training-side options are the command line's, shared
 
 
@@ -42,7 +46,7 @@ def test_each_path_parses_as_a_recipe_command_line(tmp_path):
         argv = sbs.recipe_argv(["--config", "configs/smoke.yaml"], sbs.path_options(path, 0.1), tmp_path, 3)
         _, train, _, _ = recipe.parse(argv)
         assert train.max_steps == 3 and train.token_selection in ("gmts", "all")
-        assert train.use_vllm == (path == "vllm") and train.generation_merge_adapter == (path == "ours")
+        assert train.use_vllm == (path == "vllm") and train.generation_merge_adapter == (path != "trl")
 
 
 def test_a_child_that_dies_leaves_its_exit_status_and_last_error_line(tmp_path):
@@ -94,8 +98,9 @@ def test_the_table_gives_ratios_to_c_and_complete_runs_when_there(tmp_path, caps
                    "vllm": {"steps": {"status": "unavailable", "reason": "vllm is not installed"}}}}
     table = sbs.markdown(r)  # a file from before max_steps: the count of step times; the file-wide "steps" unread
     assert ("| (a) TRL's generation | gmts | 17.60 | 11.00x | 40.0 | 20.0 | 4 | 0.50 | - | "
-            "failed: recipe.py exited 1 | - |" in table)
-    assert "| (c) this recipe's generation | gmts | 1.60 | 1.00x | 40.0 | 20.0 | 5 | 0.50 | - | 5.00 | 1.00x |" in table
+            "failed: recipe.py exited 1 | - | - |" in table)
+    assert ("| (c) this recipe's generation | gmts | 1.60 | 1.00x | 40.0 | 20.0 | 5 | 0.50 | - | 5.00 | 1.00x | - |"
+            in table)
     assert "Per step, (c) is 11.00x as fast as (a)." in table
     assert "unavailable: vllm is not installed" in table and "NVIDIA H200" in table and "64 rollouts" in table
     assert_refuses_bad_json_files(sbs.main, "--markdown", tmp_path, capsys)
@@ -341,3 +346,30 @@ def test_two_arms_of_a_path_keep_their_own_entries_and_rows(tmp_path, monkeypatc
     assert "Selection, (b) ets: kept_tokens = ceil(ratio x valid tokens) every step (logged): ok (2 steps)" in table
     with pytest.raises(SystemExit):
         sbs.main(["--arm", "bogus", *base])
+
+
+def test_complete_runs_split_off_their_evaluations_and_a_path_without_one_gets_a_labelled_estimate():
+    def steps(median):
+        return {"status": "ok", "median_step_s": median, "first_step_s": 20.0, "setup_s": 3.0, "rows": 64,
+                "max_completion_length": 256, "rewards": [0.5]}
+
+    def complete(minutes, eval_s, grouped, loop):
+        return {"status": "ok", "gpu_minutes": minutes, "training_steps": {"ets": 40, "gmts": 40},
+                "evaluations": [{"phase": "base", "seconds": s} for s in eval_s],
+                "generation_options": {"generation_grouped_attention": grouped, "generation_decode_loop": loop},
+                "compile_cache": {"warm": True}}
+
+    r = {"reference": "ours", "versions": {"gpu": "NVIDIA H200"}, "vllm_gpu_memory_utilization": 0.15,
+         "paths": {"ours:gmts": {"steps": steps(1.5), "complete_run": complete(5.0, [30, 30, 30, 30, 30], True,
+                                                                                  "compiled_step")},
+                   "vllm:gmts": {"steps": steps(3.0), "complete_run": complete(10.0, [60, 60, 60, 60, 60], True,
+                                                                                  "transformers")},
+                   "trl:gmts": {"steps": steps(18.0)}}}
+    table = sbs.markdown(r)
+    assert "| 5.00 | 1.00x | 2.50 |" in table and "| 10.00 | 2.00x | 5.00 |" in table  # 150 s, 300 s of evaluations
+    assert "| (a) TRL's generation | gmts | 18.00 | 12.00x | 20.0 | 3.0 | - | 0.50 | - | not run | - | - |" in table
+    # 80 steps (the reference run's) at 18 s: 24.0 min, said to be an estimate
+    assert ("(a) TRL's generation: no complete run timed; an estimate, not a measurement: at its median step the 80 "
+            "training steps of one take 24.0 min before any evaluation." in table)
+    assert ("(b) TRL + vLLM, colocate: evaluations decoded with grouped attention on, decode loop transformers, "
+            "compile cache warm." in table)

@@ -1,0 +1,156 @@
+"""The wheels path (b) of bench/side_by_side.py needs on the GPU machine, which reaches no package registry: vLLM
+0.26.0 (the release built against that machine's torch 2.11.0) and every package its import closure requires that
+the machine's image lacks, fetched here for CPython 3.12 on x86-64 Linux and cut into folders that each fit one
+command's 64 MiB:
+
+    python bench/vllm_wheels.py                      # -> .carry/vd (the requirements), .carry/v1 .. (vLLM in parts)
+
+On the GPU machine each folder is copied into the files folder (bench/offline_gpu.sh's $M: `cp .carry/vd/* $M/whl/`,
+`cp .carry/vN/* $M/`), and `prepare` joins the parts (`NAME.whl.part.*` -> whl/NAME.whl) before it installs whl/.
+
+Which requirements: the breadth-first closure of each wheel's `Requires-Dist` (without extras, without markers for
+other systems and older Pythons), minus what the image holds (IMAGE_PACKAGES: its package list as read on a machine
+running it, 2026-11-17; the device notes' KINDS.md), minus what bench/offline_gpu.sh's own wheels carry (trl, gguf,
+...), minus vLLM's optional GPU kernels (SKIPPED). Without flashinfer vLLM's top-k/top-p sampler falls back to
+PyTorch when VLLM_USE_FLASHINFER_SAMPLER=0, which side_by_side.py sets for path (b).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM = "vllm==0.26.0"
+PART_BYTES = 58_000_000  # a part and the tree (~4 MB with results/ set aside) within one command's 64 MiB
+# The image's packages (KINDS.md, read on 2026-11-17), normalized names
+IMAGE_PACKAGES = frozenset("""
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
+charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
+cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
+formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna
+imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
+lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
+matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals
+networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
+nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
+nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
+opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy
+peft pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments
+pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist
+python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
+scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six
+sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile
+tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm
+transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel
+wrapt xarray xxhash yarl zipp
+""".split())
+# What ../shared/tools/device-prep.sh's .carry/w brings
+CARRIED = frozenset({"trl", "datasets", "dill", "multiprocess", "math-verify", "latex2sympy2-extended",
+                     "antlr4-python3-runtime", "gguf"})
+# vLLM's optional kernels and media decoders: not imported for a Qwen2 model sampled without flashinfer
+SKIPPED = frozenset({"torchcodec", "pynvvideocodec", "flashinfer-python", "apache-tvm-ffi", "tilelang",
+                     "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "quack-kernels", "tokenspeed-mla",
+                     "humming-kernels", "fastsafetensors"})
+PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
+             "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux_2_5_x86_64", "manylinux1_x86_64")
+# Markers that never hold on the GPU machine (Linux, x86-64, CPython 3.12)
+FOREIGN_MARKER = re.compile(r"extra\s*==|sys_platform\s*==\s*['\"](win32|darwin|cygwin)|platform_system\s*==\s*"
+                            r"['\"](Windows|Darwin)|python_version\s*<\s*['\"]3\.(\d|1[012])['\"]|"
+                            r"implementation_name\s*==\s*['\"]pypy")
+
+
+def normalize(name: str) -> str:
+    """PEP 503's normalized project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements(metadata: str) -> list[str]:
+    """The `Requires-Dist` lines of a wheel's METADATA that apply on the GPU machine, as `name<spec>` strings (extras
+    dropped: a dependency's extras are not installed with --no-deps either)."""
+    out = []
+    for line in metadata.split("\n\n", 1)[0].splitlines():  # the headers; the description follows a blank line
+        if not line.startswith("Requires-Dist:"):
+            continue
+        spec, _, marker = line.split(":", 1)[1].partition(";")
+        if FOREIGN_MARKER.search(marker):
+            continue
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*\(?([^)]*)\)?", spec)
+        if m:
+            out.append(normalize(m.group(1)) + re.sub(r"\s+", "", m.group(3)))
+    return out
+
+
+def wanted(requirement: str, have: set[str]) -> bool:
+    name = re.match(r"[a-z0-9-]+", requirement).group(0)
+    return name not in IMAGE_PACKAGES | CARRIED | SKIPPED | have
+
+
+def download(requirement: str, into: Path) -> list[Path]:
+    """The wheels pip fetched for one requirement (none: pip's last error line on stderr)."""
+    before = set(into.glob("*.whl"))
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+           "3.12", "--implementation", "cp", *(a for p in PLATFORMS for a in ("--platform", p)), "-d", str(into),
+           requirement]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        print(f"[vllm_wheels] {requirement}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}", file=sys.stderr)
+    return sorted(set(into.glob("*.whl")) - before)
+
+
+def closure(into: Path) -> list[Path]:
+    """vLLM and the requirements it brings that the machine lacks, downloaded into `into`."""
+    queue, have = download(VLLM, into), {"vllm"}
+    wheels = list(queue)
+    while queue:
+        wheel = queue.pop(0)
+        with zipfile.ZipFile(wheel) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            reqs = requirements(z.read(meta).decode())
+        for req in reqs:
+            if wanted(req, have):
+                have.add(re.match(r"[a-z0-9-]+", req).group(0))
+                new = download(req, into)
+                wheels += new
+                queue += new
+    return wheels
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--carry", default=str(ROOT / ".carry"), help="where the folders go (default: .carry)")
+    args = ap.parse_args(argv)
+    carry = Path(args.carry)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = closure(Path(tmp))
+        vllm = next((w for w in wheels if w.name.startswith("vllm-")), None)
+        if vllm is None:
+            print(f"[vllm_wheels] pip could not fetch {VLLM}", file=sys.stderr)
+            return 1
+        for old in carry.glob("v[0-9d]*"):
+            shutil.rmtree(old)
+        (carry / "vd").mkdir(parents=True)
+        for w in wheels:
+            if w != vllm:
+                shutil.copy(w, carry / "vd")
+        data = vllm.read_bytes()
+        for i in range(0, len(data), PART_BYTES):
+            part = carry / f"v{i // PART_BYTES + 1}"
+            part.mkdir()
+            (part / f"{vllm.name}.part.{i // PART_BYTES:02d}").write_bytes(data[i:i + PART_BYTES])
+    folders = sorted(p.name for p in carry.glob("v[0-9d]*"))
+    size = sum(f.stat().st_size for f in (carry / "vd").iterdir())
+    print(f"[vllm_wheels] {len(wheels) - 1} requirement wheels in {carry}/vd ({size / 1e6:.0f} MB); {vllm.name} "
+          f"({len(data) / 1e6:.0f} MB) in {len(folders) - 1} parts: {' '.join(folders)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
