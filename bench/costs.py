@@ -414,9 +414,11 @@ def targets(root: Path = ROOT) -> str:
                      "a GPU under CUDA MPS (their runs do not repeat a cell run alone)",
                      ", ".join(f"{n} at once {x:.2f}x" for n, x in shared.items() if x) or "-", scaling.name,
                      _met(best, SPEED_TARGETS["runs_per_gpu_hour_x"], at_least=True)))
-    sbs = root / "bench" / "side-by-side-h200.json"
-    if sbs.exists():
-        paths = json.loads(sbs.read_text())["paths"]
+    for sbs in sorted((root / "bench").glob("side-by-side-*h200.json")):  # bench/side_by_side.py's files
+        if "selection" in sbs.name:  # the vLLM selection check: a few steps of each arm, no timing question
+            continue
+        paths = {k.partition(":")[0]: v for k, v in json.loads(sbs.read_text())["paths"].items()
+                 if (v.get("arm") or k.partition(":")[2] or "gmts") == "gmts"}  # keyed by path, or "path:arm"
         step = {k: v.get("steps", {}).get("median_step_s") for k, v in paths.items()
                 if v.get("steps", {}).get("status") == "ok"}
         done = {k: v["complete_run"]["gpu_minutes"] for k, v in paths.items()
@@ -425,9 +427,12 @@ def targets(root: Path = ROOT) -> str:
             ratios = ", ".join(f"{paths[k]['label']} {step[k] / step['ours']:.2f}x"
                                for k in ("trl", "vllm") if step.get(k))
             rows.append(("side by side: the step of TRL's paths over this recipe's", ratios, sbs.name, "measured"))
+        missing = [paths[k]["label"] for k in paths if k not in done]
         rows.append(("side by side: a complete run of each path",
-                     ", ".join(f"{paths[k]['label']} {m:.1f} GPU-min" for k, m in done.items()) or "-", sbs.name,
-                     "measured" if len(done) == len(paths) else "not measured"))
+                     ", ".join(f"{paths[k]['label']} {m:.2f} GPU-min" + (
+                         f" ({m / done['ours']:.2f}x)" if k != "ours" and done.get("ours") else "")
+                         for k, m in done.items()) or "-", sbs.name,
+                     "measured" if not missing else f"not measured: {', '.join(missing)}"))
     out = ["| target | best measured | from | verdict |", "|---|---|---|---|"]
     out += [f"| {' | '.join(r)} |" for r in rows]
     return "\n".join(out)

@@ -248,7 +248,22 @@ def test_targets_judge_each_target_by_its_best_measure(tmp_path):
         "cell run alone) | two at once 1.25x, four at once 1.50x | scaling-h200.json | not met |",
         "| side by side: the step of TRL's paths over this recipe's | (a) T 12.00x | side-by-side-h200.json "
         "| measured |",
-        "| side by side: a complete run of each path | (c) O 5.0 GPU-min | side-by-side-h200.json | not measured |"]
+        "| side by side: a complete run of each path | (c) O 5.00 GPU-min | side-by-side-h200.json "
+        "| not measured: (a) T |"]
+    # a later file, keyed "path:arm": its own rows, the ratio to (c) beside each complete run; the selection check's
+    # file (a few steps per arm) and another arm's entries are not read
+    _write(tmp_path / "bench" / "side-by-side-complete-h200.json", {"paths": {
+        "vllm:gmts": {"label": "(b) V", "arm": "gmts", "steps": {"status": "ok", "median_step_s": 3.0},
+                      "complete_run": {"status": "ok", "gpu_minutes": 10.0}},
+        "ours:gmts": {"label": "(c) O", "arm": "gmts", "steps": {"status": "ok", "median_step_s": 1.5},
+                      "complete_run": {"status": "ok", "gpu_minutes": 5.0}},
+        "ours:ets": {"label": "(c) O", "arm": "ets", "steps": {"status": "ok", "median_step_s": 9.0}}}})
+    _write(tmp_path / "bench" / "side-by-side-selection-h200.json", {"paths": {}})
+    assert costs.targets(tmp_path).splitlines()[-4:-2] == [
+        "| side by side: the step of TRL's paths over this recipe's | (b) V 2.00x | side-by-side-complete-h200.json "
+        "| measured |",
+        "| side by side: a complete run of each path | (b) V 10.00 GPU-min (2.00x), (c) O 5.00 GPU-min "
+        "| side-by-side-complete-h200.json | measured |"]
 
 
 def test_the_verdict_judges_the_fastest_column_not_the_last():
