@@ -55,16 +55,20 @@ wrapt xarray xxhash yarl zipp
 CARRIED = frozenset({"trl", "datasets", "dill", "multiprocess", "math-verify", "latex2sympy2-extended",
                      "antlr4-python3-runtime", "gguf"})
 # vLLM's optional kernels and media decoders: not imported for a Qwen2 model sampled without flashinfer
-SKIPPED = frozenset({"torchcodec", "pynvvideocodec", "flashinfer-python", "apache-tvm-ffi", "tilelang",
+SKIPPED = frozenset({"torchcodec", "pynvvideocodec", "flashinfer-python", "tilelang",
                      "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "quack-kernels", "tokenspeed-mla",
                      "humming-kernels", "fastsafetensors"})
+# Where the newest release that pip download picks breaks another wheel's pin (`conflicts` finds such pairs):
+# xgrammar >= 0.2.8 needs apache-tvm-ffi >= 0.1.11, which vLLM 0.26.0 pins to 0.1.10; opentelemetry-sdk pins its api
+PINS = {"xgrammar": "xgrammar==0.2.7", "opentelemetry-api": "opentelemetry-api==1.45.2"}
 PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
              "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux_2_5_x86_64", "manylinux1_x86_64")
 # Markers that never hold on the GPU machine (Linux, x86-64, CPython 3.12)
-FOREIGN_MARKER = re.compile(r"extra\s*==|sys_platform\s*==\s*['\"](win32|darwin|cygwin)|platform_system\s*==\s*"
+FOREIGN_MARKER = re.compile(r"sys_platform\s*==\s*['\"](win32|darwin|cygwin)|platform_system\s*==\s*"
                             r"['\"](Windows|Darwin)|python_version\s*<\s*['\"]3\.(\d|1[012])['\"]|"
                             r"implementation_name\s*==\s*['\"]pypy")
+EXTRA_MARKER = re.compile(r"extra\s*==\s*['\"]([^'\"]+)['\"]")
 
 
 def normalize(name: str) -> str:
@@ -72,25 +76,29 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirements(metadata: str) -> list[str]:
-    """The `Requires-Dist` lines of a wheel's METADATA that apply on the GPU machine, as `name<spec>` strings (extras
-    dropped: a dependency's extras are not installed with --no-deps either)."""
+def requirements(metadata: str, extras: frozenset[str] = frozenset()) -> list[tuple[str, frozenset[str]]]:
+    """The `Requires-Dist` lines of a wheel's METADATA that apply on the GPU machine, as (`name<spec>`, the extras it
+    asks of that package): the unconditional ones and those of the `extras` asked of this wheel (a requirement
+    `mistral-common[image]` brings the lines marked `extra == "image"`, which pip would install with it)."""
     out = []
     for line in metadata.split("\n\n", 1)[0].splitlines():  # the headers; the description follows a blank line
         if not line.startswith("Requires-Dist:"):
             continue
         spec, _, marker = line.split(":", 1)[1].partition(";")
-        if FOREIGN_MARKER.search(marker):
+        extra = EXTRA_MARKER.search(marker)
+        if FOREIGN_MARKER.search(marker) or (extra and normalize(extra.group(1)) not in extras):
             continue
         m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*\(?([^)]*)\)?", spec)
         if m:
-            out.append(normalize(m.group(1)) + re.sub(r"\s+", "", m.group(3)))
+            asked = frozenset(normalize(e) for e in (m.group(2) or "").strip("[]").split(",") if e.strip())
+            out.append((normalize(m.group(1)) + re.sub(r"\s+", "", m.group(3)), asked))
     return out
 
 
-def wanted(requirement: str, have: set[str]) -> bool:
-    name = re.match(r"[a-z0-9-]+", requirement).group(0)
-    return name not in IMAGE_PACKAGES | CARRIED | SKIPPED | have
+def wanted(requirement: str) -> bool:
+    """Whether the machine lacks the package: neither its image nor device-prep's wheels hold it, nor is it one of
+    vLLM's optional kernels."""
+    return re.match(r"[a-z0-9-]+", requirement).group(0) not in IMAGE_PACKAGES | CARRIED | SKIPPED
 
 
 def download(requirement: str, into: Path) -> list[Path]:
@@ -105,22 +113,59 @@ def download(requirement: str, into: Path) -> list[Path]:
     return sorted(set(into.glob("*.whl")) - before)
 
 
+def version_of(wheel: Path) -> tuple[str, str]:
+    """(normalized name, version) from a wheel's file name."""
+    name, version = wheel.name.split("-")[:2]
+    return normalize(name), version
+
+
+def conflicts(wheels: list[Path], asked: list[tuple[str, str]]) -> list[str]:
+    """Each requirement `name<spec>` (from the wheel that asked it) that the fetched version of `name` does not meet:
+    pip download picks each package's newest release on its own and never resolves them against each other."""
+    from packaging.requirements import Requirement
+
+    versions = dict(version_of(w) for w in wheels)
+    out = []
+    for req, by in asked:
+        r = Requirement(req)
+        have = versions.get(normalize(r.name))
+        if have is not None and not r.specifier.contains(have, prereleases=True):
+            out.append(f"{by} asks {req}, fetched {have}")
+    return out
+
+
 def closure(into: Path) -> list[Path]:
-    """vLLM and the requirements it brings that the machine lacks, downloaded into `into`."""
-    queue, have = download(VLLM, into), {"vllm"}
-    wheels = list(queue)
-    while queue:
-        wheel = queue.pop(0)
+    """vLLM and the requirements it brings that the machine lacks, downloaded into `into` (none where two of them
+    conflict); a package asked for with extras again later is read again for those."""
+    def metadata(wheel: Path) -> str:
         with zipfile.ZipFile(wheel) as z:
-            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-            reqs = requirements(z.read(meta).decode())
-        for req in reqs:
-            if wanted(req, have):
-                have.add(re.match(r"[a-z0-9-]+", req).group(0))
-                new = download(req, into)
-                wheels += new
-                queue += new
-    return wheels
+            return z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+
+    first = download(VLLM, into)
+    wheels, asked = list(first), {"vllm": frozenset()}
+    by_name, specs = {"vllm": first}, []
+    queue = [(w, frozenset()) for w in first]
+    while queue:
+        wheel, extras = queue.pop(0)
+        for req, req_extras in requirements(metadata(wheel), extras):
+            name = re.match(r"[a-z0-9-]+", req).group(0)
+            if wanted(req):
+                specs.append((req, version_of(wheel)[0]))
+            if name in asked:
+                if req_extras - asked[name]:  # new extras of a package already fetched: its lines for them
+                    asked[name] |= req_extras
+                    queue += [(w, req_extras) for w in by_name.get(name, [])]
+                continue
+            if not wanted(req):
+                continue
+            asked[name] = req_extras
+            by_name[name] = download(PINS.get(name, req), into)
+            wheels += by_name[name]
+            queue += [(w, req_extras) for w in by_name[name]]
+    clashes = conflicts(wheels, specs)
+    for line in clashes:
+        print(f"[vllm_wheels] conflict: {line} (pin a version in PINS)", file=sys.stderr)
+    return [] if clashes else wheels
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         wheels = closure(Path(tmp))
         vllm = next((w for w in wheels if w.name.startswith("vllm-")), None)
         if vllm is None:
-            print(f"[vllm_wheels] pip could not fetch {VLLM}", file=sys.stderr)
+            print(f"[vllm_wheels] no wheel set: pip could not fetch {VLLM}, or the versions conflict", file=sys.stderr)
             return 1
         for old in carry.glob("v[0-9d]*"):
             shutil.rmtree(old)
