@@ -8,11 +8,13 @@ command's 64 MiB:
 On the GPU machine each folder is copied into the files folder (bench/offline_gpu.sh's $M: `cp .carry/vd/* $M/whl/`,
 `cp .carry/vN/* $M/`), and `prepare` joins the parts (`NAME.whl.part.*` -> whl/NAME.whl) before it installs whl/.
 
-Which requirements: the breadth-first closure of each wheel's `Requires-Dist` (without extras, without markers for
-other systems and older Pythons), minus what the image holds (IMAGE_PACKAGES: its package list as read on a machine
+Which requirements: the breadth-first closure of each wheel's `Requires-Dist` (with the extras each one asks, without
+markers for other systems and older Pythons), minus what the image holds (IMAGE_PACKAGES: its package list as read on a machine
 running it, 2026-11-17; the device notes' KINDS.md), minus what bench/offline_gpu.sh's own wheels carry (trl, gguf,
 ...), minus vLLM's optional GPU kernels (SKIPPED). Without flashinfer vLLM's top-k/top-p sampler falls back to
-PyTorch when VLLM_USE_FLASHINFER_SAMPLER=0, which side_by_side.py sets for path (b).
+PyTorch when VLLM_USE_FLASHINFER_SAMPLER=0, which side_by_side.py sets for path (b). pip download fetches each
+package's newest release on its own, so every fetched version is checked against every requirement that names it;
+a clash, or a requirement pip cannot fetch, leaves no wheel set (PINS holds the versions that settled the clashes).
 """
 
 from __future__ import annotations
@@ -136,14 +138,14 @@ def conflicts(wheels: list[Path], asked: list[tuple[str, str]]) -> list[str]:
 
 def closure(into: Path) -> list[Path]:
     """vLLM and the requirements it brings that the machine lacks, downloaded into `into` (none where two of them
-    conflict); a package asked for with extras again later is read again for those."""
+    conflict or one could not be fetched); a package asked for with extras again later is read again for those."""
     def metadata(wheel: Path) -> str:
         with zipfile.ZipFile(wheel) as z:
             return z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
 
     first = download(VLLM, into)
     wheels, asked = list(first), {"vllm": frozenset()}
-    by_name, specs = {"vllm": first}, []
+    by_name, specs, missing = {"vllm": first}, [], []
     queue = [(w, frozenset()) for w in first]
     while queue:
         wheel, extras = queue.pop(0)
@@ -160,12 +162,16 @@ def closure(into: Path) -> list[Path]:
                 continue
             asked[name] = req_extras
             by_name[name] = download(PINS.get(name, req), into)
+            if not by_name[name]:
+                missing.append(PINS.get(name, req))
             wheels += by_name[name]
             queue += [(w, req_extras) for w in by_name[name]]
     clashes = conflicts(wheels, specs)
     for line in clashes:
         print(f"[vllm_wheels] conflict: {line} (pin a version in PINS)", file=sys.stderr)
-    return [] if clashes else wheels
+    for req in missing:
+        print(f"[vllm_wheels] not fetched: {req}", file=sys.stderr)
+    return [] if clashes or missing else wheels
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         wheels = closure(Path(tmp))
         vllm = next((w for w in wheels if w.name.startswith("vllm-")), None)
         if vllm is None:
-            print(f"[vllm_wheels] no wheel set: pip could not fetch {VLLM}, or the versions conflict", file=sys.stderr)
+            print("[vllm_wheels] no wheel set: a wheel could not be fetched, or the versions conflict", file=sys.stderr)
             return 1
         for old in carry.glob("v[0-9d]*"):
             shutil.rmtree(old)
