@@ -40,6 +40,7 @@ OUT = ROOT / "bench" / "results-h200.json"
 sys.path.insert(0, str(ROOT / "bench"))
 from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once there
+from side_by_side import entries  # noqa: E402 - a side-by-side file's entries, of every layout it has had
 
 SHARED = set(RUNS["shared"])  # (cell, arm) pairs that ran two arms on one GPU
 TARGETS = {"step_s": 1.5, "full_test_s": 45.0, "complete_run_min": 5.0}  # the targets set for one experiment's cost
@@ -417,8 +418,7 @@ def targets(root: Path = ROOT) -> str:
     for sbs in sorted((root / "bench").glob("side-by-side-*h200.json")):  # bench/side_by_side.py's files
         if "selection" in sbs.name:  # the vLLM selection check: a few steps of each arm, no timing question
             continue
-        paths = {k.partition(":")[0]: v for k, v in json.loads(sbs.read_text())["paths"].items()
-                 if (v.get("arm") or k.partition(":")[2] or "gmts") == "gmts"}  # keyed by path, or "path:arm"
+        paths = {e["path"]: e for e in entries(json.loads(sbs.read_text())).values() if e["arm"] == "gmts"}
         step = {k: v.get("steps", {}).get("median_step_s") for k, v in paths.items()
                 if v.get("steps", {}).get("status") == "ok"}
         done = {k: v["complete_run"]["gpu_minutes"] for k, v in paths.items()

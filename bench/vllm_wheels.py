@@ -8,8 +8,8 @@ command's 64 MiB:
 On the GPU machine each folder is copied into the files folder (bench/offline_gpu.sh's $M: `cp .carry/vd/* $M/whl/`,
 `cp .carry/vN/* $M/`), and `prepare` joins the parts (`NAME.whl.part.*` -> whl/NAME.whl) before it installs whl/.
 
-Which requirements: the breadth-first closure of each wheel's `Requires-Dist` (with the extras each one asks, without
-markers for other systems and older Pythons), minus what the image holds (IMAGE_PACKAGES: its package list as read on a machine
+Which requirements: the breadth-first closure of each wheel's `Requires-Dist` (with the extras each one asks, where
+its marker holds on the GPU machine), minus what the image holds (IMAGE_PACKAGES: its package list as read on a machine
 running it, 2026-11-17; the device notes' KINDS.md), minus what bench/offline_gpu.sh's own wheels carry (trl, gguf,
 ...), minus vLLM's optional GPU kernels (SKIPPED). Without flashinfer vLLM's top-k/top-p sampler falls back to
 PyTorch when VLLM_USE_FLASHINFER_SAMPLER=0, which side_by_side.py sets for path (b). pip download fetches each
@@ -27,6 +27,8 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM = "vllm==0.26.0"
@@ -66,11 +68,11 @@ PINS = {"xgrammar": "xgrammar==0.2.7", "opentelemetry-api": "opentelemetry-api==
 PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_28_x86_64",
              "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux_2_5_x86_64", "manylinux1_x86_64")
-# Markers that never hold on the GPU machine (Linux, x86-64, CPython 3.12)
-FOREIGN_MARKER = re.compile(r"sys_platform\s*==\s*['\"](win32|darwin|cygwin)|platform_system\s*==\s*"
-                            r"['\"](Windows|Darwin)|python_version\s*<\s*['\"]3\.(\d|1[012])['\"]|"
-                            r"implementation_name\s*==\s*['\"]pypy")
-EXTRA_MARKER = re.compile(r"extra\s*==\s*['\"]([^'\"]+)['\"]")
+# The GPU machine as environment markers see it (Linux, x86-64, CPython 3.12): which `Requires-Dist` lines apply there
+GPU_MACHINE = {"os_name": "posix", "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+               "platform_release": "", "platform_version": "", "python_version": "3.12",
+               "python_full_version": "3.12.3", "implementation_name": "cpython", "implementation_version": "3.12.3",
+               "platform_python_implementation": "CPython"}
 
 
 def normalize(name: str) -> str:
@@ -81,19 +83,15 @@ def normalize(name: str) -> str:
 def requirements(metadata: str, extras: frozenset[str] = frozenset()) -> list[tuple[str, frozenset[str]]]:
     """The `Requires-Dist` lines of a wheel's METADATA that apply on the GPU machine, as (`name<spec>`, the extras it
     asks of that package): the unconditional ones and those of the `extras` asked of this wheel (a requirement
-    `mistral-common[image]` brings the lines marked `extra == "image"`, which pip would install with it)."""
+    `mistral-common[image]` brings the lines marked `extra == "image"`, which pip would install with it). Markers are
+    evaluated by `packaging` against GPU_MACHINE."""
     out = []
     for line in metadata.split("\n\n", 1)[0].splitlines():  # the headers; the description follows a blank line
         if not line.startswith("Requires-Dist:"):
             continue
-        spec, _, marker = line.split(":", 1)[1].partition(";")
-        extra = EXTRA_MARKER.search(marker)
-        if FOREIGN_MARKER.search(marker) or (extra and normalize(extra.group(1)) not in extras):
-            continue
-        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*\(?([^)]*)\)?", spec)
-        if m:
-            asked = frozenset(normalize(e) for e in (m.group(2) or "").strip("[]").split(",") if e.strip())
-            out.append((normalize(m.group(1)) + re.sub(r"\s+", "", m.group(3)), asked))
+        req = Requirement(line.split(":", 1)[1].strip())
+        if req.marker is None or any(req.marker.evaluate({**GPU_MACHINE, "extra": e}) for e in ("", *extras)):
+            out.append((normalize(req.name) + str(req.specifier), frozenset(normalize(e) for e in req.extras)))
     return out
 
 
@@ -124,8 +122,6 @@ def version_of(wheel: Path) -> tuple[str, str]:
 def conflicts(wheels: list[Path], asked: list[tuple[str, str]]) -> list[str]:
     """Each requirement `name<spec>` (from the wheel that asked it) that the fetched version of `name` does not meet:
     pip download picks each package's newest release on its own and never resolves them against each other."""
-    from packaging.requirements import Requirement
-
     versions = dict(version_of(w) for w in wheels)
     out = []
     for req, by in asked:

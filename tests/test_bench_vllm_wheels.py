@@ -21,6 +21,7 @@ Requires-Dist: pywin32>=311; sys_platform == "win32"
 Requires-Dist: pytest; extra == "test"
 Requires-Dist: pycountry>=23; extra == 'Py_Country'
 Requires-Dist: cffi; implementation_name == 'pypy'
+Requires-Dist: httpx2-jsfetch; sys_platform == 'emscripten' and python_version >= '3.12'
 Description-Content-Type: text/markdown
 
 Requires-Dist: in the description is not a requirement
