@@ -65,8 +65,10 @@ SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "trainin
 VLLM_REPLACED = ("generation_compile", "generation_decode_loop", "generation_compile_regions",
                  "generation_fused_projections")
 # vllm_gpu_memory_utilization: the weights (3 GB in bf16), vLLM's 4096-token profiling pass (its logits over 152k
-# words: ~4 GB), the KV cache of one 32k-token sequence (0.9 GB) and 64 rows' CUDA graphs fit in 0.15 of 141 GB
+# words: ~4 GB), the KV cache of one 32k-token sequence (0.9 GB) and 64 rows' CUDA graphs fit in 0.15 of an H200's
+# 141 GB (measured). vLLM takes a share of the card, so a smaller card gets a larger share of the same ~21 GB.
 VLLM_MEMORY = 0.15
+VLLM_MEMORY_BYTES = 21 * 2**30
 FLASHINFER_SAMPLER = "VLLM_USE_FLASHINFER_SAMPLER"  # 0: vLLM samples top-k/top-p in PyTorch, not with flashinfer
 
 
@@ -88,6 +90,19 @@ def generation_fields() -> tuple[str, ...]:
     import recipe
 
     return tuple(k for k in recipe.GENERATION_OPTIONS if k not in SHARED_OPTIONS)
+
+
+def vllm_share(total_bytes: int | None = None) -> float:
+    """vLLM's share of the GPU for VLLM_MEMORY_BYTES: at least VLLM_MEMORY, rounded up to a hundredth. The card's
+    memory is read from nvidia-smi (no CUDA context in this parent process); without one, VLLM_MEMORY."""
+    if total_bytes is None:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i",
+                                  "0"], capture_output=True, text=True, timeout=30, check=True).stdout
+            total_bytes = int(float(out.split()[0]) * 2**20)  # MiB
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return VLLM_MEMORY
+    return max(VLLM_MEMORY, math.ceil(100 * VLLM_MEMORY_BYTES / total_bytes) / 100)
 
 
 def path_options(path: str, vllm_memory: float) -> dict:
@@ -609,8 +624,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the arm each path trains (default {ARM}); each path and arm has its own entry")
     ap.add_argument("--steps", type=int, default=5, help="training steps per path (the first compiles; default 5)")
     ap.add_argument("--complete", action="store_true", help="also a complete run per path (bench/complete_run.py)")
-    ap.add_argument("--vllm_memory", type=float, default=VLLM_MEMORY,
-                    help=f"vllm_gpu_memory_utilization for path vllm (default {VLLM_MEMORY})")
+    ap.add_argument("--vllm_memory", type=float,
+                    help=f"vllm_gpu_memory_utilization for path vllm (default: {VLLM_MEMORY_BYTES / 2**30:.0f} GiB "
+                    f"of the card, at least {VLLM_MEMORY})")
     ap.add_argument("--small", action="store_true", help="the tiny random model and config (CPU, seconds)")
     ap.add_argument("--work", help="folder for the runs (default: a new temporary folder)")
     ap.add_argument("--markdown", metavar="RESULTS", type=json_file,
@@ -631,6 +647,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--paths: {', '.join(unknown) or 'empty'}: not among {', '.join(PATHS)}")
     if args.steps < 1:
         ap.error("--steps must be at least 1")
+    if args.vllm_memory is not None and not 0 < args.vllm_memory <= 1:
+        ap.error(f"--vllm_memory must be a share of the GPU in (0, 1], not {args.vllm_memory}")
+    if args.vllm_memory is None:
+        args.vllm_memory = vllm_share() if "vllm" in args.paths else VLLM_MEMORY
     import recipe
 
     try:

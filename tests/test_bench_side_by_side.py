@@ -150,11 +150,19 @@ def test_a_child_gets_the_added_environment(tmp_path):
 
 
 def test_bad_arguments_are_one_line_errors(capsys):
-    for argv in (["--out", "x.json", "--paths", "ours,sglang"], ["--out", "x.json", "--steps", "0"], []):
+    for argv in (["--out", "x.json", "--paths", "ours,sglang"], ["--out", "x.json", "--steps", "0"], [],
+                 ["--out", "x.json", "--vllm_memory", "15"]):
         with pytest.raises(SystemExit) as err:
             sbs.main(argv)
         assert err.value.code == 2
     assert "sglang" in capsys.readouterr().err
+
+
+def test_vllm_gets_the_same_gigabytes_on_a_smaller_card():
+    h200, h100 = 143771 * 2**20, 81559 * 2**20  # nvidia-smi's memory.total, MiB
+    assert sbs.vllm_share(h200) == sbs.VLLM_MEMORY == 0.15  # the share the H200 rows were measured with
+    assert sbs.vllm_share(h100) == 0.27
+    assert sbs.vllm_share(h100) * h100 >= sbs.VLLM_MEMORY_BYTES > (sbs.vllm_share(h100) - 0.01) * h100
 
 
 @pytest.mark.slow
