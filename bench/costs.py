@@ -415,7 +415,7 @@ def targets(root: Path = ROOT) -> str:
                      "a GPU under CUDA MPS (their runs do not repeat a cell run alone)",
                      ", ".join(f"{n} at once {x:.2f}x" for n, x in shared.items() if x) or "-", scaling.name,
                      _met(best, SPEED_TARGETS["runs_per_gpu_hour_x"], at_least=True)))
-    for sbs in sorted((root / "bench").glob("side-by-side-*h200.json")):  # bench/side_by_side.py's files
+    for sbs in sorted((root / "bench").glob("side-by-side-*.json")):  # bench/side_by_side.py's files, of any card
         if "selection" in sbs.name:  # the vLLM selection check: a few steps of each arm, no timing question
             continue
         paths = {e["path"]: e for e in entries(json.loads(sbs.read_text())).values() if e["arm"] == "gmts"}
