@@ -55,7 +55,7 @@ from gmts_recipe.generation.fused import fusable_groups
 from gmts_recipe.generation.fast import (compile_cache_length, drop_duplicate_input_grad_hooks, merged_lora,
                                          static_compile_config, with_decode_loop, with_logits_processor,
                                          without_input_grad_hooks)
-from gmts_recipe.selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores,
+from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores,
                                    select_top_fraction, selection_stats, update_cosine)
 from gmts_recipe import determinism
 from gmts_recipe.training_speed import layer_forwards, lora_autocast_blockers, lora_input_casting, repeated_layers

@@ -542,7 +542,7 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
 
 def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
     """Evaluation samples like training does (TRL's sampler fields), at the recipe's eval_temperature."""
-    from gmts_recipe.eval import Sampling
+    from eval import Sampling
 
     return Sampling(temperature=recipe.eval_temperature, **{k: getattr(train, k) for k in SAMPLING_FIELDS})
 
@@ -807,7 +807,7 @@ class Run:
         return evals
 
     def _evaluate(self, model, tok, heldout, seed) -> dict:
-        from gmts_recipe.eval import evaluate_pass_at_1
+        from eval import evaluate_pass_at_1
 
         r = self.recipe
         compiled_before = compile_seconds()

@@ -192,7 +192,7 @@ def measure(root: Path = ROOT) -> dict:
 
 
 def merged(results: dict, measured: dict) -> dict:
-    """The results file with this script's rows replaced: e2e rows with a `source` are ours (bench/selection.py's
+    """The results file with this script's rows replaced: e2e rows with a `source` are ours (bench/selection_cost.py's
     rows have none), `evaluation`, `complete_run` and `complete_run_timed` wholly."""
     out = dict(results)
     out["e2e"] = [r for r in results["e2e"] if "source" not in r] + measured["e2e"]
@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(OUT.read_text())
     if not args.markdown:
         results = merged(results, measure())
-        OUT.write_text(json.dumps(results, indent=1))  # bench/selection.py's format
+        OUT.write_text(json.dumps(results, indent=1))  # bench/selection_cost.py's format
     print(table(results))
     return 0
 

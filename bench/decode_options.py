@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gmts_recipe.generation import decode_loop
     from gmts_recipe.data import load_gsm8k, to_prompt
-    from gmts_recipe.eval import generate_samples, score_samples
+    from eval import generate_samples, score_samples
     from gmts_recipe.models import resolve_model
     from gmts_recipe.stats import pass_at_1
 

@@ -56,7 +56,7 @@ def compare(out_dir: Path) -> list[dict]:
 
     sys.path[:0] = [str(ROOT)]
     from gmts_trainer import RULE_SCORES
-    from gmts_recipe.selection import select_top_fraction
+    from selection import select_top_fraction
 
     rows = []
     for rule in RULES:

@@ -181,7 +181,7 @@ class SelectionProbe:
     def inspect(self, output: dict, entropy, omega, mask, keep) -> dict:
         import torch
 
-        from gmts_recipe.selection import kept_count, select_top_fraction
+        from selection import kept_count, select_top_fraction
         from gmts_trainer import RULE_SCORES
 
         t, args = self.trainer, self.trainer.args
@@ -240,7 +240,7 @@ def selection_check(record: dict, path: str, arm: str) -> dict:
     selection_probe: SelectionProbe's rows): each claim "ok", "failed: why" or "not verified: why"; ok is True when
     nothing failed. Old records without these keys: every claim not verified."""
     import recipe
-    from gmts_recipe.selection import kept_count
+    from selection import kept_count
 
     rule = recipe.RULE_OF_ARM.get(arm)
     logged, probe = record.get("selection") or {}, record.get("selection_probe") or []

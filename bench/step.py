@@ -63,7 +63,7 @@ from transformers import TrainerCallback
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from gmts_recipe.records import read_json  # noqa: E402
-_spec = importlib.util.spec_from_file_location("bench_selection", ROOT / "bench" / "selection.py")
+_spec = importlib.util.spec_from_file_location("bench_selection", ROOT / "bench" / "selection_cost.py")
 bench_selection = importlib.util.module_from_spec(_spec)  # by path: the name `selection` is the root's ranking math
 _spec.loader.exec_module(bench_selection)
 sync = bench_selection.sync  # CUDA-synchronize (a no-op on the CPU), as the other benchmarks do
@@ -120,7 +120,7 @@ def progress(message: str) -> None:
 # ---------------------------------------------------------------------------- timing the real step
 class StepClock:
     """Wall time of the parts of each training step, CUDA-synchronized at both ends of every part. Trainer methods
-    are wrapped by instance attribute (bench/selection.py end_to_end does the same); each part also opens a profiler
+    are wrapped by instance attribute (bench/selection_cost.py end_to_end does the same); each part also opens a profiler
     range `phase::<part>` so a profiled step can be cut the same way."""
 
     def __init__(self, device: torch.device):
@@ -617,7 +617,7 @@ def first_batch_prompts(recipe_args, tokenizer, heldout) -> tuple[list, int, lis
 
 def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: list[int]) -> dict:
     """One batch of eval.generate_samples as the recipe calls it (recipe.Run._evaluate's settings)."""
-    from gmts_recipe import eval as evaluation_module
+    import eval as evaluation_module
     from recipe import sampling
 
     from gmts_recipe.generation.fast import compile_cache_length

@@ -37,7 +37,7 @@ def main() -> None:
 
     from gmts_recipe.data import SYSTEM_PROMPTS as PROMPTS
     from gmts_recipe.data import arithmetic_task
-    from gmts_recipe.eval import evaluate_pass_at_1
+    from eval import evaluate_pass_at_1
     from gmts_recipe.models import OFFLINE_MODEL, resolve_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -72,10 +72,10 @@ def read_samples(path: Path, sha256: str | None, where: str) -> list[dict]:
 def check_samples(path: Path, evaluation: dict, where: str) -> int:
     """Refuse, in one line naming file, evaluation, task and sample, a samples file that does not hold exactly the
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
-    recipe's reward (eval.sample_scores, the function the evaluation scored with) scores otherwise. Returns the number
+    recipe's reward (rewards.sample_scores, the function the evaluation scored with) scores otherwise. Returns the number
     of samples. Re-scoring is fast: 0.25 s for 5,276 GSM8K-length samples with a plain final number, 27 s when every
     one needs math-verify (an expression), on a busy 2-core machine."""
-    from gmts_recipe.eval import sample_scores  # the recipe's reward (no torch): imported only where samples exist
+    from gmts_recipe.rewards import sample_scores  # the recipe's reward (no torch): imported only where samples exist
 
     logged = read_samples(path, evaluation["samples"]["sha256"], where)
     where = f"{where}: {path.name}"

@@ -79,7 +79,7 @@ def _count_matmul(monkeypatch) -> list:  # folded query shapes of the matmul ker
 
 
 def test_evaluation_samples_the_same_through_grouped_attention(monkeypatch):
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
 
     tok = tiny_tokenizer()
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
@@ -168,7 +168,7 @@ def test_unknown_kernel_is_refused_with_the_choices():
 def test_training_generation_and_evaluation_take_the_matmul_kernel_from_the_config(tmp_path, monkeypatch):
     """generation_decode_kernel reaches both decoders (the trainer's generation and eval.generate_samples) and gives
     the same completions as sdpa in float32."""
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
     from test_trainer import generation_batch, make_trainer
 
     plain = generation_batch(make_trainer(tmp_path / "a"))

@@ -301,11 +301,11 @@ def test_every_row_says_model_rows_and_time():
 
 
 def test_selection_writer_names_its_e2e_rows_and_keeps_the_real_model_rows(tmp_path, monkeypatch, capsys):
-    """A rerun of bench/selection.py's end-to-end part (end_to_end stubbed: no model is built) names its rows,
+    """A rerun of bench/selection_cost.py's end-to-end part (end_to_end stubbed: no model is built) names its rows,
     failed ones too, replaces only its own model's rows of the options it ran, and keeps bench/costs.py's rows."""
     import sys
 
-    sel = load_bench("selection", "selection_bench")
+    sel = load_bench("selection_cost", "selection_bench")
     name = sel.e2e_model(sel.SMALL)
     real = {"model": "qwen2.5-coder-1.5b-instruct", "rows": 64, "total_s": 2.5, "source": "bench/x.json"}
     timed = {"completion": 32, "generation_s": 0.5, "scoring_s": 0.25, "update_s": 0.25, "total_s": 1.0,
@@ -320,7 +320,7 @@ def test_selection_writer_names_its_e2e_rows_and_keeps_the_real_model_rows(tmp_p
         return {"option": option, "rows": rows, **timed}
 
     monkeypatch.setattr(sel, "end_to_end", end_to_end)
-    monkeypatch.setattr(sys, "argv", ["selection.py", "--small", "--parts", "e2e", "--e2e-options", "plain,merged",
+    monkeypatch.setattr(sys, "argv", ["selection_cost.py", "--small", "--parts", "e2e", "--e2e-options", "plain,merged",
                                       "--out", str(out)])
     sel.main()
     e2e = json.loads(out.read_text())["e2e"]

@@ -291,7 +291,7 @@ def text_scoring(score: float, gold: str = "7") -> str:
 def with_samples(results: dict, folder: Path, base_folder: Path | None = None) -> dict:
     """The file as recipe.py writes it: each evaluation's texts in a samples file (texts scoring as the records say),
     named with its SHA-256 in the evaluation; the base's in `base_folder` (the shared ../base-evals/) if given."""
-    import gmts_recipe.eval as evaluation
+    import eval as evaluation
 
     for where, ev in check.evaluations(results):
         tasks = [{"question": f"q{r['task']}", "answer": "#### 7"} for r in ev["records"]]
@@ -481,7 +481,7 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
 def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
     """check.py re-scores with eval.sample_scores, the function eval.score_samples scores with: a reward that scored
     otherwise at evaluation time is refused (here: one that gives 1.0 to every sample)."""
-    import gmts_recipe.eval as evaluation
+    import eval as evaluation
 
     tasks = [{"question": f"q{i}", "answer": f"work\n#### {i}", "index": i} for i in range(6)]
     samples = [[f"so \\boxed{{{i}}}", f"so \\boxed{{{i + 1}}}"] for i in range(6)]

@@ -316,7 +316,7 @@ def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch, region
     checkpointing left on after training). One compilation for all of them: before this change three (one per
     entropy signature and number of rows, one more for the PEFT model's wrappers, train mode and frozen weights).
     With generation_compile_regions: one per number of rows (12 and 8), each with the decoder layers as one subgraph."""
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
     from test_eval import _tiny_chat_model
     from test_trainer import make_trainer
 
@@ -489,7 +489,7 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     config hash (same computation), recorded with the arm's generation options; the recipe's evaluations
     (Run._evaluate -> eval.evaluate_pass_at_1 -> generate_samples) and the trainer's generation (with_decode_loop)
     pass it on to decode_loop.sample."""
-    from gmts_recipe import eval as evaluation
+    import eval as evaluation
     from gmts_recipe.generation import fast
     from test_decoding import check_rounding_only_switch
     from test_trainer import make_config

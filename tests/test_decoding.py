@@ -99,7 +99,7 @@ def test_the_deferred_loop_returns_the_same_tokens_and_draws_once_more_when_all_
 
 
 def test_evaluation_and_training_generation_decode_inside_it(tmp_path, monkeypatch):
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
     from test_trainer import generation_batch, make_trainer
 
     seen = []
@@ -141,7 +141,7 @@ def test_the_base_evaluation_key_has_it_only_when_on_and_results_record_it():
 def evaluation_options(monkeypatch, parsed) -> dict:
     """The keyword arguments the recipe's evaluation (Run._evaluate) passes to eval.evaluate_pass_at_1 under the parsed
     config (recipe.parse's result): how a speed switch is shown to reach every evaluation."""
-    from gmts_recipe import eval as evaluation
+    import eval as evaluation
     import recipe
 
     seen = {}

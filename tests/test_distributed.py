@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gmts_recipe.selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
+from selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
 from tiny import free_port
 
 CASES = ["batch-gmts", "group-gmts", "microbatch-gmts", "batch-entropy_nonzero_omega"]  # as dist_selection.py runs them

@@ -212,7 +212,7 @@ def test_missing_offline_wheel_says_the_one_pip_command(monkeypatch):
 
 
 def test_generate_samples_is_seeded_and_leaves_the_caller_state_alone():
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
     from tiny import tiny_model, tiny_tokenizer
 
     tok = tiny_tokenizer()
@@ -253,7 +253,7 @@ def test_generate_samples_keeps_prompt_order_across_length_sorting(monkeypatch, 
     echoes each row's prompt reversed, so every prompt's completion differs: on the tiny random model all of them
     were one string, and a batch's outputs mapped back in reverse passed."""
     from gmts_recipe.generation import decode_loop
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
 
     model, tok = _tiny_chat_model()
     contents = ("1", "123+456+789", "12", "9+9+9+9+9+9+9", "45+6")
@@ -276,7 +276,7 @@ def test_generate_samples_keeps_prompt_order_across_length_sorting(monkeypatch, 
 
 def test_checkpoint_sampling_fields_never_apply_at_evaluation():
     """A checkpoint's generation_config (top_k=1: greedy; a repetition penalty) must not change the eval sampler."""
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
 
     model, tok = _tiny_chat_model()
     prompts = [[{"role": "user", "content": "1+2"}]]
@@ -297,12 +297,12 @@ def test_fast_generation_is_the_same_sampler_and_restores_the_adapter(monkeypatc
     temperature both paths give the same greedy text, and the adapter weights come back bit for bit."""
     from peft import LoraConfig, get_peft_model
 
-    from gmts_recipe.eval import Sampling, generate_samples
+    from eval import Sampling, generate_samples
 
     model, tok = _tiny_chat_model()
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    from gmts_recipe import eval as evaluation
+    import eval as evaluation
 
     # static=True: the GPU's static cache and padded batches (compiled decoding itself needs a GPU)
     monkeypatch.setattr(evaluation, "decoding_plan", lambda device_type, fast: (fast and static, False))
@@ -323,7 +323,7 @@ def torch_equal(a, b) -> bool:
 
 def test_compiled_evaluation_decodes_with_static_shapes():
     """The evaluation's 880-row batches after the training's 64 rows must not turn the decoder dynamic."""
-    from gmts_recipe.eval import Sampling, _generation_config
+    from eval import Sampling, _generation_config
 
     model, tok = _tiny_chat_model()
     compiled = _generation_config(model, tok, Sampling(), 8, True, True, 256)
@@ -338,7 +338,7 @@ def test_compiled_step_loop_samples_what_generate_samples_on_the_cpu():
     batches), through grouped attention and a LoRA adapter merged for the call."""
     from peft import LoraConfig, get_peft_model
 
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
 
     from test_decode_loop import sharpen
 
@@ -358,7 +358,7 @@ def test_compiled_step_evaluation_shares_each_prompts_prefill_when_batches_hold_
     whole groups still), pass rows_per_prompt=2; batches of 3 rows split groups and pass 1. The texts equal those of
     a prefill per row at the same seed."""
     from gmts_recipe.generation import decode_loop
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
 
     from test_decode_loop import sharpen
 
@@ -386,7 +386,7 @@ def test_compiled_step_evaluation_shares_each_prompts_prefill_when_batches_hold_
     ({"decode_loop": "compiled_step", "fast": True, "sampling": "top_p"}, "top_p=0.9 unsupported"),
 ])
 def test_compiled_step_loop_refuses_what_it_cannot_do(kwargs, reason):
-    from gmts_recipe.eval import Sampling, generate_samples
+    from eval import Sampling, generate_samples
 
     model, tok = _tiny_chat_model()
     if kwargs.get("sampling") == "top_p":
@@ -401,7 +401,7 @@ def test_compiled_step_loop_refuses_what_it_cannot_do(kwargs, reason):
 def test_sample_scores_on_the_logged_gold_are_the_rewards_on_the_task_answer(completion, answer):
     """A samples file keeps the gold the reward compared with (rewards.gold_answer of the task's answer), not the
     whole solution; re-scoring against it gives what the reward gave against the task's answer."""
-    from gmts_recipe.eval import sample_scores
+    from eval import sample_scores
     from gmts_recipe.rewards import gold_answer
 
     for text in (completion, f"{completion} \\boxed{{{gold_answer(answer)}}}"):
@@ -411,7 +411,7 @@ def test_sample_scores_on_the_logged_gold_are_the_rewards_on_the_task_answer(com
 def test_an_evaluation_returns_its_samples_for_the_samples_file():
     """evaluate_pass_at_1's sample_log: per task (in the records' order) the index, hash, gold, the k texts the
     records' lengths and scores are of; sample_scores re-scores them to the same values."""
-    import gmts_recipe.eval as evaluation
+    import eval as evaluation
 
     model, tok = _tiny_chat_model()
     tasks = [dict(t, index=i) for i, t in enumerate(arithmetic_task(3, seed=1))]

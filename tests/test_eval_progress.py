@@ -4,7 +4,7 @@ and moving it changes no sample."""
 import pytest
 import tqdm.auto
 
-import gmts_recipe.eval as evaluation
+import eval as evaluation
 
 
 class RecordingBar:

@@ -177,7 +177,7 @@ def test_a_model_it_cannot_fuse_exactly_or_an_other_path_is_refused_in_one_line(
     generation_merge_adapter, at construction."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from gmts_recipe.eval import generate_samples
+    from eval import generate_samples
     from test_eval import _tiny_chat_model
     from test_trainer import make_config, make_trainer
 

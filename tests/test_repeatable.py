@@ -12,7 +12,7 @@ from test_recipe import run, tiny_config  # noqa: F401 - the fixture
 from test_decode_loop import sharpen
 from tiny import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 
-from gmts_recipe import eval as evaluation
+import eval as evaluation
 
 PROMPTS = [[{"role": "user", "content": q}] for q in ("1+2=", "34+5=", "7+8+9+10=", "9=", "6+6=", "12+30+4=")]
 NOT_REPEATED = ("runtime", "per_second", "time", "seconds")  # wall-clock fields of a training log

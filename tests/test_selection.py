@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmts_recipe.selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, kept_count,
+from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores, kept_count,
                                    select_top_fraction, selection_stats, smallest_fraction_at_least,
                                    top_answer_weight_share, top_answers, update_cosine)
 
@@ -452,7 +452,7 @@ def test_nonzero_omega_rule_by_hand_and_its_refusals():
 
 
 def test_a_scope_too_long_for_an_exact_int64_count_is_refused(monkeypatch):
-    from gmts_recipe import selection
+    import selection
 
     monkeypatch.setattr(selection, "_MAX_SEGMENT", 5)
     assert int(select_top_fraction(torch.ones(1, 5), torch.ones(1, 5), 1 / 3).sum()) == 2

@@ -9,7 +9,7 @@ import pytest
 import torch
 from peft import LoraConfig
 
-from gmts_recipe.selection import ets_nonzero_omega_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction
+from selection import ets_nonzero_omega_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction
 from gmts_trainer import GMTSConfig, GMTSTrainer
 from loss_probe import loss_coefficients
 from tiny import tiny_dataset, tiny_model, tiny_tokenizer

@@ -1,6 +1,6 @@
-"""What `pip install .` gives a user: the trainer imports from any directory, and the install adds two top-level names,
-the trainer module and the package of its supporting modules; no generic ones (data, eval, stats) that would shadow or
-be shadowed by another package's."""
+"""What `pip install .` gives a user: the trainer, the selection rules and the evaluator import from any directory, and
+the install adds only the design's top-level modules (gmts_trainer, selection, eval) and the package of their supporting
+modules; none of the package's own generic names (data, stats, rewards) at the top level."""
 
 import json
 import os
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TOP_LEVEL = {"gmts_recipe", "gmts_trainer"}
+TOP_LEVEL = {"gmts_recipe", "gmts_trainer", "selection", "eval"}
 # Built from a copy of the clone without its data and build outputs: setuptools' build/ folder in the clone would keep
 # a module deleted since and put it in the next wheel. In a git checkout only what git tracks or would (a clone may
 # hold large untracked folders: runs, model files, environments); elsewhere everything but these.
@@ -27,8 +27,8 @@ import importlib, json, pkgutil, sys
 import gmts_recipe
 torch_free = "torch" not in sys.modules
 from gmts_trainer import GMTSConfig, GMTSTrainer
-import gmts_trainer
-files = {"gmts_trainer": gmts_trainer.__file__}
+import gmts_trainer, selection, eval
+files = {m.__name__: m.__file__ for m in (gmts_trainer, selection, eval)}
 for info in pkgutil.walk_packages(gmts_recipe.__path__, "gmts_recipe."):
     files[info.name] = importlib.import_module(info.name).__file__
 print(json.dumps({"torch_free": torch_free, "lazy": gmts_recipe.GMTSTrainer is GMTSTrainer
@@ -76,7 +76,7 @@ def test_the_wheel_installs_the_trainer_and_one_package(wheel):
     installed = {p.split("/")[0].removesuffix(".py") for p in paths if ".dist-info/" not in p}
     assert installed == TOP_LEVEL
     modules = {p for p in paths if p.endswith(".py")}
-    assert {"gmts_trainer.py", "gmts_recipe/selection.py", "gmts_recipe/generation/decode_loop.py",
+    assert {"gmts_trainer.py", "selection.py", "eval.py", "gmts_recipe/generation/decode_loop.py",
             "gmts_recipe/generation/attention.py", "gmts_recipe/generation/decoding.py"} <= modules
 
 
@@ -84,12 +84,13 @@ def test_the_installed_trainer_imports_from_another_directory(wheel, tmp_path):
     target, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
     elsewhere.mkdir()
     pip("install", "--no-deps", "--no-index", "--no-compile", "-q", "--target", str(target), str(wheel))
-    assert {p.name for p in target.iterdir() if not p.name.endswith(".dist-info")} == {"gmts_recipe", "gmts_trainer.py"}
+    installed = {p.name for p in target.iterdir() if not p.name.endswith(".dist-info")}
+    assert installed == {"gmts_recipe", "gmts_trainer.py", "selection.py", "eval.py"}
     env = {**os.environ, "PYTHONPATH": str(target)}
     done = subprocess.run([sys.executable, "-c", IMPORT_ALL], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["torch_free"] and seen["lazy"]
-    assert {"gmts_recipe.eval", "gmts_recipe.generation.decode_loop"} <= set(seen["files"])
+    assert {"eval", "selection", "gmts_recipe.generation.decode_loop"} <= set(seen["files"])
     outside = {name: path for name, path in seen["files"].items() if not Path(path).is_relative_to(target)}
     assert not outside, f"imported from outside the install: {outside}"

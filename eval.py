@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from gmts_recipe.rewards import gold_answer, math_equal_reward
+from gmts_recipe.rewards import gold_answer, math_equal_reward, sample_scores
 from gmts_recipe.stats import hack_scan, pass_at_1
 
 
@@ -215,11 +215,6 @@ def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool
     return True
 
 
-def sample_scores(texts: list[str], gold: str) -> list[float]:
-    """The recipe's score of each sample of one task: the one function both `score_samples` and check.py's
-    re-scoring of a stored samples file call, so a stored score and its re-score can only differ when the score was
-    edited (or the reward changed since the run)."""
-    return math_equal_reward(texts, [gold] * len(texts))
 
 
 def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:

@@ -1,8 +1,8 @@
 """Benchmark: what token selection costs, in every rule and scope, against plain GRPO and the old method.
 
-    python bench/selection.py                       # on a GPU: Qwen2.5-1.5B shape; writes bench/results-<device>.json
-    python bench/selection.py --small               # on a CPU: a 2-layer model with the same vocabulary, small shapes
-    python bench/selection.py --table bench/results-h200.json   # the README table from a results file
+    python bench/selection_cost.py                       # on a GPU: Qwen2.5-1.5B shape; writes bench/results-<device>.json
+    python bench/selection_cost.py --small               # on a CPU: a 2-layer model with the same vocabulary, small shapes
+    python bench/selection_cost.py --table bench/results-h200.json   # the README table from a results file
 
 Model: Qwen2.5-1.5B's config (vocab 151936) with random weights, LoRA r=32, bf16, gradient checkpointing.
 Parts, all in one run, each written to the results file as soon as it is measured:
@@ -145,7 +145,7 @@ def old_method_entropy(trainer, batch) -> torch.Tensor:
 
 def one_update(trainer, batch, variant: str) -> None:
     """Scoring (when the variant needs it), selection and the optimizer step for one generation batch."""
-    from gmts_recipe.selection import ets_scores, select_top_fraction
+    from selection import ets_scores, select_top_fraction
 
     inputs = dict(batch)
     if variant == "old":
@@ -270,7 +270,7 @@ def accuracy(trainer, batch, device) -> dict:
 
 def gmts_top_fifth(entropy: torch.Tensor, batch) -> torch.Tensor:
     """GMTS's batch-wide top 20% of a batch's completion tokens, on-policy (omega = advantage), for this entropy."""
-    from gmts_recipe.selection import gmts_scores, select_top_fraction
+    from selection import gmts_scores, select_top_fraction
 
     omega = batch["advantages"].unsqueeze(1).expand_as(entropy)  # (B, T)
     return select_top_fraction(gmts_scores(entropy, omega), batch["completion_mask"].bool(), 0.2)
