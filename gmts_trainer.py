@@ -55,16 +55,13 @@ from gmts_recipe.generation.fused import fusable_groups
 from gmts_recipe.generation.fast import (compile_cache_length, drop_duplicate_input_grad_hooks, merged_lora,
                                          static_compile_config, with_decode_loop, with_logits_processor,
                                          without_input_grad_hooks)
-from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores,
-                                   select_top_fraction, selection_stats, update_cosine)
+from selection import gmts_omega, overlap_partner, rule_named, selection_stats, update_cosine
 from gmts_recipe import determinism
 from gmts_recipe.training_speed import layer_forwards, lora_autocast_blockers, lora_input_casting, repeated_layers
 
 logger = logging.get_logger(__name__)
 
-# Each rule's score (selection.py): entropy, |entropy x omega|, and the control arm's entropy with omega != 0 first.
-RULE_SCORES = {"entropy": lambda entropy, omega: ets_scores(entropy), "gmts": gmts_scores,
-               "entropy_nonzero_omega": ets_nonzero_omega_scores}
+# Each rule's score, tie-break and overlap partner: selection.RULES (selection.rule_named(token_selection)).
 
 
 # Generation settings under which the sampled distribution is softmax(logits / T) up to truncation (top-k, top-p, ...),
@@ -492,13 +489,10 @@ class GMTSTrainer(GRPOTrainer):
         else:
             gathered = local
         g_entropy, g_omega, g_mask = gathered[0], gathered[1], gathered[2].bool()
-        rule = self.args.token_selection
-        if rule == "all":
-            keep, keep_other = g_mask, None
-        else:
-            other = "gmts" if rule == "entropy" else "entropy"  # the overlap's other ranking
-            keep, keep_other = (select_top_fraction(RULE_SCORES[r](g_entropy, g_omega), g_mask,
-                                                    self.args.selection_ratio, group_size) for r in (rule, other))
+        rule = rule_named(self.args.token_selection)
+        other = overlap_partner(rule)  # the overlap's other ranking (None for plain GRPO: every valid token kept)
+        keep, keep_other = (None if r is None else r.select(g_entropy, g_omega, g_mask, self.args.selection_ratio,
+                                                             group_size) for r in (rule, other))
         mode = "train" if self.model.training else "eval"
         if group_index is None:
             group_index = torch.arange(g_mask.size(0), device=g_mask.device)
