@@ -10,6 +10,7 @@ import pytest
 
 import check
 import recipe
+from selection import rule_named
 from tiny import free_port, write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +32,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     assert set(results["arms"]) == {"grpo", "ets", "gmts"} and len(results["base"]["evals"]) == 3
     assert results["data"]["train_kept"] + results["data"]["decontamination_dropped"] == 8
     assert {a: results["arms"][a]["token_selection"] for a in results["arms"]} == {
-        a: recipe.RULE_OF_ARM[a] for a in ("grpo", "ets", "gmts")}  # all: not the control ets_nz
+        a: rule_named(a).name for a in ("grpo", "ets", "gmts")}  # all: not the control ets_nz
     for arm in ("grpo", "ets", "gmts"):
         entry = results["arms"][arm]
         assert [row["step"] for row in entry["train_log"]] == [1, 2]
