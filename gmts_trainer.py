@@ -25,10 +25,12 @@ mask). With loss_type="bnpo" each microbatch is divided by its own token count, 
 ranked over the whole generation batch in "batch" and "group" scope, does not carry ("microbatch" scope is exact).
 
 Refused at construction, with the reason (`check_selection_config`), where selection would be inexact or undefined:
-per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for the rules that rank with omega (GMTS and
-the control entropy_nonzero_omega), off_policy_mask_threshold for them (a live-policy factor omega does not model),
-and importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a dropped token
-would still get gradient through it).
+for the rules that rank with omega (Rule.needs_omega: GMTS and the control entropy_nonzero_omega), per-answer length
+normalizations (grpo, sapo, luspo: omega has no 1/length factor; ETS is exact there, TRL multiplies each token's loss
+by the mask), non-clipped losses and off_policy_mask_threshold (a live-policy factor omega does not model); for every
+scored rule importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a
+dropped token would still get gradient through it); and token_selection="all" with TRL's own top_entropy_quantile < 1
+(plain GRPO would quietly train on TRL's entropy selection). The rules themselves: selection.RULES.
 
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
 with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks

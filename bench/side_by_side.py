@@ -182,8 +182,7 @@ class SelectionProbe:
     def inspect(self, output: dict, entropy, omega, mask, keep) -> dict:
         import torch
 
-        from selection import kept_count, select_top_fraction
-        from gmts_trainer import RULE_SCORES
+        from selection import RULES, kept_count
 
         t, args = self.trainer, self.trainer.args
         valid = mask
@@ -208,10 +207,9 @@ class SelectionProbe:
             omega_max_relative_error=float(((omega.float() - by_hand).abs()[valid].max() / scale) if n_valid else 0.0),
             omega_max_relative_error_without_weight=float(
                 ((omega.float() - without).abs()[valid].max() / scale) if n_valid else 0.0))
-        if rule != "all" and args.selection_scope == "batch":
-            score = RULE_SCORES[rule]
-            mine = select_top_fraction(score(entropy, by_hand), valid, ratio)
-            unweighted = select_top_fraction(score(entropy, without), valid, ratio)
+        if RULES[rule].score is not None and args.selection_scope == "batch":
+            mine = RULES[rule].select(entropy, by_hand, valid, ratio)
+            unweighted = RULES[rule].select(entropy, without, valid, ratio)
             row.update(kept_set_matches_recomputed=bool(torch.equal(mine, keep.bool() & valid)),
                        kept_tokens_changed_by_weight=int((mine != unweighted).sum()) // 2)
         return row
