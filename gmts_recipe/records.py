@@ -2,8 +2,8 @@
 recipe.py, merged and pooled by sweep.py, checked by check.py. sweep.py and check.py both take it from here, so the
 imports run one way: check.py -> sweep.py -> gmts_recipe.records (check.py reads a sweep's summary through sweep.py).
 
-Nothing here imports torch or transformers (selection.py imports torch only inside its functions): verifying a file needs only the standard library, numpy (stats.py) and,
-for grid files, PyYAML.
+Nothing here imports torch or transformers (selection.py, the rule registry, imports torch only inside its
+functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid files, PyYAML.
 
 - The arms a file may hold, their names and the pairs compared come from the rule registry (selection.RULES:
   selection.arms(), selection.comparisons()); sweep.py pools the same.
