@@ -225,8 +225,8 @@ def check_selection_config(args: GMTSConfig) -> None:
 
 def omega_is_modeled(args: GMTSConfig) -> bool:
     """Whether `GMTSTrainer._omega` is TRL's gradient coefficient under these settings (the loss is a token-level
-    clipped surrogate without the off-policy sequence mask). The rules that rank with omega (Rule.needs_omega) are refused
-    where it is not; the other arms log the omega-based metrics only where it is."""
+    clipped surrogate without the off-policy sequence mask). The rules that rank with omega (Rule.needs_omega) are
+    refused where it is not; the other arms log the omega-based metrics only where it is."""
     return (args.loss_type in PPO_CLIP_LOSSES and args.importance_sampling_level == "token"
             and args.off_policy_mask_threshold is None)
 
