@@ -42,10 +42,11 @@ import sys
 from pathlib import Path
 
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict  # noqa: F401 - as before, for callers
-from gmts_recipe.records import (ARM_LABELS, ARMS, COMPARISONS, SCHEMA, SHORT_NAMES, ResultsError,  # noqa: F401
+from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
                                  current_record)  # a results file's model, verification and writing
+from selection import DEFAULT_RATIO, RULES, rule_named  # the arms' names and labels
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
                                  write_samples)  # what each evaluation scored
@@ -65,6 +66,17 @@ def _verdict_text(entry: dict) -> str:
     return entry["verdict"] + "".join(f", {f}" for f in entry["flags"])
 
 
+def _short(arm: str) -> str:
+    return rule_named(arm).short if any(arm == r.arm for r in RULES.values()) else arm
+
+
+def _label(arm: str, results: dict) -> str:
+    """The arm's label at the file's ratio of kept tokens (the config records it only when set)."""
+    if not any(arm == r.arm for r in RULES.values()):
+        return arm
+    return rule_named(arm).label(results.get("config", {}).get("selection_ratio", DEFAULT_RATIO))
+
+
 def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     """The arm table: the base's noise floor, then each arm against the base."""
     s = results["summary"]
@@ -78,18 +90,18 @@ def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
         grad = "-" if g["median"] is None else f"{g['median']:.3g} / {g['max']:.3g}"
         if g["nonfinite"]:
             grad += f" ({g['nonfinite']} non-finite)"
-        rows.append([ARM_LABELS.get(arm, arm), _pct(a["pass@1"]), _delta(a["vs_base"]), _verdict_text(a), grad,
+        rows.append([_label(arm, results), _pct(a["pass@1"]), _delta(a["vs_base"]), _verdict_text(a), grad,
                      _pct(a["overlap"]), "-" if a["learning_rate"] is None else f"{a['learning_rate']:g}"])
     return header, rows
 
 
 def comparison_rows(results: dict) -> tuple[list[str], list[list[str]]]:
-    """The comparison table: arm a minus arm b on the same tasks, for every pair of COMPARISONS in the file."""
+    """The comparison table: arm a minus arm b on the same tasks, for every compared pair in the file."""
     header = ["comparison", "delta (95% CI)", "verdict"]
     rows = []
     for key, c in results["summary"].get("comparisons", {}).items():
         a, b = key.split("_vs_")
-        rows.append([f"{SHORT_NAMES.get(a, a)} vs {SHORT_NAMES.get(b, b)}", _delta(c), _verdict_text(c)])
+        rows.append([f"{_short(a)} vs {_short(b)}", _delta(c), _verdict_text(c)])
     return header, rows
 
 

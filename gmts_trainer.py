@@ -25,10 +25,12 @@ mask). With loss_type="bnpo" each microbatch is divided by its own token count, 
 ranked over the whole generation batch in "batch" and "group" scope, does not carry ("microbatch" scope is exact).
 
 Refused at construction, with the reason (`check_selection_config`), where selection would be inexact or undefined:
-per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for the rules that rank with omega (GMTS and
-the control entropy_nonzero_omega), off_policy_mask_threshold for them (a live-policy factor omega does not model),
-and importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a dropped token
-would still get gradient through it).
+for the rules that rank with omega (Rule.needs_omega: GMTS and the control entropy_nonzero_omega), per-answer length
+normalizations (grpo, sapo, luspo: omega has no 1/length factor; ETS is exact there, TRL multiplies each token's loss
+by the mask), non-clipped losses and off_policy_mask_threshold (a live-policy factor omega does not model); for every
+scored rule importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a
+dropped token would still get gradient through it); and token_selection="all" with TRL's own top_entropy_quantile < 1
+(plain GRPO would quietly train on TRL's entropy selection). The rules themselves: selection.RULES.
 
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
 with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks
@@ -55,16 +57,13 @@ from gmts_recipe.generation.fused import fusable_groups
 from gmts_recipe.generation.fast import (compile_cache_length, drop_duplicate_input_grad_hooks, merged_lora,
                                          static_compile_config, with_decode_loop, with_logits_processor,
                                          without_input_grad_hooks)
-from selection import (ets_nonzero_omega_scores, ets_scores, gmts_omega, gmts_scores,
-                                   select_top_fraction, selection_stats, update_cosine)
+from selection import gmts_omega, overlap_partner, rule_named, selection_stats, update_cosine
 from gmts_recipe import determinism
 from gmts_recipe.training_speed import layer_forwards, lora_autocast_blockers, lora_input_casting, repeated_layers
 
 logger = logging.get_logger(__name__)
 
-# Each rule's score (selection.py): entropy, |entropy x omega|, and the control arm's entropy with omega != 0 first.
-RULE_SCORES = {"entropy": lambda entropy, omega: ets_scores(entropy), "gmts": gmts_scores,
-               "entropy_nonzero_omega": ets_nonzero_omega_scores}
+# Each rule's score, tie-break and overlap partner: selection.RULES (selection.rule_named(token_selection)).
 
 
 # Generation settings under which the sampled distribution is softmax(logits / T) up to truncation (top-k, top-p, ...),
@@ -492,13 +491,10 @@ class GMTSTrainer(GRPOTrainer):
         else:
             gathered = local
         g_entropy, g_omega, g_mask = gathered[0], gathered[1], gathered[2].bool()
-        rule = self.args.token_selection
-        if rule == "all":
-            keep, keep_other = g_mask, None
-        else:
-            other = "gmts" if rule == "entropy" else "entropy"  # the overlap's other ranking
-            keep, keep_other = (select_top_fraction(RULE_SCORES[r](g_entropy, g_omega), g_mask,
-                                                    self.args.selection_ratio, group_size) for r in (rule, other))
+        rule = rule_named(self.args.token_selection)
+        other = overlap_partner(rule)  # the overlap's other ranking (None for plain GRPO: every valid token kept)
+        keep, keep_other = (None if r is None else r.select(g_entropy, g_omega, g_mask, self.args.selection_ratio,
+                                                             group_size) for r in (rule, other))
         mode = "train" if self.model.training else "eval"
         if group_index is None:
             group_index = torch.arange(g_mask.size(0), device=g_mask.device)

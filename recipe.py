@@ -57,9 +57,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
+from selection import RULES, arms, rule_named
 
-ARMS = ("base", "grpo", "ets", "gmts", "ets_nz", "all")
-ALL_ARMS = ("grpo", "ets", "gmts")  # what --arm all trains (after base): the control ets_nz only when named
+
+def arm_names() -> tuple[str, ...]:
+    """What --arm takes, read from the rule registry (selection.RULES) when the command line is parsed: base, every
+    rule's arm, all."""
+    return ("base", *arms(), "all")
+
+
+def all_arms() -> tuple[str, ...]:
+    """What --arm all trains (after base): every rule's arm but the controls (ets_nz), which train only when named."""
+    return tuple(r.arm for r in RULES.values() if not r.control)
+
+
 # The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
 EVAL_FIELDS = ("system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
                "base_eval_seeds", "eval_fast")
@@ -69,8 +80,6 @@ PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter
 # ModelConfig fields passed to both model loads (evaluation and the trainer's model_init_kwargs), besides the adapter's.
 # Any other model field set away from its default is refused (check_model_fields): it would reach neither load.
 LOADED_MODEL_FIELDS = ("model_name_or_path", "model_revision", "dtype", "attn_implementation")
-RULE_OF_ARM = {"grpo": "all", "ets": "entropy", "gmts": "gmts",  # arm -> GMTSConfig.token_selection
-               "ets_nz": "entropy_nonzero_omega"}
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash.
 NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
@@ -97,9 +106,10 @@ GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile
 class RecipeArgs:
     """The experiment's own fields (the trainer's are GMTSConfig's, the model's are TRL's ModelConfig)."""
 
-    arm: str = field(default="all", metadata={"help": "base, grpo, ets, gmts, ets_nz, all, or a comma list (ets,gmts); "
-                                                      "all = base, grpo, ets, gmts (not the control ets_nz: ETS with "
-                                                      "omega != 0 tokens ranked first; name it)"})
+    arm: str = field(default="all", metadata={"help": "base, an arm of selection.RULES (grpo, ets, gmts, ets_nz), all, "
+                                                      "or a comma list (ets,gmts); all = base and every arm but the "
+                                                      "controls (ets_nz: ETS with omega != 0 tokens ranked first; name "
+                                                      "it)"})
     experiment: str | None = field(default=None, metadata={"help": "run directory name (unset: the config file name)"})
     results_dir: str = field(default="runs", metadata={"help": "parent of the run directories (references: results/)"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
@@ -253,7 +263,7 @@ def _check_keys(config: dict, argv: list[str], allowed: list[str], path: Path) -
             raise _unknown_key(key, "command line", allowed)
     for where, keys in ((f"config file {path}", config), ("command line", on_command_line)):
         if "token_selection" in keys:
-            rules = ", ".join(f"{arm}: {rule}" for arm, rule in RULE_OF_ARM.items())
+            rules = ", ".join(f"{r.arm}: {r.name}" for r in RULES.values())
             raise RecipeError(f"token_selection in the {where}: the recipe sets it from the arm ({rules}); drop it "
                               f"and name the arms with --arm")
 
@@ -373,11 +383,11 @@ def trained_arms(arm: str) -> list[str]:
     short keeps it)."""
     names = [a.strip() for a in arm.split(",")]
     for name in names:
-        if name not in ARMS:
-            raise RecipeError(f"unknown arm '{name}': use one of {', '.join(ARMS)}, or a comma list (ets,gmts)")
+        if name not in arm_names():
+            raise RecipeError(f"unknown arm '{name}': use one of {', '.join(arm_names())}, or a comma list (ets,gmts)")
     out: list[str] = []
     for name in names:
-        for a in (ALL_ARMS if name == "all" else [] if name == "base" else [name]):
+        for a in (all_arms() if name == "all" else [] if name == "base" else [name]):
             if a not in out:
                 out.append(a)
     return out
@@ -836,9 +846,9 @@ class Run:
         from gmts_trainer import GMTSTrainer, check_selection_config
 
         arm_dir = self.dir / f"arm-{arm}"
-        lr = getattr(self.recipe, f"{arm}_learning_rate") or self.train_args.learning_rate
+        lr = getattr(self.recipe, f"{arm}_learning_rate", None) or self.train_args.learning_rate  # a rule's own field
         args = copy.deepcopy(self.train_args)  # not dataclasses.replace: GRPOConfig's __post_init__ is not idempotent
-        args.output_dir, args.token_selection, args.learning_rate = str(arm_dir / "checkpoints"), RULE_OF_ARM[arm], lr
+        args.output_dir, args.token_selection, args.learning_rate = str(arm_dir / "checkpoints"), rule_named(arm).name, lr
         args.run_name, args.report_to = f"{self.name}-{arm}", []
         check_selection_config(args)
         path = resolve_model(self.model_args.model_name_or_path)
@@ -900,7 +910,7 @@ class Run:
         wall = (time.time() - t0) / 60
         gpus = self.state.num_processes if trainer.model.device.type == "cuda" else 0
         self.results["arms"][arm] = {
-            "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": RULE_OF_ARM[arm],
+            "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": rule_named(arm).name,
             "entropy_source": trainer.entropy_source_used, "rollout_digests": trainer.rollout_digests,
             "train_minutes": train_minutes,
             "train_compile_seconds": train_compile_s, "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall,

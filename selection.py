@@ -6,6 +6,11 @@ Baseline: Wang et al., "Beyond the 80/20 Rule" (ETS: train on the top 20% of tok
 Where the top 20% is chosen: `select_top_fraction` below. Everything here is a pure function of tensors, so the
 trainer (gmts_trainer.py) only decides *which* tensors to pass and over which scope.
 
+The rules themselves are registered here, one `Rule` each (`RULES`, `register_rule`): the trainer's name and the
+recipe's arm, the score, whether it reads omega, and how tables and figures name, color and compare it. Every other
+module reads them from here. torch is imported inside the functions, so the registry reads without it (check.py
+verifies results files with the standard library and numpy).
+
 Notation (shapes are (B, T): B answers/rows, T completion positions):
     entropy  E_t  entropy of the policy's next-token distribution at position t (at the sampling temperature)
     omega    w_t  the scalar in front of grad log pi(o_t) in the gradient of TRL's loss, for a kept token:
@@ -14,8 +19,9 @@ Notation (shapes are (B, T): B answers/rows, T completion positions):
              control (not in the paper): ETS over tokens with w_t != 0 first (ets_nonzero_omega_scores)
 
 Deviations from the paper, all deliberate:
-- Ties are broken by position (row-major order of the scored tensor, lower index first), so the kept count is
-  exactly ceil(ratio * n) on every batch. TRL's `get_high_entropy_mask` keeps `>= quantile`, which can keep more.
+- Ties are broken by the rule's `tie_break` (GMTS: higher entropy first), then by position (row-major order of the
+  scored tensor, lower index first), so the kept count is exactly ceil(ratio * n) on every batch. TRL's
+  `get_high_entropy_mask` keeps `>= quantile`, which can keep more.
 - `ratio` is read as the decimal the user wrote (0.2 == 1/5, exactly), not as its binary float, so
   ceil(0.2 * 15) is 3, not 4.
 """
@@ -23,11 +29,27 @@ Deviations from the paper, all deliberate:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
+    "Rule",
+    "RULES",
+    "PRIMARY",
+    "DEFAULT_RATIO",
+    "register_rule",
+    "unregister_rule",
+    "rule_named",
+    "rule_of_arm",
+    "arms",
+    "comparisons",
+    "control_arms",
+    "control_comparisons",
+    "overlap_partner",
     "ets_scores",
     "gmts_scores",
     "ets_nonzero_omega_scores",
@@ -44,11 +66,18 @@ __all__ = [
 
 def ets_scores(entropy: torch.Tensor) -> torch.Tensor:
     """ETS ranks tokens by their entropy alone ("Beyond the 80/20 rule")."""
+
     return entropy.float()
 
 
 def gmts_scores(entropy: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
-    """GMTS ranks tokens by |E x omega| (paper eq. 4): an estimate of the token's share of the gradient norm."""
+    """GMTS ranks tokens by |E x omega| (paper eq. 4): an estimate of the token's share of the gradient norm.
+
+    Equal scores are ordered by entropy (the GMTS rule's tie_break), then position. Without it a batch whose
+    advantages are all 0 (every score 0) kept the first 20% of tokens by position; now it keeps the highest-entropy
+    ones. Such a token has omega 0, so with beta 0 its gradient is 0 either way: the training numbers do not change,
+    only the selection metrics (which tokens count as kept) do."""
+
     return (entropy.float() * omega.float()).abs()
 
 
@@ -73,6 +102,8 @@ def ets_nonzero_omega_scores(entropy: torch.Tensor, omega: torch.Tensor) -> torc
     Returns:
         (B, T) float64 scores for select_top_fraction.
     """
+    import torch
+
     ent = entropy.float()
     if omega.shape != ent.shape:
         raise ValueError(f"entropy and omega must have one shape; got {tuple(ent.shape)} and {tuple(omega.shape)}")
@@ -122,6 +153,8 @@ def gmts_omega(
     Returns:
         (B, T) float32 omega (or (B, 1) when every input is per-answer). On-policy with beta 0 it equals the advantage.
     """
+    import torch
+
     a = advantages.float()
     if a.dim() == 1:
         a = a.unsqueeze(1)  # (B, 1)
@@ -188,23 +221,28 @@ def select_top_fraction(
     mask: torch.Tensor,
     fraction: float,
     group_size: int | None = None,
+    tie_break: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Keep exactly ceil(fraction x valid tokens) highest-scoring valid positions.
 
     The threshold is taken over the whole tensor (all rows at once: the paper's batch-wide top 20%), or, with
     `group_size`, within each block of `group_size` consecutive rows (one prompt's group of rollouts, as in the
-    authors' per-group code). Padding (mask == 0) is never kept. Ties go to the lower row-major index. Exact for any
-    size: it sorts instead of calling torch.quantile (which refuses more than 16M elements).
+    authors' per-group code). Padding (mask == 0) is never kept. Equal scores go to the higher `tie_break` value when
+    one is given, then to the lower row-major index. Exact for any size: it sorts instead of calling torch.quantile
+    (which refuses more than 16M elements).
 
     Args:
         scores: (B, T) float scores; higher is kept first. NaN at a valid position is an error.
         mask: (B, T) bool/int, 1 on valid completion tokens.
         fraction: the ratio of kept tokens, in (0, 1].
         group_size: None for one threshold over the tensor; else rows per group (B must be a multiple).
+        tie_break: None, or (B, T) values that order equal scores (higher first), e.g. entropy for GMTS.
 
     Returns:
         (B, T) bool mask of kept positions.
     """
+    import torch
+
     f = _as_fraction(fraction)
     if scores.shape != mask.shape or scores.dim() != 2:
         raise ValueError(f"scores and mask must both be (B, T); got {tuple(scores.shape)} and {tuple(mask.shape)}")
@@ -225,8 +263,18 @@ def select_top_fraction(
             raise ValueError("select_top_fraction: NaN score at a valid position (entropy or advantage is NaN)")
     else:  # no host sync in the training step: the check fails the next synchronizing call instead
         torch._assert_async(~nan_at_valid, "select_top_fraction: NaN score at a valid position")
-    # Rank by (valid first, score descending, index ascending): two stable sorts, the primary key last.
-    by_score = torch.sort(seg_scores, dim=1, descending=True, stable=True).indices  # (S, L)
+    # Rank by (valid first, score descending, tie_break descending, index ascending): stable sorts, the primary key
+    # last.
+    if tie_break is None:
+        by_score = torch.sort(seg_scores, dim=1, descending=True, stable=True).indices  # (S, L)
+    else:
+        if tie_break.shape != scores.shape:
+            raise ValueError(f"tie_break must have the scores' shape {tuple(scores.shape)}, got "
+                             f"{tuple(tie_break.shape)}")
+        seg_tie = tie_break.double().reshape(segments, -1).nan_to_num(nan=-math.inf)
+        by_tie = torch.sort(seg_tie, dim=1, descending=True, stable=True).indices
+        by_score = torch.gather(by_tie, 1, torch.sort(torch.gather(seg_scores, 1, by_tie), dim=1, descending=True,
+                                                      stable=True).indices)  # (S, L)
     valid_in_score_order = torch.gather(seg_valid, 1, by_score)
     order = torch.gather(by_score, 1, torch.sort(valid_in_score_order.to(torch.uint8), dim=1, descending=True,
                                                  stable=True).indices)  # (S, L) flat positions, best first
@@ -249,6 +297,8 @@ def top_answers(advantages: torch.Tensor, group_index: torch.Tensor) -> torch.Te
     generation batch, with their global ids): they are renumbered 0..G-1 here, so no bound on them is needed and
     nothing waits for the device.
     """
+    import torch
+
     abs_adv = advantages.float().reshape(-1).abs()  # (B,)
     gid = group_index.reshape(-1).long()
     n = gid.numel()
@@ -269,6 +319,8 @@ def top_answer_weight_share(
     """Share of the update's weight, sum over kept tokens of |omega|, that comes from the largest-|advantage| answer of
     each group: how much each step depends on a few sequences (1 when only they train, ~1/group size when spread).
     0-dim tensor; 0 when nothing kept carries weight. `omega` is (B, T) or (B, 1)."""
+    import torch
+
     weight = omega.float().abs() * kept.float()  # (B, T)
     total = weight.sum()
     top = top_answers(advantages, group_index).float().unsqueeze(1)  # (B, 1)
@@ -278,6 +330,8 @@ def top_answer_weight_share(
 def update_cosine(previous: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
     """Cosine between two flat gradient vectors (0-dim tensor; 0 when either is zero): near 1, successive updates
     point the same way; near 0, each step's direction is mostly its own batch's noise."""
+    import torch
+
     a, b = previous.float(), current.float()
     norms = a.norm() * b.norm()
     return torch.where(norms > 0, (a @ b) / norms.clamp(min=torch.finfo(torch.float32).tiny), 0.0)
@@ -310,6 +364,8 @@ def selection_stats(
         entropy_kept_mean, entropy_all_mean: mean entropy of kept and of all valid tokens.
         top_answer_weight_share (with `omega`): see `top_answer_weight_share`.
     """
+    import torch
+
     kept_f, valid_f = kept.float(), mask.float()
     n_kept = kept_f.sum()
     denom = n_kept.clamp(min=1)
@@ -328,3 +384,146 @@ def selection_stats(
     if omega is not None:
         out["top_answer_weight_share"] = top_answer_weight_share(kept, omega, advantages, group_index)
     return out
+
+
+# ---------------------------------------------------------------------------- the rules
+DEFAULT_RATIO = 0.2  # GMTSConfig.selection_ratio's default, the papers' 20%: what a label says when no ratio is known
+Score = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]  # (entropy, omega) -> (B, T) scores
+
+
+def _entropy_score(entropy: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
+    return ets_scores(entropy)
+
+
+def _entropy_tie_break(entropy: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
+    return entropy
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One token-selection rule: everything the trainer, the recipe, the results files, the figures and the tables
+    need to know about it, so that adding a rule is one `register_rule` call.
+
+    Attributes:
+        name: the trainer's spelling (GMTSConfig.token_selection).
+        arm: the recipe's spelling (--arm, and the key of the arm in a results file).
+        short: the name tables and figures print ("GMTS").
+        ranks_by: what the label says the rule ranks by ("|entropy x omega|"); None for a rule without a score.
+        score: (entropy, omega) -> (B, T) scores, higher kept first (select_top_fraction); None keeps every valid
+            token (plain GRPO).
+        needs_omega: whether the score reads omega. Omega carries no 1/length factor, so such rules need a loss whose
+            gradient coefficient omega is (a token-level clipped surrogate).
+        color: the rule's one color in every figure (a matplotlib color).
+        compared_with: the arms this one is compared with, as "this - other" (results files, sweeps, tables).
+        tie_break: (entropy, omega) -> values that order equal scores (higher first, then the lower position).
+        control: a control arm: trained only when named (not by --arm all), a table column only where it ran.
+    """
+
+    name: str
+    arm: str
+    short: str
+    ranks_by: str | None
+    score: Score | None
+    needs_omega: bool
+    color: str
+    compared_with: tuple[str, ...] = ()
+    tie_break: Score | None = None
+    control: bool = False
+
+    def label(self, ratio: float = DEFAULT_RATIO) -> str:
+        """'GMTS (top-20% by |entropy x omega|)', built from the ratio of kept tokens."""
+        if self.score is None:
+            return f"{self.short} (all tokens)"
+        return f"{self.short} (top-{100 * float(ratio):g}% by {self.ranks_by})"
+
+    def select(self, entropy: torch.Tensor, omega: torch.Tensor, mask: torch.Tensor, ratio: float,
+               group_size: int | None = None) -> torch.Tensor:
+        """(B, T) bool mask of the kept tokens: every valid one without a score, else the top `ratio` by the score
+        (select_top_fraction), equal scores ordered by `tie_break`, then position."""
+        if self.score is None:
+            return mask.bool()
+        tie = None if self.tie_break is None else self.tie_break(entropy, omega)
+        return select_top_fraction(self.score(entropy, omega), mask, ratio, group_size, tie_break=tie)
+
+
+RULES: dict[str, Rule] = {}  # name -> rule, in registration order (the order of tables and figures)
+# The paper's test, first among the comparisons everywhere: GMTS - ETS.
+PRIMARY = ("gmts", "ets")
+_pairs: list[tuple[str, str]] = []  # the comparisons, in the order their second arm was registered
+
+
+def register_rule(rule: Rule) -> Rule:
+    """Add a rule: its name becomes a token_selection, its arm an --arm of the recipe and an arm of results files.
+    A name or arm already taken by another rule is refused (the same rule again is a no-op)."""
+    for other in RULES.values():
+        if other == rule:
+            return rule
+        clash = {rule.name, rule.arm} & {other.name, other.arm}
+        if clash:
+            raise ValueError(f"rule {rule.name!r} (arm {rule.arm!r}): {sorted(clash)[0]!r} is taken by rule "
+                             f"{other.name!r}")
+    RULES[rule.name] = rule
+    arms_now = {r.arm for r in RULES.values()}
+    for r in RULES.values():  # pairs waiting for this arm, and this rule's own
+        for b in r.compared_with:
+            if (r is rule and b in arms_now) or (r is not rule and b == rule.arm):
+                _pairs.append((r.arm, b))
+    return rule
+
+
+def unregister_rule(name: str) -> None:
+    """Remove a rule and its comparisons (for tests that register one)."""
+    rule = RULES.pop(name)
+    _pairs[:] = [p for p in _pairs if rule.arm not in p]
+
+
+def rule_named(name: str) -> Rule:
+    """The rule of a token_selection or an arm name; KeyError naming the known ones otherwise."""
+    for rule in RULES.values():
+        if name in (rule.name, rule.arm):
+            return rule
+    raise KeyError(f"unknown rule {name!r}: use one of {', '.join(RULES)} (or the arms {', '.join(arms())})")
+
+
+def arms() -> tuple[str, ...]:
+    """Every rule's arm, in registration order."""
+    return tuple(r.arm for r in RULES.values())
+
+
+def rule_of_arm(arm: str) -> Rule:
+    return next(r for r in RULES.values() if r.arm == arm)
+
+
+def overlap_partner(rule: Rule) -> Rule | None:
+    """The other ranking a rule's `selection/overlap` is measured against: the first scored arm it is compared with,
+    else the first scored arm compared with it (ETS: GMTS); None for a rule without a score."""
+    if rule.score is None:
+        return None
+    mine = [b for a, b in comparisons() if a == rule.arm] + [a for a, b in comparisons() if b == rule.arm]
+    ordered = [b for b in rule.compared_with if b in mine] + [a for a in mine if a not in rule.compared_with]
+    return next((rule_of_arm(a) for a in ordered if rule_of_arm(a).score is not None), None)
+
+
+def comparisons() -> tuple[tuple[str, str], ...]:
+    """(a, b) pairs, delta = a - b, from every rule's `compared_with`: the primary test first, then in the order the
+    later of the two arms was registered."""
+    return tuple(sorted(_pairs, key=lambda p: p != PRIMARY))
+
+
+def control_arms() -> tuple[str, ...]:
+    return tuple(r.arm for r in RULES.values() if r.control)
+
+
+def control_comparisons() -> tuple[tuple[str, str], ...]:
+    """The comparisons that involve a control arm."""
+    control = set(control_arms())
+    return tuple(p for p in comparisons() if control & set(p))
+
+
+register_rule(Rule("all", "grpo", "GRPO", None, None, needs_omega=False, color="tab:green"))
+register_rule(Rule("entropy", "ets", "ETS", "entropy", _entropy_score, needs_omega=False, color="tab:blue",
+                   compared_with=("grpo",)))
+register_rule(Rule("gmts", "gmts", "GMTS", "|entropy x omega|", gmts_scores, needs_omega=True, color="tab:orange",
+                   compared_with=("ets", "grpo", "ets_nz"), tie_break=_entropy_tie_break))
+register_rule(Rule("entropy_nonzero_omega", "ets_nz", "ETS-nz", "entropy, omega != 0 first", ets_nonzero_omega_scores,
+                   needs_omega=True, color="tab:purple", compared_with=("ets",), control=True))

@@ -71,18 +71,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gmts_recipe.records import ARMS as ARM_ORDER  # the arms and compared pairs of a results file are the sweep's
-from gmts_recipe.records import COMPARISONS  # (a, b): a - b, pooled wherever a cell holds both
+from selection import RULES, arms, comparisons, control_arms  # the arms and compared pairs are the results files'
 # a cell's file, verified (load), read as written today (current_record) and written as check.py does
 from gmts_recipe.records import (ResultsError, _close, _first_difference, current_record, digest, load,
                                  read_yaml_mapping, seal, task_scores, write_json)
 from gmts_recipe.worker import WarmWorker  # --warm_workers: one process runs a worker's cells
 
 SCHEMA = 1
-# The control arm (ETS with omega == 0 tokens ranked last) gets a column in the tables only where a cell has it.
-CONTROL_ARMS = ("ets_nz",)
-ARM_COLUMNS = {"grpo": "GRPO (all tokens)", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz (omega != 0 first)"}
-ARM_COLORS = {"grpo": "tab:gray", "ets": "tab:blue", "gmts": "tab:red", "ets_nz": "tab:purple"}
+# The rules' arms, in table order, and the pairs compared ((a, b): a - b, pooled wherever a cell holds both). A control
+# arm (ETS with omega == 0 tokens ranked last) gets a column in the tables only where a cell has it.
+ARM_ORDER, COMPARISONS, CONTROL_ARMS = arms(), comparisons(), control_arms()
+ARM_COLUMNS = {r.arm: r.label() for r in RULES.values()}
+ARM_COLORS = {r.arm: r.color for r in RULES.values()}
 # The gains over ETS the GMTS paper reports (pass@1, as fractions): the effects a grid must be able to detect.
 CLAIMED = {"gmts - ets": (0.013, 0.034)}
 POWER, MAX_SEEDS = 0.8, 1000

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from gmts_recipe.records import json_file
+from selection import PRIMARY, RULES, arms, control_comparisons, rule_named
 
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
@@ -34,13 +35,25 @@ FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --sweep SWEEP --out 
 # each gets mechanism.json and .png
 MECHANISM_SWEEPS = ("results/qwen/sweep.json", "results/coupled/sweep.json", "results/confirm/sweep.json")
 
-NAMES = {"base": "base (untrained)", "grpo": "GRPO (all tokens)", "ets": "ETS (top-20% by entropy)",
-         "gmts": "GMTS (top-20% by \\|entropy x omega\\|)", "ets_nz": "ETS-nz (control: ETS, omega != 0 first)"}
-SHORT = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz"}
-# The comparisons the analysis plan names (the primary test, the control's two) and each arm against plain GRPO.
-HEADLINE_COMPARISONS = (("gmts", "ets"), ("gmts", "ets_nz"), ("ets_nz", "ets"), ("ets", "grpo"), ("gmts", "grpo"),
-                        ("ets_nz", "grpo"))
-CONTROL = {("gmts", "ets_nz"), ("ets_nz", "ets")}
+BASE_NAME = "base (untrained)"
+
+
+def _short(arm: str) -> str:
+    """'GMTS' for 'gmts' (selection.RULES); an arm no rule has, as written."""
+    return next((r.short for r in RULES.values() if r.arm == arm), arm)
+
+
+def _name(arm: str) -> str:
+    """The arm's label in a markdown table (a pipe escaped)."""
+    return rule_named(arm).label().replace("|", "\\|")
+
+
+def headline_comparisons() -> tuple[tuple[str, str], ...]:
+    """The comparisons the analysis plan names (the primary test, the control's), then each arm against plain GRPO
+    (the rule without a score)."""
+    plain = [r.arm for r in RULES.values() if r.score is None]
+    against = tuple((a, b) for b in plain for a in arms() if a not in plain)
+    return tuple(dict.fromkeys((PRIMARY, *control_comparisons(), *against)))
 
 
 def run(cmd: str) -> str:
@@ -75,7 +88,7 @@ def _bracket(low: float | None, high: float | None, unit: str = "") -> str:
 def _label(comparison: str) -> str:
     """'gmts - ets' as the tables name it: 'GMTS - ETS'."""
     a, b = comparison.split(" - ")
-    return f"{SHORT[a]} - {SHORT[b]}"
+    return f"{_short(a)} - {_short(b)}"
 
 
 def _decision_rule(primary: dict) -> str:
@@ -99,19 +112,19 @@ def headline(summary: dict, root: Path) -> str:
     rows = [["| | pass@1 (mean over seeds) or difference (points) | 95% interval, Student's t over seeds | seeds | "
              "what the analysis plan says |", "|---|---|---|---|---|"]]
     lo, hi = seed_t_interval(base_seeds) if base_seeds else (None, None)
-    rows.append([f"| {NAMES['base']} | {100 * base['base_mean']:.1f}% | {_bracket(lo, hi, '%')} | "
+    rows.append([f"| {BASE_NAME} | {100 * base['base_mean']:.1f}% | {_bracket(lo, hi, '%')} | "
                  f"{len(base_seeds) or '-'} sampling seeds of one model | - |"])
-    for arm in ("grpo", "ets", "gmts", "ets_nz"):
+    for arm in arms():
         if arm not in scores:
             continue
         seeds = sorted(scores[arm])
         values = [scores[arm][s] for s in seeds]
         lo, hi = seed_t_interval(values)  # (None, None) from one seed: "-"
-        rows.append([f"| {NAMES[arm]} | {100 * sum(values) / len(values):.1f}% | {_bracket(lo, hi, '%')} | "
+        rows.append([f"| {_name(arm)} | {100 * sum(values) / len(values):.1f}% | {_bracket(lo, hi, '%')} | "
                      f"{len(seeds)} ({_span(seeds)}) | - |"])
     primary = tuple(p["comparison"].split(" - "))
     secondary = {tuple(s["comparison"].split(" - ")): s for s in summary.get("secondary", [])}
-    for a, b in HEADLINE_COMPARISONS:
+    for a, b in headline_comparisons():
         seeds, deltas = seed_deltas(scores, a, b)
         if (a, b) in secondary:  # the plan's own seeds for it
             planned = secondary[(a, b)]
@@ -121,19 +134,19 @@ def headline(summary: dict, root: Path) -> str:
             continue
         lo, hi = seed_t_interval(deltas)
         if (a, b) in secondary:
-            name = f"{SHORT[a]} - {SHORT[b]} (secondary)"
+            name = f"{_short(a)} - {_short(b)} (secondary)"
             says = ("planned: its interval, no decision" if secondary[(a, b)]["status"] == "complete" else
                     f"planned, **interim** ({len(seeds)} of {len(secondary[(a, b)]['seeds'])} seeds): its interval, "
                     f"no decision")
         elif (a, b) == primary:
             done = "" if p["decision"] != "interim" else f" ({len(p['seeds_done'])} of {len(p['seeds'])} seeds)"
-            name, says = (f"**{SHORT[a]} - {SHORT[b]}** (primary test)",
+            name, says = (f"**{_short(a)} - {_short(b)}** (primary test)",
                           f"**{p['decision']}**{done}: {_decision_rule(p)}")
-        elif (a, b) in CONTROL:
-            name, says = (f"{SHORT[a]} - {SHORT[b]} (control)",
+        elif (a, b) in control_comparisons():
+            name, says = (f"{_short(a)} - {_short(b)} (control)",
                           f"read descriptively: {len(seeds)} seeds cannot test a gain of {_claimed_range()}")
         else:
-            name, says = f"{SHORT[a]} - {SHORT[b]}", "outside the plan: descriptive"
+            name, says = f"{_short(a)} - {_short(b)}", "outside the plan: descriptive"
         rows.append([f"| {name} | {_points(sum(deltas) / len(deltas))} | {_bracket(lo, hi)} | "
                      f"{len(seeds)} ({_span(seeds)}) | {says} |"])
     table = "\n".join(r[0] if len(r) == 1 else "\n".join(r) for r in rows)
@@ -237,7 +250,7 @@ def task_intervals(summary: dict, root: Path) -> str:
         if (cell["variant"], cell["learning_rate"]) == (p["variant"], p["learning_rate"]) and cell["seed"] in p["seeds_done"]:
             c = json.loads((root / cell["path"]).read_text())["summary"]["comparisons"][f"{a}_vs_{b}"]
             halves.append(100 * (c["high"] - c["low"]) / 2)
-    return (f"One cell's {SHORT[a]} - {SHORT[b]} interval over its {base_tasks(summary)} tasks is +-{min(halves):.1f} "
+    return (f"One cell's {_short(a)} - {_short(b)} interval over its {base_tasks(summary)} tasks is +-{min(halves):.1f} "
             f"to +-{max(halves):.1f} points (half its 95% paired bootstrap interval, {len(halves)} cells of the primary "
             f"test).\n")
 
@@ -266,7 +279,7 @@ def provenance(summary: dict, root: Path) -> str:
     p = summary["primary"]
     a, b = p["comparison"].split(" - ")
     arms = ["grpo", "ets", "gmts", "ets_nz"]
-    lines = ["| seed | " + " | ".join(f"{SHORT[x]} trained (process start)" for x in arms) + " | what the records show |",
+    lines = ["| seed | " + " | ".join(f"{_short(x)} trained (process start)" for x in arms) + " | what the records show |",
              "|---|" + "---|" * (len(arms) + 1)]
     apart, together = [], []
     for cell in summary["cells"]:
@@ -282,7 +295,7 @@ def provenance(summary: dict, root: Path) -> str:
             (procs[x][0] + (f" ({procs[x][1]})" if split and x in (a, b) else "")
              if x in procs else ("?" if x in results["arms"] else "-")) for x in arms)
             + f" | {'; '.join(notes) or '-'} |")
-    said = (f"{SHORT[a]} and {SHORT[b]} ran in processes started at different times for seeds "
+    said = (f"{_short(a)} and {_short(b)} ran in processes started at different times for seeds "
             f"{', '.join(map(str, apart)) or 'none'}; in two processes started together for seeds "
             f"{', '.join(map(str, together)) or 'none'}; in one process for the others (?: the log of the process that "
             f"made a merged arm is not in the repository).")
@@ -300,9 +313,9 @@ def _record_differences(results: dict, reference: str, others: list[str]) -> lis
             extra = sorted(set(first.get("generation_options", {})) - set(second.get("generation_options", {})))
             extra += sorted(f"eval.{k}" for k in set(first["eval"]) - set(second["eval"]))
             if extra:
-                notes.append(f"{SHORT[f]} records {', '.join(extra)}; {SHORT[s]} does not")
+                notes.append(f"{_short(f)} records {', '.join(extra)}; {_short(s)} does not")
     for m in results.get("merges", []):
-        notes.append(f"{', '.join(SHORT.get(x, x) for x in m.get('arms', []))} merged in from another machine")
+        notes.append(f"{', '.join(_short(x) for x in m.get('arms', []))} merged in from another machine")
     return notes
 
 

@@ -45,11 +45,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from gmts_recipe.records import json_file  # noqa: E402
+from selection import arms  # noqa: E402
 
 PATHS = {"trl": "(a) TRL's generation", "vllm": "(b) TRL + vLLM, colocate", "ours": "(c) this recipe's generation"}
 REFERENCE = "ours"  # the ratios are path / ours (of the same arm)
 ARM = "gmts"  # the default --arm, and the arm of every entry in files from before --arm
-ARM_ORDER = ("grpo", "ets", "gmts", "ets_nz")  # recipe.RULE_OF_ARM's arms, in the table's order
+ARM_ORDER = arms()  # the rules' arms (selection.RULES), in the table's order
 # What a path's entry keeps of trainer.state.log_history per step: this recipe's selection metrics and TRL's vLLM
 # importance-sampling ones (sampling/importance_sampling_ratio/{min,mean,max}, the weight over valid tokens, and
 # sampling/sampling_logp_difference/{mean,max}, |trainer - vLLM| log-prob), which TRL logs with use_vllm only.
@@ -181,8 +182,7 @@ class SelectionProbe:
     def inspect(self, output: dict, entropy, omega, mask, keep) -> dict:
         import torch
 
-        from selection import kept_count, select_top_fraction
-        from gmts_trainer import RULE_SCORES
+        from selection import RULES, kept_count
 
         t, args = self.trainer, self.trainer.args
         valid = mask
@@ -207,10 +207,9 @@ class SelectionProbe:
             omega_max_relative_error=float(((omega.float() - by_hand).abs()[valid].max() / scale) if n_valid else 0.0),
             omega_max_relative_error_without_weight=float(
                 ((omega.float() - without).abs()[valid].max() / scale) if n_valid else 0.0))
-        if rule != "all" and args.selection_scope == "batch":
-            score = RULE_SCORES[rule]
-            mine = select_top_fraction(score(entropy, by_hand), valid, ratio)
-            unweighted = select_top_fraction(score(entropy, without), valid, ratio)
+        if RULES[rule].score is not None and args.selection_scope == "batch":
+            mine = RULES[rule].select(entropy, by_hand, valid, ratio)
+            unweighted = RULES[rule].select(entropy, without, valid, ratio)
             row.update(kept_set_matches_recomputed=bool(torch.equal(mine, keep.bool() & valid)),
                        kept_tokens_changed_by_weight=int((mine != unweighted).sum()) // 2)
         return row
@@ -239,10 +238,9 @@ def selection_check(record: dict, path: str, arm: str) -> dict:
     """What a path's steps show about the selection, computed from its record (selection: the logged metrics,
     selection_probe: SelectionProbe's rows): each claim "ok", "failed: why" or "not verified: why"; ok is True when
     nothing failed. Old records without these keys: every claim not verified."""
-    import recipe
-    from selection import kept_count
+    from selection import RULES, kept_count
 
-    rule = recipe.RULE_OF_ARM.get(arm)
+    rule = next((r.name for r in RULES.values() if r.arm == arm), None)
     logged, probe = record.get("selection") or {}, record.get("selection_probe") or []
     ratio, scope = record.get("selection_ratio"), record.get("selection_scope")
     claims: dict[str, str] = {}

@@ -16,14 +16,12 @@ from trl import GRPOConfig
 from gmts_recipe.generation.attention import KERNELS
 from gmts_recipe.generation.decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, check_supported_config,
                                                 resolved_generation_config)
+from selection import RULES
 
-TOKEN_SELECTIONS = ("all", "entropy", "gmts", "entropy_nonzero_omega")
-# Rules that rank with omega: it must be TRL's gradient coefficient (a token-level clipped surrogate, no sequence mask).
-OMEGA_RULES = ("gmts", "entropy_nonzero_omega")
 SELECTION_SCOPES = ("batch", "microbatch", "group")
 SELECTION_NORMALIZERS = ("all_tokens", "kept_tokens")
 ENTROPY_SOURCES = ("auto", "scoring_pass")
-PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: undoes the selection
+PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: omega lacks that factor
 PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] (+ KL) is the gradient coefficient
 
 
@@ -33,10 +31,9 @@ class GMTSConfig(GRPOConfig):
 
     token_selection: str = field(
         default="gmts",
-        metadata={"help": "Which tokens train: 'all' (plain GRPO), 'entropy' (ETS: top entropy), 'gmts' "
-                          "(top |entropy x omega|) or 'entropy_nonzero_omega' (a control: ETS with every omega != 0 "
-                          "token ranked before every omega == 0 one, same kept count).",
-                  "choices": list(TOKEN_SELECTIONS)},
+        metadata={"help": "Which tokens train, a rule of selection.RULES: 'all' (plain GRPO), 'entropy' (ETS: top "
+                          "entropy), 'gmts' (top |entropy x omega|) or 'entropy_nonzero_omega' (a control: ETS with "
+                          "every omega != 0 token ranked before every omega == 0 one, same kept count)."},
     )
     selection_ratio: float = field(
         default=0.2, metadata={"help": "Ratio of kept tokens, in (0, 1]: exactly ceil(ratio x valid tokens) are kept."}
@@ -176,7 +173,7 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 def check_selection_config(args: GMTSConfig) -> None:
     """Refuse, with a reason, every configuration where selection would be silently wrong or meaningless."""
-    _choice("token_selection", args.token_selection, TOKEN_SELECTIONS)
+    _choice("token_selection", args.token_selection, tuple(RULES))
     _choice("selection_scope", args.selection_scope, SELECTION_SCOPES)
     _choice("selection_normalizer", args.selection_normalizer, SELECTION_NORMALIZERS)
     _choice("selection_entropy_source", args.selection_entropy_source, ENTROPY_SOURCES)
@@ -187,12 +184,21 @@ def check_selection_config(args: GMTSConfig) -> None:
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
         raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
     check_generation_config(args)
-    if args.token_selection == "all":
+    rule = RULES[args.token_selection]
+    if rule.score is None:  # plain GRPO: TRL's own entropy mask would quietly train on fewer tokens than "all"
+        if args.top_entropy_quantile < 1.0:
+            raise ValueError(f"token_selection={rule.name!r} trains on every token, but top_entropy_quantile="
+                             f"{args.top_entropy_quantile} makes TRL keep only its top entropy share: set "
+                             f"top_entropy_quantile=1.0 for plain GRPO, or token_selection='entropy' with "
+                             f"selection_ratio={args.top_entropy_quantile} for ETS with an exact kept count.")
         return
-    if args.loss_type in PER_SEQUENCE_LOSSES:
+    if rule.needs_omega and args.loss_type in PER_SEQUENCE_LOSSES:
+        # TRL 1.16 multiplies each token's loss by the mask and divides by all of the answer's valid tokens, so a
+        # rule without omega (ETS) is exact there: dropped tokens get zero gradient. Omega has no 1/length factor.
         raise ValueError(
-            f"loss_type={args.loss_type!r} divides each answer by its own length, which renormalizes the selection "
-            f"away (GMTS only moves tokens between answers). Use a token-level loss: 'dapo' (recommended) or 'bnpo'."
+            f"token_selection={rule.name!r} ranks by omega, which has no 1/length factor, but loss_type="
+            f"{args.loss_type!r} divides each answer by its own length, so omega is not its gradient coefficient. "
+            f"Use a token-level loss: 'dapo' (recommended) or 'bnpo'."
         )
     if args.importance_sampling_level != "token":
         raise ValueError(
@@ -200,13 +206,13 @@ def check_selection_config(args: GMTSConfig) -> None:
             f"every completion token's log-prob, so a dropped token still gets gradient through it (the mask only "
             f"rescales each answer's term by its kept count). Use importance_sampling_level='token'."
         )
-    if args.token_selection in OMEGA_RULES and args.loss_type not in PPO_CLIP_LOSSES:
+    if rule.needs_omega and args.loss_type not in PPO_CLIP_LOSSES:
         raise ValueError(
             f"token_selection={args.token_selection!r} needs a clipped-surrogate loss ({', '.join(PPO_CLIP_LOSSES)}), "
             f"where omega = A x ratio x clip indicator; loss_type={args.loss_type!r} has a different gradient "
             f"coefficient."
         )
-    if args.token_selection in OMEGA_RULES and args.off_policy_mask_threshold is not None:
+    if rule.needs_omega and args.off_policy_mask_threshold is not None:
         raise ValueError("off_policy_mask_threshold drops answers by the live policy's divergence from the sampler, "
                          "a factor of the gradient that omega does not model; unset it or use "
                          "token_selection='entropy'.")
@@ -219,8 +225,8 @@ def check_selection_config(args: GMTSConfig) -> None:
 
 def omega_is_modeled(args: GMTSConfig) -> bool:
     """Whether `GMTSTrainer._omega` is TRL's gradient coefficient under these settings (the loss is a token-level
-    clipped surrogate without the off-policy sequence mask). The rules that rank with omega (OMEGA_RULES) are refused
-    where it is not; the other arms log the omega-based metrics only where it is."""
+    clipped surrogate without the off-policy sequence mask). The rules that rank with omega (Rule.needs_omega) are
+    refused where it is not; the other arms log the omega-based metrics only where it is."""
     return (args.loss_type in PPO_CLIP_LOSSES and args.importance_sampling_level == "token"
             and args.off_policy_mask_threshold is None)
 

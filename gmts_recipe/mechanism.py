@@ -39,7 +39,6 @@ VARIABLES = (("ets", ZERO), ("ets", EFFECTIVE), ("gmts", EFFECTIVE), ("ets", TOP
 LABELS = {ZERO: "share of kept tokens in zero-advantage answers", EFFECTIVE: "effective answers per batch",
           TOP: "top answer's share of kept |omega|", GRAD: "gradient norm",
           AGREEMENT: "share of identical rollouts, ETS vs GMTS"}
-SHORT = {"ets": "ETS", "gmts": "GMTS", None: "both arms"}
 INTERVAL = ("Fisher z, 95%: Pearson's r with se 1/sqrt(n - 3) (scipy.stats.pearsonr), Spearman's rho with "
             "Bonett-Wright se sqrt((1 + rho^2/2)/(n - 3))")
 
@@ -55,7 +54,9 @@ def variable_name(arm: str | None, key: str) -> str:
 
 def variable_label(arm: str | None, key: str) -> str:
     """What a reader sees: 'ETS: share of kept tokens in zero-advantage answers'."""
-    return LABELS[key] if arm is None else f"{SHORT[arm]}: {LABELS[key]}"
+    from selection import rule_of_arm  # the arm's short name
+
+    return LABELS[key] if arm is None else f"{rule_of_arm(arm).short}: {LABELS[key]}"
 
 
 def step_mean(train_log: Sequence[dict], key: str) -> tuple[float | None, int]:

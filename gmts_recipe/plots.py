@@ -17,11 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-ARM_ORDER = ("grpo", "ets", "gmts", "ets_nz")
-ARM_NAMES = {"base": "base (untrained)", "grpo": "GRPO (all tokens)", "ets": "ETS (top-20% by entropy)",
-             "gmts": "GMTS (top-20% by |entropy x omega|)", "ets_nz": "ETS-nz (top-20% by entropy, omega != 0 first)"}
-SHORT_NAMES = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz"}
-COLORS = {"base": "0.45", "grpo": "tab:green", "ets": "tab:blue", "gmts": "tab:orange", "ets_nz": "tab:purple"}
+from selection import DEFAULT_RATIO, PRIMARY, RULES, arms, control_comparisons, rule_of_arm
+
+BASE_NAME, BASE_COLOR = "base (untrained)", "0.45"
 # Training curves beside the result (curves.png), then the method's internals (the second figure): (log key, panel
 # title, y label, fixed y range or None).
 CURVES = (
@@ -43,10 +41,30 @@ INTERNALS = (
 INTERNALS_SUFFIX = "-selection"  # curves.png -> curves-selection.png, beside it
 
 
+def _known(arm: str) -> bool:
+    return any(arm == r.arm for r in RULES.values())
+
+
+def color(arm: str) -> str:
+    """The arm's one color (selection.RULES), the same in every figure."""
+    return rule_of_arm(arm).color if _known(arm) else "0.3"
+
+
+def short_name(arm: str) -> str:
+    return rule_of_arm(arm).short if _known(arm) else arm
+
+
+def arm_name(arm: str, results: dict | None = None) -> str:
+    """The arm's label at the ratio of kept tokens the results file records (the config holds it only when set)."""
+    if not _known(arm):
+        return arm
+    return rule_of_arm(arm).label(((results or {}).get("config") or {}).get("selection_ratio", DEFAULT_RATIO))
+
+
 def arms_in(results: dict) -> list[str]:
     """The trained arms of a results file, in the table's order (unknown arms last, by name)."""
     present = results.get("arms", {})
-    return [a for a in ARM_ORDER if a in present] + sorted(a for a in present if a not in ARM_ORDER)
+    return [a for a in arms() if a in present] + sorted(a for a in present if a not in arms())
 
 
 def _series(entry: dict, key: str) -> tuple[list[float], list[float]]:
@@ -83,7 +101,7 @@ def _pass_at_1_panel(ax, results: dict) -> None:
         return
     base = summary["base"]
     seeds = base["pass@1"]
-    ax.bar(0, base["mean"], color=COLORS["base"], alpha=0.6, width=0.7)
+    ax.bar(0, base["mean"], color=BASE_COLOR, alpha=0.6, width=0.7)
     ax.plot([0] * len(seeds), seeds, "k.")
     ax.text(0, base["mean"] + 0.02, f"{100 * base['mean']:.1f}%", ha="center", va="bottom", fontsize=12,
             fontweight="bold")
@@ -92,12 +110,12 @@ def _pass_at_1_panel(ax, results: dict) -> None:
     for x, arm in enumerate((a for a in arms_in(results) if a in summary["arms"]), start=1):
         a, d = summary["arms"][arm], summary["arms"][arm]["vs_base"]
         lo, hi = reference + d["low"], reference + d["high"]
-        ax.bar(x, a["pass@1"], color=COLORS.get(arm, "tab:purple"), alpha=0.75, width=0.7)
+        ax.bar(x, a["pass@1"], color=color(arm), alpha=0.75, width=0.7)
         ax.errorbar(x, a["pass@1"], yerr=[[max(a["pass@1"] - lo, 0)], [max(hi - a["pass@1"], 0)]], fmt="none",
                     ecolor="k", capsize=5, lw=1.5)
         ax.text(x + 0.08, max(a["pass@1"], hi) + 0.02, f"{100 * a['pass@1']:.1f}%", ha="center", va="bottom",
                 fontsize=12, fontweight="bold")
-        labels.append(f"{SHORT_NAMES.get(arm, arm)}\n{100 * d['delta']:+.1f} pts\n[{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]\n"
+        labels.append(f"{short_name(arm)}\n{100 * d['delta']:+.1f} pts\n[{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]\n"
                       f"{a['verdict']}")
     ax.set_xticks(range(len(labels)), labels, fontsize=9)
     ax.set_xlim(-0.6, len(labels) - 0.4)
@@ -112,7 +130,7 @@ def _curve_panel(ax, results: dict, key: str, name: str, ylabel: str, ylim) -> N
     for arm in arms_in(results):
         steps, values = _series(results["arms"][arm], key)
         if steps:
-            ax.plot(steps, values, marker=".", ms=3, lw=1, color=COLORS.get(arm), label=ARM_NAMES.get(arm, arm))
+            ax.plot(steps, values, marker=".", ms=3, lw=1, color=color(arm), label=arm_name(arm, results))
             drawn += 1
     if ylim:  # the fixed range, padded so that a curve on its edge (GRPO's kept fraction 1) is not drawn on the frame
         pad = 0.02 * (ylim[1] - ylim[0])
@@ -129,7 +147,7 @@ def _legend_below(fig, results: dict) -> None:
 
     arms = arms_in(results)
     if arms:
-        handles = [Line2D([], [], color=COLORS.get(a), marker=".", label=ARM_NAMES.get(a, a)) for a in arms]
+        handles = [Line2D([], [], color=color(a), marker=".", label=arm_name(a, results)) for a in arms]
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=10, frameon=False)
 
 
@@ -204,7 +222,9 @@ def save_png(fig, path: str | Path, dpi: int = 64) -> Path:
 
 
 # ---------------------------------------------------------------------------- the sweep's headline figure
-HEADLINE_PAIRS = (("gmts", "ets"), ("ets_nz", "ets"), ("gmts", "ets_nz"))  # the primary test, then the control's
+def headline_pairs() -> tuple[tuple[str, str], ...]:
+    """The primary test, then the comparisons of the control arms (selection.comparisons)."""
+    return (PRIMARY, *(p for p in control_comparisons() if p != PRIMARY))
 
 
 def setting_scores(summary: dict) -> dict[str, dict[int, float]]:
@@ -251,9 +271,9 @@ def _reward_panel(ax, rewards: dict[str, dict[int, list[float]]], arms: list[str
         steps = min(len(r) for r in runs)
         matrix = np.asarray([r[:steps] for r in runs])
         x = np.arange(1, steps + 1)
-        ax.plot(x, matrix.mean(axis=0), color=COLORS[arm], lw=1.6, label=ARM_NAMES[arm])
+        ax.plot(x, matrix.mean(axis=0), color=color(arm), lw=1.6, label=arm_name(arm))
         band = [seed_t_interval(matrix[:, i]) for i in range(steps)]
-        ax.fill_between(x, [b[0] for b in band], [b[1] for b in band], color=COLORS[arm], alpha=0.12, lw=0)
+        ax.fill_between(x, [b[0] for b in band], [b[1] for b in band], color=color(arm), alpha=0.12, lw=0)
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
     ax.set_title(f"training reward, seeds {span}: mean, 95% t band", fontsize=11)
     ax.set_xlabel("training step")
@@ -282,23 +302,23 @@ def sweep_figure(summary: dict, root: Path):
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(18, 6), gridspec_kw={"width_ratios": [1.1, 1, 1]})
     fig.subplots_adjust(left=0.05, right=0.98, top=0.87, bottom=0.27, wspace=0.22)
     low, high = CLAIMED["gmts - ets"]
-    ax.fill_between([-0.4, 0.4], 100 * low, 100 * high, color="tab:orange", alpha=0.18, lw=0,
+    ax.fill_between([-0.4, 0.4], 100 * low, 100 * high, color=color(PRIMARY[0]), alpha=0.18, lw=0,
                     label=f"the paper's claimed gain of GMTS over ETS ({100 * low:+.1f} to {100 * high:+.1f})")
     ax.axhline(0, color="k", lw=0.8)
     names = []
-    for x, (a, b) in enumerate(HEADLINE_PAIRS):
+    for x, (a, b) in enumerate(headline_pairs()):
         seeds, deltas = seed_deltas(scores, a, b)
         if len(seeds) < 2:
             continue
         d = 100 * np.asarray(deltas)
         jitter = np.linspace(-0.18, 0.18, len(d))
-        ax.plot(x + jitter, d, "o", color=COLORS[a], alpha=0.8, ms=5, mec="none")
+        ax.plot(x + jitter, d, "o", color=color(a), alpha=0.8, ms=5, mec="none")
         t_low, t_high = seed_t_interval(deltas)
         ax.errorbar(x + 0.28, d.mean(), yerr=[[d.mean() - 100 * t_low], [100 * t_high - d.mean()]], fmt="D",
                     color="k", capsize=6, lw=2, ms=7)
         ax.text(x + 0.36, d.mean(), f"{d.mean():+.1f}\n[{100 * t_low:+.1f}, {100 * t_high:+.1f}]", va="center",
                 fontsize=9)
-        names.append((x, f"{SHORT_NAMES[a]} - {SHORT_NAMES[b]}\n{len(seeds)} seeds"
+        names.append((x, f"{short_name(a)} - {short_name(b)}\n{len(seeds)} seeds"
                          + ("\n(primary test)" if f"{a} - {b}" == p["comparison"] else "\n(control)")))
     ax.set_xticks([n[0] for n in names], [n[1] for n in names], fontsize=10)
     ax.set_xlim(-0.6, len(names) - 0.1)
@@ -309,9 +329,9 @@ def sweep_figure(summary: dict, root: Path):
     rewards = reward_by_step(summary, Path(root))
     pair = [a for a in p["comparison"].split(" - ")]
     pair_seeds = sorted(set.intersection(*(set(rewards.get(a, {})) for a in pair)))
-    every = [a for a in ARM_ORDER if a in rewards]
+    every = [a for a in arms() if a in rewards]
     common = sorted(set.intersection(*(set(rewards[a]) for a in every)))
-    _reward_panel(bx, rewards, sorted(pair, key=ARM_ORDER.index), pair_seeds)
+    _reward_panel(bx, rewards, sorted(pair, key=arms().index), pair_seeds)
     _reward_panel(cx, rewards, every, common)
     fig.suptitle(f"sweep '{summary['name']}' ({summary.get('config', '?')}), lr {p['learning_rate']:g} "
                  f"({p['variant']}): held-out pass@1 and training reward; primary test: {p['decision']}", fontsize=12)
@@ -342,8 +362,7 @@ def _association_panel(ax, analysis: dict, row: dict) -> None:
         ax.text(0.5, 0.5, row["note"] or "no values", ha="center", va="center", transform=ax.transAxes, fontsize=9)
         return
     x, y = np.asarray([p[0] for p in points]), np.asarray([p[1] for p in points])
-    color = COLORS.get(row["arm"], "0.3")
-    ax.plot(x, y, "o", color=color, ms=5, alpha=0.85, mec="none")
+    ax.plot(x, y, "o", color=color(row["arm"]), ms=5, alpha=0.85, mec="none")
     for xi, yi, seed in points:
         ax.annotate(str(seed), (xi, yi), xytext=(3, 2), textcoords="offset points", fontsize=6, color="0.35")
     if row["slope"] is not None:

@@ -2,10 +2,11 @@
 recipe.py, merged and pooled by sweep.py, checked by check.py. sweep.py and check.py both take it from here, so the
 imports run one way: check.py -> sweep.py -> gmts_recipe.records (check.py reads a sweep's summary through sweep.py).
 
-Nothing here imports torch or transformers: verifying a file needs only the standard library, numpy (stats.py) and,
-for grid files, PyYAML.
+Nothing here imports torch or transformers (selection.py, the rule registry, imports torch only inside its
+functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid files, PyYAML.
 
-- `ARMS`, `SHORT_NAMES`, `COMPARISONS`: the arms a file may hold and the pairs compared (sweep.py pools the same).
+- The arms a file may hold, their names and the pairs compared come from the rule registry (selection.RULES:
+  selection.arms(), selection.comparisons()); sweep.py pools the same.
 - `load`: read a file, check its digest, recompute every summary number from the per-task records; one-line
   `ResultsError` otherwise. `seal`: add the summary and the digest (the last step of writing a file).
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
@@ -28,16 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
+from selection import arms, comparisons, rule_of_arm
 
 SCHEMA = 1
-ARMS = ("grpo", "ets", "gmts", "ets_nz")  # ets_nz: the control (ETS, omega == 0 tokens ranked last), when it ran
-ARM_LABELS = {"grpo": "GRPO (all tokens)", "ets": "ETS (top-20% entropy)", "gmts": "GMTS (top-20% |entropy x omega|)",
-              "ets_nz": "ETS-nz (top-20% entropy, omega != 0 first)"}
-SHORT_NAMES = {"grpo": "GRPO", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz"}
-# (a, b): delta = a - b, for the pairs a file holds (sweep.py pools the same pairs over seeds). GMTS - ETS-nz: the
-# |advantage| weighting at one kept count without zero-omega slots; ETS-nz - ETS: what skipping the zero-omega slots
-# (a larger effective step) alone does.
-COMPARISONS = (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"), ("gmts", "ets_nz"), ("ets_nz", "ets"))
+# The arms (selection.arms()) and the pairs compared (selection.comparisons(): (a, b), delta = a - b, for the pairs a
+# file holds; sweep.py pools the same pairs over seeds). GMTS - ETS-nz: the |advantage| weighting at one kept count
+# without zero-omega slots; ETS-nz - ETS: what skipping the zero-omega slots (a larger effective step) alone does.
 
 
 # Fields that a run's config record (and so its hash) held before they counted as how an arm is executed, not what it
@@ -157,11 +154,12 @@ def summarize(results: dict) -> dict:
     floor = noise_floor(base_scores)
     summary: dict[str, Any] = {"base": {"pass@1": base_scores, "mean": statistics.fmean(base_scores),
                                         "noise_floor": floor, "seed": reference["seed"]}, "arms": {}}
-    unknown = set(results.get("arms", {})) - set(ARMS)
+    known = arms()
+    unknown = set(results.get("arms", {})) - set(known)
     if unknown:
-        raise ResultsError(f"unknown arm {sorted(unknown)[0]!r} (known: {', '.join(ARMS)})")
+        raise ResultsError(f"unknown arm {sorted(unknown)[0]!r} (known: {', '.join(known)})")
     arm_scores = {}
-    for arm in ARMS:
+    for arm in known:
         if arm not in results.get("arms", {}):
             continue
         entry = results["arms"][arm]
@@ -182,9 +180,9 @@ def summarize(results: dict) -> dict:
             "learning_rate": entry.get("learning_rate"),
         }
     summary["comparisons"] = {
-        f"{a}_vs_{b}": compare(arm_scores[a], arm_scores[b], floor, names=(SHORT_NAMES[a], SHORT_NAMES[b]),
+        f"{a}_vs_{b}": compare(arm_scores[a], arm_scores[b], floor, names=(rule_of_arm(a).short, rule_of_arm(b).short),
                                collapsed=tuple(summary["arms"][x]["verdict"] == "collapsed" for x in (a, b)))
-        for a, b in COMPARISONS if a in arm_scores and b in arm_scores}
+        for a, b in comparisons() if a in arm_scores and b in arm_scores}
     return summary
 
 

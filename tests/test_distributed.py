@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
+from selection import RULES, kept_count
 from tiny import free_port
 
 CASES = ["batch-gmts", "group-gmts", "microbatch-gmts", "batch-entropy_nonzero_omega"]  # as dist_selection.py runs them
-SCORES = {"gmts": gmts_scores, "entropy_nonzero_omega": ets_nonzero_omega_scores}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def test_union_of_process_masks_is_the_single_process_mask(records, case):
     parts = records[case]
     scope, rule = case.split("-")
     entropy, omega, mask, keep = (_concat(parts, k) for k in ("entropy", "omega", "mask", "keep"))
-    single = select_top_fraction(SCORES[rule](entropy, omega), mask, 0.2, group_size=parts[0]["group_size"])
+    single = RULES[rule].select(entropy, omega, mask, 0.2, group_size=parts[0]["group_size"])
     assert torch.equal(keep, single)
     assert parts[0]["kept_global"] == parts[1]["kept_global"] == int(keep.sum())
     if scope != "group":

@@ -41,9 +41,9 @@ def test_renders_with_one_two_three_arms(tmp_path, arms):
         if arm in results["summary"]["arms"]:  # an arm the statistics know: its pass@1 on its bar, gain and verdict
             a = results["summary"]["arms"][arm]
             assert f"{100 * a['pass@1']:.1f}%" in _texts(fig.axes[0])
-            assert f"{plots.SHORT_NAMES[arm]}\n{100 * a['vs_base']['delta']:+.1f} pts" in ticks and a["verdict"] in ticks
+            assert f"{plots.short_name(arm)}\n{100 * a['vs_base']['delta']:+.1f} pts" in ticks and a["verdict"] in ticks
         legend = fig.legends[0]  # one legend for the figure, outside every panel
-        assert any(plots.ARM_NAMES[arm] == t.get_text() for t in legend.get_texts())
+        assert any(plots.arm_name(arm, results) == t.get_text() for t in legend.get_texts())
     assert all(ax.get_ylabel() for ax in fig.axes)  # every panel says what its y axis is
 
 
@@ -109,8 +109,8 @@ def test_sweep_figure_from_the_committed_sweep(tmp_path):
     seeds, values = plots.seed_deltas(plots.setting_scores(summary), "gmts", "ets")
     dots = [line for line in deltas.get_lines() if len(line.get_ydata()) == len(seeds)]
     assert sorted(dots[0].get_ydata()) == pytest.approx(sorted(100 * v for v in values))
-    assert {t.get_text().split(",")[0] for t in pair.get_legend().get_texts()} == {plots.ARM_NAMES["ets"],
-                                                                                    plots.ARM_NAMES["gmts"]}
+    assert {t.get_text().split(",")[0] for t in pair.get_legend().get_texts()} == {plots.arm_name("ets"),
+                                                                                    plots.arm_name("gmts")}
     assert len(every.get_legend().get_texts()) == 4 and every.collections  # four arms, each with its band
     assert plots.main(["--sweep", str(sweep), "--out", str(tmp_path / "h.png")]) == 0
     assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

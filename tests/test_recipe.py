@@ -10,6 +10,7 @@ import pytest
 
 import check
 import recipe
+from selection import rule_named
 from tiny import free_port, write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +32,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     assert set(results["arms"]) == {"grpo", "ets", "gmts"} and len(results["base"]["evals"]) == 3
     assert results["data"]["train_kept"] + results["data"]["decontamination_dropped"] == 8
     assert {a: results["arms"][a]["token_selection"] for a in results["arms"]} == {
-        a: recipe.RULE_OF_ARM[a] for a in ("grpo", "ets", "gmts")}  # all: not the control ets_nz
+        a: rule_named(a).name for a in ("grpo", "ets", "gmts")}  # all: not the control ets_nz
     for arm in ("grpo", "ets", "gmts"):
         entry = results["arms"][arm]
         assert [row["step"] for row in entry["train_log"]] == [1, 2]
@@ -604,3 +605,37 @@ def test_gradient_checkpointing_is_recorded_with_each_arm_and_a_file_from_before
     assert results["config"] == today["config"] and results["config_hash"] == today["config_hash"]
     assert results["arms"]["ets"] == today["arms"]["ets"]  # kept, its option moved back into its own record
     assert results["arms"]["gmts"]["generation_options"]["gradient_checkpointing"] is False
+
+
+def test_a_rule_registered_here_runs_through_the_recipe_its_summary_plots_and_check(tiny_config, tmp_path, capsys):
+    """A new rule (|omega| alone) is one register_rule call: the recipe's --arm, the trainer, the results file's summary
+    and comparisons, the figure and check.py all read it from selection.RULES; no other file is edited."""
+    from gmts_recipe import plots
+    from selection import Rule, register_rule, unregister_rule
+
+    assert run("--arm", "omega_only", "--config", tiny_config, "--results_dir", tmp_path) == 2  # not a rule yet
+    assert "unknown arm 'omega_only'" in capsys.readouterr().err
+    register_rule(Rule("abs_omega", "omega_only", "|omega|", "|omega|", lambda entropy, omega: omega.abs(),
+                       needs_omega=True, color="tab:brown", compared_with=("gmts",)))
+    try:
+        assert recipe.trained_arms("all") == ["grpo", "ets", "gmts", "omega_only"]
+        assert run("--arm", "gmts,omega_only", "--config", tiny_config, "--results_dir", tmp_path) == 0
+        path = tmp_path / "tiny" / "results.json"
+        results = check.load(path)  # digest and the recomputed summary, with the new arm
+        entry = results["arms"]["omega_only"]
+        assert entry["token_selection"] == "abs_omega" and [r["step"] for r in entry["train_log"]] == [1, 2]
+        assert 0.2 <= entry["train_log"][0]["selection/kept_fraction"] < 0.3  # ceil(0.2 x valid tokens)
+        assert "selection/overlap" in entry["train_log"][0]  # against its first scored comparison, GMTS
+        assert set(results["summary"]["comparisons"]) == {"omega_only_vs_gmts"}
+        assert entry["train_log"][0]["reward"] == results["arms"]["gmts"]["train_log"][0]["reward"]  # same rollouts
+        capsys.readouterr()
+        assert check.main([str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "|omega| (top-20% by |omega|)" in out and "|omega| vs GMTS" in out
+        fig = plots.figure(results)
+        legend = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert legend == ["GMTS (top-20% by |entropy x omega|)", "|omega| (top-20% by |omega|)"]
+        assert [line.get_color() for line in fig.legends[0].get_lines()] == ["tab:orange", "tab:brown"]
+        assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
+    finally:
+        unregister_rule("abs_omega")

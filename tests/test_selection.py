@@ -458,3 +458,90 @@ def test_a_scope_too_long_for_an_exact_int64_count_is_refused(monkeypatch):
     assert int(select_top_fraction(torch.ones(1, 5), torch.ones(1, 5), 1 / 3).sum()) == 2
     with pytest.raises(ValueError, match="6 positions in one scope exceed 5"):
         select_top_fraction(torch.ones(1, 6), torch.ones(1, 6), 1 / 3)
+
+
+# ---------------------------------------------------------------- the rule registry and the GMTS tie-break
+from selection import (PRIMARY, RULES, Rule, arms, comparisons, control_comparisons,  # noqa: E402
+                       overlap_partner, register_rule, rule_named, unregister_rule)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entropy_omega_batches(), RATIOS, st.sampled_from([None, 1, 2, 4]))
+def test_gmts_orders_equal_scores_by_entropy_then_position_with_an_exact_count(batch, ratio, group_size):
+    entropy, omega, mask = batch
+    rows = entropy.size(0) - entropy.size(0) % (group_size or 1)
+    if rows == 0:
+        return
+    entropy, omega, mask = entropy[:rows], omega[:rows], mask[:rows]
+    keep = RULES["gmts"].select(entropy, omega, mask, ratio, group_size)
+    size = entropy.numel() if group_size is None else group_size * entropy.size(1)
+    score = gmts_scores(entropy, omega)
+    for seg in range(rows * entropy.size(1) // size):
+        sl = slice(seg * size, (seg + 1) * size)
+        k, m = keep.reshape(-1)[sl], mask.reshape(-1)[sl]
+        s, e = score.reshape(-1)[sl].tolist(), entropy.reshape(-1)[sl].float().tolist()
+        assert int(k.sum()) == kept_count(int(m.sum()), ratio) and not (k & ~m).any()
+        # the kept set is the first ones in (score descending, entropy descending, position ascending) order
+        order = sorted((i for i in range(len(s)) if m[i]), key=lambda i: (-s[i], -e[i], i))
+        assert sorted(order[: int(k.sum())]) == k.nonzero().flatten().tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(entropy_omega_batches(), RATIOS)
+def test_gmts_with_every_advantage_zero_keeps_the_highest_entropy_tokens_as_ets_does(batch, ratio):
+    """Every score ties at 0: GMTS then keeps what ETS keeps, not the first tokens by position. With beta 0 those
+    tokens have omega 0, so their gradient is 0 either way."""
+    entropy, _, mask = batch
+    zero = torch.zeros_like(entropy)
+    keep = RULES["gmts"].select(entropy, zero, mask, ratio)
+    assert torch.equal(keep, RULES["entropy"].select(entropy, zero, mask, ratio))
+    assert int(keep.sum()) == kept_count(int(mask.sum()), ratio)
+
+
+def test_all_zero_advantages_by_hand_keep_the_high_entropy_tokens_not_the_first():
+    entropy = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5], [0.9, 0.8, 0.7, 0.6, 0.05]])
+    keep = RULES["gmts"].select(entropy, torch.zeros_like(entropy), torch.ones_like(entropy, dtype=torch.bool), 0.2)
+    assert keep.nonzero().tolist() == [[1, 0], [1, 1]]  # ceil(0.2 x 10) = 2: entropies 0.9 and 0.8
+
+
+def test_tie_break_must_match_the_scores_shape():
+    with pytest.raises(ValueError, match="tie_break must have the scores' shape"):
+        select_top_fraction(torch.zeros(2, 3), torch.ones(2, 3), 0.5, tie_break=torch.zeros(3, 2))
+
+
+def test_the_registry_holds_both_spellings_and_derives_the_comparisons():
+    assert arms() == ("grpo", "ets", "gmts", "ets_nz") and tuple(RULES) == ("all", "entropy", "gmts",
+                                                                             "entropy_nonzero_omega")
+    assert rule_named("ets") is rule_named("entropy") and rule_named("ets_nz").name == "entropy_nonzero_omega"
+    with pytest.raises(KeyError, match="unknown rule 'etz'"):
+        rule_named("etz")
+    # the order committed results and sweeps were written in: the primary test first
+    assert comparisons() == (("gmts", "ets"), ("ets", "grpo"), ("gmts", "grpo"), ("gmts", "ets_nz"), ("ets_nz", "ets"))
+    assert comparisons()[0] == PRIMARY and control_comparisons() == (("gmts", "ets_nz"), ("ets_nz", "ets"))
+    assert {r.name: getattr(overlap_partner(r), "name", None) for r in RULES.values()} == {
+        "all": None, "entropy": "gmts", "gmts": "entropy", "entropy_nonzero_omega": "entropy"}
+    assert [r.needs_omega for r in RULES.values()] == [False, False, True, True]
+    assert len({r.color for r in RULES.values()}) == len(RULES), "two rules share a color"
+
+
+def test_labels_are_built_from_the_ratio_of_kept_tokens():
+    assert RULES["gmts"].label() == "GMTS (top-20% by |entropy x omega|)"
+    assert RULES["entropy"].label(0.125) == "ETS (top-12.5% by entropy)"
+    assert RULES["all"].label(0.5) == "GRPO (all tokens)"
+
+
+def test_a_registered_rule_joins_the_comparisons_and_leaves_with_them():
+    rule = Rule("abs_omega", "omega_only", "|omega|", "|omega|", lambda entropy, omega: omega.abs(), needs_omega=True,
+                color="tab:brown", compared_with=("ets", "gmts"))
+    register_rule(rule)
+    try:
+        assert register_rule(rule) is rule  # the same rule again: nothing changes
+        assert arms()[-1] == "omega_only" and comparisons()[-2:] == (("omega_only", "ets"), ("omega_only", "gmts"))
+        assert overlap_partner(rule) is RULES["entropy"]
+        keep = rule.select(torch.ones(1, 4), torch.tensor([[0.1, -3.0, 2.0, 0.0]]), torch.ones(1, 4), 0.5)
+        assert keep.tolist() == [[False, True, True, False]]
+        with pytest.raises(ValueError, match="'gmts' is taken by rule 'gmts'"):
+            register_rule(Rule("x", "gmts", "X", "x", None, needs_omega=False, color="k"))
+    finally:
+        unregister_rule("abs_omega")
+    assert "omega_only" not in arms() and all("omega_only" not in p for p in comparisons())

@@ -348,7 +348,7 @@ def test_the_control_arm_joins_existing_cells_and_leaves_their_summary_as_it_was
     assert old == before["pooled"]
     assert [c["arms"].get("ets") for c in after["cells"]] == [c["arms"].get("ets") for c in before["cells"]]
     table = sweep.render(after).splitlines()
-    assert "ETS-nz (omega != 0 first)" in table[0] and table[0].startswith(sweep.render(before).splitlines()[0])
+    assert "ETS-nz (top-20% by entropy, omega != 0 first)" in table[0] and table[0].startswith(sweep.render(before).splitlines()[0])
     assert sweep.ARM_COLUMNS.keys() == set(sweep.ARM_ORDER) == set(sweep.ARM_COLORS)
     path = sweep.write_summary(grid, with_block)
     assert sweep.verify(path)["digest"] == after["digest"]

@@ -45,11 +45,39 @@ def generation_batch(trainer, seed=0):
 
 # ---------------------------------------------------------------- refusals, at construction, with a reason
 @pytest.mark.parametrize("loss_type", ["grpo", "sapo", "luspo"])
-def test_per_sequence_loss_is_refused_with_selection_on(tmp_path, loss_type):
+@pytest.mark.parametrize("rule", ["gmts", "entropy_nonzero_omega"])
+def test_per_sequence_loss_is_refused_for_the_rules_that_rank_with_omega_naming_the_rule(tmp_path, loss_type, rule):
     extra = {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
-    with pytest.raises(ValueError, match="renormalizes the selection away"):
-        make_config(tmp_path, loss_type=loss_type, **extra)
+    with pytest.raises(ValueError, match=f"token_selection='{rule}' ranks by omega, which has no 1/length factor"):
+        make_config(tmp_path, loss_type=loss_type, token_selection=rule, **extra)
     make_config(tmp_path, loss_type=loss_type, token_selection="all", **extra)  # plain GRPO is fine
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "sapo"])
+def test_ets_with_a_per_answer_loss_gives_dropped_tokens_exactly_zero_gradient(tmp_path, loss_type):
+    """TRL 1.16 multiplies each token's loss by the selection mask and divides by all of the answer's valid tokens:
+    the per-answer normalizer does not undo ETS, whose score has no omega. (luspo needs sequence-level importance
+    sampling, refused for every scored rule.)"""
+    trainer = make_trainer(tmp_path, token_selection="entropy", loss_type=loss_type, selection_scope="microbatch",
+                           gradient_accumulation_steps=1, per_device_train_batch_size=16)
+    batch = prepared_batch(len(trainer.processing_class), groups=4, group_size=4)
+    valid = batch["completion_mask"].bool()
+    coefficient, _, masks, _ = loss_coefficients(trainer, batch, 1.0)
+    keep = masks[0]
+    assert int(keep.sum()) == kept_count(int(valid.sum()), 0.2) and (valid & ~keep).any()
+    assert (coefficient[valid & ~keep] == 0).all(), "a dropped token received gradient"
+    moving = keep & (batch["advantages"].unsqueeze(1) != 0)
+    assert moving.any() and (coefficient[moving] != 0).all(), "a kept token with an advantage received none"
+
+
+def test_plain_grpo_with_trls_own_entropy_quantile_is_refused_with_the_way_out(tmp_path):
+    """token_selection='all' keeps every valid token; TRL's top_entropy_quantile would silently keep fewer (18 of 87
+    on one batch), so the pair is refused, naming both ways to say what was meant."""
+    with pytest.raises(ValueError, match=r"token_selection='all' trains on every token, but top_entropy_quantile=0.2 "
+                                         r".*top_entropy_quantile=1.0 .*token_selection='entropy' with "
+                                         r"selection_ratio=0.2"):
+        make_config(tmp_path, token_selection="all", top_entropy_quantile=0.2)
+    make_config(tmp_path, token_selection="all", top_entropy_quantile=1.0)
 
 
 @pytest.mark.parametrize("rule", ["entropy", "gmts"])
@@ -62,6 +90,7 @@ def test_sequence_level_importance_sampling_is_refused_with_selection_on(tmp_pat
 
 @pytest.mark.parametrize("field,value,match", [
     ("token_selection", "entropyy", "token_selection='entropyy' is not one of all, entropy, gmts, entropy_nonzero_omega"),
+    ("token_selection", "ets", "token_selection='ets' is not one of"),  # the arm's name is the recipe's, not a rule
     ("selection_scope", "global", "selection_scope='global' is not one of batch, microbatch, group"),
     ("generation_decode_kernel", "flash", "generation_decode_kernel='flash' is not one of sdpa, matmul"),
     ("selection_ratio", 0.0, r"selection_ratio=0.0 must be in \(0, 1\]"),
@@ -119,8 +148,8 @@ def test_gmts_mask_is_the_top_of_entropy_times_advantage(tmp_path):
     out = generation_batch(trainer)
     assert trainer.entropy_source_used == "extra_scoring_pass"
     _, ent = trainer.scoring_pass(out)
-    scores = gmts_scores(ent, out["advantages"].unsqueeze(1).expand_as(ent))
-    assert torch.equal(out["selection_mask"], select_top_fraction(scores, out["completion_mask"], 0.2))
+    scores = gmts_scores(ent, out["advantages"].unsqueeze(1).expand_as(ent))  # equal scores: higher entropy first
+    assert torch.equal(out["selection_mask"], select_top_fraction(scores, out["completion_mask"], 0.2, tie_break=ent))
 
 
 def test_generation_entropy_equals_training_forward_entropy(tmp_path):
@@ -129,7 +158,7 @@ def test_generation_entropy_equals_training_forward_entropy(tmp_path):
     _, ent = trainer.scoring_pass(out)
     gen_scores = out["selection_mask"]
     ref = select_top_fraction(gmts_scores(ent, out["advantages"].unsqueeze(1).expand_as(ent)),
-                              out["completion_mask"], 0.2)
+                              out["completion_mask"], 0.2, tie_break=ent)
     assert torch.equal(gen_scores, ref), "generation-time entropy ranked tokens differently from the training forward"
 
 
@@ -213,7 +242,7 @@ def test_microbatch_scope_ranks_each_microbatch_by_the_live_omega(tmp_path):
         clipped = ((r > 1.2) & (a > 0)) | ((r < 0.8) & (a < 0))
         omega = torch.where(clipped, torch.zeros_like(r), a * r)
         clipped_somewhere |= bool((clipped & m).any())
-        expected = select_top_fraction((entropy * omega).abs(), m, 0.2)
+        expected = select_top_fraction((entropy * omega).abs(), m, 0.2, tie_break=entropy)
         assert torch.equal(keep, expected)
         assert int(keep.sum()) == kept_count(int(m.sum()), 0.2) and not (keep & ~m).any()
     assert any(not torch.allclose(c[4], c[5]) for c in calls), "no microbatch was off-policy"

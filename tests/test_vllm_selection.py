@@ -108,12 +108,12 @@ def test_batch_scope_ranks_by_entropy_times_the_vllm_weighted_omega(tmp_path, mo
     _, entropy = trainer.scoring_pass(out)
     omega = (out["advantages"].unsqueeze(1) * w).expand_as(entropy)
     keep = out["selection_mask"]
-    assert torch.equal(keep, select_top_fraction(gmts_scores(entropy, omega), valid, 0.2))
+    assert torch.equal(keep, select_top_fraction(gmts_scores(entropy, omega), valid, 0.2, tie_break=entropy))
     assert int(keep.sum()) == kept_count(int(valid.sum()), 0.2)
     assert not (keep & (omega == 0)).any() or not (valid & ~keep & (omega != 0)).any(), \
         "a token that moves nothing was kept while one that moves something was dropped"
     assert not torch.equal(keep, select_top_fraction(gmts_scores(entropy, out["advantages"].unsqueeze(1)
-                                                                  .expand_as(entropy)), valid, 0.2)), \
+                                                                  .expand_as(entropy)), valid, 0.2, tie_break=entropy)), \
         "the weight changed no kept token: the test cannot tell whether selection uses it"
 
 
