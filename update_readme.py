@@ -212,7 +212,7 @@ def _claimed_range() -> str:
 
 def _base_seeds(summary: dict, root: Path) -> list[float]:
     """The untrained model's pass@1 per sampling seed, read from the first cell's results file (sweep.json keeps only
-    their mean; every cell shares them: sweep.summarize refuses cells that disagree)."""
+    their mean; every cell shares them: gmts_recipe.sweep.summary.summarize refuses cells that disagree)."""
     cell = summary["cells"][0]
     results = json.loads((root / cell["path"]).read_text())
     return [e["pass@1"] for e in results["base"]["evals"]]
