@@ -105,4 +105,3 @@ def check_together(cells: list[Recorded], where: str = "") -> None:
             if other[0] != c.cell:
                 raise SweepError(f"{where}{c.cell.name}: arm {arm} holds the same evaluation records and training "
                                  f"log as arm {other[1]} of {other[0].name} (a copied results file)")
-

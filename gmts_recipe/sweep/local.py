@@ -257,4 +257,3 @@ def parse_gpus(text: str | None, visible: int | None = None) -> list[str]:
                              + (f"{visible} GPU(s): 0-{visible - 1})" if visible else
                                 "no GPU: leave out --gpus for one worker on this machine)"))
     return ids
-

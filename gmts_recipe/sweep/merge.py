@@ -213,4 +213,3 @@ def copy_atomic(source: Path, target: Path) -> None:
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.copy2(source, tmp)
     os.replace(tmp, target)
-

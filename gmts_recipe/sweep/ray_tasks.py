@@ -19,7 +19,6 @@ from gmts_recipe.sweep.grid import Cell, Grid, SweepError, by_cell, cell_command
 from gmts_recipe.sweep.merge import merge
 from gmts_recipe.sweep.schedule import refusal, seconds_per_arm, time_left, write_timing
 
-
 # The clone this package sits in: what each Ray node runs recipe.py from.
 TREE = Path(__file__).resolve().parents[2]
 RAY_EXTRA = 'pip install -e ".[ray]"'

@@ -10,11 +10,11 @@ from gmts_recipe.stats import signed
 from gmts_recipe.sweep.grid import Grid
 from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, summarize
 
-
 # The control arm (ETS with omega == 0 tokens ranked last) gets a column in the tables only where a cell has it.
 CONTROL_ARMS = ("ets_nz",)
 ARM_COLUMNS = {"grpo": "GRPO (all tokens)", "ets": "ETS", "gmts": "GMTS", "ets_nz": "ETS-nz (omega != 0 first)"}
 ARM_COLORS = {"grpo": "tab:gray", "ets": "tab:blue", "gmts": "tab:red", "ets_nz": "tab:purple"}
+
 
 def _seed_span(seeds: list[int]) -> str:
     """200-299 for consecutive seeds, else the list."""
@@ -222,4 +222,3 @@ def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
                          + ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])
-

@@ -46,8 +46,6 @@ def write_timing(log_dir: Path, cell: Cell, arms: tuple[str, ...], gpu: str | No
         out.write(line + "\n")
 
 
-
-
 def time_left(arm_s: float, running: list[tuple[float, int]], queued: list[int], slots: int) -> float:
     """Seconds until the last cell process ends, if each takes `arm_s` per arm (the finished processes' seconds over
     their arms: a grid's cells may run 4 arms, then 2): the running ones ((seconds run, arms)) end when they reach
@@ -121,4 +119,3 @@ def recorded_pace(log_dir: Path, warm: bool = False, steady: bool = True) -> tup
             seconds += t["end"] - t["start"]
             arms += len(t["arms"])
     return (seconds / arms, arms) if arms else None
-

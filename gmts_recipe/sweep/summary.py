@@ -13,7 +13,6 @@ from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seeds_fo
 from gmts_recipe.sweep.cells import check_together, recorded
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
 
-
 SCHEMA = 1
 
 # The gains over ETS the GMTS paper reports (pass@1, as fractions): the effects a grid must be able to detect.
@@ -208,4 +207,3 @@ def verify(path: str | Path) -> dict:
     if not _close(recomputed, summary):
         raise SweepError(f"{p}: {_first_difference(recomputed, summary, 'sweep')}")
     return summary
-
