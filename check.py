@@ -50,6 +50,9 @@ from selection import DEFAULT_RATIO, RULES, rule_named  # the arms' names and la
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
                                  write_samples)  # what each evaluation scored
+from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
+from gmts_recipe.sweep.grid import SweepError
+from gmts_recipe.sweep.report import render as render_sweep
 
 
 def _pct(x: float | None) -> str:
@@ -152,19 +155,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     if _is_sweep(args.results):
-        import sweep
-
         try:
-            summary = sweep.verify(args.results)
+            summary = sweep_summary.verify(args.results)
             report = _sweep_samples(Path(args.results), summary) if args.show is None else None
-        except (ResultsError, sweep.SweepError) as e:
+        except (ResultsError, SweepError) as e:
             print(f"check.py: {e}", file=sys.stderr)
             return 2
         if args.show is not None:
             print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
                   f"results.json)", file=sys.stderr)
             return 2
-        print(sweep.render(summary, markdown=args.markdown))
+        print(render_sweep(summary, markdown=args.markdown))
         print(samples_line(report), file=sys.stderr if args.markdown else sys.stdout)
         return 0
     try:
@@ -188,7 +189,7 @@ def _sweep_samples(path: Path, summary: dict) -> dict:
     done: dict = {}
     # a grid of 100 cells takes about a minute: a bar on a terminal (tqdm leaves pipes and logs alone)
     for cell in tqdm(summary["cells"], desc="re-scoring samples", unit="cell", leave=False, disable=None):
-        # verified by sweep.verify (check.load): read again, the same bytes by digest
+        # verified by gmts_recipe.sweep.summary.verify (check.load): read again, the same bytes by digest
         results_path = path.parent / cell["path"]
         results = json.loads(results_path.read_text(encoding="utf-8"))
         if digest(results) != cell["digest"]:

@@ -47,16 +47,31 @@ import datetime
 import difflib
 import enum
 import gc
+import hashlib
+import importlib.metadata
 import json
+import logging
 import shutil
+import socket
 import os
 import platform
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
+from check import ResultsError, render, seal, write_json
+from check import load as load_results
+from eval import Sampling, evaluate_pass_at_1
+from gmts_recipe.data import DataError, arithmetic_task, load_gsm8k, split_tasks, system_prompt, to_prompt
+from gmts_recipe.field_types import misfits
+from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, ModelError, cache_root, resolve_model
+from gmts_recipe.plots import plot_run
 from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
+from gmts_recipe.rewards import math_equal_reward
+from gmts_recipe.samples import write_samples
 from selection import RULES, arms, rule_named
 
 
@@ -182,10 +197,6 @@ def _field_list_file() -> Path | None:
     whose config classes it lists and by the bytes of the files that define ours (RecipeArgs here, GMTSConfig in
     gmts_recipe/config.py), so a list is read back only where it is the one _parser() would give. None where a
     version or a file cannot be read: then nothing is kept."""
-    import hashlib
-    import importlib.metadata
-
-    from gmts_recipe.models import cache_root
 
     digest = hashlib.sha256()
     try:
@@ -274,7 +285,6 @@ def _check_types(config: dict, argv: list[str], path: Path) -> None:
     line also sets is checked there instead."""
     from trl import ModelConfig
 
-    from gmts_recipe.field_types import misfits
     from gmts_trainer import GMTSConfig
 
     on_command_line = cli_values(argv)
@@ -317,9 +327,6 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     that a machine without it gets one line at once instead of a minute of the libraries' retries. True behind a
     proxy (the libraries reach the hub through it, a direct connection would not) and in offline mode (the user chose
     the local cache: the loads then fail at once, each with its own line)."""
-    import socket
-    from urllib.parse import urlparse
-
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
@@ -338,7 +345,6 @@ def check_hub(recipe: RecipeArgs, model, config_path: Path) -> None:
     without it (the Quick start's on a CPU, the offline experiment's on a GPU)."""
     import torch
 
-    from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL
 
     needs = ["GSM8K"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
     name = model.model_name_or_path or ""
@@ -552,8 +558,6 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
 
 def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
     """Evaluation samples like training does (TRL's sampler fields), at the recipe's eval_temperature."""
-    from eval import Sampling
-
     return Sampling(temperature=recipe.eval_temperature, **{k: getattr(train, k) for k in SAMPLING_FIELDS})
 
 
@@ -584,8 +588,6 @@ def check_counts(train: GMTSConfig) -> None:
 # ---------------------------------------------------------------------------- data, model
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
-    from gmts_recipe.data import DataError, arithmetic_task, load_gsm8k, split_tasks
-
     try:
         if recipe.task == "gsm8k":
             pools = load_gsm8k(recipe.gsm8k_path)
@@ -629,8 +631,6 @@ def model_load_kwargs(model_args, train_args) -> dict:
 
 def check_model_fields(model_args, train_args) -> None:
     """Refuse model fields that would not reach the model (or not the same way in evaluation and training)."""
-    from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL
-
     for f in dataclasses.fields(model_args):
         if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
             continue
@@ -651,8 +651,6 @@ def check_model_fields(model_args, train_args) -> None:
 
 def load_model(model_args, train_args, device: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from gmts_recipe.models import resolve_model
 
     path = resolve_model(model_args.model_name_or_path)
     kwargs = model_load_kwargs(model_args, train_args)
@@ -698,9 +696,6 @@ def _drop_known_log_lines(record) -> bool:
 def quiet_known_warnings() -> None:
     """Ignore KNOWN_WARNINGS and KNOWN_LOG_LINES, and only them: any other warning or log line, from the same module
     too, still prints."""
-    import logging
-    import warnings
-
     for category, message, module in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
     for name, _ in KNOWN_LOG_LINES:
@@ -714,8 +709,6 @@ def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "") -> dict:
     """Move an evaluation's texts (eval.evaluate_pass_at_1's sample_log) into its samples file in `folder`
     (samples.write_samples) and name the file and its SHA-256 in the evaluation, inside what results.json's digest
     covers: `prefix` + the file name is its path from the run directory (samples.samples_path)."""
-    from gmts_recipe.samples import write_samples
-
     path, sha = write_samples(folder, stem, ev.pop("sample_log"))
     ev["samples"] = {"path": prefix + path.name, "sha256": sha}
     return ev
@@ -741,9 +734,6 @@ class Run:
     def _load_or_new(self) -> dict:
         if not self.path.is_file():
             return {"config_name": self.name, "config": self.record, "config_hash": self.hash, "arms": {}}
-        from check import ResultsError
-        from check import load as load_results
-
         try:
             results = current_record(load_results(self.path))  # a file from before a field moved into the arms
         except ResultsError as e:
@@ -758,8 +748,6 @@ class Run:
     def save(self, arm: str | None = None) -> None:
         """Merge into the file on disk under its lock: this process's data and base evals, and `arm` if given; the
         arms other processes wrote meanwhile are kept."""
-        from check import seal, write_json
-
         with locked(self.path):
             merged = self._load_or_new()
             for key in ("data", "base"):
@@ -817,8 +805,6 @@ class Run:
         return evals
 
     def _evaluate(self, model, tok, heldout, seed) -> dict:
-        from eval import evaluate_pass_at_1
-
         r = self.recipe
         compiled_before = compile_seconds()
         ev = evaluate_pass_at_1(model, tok, heldout, k=r.eval_samples, seed=seed, max_new_tokens=r.eval_max_new_tokens,
@@ -839,10 +825,7 @@ class Run:
         from datasets import Dataset
         from trl import get_peft_config
 
-        from gmts_recipe.data import system_prompt, to_prompt
-        from gmts_recipe.models import resolve_model
         from gmts_recipe.progress import SaveEveryMinutes, quiet_console
-        from gmts_recipe.rewards import math_equal_reward
         from gmts_trainer import GMTSTrainer, check_selection_config
 
         arm_dir = self.dir / f"arm-{arm}"
@@ -929,8 +912,6 @@ class Run:
         self.plot()
 
     def plot(self) -> None:
-        from gmts_recipe.plots import plot_run
-
         plot_run(self.results, self.dir / "curves.png")
 
 
@@ -938,8 +919,6 @@ def run_experiment(argv: list[str]) -> dict:
     """One experiment, as `python recipe.py ARGV` runs it: base evals (shared through the cache), then each arm of
     --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
     wrote). Raises RecipeError (a user error: one line) and KeyboardInterrupt (resume with --resume)."""
-    from gmts_recipe.models import ModelError
-
     try:
         return _run_experiment(argv)
     except ModelError as e:  # an offline model that is not installed or does not verify
@@ -993,8 +972,6 @@ def _run_experiment(argv: list[str]) -> dict:
                   f"trained again, and replaced when done (--resume keeps it)")
         run.train_arm(arm, train_tasks, heldout, device)
     if not run.state.is_main_process:
-        from check import load as load_results
-
         return load_results(run.path)  # what the main process wrote
     print(f"[recipe] done: {run.path} and its figures in {run.dir}; the table below; verify it at any time: "
           f"python check.py {run.path}")
@@ -1012,7 +989,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     from accelerate import PartialState
 
-    from check import render
 
     if PartialState().is_main_process:
         print(render(results))

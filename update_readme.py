@@ -23,8 +23,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gmts_recipe.plots import seed_deltas, setting_scores
 from gmts_recipe.records import json_file
 from selection import PRIMARY, RULES, arms, control_comparisons, rule_named
+from gmts_recipe.stats import seed_t_interval, signed
+from gmts_recipe.sweep.summary import CLAIMED
 
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
@@ -92,8 +95,6 @@ def _label(comparison: str) -> str:
 
 
 def _decision_rule(primary: dict) -> str:
-    from gmts_recipe.stats import signed
-
     return (f"reproduced if the interval lies above {signed(primary['reproduced_above_points'])}, refuted if it lies "
             f"below {signed(primary['refuted_below_points'])}")
 
@@ -102,9 +103,6 @@ def headline(summary: dict, root: Path) -> str:
     """One table: each arm's pass@1 at the primary test's setting (mean over training seeds, Student's t interval of
     that mean), then the planned comparisons and each arm against GRPO (mean per-seed difference, t over seeds), with
     what the analysis plan makes of each; below it the primary test in one sentence."""
-    from gmts_recipe.plots import seed_deltas, setting_scores
-    from gmts_recipe.stats import seed_t_interval
-
     p = summary["primary"]
     scores = setting_scores(summary)
     base = next(c for c in summary["cells"] if c["variant"] == p["variant"])
@@ -220,16 +218,14 @@ def decisions(tests: list[tuple[str, dict]]) -> str:
 
 
 def _claimed_range() -> str:
-    """The gains over ETS the GMTS paper reports, in points (sweep.CLAIMED)."""
-    from sweep import CLAIMED
-
+    """The gains over ETS the GMTS paper reports, in points (gmts_recipe.sweep.summary.CLAIMED)."""
     low, high = CLAIMED["gmts - ets"]
     return f"{100 * low:+.1f} to {100 * high:+.1f}"
 
 
 def _base_seeds(summary: dict, root: Path) -> list[float]:
     """The untrained model's pass@1 per sampling seed, read from the first cell's results file (sweep.json keeps only
-    their mean; every cell shares them: sweep.summarize refuses cells that disagree)."""
+    their mean; every cell shares them: gmts_recipe.sweep.summary.summarize refuses cells that disagree)."""
     cell = summary["cells"][0]
     results = json.loads((root / cell["path"]).read_text())
     return [e["pass@1"] for e in results["base"]["evals"]]

@@ -375,11 +375,11 @@ def targets(root: Path = ROOT) -> str:
     """Where the speed targets stand, each against the best committed measure of it (read-only, from the files it
     names): the step (bench/step.py), a complete run on a warm and on a cold compile cache (bench/complete_run.py), the
     arm-runs per GPU-hour of the confirmatory grid in warm workers against one fresh process per cell
-    (its logs/timing.jsonl, sweep.recorded_pace) and of cells sharing a GPU (bench/scaling.py), and the side-by-side
+    (its logs/timing.jsonl, gmts_recipe.sweep.schedule.recorded_pace) and of cells sharing a GPU (bench/scaling.py), and the side-by-side
     ratios to TRL (bench/side_by_side.py)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    import sweep  # the recorded pace is computed once, there
+    from gmts_recipe.sweep.schedule import recorded_pace  # the recorded pace is computed once, there
 
     def lowest(label: str, measures: list[tuple[float, str]], target: float, unit: str) -> tuple[str, ...]:
         """A row for a target to stay under: the lowest (value, file) measured, or none."""
@@ -400,7 +400,7 @@ def targets(root: Path = ROOT) -> str:
                            "GPU-min", [(r["gpu_minutes"], Path(r["source"]).name) for r in timed
                                        if r["compile_cache"] == cache], target, "GPU-min"))
     logs = root / "results" / "confirm" / "logs"
-    fresh, warm = sweep.recorded_pace(logs), sweep.recorded_pace(logs, warm=True, steady=False)  # starts included
+    fresh, warm = recorded_pace(logs), recorded_pace(logs, warm=True, steady=False)  # starts included
     gain = fresh[0] / warm[0] if fresh and warm else None
     rows.append((f"arm-runs per GPU-hour >= {SPEED_TARGETS['runs_per_gpu_hour_x']:g}x one fresh process per cell",
                  "-" if gain is None else f"{gain:.2f}x in warm workers ({warm[0] / 60:.2f} min per arm with each "

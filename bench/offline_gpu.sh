@@ -42,10 +42,11 @@ ENV=(PYTHONPATH="$SITE:$TREE" GMTS_QWEN_GGUF="$QWEN" GMTS_CACHE=/root/cache HF_H
 say() { echo "[offline_gpu] $*"; }
 
 grid_folder() {  # GRID -> its sweep folder, relative to the tree (results_dir/name), as sweep.py reads the grid
-  python3 -c "import sys, sweep
+  python3 -c "import sys
+from gmts_recipe.sweep.grid import SweepError, load_grid
 try:
-    g = sweep.load_grid(sys.argv[1])
-except sweep.SweepError as e:
+    g = load_grid(sys.argv[1])
+except SweepError as e:
     sys.exit(f'offline_gpu.sh: {e}')
 print(f'{g.results_dir}/{g.name}')" "$1"
 }

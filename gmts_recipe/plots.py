@@ -13,10 +13,17 @@ Arms that are missing are left out; the figure never needs all of them.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
+from gmts_recipe.mechanism import MechanismError, grid_analysis, value_of
+from gmts_recipe.records import write_json
+from gmts_recipe.stats import seed_t_interval
+from gmts_recipe.sweep.summary import CLAIMED
 from selection import DEFAULT_RATIO, PRIMARY, RULES, arms, control_comparisons, rule_of_arm
 
 BASE_NAME, BASE_COLOR = "base (untrained)", "0.45"
@@ -143,7 +150,7 @@ def _curve_panel(ax, results: dict, key: str, name: str, ylabel: str, ylim) -> N
 
 def _legend_below(fig, results: dict) -> None:
     """One legend for every curve panel, below the panels: a legend inside a panel hides the curves under it."""
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # only when a figure is drawn
 
     arms = arms_in(results)
     if arms:
@@ -154,7 +161,7 @@ def _legend_below(fig, results: dict) -> None:
 def figure(results: dict):
     """curves.png for a results dict with any subset of arms (matplotlib Figure, not yet saved): the result (held-out
     pass@1) large on the left, the training curves behind it on the right."""
-    import matplotlib
+    import matplotlib  # only when a figure is drawn: recipe.py and update_readme.py import this module without one
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -173,7 +180,7 @@ def figure(results: dict):
 def internals_figure(results: dict):
     """The second figure: how each arm chose its tokens, step by step (kept share, agreement between the rankings,
     the tokens that move nothing, how many answers the update draws on, concentration, successive updates)."""
-    import matplotlib
+    import matplotlib  # only when a figure is drawn: recipe.py and update_readme.py import this module without one
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -210,9 +217,7 @@ def plot_run(results: dict, path: str | Path) -> Path:
 def save_png(fig, path: str | Path, dpi: int = 64) -> Path:
     """Save a figure as a palette PNG (128 colours): a third of the size of matplotlib's RGBA file, the same picture
     to the eye, so that the figures committed beside every results file keep the repository small."""
-    import io
-
-    from PIL import Image
+    from PIL import Image  # matplotlib's own dependency, loaded with it
 
     buffer = io.BytesIO()
     fig.savefig(buffer, dpi=dpi, format="png")
@@ -262,10 +267,6 @@ def reward_by_step(summary: dict, root: Path) -> dict[str, dict[int, list[float]
 
 def _reward_panel(ax, rewards: dict[str, dict[int, list[float]]], arms: list[str], seeds: list[int]) -> None:
     """Mean training reward per step over `seeds`, each arm with its 95% t band over those seeds."""
-    import numpy as np
-
-    from gmts_recipe.stats import seed_t_interval
-
     for arm in arms:
         runs = [rewards[arm][s] for s in seeds]
         steps = min(len(r) for r in runs)
@@ -288,14 +289,10 @@ def sweep_figure(summary: dict, root: Path):
     comparisons (dots), their mean and Student's t interval over seeds, beside the gain the paper claims; and the
     training reward per step, mean over seeds with its 95% t band: the primary test's two arms over all its seeds, and
     every arm over the seeds where all of them ran."""
-    import matplotlib
+    import matplotlib  # only when a figure is drawn: recipe.py and update_readme.py import this module without one
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
-
-    from gmts_recipe.stats import seed_t_interval
-    from sweep import CLAIMED
 
     p = summary["primary"]
     scores = setting_scores(summary)
@@ -346,10 +343,6 @@ def _signed_interval(x: float | None, low: float | None, high: float | None) -> 
 def _association_panel(ax, analysis: dict, row: dict) -> None:
     """Each seed's GMTS - ETS (y, points) against one variable's mean over its steps (x), the least-squares line, and
     Pearson's r and Spearman's rho with their intervals in the title."""
-    import numpy as np
-
-    from gmts_recipe.mechanism import value_of
-
     points = [(value_of(r, row["arm"], row["key"]), r["delta_points"], r["seed"]) for r in analysis["per_seed"]]
     points = [p for p in points if p[0] is not None]
     ax.axhline(0, color="k", lw=0.7)
@@ -396,7 +389,7 @@ def _agreement_panel(ax, analysis: dict) -> None:
 def mechanism_figure(analysis: dict):
     """One panel per variable of gmts_recipe.mechanism: each seed's GMTS - ETS against what the arms' updates looked
     like in that seed, with the fitted line and the correlations; the last panel the two arms' rollout agreement."""
-    import matplotlib
+    import matplotlib  # only when a figure is drawn: recipe.py and update_readme.py import this module without one
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -423,9 +416,6 @@ def mechanism_figure(analysis: dict):
 
 def mechanism_main(argv: list[str]) -> int:
     """python -m gmts_recipe.plots mechanism SWEEP_JSON: mechanism.json and mechanism.png beside the sweep.json."""
-    from gmts_recipe.mechanism import MechanismError, grid_analysis
-    from gmts_recipe.records import write_json
-
     ap = argparse.ArgumentParser(prog="python -m gmts_recipe.plots mechanism",
                                  description="Set each seed's GMTS - ETS against the arms' logged updates: write "
                                              "mechanism.json and mechanism.png beside a sweep.json.")

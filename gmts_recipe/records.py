@@ -1,6 +1,6 @@
 """What a results file is, and how it is verified: one sealed JSON per run directory (results.json), written by
-recipe.py, merged and pooled by sweep.py, checked by check.py. sweep.py and check.py both take it from here, so the
-imports run one way: check.py -> sweep.py -> gmts_recipe.records (check.py reads a sweep's summary through sweep.py).
+recipe.py, merged and pooled by sweep.py, checked by check.py. Both take it from here, so the imports run one way:
+check.py -> gmts_recipe.sweep -> gmts_recipe.records (check.py reads a sweep's summary through gmts_recipe.sweep).
 
 Nothing here imports torch or transformers (selection.py, the rule registry, imports torch only inside its
 functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid files, PyYAML.

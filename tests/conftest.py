@@ -36,16 +36,16 @@ def pytest_unconfigure(config) -> None:
 def committed_sweeps_verified_once(monkeypatch):
     """check.py on a committed sweep.json re-verifies every cell and re-scores every stored sample (10 s and more
     each); tests/test_check.py (the plain tables) and tests/test_readme.py (the markdown blocks) both check the same
-    files. Here the verification (sweep.verify and check._sweep_samples) of a committed file runs once, keyed by the
+    files. Here the verification (gmts_recipe.sweep.summary.verify and check._sweep_samples) of a committed file runs once, keyed by the
     bytes of the sweep.json and of every cell file it names, and each test renders its own tables from a copy.
 
     The samples are re-scored for a spot check only, the first and the last cell of each committed sweep (the newest
     cells sit last): re-scoring every sample grows with the grid (16 s for 13 confirm cells, ~2 min at 100) and is
     what tests/test_check.py's slow test does, on every committed sweep, without this fixture."""
     import check
-    import sweep
+    from gmts_recipe.sweep import summary as sweep_summary
 
-    verify, samples = sweep.verify, check._sweep_samples
+    verify, samples = sweep_summary.verify, check._sweep_samples
 
     def key(path) -> tuple | None:
         p = Path(path).resolve()
@@ -71,5 +71,5 @@ def committed_sweeps_verified_once(monkeypatch):
         k = key(path)
         return copy.deepcopy(_VERIFIED[k][1]) if k in _VERIFIED else samples(path, summary)
 
-    monkeypatch.setattr(sweep, "verify", cached_verify)
+    monkeypatch.setattr(sweep_summary, "verify", cached_verify)
     monkeypatch.setattr(check, "_sweep_samples", cached_samples)

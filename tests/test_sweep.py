@@ -4,11 +4,21 @@ import copy
 import json
 import random
 import re
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 import sweep
+from gmts_recipe.sweep.cells import Recorded, check_together, recorded
+from gmts_recipe.sweep.grid import Cell, SweepError, by_cell, cell_command, jobs, load_grid
+from gmts_recipe.sweep.local import expand_workers, mps_running, parse_gpus, run, shares_gpus
+from gmts_recipe.sweep.merge import merge
+from gmts_recipe.sweep.ray_tasks import CellFailed
+from gmts_recipe.sweep.report import FEW_SEEDS, render, secondary_line, write_summary
+from gmts_recipe.sweep.schedule import TIMING, arms_that_fit, recorded_pace, seconds_per_arm, time_left
+from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, summarize, training_reward_fell, verify
 from check import seal
 
 CONFIG = "configs/smoke.yaml"
@@ -44,16 +54,16 @@ blocks:
 
 
 def test_jobs_follow_the_grid_and_shared_cells_run_once(tmp_path):
-    grid = sweep.load_grid(write_grid(tmp_path, GRID))
-    names = [f"{c.name}:{arm}" for c, arm in sweep.jobs(grid)]
+    grid = load_grid(write_grid(tmp_path, GRID))
+    names = [f"{c.name}:{arm}" for c, arm in jobs(grid)]
     assert names == ["paper-lr0.0001-s1:ets", "paper-lr0.0001-s1:gmts", "paper-lr0.0002-s1:ets",
                      "paper-lr0.0002-s1:gmts", "paper-lr0.0001-s1:grpo", "paper-lr0.0001-s2:ets",
                      "paper-lr0.0001-s2:gmts", "paper-lr0.0001-s2:grpo", "small-lr0.0001-s1:gmts"]
     small = [c for c in grid.cells() if c.variant == "small"][0]
     assert small.recipe_args() == ["--learning_rate", "0.0001", "--seed", "1", "--per_device_train_batch_size", "4"]
-    assert [f"{c.name}:{a}" for c, a in sweep.jobs(grid, only="other")] == ["small-lr0.0001-s1:gmts"]
+    assert [f"{c.name}:{a}" for c, a in jobs(grid, only="other")] == ["small-lr0.0001-s1:gmts"]
     # several blocks: theirs in the grid's order, whatever order they are named in
-    assert [f"{c.name}:{a}" for c, a in sweep.jobs(grid, only="other,lr")] == [
+    assert [f"{c.name}:{a}" for c, a in jobs(grid, only="other,lr")] == [
         "paper-lr0.0001-s1:ets", "paper-lr0.0001-s1:gmts", "paper-lr0.0002-s1:ets", "paper-lr0.0002-s1:gmts",
         "small-lr0.0001-s1:gmts"]
 
@@ -80,8 +90,8 @@ def test_an_unknown_block_name_among_several_gives_one_line(tmp_path, capsys):
      "block 'a': unknown key\\(s\\) learning_rate \\(did you mean learning_rates\\?\\); a block has name, arms, "),
 ])
 def test_bad_grid_files_give_one_line(tmp_path, text, match):
-    with pytest.raises(sweep.SweepError, match=match):
-        sweep.load_grid(write_grid(tmp_path, text))
+    with pytest.raises(SweepError, match=match):
+        load_grid(write_grid(tmp_path, text))
 
 
 def test_main_reports_grid_errors_in_one_line(tmp_path, capsys):
@@ -114,14 +124,14 @@ def test_a_misspelt_recipe_key_in_a_variant_or_after_dashes_is_one_line_before_a
     ("x", 2, "'x' is not a GPU index"), ("0,2", 2, "GPU 2 is not visible here \\(2 GPU\\(s\\): 0-1\\)"),
     ("0", 0, "no GPU: leave out --gpus")])
 def test_a_bad_gpu_list_is_refused_before_anything_runs(gpus, visible, match):
-    with pytest.raises(sweep.SweepError, match=match):
-        sweep.parse_gpus(gpus, visible)
+    with pytest.raises(SweepError, match=match):
+        parse_gpus(gpus, visible)
 
 
 def test_gpu_lists_that_run(tmp_path, monkeypatch, capsys):
-    assert sweep.parse_gpus("0,0,1", 2) == ["0", "0", "1"]  # an id twice: two workers on that GPU
-    assert sweep.parse_gpus("GPU-8f2a,MIG-1c", 0) == ["GPU-8f2a", "MIG-1c"]  # UUIDs pass through
-    assert sweep.parse_gpus(None, 0) == []
+    assert parse_gpus("0,0,1", 2) == ["0", "0", "1"]  # an id twice: two workers on that GPU
+    assert parse_gpus("GPU-8f2a,MIG-1c", 0) == ["GPU-8f2a", "MIG-1c"]  # UUIDs pass through
+    assert parse_gpus(None, 0) == []
     launched = []
     monkeypatch.setattr(sweep, "run", lambda *a, **k: launched.append(a) or [])
     assert sweep.main([str(write_grid(tmp_path, GRID)), "--gpus", "x"]) == 2  # main: one line, nothing launched
@@ -175,14 +185,14 @@ def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: 
 
 def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     grid_path = write_grid(tmp_path, GRID)
-    grid = sweep.load_grid(grid_path)
+    grid = load_grid(grid_path)
     root = tmp_path / "results" / "demo"
     fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6, "grpo": 0.5}, seed=1, reward=0.6)
     fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.6, "grpo": 0.4}, seed=2, reward=0.6)
     fake_cell(root, "paper-lr0.0002-s1", {"ets": 0.5, "gmts": 0.5}, seed=3, reward=0.7)
-    assert [f"{c.name}:{a}" for c, a in sweep.jobs(grid)] == ["small-lr0.0001-s1:gmts"]  # resume skips the rest
-    path = sweep.write_summary(grid, grid_path)
-    summary = sweep.verify(path)
+    assert [f"{c.name}:{a}" for c, a in jobs(grid)] == ["small-lr0.0001-s1:gmts"]  # resume skips the rest
+    path = write_summary(grid, grid_path)
+    summary = verify(path)
     gmts_ets = [p for p in summary["pooled"] if p["comparison"] == "gmts - ets" and p["learning_rate"] == 1e-4][0]
     assert gmts_ets["seeds"] == [1, 2] and gmts_ets["low"] <= gmts_ets["delta"] <= gmts_ets["high"]
     best = {row["arm"]: row["learning_rate"] for row in summary["best_stable"]}
@@ -200,13 +210,13 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     ev["records"][0]["scores"] = [0.0, 0.0, 0.0, 1.0] if ev["records"][0]["scores"] != [0.0, 0.0, 0.0, 1.0] else [1.0] * 4
     ev["pass@1"] = sum(sum(r["scores"]) / 4 for r in ev["records"]) / len(ev["records"])
     (root / "paper-lr0.0001-s2" / "results.json").write_text(json.dumps(seal(cell)))
-    with pytest.raises(sweep.SweepError, match="sweep.cells"):
-        sweep.verify(path)
+    with pytest.raises(SweepError, match="sweep.cells"):
+        verify(path)
     # and the summary itself cannot be edited
     summary["pooled"][0]["delta"] = 0.5
     path.write_text(json.dumps(summary))
-    with pytest.raises(sweep.SweepError, match="digest mismatch"):
-        sweep.verify(path)
+    with pytest.raises(SweepError, match="digest mismatch"):
+        verify(path)
     assert check.main([str(path)]) == 2
 
 
@@ -222,7 +232,7 @@ def test_held_out_scores_cannot_change_the_best_stable_learning_rate(tmp_path):
         fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.5}, seed=1, reward=0.6)
         fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.5}, seed=2, reward=0.6)
         fake_cell(root, "paper-lr0.0002-s1", {"ets": held_out, "gmts": held_out}, seed=3, reward=0.7)
-        summary = sweep.summarize(sweep.load_grid(grid_path))
+        summary = summarize(load_grid(grid_path))
         verdicts = {c["arms"]["gmts"]["verdict"] for c in summary["cells"] if c["learning_rate"] == 2e-4}
         assert verdicts == {"collapsed" if held_out == 0.0 else "moved"}
         chosen.append(summary["best_stable"])
@@ -238,11 +248,11 @@ def test_a_learning_rate_whose_training_reward_fell_is_not_stable(tmp_path):
     root = tmp_path / "results" / "demo"
     fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.4, "gmts": 0.4}, seed=1, rewards=rose)
     fake_cell(root, "paper-lr0.0002-s1", {"ets": 0.8, "gmts": 0.8}, seed=3, rewards=fell)
-    best = sweep.summarize(sweep.load_grid(grid_path))["best_stable"]
+    best = summarize(load_grid(grid_path))["best_stable"]
     assert [(row["arm"], row["learning_rate"]) for row in best] == [("ets", 1e-4), ("gmts", 1e-4)]
     assert [row["late_reward"] for row in best] == pytest.approx([0.6, 0.6])
-    assert not sweep.training_reward_fell([{"reward": r} for r in rose])
-    assert sweep.training_reward_fell([{"reward": r} for r in fell])
+    assert not training_reward_fell([{"reward": r} for r in rose])
+    assert training_reward_fell([{"reward": r} for r in fell])
 
 
 @pytest.mark.parametrize("n, text", [(1, "interval over tasks only"), (2, "too few for the seed level"),
@@ -253,31 +263,31 @@ def test_the_seeds_column_says_what_an_interval_covers(n, text):
                "pooled": [{"variant": "paper", "comparison": "gmts - ets", "comparison_kind": "shared learning rate",
                            "learning_rate": 1e-4, "seeds": list(range(n)), "delta": 0.02, "low": -0.01,
                            "high": 0.05, "per_seed": [0.02] * n}]}
-    row = [line for line in sweep.render(summary).splitlines() if "gmts - ets" in line][0]
-    assert text in row and (n >= sweep.FEW_SEEDS) == ("(" not in row.split("shared learning rate")[1].split("+")[0])
+    row = [line for line in render(summary).splitlines() if "gmts - ets" in line][0]
+    assert text in row and (n >= FEW_SEEDS) == ("(" not in row.split("shared learning rate")[1].split("+")[0])
 
 
 def test_the_arms_of_a_cell_share_one_process_in_the_order_of_first_appearance(tmp_path):
-    grid = sweep.load_grid(write_grid(tmp_path, GRID))
-    units = [(c.name, arms) for c, arms in sweep.by_cell(sweep.jobs(grid))]
+    grid = load_grid(write_grid(tmp_path, GRID))
+    units = [(c.name, arms) for c, arms in by_cell(jobs(grid))]
     assert units == [("paper-lr0.0001-s1", ("ets", "gmts", "grpo")), ("paper-lr0.0002-s1", ("ets", "gmts")),
                      ("paper-lr0.0001-s2", ("ets", "gmts", "grpo")), ("small-lr0.0001-s1", ("gmts",))]
     cell = units[0]
-    command = sweep._command(grid, sweep.by_cell(sweep.jobs(grid))[0][0], cell[1], ["--gsm8k_path", "X"])
+    command = cell_command(grid, by_cell(jobs(grid))[0][0], cell[1], ["--gsm8k_path", "X"])
     assert command[command.index("--arm") + 1] == "ets,gmts,grpo" and command[-2:] == ["--gsm8k_path", "X"]
 
 
 def test_a_sweep_runs_each_cell_in_one_process(tmp_path, monkeypatch):
     """sweep.run starts one recipe process for the base evaluations and one per cell, whatever its arms."""
-    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    grid = load_grid(write_grid(tmp_path, GRID))
     calls = []
 
     def fake_call(command, stdout, stderr, env):
         calls.append((command[command.index("--experiment") + 1], command[command.index("--arm") + 1]))
         return 0
 
-    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
-    assert sweep.run(grid, ["0", "0"], []) == []
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    assert run(grid, ["0", "0"], []) == []
     assert calls[0] == ("paper-lr0.0001-s1", "base")
     assert sorted(calls[1:]) == sorted([("paper-lr0.0001-s1", "ets,gmts,grpo"), ("paper-lr0.0002-s1", "ets,gmts"),
                                         ("paper-lr0.0001-s2", "ets,gmts,grpo"), ("small-lr0.0001-s1", "gmts")])
@@ -291,22 +301,22 @@ def test_gmts_minus_ets_rows_say_how_many_seeds_the_papers_gains_need(tmp_path):
     from gmts_recipe.stats import seeds_for_power
 
     grid_path = write_grid(tmp_path, GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]"))
-    grid = sweep.load_grid(grid_path)
+    grid = load_grid(grid_path)
     root = tmp_path / "results" / "demo"
     for seed, gmts in ((1, 0.6), (2, 0.5), (3, 0.55)):
         fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": 0.5}, seed=seed)
-    summary = sweep.summarize(grid)
+    summary = summarize(grid)
     rows = {p["comparison"]: p for p in summary["pooled"]}
-    want = {f"{100 * e:+.1f}": seeds_for_power(rows["gmts - ets"]["per_seed"], e) for e in sweep.CLAIMED["gmts - ets"]}
+    want = {f"{100 * e:+.1f}": seeds_for_power(rows["gmts - ets"]["per_seed"], e) for e in CLAIMED["gmts - ets"]}
     assert rows["gmts - ets"]["seeds"] == [1, 2, 3] and rows["gmts - ets"]["seeds_for_power"] == want
     assert want["+3.4"] is not None and (want["+1.3"] is None or want["+1.3"] > want["+3.4"])
     assert "seeds_for_power" not in rows["ets - grpo"]
-    line = [x for x in sweep.render(summary).splitlines() if "gmts - ets" in x][0]
-    shown = {e: f">{sweep.MAX_SEEDS}" if n is None else str(n) for e, n in want.items()}
+    line = [x for x in render(summary).splitlines() if "gmts - ets" in x][0]
+    shown = {e: f">{MAX_SEEDS}" if n is None else str(n) for e, n in want.items()}
     assert f"{shown['+1.3']} at +1.3 / {shown['+3.4']} at +3.4" in line
     two_seeds = tmp_path / "two-seeds.yaml"  # the same cells, seeds 1 and 2 only
     two_seeds.write_text(GRID.replace("RESULTS", str(tmp_path / "results")))
-    two = sweep.summarize(sweep.load_grid(two_seeds))
+    two = summarize(load_grid(two_seeds))
     assert two["pooled"] and all("seeds_for_power" not in p for p in two["pooled"])
 
 
@@ -325,33 +335,32 @@ def test_the_control_arm_joins_existing_cells_and_leaves_their_summary_as_it_was
     root = tmp_path / "results" / "demo"
     for seed, gmts in ((1, 0.6), (2, 0.5)):
         fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": 0.5}, seed=seed)
-    before = sweep.summarize(sweep.load_grid(grid_path))
+    before = summarize(load_grid(grid_path))
     with_block = tmp_path / "with-control.yaml"
     with_block.write_text(grid_path.read_text().replace("  - name: other", CONTROL_BLOCK + "  - name: other"))
-    grid = sweep.load_grid(with_block)
-    jobs = [f"{c.name}:{a}" for c, a in sweep.jobs(grid)]
-    assert [j for j in jobs if j.startswith("paper-lr0.0001")] == ["paper-lr0.0001-s1:ets_nz",
+    grid = load_grid(with_block)
+    todo = [f"{c.name}:{a}" for c, a in jobs(grid)]
+    assert [j for j in todo if j.startswith("paper-lr0.0001")] == ["paper-lr0.0001-s1:ets_nz",
                                                                     "paper-lr0.0001-s2:ets_nz"]
-    units = {c.name: arms for c, arms in sweep.by_cell(sweep.jobs(grid))}
+    units = {c.name: arms for c, arms in by_cell(jobs(grid))}
     assert units["paper-lr0.0001-s1"] == ("ets_nz",)  # one process per cell, the missing arm only
-    unchanged = sweep.summarize(grid)
-    assert unchanged == before and sweep.render(unchanged) == sweep.render(before)
-    assert "ETS-nz" not in sweep.render(before)
+    unchanged = summarize(grid)
+    assert unchanged == before and render(unchanged) == render(before)
+    assert "ETS-nz" not in render(before)
     # seed 1 gains the arm (as recipe.py --resume merges it into the cell's results.json)
     cell = json.loads((root / "paper-lr0.0001-s1" / "results.json").read_text())
     cell["arms"]["ets_nz"] = {**copy.deepcopy(cell["arms"]["ets"]), "token_selection": "entropy_nonzero_omega"}
     (root / "paper-lr0.0001-s1" / "results.json").write_text(json.dumps(seal(cell)))
-    after = sweep.summarize(grid)
+    after = summarize(grid)
     rows = {(p["comparison"], p["learning_rate"]): p for p in after["pooled"]}
     assert rows[("gmts - ets_nz", 1e-4)]["seeds"] == [1] and rows[("ets_nz - ets", 1e-4)]["delta"] == 0.0
     old = [p for p in after["pooled"] if "ets_nz" not in p["comparison"]]
     assert old == before["pooled"]
     assert [c["arms"].get("ets") for c in after["cells"]] == [c["arms"].get("ets") for c in before["cells"]]
-    table = sweep.render(after).splitlines()
-    assert "ETS-nz (top-20% by entropy, omega != 0 first)" in table[0] and table[0].startswith(sweep.render(before).splitlines()[0])
-    assert sweep.ARM_COLUMNS.keys() == set(sweep.ARM_ORDER) == set(sweep.ARM_COLORS)
-    path = sweep.write_summary(grid, with_block)
-    assert sweep.verify(path)["digest"] == after["digest"]
+    table = render(after).splitlines()
+    assert "ETS-nz (top-20% by entropy, omega != 0 first)" in table[0] and table[0].startswith(render(before).splitlines()[0])
+    path = write_summary(grid, with_block)
+    assert verify(path)["digest"] == after["digest"]
 
 
 PRIMARY = """primary:
@@ -372,25 +381,25 @@ def test_the_primary_test_is_interim_until_every_planned_seed_has_run(tmp_path):
     for seed, gmts in ((1, 0.6), (2, 0.65)):
         fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": 0.5}, seed=seed)
     planned = write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2, 3]"))
-    interim = sweep.summarize(sweep.load_grid(planned))["primary"]
+    interim = summarize(load_grid(planned))["primary"]
     assert interim["seeds_done"] == [1, 2] and interim["decision"] == "interim"
     assert interim["t_low"] < interim["delta"] < interim["t_high"]
-    pooled = [p for p in sweep.summarize(sweep.load_grid(planned))["pooled"]
+    pooled = [p for p in summarize(load_grid(planned))["pooled"]
               if p["comparison"] == "gmts - ets" and p["learning_rate"] == 1e-4][0]
     assert (interim["delta"], interim["t_low"], interim["t_high"]) == (pooled["delta"], pooled["t_low"],
                                                                        pooled["t_high"])  # the same seeds here
-    line = sweep.render(sweep.summarize(sweep.load_grid(planned))).splitlines()[0]
+    line = render(summarize(load_grid(planned))).splitlines()[0]
     assert line.startswith("Primary test (analysis plan fixed 2026-11-30") and "over seeds 1-3" in line
     assert "So far 2 of 3 seeds" in line and "interim, no decision until every planned seed has run" in line
     complete = tmp_path / "complete.yaml"
     complete.write_text(planned.read_text().replace("seeds: [1, 2, 3]\n  reproduced", "seeds: [1, 2]\n  reproduced"))
-    done = sweep.summarize(sweep.load_grid(complete))["primary"]
+    done = summarize(load_grid(complete))["primary"]
     from gmts_recipe.stats import plan_decision
 
     assert done["decision"] == plan_decision(100 * done["t_low"], 100 * done["t_high"], 0.0, 1.3) != "interim"
-    assert f"**{done['decision']}**" in sweep.render(sweep.summarize(sweep.load_grid(complete)))
-    path = sweep.write_summary(sweep.load_grid(complete), complete)
-    assert sweep.verify(path)["primary"] == done  # the copy of the grid in results keeps the plan: check.py sees it
+    assert f"**{done['decision']}**" in render(summarize(load_grid(complete)))
+    path = write_summary(load_grid(complete), complete)
+    assert verify(path)["primary"] == done  # the copy of the grid in results keeps the plan: check.py sees it
 
 
 @pytest.mark.parametrize("edit, match", [
@@ -402,8 +411,8 @@ def test_the_primary_test_is_interim_until_every_planned_seed_has_run(tmp_path):
 ])
 def test_a_bad_primary_block_is_one_line(tmp_path, edit, match):
     text = GRID + PRIMARY.replace(*edit).replace("SEEDS", "[1, 2]")
-    with pytest.raises(sweep.SweepError, match=match):
-        sweep.load_grid(write_grid(tmp_path, text))
+    with pytest.raises(SweepError, match=match):
+        load_grid(write_grid(tmp_path, text))
 
 
 SECONDARY = """secondary:
@@ -417,7 +426,7 @@ def test_secondary_comparisons_are_intervals_over_their_own_planned_seeds_never_
     for seed, gmts, grpo in ((1, 0.6, 0.55), (2, 0.65, 0.5)):
         fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": grpo}, seed=seed)
     planned = write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]") + SECONDARY.replace("SEEDS2", "[1, 2]"))
-    summary = sweep.summarize(sweep.load_grid(planned))
+    summary = summarize(load_grid(planned))
     first, second = summary["secondary"]
     pooled = {p["comparison"]: p for p in summary["pooled"] if p["learning_rate"] == 1e-4}
     for entry in (first, second):  # the same seeds as the pooled rows here: the same numbers
@@ -425,18 +434,18 @@ def test_secondary_comparisons_are_intervals_over_their_own_planned_seeds_never_
         row = pooled[entry["comparison"]]
         assert (entry["delta"], entry["t_low"], entry["t_high"]) == (row["delta"], row["t_low"], row["t_high"])
     assert first["delta"] > 0 > second["delta"]  # GMTS above GRPO on both seeds, ETS below
-    lines = sweep.render(summary).split("\n\n")
+    lines = render(summary).split("\n\n")
     assert lines[1].startswith("Secondary (planned, interval only): gmts - grpo over seeds 1-2: 2 of 2 seeds, "
                                f"{100 * first['delta']:+.1f} points, t [")
     assert "interim" not in lines[1] and "reproduced" not in lines[1]
-    path = sweep.write_summary(sweep.load_grid(planned), planned)
-    assert sweep.verify(path)["secondary"] == summary["secondary"]
+    path = write_summary(load_grid(planned), planned)
+    assert verify(path)["secondary"] == summary["secondary"]
     # seeds still to run: interim, over the seeds that have run
     more = write_grid(tmp_path, GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]") + PRIMARY.replace("SEEDS", "[1, 2]")
                       + SECONDARY.replace("SEEDS2", "[1, 2, 3]"))
-    interim = sweep.summarize(sweep.load_grid(more))["secondary"][1]
+    interim = summarize(load_grid(more))["secondary"][1]
     assert interim["status"] == "interim" and interim["seeds_done"] == [1, 2]
-    assert "so far 2 of 3 seeds" in sweep.secondary_line(interim) and "(interim)" in sweep.secondary_line(interim)
+    assert "so far 2 of 3 seeds" in secondary_line(interim) and "(interim)" in secondary_line(interim)
 
 
 @pytest.mark.parametrize("secondary, match", [
@@ -448,10 +457,10 @@ def test_secondary_comparisons_are_intervals_over_their_own_planned_seeds_never_
     ("secondary: []\n", "non-empty list"),
 ])
 def test_a_bad_secondary_list_is_one_line(tmp_path, secondary, match):
-    with pytest.raises(sweep.SweepError, match=match):
-        sweep.load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]") + secondary))
-    with pytest.raises(sweep.SweepError, match="needs a primary test"):
-        sweep.load_grid(write_grid(tmp_path, GRID + "secondary:\n  - {comparison: ets - grpo, seeds: [1, 2]}\n"))
+    with pytest.raises(SweepError, match=match):
+        load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]") + secondary))
+    with pytest.raises(SweepError, match="needs a primary test"):
+        load_grid(write_grid(tmp_path, GRID + "secondary:\n  - {comparison: ets - grpo, seeds: [1, 2]}\n"))
 
 
 # ---------------------------------------------------------------- --merge: cells run on another machine
@@ -562,13 +571,13 @@ def test_summarize_needs_the_merge_after_a_base_was_evaluated_again(tmp_path):
     copied = tmp_path / "copied" / "demo"  # the incoming cell copied in as it is: its base is not the others'
     shutil.copytree(local, copied)
     shutil.copytree(incoming / "paper-lr0.0001-s2", copied / "paper-lr0.0001-s2")
-    unmerged = sweep.load_grid(grid_path)
+    unmerged = load_grid(grid_path)
     unmerged.results_dir = str(copied.parent)
-    with pytest.raises(sweep.SweepError, match="cells disagree on the base evaluation"):
-        sweep.summarize(unmerged)
-    grid = sweep.load_grid(grid_path)
-    sweep.merge(grid, incoming)
-    summary = sweep.verify(sweep.write_summary(grid, grid_path))
+    with pytest.raises(SweepError, match="cells disagree on the base evaluation"):
+        summarize(unmerged)
+    grid = load_grid(grid_path)
+    merge(grid, incoming)
+    summary = verify(write_summary(grid, grid_path))
     rows = {(p["comparison"], p["learning_rate"]): p for p in summary["pooled"]}
     assert rows[("gmts - ets", 1e-4)]["seeds"] == [1, 2] and rows[("gmts - ets", 2e-4)]["seeds"] == [1]
 
@@ -660,14 +669,14 @@ def test_a_cell_from_before_gradient_checkpointing_moved_merges_and_pools_with_a
     assert "gradient_checkpointing" not in merged["config"] and merged["config_hash"] == r["config_hash"]
     assert {a: e["generation_options"] for a, e in merged["arms"].items()} == {
         "ets": {"gradient_checkpointing": True}, "gmts": {"gradient_checkpointing": False}}
-    grid = sweep.load_grid(grid_path)
+    grid = load_grid(grid_path)
     cells = {c.name: c for c in grid.cells()}
-    sweep.check_together([sweep.recorded(cells["paper-lr0.0001-s1"], merged),
-                          sweep.recorded(cells["paper-lr0.0002-s1"], old_style)])  # today's and an old-style cell
-    with pytest.raises(sweep.SweepError, match="records gradient_checkpointing = True where"):
-        sweep.check_together([sweep.Recorded(c.cell, {**c.config, "gradient_checkpointing": True}, c.arms) if i else c
-                              for i, c in enumerate([sweep.recorded(cells["paper-lr0.0001-s1"], merged),
-                                                     sweep.recorded(cells["paper-lr0.0002-s1"], old_style)])])
+    check_together([recorded(cells["paper-lr0.0001-s1"], merged),
+                          recorded(cells["paper-lr0.0002-s1"], old_style)])  # today's and an old-style cell
+    with pytest.raises(SweepError, match="records gradient_checkpointing = True where"):
+        check_together([Recorded(c.cell, {**c.config, "gradient_checkpointing": True}, c.arms) if i else c
+                              for i, c in enumerate([recorded(cells["paper-lr0.0001-s1"], merged),
+                                                     recorded(cells["paper-lr0.0002-s1"], old_style)])])
 
 
 def _other_arm(r: dict) -> None:
@@ -792,17 +801,17 @@ def test_summary_and_check_refuse_a_cell_whose_file_is_not_that_cell(tmp_path, c
     fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.6}, seed=2)
     fake_cell(root, "paper-lr0.0002-s1", {"ets": 0.5, "gmts": 0.5}, seed=3)
     fake_cell(root, "small-lr0.0001-s1", {"gmts": 0.5}, seed=4)
-    grid = sweep.load_grid(grid_path)
-    path = sweep.write_summary(grid, grid_path)
+    grid = load_grid(grid_path)
+    path = write_summary(grid, grid_path)
     tamper(root)
-    with pytest.raises(sweep.SweepError) as refused:
-        sweep.summarize(grid)
+    with pytest.raises(SweepError) as refused:
+        summarize(grid)
     assert str(refused.value) == message
     assert sweep.main([str(grid_path), "--summarize"]) == 2
     assert capsys.readouterr().err == f"sweep.py: {message}\n"
     with monkeypatch.context() as unchecked:  # the summary as it was sealed before these checks existed
-        unchecked.setattr(sweep, "recorded", lambda cell, results: sweep.Recorded(cell, {}, {}))
-        path = sweep.write_summary(grid, grid_path)
+        unchecked.setattr("gmts_recipe.sweep.summary.recorded", lambda cell, results: Recorded(cell, {}, {}))
+        path = write_summary(grid, grid_path)
     assert check.main([str(path)]) == 2
     assert capsys.readouterr().err == f"check.py: {message}\n"
 
@@ -840,7 +849,7 @@ def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsy
         assert sorted(p.name.split("-")[1] for p in (local / name).glob("*.jsonl.xz")) == arms
     # the base is this tree's: the incoming base evaluated again (base_seed 7) brings no samples files
     assert sorted(p.name for p in (local / "base-evals").glob("*.jsonl.xz")) == base_files
-    summary = sweep.write_summary(sweep.load_grid(grid_path), grid_path)
+    summary = write_summary(load_grid(grid_path), grid_path)
     capsys.readouterr()
     assert check.main([str(summary)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == ("Samples: 2,560 in 16 evaluation(s) re-scored with the "
@@ -854,7 +863,7 @@ def test_a_merge_without_local_cache_copies_the_incoming_base_samples(tmp_path):
 
     grid_path, local, incoming = sample_trees(tmp_path)
     shutil.rmtree(local)
-    sweep.merge(sweep.load_grid(grid_path), incoming)
+    merge(load_grid(grid_path), incoming)
     for name in ("paper-lr0.0001-s1", "paper-lr0.0001-s2", "paper-lr0.0002-s1"):
         assert check.verify(local / name / "results.json")[1]["with_samples"] > 3
     assert len(list((local / "base-evals").glob("*.jsonl.xz"))) == 6  # two incoming bases (base seeds 0 and 7)
@@ -922,10 +931,10 @@ def test_a_refused_merge_says_how_to_merge_the_other_cells(tmp_path, capsys):
 def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(tmp_path, monkeypatch):
     import threading
 
-    assert sweep.expand_workers(["0", "1"], 2) == ["0", "0", "1", "1"]
-    assert sweep.expand_workers(["0", "0"]) == ["0", "0"]  # an id repeated in --gpus: two workers, as before
-    assert sweep.expand_workers([], 3) == [None, None, None]
-    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    assert expand_workers(["0", "1"], 2) == ["0", "0", "1", "1"]
+    assert expand_workers(["0", "0"]) == ["0", "0"]  # an id repeated in --gpus: two workers, as before
+    assert expand_workers([], 3) == [None, None, None]
+    grid = load_grid(write_grid(tmp_path, GRID))
     seen, together = [], threading.Barrier(4, timeout=20)  # the 4 cells run at once, or the barrier breaks
 
     def fake_call(command, stdout, stderr, env):
@@ -935,11 +944,11 @@ def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(
             together.wait()
         return 1 if command[command.index("--experiment") + 1] == "small-lr0.0001-s1" else 0
 
-    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
-    failed = sweep.run(grid, ["0", "1"], [], runs_per_gpu=2)
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    failed = run(grid, ["0", "1"], [], runs_per_gpu=2)
     assert len(failed) == 1 and failed[0].startswith("small-lr0.0001-s1 gmts")
     assert seen[0][2] == "0" and sorted(gpu for _, _, gpu in seen[1:]) == ["0", "0", "1", "1"]  # 2 workers per GPU
-    lines = [json.loads(x) for x in (tmp_path / "results" / "demo" / "logs" / sweep.TIMING).read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "results" / "demo" / "logs" / TIMING).read_text().splitlines()]
     assert [(x["cell"], x["arms"]) for x in lines][0] == ("paper-lr0.0001-s1", ["base"])
     assert sorted(x["cell"] for x in lines[1:]) == sorted(c.name for c in grid.cells())
     assert sorted((x["cell"], ",".join(x["arms"]), x["gpu"]) for x in lines) == sorted(seen)
@@ -951,7 +960,7 @@ def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(
 def test_a_cell_the_recipe_refuses_says_why_in_the_last_line(tmp_path, monkeypatch):
     """recipe.py refuses a typo in one line and exits 2; the sweep's failure line carries that line, for the base
     (a typo in the grid's variant stops the sweep there) and for a cell; any other failure names only its log."""
-    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    grid = load_grid(write_grid(tmp_path, GRID))
     logs = tmp_path / "results" / "demo" / "logs"
     typo = "recipe.py: unknown key 'sampling_nois' in the command line: did you mean sampling_noise?"
 
@@ -959,8 +968,8 @@ def test_a_cell_the_recipe_refuses_says_why_in_the_last_line(tmp_path, monkeypat
         stdout.write(f"[recipe] loading\n{typo}\n\n")
         return 2
 
-    monkeypatch.setattr(sweep.subprocess, "call", refuse)
-    assert sweep.run(grid, [], []) == [f"paper-lr0.0001-s1 base: {typo.removeprefix('recipe.py: ')} "
+    monkeypatch.setattr(subprocess, "call", refuse)
+    assert run(grid, [], []) == [f"paper-lr0.0001-s1 base: {typo.removeprefix('recipe.py: ')} "
                                        f"(see {logs}/paper-lr0.0001-s1-base.log)"]
 
     def cell_fails(command, stdout, stderr, env):
@@ -969,14 +978,14 @@ def test_a_cell_the_recipe_refuses_says_why_in_the_last_line(tmp_path, monkeypat
         stdout.write(typo + "\n" if "paper-lr0.0001-s1" in command else "Traceback ...\nRuntimeError: CUDA\n")
         return 2 if "paper-lr0.0001-s1" in command else 1
 
-    monkeypatch.setattr(sweep.subprocess, "call", cell_fails)
-    failed = sweep.run(grid, [], [])
+    monkeypatch.setattr(subprocess, "call", cell_fails)
+    failed = run(grid, [], [])
     assert failed[0] == (f"paper-lr0.0001-s1 ets,gmts,grpo: {typo.removeprefix('recipe.py: ')} "
                          f"(see {logs}/paper-lr0.0001-s1-ets+gmts+grpo.log)")
     assert all(f.split(" (see ")[0].count(":") == 0 for f in failed[1:]) and len(failed) > 1
-    assert str(sweep.CellFailed(2, f"x\n{typo}\n", {"host": "node3"})) == (
+    assert str(CellFailed(2, f"x\n{typo}\n", {"host": "node3"})) == (
         f"recipe.py exited with code 2 on node3: {typo.removeprefix('recipe.py: ')}")
-    assert str(sweep.CellFailed(5, "failing\n", {"host": "node3"})) == "recipe.py exited with code 5 on node3"
+    assert str(CellFailed(5, "failing\n", {"host": "node3"})) == "recipe.py exited with code 5 on node3"
 
 
 def test_an_interrupted_cell_stops_the_pool_and_ctrl_c_is_one_line(tmp_path, monkeypatch, capsys):
@@ -989,9 +998,9 @@ def test_an_interrupted_cell_stops_the_pool_and_ctrl_c_is_one_line(tmp_path, mon
         started.append(command[command.index("--experiment") + 1])
         return 130 if len(started) == 2 else 0
 
-    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
+    monkeypatch.setattr(subprocess, "call", fake_call)
     logs = tmp_path / "results" / "demo" / "logs"
-    assert sweep.run(sweep.load_grid(grid_path), [], []) == [
+    assert run(load_grid(grid_path), [], []) == [
         f"paper-lr0.0001-s1 ets,gmts,grpo (see {logs}/paper-lr0.0001-s1-ets+gmts+grpo.log)"]
     assert len(started) == 2  # the base, then the interrupted cell; none after it
 
@@ -1008,11 +1017,11 @@ def test_an_interrupted_cell_stops_the_pool_and_ctrl_c_is_one_line(tmp_path, mon
         time.sleep(1.0)
         return 0  # the cell ended well: only the interrupt of sweep.py itself stops the pool
 
-    monkeypatch.setattr(sweep.subprocess, "call", ctrl_c)
+    monkeypatch.setattr(subprocess, "call", ctrl_c)
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # an earlier test (Ray) may have set another
     try:
         with pytest.raises(KeyboardInterrupt):
-            sweep.run(sweep.load_grid(grid_path), ["0", "0"], [])
+            run(load_grid(grid_path), ["0", "0"], [])
     finally:
         signal.signal(signal.SIGINT, handler)
     assert len(started) == 3 and "waiting for the running cells to stop" in capsys.readouterr().err  # base + 2
@@ -1032,10 +1041,10 @@ def test_several_cells_per_gpu_without_mps_are_warned_once(tmp_path, capsys, mon
 
     pipes = tmp_path / "mps"
     pipes.mkdir()
-    assert not sweep.mps_running({"CUDA_MPS_PIPE_DIRECTORY": str(pipes)})
+    assert not mps_running({"CUDA_MPS_PIPE_DIRECTORY": str(pipes)})
     os.mkfifo(pipes / "control")  # what nvidia-cuda-mps-control -d leaves while it runs
-    assert sweep.mps_running({"CUDA_MPS_PIPE_DIRECTORY": str(pipes)})
-    assert sweep.shares_gpus(["0", "0"]) and not sweep.shares_gpus(["0", "1"]) and not sweep.shares_gpus([None])
+    assert mps_running({"CUDA_MPS_PIPE_DIRECTORY": str(pipes)})
+    assert shares_gpus(["0", "0"]) and not shares_gpus(["0", "1"]) and not shares_gpus([None])
 
     grid = str(write_grid(tmp_path, GRID))
     monkeypatch.setattr(sweep, "run", lambda *a, **k: [])
@@ -1071,13 +1080,13 @@ def test_commands_print_the_base_line_then_one_line_per_missing_cell(tmp_path, c
     import shlex
 
     grid_path = write_grid(tmp_path, GRID)
-    grid = sweep.load_grid(grid_path)
+    grid = load_grid(grid_path)
     fake_cell(tmp_path / "results" / "demo", "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.6, "grpo": 0.5}, seed=2)
     assert sweep.main([str(grid_path), "--commands", "--", "--gsm8k_path", "X"]) == 0
     lines = capsys.readouterr().out.splitlines()
     cells = {c.name: c for c in grid.cells()}
-    want = [sweep._command(grid, cells["paper-lr0.0001-s1"], ("base",), ["--gsm8k_path", "X"])] + [
-        sweep._command(grid, cell, arms, ["--gsm8k_path", "X"]) for cell, arms in sweep.by_cell(sweep.jobs(grid))]
+    want = [cell_command(grid, cells["paper-lr0.0001-s1"], ("base",), ["--gsm8k_path", "X"])] + [
+        cell_command(grid, cell, arms, ["--gsm8k_path", "X"]) for cell, arms in by_cell(jobs(grid))]
     assert [shlex.split(line) for line in lines] == want  # the exact commands the local pool starts
     assert [c[c.index("--experiment") + 1] for c in want] == ["paper-lr0.0001-s1", "paper-lr0.0001-s1",
                                                              "paper-lr0.0002-s1", "small-lr0.0001-s1"]
@@ -1097,33 +1106,33 @@ def test_an_address_where_no_ray_head_answers_is_one_line(tmp_path, capsys):
 
 def test_time_left_counts_cells_running_at_once():
     # four slots, four cells of one arm running for 10 of their 11 minutes, nothing queued: about a minute, not 3 x 11
-    assert sweep.time_left(660.0, [(600.0, 1)] * 3, [], 4) == pytest.approx(60.0)
+    assert time_left(660.0, [(600.0, 1)] * 3, [], 4) == pytest.approx(60.0)
     # one slot: the work left, one cell after another
-    assert sweep.time_left(100.0, [(40.0, 1)], [1, 1, 1], 1) == pytest.approx(60.0 + 300.0)
+    assert time_left(100.0, [(40.0, 1)], [1, 1, 1], 1) == pytest.approx(60.0 + 300.0)
     # two slots, two queued behind two running: each queued one takes the first slot that frees
-    assert sweep.time_left(100.0, [(90.0, 1), (20.0, 1)], [1, 1], 2) == pytest.approx(180.0)  # free at 10, 80
+    assert time_left(100.0, [(90.0, 1), (20.0, 1)], [1, 1], 2) == pytest.approx(180.0)  # free at 10, 80
     # a running cell past its time is taken to end now; idle slots start queued cells at once
-    assert sweep.time_left(100.0, [(150.0, 1)], [1, 1], 4) == pytest.approx(100.0)
-    assert sweep.time_left(100.0, [], [], 4) == 0.0
+    assert time_left(100.0, [(150.0, 1)], [1, 1], 4) == pytest.approx(100.0)
+    assert time_left(100.0, [], [], 4) == 0.0
 
 
 def test_seconds_per_arm_leaves_a_warm_workers_first_cell_out_once_a_steady_one_has_finished():
-    assert sweep.seconds_per_arm([(300.0, 2), (100.0, 2)]) == pytest.approx(100.0)
+    assert seconds_per_arm([(300.0, 2), (100.0, 2)]) == pytest.approx(100.0)
     # only the first cell, which loaded and compiled: the recorded pace of earlier runs, else that cell
-    assert sweep.seconds_per_arm([], [(312.0, 2)], recorded=105.0) == pytest.approx(105.0)
-    assert sweep.seconds_per_arm([], [(312.0, 2)]) == pytest.approx(156.0)
+    assert seconds_per_arm([], [(312.0, 2)], recorded=105.0) == pytest.approx(105.0)
+    assert seconds_per_arm([], [(312.0, 2)]) == pytest.approx(156.0)
     # a steady cell: its pace alone, whatever was recorded before
-    assert sweep.seconds_per_arm([(186.0, 2)], [(312.0, 2)], recorded=105.0) == pytest.approx(93.0)
+    assert seconds_per_arm([(186.0, 2)], [(312.0, 2)], recorded=105.0) == pytest.approx(93.0)
     with pytest.raises(ValueError):
-        sweep.seconds_per_arm([], [])
+        seconds_per_arm([], [])
 
 
 def test_time_left_scales_each_cell_by_its_arms():
     """A grid whose first cells run four arms and the rest two (the confirmatory grid): per arm, not per process, or
     the estimate doubles. One slot, 100 s per arm: a 4-arm cell 50 s in, then 4-, 2- and 2-arm cells."""
-    assert sweep.time_left(100.0, [(50.0, 4)], [4, 2, 2], 1) == pytest.approx(350.0 + 400.0 + 200.0 + 200.0)
+    assert time_left(100.0, [(50.0, 4)], [4, 2, 2], 1) == pytest.approx(350.0 + 400.0 + 200.0 + 200.0)
     # two slots free at 400 and 200: the first queued 2-arm cell ends at 400, the second at 600
-    assert sweep.time_left(100.0, [(0.0, 4), (0.0, 2)], [2, 2], 2) == pytest.approx(600.0)
+    assert time_left(100.0, [(0.0, 4), (0.0, 2)], [2, 2], 2) == pytest.approx(600.0)
 
 
 def _timing(log_dir: Path, *rows: dict) -> None:
@@ -1140,16 +1149,16 @@ def test_recorded_pace_is_seconds_per_arm_of_the_alone_processes_that_trained(tm
     _timing(tmp_path, _row("c-s1", ["base"], 20.0), _row("c-s1", ["ets", "gmts", "ets_nz", "grpo"], 520.0),
             _row("c-s2", ["ets", "gmts"], 280.0), _row("c-s3", ["ets", "gmts"], 900.0, workers=2),
             _row("c-s4", ["ets"], 5.0, code=1))
-    assert sweep.recorded_pace(tmp_path) == (pytest.approx(800.0 / 6), 6)
-    assert sweep.recorded_pace(tmp_path / "nowhere") is None
-    assert sweep.recorded_pace(tmp_path, warm=True) is None
+    assert recorded_pace(tmp_path) == (pytest.approx(800.0 / 6), 6)
+    assert recorded_pace(tmp_path / "nowhere") is None
+    assert recorded_pace(tmp_path, warm=True) is None
     _timing(tmp_path, _row("c-s1", ["ets", "gmts"], 280.0), {**_row("c-s2", ["ets", "gmts"], 200.0), "warm": True})
-    assert sweep.recorded_pace(tmp_path) == (140.0, 2) and sweep.recorded_pace(tmp_path, warm=True) == (100.0, 2)
+    assert recorded_pace(tmp_path) == (140.0, 2) and recorded_pace(tmp_path, warm=True) == (100.0, 2)
     # a warm worker's first job paid the process's start: not the warm pace (lines from before the field count)
     _timing(tmp_path, {**_row("c-s1", ["ets", "gmts"], 300.0), "warm": True, "job_in_process": 1},
             {**_row("c-s2", ["ets", "gmts"], 180.0), "warm": True, "job_in_process": 2},
             {**_row("c-s3", ["ets"], 120.0), "warm": True})
-    assert sweep.recorded_pace(tmp_path, warm=True) == (100.0, 3)
+    assert recorded_pace(tmp_path, warm=True) == (100.0, 3)
 
 
 def test_recorded_warm_pace_leaves_out_the_first_training_job_after_a_base_job(tmp_path):
@@ -1161,13 +1170,13 @@ def test_recorded_warm_pace_leaves_out_the_first_training_job_after_a_base_job(t
     _timing(tmp_path, warm("c-s1", ["base"], 20.0, 1), warm("c-s9", ["ets", "gmts"], 400.0, 1, gpu="1"),
             warm("c-s1", ["ets", "gmts"], 320.0, 2), warm("c-s9b", ["ets", "gmts"], 180.0, 2, gpu="1"),
             warm("c-s2", ["ets", "gmts"], 190.0, 3), warm("c-s3", ["ets"], 90.0, 4))
-    assert sweep.recorded_pace(tmp_path, warm=True) == (pytest.approx(460.0 / 5), 5)
+    assert recorded_pace(tmp_path, warm=True) == (pytest.approx(460.0 / 5), 5)
     # what the workers gave per GPU-hour, their starts included: every training job (the base job is no arm-run)
-    assert sweep.recorded_pace(tmp_path, warm=True, steady=False) == (pytest.approx(1180.0 / 9), 9)
+    assert recorded_pace(tmp_path, warm=True, steady=False) == (pytest.approx(1180.0 / 9), 9)
     # a new process on GPU 0 that begins with a cell: its job 2 is steady again
     _timing(tmp_path, warm("c-s1", ["base"], 20.0, 1), warm("c-s1", ["ets", "gmts"], 320.0, 2),
             warm("c-s2", ["ets", "gmts"], 300.0, 1), warm("c-s3", ["ets", "gmts"], 200.0, 2))
-    assert sweep.recorded_pace(tmp_path, warm=True) == (100.0, 2)
+    assert recorded_pace(tmp_path, warm=True) == (100.0, 2)
 
 
 def test_plan_estimates_the_jobs_left_from_the_recorded_pace(tmp_path, capsys):
@@ -1213,15 +1222,15 @@ def _lever_results(**per_arm: dict) -> dict:
                            "generation_options": options} for arm, options in per_arm.items()}}
 
 
-LEVER_CELL = sweep.Cell("coupled", (("sampling_noise", "counter"), ("generation_compile_regions", True)), 1e-4, 200)
+LEVER_CELL = Cell("coupled", (("sampling_noise", "counter"), ("generation_compile_regions", True)), 1e-4, 200)
 
 
 def test_a_variant_lever_left_out_of_the_config_record_is_checked_in_every_arm_options():
     """recipe.py leaves rounding-only levers out of the hashed config and records them per arm (generation_options):
     a cell whose arms all ran with the variant's value is that cell."""
     results = _lever_results(ets={"generation_compile_regions": True}, gmts={"generation_compile_regions": True})
-    assert sweep.recorded(LEVER_CELL, results).config["sampling_noise"] == "counter"
-    assert sweep.recorded(LEVER_CELL, _lever_results()).arms == {}  # a cell whose first arm has not ended yet
+    assert recorded(LEVER_CELL, results).config["sampling_noise"] == "counter"
+    assert recorded(LEVER_CELL, _lever_results()).arms == {}  # a cell whose first arm has not ended yet
 
 
 @pytest.mark.parametrize("per_arm, message", [
@@ -1232,20 +1241,20 @@ def test_a_variant_lever_left_out_of_the_config_record_is_checked_in_every_arm_o
      "coupled-lr0.0001-s200: results.json records no generation_compile_regions (variant coupled sets True)"),
 ], ids=["other value", "one arm silent"])
 def test_a_variant_lever_an_arm_ran_without_is_refused(per_arm, message):
-    with pytest.raises(sweep.SweepError) as refused:
-        sweep.recorded(LEVER_CELL, _lever_results(**per_arm))
+    with pytest.raises(SweepError) as refused:
+        recorded(LEVER_CELL, _lever_results(**per_arm))
     assert str(refused.value) == message
 
 
 def test_arms_that_fit_start_whole_arms_only():
-    assert sweep.arms_that_fit(2, 90.0, 200.0) == 2
-    assert sweep.arms_that_fit(2, 90.0, 179.9) == 1  # the second arm would end past the limit: left whole
-    assert sweep.arms_that_fit(3, 90.0, 89.0) == 0
-    assert sweep.arms_that_fit(2, None, 1.0) == 2  # no pace measured yet: start while time is left
-    assert sweep.arms_that_fit(2, None, 0.0) == 0 and sweep.arms_that_fit(2, 90.0, -5.0) == 0
+    assert arms_that_fit(2, 90.0, 200.0) == 2
+    assert arms_that_fit(2, 90.0, 179.9) == 1  # the second arm would end past the limit: left whole
+    assert arms_that_fit(3, 90.0, 89.0) == 0
+    assert arms_that_fit(2, None, 1.0) == 2  # no pace measured yet: start while time is left
+    assert arms_that_fit(2, None, 0.0) == 0 and arms_that_fit(2, 90.0, -5.0) == 0
     for arms in range(1, 5):
         for left in (0.0, 45.0, 90.0, 135.0, 1000.0):
-            n = sweep.arms_that_fit(arms, 45.0, left)
+            n = arms_that_fit(arms, 45.0, left)
             assert 0 <= n <= arms and n * 45.0 <= max(left, 0.0) and (n == arms or (n + 1) * 45.0 > left)
 
 
@@ -1260,10 +1269,10 @@ def run_on_a_fake_clock(grid, monkeypatch, arm_seconds: float, time_limit: float
         now[0] += 10.0 if arms == "base" else arm_seconds * len(arms.split(","))
         return 0
 
-    monkeypatch.setattr(sweep.subprocess, "call", fake_call)
-    monkeypatch.setattr(sweep.time, "time", lambda: now[0])
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    monkeypatch.setattr(time, "time", lambda: now[0])
     left: list[str] = []
-    assert sweep.run(grid, [], [], time_limit=time_limit, left=left) == []
+    assert run(grid, [], [], time_limit=time_limit, left=left) == []
     return calls, left
 
 
@@ -1271,13 +1280,13 @@ def test_a_time_limit_starts_only_the_arms_that_end_within_it(tmp_path, monkeypa
     """A fake clock: the base takes 10 s and every arm 60 s. With 6.5 minutes the first cell starts (no pace yet),
     the second fits whole, the third has time for its first arm only, the fourth for none; what is left is listed
     and runs when the same command runs again."""
-    calls, left = run_on_a_fake_clock(sweep.load_grid(write_grid(tmp_path, GRID)), monkeypatch, 60.0, 6.5)
+    calls, left = run_on_a_fake_clock(load_grid(write_grid(tmp_path, GRID)), monkeypatch, 60.0, 6.5)
     assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets,gmts,grpo"),
                      ("paper-lr0.0002-s1", "ets,gmts"), ("paper-lr0.0001-s2", "ets")]
     assert left == ["paper-lr0.0001-s2 gmts", "paper-lr0.0001-s2 grpo", "small-lr0.0001-s1 gmts"]
     out = capsys.readouterr().out
     assert "[sweep] time limit: paper-lr0.0001-s2 gmts,grpo left for the next run (1.3 min left, 1.0 min per arm" in out
-    lines = [json.loads(x) for x in (tmp_path / "results" / "demo" / "logs" / sweep.TIMING).read_text().splitlines()]
+    lines = [json.loads(x) for x in (tmp_path / "results" / "demo" / "logs" / TIMING).read_text().splitlines()]
     assert lines[-1]["end"] <= 1000.0 + 6.5 * 60  # nothing started ends past the limit
 
     capsys.readouterr()
@@ -1292,7 +1301,7 @@ def test_a_time_limit_starts_only_the_arms_that_end_within_it(tmp_path, monkeypa
 def test_the_cells_a_time_limit_leaves_whole_take_one_line(tmp_path, monkeypatch, capsys):
     """2.5 minutes, the base 10 s, every arm 60 s: the first cell (no pace yet) ends past the limit, so the three
     cells after it are all left whole; the console says so once, not once per cell, and the end lists every job."""
-    calls, left = run_on_a_fake_clock(sweep.load_grid(write_grid(tmp_path, GRID)), monkeypatch, 60.0, 2.5)
+    calls, left = run_on_a_fake_clock(load_grid(write_grid(tmp_path, GRID)), monkeypatch, 60.0, 2.5)
     assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets,gmts,grpo")]
     assert left == ["paper-lr0.0002-s1 ets", "paper-lr0.0002-s1 gmts", "paper-lr0.0001-s2 ets",
                     "paper-lr0.0001-s2 gmts", "paper-lr0.0001-s2 grpo", "small-lr0.0001-s1 gmts"]
@@ -1314,12 +1323,12 @@ def test_a_bad_time_limit_is_one_line(tmp_path, capsys, argv, match):
 def test_a_time_limit_takes_the_pace_of_earlier_runs_before_a_cell_has_finished(tmp_path, monkeypatch):
     """Earlier runs' fresh processes took 120 s per arm (logs/timing.jsonl): with 3 minutes and the base taking
     10 s, the first cell has time for one of its three arms, and it starts that one alone."""
-    grid = sweep.load_grid(write_grid(tmp_path, GRID))
+    grid = load_grid(write_grid(tmp_path, GRID))
     logs = tmp_path / "results" / "demo" / "logs"
     logs.mkdir(parents=True)
     earlier = {"cell": "x", "arms": ["ets", "gmts"], "gpu": "0", "workers_on_gpu": 1, "start": 0.0, "end": 240.0,
                "exit_code": 0, "host": "h"}
-    (logs / sweep.TIMING).write_text(json.dumps(earlier) + "\n")
+    (logs / TIMING).write_text(json.dumps(earlier) + "\n")
     calls, left = run_on_a_fake_clock(grid, monkeypatch, 120.0, 3.0)
     assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets")]
     assert left[:2] == ["paper-lr0.0001-s1 gmts", "paper-lr0.0001-s1 grpo"] and len(left) == 8

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 import sweep
+from gmts_recipe.sweep.grid import cell_command
+from gmts_recipe.sweep.ray_tasks import ray_init_kwargs
+from gmts_recipe.sweep.summary import verify
 from test_sweep import write_grid
 
 ray = pytest.importorskip("ray")
@@ -35,7 +38,7 @@ CELLS = ["paper-lr0.0001-s1", "paper-lr0.0002-s1", "paper-lr0.0001-s2"]
 def cluster():
     """One local Ray cluster for the module: 4 CPUs and 2 GPUs that are only resources (no GPU here), the tree as
     its working_dir as `--ray` gives it."""
-    ray.init(**{**sweep.ray_init_kwargs(None), "address": "local"}, num_cpus=4, num_gpus=2)
+    ray.init(**{**ray_init_kwargs(None), "address": "local"}, num_cpus=4, num_gpus=2)
     yield
     ray.shutdown()
 
@@ -43,13 +46,14 @@ def cluster():
 @pytest.fixture
 def fake_recipe(monkeypatch):
     """Every cell command as sweep builds it, with tests/fake_recipe.py in place of recipe.py."""
-    real = sweep._command
+    real = cell_command
 
     def command(grid, cell, arms, extra):
         out = real(grid, cell, arms, extra)
         return [out[0], "tests/fake_recipe.py", *out[2:]]
 
-    monkeypatch.setattr(sweep, "_command", command)
+    monkeypatch.setattr("gmts_recipe.sweep.local.cell_command", command)
+    monkeypatch.setattr("gmts_recipe.sweep.ray_tasks.cell_command", command)
 
 
 def grid_in(folder: Path, config: str = "configs/smoke.yaml") -> Path:
@@ -81,7 +85,7 @@ def test_ray_gives_the_cells_the_local_pool_gives(tmp_path, cluster, fake_recipe
         assert b[name]["merges"] == [{"arms": list(a[name]["arms"]), "incoming_digest": b[name]["merges"][0][
             "incoming_digest"], "versions": None, "base": "shared cache"}]
     for folder in (tmp_path / "local", tmp_path / "ray"):
-        summary = sweep.verify(folder / "results" / "demo" / "sweep.json")
+        summary = verify(folder / "results" / "demo" / "sweep.json")
         assert [c["cell"] for c in summary["cells"]] == CELLS
         assert not (folder / "results" / "demo" / ".incoming").exists()
     lines = timing(tmp_path / "ray")  # the base once, then one line per cell, on the fake GPUs, 2 per GPU
@@ -105,7 +109,7 @@ def test_a_task_killed_midway_is_retried_and_leaves_no_half_cell(tmp_path, clust
     killed = Path((tmp_path / "killed-paper-lr0.0002-s1").read_text())  # that attempt's half-written cell ...
     assert (killed / "paper-lr0.0002-s1" / "results.json").read_text() == '{"config": {'
     shutil.rmtree(killed.parent)  # ... stayed in its temporary folder on the worker
-    summary = sweep.verify(tmp_path / "results" / "demo" / "sweep.json")
+    summary = verify(tmp_path / "results" / "demo" / "sweep.json")
     assert [c["cell"] for c in summary["cells"]] == CELLS and list(cells(tmp_path)["paper-lr0.0002-s1"]["arms"]) == [
         "ets", "gmts"]
     assert [t["cell"] for t in timing(tmp_path)].count("paper-lr0.0002-s1") == 1  # the lost attempt never reported
@@ -131,7 +135,7 @@ def test_failed_lost_and_refused_cells_are_reported_and_never_written(tmp_path, 
     assert sorted((t["cell"], ",".join(t["arms"]), t["exit_code"]) for t in timing(tmp_path)) == [
         ("paper-lr0.0001-s1", "base", 0), ("paper-lr0.0001-s1", "ets,gmts", 5), ("paper-lr0.0001-s2", "ets", 0)]
     shutil.rmtree(Path((tmp_path / "killed-paper-lr0.0002-s1").read_text()).parent)
-    assert sweep.verify(root / "sweep.json")["cells"] == []
+    assert verify(root / "sweep.json")["cells"] == []
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ import json
 import pytest
 
 import update_readme
+from gmts_recipe.sweep.grid import load_grid
+from gmts_recipe.sweep.summary import summarize
 
 
 def _log(folder, name: str, start: str, finished: list[str]) -> None:
@@ -148,7 +150,6 @@ def test_mechanism_option_reads_the_committed_files(capsys):
 
 
 def test_headline_labels_the_plans_secondary_comparisons_and_says_interim(tmp_path):
-    import sweep
     from test_sweep import GRID, PRIMARY, fake_cell, write_grid
 
     root = tmp_path / "results" / "demo"
@@ -156,8 +157,8 @@ def test_headline_labels_the_plans_secondary_comparisons_and_says_interim(tmp_pa
         fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts, "grpo": grpo}, seed=seed)
     text = (GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]") + PRIMARY.replace("SEEDS", "[1, 2, 3]")
             + "secondary:\n  - {comparison: gmts - grpo, seeds: [1, 2]}\n  - {comparison: ets - grpo, seeds: [1, 2, 3]}\n")
-    grid = sweep.load_grid(write_grid(tmp_path, text))
-    table = update_readme.headline(sweep.summarize(grid), root).splitlines()
+    grid = load_grid(write_grid(tmp_path, text))
+    table = update_readme.headline(summarize(grid), root).splitlines()
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table if line.startswith("| ")}
     assert "planned: its interval, no decision" in rows["GMTS - GRPO (secondary)"]
     assert "planned, **interim** (2 of 3 seeds)" in rows["ETS - GRPO (secondary)"]
@@ -167,13 +168,12 @@ def test_headline_labels_the_plans_secondary_comparisons_and_says_interim(tmp_pa
 
 
 def test_headline_of_a_test_with_one_seed_done_gives_no_interval_and_says_interim(tmp_path):
-    import sweep
     from test_sweep import GRID, PRIMARY, fake_cell, write_grid
 
     root = tmp_path / "results" / "demo"
     fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6}, seed=1)
-    grid = sweep.load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]")))
-    table = update_readme.headline(sweep.summarize(grid), root).splitlines()
+    grid = load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]")))
+    table = update_readme.headline(summarize(grid), root).splitlines()
     gmts = next(line for line in table if line.startswith("| GMTS (top-20%"))
     assert gmts.endswith("% | - | 1 (1) | - |")  # a mean from one seed, no interval
     assert not any("primary test" in line for line in table)  # no comparison row from one seed
@@ -182,20 +182,19 @@ def test_headline_of_a_test_with_one_seed_done_gives_no_interval_and_says_interi
 
 
 def test_plan_rows_keep_their_number_from_the_first_seed_and_give_intervals_from_two(tmp_path):
-    import sweep
     from test_sweep import GRID, PRIMARY, fake_cell, write_grid
 
     root = tmp_path / "results" / "demo"
     text = (GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]") + PRIMARY.replace("SEEDS", "[1, 2, 3]")
             + "secondary:\n  - {comparison: gmts - grpo, seeds: [1, 2]}\n")
-    grid = sweep.load_grid(write_grid(tmp_path, text))
+    grid = load_grid(write_grid(tmp_path, text))
     fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6, "grpo": 0.55}, seed=1)
-    one = update_readme.plan(sweep.summarize(grid), root).splitlines()
+    one = update_readme.plan(summarize(grid), root).splitlines()
     assert len(one) == 4 and one[2].startswith("| **GMTS - ETS** (primary test) | - | - (from two seeds) | 1 of 3 (1-3) "
                                                "| **interim**: decided once all 3 have run; reproduced if")
     assert one[3] == "| GMTS - GRPO (secondary) | - | - (from two seeds) | 1 of 2 (1, 2) | interim: its interval, no decision |"
     fake_cell(root, "paper-lr0.0001-s2", {"ets": 0.5, "gmts": 0.65, "grpo": 0.5}, seed=2)
-    summary = sweep.summarize(grid)
+    summary = summarize(grid)
     two = update_readme.plan(summary, root).splitlines()
     assert len(two) == 4
     p = summary["primary"]
@@ -203,7 +202,7 @@ def test_plan_rows_keep_their_number_from_the_first_seed_and_give_intervals_from
                              f"[{100 * p['t_low']:+.1f}, {100 * p['t_high']:+.1f}] | 2 of 3 (1-3) | **interim**")
     assert two[3].endswith("| 2 of 2 (1, 2) | its interval, no decision |")  # complete: no longer interim
     fake_cell(root, "paper-lr0.0001-s3", {"ets": 0.5, "gmts": 0.62, "grpo": 0.5}, seed=3)
-    summary = sweep.summarize(grid)
+    summary = summarize(grid)
     three = update_readme.plan(summary, root).splitlines()
     decision = summary["primary"]["decision"]
     assert len(three) == 4 and decision in ("reproduced", "refuted", "undecided")
@@ -212,16 +211,15 @@ def test_plan_rows_keep_their_number_from_the_first_seed_and_give_intervals_from
 
 
 def test_decisions_give_each_planned_test_one_line_and_pool_nothing(tmp_path):
-    import sweep
     from test_sweep import GRID, PRIMARY, fake_cell, write_grid
 
     root = tmp_path / "results" / "demo"
     for seed, gmts in ((1, 0.60), (2, 0.58)):
         fake_cell(root, f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": gmts}, seed=seed)
-    done = sweep.summarize(sweep.load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]"))))
+    done = summarize(load_grid(write_grid(tmp_path, GRID + PRIMARY.replace("SEEDS", "[1, 2]"))))
     three = GRID.replace("seeds: [1, 2]", "seeds: [1, 2, 3]") + PRIMARY.replace("SEEDS", "[1, 2, 3]")
     grid = write_grid(tmp_path, three)
-    running = sweep.summarize(sweep.load_grid(grid))  # the same cells, a third seed planned and not run
+    running = summarize(load_grid(grid))  # the same cells, a third seed planned and not run
     p = done["primary"]
     text = update_readme.decisions([("First", done), ("Confirmatory", running)]).splitlines()
     assert text[0].startswith("**Decisions** (the paper claims +1.3 to +3.4 points; each reproduced if the interval")

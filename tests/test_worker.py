@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import sweep
+from gmts_recipe.sweep.grid import cell_command
+from gmts_recipe.sweep.schedule import TIMING, seconds_per_arm
 from test_sweep import GRID, write_grid
 
 from gmts_recipe.worker import WarmWorker
@@ -110,8 +112,9 @@ def test_a_missing_script_is_a_failed_job_with_its_error_in_the_log(worker, tmp_
 @pytest.fixture
 def fake_recipe(monkeypatch):
     """Every cell command as sweep builds it, with tests/fake_recipe.py in place of recipe.py."""
-    real = sweep._command
-    monkeypatch.setattr(sweep, "_command", lambda *a: [real(*a)[0], "tests/fake_recipe.py", *real(*a)[2:]])
+    real = cell_command
+    monkeypatch.setattr("gmts_recipe.sweep.local.cell_command",
+                        lambda *a: [real(*a)[0], "tests/fake_recipe.py", *real(*a)[2:]])
 
 
 def _grid(folder: Path) -> Path:
@@ -133,20 +136,20 @@ def test_warm_workers_give_the_cells_fresh_processes_give(tmp_path, fake_recipe,
     for name in names:
         a, b = (json.loads((demo[d] / name / "results.json").read_text()) for d in ("fresh", "warm"))
         assert a == b
-    timing = [json.loads(x) for x in (demo["warm"] / "logs" / sweep.TIMING).read_text().splitlines()]
+    timing = [json.loads(x) for x in (demo["warm"] / "logs" / TIMING).read_text().splitlines()]
     assert all(t["warm"] for t in timing) and {t["exit_code"] for t in timing} == {0, 5}
     # one worker: its jobs counted in its process, from 1 again after the failed cell's process was replaced
     assert [(t["job_in_process"], t["exit_code"]) for t in timing] == [(1, 0), (2, 0), (3, 5), (1, 0), (2, 0)]
-    assert "warm" not in json.loads((demo["fresh"] / "logs" / sweep.TIMING).read_text().splitlines()[0])
+    assert "warm" not in json.loads((demo["fresh"] / "logs" / TIMING).read_text().splitlines()[0])
     log = (demo["warm"] / "logs" / "paper-lr0.0002-s1-ets+gmts.log").read_text()
     assert "in warm worker 0's process" in log and "failing as told" in log
 
 
 def test_the_time_left_takes_each_warm_process_s_first_training_cell_apart(tmp_path, fake_recipe, monkeypatch):
     """The cell after a process starts (the worker's first, and the first after a failed cell replaced it) pays the
-    model's load and compilation; the estimate takes its pace from the others (sweep.seconds_per_arm)."""
-    calls, real = [], sweep.seconds_per_arm
-    monkeypatch.setattr(sweep, "seconds_per_arm",
+    model's load and compilation; the estimate takes its pace from the others (seconds_per_arm)."""
+    calls, real = [], seconds_per_arm
+    monkeypatch.setattr("gmts_recipe.sweep.local.seconds_per_arm",
                         lambda took, warm_up=(), recorded=None: calls.append((len(took), len(warm_up)))
                         or real(took, warm_up, recorded))
     warm, fresh = _grid(tmp_path / "warm"), _grid(tmp_path / "fresh")

@@ -1,0 +1,13 @@
+"""The sweep's parts, one concern each; `python sweep.py` is the command over them.
+
+- grid: the sweep file (Grid, Cell, load_grid and its checks) and the jobs it still holds;
+- schedule: logs/timing.jsonl and the pace and time left read from it;
+- local: the local pool of workers (run);
+- ray_tasks: the cells as Ray tasks (run_ray);
+- cells: which cell a results file is (recorded, check_together);
+- merge: cells run on another machine brought in (--merge);
+- summary: every number of the sweep from its cells (summarize, verify);
+- report: the tables and figures of a summary (render, plot, write_summary).
+
+No module here imports torch, matplotlib or Ray before a function needs them: check.py verifies a sweep without them.
+"""

@@ -1,0 +1,248 @@
+"""A sweep file: its grid of (variant, learning rate, training seed) cells and arms, checked line by line, and the
+jobs still to run with the recipe.py command that runs each cell."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gmts_recipe.records import ResultsError, load, read_yaml_mapping
+# the rules' arms and compared pairs, read when used (a rule registered at run time counts)
+from selection import arms as rule_arms, comparisons as rule_comparisons
+
+
+class SweepError(ValueError):
+    """A grid or summary that cannot be used; the message is the one-line reason."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run directory: a setting variant at one learning rate and one training seed."""
+
+    variant: str
+    overrides: tuple[tuple[str, Any], ...]
+    learning_rate: float
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant}-lr{self.learning_rate:g}-s{self.seed}"
+
+    def recipe_args(self) -> list[str]:
+        args = ["--learning_rate", repr(self.learning_rate), "--seed", str(self.seed)]
+        for key, value in self.overrides:
+            args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
+        return args
+
+
+@dataclass
+class Grid:
+    """A sweep file: the base config, the results directory, and blocks of (arms x learning rates x seeds)."""
+
+    name: str
+    config: str
+    results_dir: str
+    blocks: list[dict] = field(default_factory=list)
+    variants: dict[str, dict] = field(default_factory=dict)
+    primary: dict | None = None  # the analysis plan's one primary test (PRIMARY_KEYS), fixed before its cells ran
+    secondary: list[dict] = field(default_factory=list)  # its secondary comparisons (SECONDARY_KEYS): intervals only
+
+    def jobs_in_order(self, only: str | None = None) -> list[tuple[Cell, str]]:
+        """Every (cell, arm) in the grid's order (block by block, seed-major), each once even when blocks share it."""
+        out: list[tuple[Cell, str]] = []
+        for block in self.blocks:
+            if only is not None and block["name"] not in only.split(","):
+                continue
+            variant = block.get("variant", "paper")
+            overrides = tuple(sorted(self.variants.get(variant, {}).items()))
+            for seed in block["seeds"]:  # seed-major: a half-finished sweep has whole seeds, not half of each
+                for lr in block["learning_rates"]:
+                    cell = Cell(variant, overrides, float(lr), int(seed))
+                    out += [(cell, arm) for arm in block["arms"] if (cell, arm) not in out]
+        return out
+
+    def cells(self) -> list[Cell]:
+        """Every cell of the grid, once."""
+        return list(dict.fromkeys(cell for cell, _ in self.jobs_in_order()))
+
+
+_INTS = lambda v: [int(x) for x in v]  # noqa: E731 - a list of seeds
+PRIMARY_KEYS = {"fixed_on": str, "variant": str, "comparison": str, "learning_rate": float, "seeds": _INTS,
+                "reproduced_above_points": float, "refuted_below_points": float}  # key: its conversion
+
+
+def _check_primary(primary: Any, grid: Grid, p: Path) -> dict:
+    """The grid's `primary:` mapping (every key of PRIMARY_KEYS, nothing else), each mistake one line."""
+    where = f"{p}: primary"
+    if not isinstance(primary, dict):
+        raise SweepError(f"{where}: must be a mapping with {', '.join(PRIMARY_KEYS)}")
+    missing, extra = set(PRIMARY_KEYS) - set(primary), set(primary) - set(PRIMARY_KEYS)
+    if missing or extra:
+        raise SweepError(f"{where}: " + (f"missing {', '.join(sorted(missing))}" if missing else
+                                         f"unknown key(s) {', '.join(sorted(extra))}"))
+    try:
+        out = {k: PRIMARY_KEYS[k](v) for k, v in primary.items()}
+    except (TypeError, ValueError):
+        raise SweepError(f"{where}: learning_rate and the two thresholds must be numbers, seeds a list of "
+                         f"integers") from None
+    pairs = [f"{a} - {b}" for a, b in rule_comparisons()]
+    if out["comparison"] not in pairs:
+        raise SweepError(f"{where}: comparison {out['comparison']!r} is not one of {', '.join(pairs)}")
+    if out["variant"] != "paper" and out["variant"] not in grid.variants:
+        raise SweepError(f"{where}: variant {out['variant']!r} is not defined under variants")
+    if len(out["seeds"]) < 2:
+        raise SweepError(f"{where}: a t interval over seeds needs at least 2 seeds")
+    return out
+
+
+SECONDARY_KEYS = {"comparison": str, "seeds": _INTS}  # at the primary test's variant and learning rate
+
+
+def _check_secondary(secondary: Any, grid: Grid, p: Path) -> list[dict]:
+    """The grid's `secondary:` list, the plan's other comparisons (each at the primary test's variant and learning
+    rate, over its own planned seeds; reported with their intervals, no decision); each mistake one line."""
+    where = f"{p}: secondary"
+    if grid.primary is None:
+        raise SweepError(f"{where}: needs a primary test (its variant and learning rate are the secondary ones')")
+    if not isinstance(secondary, list) or not secondary:
+        raise SweepError(f"{where}: must be a non-empty list of mappings with {', '.join(SECONDARY_KEYS)}")
+    planned = {(s, a) for b in grid.blocks if b.get("variant", "paper") == grid.primary["variant"]
+               and any(math.isclose(float(lr), grid.primary["learning_rate"]) for lr in b["learning_rates"])
+               for s in b["seeds"] for a in b["arms"]}  # (seed, arm) the blocks run at the primary's setting
+    out = []
+    for i, item in enumerate(secondary):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict) or set(item) != set(SECONDARY_KEYS):
+            raise SweepError(f"{at}: must be a mapping with exactly {', '.join(SECONDARY_KEYS)}")
+        try:
+            entry = {k: SECONDARY_KEYS[k](v) for k, v in item.items()}
+        except (TypeError, ValueError):
+            raise SweepError(f"{at}: seeds must be a list of integers") from None
+        arms = entry["comparison"].split(" - ")
+        if len(arms) != 2 or any(a not in rule_arms() for a in arms) or arms[0] == arms[1]:
+            raise SweepError(f"{at}: comparison {entry['comparison']!r} is not 'A - B' of two of {', '.join(rule_arms())}")
+        if entry["comparison"] == grid.primary["comparison"]:
+            raise SweepError(f"{at}: {entry['comparison']} is the primary test")
+        if len(entry["seeds"]) < 2:
+            raise SweepError(f"{at}: a t interval over seeds needs at least 2 seeds")
+        missing = [s for s in entry["seeds"] if any((s, a) not in planned for a in arms)]
+        if missing:
+            raise SweepError(f"{at}: no block runs both arms of {entry['comparison']} for seed(s) "
+                             f"{', '.join(map(str, missing))}")
+        out.append(entry)
+    return out
+
+
+def load_grid(path: str | Path) -> Grid:
+    """Read and check a sweep file; every mistake is a one-line SweepError."""
+    p = Path(path)
+    if not p.is_file():
+        near = sorted(str(q) for q in (p.parent if p.parent.is_dir() else Path("configs/sweeps")).glob("*.yaml"))
+        raise SweepError(f"sweep file {p} not found" + (f" (sweeps: {', '.join(near)})" if near else ""))
+    raw = read_yaml_mapping(p, SweepError, "must be a YAML mapping with config and blocks")
+    unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants", "primary", "secondary"}
+    if unknown:
+        raise SweepError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; allowed: name, config, results_dir, "
+                         f"blocks, variants, primary, secondary")
+    grid = Grid(name=str(raw.get("name", p.stem)), config=str(raw.get("config", "")),
+                results_dir=str(raw.get("results_dir", "results")), blocks=list(raw.get("blocks") or []),
+                variants=dict(raw.get("variants") or {}))
+    if not Path(grid.config).is_file():
+        raise SweepError(f"{p}: config {grid.config!r} not found")
+    if not grid.blocks:
+        raise SweepError(f"{p}: no blocks")
+    for i, block in enumerate(grid.blocks):
+        where = f"{p}: block {block.get('name', i)!r}"
+        keys = ("name", "arms", "learning_rates", "seeds", "variant")
+        extra = set(block) - set(keys)
+        if extra:
+            near = {k: difflib.get_close_matches(str(k), keys, n=1) for k in sorted(extra, key=str)}
+            hints = [f"{k} (did you mean {m[0]}?)" if m else str(k) for k, m in near.items()]
+            raise SweepError(f"{where}: unknown key(s) {', '.join(hints)}; a block has {', '.join(keys)}")
+        if "name" not in block:
+            raise SweepError(f"{where}: needs a name")
+        for key in ("arms", "learning_rates", "seeds"):
+            if not isinstance(block.get(key), list) or not block[key]:
+                raise SweepError(f"{where}: {key} must be a non-empty list")
+        bad = [a for a in block["arms"] if a not in rule_arms()]
+        if bad:
+            raise SweepError(f"{where}: unknown arm(s) {', '.join(map(str, bad))}; use {', '.join(rule_arms())}")
+        try:
+            [float(x) for x in block["learning_rates"]]
+            [int(x) for x in block["seeds"]]
+        except (TypeError, ValueError):
+            raise SweepError(f"{where}: learning_rates must be numbers and seeds integers") from None
+        variant = block.get("variant", "paper")
+        if variant != "paper" and variant not in grid.variants:
+            raise SweepError(f"{where}: variant {variant!r} is not defined under variants")
+    if "primary" in raw:
+        grid.primary = _check_primary(raw["primary"], grid, p)
+    if "secondary" in raw:
+        grid.secondary = _check_secondary(raw["secondary"], grid, p)
+    return grid
+
+
+def check_recipe_keys(grid: Grid, allowed: list[str], after_dashes: list[str]) -> None:
+    """Every key a variant sets and every key given after -- (`after_dashes`) is a recipe.py field (`allowed`): a
+    typo is one line before any cell runs (or --plan counts jobs), where each cell's recipe.py would refuse it only
+    once launched. The caller reads the field list from recipe.py (the package imports no script)."""
+    def refuse(key: str, where: str) -> SweepError:
+        near = difflib.get_close_matches(key, allowed, n=3)
+        return SweepError(f"{where}: unknown recipe.py key {key!r}" + (f" (did you mean {', '.join(near)}?)"
+                                                                         if near else ""))
+
+    for name, variant in grid.variants.items():
+        for key in variant:
+            if str(key) not in allowed:
+                raise refuse(str(key), f"variant {name!r}")
+    for key in after_dashes:
+        if key not in allowed:
+            raise refuse(key, "after --")
+
+
+def _finished_arms(results_path: Path) -> set[str]:
+    if not results_path.is_file():
+        return set()
+    try:
+        return set(load(results_path).get("arms", {}))
+    except ResultsError:
+        return set()  # unreadable or partial: the recipe decides (it refuses a foreign config with a clear line)
+
+
+def jobs(grid: Grid, only: str | None = None) -> list[tuple[Cell, str]]:
+    """The (cell, arm) jobs still to run, in the grid's order."""
+    root = Path(grid.results_dir) / grid.name
+    done = {cell: _finished_arms(root / cell.name / "results.json") for cell in grid.cells()}
+    return [(cell, arm) for cell, arm in grid.jobs_in_order(only) if arm not in done[cell]]
+
+
+def by_cell(todo: list[tuple[Cell, str]]) -> list[tuple[Cell, tuple[str, ...]]]:
+    """The jobs as one recipe process per cell, in the order of each cell's first job. The arms of a cell share the
+    process, so the second and third reuse what the first compiled (a new process compiles its decoder and training
+    graphs again: the first step of each arm process took 24-31 s on an H200, results/qwen/logs)."""
+    arms: dict[Cell, list[str]] = {}
+    for cell, arm in todo:
+        arms.setdefault(cell, []).append(arm)
+    return [(cell, tuple(a)) for cell, a in arms.items()]
+
+
+def cell_command(grid: Grid, cell: Cell, arms: tuple[str, ...], extra: list[str]) -> list[str]:
+    return [sys.executable, "recipe.py", "--config", grid.config, "--arm", ",".join(arms), "--experiment", cell.name,
+            "--results_dir", str(Path(grid.results_dir) / grid.name), "--resume", *cell.recipe_args(), *extra]
+
+
+def log_name(cell: Cell, arms: tuple[str, ...]) -> str:
+    return f"{cell.name}-{'+'.join(arms)}.log"
+
+
+def jobs_to_start(grid: Grid, only: str | None, base_only: bool) -> list[tuple[Cell, str]]:
+    """What a run starts: every missing job, or with base_only the first cell's base evaluations alone."""
+    todo = [(grid.jobs_in_order(only)[0][0], "base")] if base_only else jobs(grid, only)
+    if not todo:
+        print("[sweep] nothing to run: every job has finished")
+    return todo

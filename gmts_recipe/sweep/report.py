@@ -1,0 +1,220 @@
+"""A sweep summary as tables (render: check.py prints them) and figures (plot), and the summary written with both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gmts_recipe.records import write_json
+from gmts_recipe.stats import signed
+from gmts_recipe.sweep.grid import Grid
+from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, summarize
+# the rules' arms and compared pairs, read when used (a rule registered at run time counts)
+from selection import arms as rule_arms, comparisons as rule_comparisons, control_arms, rule_of_arm
+
+
+def _seed_span(seeds: list[int]) -> str:
+    """200-299 for consecutive seeds, else the list."""
+    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+
+
+def secondary_line(s: dict) -> str:
+    """One line for a secondary comparison: where it stands, its interval, never a decision."""
+    seeds = s["seeds"]
+    head = f"Secondary (planned, interval only): {s['comparison']} over seeds {_seed_span(seeds)}:"
+    if s["delta"] is None:
+        return f"{head} {len(s['seeds_done'])} of {len(seeds)} seeds have run, no interval yet."
+    return (f"{head} {'' if s['status'] == 'complete' else 'so far '}{len(s['seeds_done'])} of {len(seeds)} seeds, "
+            f"{100 * s['delta']:+.1f} points, t {_bracket(s['t_low'], s['t_high'])}"
+            f"{'' if s['status'] == 'complete' else ' (interim)'}.")
+
+
+def primary_line(p: dict) -> str:
+    """One paragraph: the primary test as the plan states it, where it stands, and its decision (or why none yet)."""
+    seeds = p["seeds"]
+    head = (f"Primary test (analysis plan fixed {p['fixed_on']}): {p['comparison']} at lr "
+            f"{p['learning_rate']:g} ({p['variant']}) over seeds {_seed_span(seeds)}, Student's t over the per-seed deltas, 95%; "
+            f"reproduced if the interval lies above {signed(p['reproduced_above_points'])} points, refuted at "
+            f"{signed(p['refuted_below_points'])} if its upper end lies below that.")
+    if p["delta"] is None:
+        return f"{head} {len(p['seeds_done'])} of {len(seeds)} seeds have run: no interval yet."
+    now = (f"{len(p['seeds_done'])} of {len(seeds)} seeds: {100 * p['delta']:+.1f} points, t "
+           f"{_bracket(p['t_low'], p['t_high'])}")
+    if p["decision"] == "interim":
+        return f"{head} So far {now}: interim, no decision until every planned seed has run."
+    return f"{head} All {now}: **{p['decision']}**."
+
+
+def write_summary(grid: Grid, grid_path: str | Path) -> Path:
+    root = Path(grid.results_dir) / grid.name
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "grid.yaml").write_text(Path(grid_path).read_text(encoding="utf-8"), encoding="utf-8")
+    summary = summarize(grid)
+    path = root / "sweep.json"
+    write_json(path, summary)
+    plot(summary, root / "sweep.png")
+    return path
+
+
+def plot(summary: dict, out: Path) -> None:
+    """pass@1 against learning rate per arm (each seed a point, the seed mean a line, the base a band), and each
+    pooled comparison with its two-level interval."""
+    import matplotlib  # only where a figure is drawn: check.py renders a sweep without it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    cells = summary["cells"]
+    variants = sorted({c["variant"] for c in cells})
+    if not cells:
+        return
+    fig, axes = plt.subplots(len(variants), 2, figsize=(12, 4 * len(variants)), squeeze=False)
+    for row, variant in zip(axes, variants):
+        ax, bx = row
+        mine = [c for c in cells if c["variant"] == variant]
+        base, floor = mine[0]["base_mean"], mine[0]["noise_floor"]
+        ax.axhspan(base - floor / 2, base + floor / 2, color="0.7", label=f"base {100 * base:.1f}% (noise floor)")
+        ax.axhline(base, color="0.5", lw=0.8)
+        for arm in rule_arms():
+            pts = sorted((c["learning_rate"], c["arms"][arm]["pass@1"]) for c in mine if arm in c["arms"])
+            if not pts:
+                continue
+            ax.scatter(*zip(*pts), color=rule_of_arm(arm).color, s=14, alpha=0.6)
+            lrs = sorted({lr for lr, _ in pts})
+            means = [sum(v for x, v in pts if x == lr) / sum(1 for x, _ in pts if x == lr) for lr in lrs]
+            ax.plot(lrs, means, color=rule_of_arm(arm).color, marker="o", label=f"{arm} (seed mean)")
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel("pass@1 (held-out)")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{summary['name']} / {variant}: pass@1 per seed")
+        ax.legend(fontsize=8)
+        for i, comparison in enumerate(f"{a} - {b}" for a, b in rule_comparisons()):
+            rows = [p for p in summary["pooled"] if p["variant"] == variant and p["comparison"] == comparison
+                    and p["learning_rate"] is not None]
+            if not rows:
+                continue
+            x = [p["learning_rate"] * (1 + 0.04 * (i - 1)) for p in rows]
+            y = [100 * p["delta"] for p in rows]
+            err = [[100 * (p["delta"] - p["low"]) for p in rows], [100 * (p["high"] - p["delta"]) for p in rows]]
+            line = bx.errorbar(x, y, yerr=err, fmt="o", capsize=3,
+                               label=f"{comparison} ({', '.join(str(len(p['seeds'])) for p in rows)} seeds)")
+            t_rows = [(xi, p) for xi, p in zip(x, rows) if p.get("t_low") is not None]
+            if t_rows:  # Student's t over the seeds: the honest width with few of them (thin, same colour)
+                bx.errorbar([xi for xi, _ in t_rows], [100 * p["delta"] for _, p in t_rows],
+                            yerr=[[100 * (p["delta"] - p["t_low"]) for _, p in t_rows],
+                                  [100 * (p["t_high"] - p["delta"]) for _, p in t_rows]],
+                            fmt="none", lw=0.8, alpha=0.5, color=line[0].get_color())
+        bx.axhline(0, color="k", lw=0.8)
+        bx.set_xscale("log")
+        grid_lrs = sorted({c["learning_rate"] for c in mine})
+        for axis in (ax, bx):  # the grid's learning rates as ticks: log-scale minor labels overlap at 2e-5..4e-5
+            axis.set_xticks(grid_lrs, [f"{lr:g}" for lr in grid_lrs], rotation=30, fontsize=8)
+            axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        bx.set_xlabel("learning rate")
+        bx.set_ylabel("difference in pass@1 (points)")
+        bx.set_title("pooled over seeds, 95% CI: bootstrap seeds then tasks (caps), t over seeds (thin)",
+                     fontsize=9)
+        if bx.get_legend_handles_labels()[0]:  # a variant with one arm has no comparison to label
+            bx.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+# Seeds a pooled interval needs before its seed level means anything (at least 3 per arm).
+MIN_SEEDS = 3
+# Below this many seeds the bootstrap's seed level, which can only redraw the seeds it has, understates their spread
+# (with 3 seeds it gave [+0.2, +3.7] where t over the same deltas gave [-1.8, +5.9]): the t interval is the one to read.
+FEW_SEEDS = 5
+
+
+def seeds_label(n: int) -> str:
+    """What a pooled interval over n seeds covers: with one seed only tasks; with two the seed level of the bootstrap
+    can only redraw those two, so the interval spans their values and is no estimate of seed-to-seed variance; with
+    fewer than FEW_SEEDS the bootstrap is too narrow and the t interval is the honest one."""
+    if n == 1:
+        return "1 (interval over tasks only)"
+    if n < MIN_SEEDS:
+        return f"{n} (too few for the seed level: the interval spans these seeds)"
+    if n < FEW_SEEDS:
+        return f"{n} (few: the bootstrap understates the seed spread; read t)"
+    return str(n)
+
+
+def _bracket(low: float, high: float) -> str:
+    return f"[{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
+def _interval(p: dict) -> str:
+    return f"{100 * p['delta']:+.1f} {_bracket(p['low'], p['high'])}"
+
+
+def render(summary: dict, markdown: bool = False) -> str:
+    """The sweep's tables: pass@1 per (variant, learning rate) and arm with every seed, then each pooled comparison
+    with its two-level interval and the comparison it is (shared learning rate, or each arm at its own best)."""
+    cells = summary["cells"]
+    columns = [a for a in rule_arms() if a not in control_arms() or any(a in c["arms"] for c in cells)]
+    rows1 = []
+    for variant, lr in sorted({(c["variant"], c["learning_rate"]) for c in cells}):
+        mine = sorted((c for c in cells if (c["variant"], c["learning_rate"]) == (variant, lr)), key=lambda c: c["seed"])
+        row = [variant, f"{lr:g}"]
+        for arm in columns:
+            runs = [(c["seed"], c["arms"][arm]) for c in mine if arm in c["arms"]]
+            if not runs:
+                row.append("-")
+                continue
+            mean = sum(r["pass@1"] for _, r in runs) / len(runs)
+            seeds = ", ".join(f"{_pct(r['pass@1'])}" + ("*" if r["verdict"] == "collapsed" else "") for _, r in runs)
+            row.append(f"{_pct(mean)} ({seeds})")
+        rows1.append(row)
+    head1 = ["variant", "lr", *(rule_of_arm(a).label() for a in columns)]
+    rows2 = []
+    for p in summary["pooled"]:
+        lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \
+            ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
+        seeds = seeds_label(len(p["seeds"]))
+        t = "-" if p.get("t_low") is None else _bracket(p["t_low"], p["t_high"]) + " pts"
+        need = p.get("seeds_for_power") or {}
+        power = " / ".join(f"{f'>{MAX_SEEDS}' if n is None else n} at {e}" for e, n in need.items()) or "-"
+        sd = p.get("per_seed_sd")
+        sd = "-" if sd is None else f"{100 * sd['sd']:.1f} [{100 * sd['low']:.1f}, {100 * sd['high']:.1f}]"
+        rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
+                      _interval(p) + " pts", t,
+                      ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", [])), sd, power])
+    head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95% CI, seeds then tasks)",
+             "95% CI, t over seeds", "per seed", "per-seed SD (95% CI, pts)",
+             f"seeds for {POWER:.0%} power at the paper's gain (pts)"]
+    rows3 = []
+    for c in sorted(cells, key=lambda c: (c["variant"], c["learning_rate"], c["seed"])):
+        for arm in rule_arms():
+            if arm in c["arms"] and "mechanism" in c["arms"][arm]:
+                m = c["arms"][arm]["mechanism"]
+                rows3.append([c["variant"], f"{c['learning_rate']:g}", str(c["seed"]), arm,
+                              *("-" if m[k] is None else f"{m[k]:.3g}" for k in MECHANISM)])
+    head3 = ["variant", "lr", "seed", "arm", "effective answers (of the batch)", "top answer's share of kept |omega|",
+             "kept tokens in zero-advantage answers", "cosine with the previous update", "grad norm"]
+    base = cells[0] if cells else None
+    note = (f"{summary['name']}: {len(cells)} cells; base pass@1 {_pct(base['base_mean'])} (noise floor "
+            f"{100 * base['noise_floor']:.1f} pts); per arm: mean over seeds (each seed); * = collapsed below the "
+            f"base. Best stable lr (training logs only: the highest late training reward among the learning rates "
+            f"where no seed's training reward fell; never test scores): "
+            + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
+            + ".") if base else f"{summary['name']}: no finished cells yet."
+    mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)
+    primary = [primary_line(summary["primary"])] if "primary" in summary else []
+    primary += [secondary_line(s) for s in summary.get("secondary", [])]
+    return "\n\n".join([*primary, _table(head1, rows1, markdown), _table(head2, rows2, markdown), note, mechanism])
+
+
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+        return "\n".join(["| " + " | ".join(cell(x) for x in header) + " |", "|" + "---|" * len(header)]
+                         + ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows])
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])

@@ -1,0 +1,210 @@
+"""Every number of a sweep from its cells' verified results files: the pooled comparisons, the best stable learning
+rates, the analysis plan's primary and secondary tests; and their verification from the files alone."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from gmts_recipe.records import _close, _first_difference, digest, load, task_scores
+from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seeds_for_power
+from gmts_recipe.sweep.cells import check_together, recorded
+from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
+# the rules' arms and compared pairs, read when used (a rule registered at run time counts)
+from selection import arms as rule_arms, comparisons as rule_comparisons
+
+SCHEMA = 1
+
+# The gains over ETS the GMTS paper reports (pass@1, as fractions): the effects a grid must be able to detect.
+CLAIMED = {"gmts - ets": (0.013, 0.034)}
+POWER, MAX_SEEDS = 0.8, 1000
+
+
+def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[list[float], list[float]]:
+    if a.keys() != b.keys():
+        raise SweepError("two arms were evaluated on different tasks; cells of one sweep must share the held-out set")
+    keys = sorted(a)
+    return [a[k] for k in keys], [b[k] for k in keys]
+
+
+def _pooled(scores: dict, a: tuple[str, float, str], b: tuple[str, float, str], seeds: list[int]) -> dict:
+    """stats.pooled_delta of arm a against arm b, each given as (variant, learning rate, arm), over `seeds`, the
+    per-task scores paired by task: the one computation behind every pooled row and the primary test."""
+    pairs = [_paired(scores[(*a[:2], s, a[2])], scores[(*b[:2], s, b[2])]) for s in seeds]
+    return pooled_delta([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+MECHANISM = ("selection/effective_answers", "selection/top_answer_weight_share", "selection/zero_advantage_kept_share",
+             "update/cosine_prev", "grad_norm")
+
+
+def _mechanism(train_log: list[dict]) -> dict[str, float | None]:
+    """Median over the steps of how concentrated each update was: how many answers the kept tokens
+    spread over, the top answer's share of the kept |omega| per group, the share of kept tokens that move nothing
+    (advantage 0; logged since 2026-11-30d, None before), and how aligned successive updates were."""
+    out = {}
+    for key in MECHANISM:
+        values = [row[key] for row in train_log if isinstance(row.get(key), (int, float))]
+        out[key] = statistics.median(values) if values else None
+    return out
+
+
+LATE, EARLY = slice(-10, None), slice(None, 10)  # the last and the first 10 logged steps
+
+
+def _mean_reward(train_log: list[dict], window: slice) -> float | None:
+    """The mean training reward over `window` of the logged steps (None when the log has no reward)."""
+    rewards = [row["reward"] for row in train_log if isinstance(row.get("reward"), (int, float))][window]
+    return sum(rewards) / len(rewards) if rewards else None
+
+
+def training_reward_fell(train_log: list[dict]) -> bool:
+    """Training made the policy worse at its own task: the mean training reward of the last 10 steps lies below that
+    of the first 10 (the training-side counterpart of collapsing below the base; windows overlap below 20 steps)."""
+    late, early = _mean_reward(train_log, LATE), _mean_reward(train_log, EARLY)
+    return late is not None and late < early
+
+
+def summarize(grid: Grid) -> dict:
+    """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
+    root = Path(grid.results_dir) / grid.name
+    cells, scores, seen, training = [], {}, [], {}
+    base_hashes = set()
+    for cell in grid.cells():
+        path = root / cell.name / "results.json"
+        if not path.is_file():
+            continue
+        results = load(path)
+        seen.append(recorded(cell, results))
+        s = results["summary"]
+        base_hashes.add(json.dumps(sorted(task_scores(results["base"]["evals"][0], f"{cell.name} base").items())))
+        arms = {}
+        for arm, entry in results.get("arms", {}).items():
+            scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = task_scores(entry["eval"], f"{cell.name} {arm}")
+            training[(cell.variant, cell.learning_rate, cell.seed, arm)] = entry.get("train_log", [])
+            a = s["arms"][arm]
+            arms[arm] = {"pass@1": a["pass@1"], "vs_base": a["vs_base"], "verdict": a["verdict"],
+                         "late_reward": _mean_reward(entry.get("train_log", []), LATE),
+                         "mechanism": _mechanism(entry.get("train_log", []))}
+        cells.append({"cell": cell.name, "variant": cell.variant, "learning_rate": cell.learning_rate,
+                      "seed": cell.seed, "path": str(path.relative_to(root)), "digest": results["digest"],
+                      "base_mean": s["base"]["mean"], "noise_floor": s["base"]["noise_floor"], "arms": arms})
+    check_together(seen)
+    if len(base_hashes) > 1:
+        raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
+    pooled = []
+    settings = sorted({(c["variant"], c["learning_rate"]) for c in cells})
+    for variant, lr in settings:
+        seeds = sorted(c["seed"] for c in cells if (c["variant"], c["learning_rate"]) == (variant, lr))
+        for a, b in rule_comparisons():
+            both = [s for s in seeds if (variant, lr, s, a) in scores and (variant, lr, s, b) in scores]
+            if not both:
+                continue
+            d = _pooled(scores, (variant, lr, a), (variant, lr, b), both)
+            pooled.append({"variant": variant, "learning_rate": lr, "comparison": f"{a} - {b}", "seeds": both,
+                           "comparison_kind": "shared learning rate", **d})
+            if f"{a} - {b}" in CLAIMED and len(both) >= 3:  # seeds this spread needs to detect the paper's gains
+                pooled[-1]["per_seed_sd"] = dict(zip(("sd", "low", "high"), sd_interval(d["per_seed"])))
+                pooled[-1]["seeds_for_power"] = {  # None: more than MAX_SEEDS
+                    f"{100 * e:+.1f}": seeds_for_power(d["per_seed"], e, power=POWER, max_seeds=MAX_SEEDS)
+                    for e in CLAIMED[f"{a} - {b}"]}
+    best = best_stable(training)
+    for variant in sorted({c["variant"] for c in cells}):
+        lr_of = {row["arm"]: row["learning_rate"] for row in best if row["variant"] == variant}
+        for a, b in rule_comparisons():
+            if a not in lr_of or b not in lr_of or lr_of[a] == lr_of[b]:
+                continue  # same learning rate: already a "shared learning rate" row
+            key_a, key_b = (variant, lr_of[a]), (variant, lr_of[b])
+            both = sorted({s for (v, lr, s, arm) in scores if (v, lr, arm) == (*key_a, a)}
+                          & {s for (v, lr, s, arm) in scores if (v, lr, arm) == (*key_b, b)})
+            if not both:
+                continue
+            d = _pooled(scores, (*key_a, a), (*key_b, b), both)
+            pooled.append({"variant": variant, "learning_rate": None, "learning_rates": {a: lr_of[a], b: lr_of[b]},
+                           "comparison": f"{a} - {b}", "seeds": both,
+                           "comparison_kind": "each arm at its own best stable learning rate", **d})
+    out = {"schema": SCHEMA, "kind": "sweep", "name": grid.name, "config": grid.config, "cells": cells,
+           "pooled": pooled, "best_stable": best}
+    if grid.primary is not None:
+        out["primary"] = primary_test(grid.primary, scores)
+    if grid.secondary:
+        out["secondary"] = [secondary_test(spec, grid.primary, scores) for spec in grid.secondary]
+    out["digest"] = digest(out)
+    return out
+
+
+def _planned_comparison(comparison: str, variant: str, learning_rate: float, seeds: list[int], scores: dict) -> dict:
+    """A comparison over the planned seeds that have run both arms: those seeds and, from two on, the pooled delta
+    with its t interval and per-seed values (None and [] before); the computation behind the primary test and each
+    secondary one."""
+    a, b = comparison.split(" - ")
+    key = (variant, learning_rate)
+    done = [s for s in seeds if (*key, s, a) in scores and (*key, s, b) in scores]
+    out = {"seeds_done": done, "delta": None, "t_low": None, "t_high": None, "per_seed": []}
+    if len(done) >= 2:
+        d = _pooled(scores, (*key, a), (*key, b), done)
+        out.update(delta=d["delta"], t_low=d["t_low"], t_high=d["t_high"], per_seed=d["per_seed"])
+    return out
+
+
+def primary_test(spec: dict, scores: dict) -> dict:
+    """The analysis plan's primary test: its comparison over its planned seeds only (a seed counts once both arms
+    have run), Student's t over the per-seed deltas, and the plan's decision, which is "interim" until every planned
+    seed has run: the plan commits to running all of them whatever the interim rows show."""
+    out = {**spec, **_planned_comparison(spec["comparison"], spec["variant"], spec["learning_rate"], spec["seeds"],
+                                         scores)}
+    complete = len(out["seeds_done"]) == len(spec["seeds"])
+    out["decision"] = plan_decision(100 * out["t_low"], 100 * out["t_high"], spec["reproduced_above_points"],
+                                    spec["refuted_below_points"]) if complete else "interim"
+    return out
+
+
+def secondary_test(spec: dict, primary: dict, scores: dict) -> dict:
+    """A secondary comparison of the plan: over its planned seeds that have run both arms, at the primary test's
+    variant and learning rate, Student's t over the per-seed deltas; an interval, never a decision ("interim" until
+    every planned seed has run)."""
+    out = {**spec, "variant": primary["variant"], "learning_rate": primary["learning_rate"],
+           **_planned_comparison(spec["comparison"], primary["variant"], primary["learning_rate"], spec["seeds"],
+                                 scores)}
+    out["status"] = "complete" if len(out["seeds_done"]) == len(spec["seeds"]) else "interim"
+    return out
+
+
+def best_stable(training: dict[tuple[str, float, int, str], list[dict]]) -> list[dict]:
+    """Each arm's best stable learning rate per variant, from the training logs alone, keyed (variant, learning rate,
+    seed, arm): the held-out scores are not among the inputs (choosing on the test set would inflate the chosen arm).
+    Stable: no seed's training reward fell (training_reward_fell) and every seed logged a reward. Best: among the
+    stable ones, the highest late training reward (mean reward of the last 10 steps, averaged over seeds); a tie goes
+    to the smaller learning rate."""
+    out = []
+    for variant in sorted({v for v, _, _, _ in training}):
+        for arm in rule_arms():
+            by_lr: dict[float, list[list[dict]]] = {}
+            for (v, lr, _, a), log in training.items():
+                if (v, a) == (variant, arm):
+                    by_lr.setdefault(lr, []).append(log)
+            stable = {lr: [_mean_reward(log, LATE) for log in logs] for lr, logs in by_lr.items()
+                      if all(_mean_reward(log, LATE) is not None and not training_reward_fell(log) for log in logs)}
+            if stable:
+                lr = max(stable, key=lambda x: (sum(stable[x]) / len(stable[x]), -x))
+                out.append({"variant": variant, "arm": arm, "learning_rate": lr,
+                            "late_reward": sum(stable[lr]) / len(stable[lr]), "seeds": len(stable[lr])})
+    return out
+
+
+def verify(path: str | Path) -> dict:
+    """Recompute a sweep.json from its grid and the cells' own results files; raise SweepError on any difference."""
+    p = Path(path)
+    summary = json.loads(p.read_text(encoding="utf-8"))
+    if summary.get("digest") != digest(summary):
+        raise SweepError(f"{p}: digest mismatch: the file was edited after sweep.py wrote it")
+    grid_path = p.parent / "grid.yaml"
+    if not grid_path.is_file():
+        raise SweepError(f"{p}: the grid it was made from ({grid_path}) is missing")
+    grid = load_grid(grid_path)
+    grid.results_dir = str(p.parent.parent)
+    recomputed = summarize(grid)
+    if not _close(recomputed, summary):
+        raise SweepError(f"{p}: {_first_difference(recomputed, summary, 'sweep')}")
+    return summary
