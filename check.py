@@ -46,6 +46,7 @@ from gmts_recipe.records import (ARM_LABELS, ARMS, COMPARISONS, SCHEMA, SHORT_NA
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
                                  current_record)  # a results file's model, verification and writing
+from gmts_recipe.samples import dataset_line  # the held-out tasks against the dataset
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
                                  write_samples)  # what each evaluation scored
@@ -65,20 +66,26 @@ def _verdict_text(entry: dict) -> str:
     return entry["verdict"] + "".join(f", {f}" for f in entry["flags"])
 
 
-def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
-    """The arm table: the base's noise floor, then each arm against the base."""
+NOT_RESCORED = " (not re-scored)"
+
+
+def table_rows(results: dict, unsampled: tuple[str, ...] = ()) -> tuple[list[str], list[list[str]]]:
+    """The arm table: the base's noise floor, then each arm against the base. `unsampled`: the evaluations (as
+    samples.evaluations names them) that keep no samples, whose pass@1 the table marks as not re-scored."""
     s = results["summary"]
+    mark = lambda where: NOT_RESCORED if where in unsampled else ""  # noqa: E731
     header = ["arm", "pass@1", "vs base (95% CI)", "verdict", "grad norm median / max", "overlap with other ranking",
               "lr"]
     seeds = s["base"]["pass@1"]
+    base_mark = NOT_RESCORED if any(w.startswith("base eval") for w in unsampled) else ""
     rows = [["base (untrained)", f"{_pct(s['base']['mean'])} ({len(seeds)} seeds: " + ", ".join(map(_pct, seeds))
-             + ")", "-", f"noise floor {100 * s['base']['noise_floor']:.1f} pts", "-", "-", "-"]]
+             + ")" + base_mark, "-", f"noise floor {100 * s['base']['noise_floor']:.1f} pts", "-", "-", "-"]]
     for arm, a in s["arms"].items():
         g = a["grad_norm"]
         grad = "-" if g["median"] is None else f"{g['median']:.3g} / {g['max']:.3g}"
         if g["nonfinite"]:
             grad += f" ({g['nonfinite']} non-finite)"
-        rows.append([ARM_LABELS.get(arm, arm), _pct(a["pass@1"]), _delta(a["vs_base"]), _verdict_text(a), grad,
+        rows.append([ARM_LABELS.get(arm, arm), _pct(a["pass@1"]) + mark(f"arm {arm}"), _delta(a["vs_base"]), _verdict_text(a), grad,
                      _pct(a["overlap"]), "-" if a["learning_rate"] is None else f"{a['learning_rate']:g}"])
     return header, rows
 
@@ -106,8 +113,8 @@ DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it sh
                "without re-sealing and that every summary matches its records, not that the records came from a run.")
 
 
-def render(results: dict, markdown: bool = False) -> str:
-    lines = _table(*table_rows(results), markdown)
+def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = ()) -> str:
+    lines = _table(*table_rows(results, unsampled), markdown)
     header, rows = comparison_rows(results)
     if rows:
         lines += ["", *_table(header, rows, markdown)]
@@ -133,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", metavar="TASK", default=None,
                     help="print the stored samples of one task with their scores: the task's number in its split "
                          "(the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question hash")
+    ap.add_argument("--allow-unsampled", action="store_true",
+                    help="accept evaluations that keep no samples (files written before evaluations kept their "
+                         "completions); the table marks their numbers as not re-scored")
+    ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
+                    help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
+                         "run are compared with them (the generated task is rebuilt from its seed)")
     args = ap.parse_args(argv)
     try:
         args.results = _resolve(args.results)
@@ -144,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             summary = sweep.verify(args.results)
-            report = _sweep_samples(Path(args.results), summary) if args.show is None else None
+            report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled) \
+                if args.show is None else None
         except (ResultsError, sweep.SweepError) as e:
             print(f"check.py: {e}", file=sys.stderr)
             return 2
@@ -153,26 +167,30 @@ def main(argv: list[str] | None = None) -> int:
                   f"results.json)", file=sys.stderr)
             return 2
         print(sweep.render(summary, markdown=args.markdown))
-        print(samples_line(report), file=sys.stderr if args.markdown else sys.stdout)
+        for line in (samples_line(report), dataset_line(report)):
+            print(line, file=sys.stderr if args.markdown else sys.stdout)
         return 0
     try:
-        results, report = verify(args.results)
-        text = render(results, markdown=args.markdown) if args.show is None else \
-            show(results, Path(args.results).parent, args.show)
+        results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled)
+        text = render(results, markdown=args.markdown, unsampled=tuple(report["without"])) if args.show is None \
+            else show(results, Path(args.results).parent, args.show)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     print(text)
-    if args.show is None:  # the README's tables (--markdown) stay the tables: the line goes to stderr there
-        print(samples_line(report), file=sys.stderr if args.markdown else sys.stdout)
+    if args.show is None:  # the README's tables (--markdown) stay the tables: these lines go to stderr there
+        for line in (samples_line(report), dataset_line(report), *provenance_lines(results)):
+            print(line, file=sys.stderr if args.markdown else sys.stdout)
     return 0
 
 
-def _sweep_samples(path: Path, summary: dict) -> dict:
-    """verify_samples over every cell of a verified sweep.json, the shared base evaluations re-scored once."""
+def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False) -> dict:
+    """_samples_of (held-out tasks, gold answers, samples) over every cell of a verified sweep.json, the shared base
+    evaluations re-scored once."""
     from tqdm.auto import tqdm
 
-    total: dict = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
+    total: dict = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": [], "dataset": None,
+                   "no_dataset": None}
     done: dict = {}
     # a grid of 100 cells takes about a minute: a bar on a terminal (tqdm leaves pipes and logs alone)
     for cell in tqdm(summary["cells"], desc="re-scoring samples", unit="cell", leave=False, disable=None):
@@ -181,11 +199,38 @@ def _sweep_samples(path: Path, summary: dict) -> dict:
         results = json.loads(results_path.read_text(encoding="utf-8"))
         if digest(results) != cell["digest"]:
             raise ResultsError(f"{results_path}: changed while it was being checked")
-        report = _samples_of(results_path, results, done)
+        report = _samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
+        total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]
         total["without"] += [f"{cell['cell']} {where}" for where in report["without"]]
     return total
+
+
+def provenance_lines(results: dict) -> list[str]:
+    """One compact block: where each arm ran (recipe.provenance: commit, uncommitted changes, times, host, GPUs,
+    libraries, execution options), or the file-wide versions of a file written before arms recorded it."""
+    arms = results.get("arms", {})
+    lines = []
+    for arm, entry in arms.items():
+        p = entry.get("provenance")
+        if not isinstance(p, dict):
+            continue
+        commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
+        gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
+        libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
+        options = ", ".join(f"{k}={v}" for k, v in (p.get("options") or {}).items())
+        lines.append(f"  {SHORT_NAMES.get(arm, arm)}: commit {commit}, {p.get('started', '?')} to "
+                     f"{p.get('finished', '?')}, host {p.get('host', '?')}, {gpu}; {libs}"
+                     + (f"; {options}" if options else ""))
+    if lines:
+        return ["Provenance (recorded by each arm, outside the config hash):", *lines]
+    v = results.get("versions")
+    if isinstance(v, dict):
+        libs = ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("gpu", "gpus"))
+        gpu = f"{v.get('gpus', 0)} x {v['gpu']}" if v.get("gpu") else "CPU"
+        return [f"Provenance: the arms record none (written before they did); the file's versions: {gpu}; {libs}."]
+    return []
 
 
 def _resolve(path: str) -> str:

@@ -574,16 +574,21 @@ def check_counts(train: GMTSConfig) -> None:
 # ---------------------------------------------------------------------------- data, model
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
-    from gmts_recipe.data import DataError, arithmetic_task, load_gsm8k, split_tasks
+    from gmts_recipe.data import DataError, arithmetic_task, arithmetic_test_pool, load_gsm8k, split_tasks
 
     try:
+        pool = None
         if recipe.task == "gsm8k":
             pools = load_gsm8k(recipe.gsm8k_path)
         else:  # generated: enough distinct problems for the split; the test pool uses another seed
+            pool = {"n_heldout": recipe.n_heldout, "task_seed": recipe.task_seed, "difficulty": recipe.difficulty}
             pools = {"train": arithmetic_task(4 * recipe.n_train, recipe.task_seed, recipe.difficulty),
-                     "test": arithmetic_task(4 * recipe.n_heldout, recipe.task_seed + 1, recipe.difficulty)}
+                     "test": arithmetic_test_pool(**pool)}
         n_heldout = recipe.n_heldout or len(pools["test"])  # 0: the whole test split (GSM8K: 1319 problems)
-        return split_tasks(recipe.task, pools, recipe.n_train, n_heldout, recipe.task_seed)
+        train, heldout, report = split_tasks(recipe.task, pools, recipe.n_train, n_heldout, recipe.task_seed)
+        if pool is not None:  # how check.py rebuilds the test pool to compare the held-out tasks with it
+            report["pool"] = pool
+        return train, heldout, report
     except DataError as e:
         raise RecipeError(str(e)) from None
 
