@@ -1,27 +1,32 @@
 """Check a results.json and print its result tables.
 
-    python check.py results/offline/results.json             # the tables; exit 0 on a valid file
-    python check.py results/offline/results.json --markdown  # the README tables
+    python check.py runs/quickstart/results.json              # the tables; exit 0 on a valid file
+    python check.py runs/quickstart/results.json --markdown   # the README tables
+    python check.py results/offline/results.json --allow-unsampled  # a file from before evaluations kept samples
     python check.py runs/quickstart/results.json --show 3     # what the model wrote for task 3, each sample's score
 
 Exits 2 with a one-line reason when the file is missing or malformed, when its records cannot be paired (every
-evaluation must hold the same tasks, by task hash, each once, with k scores in [0, 1], and every arm must be evaluated
-with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
+evaluation must hold the run's held-out tasks, by task key, each once, with k scores in [0, 1], and every arm must be
+evaluated with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
 per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts).
 
-What the digest proves, and what it does not: it is a plain SHA-256 of the file's canonical JSON, which `seal`
-recomputes for anyone. A matching digest shows the file was not edited by hand after it was written, unless the
-editor re-sealed it; the recomputed summaries show every summary number follows from the records in the file. Neither
-shows that the records came from a run: a forger who writes records and calls `seal` passes both checks.
-
-What was scored: every evaluation keeps its completions in a samples file beside results.json (recipe.py writes it;
-one xz-compressed JSON line per task: index, question hash, gold answer, the k texts, their scores), its path and
-SHA-256 recorded in the evaluation, inside the digest. check.py refuses a samples file whose SHA-256 differs, that
-does not hold exactly the evaluation's tasks and k texts per task, or whose scores differ from the records' or from
-what the recipe's reward (eval.sample_scores) gives its texts now, in one line naming file, evaluation, task and
-sample. So flipping a score and re-sealing is refused, and a forger must now write texts whose answers earn the
-scores, texts anyone can read (--show). A file written before evaluations kept their samples is checked as above,
-and check.py says in one line that its scores were not re-scored.
+What a seal and a re-score prove, and what they do not. The digest is a plain SHA-256 of the file's canonical JSON
+that `seal` recomputes for anyone: it shows only that nobody edited the file without re-sealing it, and the
+recomputed summaries that every number follows from the records. The re-score ties the records to texts: every
+evaluation keeps its completions in a samples file beside results.json (one xz-compressed JSON line per task: index,
+task key, gold answer, the k texts, their scores; its path and SHA-256 inside the digest), and check.py re-scores
+every text with the recipe's reward (eval.sample_scores) against the gold answer. Every evaluation must hold exactly
+the run's held-out tasks (data.heldout), and where the run's test pool is at hand (the generated task is rebuilt
+from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path) each task's key (question and gold answer; files
+written before: the question) and each samples file's gold answer must be the dataset's. An evaluation without
+samples is refused, unless --allow-unsampled (files written before evaluations kept them): the table then marks its
+numbers "(not re-scored)". Any mismatch is one line naming file, evaluation, task and sample. What remains possible:
+a forger who writes new completions that earn the scores (texts anyone can read with --show), who reruns with
+another seed or another model and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites
+gold answers and keys together (said in the output: not compared). Nothing here shows that the texts came from the
+trained model: that takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat").
+Provenance (each arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is
+printed as recorded, not verified.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz
@@ -85,7 +90,8 @@ def table_rows(results: dict, unsampled: tuple[str, ...] = ()) -> tuple[list[str
         grad = "-" if g["median"] is None else f"{g['median']:.3g} / {g['max']:.3g}"
         if g["nonfinite"]:
             grad += f" ({g['nonfinite']} non-finite)"
-        rows.append([ARM_LABELS.get(arm, arm), _pct(a["pass@1"]) + mark(f"arm {arm}"), _delta(a["vs_base"]), _verdict_text(a), grad,
+        rows.append([ARM_LABELS.get(arm, arm), _pct(a["pass@1"]) + mark(f"arm {arm}"), _delta(a["vs_base"]),
+                     _verdict_text(a), grad,
                      _pct(a["overlap"]), "-" if a["learning_rate"] is None else f"{a['learning_rate']:g}"])
     return header, rows
 
@@ -219,7 +225,8 @@ def provenance_lines(results: dict) -> list[str]:
         commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
         gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
         libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
-        options = ", ".join(f"{k}={v}" for k, v in (p.get("options") or {}).items())
+        options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
+                            if v not in (False, None))  # the options that were on
         lines.append(f"  {SHORT_NAMES.get(arm, arm)}: commit {commit}, {p.get('started', '?')} to "
                      f"{p.get('finished', '?')}, host {p.get('host', '?')}, {gpu}; {libs}"
                      + (f"; {options}" if options else ""))

@@ -670,6 +670,37 @@ def versions() -> dict:
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
 
 
+def code_commit(folder: Path | None = None) -> tuple[str | None, bool | None]:
+    """The commit of the code that ran and whether tracked files differed from it (uncommitted changes); (None, None)
+    outside a git checkout (an installed copy) or without git."""
+    import subprocess
+
+    folder = folder or Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=30)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    if commit.returncode != 0 or status.returncode != 0:
+        return None, None
+    return commit.stdout.strip(), bool(status.stdout.strip())
+
+
+def provenance(started: float, finished: float, processes: int, options: dict) -> dict:
+    """Where an arm ran, recorded in its entry and printed by check.py: the code's commit (and whether it had
+    uncommitted changes), start and end (UTC), host, GPU name and count, library versions and the execution options.
+    Not part of the config record, so not of the config hash: the same configuration run elsewhere is the same run."""
+    import socket
+
+    commit, dirty = code_commit()
+    utc = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")  # noqa: E731
+    v = versions()
+    return {"commit": commit, "dirty": dirty, "started": utc(started), "finished": utc(finished),
+            "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
+            "versions": v, "options": options}
+
+
 # ---------------------------------------------------------------------------- known warnings and log lines
 # Warnings a run cannot act on, each matched by its exact message and the module that raises it. Newer transformers
 # (5.2x) deprecates PreTrainedModel.is_gradient_checkpointing, which TRL reads around every generation and PEFT when
@@ -913,6 +944,8 @@ class Run:
             "generation_options": {k: getattr(self.recipe if k == "cudnn_attention" else args, k)
                                    for k in GENERATION_OPTIONS},
         }
+        self.results["arms"][arm]["provenance"] = provenance(t0, time.time(), self.state.num_processes,
+                                                             self.results["arms"][arm]["generation_options"])
         print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}, trained {train_minutes:.1f} min")
         self.save(arm)
         named = {entry["eval"].get("samples", {}).get("path") for entry in self.results["arms"].values()}

@@ -74,7 +74,9 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
     recipe's reward (rewards.sample_scores, the function the evaluation scored with) scores otherwise. Returns the number
     of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
-    line's gold must be, where the dataset is at hand. Re-scoring is fast: 0.25 s for 5,276 GSM8K-length samples with a plain final number, 27 s when every
+    line's gold must be, where the dataset is at hand.
+
+    Re-scoring is fast: 0.25 s for 5,276 GSM8K-length samples with a plain final number, 27 s when every
     one needs math-verify (an expression), on a busy 2-core machine."""
     from gmts_recipe.rewards import sample_scores  # the recipe's reward (no torch): imported only where samples exist
 
@@ -177,7 +179,8 @@ def samples_line(report: dict) -> str:
     n, with_samples, without = report["evaluations"], report["with_samples"], report["without"]
     if not with_samples:
         return (f"Scores not re-scored: none of the {n} evaluations keeps its samples (written before evaluations "
-                f"kept their completions); the digest, the recomputed summaries and the held-out tasks are all that was checked.")
+                f"kept their completions); the digest, the recomputed summaries and the held-out tasks are all that "
+                f"was checked.")
     line = (f"Samples: {report['samples']:,} in {with_samples} evaluation(s) re-scored with the recipe's reward, "
             f"every score as recorded")
     if without:

@@ -255,7 +255,8 @@ COMMITTED = sorted(set(str(p.relative_to(ROOT)) for pattern in ("results/*/resul
 
 # Committed results written before evaluations kept their samples: they pass with --allow-unsampled, and only they.
 PREDATING_SAMPLES = ("results/offline/", "results/quickstart-cpu/", "results/quickstart-cpu-tuning/",
-                     "results/quickstart-gpu/", "results/qwen/", "results/qwen-accelerate/", "results/smoke-h200-compiled/")
+                     "results/quickstart-gpu/", "results/qwen/", "results/qwen-accelerate/",
+                     "results/smoke-h200-compiled/")
 
 
 @pytest.mark.parametrize("path", COMMITTED)
@@ -644,7 +645,8 @@ def test_tasks_dropped_from_every_evaluation_are_refused(tmp_path, capsys):
     reseal(path, lambda r: [ev.update(records=[x for x in ev["records"] if x["task"] not in drop])
                             for _, ev in check.evaluations(r)])
     for where, _ in check.evaluations(json.loads(path.read_text())):
-        rewrite_samples(path, where, lambda log: log.__setitem__(slice(None), [x for x in log if x["task"] not in drop]))
+        rewrite_samples(path, where, lambda log: log.__setitem__(slice(None),
+                                                                 [x for x in log if x["task"] not in drop]))
     assert check.load(path)  # digest and summaries pass
     refused(path, capsys, str(path), "base eval 0: holds 40 of the run's 60 held-out tasks (data.heldout) and 0 "
                                      "other(s), e.g. missing")
