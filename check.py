@@ -1,27 +1,32 @@
 """Check a results.json and print its result tables.
 
-    python check.py results/offline/results.json             # the tables; exit 0 on a valid file
-    python check.py results/offline/results.json --markdown  # the README tables
+    python check.py runs/quickstart/results.json              # the tables; exit 0 on a valid file
+    python check.py runs/quickstart/results.json --markdown   # the README tables
+    python check.py results/offline/results.json --allow-unsampled  # a file from before evaluations kept samples
     python check.py runs/quickstart/results.json --show 3     # what the model wrote for task 3, each sample's score
 
 Exits 2 with a one-line reason when the file is missing or malformed, when its records cannot be paired (every
-evaluation must hold the same tasks, by task hash, each once, with k scores in [0, 1], and every arm must be evaluated
-with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
+evaluation must hold the run's held-out tasks, by task key, each once, with k scores in [0, 1], and every arm must be
+evaluated with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
 per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts).
 
-What the digest proves, and what it does not: it is a plain SHA-256 of the file's canonical JSON, which `seal`
-recomputes for anyone. A matching digest shows the file was not edited by hand after it was written, unless the
-editor re-sealed it; the recomputed summaries show every summary number follows from the records in the file. Neither
-shows that the records came from a run: a forger who writes records and calls `seal` passes both checks.
-
-What was scored: every evaluation keeps its completions in a samples file beside results.json (recipe.py writes it;
-one xz-compressed JSON line per task: index, question hash, gold answer, the k texts, their scores), its path and
-SHA-256 recorded in the evaluation, inside the digest. check.py refuses a samples file whose SHA-256 differs, that
-does not hold exactly the evaluation's tasks and k texts per task, or whose scores differ from the records' or from
-what the recipe's reward (eval.sample_scores) gives its texts now, in one line naming file, evaluation, task and
-sample. So flipping a score and re-sealing is refused, and a forger must now write texts whose answers earn the
-scores, texts anyone can read (--show). A file written before evaluations kept their samples is checked as above,
-and check.py says in one line that its scores were not re-scored.
+What a seal and a re-score prove, and what they do not. The digest is a plain SHA-256 of the file's canonical JSON
+that `seal` recomputes for anyone: it shows only that nobody edited the file without re-sealing it, and the
+recomputed summaries that every number follows from the records. The re-score ties the records to texts: every
+evaluation keeps its completions in a samples file beside results.json (one xz-compressed JSON line per task: index,
+task key, gold answer, the k texts, their scores; its path and SHA-256 inside the digest), and check.py re-scores
+every text with the recipe's reward (eval.sample_scores) against the gold answer. Every evaluation must hold exactly
+the run's held-out tasks (data.heldout), and where the run's test pool is at hand (the generated task is rebuilt
+from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path) each task's key (question and gold answer; files
+written before: the question) and each samples file's gold answer must be the dataset's. An evaluation without
+samples is refused, unless --allow-unsampled (files written before evaluations kept them): the table then marks its
+numbers "(not re-scored)". Any mismatch is one line naming file, evaluation, task and sample. What remains possible:
+a forger who writes new completions that earn the scores (texts anyone can read with --show), who reruns with
+another seed or another model and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites
+gold answers and keys together (said in the output: not compared). Nothing here shows that the texts came from the
+trained model: that takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat").
+Provenance (each arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is
+printed as recorded, not verified.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz
@@ -47,6 +52,7 @@ from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
                                  summarize, task_scores, write_json, agreement_line,
                                  current_record)  # a results file's model, verification and writing
 from selection import DEFAULT_RATIO, RULES, rule_named  # the arms' names and labels
+from gmts_recipe.samples import dataset_line  # the held-out tasks against the dataset
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
                                  write_samples)  # what each evaluation scored
@@ -80,20 +86,27 @@ def _label(arm: str, results: dict) -> str:
     return rule_named(arm).label(results.get("config", {}).get("selection_ratio", DEFAULT_RATIO))
 
 
-def table_rows(results: dict) -> tuple[list[str], list[list[str]]]:
-    """The arm table: the base's noise floor, then each arm against the base."""
+NOT_RESCORED = " (not re-scored)"
+
+
+def table_rows(results: dict, unsampled: tuple[str, ...] = ()) -> tuple[list[str], list[list[str]]]:
+    """The arm table: the base's noise floor, then each arm against the base. `unsampled`: the evaluations (as
+    samples.evaluations names them) that keep no samples, whose pass@1 the table marks as not re-scored."""
     s = results["summary"]
+    mark = lambda where: NOT_RESCORED if where in unsampled else ""  # noqa: E731
     header = ["arm", "pass@1", "vs base (95% CI)", "verdict", "grad norm median / max", "overlap with other ranking",
               "lr"]
     seeds = s["base"]["pass@1"]
+    base_mark = NOT_RESCORED if any(w.startswith("base eval") for w in unsampled) else ""
     rows = [["base (untrained)", f"{_pct(s['base']['mean'])} ({len(seeds)} seeds: " + ", ".join(map(_pct, seeds))
-             + ")", "-", f"noise floor {100 * s['base']['noise_floor']:.1f} pts", "-", "-", "-"]]
+             + ")" + base_mark, "-", f"noise floor {100 * s['base']['noise_floor']:.1f} pts", "-", "-", "-"]]
     for arm, a in s["arms"].items():
         g = a["grad_norm"]
         grad = "-" if g["median"] is None else f"{g['median']:.3g} / {g['max']:.3g}"
         if g["nonfinite"]:
             grad += f" ({g['nonfinite']} non-finite)"
-        rows.append([_label(arm, results), _pct(a["pass@1"]), _delta(a["vs_base"]), _verdict_text(a), grad,
+        rows.append([_label(arm, results), _pct(a["pass@1"]) + mark(f"arm {arm}"), _delta(a["vs_base"]),
+                     _verdict_text(a), grad,
                      _pct(a["overlap"]), "-" if a["learning_rate"] is None else f"{a['learning_rate']:g}"])
     return header, rows
 
@@ -121,8 +134,8 @@ DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it sh
                "without re-sealing and that every summary matches its records, not that the records came from a run.")
 
 
-def render(results: dict, markdown: bool = False) -> str:
-    lines = _table(*table_rows(results), markdown)
+def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = ()) -> str:
+    lines = _table(*table_rows(results, unsampled), markdown)
     header, rows = comparison_rows(results)
     if rows:
         lines += ["", *_table(header, rows, markdown)]
@@ -148,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show", metavar="TASK", default=None,
                     help="print the stored samples of one task with their scores: the task's number in its split "
                          "(the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question hash")
+    ap.add_argument("--allow-unsampled", action="store_true",
+                    help="accept evaluations that keep no samples (files written before evaluations kept their "
+                         "completions); the table marks their numbers as not re-scored")
+    ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
+                    help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
+                         "run are compared with them (the generated task is rebuilt from its seed)")
     args = ap.parse_args(argv)
     try:
         args.results = _resolve(args.results)
@@ -157,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     if _is_sweep(args.results):
         try:
             summary = sweep_summary.verify(args.results)
-            report = _sweep_samples(Path(args.results), summary) if args.show is None else None
+            report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled) \
+                if args.show is None else None
         except (ResultsError, SweepError) as e:
             print(f"check.py: {e}", file=sys.stderr)
             return 2
@@ -166,26 +186,30 @@ def main(argv: list[str] | None = None) -> int:
                   f"results.json)", file=sys.stderr)
             return 2
         print(render_sweep(summary, markdown=args.markdown))
-        print(samples_line(report), file=sys.stderr if args.markdown else sys.stdout)
+        for line in (samples_line(report), dataset_line(report)):
+            print(line, file=sys.stderr if args.markdown else sys.stdout)
         return 0
     try:
-        results, report = verify(args.results)
-        text = render(results, markdown=args.markdown) if args.show is None else \
-            show(results, Path(args.results).parent, args.show)
+        results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled)
+        text = render(results, markdown=args.markdown, unsampled=tuple(report["without"])) if args.show is None \
+            else show(results, Path(args.results).parent, args.show)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     print(text)
-    if args.show is None:  # the README's tables (--markdown) stay the tables: the line goes to stderr there
-        print(samples_line(report), file=sys.stderr if args.markdown else sys.stdout)
+    if args.show is None:  # the README's tables (--markdown) stay the tables: these lines go to stderr there
+        for line in (samples_line(report), dataset_line(report), *provenance_lines(results)):
+            print(line, file=sys.stderr if args.markdown else sys.stdout)
     return 0
 
 
-def _sweep_samples(path: Path, summary: dict) -> dict:
-    """verify_samples over every cell of a verified sweep.json, the shared base evaluations re-scored once."""
+def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False) -> dict:
+    """_samples_of (held-out tasks, gold answers, samples) over every cell of a verified sweep.json, the shared base
+    evaluations re-scored once."""
     from tqdm.auto import tqdm
 
-    total: dict = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
+    total: dict = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": [], "dataset": None,
+                   "no_dataset": None}
     done: dict = {}
     # a grid of 100 cells takes about a minute: a bar on a terminal (tqdm leaves pipes and logs alone)
     for cell in tqdm(summary["cells"], desc="re-scoring samples", unit="cell", leave=False, disable=None):
@@ -194,11 +218,39 @@ def _sweep_samples(path: Path, summary: dict) -> dict:
         results = json.loads(results_path.read_text(encoding="utf-8"))
         if digest(results) != cell["digest"]:
             raise ResultsError(f"{results_path}: changed while it was being checked")
-        report = _samples_of(results_path, results, done)
+        report = _samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
+        total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]
         total["without"] += [f"{cell['cell']} {where}" for where in report["without"]]
     return total
+
+
+def provenance_lines(results: dict) -> list[str]:
+    """One compact block: where each arm ran (recipe.provenance: commit, uncommitted changes, times, host, GPUs,
+    libraries, execution options), or the file-wide versions of a file written before arms recorded it."""
+    arms = results.get("arms", {})
+    lines = []
+    for arm, entry in arms.items():
+        p = entry.get("provenance")
+        if not isinstance(p, dict):
+            continue
+        commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
+        gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
+        libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
+        options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
+                            if v not in (False, None))  # the options that were on
+        lines.append(f"  {SHORT_NAMES.get(arm, arm)}: commit {commit}, {p.get('started', '?')} to "
+                     f"{p.get('finished', '?')}, host {p.get('host', '?')}, {gpu}; {libs}"
+                     + (f"; {options}" if options else ""))
+    if lines:
+        return ["Provenance (recorded by each arm, outside the config hash):", *lines]
+    v = results.get("versions")
+    if isinstance(v, dict):
+        libs = ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("gpu", "gpus"))
+        gpu = f"{v.get('gpus', 0)} x {v['gpu']}" if v.get("gpu") else "CPU"
+        return [f"Provenance: the arms record none (written before they did); the file's versions: {gpu}; {libs}."]
+    return []
 
 
 def _resolve(path: str) -> str:

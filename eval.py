@@ -219,12 +219,12 @@ def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool
 
 def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:
     """Per-task records: the task's index and hash, one 0/1 score per sample, and the sample lengths."""
-    from gmts_recipe.data import task_hash
+    from gmts_recipe.data import task_key
 
     records = []
     for task, outs in zip(tasks, samples, strict=True):
         scores = sample_scores(outs, gold_answer(str(task["answer"])))
-        records.append({"task": task.get("index"), "hash": task_hash(task["question"]), "scores": scores,
+        records.append({"task": task.get("index"), "hash": task_key(task), "scores": scores,
                         "lengths": [len(o) for o in outs]})
     return records
 

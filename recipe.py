@@ -65,7 +65,8 @@ from urllib.parse import urlparse
 from check import ResultsError, render, seal, write_json
 from check import load as load_results
 from eval import Sampling, evaluate_pass_at_1
-from gmts_recipe.data import DataError, arithmetic_task, load_gsm8k, split_tasks, system_prompt, to_prompt
+from gmts_recipe.data import (DataError, arithmetic_task, arithmetic_test_pool, load_gsm8k, split_tasks, system_prompt,
+                              to_prompt)
 from gmts_recipe.field_types import misfits
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, ModelError, cache_root, resolve_model
 from gmts_recipe.plots import plot_run
@@ -589,13 +590,18 @@ def check_counts(train: GMTSConfig) -> None:
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
     try:
+        pool = None
         if recipe.task == "gsm8k":
             pools = load_gsm8k(recipe.gsm8k_path)
         else:  # generated: enough distinct problems for the split; the test pool uses another seed
+            pool = {"n_heldout": recipe.n_heldout, "task_seed": recipe.task_seed, "difficulty": recipe.difficulty}
             pools = {"train": arithmetic_task(4 * recipe.n_train, recipe.task_seed, recipe.difficulty),
-                     "test": arithmetic_task(4 * recipe.n_heldout, recipe.task_seed + 1, recipe.difficulty)}
+                     "test": arithmetic_test_pool(**pool)}
         n_heldout = recipe.n_heldout or len(pools["test"])  # 0: the whole test split (GSM8K: 1319 problems)
-        return split_tasks(recipe.task, pools, recipe.n_train, n_heldout, recipe.task_seed)
+        train, heldout, report = split_tasks(recipe.task, pools, recipe.n_train, n_heldout, recipe.task_seed)
+        if pool is not None:  # how check.py rebuilds the test pool to compare the held-out tasks with it
+            report["pool"] = pool
+        return train, heldout, report
     except DataError as e:
         raise RecipeError(str(e)) from None
 
@@ -671,6 +677,37 @@ def versions() -> dict:
             "trl": trl.__version__, "peft": peft.__version__,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+
+
+def code_commit(folder: Path | None = None) -> tuple[str | None, bool | None]:
+    """The commit of the code that ran and whether tracked files differed from it (uncommitted changes); (None, None)
+    outside a git checkout (an installed copy) or without git."""
+    import subprocess
+
+    folder = folder or Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=30)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    if commit.returncode != 0 or status.returncode != 0:
+        return None, None
+    return commit.stdout.strip(), bool(status.stdout.strip())
+
+
+def provenance(started: float, finished: float, processes: int, options: dict) -> dict:
+    """Where an arm ran, recorded in its entry and printed by check.py: the code's commit (and whether it had
+    uncommitted changes), start and end (UTC), host, GPU name and count, library versions and the execution options.
+    Not part of the config record, so not of the config hash: the same configuration run elsewhere is the same run."""
+    import socket
+
+    commit, dirty = code_commit()
+    utc = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")  # noqa: E731
+    v = versions()
+    return {"commit": commit, "dirty": dirty, "started": utc(started), "finished": utc(finished),
+            "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
+            "versions": v, "options": options}
 
 
 # ---------------------------------------------------------------------------- known warnings and log lines
@@ -901,6 +938,8 @@ class Run:
             "generation_options": {k: getattr(self.recipe if k == "cudnn_attention" else args, k)
                                    for k in GENERATION_OPTIONS},
         }
+        self.results["arms"][arm]["provenance"] = provenance(t0, time.time(), self.state.num_processes,
+                                                             self.results["arms"][arm]["generation_options"])
         print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}, trained {train_minutes:.1f} min")
         self.save(arm)
         named = {entry["eval"].get("samples", {}).get("path") for entry in self.results["arms"].values()}

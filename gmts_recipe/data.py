@@ -43,8 +43,36 @@ class DataError(ValueError):
 
 
 def task_hash(question: str) -> str:
-    """Short content hash recorded in results, so a reader can check which tasks were held out."""
+    """Short content hash of a question: the task key of files written before the key covered the gold answer
+    (TASK_KEYS "question"); still how those files are checked against their dataset."""
     return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
+
+
+# What the per-task hash of a results file covers ("task_key" of its data report). A key over the question alone let
+# a file rewrite the gold answers its samples were scored against: the key now covers the gold answer too, so a
+# task's key names what it was scored against. Files written before ("question", no "task_key" field) keep theirs.
+TASK_KEY = "question+gold"
+TASK_KEYS = ("question", TASK_KEY)
+
+
+def task_key(task: dict, version: str = TASK_KEY) -> str:
+    """The per-task hash recorded in results (records, data report): over the question and the gold answer the reward
+    compares with (rewards.gold_answer of the task's answer), or the question alone for version "question"."""
+    if version == "question":
+        return task_hash(task["question"])
+    if version != TASK_KEY:
+        raise DataError(f"unknown task key {version!r} (known: {', '.join(TASK_KEYS)})")
+    from gmts_recipe.rewards import gold_answer  # no torch
+
+    text = json.dumps([task["question"], gold_answer(str(task["answer"]))], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def pool_sha256(pool: list[dict]) -> str:
+    """SHA-256 of a task pool's questions and answers (canonical JSON): the same for GSM8K from the Hub or from its
+    JSONL copy, so a reader with either can tell whether the dataset at hand is the one a run used."""
+    rows = [[t["question"], t["answer"]] for t in pool]
+    return hashlib.sha256(json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def load_gsm8k(path: str | None = None) -> dict[str, list[dict]]:
@@ -128,6 +156,12 @@ def arithmetic_task(n: int, seed: int, difficulty: int = 1) -> list[dict]:
     return tasks
 
 
+def arithmetic_test_pool(n_heldout: int, task_seed: int, difficulty: int) -> list[dict]:
+    """The generated task's test pool (4x the held-out count, from the seed after the train pool's), rebuilt the same
+    by recipe.py and by check.py, which compares a run's held-out tasks with it."""
+    return arithmetic_task(4 * n_heldout, task_seed + 1, difficulty)
+
+
 # ---------------------------------------------------------------------------- split and decontamination
 def choose_split(train_pool: list[dict], test_pool: list[dict], n_train: int, n_heldout: int, seed: int):
     """Seeded choice of `n_train` train prompts and `n_heldout` held-out tasks, with their indices and hashes."""
@@ -200,8 +234,9 @@ def split_tasks(task: str, pools: dict[str, list[dict]], n_train: int, n_heldout
     report = {
         "task": task, "train_pool": len(train_pool), "test_pool": len(test_pool), "train_chosen": n_train,
         "decontamination_dropped": dropped, "train_kept": len(train),
-        "train": [[t["index"], task_hash(t["question"])] for t in train],
-        "heldout": [[t["index"], task_hash(t["question"])] for t in heldout],
+        "task_key": TASK_KEY, "test_pool_sha256": pool_sha256(test_pool),
+        "train": [[t["index"], task_key(t)] for t in train],
+        "heldout": [[t["index"], task_key(t)] for t in heldout],
         "decontamination": {
             "ngram": {"n": ngram, "fields": "question vs question", "normalized": "lowercase, punctuation stripped",
                       "dropped": dropped},

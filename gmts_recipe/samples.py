@@ -69,11 +69,14 @@ def read_samples(path: Path, sha256: str | None, where: str) -> list[dict]:
         raise ResultsError(f"{where}: samples file {path} is not xz-compressed JSON lines ({e})") from None
 
 
-def check_samples(path: Path, evaluation: dict, where: str) -> int:
+def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str] | None = None) -> int:
     """Refuse, in one line naming file, evaluation, task and sample, a samples file that does not hold exactly the
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
     recipe's reward (rewards.sample_scores, the function the evaluation scored with) scores otherwise. Returns the number
-    of samples. Re-scoring is fast: 0.25 s for 5,276 GSM8K-length samples with a plain final number, 27 s when every
+    of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
+    line's gold must be, where the dataset is at hand.
+
+    Re-scoring is fast: 0.25 s for 5,276 GSM8K-length samples with a plain final number, 27 s when every
     one needs math-verify (an expression), on a busy 2-core machine."""
     from gmts_recipe.rewards import sample_scores  # the recipe's reward (no torch): imported only where samples exist
 
@@ -91,6 +94,9 @@ def check_samples(path: Path, evaluation: dict, where: str) -> int:
         if not (isinstance(texts, list) and all(isinstance(t, str) for t in texts) and len(texts) == k
                 and isinstance(scores, list) and len(scores) == k and isinstance(line.get("gold"), str)):
             raise ResultsError(f"{where}: task {key} needs a gold answer and {k} sample texts with {k} scores")
+        if golds is not None and line["gold"] != golds.get(key):
+            raise ResultsError(f"{where}: task {key}: gold answer {line['gold']!r} in the samples file, "
+                               f"{golds.get(key)!r} in the dataset")
         if record.get("lengths") is not None and record["lengths"] != [len(t) for t in texts]:
             raise ResultsError(f"{where}: task {key}: the texts' lengths {[len(t) for t in texts]} are not the "
                                f"record's {record['lengths']}")
@@ -110,36 +116,58 @@ def check_samples(path: Path, evaluation: dict, where: str) -> int:
     return len(seen) * k
 
 
-def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int] | None = None) -> dict:
-    """Check every evaluation's samples file (check_samples) and return {"evaluations", "with_samples", "samples"}
-    (those without samples were written before evaluations kept them). `done`: evaluations already checked (by file
-    SHA-256 and records), so the base evaluations a sweep's cells share are re-scored once."""
+UNSAMPLED_FIX = ("a file written before evaluations kept their completions passes only with --allow-unsampled, "
+                 "which says which numbers were not re-scored")
+
+
+def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int] | None = None,
+                   golds: dict[str, str] | None = None, allow_unsampled: bool = False) -> dict:
+    """Check every evaluation's samples file (check_samples, against the dataset's `golds` where given) and return
+    {"evaluations", "with_samples", "samples", "without"}. An evaluation without samples is refused: its scores could
+    be anything. `allow_unsampled` lets those of files written before evaluations kept their samples through, listed
+    in "without". `done`: evaluations already checked (by file SHA-256 and records), so the base evaluations a sweep's
+    cells share are re-scored once."""
     done = {} if done is None else done
     out = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
     for where, ev in evaluations(results):
         out["evaluations"] += 1
         if "samples" not in ev:
+            if not allow_unsampled:
+                raise ResultsError(f"{where} keeps no samples, so its scores cannot be re-scored ({UNSAMPLED_FIX})")
             out["without"].append(where)
             continue
         path = samples_path(folder, ev, where)
-        key = (ev["samples"]["sha256"], hashlib.sha256(json.dumps([ev["k"], ev["records"]]).encode()).hexdigest())
+        key = (ev["samples"]["sha256"], hashlib.sha256(json.dumps([ev["k"], ev["records"]]).encode()).hexdigest(),
+               golds is not None)
         if key not in done:
-            done[key] = check_samples(path, ev, where)
+            done[key] = check_samples(path, ev, where, golds)
         out["with_samples"] += 1
         out["samples"] += done[key]
     return out
 
 
-def verify(path: str | Path, done: dict | None = None) -> tuple[dict, dict]:
-    """`load` (digest, records, summaries), then every evaluation's samples (verify_samples): (results, report).
-    Every refusal is a ResultsError naming the file."""
+def verify(path: str | Path, done: dict | None = None, gsm8k_path: str | None = None,
+           allow_unsampled: bool = False) -> tuple[dict, dict]:
+    """`load` (digest, records, summaries), then the held-out tasks and every evaluation's samples (_samples_of):
+    (results, report). Every refusal is a ResultsError naming the file."""
     results = load(path)
-    return results, _samples_of(path, results, done)
+    return results, _samples_of(path, results, done, gsm8k_path, allow_unsampled)
 
 
-def _samples_of(path: str | Path, results: dict, done: dict | None = None) -> dict:
+def _samples_of(path: str | Path, results: dict, done: dict | None = None, gsm8k_path: str | None = None,
+                allow_unsampled: bool = False) -> dict:
+    """Every evaluation holds the run's held-out tasks (heldout.check_heldout), whose keys and gold answers are the
+    dataset's where it is at hand (heldout.dataset_golds), and its samples re-score to its records."""
+    from gmts_recipe.heldout import check_heldout, dataset_golds, heldout_pool
+
     try:
-        return verify_samples(results, Path(path).parent, done)
+        check_heldout(results)
+        pool, source = heldout_pool(results, gsm8k_path)
+        golds = None if pool is None else dataset_golds(results, pool)
+        report = verify_samples(results, Path(path).parent, done, golds, allow_unsampled)
+        report["dataset"] = source if pool is not None else None
+        report["no_dataset"] = None if pool is not None else source
+        return report
     except ResultsError as e:
         raise ResultsError(f"{path}: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -151,13 +179,23 @@ def samples_line(report: dict) -> str:
     n, with_samples, without = report["evaluations"], report["with_samples"], report["without"]
     if not with_samples:
         return (f"Scores not re-scored: none of the {n} evaluations keeps its samples (written before evaluations "
-                f"kept their completions); the digest and the recomputed summaries are all that was checked.")
+                f"kept their completions); the digest, the recomputed summaries and the held-out tasks are all that "
+                f"was checked.")
     line = (f"Samples: {report['samples']:,} in {with_samples} evaluation(s) re-scored with the recipe's reward, "
             f"every score as recorded")
     if without:
         shown = ", ".join(without[:3]) + (f" and {len(without) - 3} more" if len(without) > 3 else "")
         line += f"; {len(without)} evaluation(s) keep no samples ({shown}): their scores were not re-scored"
     return line + "."
+
+
+def dataset_line(report: dict) -> str:
+    """One line: whether the held-out tasks' keys and gold answers were compared with the dataset, and with which."""
+    if report.get("dataset"):
+        return (f"Held-out tasks: every evaluation holds exactly the run's; their keys and the samples' gold answers "
+                f"are the dataset's ({report['dataset']}).")
+    return (f"Held-out tasks: every evaluation holds exactly the run's; keys and gold answers not compared with a "
+            f"dataset: {report.get('no_dataset') or 'none at hand'}.")
 
 
 def show(results: dict, folder: Path, task: str) -> str:

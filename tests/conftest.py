@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _VERIFIED: dict[tuple, tuple] = {}
+_RESCORED: dict[tuple, dict] = {}  # the spot check of a committed sweep, by file and options
 
 
 def spot_check(summary: dict) -> dict:
@@ -61,15 +62,19 @@ def committed_sweeps_verified_once(monkeypatch):
             return verify(path), None
         if k not in _VERIFIED:
             summary = verify(path)
-            _VERIFIED[k] = (copy.deepcopy(summary), samples(Path(path), spot_check(summary)))
+            _VERIFIED[k] = (copy.deepcopy(summary), spot_check(summary))
         return copy.deepcopy(_VERIFIED[k][0]), k
 
     def cached_verify(path):
         return verified(path)[0]
 
-    def cached_samples(path, summary):
+    def cached_samples(path, summary, *options):
         k = key(path)
-        return copy.deepcopy(_VERIFIED[k][1]) if k in _VERIFIED else samples(path, summary)
+        if k not in _VERIFIED:
+            return samples(path, summary, *options)
+        if (k, options) not in _RESCORED:  # the spot check, once per file and options (--allow-unsampled, ...)
+            _RESCORED[k, options] = samples(Path(path), _VERIFIED[k][1], *options)
+        return copy.deepcopy(_RESCORED[k, options])
 
     monkeypatch.setattr(sweep_summary, "verify", cached_verify)
     monkeypatch.setattr(check, "_sweep_samples", cached_samples)

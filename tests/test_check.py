@@ -23,7 +23,9 @@ def sealed(base_scores: list[list[list[float]]], arm_scores: dict[str, list[list
         records = [{"task": i, "hash": f"{i:016x}", "scores": s, "lengths": [10] * len(s)} for i, s in enumerate(tasks)]
         return {"seed": eval_seed, "k": len(tasks[0]), "pass@1": check.pass_at_1(records), "records": records}
 
+    n = len(base_scores[0])
     results = {"config_name": "unit", "config": {"model_name_or_path": "tiny"}, "config_hash": "0" * 64,
+               "data": {"task": "unit", "heldout": [[i, f"{i:016x}"] for i in range(n)]},
                "base": {"evals": [evaluation(s, tasks) for s, tasks in enumerate(base_scores)]},
                "arms": {arm: {"eval": evaluation(0, tasks), "learning_rate": 1e-4,
                               "train_log": [{"step": 1, "grad_norm": 0.5, "selection/overlap": 0.6}]}
@@ -49,10 +51,10 @@ def write(tmp_path, results, name="results.json"):
 
 
 def test_valid_file_prints_the_table_and_exits_0(tmp_path, capsys):
-    assert check.main([write(tmp_path, fake_results())]) == 0
+    assert check.main([write(tmp_path, fake_results()), "--allow-unsampled"]) == 0
     out = capsys.readouterr().out
     assert "GMTS" in out and "noise floor" in out
-    assert check.main([write(tmp_path, fake_results()), "--markdown"]) == 0
+    assert check.main([write(tmp_path, fake_results()), "--markdown", "--allow-unsampled"]) == 0
     assert capsys.readouterr().out.startswith("| arm | pass@1 |")
 
 
@@ -144,7 +146,7 @@ def test_three_arms_every_comparison_recomputed_and_rendered(tmp_path, capsys):
     arms = r["summary"]["arms"]
     assert r["summary"]["comparisons"]["ets_vs_grpo"]["delta"] == pytest.approx(arms["ets"]["pass@1"]
                                                                                - arms["grpo"]["pass@1"])
-    assert check.main([write(tmp_path, r), "--markdown"]) == 0
+    assert check.main([write(tmp_path, r), "--markdown", "--allow-unsampled"]) == 0
     out = capsys.readouterr().out
     for text in ("| GRPO (all tokens) |", "| comparison |", "| ETS vs GRPO |", "| GMTS vs GRPO |", "| GMTS vs ETS |"):
         assert text in out
@@ -210,12 +212,12 @@ def test_write_json_keeps_each_record_on_one_line_and_the_file_valid(tmp_path, c
     assert all(json.dumps(r) in lines for e in evals for r in e["records"])
     assert len(text) < 0.7 * len(json.dumps(results, indent=1))
     assert max(len(line) for line in text.splitlines()) <= 200  # long values are broken over lines, not one blob
-    assert check.main([str(path)]) == 0
+    assert check.main([str(path), "--allow-unsampled"]) == 0
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
 
 
 # Run in a fresh interpreter: verifies the file at sys.argv[1] and lists the deep-learning modules that got imported.
-CHECK_WITHOUT_TORCH = ("import sys, check; code = check.main([sys.argv[1]]); "
+CHECK_WITHOUT_TORCH = ("import sys, check; code = check.main([sys.argv[1], '--allow-unsampled']); "
                        "print(sorted({'torch', 'transformers'} & set(sys.modules))); sys.exit(code)")
 
 
@@ -251,14 +253,24 @@ COMMITTED = sorted(set(str(p.relative_to(ROOT)) for pattern in ("results/*/resul
                        for p in ROOT.glob(pattern)) - _cells_of_sweeps()) + SWEEPS
 
 
+# Committed results written before evaluations kept their samples: they pass with --allow-unsampled, and only they.
+PREDATING_SAMPLES = ("results/offline/", "results/quickstart-cpu/", "results/quickstart-cpu-tuning/",
+                     "results/quickstart-gpu/", "results/qwen/", "results/qwen-accelerate/",
+                     "results/smoke-h200-compiled/")
+
+
 @pytest.mark.parametrize("path", COMMITTED)
 def test_every_committed_results_file_passes_check(path, capsys, monkeypatch, committed_sweeps_verified_once):
     """The README's numbers come from these files: each must still pass check.py under the current code (a summary
     format change re-seals them, records untouched). A sweep's cells are checked through its sweep.json (every cell
     loaded and its summaries recomputed; the samples of its first and last cell re-scored: the fixture), and its first
-    cell on its own too."""
+    cell on its own too. Those written before evaluations kept samples are refused without --allow-unsampled."""
     monkeypatch.chdir(ROOT)
-    assert check.main([path]) == 0, capsys.readouterr().err
+    if path.startswith(PREDATING_SAMPLES):
+        assert check.main([path]) == 2 and "keeps no samples" in capsys.readouterr().err
+        assert check.main([path, "--allow-unsampled"]) == 0, capsys.readouterr().err
+    else:
+        assert check.main([path]) == 0, capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -266,7 +278,8 @@ def test_every_committed_results_file_passes_check(path, capsys, monkeypatch, co
 def test_every_committed_sweep_re_scores_every_sample(path, capsys, monkeypatch):
     """check.py on each committed sweep as a reader runs it: every cell re-verified, every stored sample re-scored."""
     monkeypatch.chdir(ROOT)
-    assert check.main([path]) == 0, capsys.readouterr().err
+    assert check.main([path, *(["--allow-unsampled"] if path.startswith(PREDATING_SAMPLES) else [])]) == 0, \
+        capsys.readouterr().err
     assert "re-scored" in capsys.readouterr().out
 
 
@@ -351,8 +364,7 @@ def test_a_file_with_samples_is_re_scored_and_says_so(tmp_path, capsys):
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "base-evals").iterdir()) == ["base"] * 3
     assert check.main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[-1] == "Samples: 1,200 in 5 evaluation(s) re-scored with the recipe's reward, every " \
-                                   "score as recorded."
+    assert "Samples: 1,200 in 5 evaluation(s) re-scored with the recipe's reward, every score as recorded." in out
     assert check.main([str(path), "--markdown"]) == 0  # the README's tables stay tables: the line goes to stderr
     out, err = capsys.readouterr()
     assert "Samples:" not in out and err.startswith("Samples: 1,200")
@@ -425,15 +437,22 @@ def test_a_changed_or_missing_samples_file_is_refused(tmp_path, capsys):
     refused(path, capsys, "base eval 2: samples file", "is not xz-compressed JSON lines")
 
 
-def test_a_file_without_samples_is_checked_as_before_and_says_it_was_not_re_scored(tmp_path, capsys):
-    assert check.main([write(tmp_path, fake_results())]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
-        "Scores not re-scored: none of the 5 evaluations keeps its samples (written before evaluations kept their "
-        "completions); the digest and the recomputed summaries are all that was checked.")
+def test_a_file_without_samples_passes_only_when_allowed_and_says_it_was_not_re_scored(tmp_path, capsys):
+    path = write(tmp_path, fake_results())
+    assert check.main([path]) == 2
+    assert "base eval 0 keeps no samples, so its scores cannot be re-scored" in capsys.readouterr().err
+    assert check.main([path, "--allow-unsampled"]) == 0
+    out = capsys.readouterr().out
+    assert "Scores not re-scored: none of the 5 evaluations keeps its samples (written before evaluations kept their "\
+           "completions); the digest, the recomputed summaries and the held-out tasks are all that was checked." in out
+    assert out.count("(not re-scored)") == 3  # the table marks every number that was not: base, ETS, GMTS
     path = run_dir(tmp_path)  # new arms with samples over a base that kept none (a cache from before): said so
     reseal(path, lambda r: [ev.pop("samples") for ev in r["base"]["evals"]])
-    assert check.main([str(path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == (
+    assert check.main([str(path)]) == 2
+    assert check.main([str(path), "--allow-unsampled"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split("  ")[0] for line in out.splitlines() if "(not re-scored)" in line] == ["base (untrained)"]
+    assert [line for line in out.splitlines() if line.startswith("Samples:")][0] == (
         "Samples: 480 in 2 evaluation(s) re-scored with the recipe's reward, every score as recorded; 3 evaluation(s) "
         "keep no samples (base eval 0, base eval 1, base eval 2): their scores were not re-scored.")
 
@@ -474,7 +493,7 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
     assert capsys.readouterr().err.strip() == ("check.py: --show 99: no such task (give its number in its split, "
                                                      "e.g. 0, 1, 2, 3, 4, "
                                                      "or a prefix of its hash)")
-    assert check.main([write(tmp_path, fake_results()), "--show", "7"]) == 2
+    assert check.main([write(tmp_path, fake_results()), "--show", "7", "--allow-unsampled"]) == 2
     assert "this file keeps no samples" in capsys.readouterr().err
 
 
@@ -519,3 +538,122 @@ def test_a_file_from_before_gradient_checkpointing_moved_reads_as_recipe_writes_
     assert old["config"]["gradient_checkpointing"] is True and "generation_options" not in old["arms"]["ets"]  # a copy
     assert current_record(now) == now and current_record(now) is now  # nothing left to move
     assert check.render(old) == check.render(now)  # check.py names a file by today's hash
+
+
+# ---------------------------------------------------------------- forgeries a re-seal used to pass
+def gsm8k_run(tmp_path: Path, key: str) -> Path:
+    """A run with samples on a GSM8K copy in <tmp>/gsm8k (the run's gsm8k_path: 60 tasks, every gold answer 7), its
+    task keys of version `key` ("question": files written before the key covered the gold answer)."""
+    from gmts_recipe import data
+
+    pool = [{"question": f"q{i}", "answer": "work\n#### 7"} for i in range(60)]
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    for split in ("train", "test"):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in pool))
+    keys = [data.task_hash(t["question"]) if key == "question" else data.task_key(t, key) for t in pool]
+    results = fake_results()
+    for _, ev in check.evaluations(results):
+        for r in ev["records"]:
+            r["hash"] = keys[r["task"]]
+    results["config"]["gsm8k_path"] = str(folder)
+    results["data"] = {"task": "gsm8k", "heldout": [[i, k] for i, k in enumerate(keys)]}
+    if key != "question":
+        results["data"].update(task_key=key, test_pool_sha256=data.pool_sha256(pool))
+    return run_dir(tmp_path, check.seal(results))
+
+
+def rewrite_gold(path: Path, where: str, gold: str) -> None:
+    """The forgery: every task's gold answer in one evaluation's samples file rewritten, not one completion touched;
+    the scores re-scored against it (samples file and records), the SHA-256 recorded, the file re-sealed."""
+    from gmts_recipe.rewards import sample_scores
+
+    rescored = {}
+
+    def edit(log):
+        for line in log:
+            line["gold"] = gold
+            line["scores"] = rescored[line["task"]] = sample_scores(line["samples"], gold)
+
+    rewrite_samples(path, where, edit)
+    reseal(path, lambda r: [rec.update(scores=rescored[rec["task"]])
+                            for rec in dict(check.evaluations(r))[where]["records"]])
+
+
+@pytest.mark.parametrize("key", ["question", "question+gold"])
+def test_rewritten_gold_answers_are_refused_against_the_dataset(tmp_path, capsys, key):
+    """Rewriting the gold answers (here 7 -> 8, so that every wrong text scores and every right one fails) moved a
+    result while every score re-scored as recorded. The dataset's gold answers are compared: refused, for files with
+    either key (the older, question-only key too)."""
+    path = gsm8k_run(tmp_path, key)
+    assert check.main([str(path)]) == 0
+    assert "are the dataset's (GSM8K at " in capsys.readouterr().out
+    before = check.load(path)["summary"]["arms"]["gmts"]["pass@1"]
+    rewrite_gold(path, "arm gmts", "8")
+    assert check.load(path)["summary"]["arms"]["gmts"]["pass@1"] == pytest.approx(1 - before)  # the forged result
+    refused(path, capsys, str(path), "arm gmts:", "gold answer '8' in the samples file, '7' in the dataset")
+
+
+def test_a_gold_answer_rewritten_with_its_key_is_refused(tmp_path, capsys):
+    """The forger who also rewrites each task's key (question and gold answer) everywhere, data.heldout included:
+    the keys are no longer the dataset's."""
+    from gmts_recipe import data
+
+    path = gsm8k_run(tmp_path, "question+gold")
+    rewrite_gold(path, "arm gmts", "8")
+    new = {i: data.task_key({"question": f"q{i}", "answer": "#### 8"}) for i in range(60)}
+
+    def rekey(r):
+        r["data"]["heldout"] = [[i, new[i]] for i, _ in r["data"]["heldout"]]
+        for _, ev in check.evaluations(r):
+            for rec in ev["records"]:
+                rec["hash"] = new[rec["task"]]
+
+    reseal(path, rekey)
+    for where, _ in check.evaluations(json.loads(path.read_text())):
+        rewrite_samples(path, where, lambda log: [line.update(hash=new[line["task"]]) for line in log])
+    refused(path, capsys, f"held-out task 0:{new[0]}: the dataset's task 0 has another question and gold answer")
+    (tmp_path / "gsm8k" / "test.jsonl").unlink()  # without the dataset it passes, and says what was not compared
+    assert check.main([str(path)]) == 0
+    assert "keys and gold answers not compared with a dataset: GSM8K is not at hand" in capsys.readouterr().out
+
+
+def test_an_evaluation_whose_samples_reference_was_deleted_is_refused(tmp_path, capsys):
+    """Delete an evaluation's samples reference, raise its scores, re-seal: refused unless --allow-unsampled (for
+    files written before samples existed), and then the table says those numbers were not re-scored."""
+    path = run_dir(tmp_path)
+
+    def forge(r):
+        ev = r["arms"]["gmts"]["eval"]
+        ev.pop("samples")
+        for rec in ev["records"]:
+            rec["scores"] = [1.0] * len(rec["scores"])
+
+    reseal(path, forge)
+    refused(path, capsys, str(path), "arm gmts keeps no samples, so its scores cannot be re-scored",
+            "--allow-unsampled")
+    assert check.main([str(path), "--allow-unsampled"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "(not re-scored)" in line]
+    assert len(rows) == 1 and rows[0].startswith("GMTS") and "100.0% (not re-scored)" in rows[0]
+
+
+def test_tasks_dropped_from_every_evaluation_are_refused(tmp_path, capsys):
+    """20 of the 60 held-out tasks removed from every evaluation (records and samples files alike) while the data
+    report still lists 60: every evaluation must hold exactly the run's held-out tasks."""
+    path = run_dir(tmp_path)
+    drop = set(random.Random(3).sample(range(60), 20))
+    reseal(path, lambda r: [ev.update(records=[x for x in ev["records"] if x["task"] not in drop])
+                            for _, ev in check.evaluations(r)])
+    for where, _ in check.evaluations(json.loads(path.read_text())):
+        rewrite_samples(path, where, lambda log: log.__setitem__(slice(None),
+                                                                 [x for x in log if x["task"] not in drop]))
+    assert check.load(path)  # digest and summaries pass
+    refused(path, capsys, str(path), "base eval 0: holds 40 of the run's 60 held-out tasks (data.heldout) and 0 "
+                                     "other(s), e.g. missing")
+
+
+def test_check_says_what_a_seal_and_a_re_score_prove_and_what_they_do_not():
+    doc = " ".join(check.__doc__.split())
+    assert "must now write texts whose answers earn the scores" not in doc
+    for claim in ("held-out tasks", "gold answer", "--allow-unsampled", "new completions", "another seed"):
+        assert claim in doc, claim

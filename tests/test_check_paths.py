@@ -23,7 +23,7 @@ def test_a_folder_is_looked_into(tmp_path, capsys):
     run = tmp_path / "quickstart"
     run.mkdir()
     (run / "results.json").write_text(json.dumps(check.seal(fake_results(shift=0.1))))
-    assert check.main([str(run)]) == 0
+    assert check.main([str(run), "--allow-unsampled"]) == 0
     assert "GMTS" in capsys.readouterr().out
     assert check.main([str(tmp_path)]) == 2  # a folder with neither file
     assert "without results.json or sweep.json" in capsys.readouterr().err

@@ -26,12 +26,19 @@ def test_no_held_out_calculation_appears_among_the_train_prompts():
 
 
 def test_the_report_keeps_recipe_keys_and_the_indices_and_hashes():
-    train, heldout, report = split_tasks("arithmetic", offline_pools(), 512, 120, seed=17)
+    pools = offline_pools()
+    train, heldout, report = split_tasks("arithmetic", pools, 512, 120, seed=17)
     for key in ("task", "train_pool", "test_pool", "train_chosen", "decontamination_dropped", "train_kept", "train",
                 "heldout"):
         assert key in report
-    assert report["heldout"] == [[t["index"], data.task_hash(t["question"])] for t in heldout]
-    assert report["train"] == [[t["index"], data.task_hash(t["question"])] for t in train]
+    assert report["task_key"] == "question+gold" and report["test_pool_sha256"] == data.pool_sha256(pools["test"])
+    assert report["heldout"] == [[t["index"], data.task_key(t)] for t in heldout]
+    assert report["train"] == [[t["index"], data.task_key(t)] for t in train]
+    # the key covers the gold answer: the same question with another gold is another task; the old key did not
+    task = heldout[0]
+    other = dict(task, answer=task["answer"].rsplit("####", 1)[0] + "#### 999")
+    assert data.task_key(other) != data.task_key(task)
+    assert data.task_key(other, "question") == data.task_key(task, "question") == data.task_hash(task["question"])
 
 
 def test_gsm8k_split_is_the_one_recipe_made_before():

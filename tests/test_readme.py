@@ -34,7 +34,7 @@ def in_process(cmd: str) -> str:
 @pytest.mark.parametrize("page,block", ALL_BLOCKS, ids=lambda x: x if isinstance(x, str) else x.group("cmd"))
 def test_block_matches_its_command(page, block, request, monkeypatch):
     cmd = block.group("cmd")
-    if re.fullmatch(r"python check\.py \S+/sweep\.json --markdown", cmd):
+    if re.fullmatch(r"python check\.py \S+/sweep\.json --markdown( --allow-unsampled)?", cmd):
         request.getfixturevalue("committed_sweeps_verified_once")
         monkeypatch.chdir(ROOT)
         printed = in_process(cmd)
@@ -122,7 +122,7 @@ def test_headline_agrees_with_the_sweep_summary():
 def test_results_document_holds_the_moved_grid_and_plan():
     """The full grid, the mechanism table and the analysis plan moved to docs/results.md, generated as before."""
     commands = [m.group("cmd") for m in blocks(TEXT["docs/results.md"])]
-    assert "python check.py results/qwen/sweep.json --markdown" in commands
+    assert "python check.py results/qwen/sweep.json --markdown --allow-unsampled" in commands
     assert "python update_readme.py --provenance results/qwen/sweep.json" in commands
     assert "python update_readme.py --task-intervals results/qwen/sweep.json" in commands
     assert "docs/results.md" in set(LINK.findall(TEXT["README.md"]))

@@ -51,19 +51,28 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
                                                "gradient_checkpointing": True}
     assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
     assert results["versions"]["trl"].startswith("1.16")
+    for arm in ("grpo", "ets", "gmts"):  # where each arm ran, outside the config record (and so its hash)
+        where = results["arms"][arm]["provenance"]
+        assert where["started"] <= where["finished"] and where["host"] and where["gpus"] == 0 and where["gpu"] is None
+        assert where["versions"]["trl"] == results["versions"]["trl"] and where["processes"] == 1
+        assert where["options"] == results["arms"][arm]["generation_options"]
+        assert where["commit"] == recipe.code_commit()[0] and "provenance" not in results["config"]
+    assert results["data"]["task_key"] == "question+gold" and results["data"]["pool"]["task_seed"] == 17
     # the arms started from the same LoRA init and saw the same data: their first-step rewards match
     assert len({results["arms"][a]["train_log"][0]["reward"] for a in ("grpo", "ets", "gmts")}) == 1
 
     # every evaluation keeps its samples, re-scored by check.py: the arms' beside results.json, the base's once in
     # the shared base-evals folder
     _, report = check.verify(path)
-    assert report == {"evaluations": 6, "with_samples": 6, "samples": 6 * 6 * 2, "without": []}
+    assert report == {"evaluations": 6, "with_samples": 6, "samples": 6 * 6 * 2, "without": [], "no_dataset": None,
+                      "dataset": "the generated task, rebuilt from its seed"}  # held-out keys and golds compared
     assert sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "tiny").glob("*.jsonl.xz")) == [
         "samples-ets-seed0", "samples-gmts-seed0", "samples-grpo-seed0"]
     assert [ev["samples"]["path"].rsplit("-", 1)[0] for ev in results["base"]["evals"]] == [
         f"../base-evals/{results['base']['eval_hash'][:16]}-seed{s}" for s in (0, 1, 2)]
     assert check.main([str(path)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("Samples: 72 in 6 evaluation(s) re-scored")
+    out = capsys.readouterr().out
+    assert "\nSamples: 72 in 6 evaluation(s) re-scored" in out and "\nProvenance (recorded by each arm" in out
 
     # re-running one arm replaces only that arm and reuses the base evals
     before = json.loads(path.read_text())

@@ -176,6 +176,7 @@ def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: 
     config, lr = recorded_config(name)
     rewards = rewards or [reward] * 10
     results = {"config_name": name, "config": config, "config_hash": "x", "base": {"evals": base_evals(base_seed)},
+               "data": {"task": "unit", "heldout": [[i, h] for i, h in enumerate(TASKS)]},
                "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": lr, "token_selection": arm,
                               "train_log": [{"step": i, "loss": 0.0, "reward": r} for i, r in enumerate(rewards, 1)]}
                         for arm, p in arms.items()}}
@@ -200,7 +201,8 @@ def test_summary_pools_seeds_and_check_recomputes_every_cell(tmp_path):
     assert (root / "sweep.png").is_file()
     import check
 
-    assert check.main([str(path), "--markdown"]) == 0  # check.py verifies a sweep too, and prints its tables
+    # check.py verifies a sweep too, and prints its tables (these cells keep no samples)
+    assert check.main([str(path), "--markdown", "--allow-unsampled"]) == 0
     from test_check import check_in_a_fresh_process
 
     assert check_in_a_fresh_process(str(path)) == []  # and imports neither torch nor transformers for it
@@ -844,15 +846,15 @@ def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsy
     for name, arms in (("paper-lr0.0001-s1", ["ets", "gmts"]), ("paper-lr0.0002-s1", ["ets", "gmts", "grpo"]),
                        ("paper-lr0.0001-s2", ["ets", "gmts"])):
         results, report = check.verify(local / name / "results.json")
-        assert report == {"evaluations": 3 + len(arms), "with_samples": 3 + len(arms), "samples": 160 * (3 + len(arms)),
-                          "without": []}
+        assert {k: report[k] for k in ("evaluations", "with_samples", "samples", "without")} == {
+            "evaluations": 3 + len(arms), "with_samples": 3 + len(arms), "samples": 160 * (3 + len(arms)), "without": []}
         assert sorted(p.name.split("-")[1] for p in (local / name).glob("*.jsonl.xz")) == arms
     # the base is this tree's: the incoming base evaluated again (base_seed 7) brings no samples files
     assert sorted(p.name for p in (local / "base-evals").glob("*.jsonl.xz")) == base_files
     summary = write_summary(load_grid(grid_path), grid_path)
     capsys.readouterr()
     assert check.main([str(summary)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == ("Samples: 2,560 in 16 evaluation(s) re-scored with the "
+    assert capsys.readouterr().out.splitlines()[-2] == ("Samples: 2,560 in 16 evaluation(s) re-scored with the "
                                                         "recipe's reward, every score as recorded.")
 
 

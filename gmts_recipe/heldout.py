@@ -1,0 +1,102 @@
+"""The tasks a results file's evaluations must hold, and the gold answers they were scored against, tied to the
+dataset. check.py (through samples.verify) refuses, in one line:
+
+- an evaluation that does not hold exactly the run's held-out tasks (data.heldout: index and key of each), so no task
+  can be dropped from, or added to, every evaluation alike;
+- where the run's test pool is at hand (the generated task is rebuilt from its seed; GSM8K is read from --gsm8k_path
+  or the run's gsm8k_path): a pool whose SHA-256 is not the one the run recorded, a held-out key that the pool's task
+  at that index does not give, and a samples file whose gold answer is not the pool's.
+
+The key of a task covers its question and its gold answer (data.task_key, "task_key": "question+gold" in the data
+report); files written before cover the question only ("question", no "task_key"). Both are compared with the pool
+the same way: the gold answers of the older files through their samples files, where they keep them.
+
+Standard library only, as the rest of the verification (the generated task and the JSONL reader are in data.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gmts_recipe.records import ResultsError
+
+# The recipe's defaults of the generated task's pool when a config record leaves them out (a record holds only the
+# fields away from their defaults); files written from now on record them in the data report's "pool".
+POOL_DEFAULTS = {"n_heldout": 120, "task_seed": 17, "difficulty": 1}
+
+
+def heldout_keys(results: dict) -> list[str]:
+    """The run's held-out tasks as "index:key", from its data report; refuses a file that records none."""
+    from gmts_recipe.data import TASK_KEYS
+
+    data = results.get("data")
+    if not (isinstance(data, dict) and isinstance(data.get("heldout"), list) and data["heldout"]):
+        raise ResultsError("no held-out split recorded (data.heldout): nothing ties the evaluations to the run's tasks")
+    if data.get("task_key", "question") not in TASK_KEYS:
+        raise ResultsError(f"data.task_key is {data['task_key']!r}, not one of {', '.join(TASK_KEYS)}")
+    keys = [f"{index}:{key}" for index, key in data["heldout"]]
+    if len(set(keys)) != len(keys):
+        raise ResultsError("data.heldout lists a task twice")
+    return keys
+
+
+def check_heldout(results: dict) -> int:
+    """Every evaluation holds exactly the run's held-out tasks (data.heldout), each once. Returns their number."""
+    from gmts_recipe.samples import evaluations
+
+    keys = heldout_keys(results)
+    wanted = set(keys)
+    for where, ev in evaluations(results):
+        held = {f"{r['task']}:{r['hash']}" for r in ev["records"]}
+        if held != wanted:
+            missing, extra = sorted(wanted - held), sorted(held - wanted)
+            example = f"e.g. {'missing' if missing else 'extra'} {(missing or extra)[0]}"
+            raise ResultsError(f"{where}: holds {len(held & wanted):,} of the run's {len(wanted):,} held-out tasks "
+                               f"(data.heldout) and {len(extra):,} other(s), {example}")
+    return len(keys)
+
+
+def heldout_pool(results: dict, gsm8k_path: str | None = None) -> tuple[list[dict] | None, str]:
+    """The test pool the run drew its held-out tasks from, where it is at hand, and a few words on where it came from
+    (or why it is not at hand)."""
+    from gmts_recipe.data import DataError, arithmetic_test_pool, load_gsm8k
+
+    data, config = results["data"], results.get("config") or {}
+    task = data.get("task")
+    if task == "arithmetic":
+        args = {**POOL_DEFAULTS, **{k: config[k] for k in POOL_DEFAULTS if k in config}, **(data.get("pool") or {})}
+        return (arithmetic_test_pool(args["n_heldout"], args["task_seed"], args["difficulty"]),
+                "the generated task, rebuilt from its seed")
+    if task == "gsm8k":
+        folder = gsm8k_path or config.get("gsm8k_path")
+        if folder is None or not (Path(folder) / "test.jsonl").is_file():
+            return None, "GSM8K is not at hand (check.py --gsm8k_path DIR compares them)"
+        try:
+            return load_gsm8k(folder)["test"], f"GSM8K at {folder}"
+        except DataError as e:
+            raise ResultsError(str(e)) from None
+    return None, f"task {task!r} has no dataset to compare with"
+
+
+def dataset_golds(results: dict, pool: list[dict]) -> dict[str, str]:
+    """Each held-out task's gold answer in the pool, keyed "index:key", once the pool is the run's (its SHA-256, where
+    the run recorded it) and every held-out key is the one the pool's task at that index gives."""
+    from gmts_recipe.data import pool_sha256, task_key
+    from gmts_recipe.rewards import gold_answer
+
+    data = results["data"]
+    version = data.get("task_key", "question")
+    recorded = data.get("test_pool_sha256")
+    if recorded is not None and recorded != pool_sha256(pool):
+        raise ResultsError(f"the test pool at hand (SHA-256 {pool_sha256(pool)[:12]}) is not the run's "
+                           f"({str(recorded)[:12]}, data.test_pool_sha256)")
+    covers = "question and gold answer" if version != "question" else "question"
+    golds = {}
+    for index, key in data["heldout"]:
+        if not (isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(pool)):
+            raise ResultsError(f"held-out task {index}:{key} is not in the test pool ({len(pool):,} tasks)")
+        if task_key(pool[index], version) != key:
+            raise ResultsError(f"held-out task {index}:{key}: the dataset's task {index} has another {covers} "
+                               f"(key {task_key(pool[index], version)})")
+        golds[f"{index}:{key}"] = gold_answer(str(pool[index]["answer"]))
+    return golds
