@@ -28,7 +28,8 @@ Refused at construction, with the reason (`check_selection_config`), where selec
 per-answer length normalizations (grpo, sapo, luspo), non-clipped losses for the rules that rank with omega (GMTS and
 the control entropy_nonzero_omega), off_policy_mask_threshold for them (a live-policy factor omega does not model),
 and importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a dropped token
-would still get gradient through it).
+would still get gradient through it); in "batch" and "group" scope also loss_type="bnpo" for the omega rules and a
+generation batch spanning several optimizer steps (`check_selection_span`).
 
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
 with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks

@@ -14,8 +14,8 @@ ets,gmts,ets_nz`), not by `all`: GMTS - ets_nz isolates the |advantage| weightin
 on tokens that move nothing (a smaller effective step under TRL's all-token normalizer).
 
 One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/,
-so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs and
-checkpoints (an arm's removed once its results are recorded, unless --keep_checkpoints), curves.png, and each arm's samples file (samples-<arm>-seed<k>-<sha>.jsonl.xz: every completion with the
+so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs (report_to's loggers: one run per arm, TensorBoard's
+events in arm-<arm>/tensorboard) and checkpoints (an arm's removed once its results are recorded, unless --keep_checkpoints), curves.png, and each arm's samples file (samples-<arm>-seed<k>-<sha>.jsonl.xz: every completion with the
 score it got, its SHA-256 recorded in results.json, so check.py re-scores it; the base evaluations' samples are stored
 once, beside the base-eval cache). `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A
 results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers what

@@ -189,7 +189,6 @@ def check_selection_config(args: GMTSConfig) -> None:
         raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
     check_generation_config(args)
     check_sampling_and_clipping(args)
-    check_selection_span(args)
     if args.token_selection == "all":
         return
     if args.loss_type in PER_SEQUENCE_LOSSES:
@@ -218,6 +217,7 @@ def check_selection_config(args: GMTSConfig) -> None:
     if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
         raise ValueError("selection_normalizer='kept_tokens' needs loss_type='dapo' and a 'batch' or 'group' scope, "
                          "where the kept count is one number for the whole generation batch.")
+    check_selection_span(args)
 
 
 def check_generation_counts(args: GMTSConfig) -> None:
