@@ -31,6 +31,8 @@ by the mask), non-clipped losses and off_policy_mask_threshold (a live-policy fa
 scored rule importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's log-prob, so a
 dropped token would still get gradient through it); and token_selection="all" with TRL's own top_entropy_quantile < 1
 (plain GRPO would quietly train on TRL's entropy selection). The rules themselves: selection.RULES.
+In "batch" and "group" scope also loss_type="bnpo" for the omega rules, and a generation batch spanning
+several optimizer steps (`check_selection_span`).
 
 Deviations from the paper: with num_iterations > 1, the batch/group-scope mask is chosen once per generation batch
 with the policy that generated it (r = 1, no clip), not re-ranked at every iteration; "microbatch" scope re-ranks

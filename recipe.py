@@ -14,8 +14,8 @@ ets,gmts,ets_nz`), not by `all`: GMTS - ets_nz isolates the |advantage| weightin
 on tokens that move nothing (a smaller effective step under TRL's all-token normalizer).
 
 One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/,
-so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs and
-checkpoints (an arm's removed once its results are recorded, unless --keep_checkpoints), curves.png, and each arm's samples file (samples-<arm>-seed<k>-<sha>.jsonl.xz: every completion with the
+so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs (report_to's loggers: one run per arm, TensorBoard's
+events in arm-<arm>/tensorboard) and checkpoints (an arm's removed once its results are recorded, unless --keep_checkpoints), curves.png, and each arm's samples file (samples-<arm>-seed<k>-<sha>.jsonl.xz: every completion with the
 score it got, its SHA-256 recorded in results.json, so check.py re-scores it; the base evaluations' samples are stored
 once, beside the base-eval cache). `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A
 results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers what
@@ -107,6 +107,7 @@ NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", 
               "save_minutes", "training_compile", "generation_compile_regions", "deterministic_kernels",
               "generation_fused_projections", "gradient_checkpointing", "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"}
+NOT_HASHED |= {"project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"}  # where logs go
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
 RENAMED = {"gradient_checkpointing": "activation_checkpointing",
@@ -487,6 +488,8 @@ def parse(argv: list[str], hub: bool = False):
                           "data parallelism (accelerate launch without FSDP or DeepSpeed)")
     check_model_fields(model, train)
     check_counts(train)
+    check_training_length(train)
+    check_recipe_values(recipe)
     if train.generation_decode_loop != "transformers" and not recipe.eval_fast:
         raise RecipeError(f"generation_decode_loop={train.generation_decode_loop!r} also decodes the evaluations, "
                           "through the fast path only: set eval_fast true or generation_decode_loop 'transformers'")
@@ -495,6 +498,7 @@ def parse(argv: list[str], hub: bool = False):
         # PreTrainedModel (a PEFT model is not): a graph traversal every backward. Every LoRA weight takes part in
         # every forward of this text model, so there is nothing to find; the gradients are the same.
         train.ddp_find_unused_parameters = False
+    check_model(model)
     if hub:
         check_hub(recipe, model, config_path)
     for note in _NOTES:
@@ -586,6 +590,50 @@ def check_counts(train: GMTSConfig) -> None:
         raise RecipeError(f"learning_rate={train.learning_rate}: must be >= 0")
 
 
+def check_training_length(train: GMTSConfig) -> None:
+    """A run that trains no step would still evaluate the arm and compare it as trained: max_steps 0 (or, with the
+    default -1, num_train_epochs 0) is refused. transformers reads any max_steps <= 0 as "count epochs" instead."""
+    if train.max_steps == 0 or train.max_steps < -1:
+        raise RecipeError(f"max_steps={train.max_steps}: must be a positive count of optimizer steps (or -1: "
+                          f"num_train_epochs decides); an arm that trains no step would be compared as trained")
+    if train.max_steps == -1 and not train.num_train_epochs > 0:
+        raise RecipeError(f"num_train_epochs={train.num_train_epochs} with max_steps=-1: the arm would train no step; "
+                          f"set max_steps or a positive num_train_epochs")
+
+
+# The recipe's own numeric fields: (lowest value allowed, why), checked by check_recipe_values.
+RECIPE_COUNTS = {"n_train": (1, "train prompts"), "eval_samples": (1, "samples per held-out task: pass@1 over none "
+                                                                      "is undefined"),
+                 "eval_max_new_tokens": (1, "tokens an evaluated answer may have"),
+                 "eval_batch_size": (1, "sequences per generate call at evaluation")}
+
+
+def check_recipe_values(recipe: RecipeArgs) -> None:
+    """Refuse recipe values that cannot give an honest run, before the model loads: a count of 0 (eval_samples 0
+    made pass@1 NaN, found only when results.json was written), a sampling temperature of 0 (greedy: transformers'
+    refusal at the first generation), repeated base seeds (the noise floor, their spread, 0 by construction)."""
+    for name, (lowest, what) in RECIPE_COUNTS.items():
+        value = getattr(recipe, name)
+        if value < lowest:
+            raise RecipeError(f"{name}={value}: must be a positive count ({what})")
+    if recipe.difficulty not in (0, 1, 2, 3):
+        raise RecipeError(f"difficulty={recipe.difficulty}: must be 0, 1, 2 or 3")
+    if not recipe.eval_temperature > 0:
+        raise RecipeError(f"eval_temperature={recipe.eval_temperature}: must be > 0 (pass@1 is over sampled answers; "
+                          f"0 would be greedy decoding, every sample the same)")
+    repeated = sorted({s for s in recipe.base_eval_seeds if recipe.base_eval_seeds.count(s) > 1})
+    if repeated:
+        raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds} repeats {', '.join(map(str, repeated))}: the base "
+                          f"evaluations' spread is the noise floor, 0 by construction with equal seeds; use distinct "
+                          f"seeds")
+    if recipe.save_minutes < 0:
+        raise RecipeError(f"save_minutes={recipe.save_minutes}: must be >= 0 (0: checkpoints by steps only)")
+    for arm in arms():  # a rule registered at run time has no <arm>_learning_rate field
+        lr = getattr(recipe, f"{arm}_learning_rate", None)
+        if lr is not None and lr < 0:
+            raise RecipeError(f"{arm}_learning_rate={lr}: must be >= 0")
+
+
 # ---------------------------------------------------------------------------- data, model
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
@@ -653,6 +701,16 @@ def check_model_fields(model_args, train_args) -> None:
                                                 or Path(name).exists()):
         raise RecipeError(f"model_revision={model_args.model_revision!r} names a hub revision, but {name} is a local "
                           f"model; drop model_revision")
+
+
+def check_model(model_args) -> None:
+    """models.check_model_name's refusal of a name it does not know, as one line before anything loads."""
+    from gmts_recipe.models import ModelError, check_model_name
+
+    try:
+        check_model_name(model_args.model_name_or_path or "")
+    except ModelError as e:
+        raise RecipeError(str(e)) from None
 
 
 def load_model(model_args, train_args, device: str):
@@ -869,7 +927,9 @@ class Run:
         lr = getattr(self.recipe, f"{arm}_learning_rate", None) or self.train_args.learning_rate  # a rule's own field
         args = copy.deepcopy(self.train_args)  # not dataclasses.replace: GRPOConfig's __post_init__ is not idempotent
         args.output_dir, args.token_selection, args.learning_rate = str(arm_dir / "checkpoints"), rule_named(arm).name, lr
-        args.run_name, args.report_to = f"{self.name}-{arm}", []
+        args.run_name = f"{self.name}-{arm}"  # one run per arm for report_to's loggers (TensorBoard, Trackio, ...)
+        if "project" not in self.recipe.set_fields:  # Trackio's project: the arms of one experiment side by side
+            args.project = self.name
         check_selection_config(args)
         path = resolve_model(self.model_args.model_name_or_path)
         args.model_init_kwargs = model_load_kwargs(self.model_args, args)
@@ -882,6 +942,7 @@ class Run:
                                   callbacks=[self._console(arm, arm_dir),
                                              SaveEveryMinutes(self.recipe.save_minutes, self.state)])
         quiet_console(trainer)
+        log_into_arm_folder(trainer, arm_dir)
         return trainer, args
 
     def _console(self, arm: str, arm_dir: Path):
@@ -952,6 +1013,17 @@ class Run:
 
     def plot(self) -> None:
         plot_run(self.results, self.dir / "curves.png")
+
+
+def log_into_arm_folder(trainer, arm_dir: Path) -> None:
+    """TensorBoard's event files (report_to tensorboard) in <arm folder>/tensorboard: transformers puts them under
+    output_dir, the arm's checkpoints folder, which is removed once the arm's results are recorded. An environment's
+    TENSORBOARD_LOGGING_DIR still wins, as in transformers."""
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+            callback.logging_dir = str(arm_dir / "tensorboard")
 
 
 def run_experiment(argv: list[str]) -> dict:

@@ -162,6 +162,7 @@ class GMTSConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        check_generation_counts(self)  # before GRPOConfig's own arithmetic with them (num_generations 0: % by zero)
         super().__post_init__()
         check_selection_config(self)
 
@@ -184,6 +185,7 @@ def check_selection_config(args: GMTSConfig) -> None:
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
         raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
     check_generation_config(args)
+    check_sampling_and_clipping(args)
     rule = RULES[args.token_selection]
     if rule.score is None:  # plain GRPO: TRL's own entropy mask would quietly train on fewer tokens than "all"
         if args.top_entropy_quantile < 1.0:
@@ -221,6 +223,53 @@ def check_selection_config(args: GMTSConfig) -> None:
     if args.selection_normalizer == "kept_tokens" and (args.loss_type != "dapo" or args.selection_scope == "microbatch"):
         raise ValueError("selection_normalizer='kept_tokens' needs loss_type='dapo' and a 'batch' or 'group' scope, "
                          "where the kept count is one number for the whole generation batch.")
+    check_selection_span(args)
+
+
+def check_generation_counts(args: GMTSConfig) -> None:
+    """The counts GRPOConfig divides by, refused before it does: num_generations 0 was a ZeroDivisionError there."""
+    for name in ("num_generations", "steps_per_generation", "generation_batch_size"):
+        value = getattr(args, name, None)
+        if value is not None and not isinstance(value, bool) and isinstance(value, int) and value < 1:
+            raise ValueError(f"{name}={value}: must be a positive count")
+
+
+def check_sampling_and_clipping(args: GMTSConfig) -> None:
+    """Refuse a sampler or a clip range that leaves nothing honest to select from: temperature 0 is greedy decoding
+    (transformers refuses it at the first generation, after the model loaded; and greedy rollouts of a group are
+    identical, so every advantage is 0), and a negative epsilon or a delta at most 1 clips the ratio so that every
+    positive-advantage token gets zero gradient (omega 0 for all of them)."""
+    if not args.temperature > 0:
+        raise ValueError(f"temperature={args.temperature}: must be > 0 (rollouts are sampled from softmax(logits / "
+                         f"temperature); 0 would be greedy decoding, identical answers in every group)")
+    for name in ("epsilon", "epsilon_high"):
+        value = getattr(args, name, None)
+        if value is not None and value < 0:
+            raise ValueError(f"{name}={value}: must be >= 0 (the clip range is [1 - epsilon, 1 + epsilon_high]; a "
+                             f"negative one gives every positive-advantage token zero gradient)")
+    if args.delta is not None and args.delta <= 1:
+        raise ValueError(f"delta={args.delta}: must be > 1 (the two-sided clip caps the ratio at delta; at 1 or "
+                         f"below, every positive-advantage token of an on-policy step gets zero gradient)")
+
+
+def check_selection_span(args: GMTSConfig) -> None:
+    """Refuse a 'batch' or 'group' threshold that does not fit the optimizer step it feeds. With steps_per_generation
+    above gradient_accumulation_steps a generation batch spans several optimizer steps, so a threshold over it can
+    leave one step without a kept token (loss 0, grad norm 0, a scheduler step spent on nothing). Under loss_type
+    'bnpo' each microbatch's loss is divided by its own token count, a factor omega lacks, so |entropy x omega|
+    compared across microbatches is not the gradient's size ('microbatch' scope compares within one)."""
+    if RULES[args.token_selection].score is None or args.selection_scope == "microbatch":
+        return
+    if args.steps_per_generation > args.gradient_accumulation_steps:
+        raise ValueError(f"selection_scope={args.selection_scope!r} with steps_per_generation="
+                         f"{args.steps_per_generation} > gradient_accumulation_steps="
+                         f"{args.gradient_accumulation_steps}: the threshold spans several optimizer steps, so one "
+                         f"can keep no token; use steps_per_generation = gradient_accumulation_steps or "
+                         f"selection_scope='microbatch'")
+    if RULES[args.token_selection].needs_omega and args.loss_type == "bnpo":
+        raise ValueError(f"loss_type='bnpo' divides each microbatch by its own token count, which omega does not "
+                         f"include, so selection_scope={args.selection_scope!r} ranks tokens of different "
+                         f"microbatches on different scales; use loss_type='dapo' or selection_scope='microbatch'")
 
 
 def omega_is_modeled(args: GMTSConfig) -> bool:

@@ -167,8 +167,27 @@ def convert_gguf(gguf: Path, out_dir: Path, stamp: dict | None = None) -> Path:
     return out_dir
 
 
+KNOWN_MODELS = (OFFLINE_MODEL, QWEN_MODEL)  # the names resolve_model loads without the hub
+
+
+def check_model_name(name_or_path: str) -> None:
+    """Refuse a model name that is none of what resolve_model loads: a known offline name, a .gguf file, a folder
+    or a hub id (owner/name). Without this, a typo of an offline name went to the hub as a model id, and the refusal
+    blamed the config and the network instead of the name. A hub id without an owner is taken for such a typo."""
+    if name_or_path in KNOWN_MODELS or name_or_path.endswith(".gguf") or "/" in name_or_path \
+            or Path(name_or_path).exists():
+        return
+    import difflib
+
+    near = difflib.get_close_matches(name_or_path.lower(), KNOWN_MODELS, n=1, cutoff=0.5)
+    hint = f"did you mean {near[0]}?" if near else f"the offline ones are {', '.join(KNOWN_MODELS)}"
+    raise ModelError(f"model {name_or_path!r} is not a model the recipe knows, a .gguf file, a folder or a hub id "
+                     f"(owner/name): {hint}")
+
+
 def resolve_model(name_or_path: str) -> str:
     """A loadable model id or folder: the offline name and any .gguf path are converted to a cached folder."""
+    check_model_name(name_or_path)
     if name_or_path == OFFLINE_MODEL:
         return str(convert_gguf(find_offline_gguf(), cache_root() / OFFLINE_MODEL))
     if name_or_path == QWEN_MODEL:

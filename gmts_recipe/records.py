@@ -260,10 +260,19 @@ def read_json(path: str | Path, error: type[Exception]) -> Any:
         raise error(f"{p}: no such file")
     try:
         return json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise error(f"{p}: not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{p}: not valid JSON ({json_break(e)})") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{p}: not valid JSON ({e})") from None
     except OSError as e:  # a file it may not read
         raise error(f"{p}: cannot be read ({e.strerror or e})") from None
+
+
+def json_break(e: json.JSONDecodeError) -> str:
+    """Where a JSON text breaks, for a one-line refusal: the parser's reason, line and column, and whether the text
+    ends there (a file cut short, e.g. by a full disk or a copy interrupted, breaks at its very end)."""
+    cut = "; the text ends there: cut short?" if not e.doc[e.pos:].strip() else ""
+    return f"{e.msg} at line {e.lineno}, column {e.colno}{cut}"
 
 
 def json_file(path: str) -> str:

@@ -209,7 +209,7 @@ def test_a_model_generation_config_that_changes_the_distribution_is_seen(tmp_pat
 
 
 def test_trl_scoring_pass_is_reused_when_trl_makes_one(tmp_path):
-    trainer = make_trainer(tmp_path, steps_per_generation=4, gradient_accumulation_steps=2)
+    trainer = make_trainer(tmp_path, num_iterations=2)  # a generation batch reused: TRL scores it
     assert trainer._trl_makes_scoring_pass()
     trainer.args.selection_entropy_source = "scoring_pass"  # force past the generation recorder
     out = generation_batch(trainer)
@@ -461,8 +461,12 @@ def test_omega_is_trls_gradient_coefficient_for_every_two_sided_clip(tmp_path):
     """Autograd through TRL's own `_compute_loss` on a grid: each row one advantage (< 0, 0, > 0), each column one
     ratio (both sides of 1 - eps_low, 1 + eps_high and every delta), every token valid and kept
     (token_selection='all'): d(-loss)/d log pi_t x normalizer is the trainer's omega at every (delta, A, r)."""
-    for delta in TWO_SIDED_DELTAS:
-        make_config(tmp_path, delta=delta)  # accepted by the config
+    for delta in TWO_SIDED_DELTAS:  # a delta at most 1 is refused by the config (check_sampling_and_clipping), its
+        if delta is None or delta > 1:  # omega still checked below, set on the built trainer
+            make_config(tmp_path, delta=delta)
+        else:
+            with pytest.raises(ValueError, match=f"delta={delta}: must be > 1"):
+                make_config(tmp_path, delta=delta)
     trainer = make_trainer(tmp_path, token_selection="all", gradient_accumulation_steps=1,
                            per_device_train_batch_size=16)
     batch = prepared_batch(len(trainer.processing_class), groups=4, group_size=4, min_length=12)  # 16 x 12, all valid
