@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict  # noqa: F401 - as before, for callers
+from gmts_recipe.stats import mean_interval
 from gmts_recipe.records import (ARM_LABELS, ARMS, COMPARISONS, SCHEMA, SHORT_NAMES, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
@@ -106,7 +107,38 @@ DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it sh
                "without re-sealing and that every summary matches its records, not that the records came from a run.")
 
 
+def evaluation_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+    """An eval-only file (eval.py: one model's evaluations, no trained arms): its pass@1 over every seed with a
+    bootstrap interval over tasks (each task's mean over all its seeds' samples), and each seed's pass@1."""
+    s = results["summary"]["base"]
+    evals = results["base"]["evals"]
+    per_seed = [task_scores(ev, f"evaluation {i}") for i, ev in enumerate(evals)]
+    order = list(per_seed[0])
+    interval = mean_interval([sum(scores[t] for scores in per_seed) / len(per_seed) for t in order])
+    shown = "-" if interval["low"] is None else f"[{_pct(interval['low'])}, {_pct(interval['high'])}]"
+    model = results.get("model", {})
+    name = model.get("name", "?") + (f" (adapter on {model['base']})" if model.get("adapter") else "")
+    header = ["model", "pass@1", "95% CI (tasks)", "per seed", "spread over seeds"]
+    return header, [[name, _pct(s["mean"]), shown, ", ".join(f"{ev['seed']}: {_pct(p)}" for ev, p in
+                                                              zip(evals, s["pass@1"])),
+                     f"{100 * s['noise_floor']:.1f} pts"]]
+
+
+def render_evaluation(results: dict, markdown: bool = False) -> str:
+    """The table of an eval-only file; one that also holds trained arms is not what eval.py writes, and is refused."""
+    if results.get("arms"):
+        raise ResultsError(f"an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(results['arms'])}")
+    ev = results["base"]["evals"][0]
+    lines = _table(*evaluation_rows(results), markdown)
+    lines += ["", f"{results.get('config_name', '?')}: {len(ev['records'])} held-out tasks x {ev.get('k')} samples "
+                  f"per seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.",
+              DIGEST_NOTE]
+    return "\n".join(lines)
+
+
 def render(results: dict, markdown: bool = False) -> str:
+    if results.get("kind") == "evaluation":  # eval.py's file: one model, no arms
+        return render_evaluation(results, markdown)
     lines = _table(*table_rows(results), markdown)
     header, rows = comparison_rows(results)
     if rows:
