@@ -9,6 +9,10 @@ evaluation must hold the same tasks, by task hash, each once, with k scores in [
 with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
 per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts).
 
+An evaluation-only file (`python eval.py MODEL`: one model's evaluations over the recipe's seeds, kind "evaluation",
+no trained arms) is verified the same way, samples included, and printed as the model's pass@1 with a 95%
+bootstrap interval over tasks.
+
 What the digest proves, and what it does not: it is a plain SHA-256 of the file's canonical JSON, which `seal`
 recomputes for anyone. A matching digest shows the file was not edited by hand after it was written, unless the
 editor re-sealed it; the recomputed summaries show every summary number follows from the records in the file. Neither
