@@ -45,8 +45,8 @@ import json
 import sys
 from pathlib import Path
 
-from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict  # noqa: F401 - as before, for callers
-from gmts_recipe.stats import mean_interval
+from gmts_recipe.stats import (compare, mean_interval, noise_floor, paired_delta, pass_at_1,  # noqa: F401
+                               verdict)  # the names as before, for callers
 from gmts_recipe.records import (ARM_LABELS, ARMS, COMPARISONS, SCHEMA, SHORT_NAMES, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
@@ -134,9 +134,9 @@ def render_evaluation(results: dict, markdown: bool = False) -> str:
         raise ResultsError(f"an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(results['arms'])}")
     ev = results["base"]["evals"][0]
     lines = _table(*evaluation_rows(results), markdown)
-    lines += ["", f"{results.get('config_name', '?')}: {len(ev['records'])} held-out tasks x {ev.get('k')} samples "
-                  f"per seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.",
-              DIGEST_NOTE]
+    about = (f"{results.get('config_name', '?')}: {len(ev['records'])} held-out tasks x {ev.get('k')} samples per "
+             f"seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.")
+    lines += ["", about, DIGEST_NOTE]
     return "\n".join(lines)
 
 

@@ -112,8 +112,8 @@ def _adapter_without_base(tmp_path, base) -> Path:
     ("{tmp}/missing.gguf", [], "missing.gguf does not exist"),
     ("{tmp}", [], "holds no model (config.json), adapter (adapter_config.json) or checkpoint-N folder"),
     ("lost:/gone/gmts-recipe/smollm2-135m-instruct", [],
-     "its base model /gone/gmts-recipe/smollm2-135m-instruct is not here (it was converted from "
-     "smollm2-135m-instruct: --base_model smollm2-135m-instruct); pass --base_model NAME"),
+     ("its base model /gone/gmts-recipe/smollm2-135m-instruct is not here (it was converted from "
+      "smollm2-135m-instruct: --base_model smollm2-135m-instruct); pass --base_model NAME")),
     ("lost:", [], "does not name its base model: pass --base_model NAME"),
     ("smollm2-135m-instruct", ["--base_model", "x"], "--base_model is for an adapter folder"),
     ("smollm2-135m-instruct", ["--learning_rate", "1e-4"],
