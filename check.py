@@ -10,12 +10,16 @@ evaluation must hold the run's held-out tasks, by task key, each once, with k sc
 evaluated with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
 per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts).
 
+An evaluation-only file (`python eval.py MODEL`: one model's evaluations over the recipe's seeds, kind "evaluation",
+no trained arms) is verified the same way, samples included, and printed as the model's pass@1 with a 95%
+bootstrap interval over tasks.
+
 What a seal and a re-score prove, and what they do not. The digest is a plain SHA-256 of the file's canonical JSON
 that `seal` recomputes for anyone: it shows only that nobody edited the file without re-sealing it, and the
 recomputed summaries that every number follows from the records. The re-score ties the records to texts: every
 evaluation keeps its completions in a samples file beside results.json (one xz-compressed JSON line per task: index,
 task key, gold answer, the k texts, their scores; its path and SHA-256 inside the digest), and check.py re-scores
-every text with the recipe's reward (eval.sample_scores) against the gold answer. Every evaluation must hold exactly
+every text with the recipe's reward (rewards.sample_scores, at the reward version the file records) against the gold answer. Every evaluation must hold exactly
 the run's held-out tasks (data.heldout), and where the run's test pool is at hand (the generated task is rebuilt
 from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path) each task's key (question and gold answer; files
 written before: the question) and each samples file's gold answer must be the dataset's. An evaluation without
@@ -46,7 +50,8 @@ import json
 import sys
 from pathlib import Path
 
-from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict  # noqa: F401 - as before, for callers
+from gmts_recipe.stats import (compare, mean_interval, noise_floor, paired_delta, pass_at_1,  # noqa: F401
+                               verdict)  # the names as before, for callers
 from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
@@ -134,7 +139,38 @@ DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it sh
                "without re-sealing and that every summary matches its records, not that the records came from a run.")
 
 
+def evaluation_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+    """An eval-only file (eval.py: one model's evaluations, no trained arms): its pass@1 over every seed with a
+    bootstrap interval over tasks (each task's mean over all its seeds' samples), and each seed's pass@1."""
+    s = results["summary"]["base"]
+    evals = results["base"]["evals"]
+    per_seed = [task_scores(ev, f"evaluation {i}") for i, ev in enumerate(evals)]
+    order = list(per_seed[0])
+    interval = mean_interval([sum(scores[t] for scores in per_seed) / len(per_seed) for t in order])
+    shown = "-" if interval["low"] is None else f"[{_pct(interval['low'])}, {_pct(interval['high'])}]"
+    model = results.get("model", {})
+    name = model.get("name", "?") + (f" (adapter on {model['base']})" if model.get("adapter") else "")
+    header = ["model", "pass@1", "95% CI (tasks)", "per seed", "spread over seeds"]
+    return header, [[name, _pct(s["mean"]), shown, ", ".join(f"{ev['seed']}: {_pct(p)}" for ev, p in
+                                                              zip(evals, s["pass@1"])),
+                     f"{100 * s['noise_floor']:.1f} pts"]]
+
+
+def render_evaluation(results: dict, markdown: bool = False) -> str:
+    """The table of an eval-only file; one that also holds trained arms is not what eval.py writes, and is refused."""
+    if results.get("arms"):
+        raise ResultsError(f"an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(results['arms'])}")
+    ev = results["base"]["evals"][0]
+    lines = _table(*evaluation_rows(results), markdown)
+    about = (f"{results.get('config_name', '?')}: {len(ev['records'])} held-out tasks x {ev.get('k')} samples per "
+             f"seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.")
+    lines += ["", about, DIGEST_NOTE]
+    return "\n".join(lines)
+
+
 def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = ()) -> str:
+    if results.get("kind") == "evaluation":  # eval.py's file: one model, no arms
+        return render_evaluation(results, markdown)
     lines = _table(*table_rows(results, unsampled), markdown)
     header, rows = comparison_rows(results)
     if rows:

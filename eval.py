@@ -1,12 +1,29 @@
-"""Evaluation: pass@1 over held-out tasks with k seeded samples per task, per-task scores kept.
+"""Evaluation: pass@1 over held-out tasks with k seeded samples per task, per-task scores and stored samples.
 
+    python eval.py smollm2-135m-instruct --config configs/quickstart.yaml   # a known offline model
+    python eval.py runs/quickstart/arm-gmts/checkpoints/checkpoint-12 --config configs/quickstart.yaml  # an adapter
+    python eval.py Qwen/Qwen2.5-1.5B-Instruct --gsm8k_path DIR --eval_samples 8 --out qwen.json
+
+MODEL: a model id or folder, a .gguf file, a known offline name (gmts_recipe.models), or a saved LoRA adapter
+(a folder with adapter_config.json: its base model is loaded, then the adapter; --base_model names another base),
+a recipe arm's checkpoints folder (its last checkpoint-N). The held-out tasks, system prompt, sampler and seeds are
+the recipe's, read from a recipe config (--config, default configs/paper.yaml) with the evaluation fields
+overridable (EVAL_OVERRIDES). One evaluation per seed of base_eval_seeds, as recipe.py evaluates its base model, each
+with a samples file beside the results file: a results file with these evaluations and no trained arms
+(kind "evaluation"), which `python check.py FILE` verifies and re-scores as any other.
+
+recipe.py evaluates through `evaluate_with_config` too: the same call for the base model, every arm and this command.
 The reward lives in rewards.py, the statistics (pass@1, paired deltas, noise floor, hack scan) in stats.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from gmts_recipe.rewards import gold_answer, math_equal_reward, sample_scores
 from gmts_recipe.stats import hack_scan, pass_at_1
@@ -265,3 +282,267 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
             "hack_scan": hack_scan([s for outs in samples for s in outs]),
             "seconds": {"generation": t1 - t0, "scoring": time.perf_counter() - t1},
             "sample_log": sample_log(samples, tasks, records)}
+
+
+# ---------------------------------------------------------------------------- the recipe's evaluation
+def evaluate_with_config(model, tokenizer, tasks: list[dict], recipe, train, seed: int) -> dict:
+    """One evaluation as the recipe makes it, at sampling seed `seed`: its RecipeArgs' evaluation fields, the training
+    sampler's fields (recipe.sampling) and GMTSConfig's decoding options. recipe.py's base and arm evaluations and
+    this module's command all call it, so an evaluation means the same thing wherever it was made. Adds
+    `compile_seconds` (recipe.compile_seconds: torch.compile's time during it)."""
+    from recipe import compile_seconds, sampling
+
+    compiled_before = compile_seconds()
+    ev = evaluate_pass_at_1(model, tokenizer, tasks, k=recipe.eval_samples, seed=seed,
+                            max_new_tokens=recipe.eval_max_new_tokens, batch_size=recipe.eval_batch_size,
+                            system_prompt=recipe.system_prompt, sampling=sampling(recipe, train),
+                            fast=recipe.eval_fast, grouped_attention=train.generation_grouped_attention,
+                            deferred_stop=train.generation_deferred_stop,
+                            decode_kernel=train.generation_decode_kernel,
+                            decode_loop=train.generation_decode_loop,
+                            compile_regions=train.generation_compile_regions,
+                            sampling_noise=train.sampling_noise,
+                            fused_projections=train.generation_fused_projections)
+    ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
+    return ev
+
+
+# ---------------------------------------------------------------------------- the command
+# The fields the command line may set: the task and its split, the evaluation's own fields, the sampler, how the
+# model loads and how it decodes. Training fields change nothing here and are refused, so a typo is not ignored.
+EVAL_OVERRIDES = ("task", "gsm8k_path", "difficulty", "n_train", "n_heldout", "task_seed", "system_prompt",
+                  "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size", "eval_fast",
+                  "base_eval_seeds", "top_p", "top_k", "min_p", "repetition_penalty", "dtype", "attn_implementation",
+                  "model_revision", "trust_remote_code", "use_cpu", "cudnn_attention", "generation_grouped_attention",
+                  "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
+                  "generation_compile_regions", "generation_fused_projections", "sampling_noise",
+                  "deterministic_kernels")
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+class EvalError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What MODEL names: the base model recipe.py would load (its model_name_or_path) and the LoRA adapter put on it
+    (None: the model alone)."""
+
+    name: str
+    base: str
+    adapter: Path | None = None
+
+
+def _known_models() -> tuple[str, ...]:
+    from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL
+
+    return OFFLINE_MODEL, QWEN_MODEL
+
+
+def _last_checkpoint(folder: Path) -> Path | None:
+    """The adapter of a recipe arm's last checkpoint: folder/checkpoint-N or folder/checkpoints/checkpoint-N, largest
+    N (what --resume would resume from)."""
+    found = [*folder.glob(f"checkpoint-*/{ADAPTER_CONFIG}"), *folder.glob(f"checkpoints/checkpoint-*/{ADAPTER_CONFIG}")]
+    steps = [(int(f.parent.name.split("-", 1)[1]), f.parent) for f in found if f.parent.name.split("-", 1)[1].isdigit()]
+    return max(steps)[1] if steps else None
+
+
+def _adapter_base(adapter: Path, base_model: str | None) -> str:
+    """The base model an adapter was trained on: --base_model, else the one its adapter_config.json names."""
+    if base_model is not None:
+        return locate(base_model).base
+    try:
+        base = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as e:
+        raise EvalError(f"{adapter / ADAPTER_CONFIG} cannot be read ({e}); name the base model with --base_model") \
+            from None
+    if not base:
+        raise EvalError(f"adapter {adapter} does not name its base model: pass --base_model NAME")
+    if Path(base).is_absolute() or base.startswith("."):  # a folder of the machine it was saved on
+        if not Path(base).exists():
+            known = Path(base).name if Path(base).name in _known_models() else None  # a recipe run's converted model
+            hint = f" (it was converted from {known}: --base_model {known})" if known else ""
+            raise EvalError(f"adapter {adapter}: its base model {base} is not here{hint}; pass --base_model NAME")
+        return base
+    return locate(base).base
+
+
+def locate(model: str, base_model: str | None = None) -> Target:
+    """MODEL as the command line gives it, resolved without loading anything: every mistake (a missing folder, an
+    unknown name, an adapter whose base is not here) is one line before the libraries load."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        adapter = path if (path / ADAPTER_CONFIG).is_file() else None
+        if adapter is None and not (path / "config.json").is_file():
+            adapter = _last_checkpoint(path)
+            if adapter is None:
+                raise EvalError(f"{path} holds no model (config.json), adapter ({ADAPTER_CONFIG}) or checkpoint-N "
+                                f"folder")
+        if adapter is not None:
+            return Target(model, _adapter_base(adapter, base_model), adapter)
+        target = Target(model, str(path))
+    elif model.endswith(".gguf"):
+        if not path.is_file():
+            raise EvalError(f"model file {path} does not exist")
+        target = Target(model, str(path))
+    elif model in _known_models():
+        target = Target(model, model)
+    elif model.startswith(("/", ".", "~")) or model.count("/") > 1 or (
+            "/" in model and Path(model.split("/", 1)[0]).is_dir()):  # a path here, not an org/name of the hub
+        raise EvalError(f"{model}: no such folder")
+    elif "/" not in model:
+        near = difflib.get_close_matches(model.lower(), _known_models(), n=1, cutoff=0.3)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise EvalError(f"unknown model name '{model}': {hint}(known names: {', '.join(_known_models())}; or a hub "
+                        f"id org/name, a folder, a .gguf file, an adapter folder)")
+    else:
+        target = Target(model, model)  # a model id of the Hugging Face Hub
+    if base_model is not None:
+        raise EvalError(f"--base_model is for an adapter folder; {model} is a whole model")
+    return target
+
+
+def default_out(model: str) -> Path:
+    """<model-name>-eval.json in the current folder: the model's last path part (a checkpoint's with its arm's)."""
+    path = Path(model.rstrip("/"))
+    name = path.name.removesuffix(".gguf")
+    if name.startswith("checkpoint-") and path.parent.name == "checkpoints":
+        name = f"{path.parent.parent.name}-{name}"
+    return Path(f"{name}-eval.json")
+
+
+def _parse_command(argv: list[str]):
+    """(MODEL, config, out, base_model, the recipe's field arguments), the fields checked against EVAL_OVERRIDES."""
+    import argparse
+
+    class OneLine(argparse.ArgumentParser):
+        def error(self, message):
+            raise EvalError(message)
+
+    ap = OneLine(prog="python eval.py", allow_abbrev=False, description=(
+        "Evaluate one model on the recipe's held-out tasks (pass@1 over k seeded samples per task, samples stored) "
+        "and write a results file that check.py verifies. Fields of the config that may be set here: "
+        + ", ".join(f"--{f}" for f in EVAL_OVERRIDES) + "."))
+    ap.add_argument("model", metavar="MODEL", help="a model id or folder, a .gguf file, a known offline name ("
+                    + ", ".join(_known_models()) + "), or a LoRA adapter / checkpoint folder")
+    ap.add_argument("--config", default=None, help="the recipe config whose tasks, prompt, sampler and seeds are used "
+                                                   "(default configs/paper.yaml)")
+    ap.add_argument("--out", default=None, help="results file to write (default <model-name>-eval.json)")
+    ap.add_argument("--base_model", default=None, help="an adapter's base model, where its adapter_config.json names "
+                                                       "one that is not here")
+    args, fields = ap.parse_known_args(argv)
+    from recipe import cli_values
+
+    for key in cli_values(fields):
+        if key not in EVAL_OVERRIDES:
+            near = difflib.get_close_matches(key, EVAL_OVERRIDES, n=1)
+            hint = f"did you mean --{near[0]}? " if near else ""
+            raise EvalError(f"--{key} is not an evaluation field: {hint}(eval.py sets {', '.join(EVAL_OVERRIDES)})")
+    if fields and not fields[0].startswith("--"):
+        raise EvalError(f"unexpected argument {fields[0]!r}: one MODEL, then --FIELD VALUE pairs")
+    return args, fields
+
+
+def _hub_check(recipe, target: Target) -> None:
+    """One line, before anything loads, where the model or GSM8K needs the hub and the hub cannot be reached."""
+    from recipe import hub_reachable
+
+    needs = ["GSM8K (or --gsm8k_path DIR)"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
+    base = target.base
+    if base not in _known_models() and not base.endswith(".gguf") and not Path(base).exists():
+        needs.append(base)
+    if needs and not hub_reachable():
+        raise EvalError(f"this evaluation needs the Hugging Face Hub ({', '.join(needs)}), which this machine cannot "
+                        f"reach; offline: python eval.py {_known_models()[0]} --config configs/quickstart.yaml")
+
+
+def _adapter_digest(adapter: Path) -> str:
+    """SHA-256 over the adapter's weight files (names and bytes): which adapter was evaluated."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(adapter.glob("adapter_model*")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
+    """`python eval.py ARGV`: evaluate MODEL over the config's base_eval_seeds and write its results file; returns
+    (the sealed results, the file). Raises EvalError (and recipe.RecipeError, models.ModelError) for a user error."""
+    import time
+
+    args, fields = _parse_command(argv)
+    target = locate(args.model, args.base_model)
+    out = Path(args.out) if args.out else default_out(args.model)
+    if out.suffix != ".json":
+        raise EvalError(f"--out {out}: a results file ends in .json")
+
+    import recipe as recipe_module
+    from gmts_recipe.records import config_hash, seal, write_json
+
+    recipe_module.quiet_known_warnings()
+    config = [] if args.config is None else ["--config", args.config]
+    recipe, train, model_args, config_name = recipe_module.parse(
+        [*config, *fields, "--model_name_or_path", target.base])
+    _hub_check(recipe, target)
+    recipe_module.deterministic_kernels(train)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
+    torch.backends.cuda.enable_cudnn_sdp(recipe.cudnn_attention)
+    _, heldout, data_record = recipe_module.load_tasks(recipe)
+    _, model, tokenizer = recipe_module.load_model(model_args, train, device)
+    described = {"name": args.model, "base": target.base, "adapter": None if target.adapter is None else
+                 str(target.adapter)}
+    if target.adapter is not None:
+        from peft import PeftModel
+
+        try:
+            model = PeftModel.from_pretrained(model, str(target.adapter)).to(device)
+        except (OSError, ValueError, RuntimeError, KeyError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise EvalError(f"adapter {target.adapter} does not load on {target.base} ({first})") from None
+        described["adapter_sha256"] = _adapter_digest(target.adapter)
+    record = recipe_module.config_record(recipe, train, model_args)
+    eval_record = recipe_module.eval_record(recipe, model_args, train, data_record["heldout"], device)
+    print(f"[eval] {args.model}: {len(heldout)} held-out tasks x {recipe.eval_samples} samples, seeds "
+          f"{', '.join(map(str, recipe.base_eval_seeds))}, config {config_name}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    evals = []
+    for seed in recipe.base_eval_seeds:
+        t0 = time.time()
+        ev = evaluate_with_config(model, tokenizer, heldout, recipe, train, seed)
+        print(f"[eval] seed {seed}: pass@1 {ev['pass@1']:.3f} ({time.time() - t0:.0f}s)")
+        evals.append(recipe_module.keep_samples(ev, out.parent, f"{out.stem}-seed{seed}"))
+    results = {"kind": "evaluation", "config_name": config_name, "config": record, "config_hash": config_hash(record),
+               "model": described, "data": data_record,
+               "base": {"evals": evals, "eval_hash": config_hash({**eval_record, "model": described})},
+               "arms": {}, "versions": recipe_module.versions()}
+    seal(results)
+    write_json(out, results)
+    return results, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gmts_recipe.models import ModelError
+    from recipe import RecipeError
+
+    try:
+        results, out = evaluate_model(sys.argv[1:] if argv is None else argv)
+    except (EvalError, RecipeError, ModelError) as e:
+        print(f"eval.py: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("eval.py: interrupted", file=sys.stderr)
+        return 130
+    from check import render
+
+    print(render(results))
+    print(f"[eval] wrote {out}; verify it at any time: python check.py {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

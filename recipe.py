@@ -64,7 +64,7 @@ from urllib.parse import urlparse
 
 from check import ResultsError, render, seal, write_json
 from check import load as load_results
-from eval import Sampling, evaluate_pass_at_1
+from eval import Sampling, evaluate_with_config
 from gmts_recipe.data import (DataError, arithmetic_task, arithmetic_test_pool, load_gsm8k, split_tasks, system_prompt,
                               to_prompt)
 from gmts_recipe.field_types import misfits
@@ -900,20 +900,7 @@ class Run:
         return evals
 
     def _evaluate(self, model, tok, heldout, seed) -> dict:
-        r = self.recipe
-        compiled_before = compile_seconds()
-        ev = evaluate_pass_at_1(model, tok, heldout, k=r.eval_samples, seed=seed, max_new_tokens=r.eval_max_new_tokens,
-                                batch_size=r.eval_batch_size, system_prompt=r.system_prompt,
-                                sampling=sampling(r, self.train_args), fast=r.eval_fast,
-                                grouped_attention=self.train_args.generation_grouped_attention,
-                                deferred_stop=self.train_args.generation_deferred_stop,
-                                decode_kernel=self.train_args.generation_decode_kernel,
-                                decode_loop=self.train_args.generation_decode_loop,
-                                compile_regions=self.train_args.generation_compile_regions,
-                                sampling_noise=self.train_args.sampling_noise,
-                                fused_projections=self.train_args.generation_fused_projections)
-        ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
-        return ev
+        return evaluate_with_config(model, tok, heldout, self.recipe, self.train_args, seed)
 
     def build_trainer(self, arm: str, train_tasks):
         """(GMTSTrainer, its GMTSConfig) for one arm, as train_arm trains it; bench/step.py times this very trainer."""

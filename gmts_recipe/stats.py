@@ -2,6 +2,7 @@
 
 - `pass_at_1`: mean over tasks of the per-task mean score.
 - `paired_delta`: mean(a) - mean(b) over the same tasks, with a paired bootstrap interval over tasks.
+- `mean_interval`: one model's pass@1 over tasks with the same bootstrap interval.
 - `pooled_delta`: the same delta pooled over training seeds, with a two-level bootstrap (seeds, then tasks) so the
   interval includes seed-to-seed variance, and beside it Student's t interval over the per-seed deltas (the bootstrap
   can only redraw the few seeds there are, and is too narrow with 2-5 of them).
@@ -59,6 +60,18 @@ def paired_delta(a: Sequence[float], b: Sequence[float], confidence: float = 0.9
                     bootstrap_result=means)  # scipy's interval over the distribution it would have drawn itself
     ci = res.confidence_interval
     return {"delta": delta, "low": float(ci.low), "high": float(ci.high), "n": int(d.size)}
+
+
+def mean_interval(scores: Sequence[float], confidence: float = 0.95, seed: int = 0) -> dict:
+    """mean(scores) over tasks with the bootstrap percentile interval of `paired_delta` against zero: one model's
+    pass@1 and how far another draw of tasks could move it (an eval-only results file, eval.py). Fewer than 2 tasks
+    give no interval (None)."""
+    x = [float(v) for v in scores]
+    if len(x) < 2:
+        mean = x[0] if x else 0.0
+        return {"mean": mean, "low": None, "high": None, "n": len(x)}
+    d = paired_delta(x, [0.0] * len(x), confidence, seed)
+    return {"mean": d["delta"], "low": d["low"], "high": d["high"], "n": d["n"]}
 
 
 def bootstrap_means(d: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
