@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
+from gmts_recipe.speed_options import eval_record_entries, evaluation_options, recorded_per_arm, unhashed_fields
 from selection import RULES, arms, rule_named
 
 
@@ -81,25 +82,20 @@ PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter
 # Any other model field set away from its default is refused (check_model_fields): it would reach neither load.
 LOADED_MODEL_FIELDS = ("model_name_or_path", "model_revision", "dtype", "attn_implementation")
 DEFAULT_CONFIG = "configs/paper.yaml"
-# Fields that name where or how a run is executed, not what it computes: left out of the config hash.
+# Fields that name where or how a run is executed, not what it computes: left out of the config hash. The speed
+# options' part comes from their fields' metadata (speed_options.unhashed_fields).
 NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
-              "ets_nz_learning_rate",
-              "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
-              "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "lora_autocast_inputs",
-              "save_minutes", "training_compile", "generation_compile_regions", "deterministic_kernels",
-              "generation_fused_projections", "gradient_checkpointing", "set_fields",
-              "ddp_find_unused_parameters", "ddp_timeout"}
+              "ets_nz_learning_rate", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
+              "ddp_find_unused_parameters", "ddp_timeout"} | unhashed_fields()
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
 RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
-# How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
-GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
-                      "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
-                      "lora_autocast_inputs", "training_compile", "generation_compile_regions", "deterministic_kernels",
-                      "generation_fused_projections", "gradient_checkpointing")
+# How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json. The
+# speed options' part comes from their fields' metadata (speed_options.recorded_per_arm).
+GENERATION_OPTIONS = ("use_cpu", "cudnn_attention", "gradient_checkpointing") + recorded_per_arm()
 
 
 @dataclass
@@ -145,7 +141,7 @@ class RecipeArgs:
     # line set (filled by parse, not a command-line option): the library fields that config_record hashes
     cudnn_attention: bool = field(default=True, metadata={
         "help": "let PyTorch use cuDNN attention; it builds a plan for each new sequence length, so with lengths "
-                "that change every step false is faster (update 0.33 vs 0.57 s, bench/results-h200.json)"})
+                "that change every step false is faster (bench/README.md)"})
 
 
 class RecipeError(Exception):
@@ -180,7 +176,7 @@ FIELD_LIBRARIES = ("trl", "transformers", "peft")  # whose config classes (with 
 def _field_list_file() -> Path | None:
     """Where this environment's field list is kept once a run has built it: named by the versions of the libraries
     whose config classes it lists and by the bytes of the files that define ours (RecipeArgs here, GMTSConfig in
-    gmts_recipe/config.py), so a list is read back only where it is the one _parser() would give. None where a
+    gmts_recipe/config.py and speed_options.py), so a list is read back only where it is the one _parser() would give. None where a
     version or a file cannot be read: then nothing is kept."""
     import hashlib
     import importlib.metadata
@@ -191,7 +187,8 @@ def _field_list_file() -> Path | None:
     try:
         for library in FIELD_LIBRARIES:
             digest.update(f"{library}=={importlib.metadata.version(library)}\n".encode())
-        for source in (Path(__file__), Path(__file__).parent / "gmts_recipe" / "config.py"):
+        for source in (Path(__file__), Path(__file__).parent / "gmts_recipe" / "config.py",
+                       Path(__file__).parent / "gmts_recipe" / "speed_options.py"):
             digest.update(source.read_bytes())
     except (importlib.metadata.PackageNotFoundError, OSError):
         return None
@@ -537,17 +534,13 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
     is in the record when on (and absent when off, so that records made before it existed keep their key); so are
     `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
-    `sampling_noise` "counter"."""
+    `sampling_noise` "counter" (the fields whose metadata names an "eval_record" key:
+    speed_options.eval_record_entries)."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
             "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
-            "device": device.split(":")[0],
-            **({"deferred_stop": True} if getattr(train, "generation_deferred_stop", False) else {}),
-            **({"decode_loop": train.generation_decode_loop}
-               if getattr(train, "generation_decode_loop", "transformers") != "transformers" else {}),
-            **({"sampling_noise": train.sampling_noise}
-               if getattr(train, "sampling_noise", "stream") != "stream" else {})}
+            "device": device.split(":")[0], **eval_record_entries(train)}
 
 
 def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
@@ -824,13 +817,7 @@ class Run:
         ev = evaluate_pass_at_1(model, tok, heldout, k=r.eval_samples, seed=seed, max_new_tokens=r.eval_max_new_tokens,
                                 batch_size=r.eval_batch_size, system_prompt=r.system_prompt,
                                 sampling=sampling(r, self.train_args), fast=r.eval_fast,
-                                grouped_attention=self.train_args.generation_grouped_attention,
-                                deferred_stop=self.train_args.generation_deferred_stop,
-                                decode_kernel=self.train_args.generation_decode_kernel,
-                                decode_loop=self.train_args.generation_decode_loop,
-                                compile_regions=self.train_args.generation_compile_regions,
-                                sampling_noise=self.train_args.sampling_noise,
-                                fused_projections=self.train_args.generation_fused_projections)
+                                options=evaluation_options(self.train_args))
         ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
         return ev
 

@@ -7,6 +7,7 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from gmts_recipe.generation import decode_loop
+from gmts_recipe.speed_options import SpeedOptions
 
 RAGGED = ["1+2=", "34+5=", "7+8+9+10=", "9=", "6+6=", "12+30+4="]  # left padding of 0 to 7 tokens
 EQUAL = ["1+2=", "3+4=", "5+6=", "7+8="]  # no padding: the attention mask alone must hide the empty cache slots
@@ -324,8 +325,9 @@ def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch, region
     base, tok = _tiny_chat_model()
     prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8", "99", "4+4+4", "6")]
     evaluate = lambda model: generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=6,  # noqa: E731
-                                              progress=False, fast=True, batch_size=12, decode_loop="compiled_step",
-                                              compile_regions=regions)
+                                              progress=False, fast=True, batch_size=12,
+                                              options=SpeedOptions(generation_decode_loop="compiled_step",
+                                                                   generation_compile_regions=regions))
     evaluate(base)
     assert len(graphs) == 1
     for arm in ("entropy", "gmts"):
@@ -506,7 +508,9 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     monkeypatch.setattr(decode_loop, "sample_with_config", lambda *a, **kw: calls.append(kw) or original(*a, **kw))
     base, tok = _tiny_chat_model()
     evaluation.generate_samples(base, tok, [[{"role": "user", "content": "1+2"}]], k=2, seed=0, max_new_tokens=4,
-                                progress=False, fast=True, decode_loop="compiled_step", compile_regions=True)
+                                progress=False, fast=True,
+                                options=SpeedOptions(generation_decode_loop="compiled_step",
+                                                     generation_compile_regions=True))
     assert calls and calls[0]["compile_regions"] is True
 
     calls = []

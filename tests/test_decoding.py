@@ -6,6 +6,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.generation.utils import DeferredStopCheck, GenerationMixin
 
 from gmts_recipe.generation import decoding
+from gmts_recipe.speed_options import SpeedOptions
 from tiny import tiny_model, tiny_tokenizer
 
 CUDA, MPS, CPU = torch.device("cuda"), torch.device("mps"), torch.device("cpu")
@@ -115,7 +116,8 @@ def test_evaluation_and_training_generation_decode_inside_it(tmp_path, monkeypat
     model = tiny_model(tok, hidden=64)
     prompts = [[{"role": "user", "content": c}] for c in ("1+1", "9")]
     generate_samples(model, tok, prompts, k=1, seed=5, max_new_tokens=3, progress=False, fast=True)
-    generate_samples(model, tok, prompts, k=1, seed=5, max_new_tokens=3, progress=False, fast=True, deferred_stop=True)
+    generate_samples(model, tok, prompts, k=1, seed=5, max_new_tokens=3, progress=False, fast=True,
+                     options=SpeedOptions(generation_deferred_stop=True))
     assert seen == [False, True]
     generation_batch(make_trainer(tmp_path, generation_deferred_stop=True))
     assert seen[2:] and all(seen[2:])

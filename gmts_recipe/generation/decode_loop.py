@@ -129,16 +129,15 @@ from dataclasses import dataclass, fields
 import torch
 
 from gmts_recipe.generation.fused import fused_projections as fused_layers
+from gmts_recipe.speed_options import DECODE_LOOPS, SAMPLING_NOISES  # noqa: F401 - re-exported (eval.py, tests)
 
 SAMPLERS = ("multinomial", "exponential", "counter")
-DECODE_LOOPS = ("transformers", "compiled_step")  # transformers' generate, or `sample` (eval.py, gmts_trainer.py)
 CHECK_EVERY = 8  # token steps between two reads of the all-rows-finished flag
 _MASK32 = 0xFFFFFFFF
 # Where a generation's sampling noise comes from: "stream", torch's generator (what transformers' generate does: each
 # draw depends on every draw before it in the process); "counter", a function of (seed, stream, row, column, token)
 # (`noise_keys`, `counter_noise`), in the compiled step. The evaluation's stream is EVAL_STREAM, training step t's
 # `train_stream(t)`: one seed's arms draw the same numbers at every step.
-SAMPLING_NOISES = ("stream", "counter")
 EVAL_STREAM = 0x5EED
 
 
