@@ -150,10 +150,10 @@ def test_compiled_step_traces_as_one_graph(tiny, kernel, entropy, rows_per_promp
 
 
 def test_entropy_is_the_recorders_on_the_logits_each_token_was_drawn_from(tiny, monkeypatch):
-    """The entropy written inside the step, column t, equals gmts_trainer._EntropyRecorder's (transformers' logits
-    processor) on the logits token t was sampled from, exactly; it is trimmed like the tokens (every row stops early
-    here: the steps run past the last EOS are cut from both), and computing it moves no token."""
-    from gmts_trainer import _EntropyRecorder
+    """The entropy written inside the step, column t, equals fast.EntropyRecorder's (transformers' logits processor)
+    on the logits token t was sampled from, exactly; it is trimmed like the tokens (every row stops early here: the
+    steps run past the last EOS are cut from both), and computing it moves no token."""
+    from gmts_recipe.generation.fast import EntropyRecorder
 
     tok, model = tiny
     eos, temperature = [1, 5, 9, 13, 17, 21], 0.7
@@ -161,7 +161,7 @@ def test_entropy_is_the_recorders_on_the_logits_each_token_was_drawn_from(tiny, 
     kwargs = dict(max_new_tokens=40, temperature=temperature, eos_token_ids=eos, pad_token_id=0, compiled=False)
     torch.manual_seed(0)
     plain = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], **kwargs)
-    recorder = _EntropyRecorder(temperature)
+    recorder = EntropyRecorder(temperature)
     original = decode_loop.sample_next
     monkeypatch.setattr(decode_loop, "sample_next", lambda logits, *a, **k: recorder(None, logits) is None or
                         original(logits, *a, **k))
