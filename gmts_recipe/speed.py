@@ -15,7 +15,7 @@ other rounding):
   deferred stop (`generation_grouped_attention`, `generation_decode_kernel`, `generation_deferred_stop`), the static
   cache of compiled decoding without the input-grad hooks (`generation_compile`), the compiled token step
   (`generation_decode_loop`, `generation_compile_regions`, `generation_fused_projections`), the "counter" noise
-  (`sampling_noise`), and the entropy recorder when the trainer set one (`self._recorder`, fast.EntropyRecorder:
+  (`sampling_noise`: keyed on the step, the generation within it and train or eval, `rollout_noise_keys`), and the entropy recorder when the trainer set one (`self._recorder`, fast.EntropyRecorder:
   entropy for selection without a scoring pass). Every arm records a digest of each rollout per training step
   (`rollout_digests`, `completion_digest`), by which two arms' rollouts are compared.
 - `_generate_and_score_completions`: generation and scoring with the layers' own forwards and deterministic kernels
@@ -44,6 +44,12 @@ from gmts_recipe.generation.fused import fusable_groups
 from gmts_recipe.training_speed import layer_forwards, lora_autocast_blockers, lora_input_casting, repeated_layers
 
 logger = logging.get_logger(__name__)
+
+# The "counter" streams of generations during training besides each step's first training one (`rollout_noise_keys`):
+# an evaluation's at step s is EVAL_DURING_TRAINING_STREAM + s (between decode_loop.EVAL_STREAM and train_stream(0));
+# generation g of a step and mode is its stream with g in the bits from GENERATION_SHIFT up (steps below 2^24).
+EVAL_DURING_TRAINING_STREAM = 1 << 30
+GENERATION_SHIFT = 24
 
 # Generation settings under which the sampled distribution is softmax(logits / T) up to truncation (top-k, top-p, ...),
 # so the recorder's entropy is the training forward's. transformers runs a custom processor (the recorder) after its own
@@ -84,10 +90,16 @@ def completion_digest(token_ids: list[int]) -> str:
     return hashlib.blake2b(",".join(map(str, token_ids)).encode(), digest_size=4).hexdigest()
 
 
-def rollout_noise_keys(seed: int, step: int, rows: int, process_index: int = 0) -> torch.Tensor:
+def rollout_noise_keys(seed: int, step: int, rows: int, process_index: int = 0, generation: int = 0,
+                       train: bool = True) -> torch.Tensor:
     """The "counter" noise keys (rows,) of one process's rollouts at training step `step`: rollout r of process p is
-    row p * rows + r of the step's global batch, so the keys are a function of (seed, step, its place) only."""
-    return noise_keys(seed, train_stream(step), process_index * rows + torch.arange(rows))
+    row p * rows + r of the generation's global batch, so the keys are a function of (seed, step, generation, mode,
+    its place) only. `generation` counts the generations of one step in one mode (TRL generates more than once per
+    optimizer step when steps_per_generation x num_iterations < gradient_accumulation_steps; an evaluation during
+    training generates once per batch) and `train` tells training's rollouts from an evaluation's at the same step:
+    each gets its own noise. The first training generation of a step keeps the stream `train_stream(step)`."""
+    stream = (train_stream(step) if train else EVAL_DURING_TRAINING_STREAM + step) ^ (generation << GENERATION_SHIFT)
+    return noise_keys(seed, stream, process_index * rows + torch.arange(rows))
 
 
 class SpeedMixin:
@@ -104,6 +116,7 @@ class SpeedMixin:
         # step -> a digest of each rollout this process generated at that step (`completion_digest`): two arms'
         # rollouts are compared by these (records.rollout_agreement) to see how long sampling_noise 'counter' couples
         self.rollout_digests: dict[str, list[str]] = {}
+        self._generation_count: dict[tuple[int, bool], int] = {}  # (step, train) -> generations so far ("counter")
         if self.args.generation_decode_loop == "compiled_step":  # refused, not dropped, where it is not exact
             check_decode_loop_generation(self.accelerator.unwrap_model(self.model), self.generation_config,
                                          self.temperature)
@@ -169,14 +182,18 @@ class SpeedMixin:
                 self.generation_config.max_cache_len = cache_len
                 stack.enter_context(without_input_grad_hooks(model))
             keys = None
-            if self.args.sampling_noise == "counter":  # the step's noise: a function of (seed, step) only
-                step = self.state.global_step
+            if self.args.sampling_noise == "counter":  # a function of (seed, step, generation, mode) only
+                step, train = self.state.global_step, self.model.training
+                generation = self._generation_count.get((step, train), 0)
+                self._generation_count = {**{k: v for k, v in self._generation_count.items() if k[0] == step},
+                                          (step, train): generation + 1}  # this step's counts only
+                place = dict(process_index=self.accelerator.process_index, generation=generation, train=train)
                 if loop:
-                    keys = rollout_noise_keys(self.args.seed, step, len(prompt_ids), self.accelerator.process_index)
+                    keys = rollout_noise_keys(self.args.seed, step, len(prompt_ids), **place)
                 else:
                     stack.enter_context(torch.random.fork_rng(devices=[model.device] if model.device.type == "cuda"
                                                               else [], device_type=model.device.type))
-                    torch.manual_seed(int(rollout_noise_keys(self.args.seed, step, 1, self.accelerator.process_index)))
+                    torch.manual_seed(int(rollout_noise_keys(self.args.seed, step, 1, **place)))
             if loop:  # the recorder, if any, takes the entropy the compiled step computed
                 stack.enter_context(with_decode_loop(model, cache_len, self._recorder,
                                                      self.args.generation_compile_regions, keys,

@@ -98,10 +98,11 @@ class SpeedOptions:
     sampling_noise: str = _option(
         "stream", "Where the rollouts' sampling noise comes from. 'stream': torch's generator, as TRL and transformers "
                   "draw (each draw depends on every draw before it in the process). 'counter': a function of (seed, "
-                  "step) only: in the compiled step (generation_decode_loop compiled_step) a hash of (seed, step, "
-                  "rollout, position, token) (decode_loop.counter_noise), with transformers' generate the generator "
-                  "reseeded from (seed, step) for the step's call. Each arm's rollouts stay exact samples of its own "
-                  "policy; arms of one seed draw the same numbers at every step (identical rollouts while their weights "
+                  "step, generation) only, a generation being one of the step's generate calls, training's or an "
+                  "evaluation's, each with its own noise: in the compiled step (generation_decode_loop compiled_step) "
+                  "a hash of (seed, generation, rollout, position, token) (decode_loop.counter_noise), with "
+                  "transformers' generate the generator reseeded from (seed, generation) for the call. Each arm's "
+                  "rollouts stay exact samples of its own policy; arms of one seed draw the same numbers at every step (identical rollouts while their weights "
                   "are equal), which couples them and makes a run repeat whatever ran before it in the process. Also "
                   "used by the recipe's evaluation.", hashed=True, evaluation=True, eval_record="sampling_noise",
         choices=SAMPLING_NOISES)

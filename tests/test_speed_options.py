@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import recipe
 from gmts_recipe.speed_options import (SpeedOptions, eval_record_entries, evaluation_options, recorded_per_arm,
@@ -115,3 +116,30 @@ def test_no_module_of_the_package_imports_the_trainer():
             "print('gmts_trainer' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+def test_counter_noise_is_new_for_every_generation_of_a_step_and_for_evaluation(tmp_path, monkeypatch):
+    """With gradient_accumulation_steps 2 and steps_per_generation 1, TRL generates twice per optimizer step, and an
+    evaluation at the same step generates once more: each gets its own "counter" keys, and the step's first training
+    generation keeps train_stream(step)'s (what the coupled runs recorded)."""
+    from test_trainer import make_trainer
+    from tiny import tiny_dataset
+
+    from gmts_recipe import speed
+    from gmts_recipe.generation.decode_loop import noise_keys, train_stream
+
+    seen = []
+    original = speed.with_decode_loop
+    monkeypatch.setattr(speed, "with_decode_loop", lambda model, cache_len, recorder, regions, keys, fused:
+                        seen.append((keys.clone(), model.training)) or original(model, cache_len, recorder, regions,
+                                                                                keys, fused))
+    trainer = make_trainer(tmp_path, sampling_noise="counter", generation_decode_loop="compiled_step",
+                           steps_per_generation=1, eval_dataset=tiny_dataset(4), eval_strategy="steps", eval_steps=1,
+                           per_device_eval_batch_size=4)
+    trainer.train()
+    train_keys = [k for k, training in seen if training]
+    eval_keys = [k for k, training in seen if not training]
+    assert len(train_keys) == 2 and eval_keys
+    assert torch.equal(train_keys[0], noise_keys(trainer.args.seed, train_stream(0), torch.arange(4)))
+    distinct = {tuple(k.tolist()) for k in train_keys + eval_keys}
+    assert len(distinct) == len(train_keys) + len(eval_keys)
