@@ -104,9 +104,9 @@ class GMTSTrainer(SpeedMixin, GRPOTrainer):
       what it returns (live log-probs and entropy for omega and the metrics, entropy in case (b)).
     - `log` turns the selection metrics, kept on the device until then, into numbers: the loss hook never waits for
       the GPU.
-    The speed options (`SpeedMixin`, gmts_recipe/speed.py) add `training_step` and `_generate_single_turn`, and wrap
-    `_generate_and_score_completions` and `__init__`; they change how generation and the update run, never the
-    selection.
+    The speed options (`SpeedMixin`, gmts_recipe/speed.py) add `training_step`, `_generate_single_turn` and
+    `evaluate`, and wrap `_generate_and_score_completions` and `__init__`; they change how generation and the update
+    run, never the selection.
 
     Logged every step under `selection/`: kept_fraction, overlap (with the other ranking), top_answer_share,
     effective_answers, top_answer_weight_share (the share of the kept |omega| that each group's largest-|advantage|

@@ -18,6 +18,7 @@ other rounding):
   (`sampling_noise`: keyed on the step, the generation within it and train or eval, `rollout_noise_keys`), and the entropy recorder when the trainer set one (`self._recorder`, fast.EntropyRecorder:
   entropy for selection without a scoring pass). Every arm records a digest of each rollout per training step
   (`rollout_digests`, `completion_digest`), by which two arms' rollouts are compared.
+- `evaluate`: restarts the count of the evaluation's generations (the "counter" noise of each).
 - `_generate_and_score_completions`: generation and scoring with the layers' own forwards and deterministic kernels
   in warn_only mode; afterwards `drop_duplicate_input_grad_hooks` (TRL turns gradient checkpointing off and on
   around them, and each time transformers adds an input-grad hook it never removes).
@@ -116,7 +117,7 @@ class SpeedMixin:
         # step -> a digest of each rollout this process generated at that step (`completion_digest`): two arms'
         # rollouts are compared by these (records.rollout_agreement) to see how long sampling_noise 'counter' couples
         self.rollout_digests: dict[str, list[str]] = {}
-        self._generation_count: dict[tuple[int, bool], int] = {}  # (step, train) -> generations so far ("counter")
+        self._eval_generations = 0  # generations of the evaluation under way ("counter" noise)
         if self.args.generation_decode_loop == "compiled_step":  # refused, not dropped, where it is not exact
             check_decode_loop_generation(self.accelerator.unwrap_model(self.model), self.generation_config,
                                          self.temperature)
@@ -184,9 +185,11 @@ class SpeedMixin:
             keys = None
             if self.args.sampling_noise == "counter":  # a function of (seed, step, generation, mode) only
                 step, train = self.state.global_step, self.model.training
-                generation = self._generation_count.get((step, train), 0)
-                self._generation_count = {**{k: v for k, v in self._generation_count.items() if k[0] == step},
-                                          (step, train): generation + 1}  # this step's counts only
+                if train:  # TRL generates at micro-steps 0, generate_every, ... of an optimizer step's accumulation
+                    every = self.args.steps_per_generation * self.num_iterations
+                    generation = (self._step % self.args.gradient_accumulation_steps) // every
+                else:  # one generation per evaluation batch, counted from each evaluation's start (`evaluate`)
+                    generation, self._eval_generations = self._eval_generations, self._eval_generations + 1
                 place = dict(process_index=self.accelerator.process_index, generation=generation, train=train)
                 if loop:
                     keys = rollout_noise_keys(self.args.seed, step, len(prompt_ids), **place)
@@ -205,6 +208,12 @@ class SpeedMixin:
             digests = self.rollout_digests.setdefault(str(self.state.global_step), [])
             digests.extend(completion_digest(ids) for ids in out[0])
         return out
+
+    def evaluate(self, *args, **kwargs):
+        """TRL's evaluation; its "counter" noise restarts with it, so evaluating the same weights twice at one step
+        draws the same samples."""
+        self._eval_generations = 0
+        return super().evaluate(*args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
         try:
