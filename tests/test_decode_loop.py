@@ -500,7 +500,7 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
                                          "--generation_compile_regions false") as err:
         make_config(tmp_path, generation_compile_regions=True)
     assert "\n" not in str(err.value)
-    check_rounding_only_switch(monkeypatch, "generation_compile_regions", "compile_regions")
+    check_rounding_only_switch(monkeypatch, "generation_compile_regions")
 
     from test_eval import _tiny_chat_model
 

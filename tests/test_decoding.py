@@ -141,8 +141,10 @@ def test_the_base_evaluation_key_has_it_only_when_on_and_results_record_it():
 
 
 def evaluation_options(monkeypatch, parsed) -> dict:
-    """The keyword arguments the recipe's evaluation (Run._evaluate) passes to eval.evaluate_pass_at_1 under the parsed
-    config (recipe.parse's result): how a speed switch is shown to reach every evaluation."""
+    """The speed options (as a dict) the recipe's evaluation (Run._evaluate) passes to eval.evaluate_pass_at_1 under
+    the parsed config (recipe.parse's result): how a speed switch is shown to reach every evaluation."""
+    import dataclasses
+
     import eval as evaluation
     import recipe
 
@@ -151,13 +153,13 @@ def evaluation_options(monkeypatch, parsed) -> dict:
     run = recipe.Run.__new__(recipe.Run)
     run.recipe, run.train_args = parsed[0], parsed[1]
     run._evaluate(None, None, [], 0)
-    return seen
+    return dataclasses.asdict(seen["options"])
 
 
-def check_rounding_only_switch(monkeypatch, field: str, evaluation_key: str) -> None:
+def check_rounding_only_switch(monkeypatch, field: str) -> None:
     """A bool speed switch of the compiled decode step: parsed on from the command line (configs/qwen.yaml with the
     compiled step), out of the config hash, recorded with each arm's generation options, and passed to every
-    evaluation as `evaluation_key`."""
+    evaluation in its options."""
     import recipe
 
     flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false", "--generation_decode_loop",
@@ -167,7 +169,7 @@ def check_rounding_only_switch(monkeypatch, field: str, evaluation_key: str) -> 
     assert getattr(on[1], field) and not getattr(off[1], field)
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert field in recipe.GENERATION_OPTIONS
-    assert evaluation_options(monkeypatch, on)[evaluation_key] is True
+    assert evaluation_options(monkeypatch, on)[field] is True
 
 
 def test_the_decode_loop_keys_base_evaluations_only_when_on_and_reaches_every_evaluation(monkeypatch):
@@ -184,4 +186,4 @@ def test_the_decode_loop_keys_base_evaluations_only_when_on_and_reaches_every_ev
     assert recipe.eval_record(on[0], on[2], on[1], [], "cuda") == {**record_off, "decode_loop": "compiled_step"}
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert "generation_decode_loop" in recipe.GENERATION_OPTIONS
-    assert evaluation_options(monkeypatch, on)["decode_loop"] == "compiled_step"
+    assert evaluation_options(monkeypatch, on)["generation_decode_loop"] == "compiled_step"

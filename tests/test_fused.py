@@ -220,7 +220,7 @@ def test_the_trainers_rollouts_and_the_evaluation_are_the_same_with_the_projecti
     from test_decoding import check_rounding_only_switch
     from test_trainer import generation_batch, make_trainer
 
-    check_rounding_only_switch(monkeypatch, "generation_fused_projections", "fused_projections")
+    check_rounding_only_switch(monkeypatch, "generation_fused_projections")
     assert recipe.parse(["--use_cpu", "true"])[1].generation_fused_projections is True  # configs/paper.yaml
 
     calls, original = [], decode_loop.sample
