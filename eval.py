@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gmts_recipe.rewards import gold_answer, math_equal_reward, sample_scores
+from gmts_recipe.speed_options import SpeedOptions
+from gmts_recipe.speed_options import evaluation_options
 from gmts_recipe.stats import hack_scan, pass_at_1
 
 
@@ -93,30 +95,31 @@ def decoding_plan(device_type: str, fast: bool) -> tuple[bool, bool]:
 def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: int, max_new_tokens: int,
                      temperature: float = 1.0, batch_size: int = 32, progress: bool = True,
                      sampling: Sampling | None = None, fast: bool = False,
-                     grouped_attention: bool = False, deferred_stop: bool = False,
-                     decode_kernel: str = "sdpa", decode_loop: str = "transformers",
-                     compile_regions: bool = False, sampling_noise: str = "stream",
-                     fused_projections: bool = False) -> list[list[str]]:
+                     options: SpeedOptions | None = None) -> list[list[str]]:
     """k sampled completions per prompt, seeded. Returns texts, one list per prompt (in the order given).
 
     Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
     adapter folded into the weights (bit-exact restore after); on a GPU also a static KV cache (a growing cache copies
     itself every token step) and compiled decoding with CUDA graphs, with batches padded to one size so the compiled
     decoder is reused. The first fast call on a GPU compiles (about 30 s for a 1.5B model); the sampler is the same.
-    See `decoding_plan` for what runs where. `grouped_attention`: decode through `attention.grouped_query_attention`
-    (`decode_kernel`: its folded call through "sdpa" or "matmul");
-    `deferred_stop`: through `decoding.deferred_stop_check` (CUDA only; a batch that ends before `max_new_tokens`
-    then draws once more from the random stream, which moves the next batch's samples).
-    `decode_loop`: "transformers" (`model.generate`) or, on the fast path only, "compiled_step" (`decode_loop.sample`:
-    the whole token step as one compiled graph on CUDA, eager on a CPU, its "exponential" sampler; the recipe's
-    evaluations use it with generation_decode_loop; bench/decode-loop-64-h200.json: 1.13x at 64 rows on an H200).
+    See `decoding_plan` for what runs where.
+
+    `options` (speed_options.SpeedOptions; the recipe passes its trainer config's, `evaluation_options`; unset: every
+    default) is read for its generation fields, the trainer's own:
+    `generation_grouped_attention`: decode through `attention.grouped_query_attention` (`generation_decode_kernel`:
+    its folded call through "sdpa" or "matmul");
+    `generation_deferred_stop`: through `decoding.deferred_stop_check` (CUDA only; a batch that ends before
+    `max_new_tokens` then draws once more from the random stream, which moves the next batch's samples).
+    `generation_decode_loop`: "transformers" (`model.generate`) or, on the fast path only, "compiled_step"
+    (`decode_loop.sample`: the whole token step as one compiled graph on CUDA, eager on a CPU, its "exponential"
+    sampler).
     There, when every batch holds whole groups of a prompt's k rows (batch size a multiple of k: the paper's 880 rows,
     k=4), each prompt's prefill is computed once and its KV cache copied to its k rows (`rows_per_prompt`), which
     leaves the samples unchanged (equal on the CPU; on a GPU the smaller prefill GEMMs may round otherwise in bf16).
-    `compile_regions`: the compiled step's decoder layers compiled once, not unrolled (`decode_loop.layer_regions`,
-    the trainer's generation_compile_regions); CUDA only, where the step is compiled.
-    `fused_projections`: the compiled step's q/k/v and gate/up projections as one matrix product each
-    (`fused.fused_projections`, the trainer's generation_fused_projections); with decode_loop="compiled_step" only.
+    `generation_compile_regions`: the compiled step's decoder layers compiled once, not unrolled
+    (`decode_loop.layer_regions`); CUDA only, where the step is compiled.
+    `generation_fused_projections`: the compiled step's q/k/v and gate/up projections as one matrix product each
+    (`fused.fused_projections`); with generation_decode_loop="compiled_step" only.
     `sampling_noise`: "stream" draws from torch's generator, seeded once before the first batch; "counter" gives
     sample s of prompt i, in the compiled step, the noise of `decode_loop.noise_keys(seed, EVAL_STREAM, i * k + s)`,
     so each sample depends on the weights, its prompt and (seed, i, s) only: not on the batches, their order, or what
@@ -131,11 +134,12 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     from gmts_recipe.generation.fast import compile_cache_length, merged_lora, without_input_grad_hooks
 
     sampling = sampling or Sampling(temperature=temperature)
-    compiled_step = _check_decode_loop(decode_loop, fast, sampling)
-    if fused_projections and not compiled_step:
-        raise ValueError("fused_projections fuses the projections inside decode_loop's compiled step: pass "
-                         "decode_loop='compiled_step' or fused_projections=False")
-    counter = _check_sampling_noise(sampling_noise, compiled_step)
+    options = options or SpeedOptions()
+    compiled_step = _check_decode_loop(options.generation_decode_loop, fast, sampling)
+    if options.generation_fused_projections and not compiled_step:
+        raise ValueError("generation_fused_projections fuses the projections inside decode_loop's compiled step: "
+                         "set generation_decode_loop='compiled_step' or generation_fused_projections=False")
+    counter = _check_sampling_noise(options.sampling_noise, compiled_step)
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
     prompt_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     lengths = [len(ids) for ids in prompt_ids]
@@ -160,7 +164,8 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
             if fast:
                 stack.enter_context(merged_lora(model))
                 stack.enter_context(without_input_grad_hooks(model))
-            stack.enter_context(decoding_options(model, grouped_attention, deferred_stop, decode_kernel))
+            stack.enter_context(decoding_options(model, options.generation_grouped_attention,
+                                                 options.generation_deferred_stop, options.generation_decode_kernel))
             # the bar counts token steps (every batch takes at most max_new_tokens): on a CPU one batch can hold every
             # sample for minutes, so it moves inside generate (_TokenSteps), elsewhere once per batch
             batches = -(-len(order) // batch_size)
@@ -176,8 +181,9 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                 if compiled_step:
                     keys = noise_keys(seed, EVAL_STREAM, torch.tensor(rows)) if counter else None  # j = i * k + s
                     gen = sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len,
-                                             rows_per_prompt=rows_per_prompt, compile_regions=compile_regions,
-                                             noise_keys=keys, fused_projections=fused_projections)
+                                             rows_per_prompt=rows_per_prompt,
+                                             compile_regions=options.generation_compile_regions, noise_keys=keys,
+                                             fused_projections=options.generation_fused_projections)
                 else:
                     gen = model.generate(**batch, generation_config=config, streamer=streamer)  # (B, P + new)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
@@ -222,11 +228,11 @@ def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool
     from gmts_recipe.generation.decode_loop import DECODE_LOOPS, check_supported
 
     if decode_loop not in DECODE_LOOPS:
-        raise ValueError(f"unknown decode_loop {decode_loop!r}: use one of {', '.join(DECODE_LOOPS)}")
+        raise ValueError(f"unknown generation_decode_loop {decode_loop!r}: use one of {', '.join(DECODE_LOOPS)}")
     if decode_loop == "transformers":
         return False
     if not fast:
-        raise ValueError("decode_loop='compiled_step' replaces the fast path's generate: pass fast=True")
+        raise ValueError("generation_decode_loop='compiled_step' replaces the fast path's generate: pass fast=True")
     check_supported(sampling.temperature, "exponential", sampling.top_k, sampling.top_p, sampling.min_p,
                     sampling.repetition_penalty)
     return True
@@ -257,13 +263,10 @@ def sample_log(samples: list[list[str]], tasks: list[dict], records: list[dict])
 def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: int = 0, max_new_tokens: int = 256,
                        temperature: float = 1.0, batch_size: int = 32, system_prompt: str | None = None,
                        progress: bool = True, sampling: Sampling | None = None, fast: bool = False,
-                       grouped_attention: bool = False, deferred_stop: bool = False,
-                       decode_kernel: str = "sdpa", decode_loop: str = "transformers",
-                       compile_regions: bool = False, sampling_noise: str = "stream",
-                       fused_projections: bool = False) -> dict:
+                       options: SpeedOptions | None = None) -> dict:
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds",
     "sample_log"}: `sample_log` (texts, `sample_log`) is what the recipe writes to the evaluation's samples file, and
-    never into results.json itself."""
+    never into results.json itself. `options`: the generation speed options (`generate_samples`)."""
     import time
 
     from gmts_recipe.data import system_prompt as resolve_prompt
@@ -272,10 +275,7 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     t0 = time.perf_counter()
     prompts = [to_prompt(t["question"], resolve_prompt(system_prompt)) for t in tasks]
     samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress,
-                               sampling=sampling, fast=fast, grouped_attention=grouped_attention,
-                               deferred_stop=deferred_stop, decode_kernel=decode_kernel, decode_loop=decode_loop,
-                               compile_regions=compile_regions, sampling_noise=sampling_noise,
-                               fused_projections=fused_projections)
+                               sampling=sampling, fast=fast, options=options)
     t1 = time.perf_counter()
     records = score_samples(samples, tasks)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,
@@ -285,24 +285,36 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
 
 
 # ---------------------------------------------------------------------------- the recipe's evaluation
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling so far: torch.compile's frame compiles (dynamo, and the backend's
+    forward code) plus AOTAutograd's backward compiles (calculate_time_spent's total_wall_time). The difference around
+    a phase is that phase's compile time. CUDA-graph recording is not in it: it happens at a graph's first replay and
+    counts as running time."""
+    from torch._dynamo.utils import calculate_time_spent  # torch: imported when a run compiles, not to parse
+
+    return calculate_time_spent()["total_wall_time"]
+
+
+# The training sampler's fields (TRL's GRPOConfig) that evaluation takes over, so a checkpoint's own
+# generation_config can never apply at evaluation only.
+SAMPLING_FIELDS = ("top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def sampling(recipe, train) -> Sampling:
+    """Evaluation samples like training does (TRL's sampler fields), at the recipe's eval_temperature."""
+    return Sampling(temperature=recipe.eval_temperature, **{k: getattr(train, k) for k in SAMPLING_FIELDS})
+
+
 def evaluate_with_config(model, tokenizer, tasks: list[dict], recipe, train, seed: int) -> dict:
     """One evaluation as the recipe makes it, at sampling seed `seed`: its RecipeArgs' evaluation fields, the training
-    sampler's fields (recipe.sampling) and GMTSConfig's decoding options. recipe.py's base and arm evaluations and
+    sampler's fields (`sampling`) and the config's speed options (SpeedOptions). recipe.py's base and arm evaluations and
     this module's command all call it, so an evaluation means the same thing wherever it was made. Adds
-    `compile_seconds` (recipe.compile_seconds: torch.compile's time during it)."""
-    from recipe import compile_seconds, sampling
-
+    `compile_seconds` (torch.compile's time during it)."""
     compiled_before = compile_seconds()
     ev = evaluate_pass_at_1(model, tokenizer, tasks, k=recipe.eval_samples, seed=seed,
                             max_new_tokens=recipe.eval_max_new_tokens, batch_size=recipe.eval_batch_size,
                             system_prompt=recipe.system_prompt, sampling=sampling(recipe, train),
-                            fast=recipe.eval_fast, grouped_attention=train.generation_grouped_attention,
-                            deferred_stop=train.generation_deferred_stop,
-                            decode_kernel=train.generation_decode_kernel,
-                            decode_loop=train.generation_decode_loop,
-                            compile_regions=train.generation_compile_regions,
-                            sampling_noise=train.sampling_noise,
-                            fused_projections=train.generation_fused_projections)
+                            fast=recipe.eval_fast, options=evaluation_options(train))
     ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
     return ev
 

@@ -5,9 +5,8 @@ is 0 after every other: the same kept count without the slots that move nothing 
 a group with equal rewards), which separates GMTS's |advantage| weighting from its larger effective step.
 
 This file is the trainer: what it changes in `trl.GRPOTrainer` (`GMTSTrainer`'s docstring lists it) and what it
-refuses. Its config, `GMTSConfig` with the checks that refuse, is gmts_recipe/config.py (re-exported here); the
-optional speed code is gmts_recipe/generation/fast.py (what generation runs inside) and
-gmts_recipe/training_speed.py (what the update runs inside).
+refuses. Its config, `GMTSConfig` with the checks that refuse, is gmts_recipe/config.py (re-exported here); the speed
+options, which change how it runs and never what it selects, are composed from gmts_recipe/speed.py (`SpeedMixin`).
 
 The loss normalizer is TRL's: `loss_type="dapo"` divides the sum over kept tokens by the count of *all* completion
 tokens in the generation batch (DAPO's token-level objective, which the 80/20 paper builds on). It is the same number
@@ -41,105 +40,22 @@ every microbatch with the live ratio and clip indicator.
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import hashlib
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, TrainerCallback
+from transformers import TrainerCallback
 from transformers.utils import logging
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from gmts_recipe.config import GMTSConfig, check_decode_loop_generation, check_selection_config, omega_is_modeled
-from gmts_recipe.generation.decode_loop import noise_keys, token_entropy, train_stream
-from gmts_recipe.generation.decoding import decoding_options
-from gmts_recipe.generation.fused import fusable_groups
-from gmts_recipe.generation.fast import (compile_cache_length, drop_duplicate_input_grad_hooks, merged_lora,
-                                         static_compile_config, with_decode_loop, with_logits_processor,
-                                         without_input_grad_hooks)
+from gmts_recipe.config import GMTSConfig, check_selection_config, omega_is_modeled
+from gmts_recipe.generation.fast import EntropyRecorder, drop_duplicate_input_grad_hooks
+from gmts_recipe.speed import SpeedMixin, settings_off_softmax
 from selection import gmts_omega, overlap_partner, rule_named, selection_stats, update_cosine
-from gmts_recipe import determinism
-from gmts_recipe.training_speed import layer_forwards, lora_autocast_blockers, lora_input_casting, repeated_layers
 
 logger = logging.get_logger(__name__)
 
 # Each rule's score, tie-break and overlap partner: selection.RULES (selection.rule_named(token_selection)).
-
-
-# Generation settings under which the sampled distribution is softmax(logits / T) up to truncation (top-k, top-p, ...),
-# so the recorder's entropy is the training forward's. transformers runs a custom processor (the recorder) after its own
-# logits processors and before the warpers: any processor of the first kind changes what the recorder sees.
-GENERATION_ANY_VALUE = frozenset({
-    "max_length", "max_new_tokens", "max_time", "stop_strings", "early_stopping", "length_penalty",  # stopping
-    "top_k", "top_p", "min_p", "top_h", "typical_p", "epsilon_cutoff", "eta_cutoff", "renormalize_logits",  # warpers
-    "use_cache", "cache_implementation", "cache_config", "max_cache_len", "compile_config", "disable_compile",
-    "prefill_chunk_size", "low_memory", "output_attentions", "output_hidden_states", "output_scores", "output_logits",
-    "return_dict_in_generate", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
-    "transformers_version", "_from_model_config",
-})
-GENERATION_NEUTRAL_VALUES = {  # settings whose processor is off at these values; any other field must be None
-    "do_sample": (True,), "num_beams": (None, 1), "num_return_sequences": (None, 1),
-    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "guidance_scale": (None, 1.0),
-    "no_repeat_ngram_size": (None, 0), "encoder_no_repeat_ngram_size": (None, 0), "min_length": (None, 0),
-    "min_new_tokens": (None, 0), "remove_invalid_values": (None, False),
-}
-
-
-def settings_off_softmax(config: GenerationConfig, temperature: float) -> list[str]:
-    """The generation settings (of the config `generate` will use) that make the sampled distribution differ from
-    softmax(logits / temperature) before truncation, or that this allow-list does not know. [] means exact."""
-    off = []
-    for name, value in config.to_dict().items():
-        if name == "temperature":
-            ok = value == temperature or (value is None and temperature == 1.0)
-        else:
-            ok = name in GENERATION_ANY_VALUE or value in GENERATION_NEUTRAL_VALUES.get(name, (None,))
-        if not ok:
-            off.append(name)
-    return off
-
-
-class _EntropyRecorder(LogitsProcessor):
-    """Records the entropy of softmax(logits / T) at each decoding step, and changes nothing.
-
-    Custom processors run before transformers' warpers (temperature, top-k, top-p), so `scores` are the model's
-    logits; dividing by T gives exactly the distribution TRL's fused LM head scores in training. A decode that computes
-    the entropy itself (decode_loop.sample, inside its compiled step) hands it over whole with `take`.
-    """
-
-    def __init__(self, temperature: float):
-        self.temperature = temperature
-        self.steps: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        self.steps.append(token_entropy(scores, self.temperature))  # (B,), one row per sequence
-        return scores
-
-    def take(self, entropy: torch.Tensor) -> None:
-        """Record a whole decode's (B, n) entropy at once, as n calls would."""
-        self.steps.extend(entropy.unbind(dim=1))
-
-    def entropy(self, rows: int, width: int, device: torch.device) -> torch.Tensor | None:
-        if not self.steps or self.steps[0].numel() != rows:
-            return None
-        ent = torch.stack(self.steps, dim=1).to(device)  # (B, steps)
-        if ent.size(1) < width:  # pad_to_multiple_of can make the completion tensor wider than the decode
-            ent = torch.nn.functional.pad(ent, (0, width - ent.size(1)))
-        return ent[:, :width]
-
-
-def completion_digest(token_ids: list[int]) -> str:
-    """8 hex digits naming a completion's token ids: equal completions, equal digests (different ones collide with
-    probability 2^-32)."""
-    return hashlib.blake2b(",".join(map(str, token_ids)).encode(), digest_size=4).hexdigest()
-
-
-def rollout_noise_keys(seed: int, step: int, rows: int, process_index: int = 0) -> torch.Tensor:
-    """The "counter" noise keys (rows,) of one process's rollouts at training step `step`: rollout r of process p is
-    row p * rows + r of the step's global batch, so the keys are a function of (seed, step, its place) only."""
-    return noise_keys(seed, train_stream(step), process_index * rows + torch.arange(rows))
 
 
 class UpdateCosine(TrainerCallback):
@@ -162,66 +78,54 @@ class UpdateCosine(TrainerCallback):
         self.previous = current
 
 
-class GMTSTrainer(GRPOTrainer):
-    """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens (ETS, GMTS, or the control
-    'entropy_nonzero_omega', ETS with the omega == 0 tokens ranked last).
+class GMTSTrainer(SpeedMixin, GRPOTrainer):
+    """`GRPOTrainer` that trains only on the top `selection_ratio` of completion tokens, ranked by `token_selection`:
+    "gmts" (GMTS, |entropy x omega|), "entropy" (ETS, the 80/20 paper's top entropy), "entropy_nonzero_omega" (a
+    control: ETS with the omega == 0 tokens ranked last) or "all" (plain GRPO, nothing dropped). `selection_scope`
+    says over what the top fraction is taken ("batch": the whole generation batch on every process, the paper's;
+    "group": each prompt's group; "microbatch": each loss microbatch), `selection_normalizer` what the loss divides
+    by, `selection_entropy_source` where the entropy comes from. The args must be a GMTSConfig; a plain GRPOConfig is
+    refused before the model loads.
 
-    What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
-    1. `get_high_entropy_mask` (TRL's own hook in `_compute_loss`, applied as `per_token_loss * mask`) returns our
-       selection. The trainer turns the hook on by setting `self.top_entropy_quantile = selection_ratio`.
-    2. `_generate_and_score_completions`: after TRL has generated, scored and computed the advantages, the "batch" and
-       "group" scopes choose the kept tokens for the whole generation batch, across every process, and store the mask in
-       the batch as `selection_mask` (B, T). TRL's shuffle and split carry it with its rows into each microbatch.
-    3. Entropy for those scopes comes, in order of preference, from (a) the generation itself: a logits processor
-       records the entropy of softmax(logits / temperature) at each decoding step, the very distribution the training
-       forward scores when num_iterations == 1, used only when every generation setting is on an allow-list that leaves
-       softmax(logits / T) as the sampled distribution before truncation (`settings_off_softmax`; anything else, e.g.
-       min_new_tokens, suppress_tokens or a checkpoint's own generation_config, falls back to (b) or (c)); (b) the
-       no-grad scoring pass TRL already makes for `old_per_token_logps`, whose fused LM head computes entropy anyway;
-       (c) one fused no-grad pass of our own (vLLM without IS correction, continuous batching, tools, beta != 0, or
-       `selection_entropy_source="scoring_pass"`).
-    4. `_compute_loss` records its `inputs` so the hook can see the advantages, and with token_selection="all" (plain
-       GRPO, the hook off) computes the same metrics after TRL's loss, every valid token kept;
-       `_get_per_token_logps_and_entropies` only records what it returns (live log-probs and entropy for omega in
-       "microbatch" scope and for the metrics, entropy in case (b)).
-    5. `log` turns the selection metrics, kept on the device until then, into numbers: the loss hook never waits for the
-       GPU (a host sync there stalls kernel launches for the backward). `selection/top_answer_weight_share` is the share
-       of the kept |omega| that the largest-|advantage| answer of each group carries.
-    6. A callback (`UpdateCosine`, on Trainer's `on_pre_optimizer_step`) logs `update/cosine_prev`, the cosine between
-       successive optimizer steps' gradients, for every arm; it changes nothing.
-    7. After generation and every no-grad scoring pass, `drop_duplicate_input_grad_hooks`: TRL turns gradient
-       checkpointing off and on around them, and each time transformers adds an input-grad hook it never removes.
-    8. Optional (`sampling_noise="counter"`): `_generate_single_turn` draws the rollouts' sampling noise from (seed,
-       step) only (`rollout_noise_keys`). Every arm records a digest of each rollout per training step
-       (`rollout_digests`, `completion_digest`), by which two arms' rollouts are compared.
-    9. Speed options, each described where its code lives, with what it changes (same tokens, the same distribution, or
-       other rounding): `generation_merge_adapter`, `generation_compile`, `generation_grouped_attention` with
-       `generation_decode_kernel`, `generation_deferred_stop`, `generation_decode_loop` with
-       `generation_compile_regions` and `generation_fused_projections`: the contexts `_generate_single_turn` enters
-       (gmts_recipe/generation/fast.py);
-       `lora_autocast_inputs` (on by default) and `training_compile`: those of `training_step`
-       (gmts_recipe/training_speed.py).
-    10. Optional (`deterministic_kernels`): PyTorch's deterministic algorithms, enabled before the model is loaded;
-       `training_step` strict (the fused attention backward's deterministic path), its generation and scoring in
-       warn_only mode (gmts_recipe/determinism.py).
+    Its overrides of `trl.GRPOTrainer` (TRL 1.16), and nothing else:
+    - `__init__`: refuses what `check_selection_config` refuses, turns TRL's entropy-mask hook on
+      (`top_entropy_quantile = selection_ratio`) and adds the `UpdateCosine` callback.
+    - `get_high_entropy_mask` (TRL's own hook in `_compute_loss`, applied as `per_token_loss * mask`): the selection.
+      "batch" and "group" scopes read the mask chosen once per generation batch; "microbatch" scope ranks the
+      microbatch, gathered over every process, with the live omega.
+    - `_generate_and_score_completions`: after TRL has generated, scored and computed the advantages, the "batch" and
+      "group" scopes choose the kept tokens of the whole generation batch, across every process, and store the mask
+      in the batch as `selection_mask` (B, T); TRL's shuffle and split carry it with its rows into each microbatch.
+      Their entropy comes, in order of preference, from (a) the generation itself (fast.EntropyRecorder), used only
+      when every generation setting leaves softmax(logits / T) as the sampled distribution before truncation
+      (`speed.settings_off_softmax`); (b) the no-grad scoring pass TRL already makes for `old_per_token_logps`, whose
+      fused LM head computes entropy anyway; (c) one fused no-grad pass of our own (`scoring_pass`: vLLM without IS
+      correction, continuous batching, tools, beta != 0, or `selection_entropy_source="scoring_pass"`).
+    - `_compute_loss` records its `inputs` so the hook sees the advantages, and with token_selection="all" computes
+      the same metrics after TRL's loss, every valid token kept; `_get_per_token_logps_and_entropies` only records
+      what it returns (live log-probs and entropy for omega and the metrics, entropy in case (b)).
+    - `log` turns the selection metrics, kept on the device until then, into numbers: the loss hook never waits for
+      the GPU.
+    The speed options (`SpeedMixin`, gmts_recipe/speed.py) add `training_step`, `_generate_single_turn` and
+    `evaluate`, and wrap `_generate_and_score_completions` and `__init__`; they change how generation and the update
+    run, never the selection.
 
-    Selection metrics are logged under `selection/` every step: kept_fraction, overlap (with the other ranking),
-    top_answer_share, effective_answers, top_answer_weight_share, entropy_kept_mean and entropy_all_mean, and the
-    counts behind kept_fraction (kept_tokens, valid_tokens: per selection, averaged where a step makes several); with
-    token_selection="all" too (every valid token kept, no overlap) where omega is modeled. `update/cosine_prev` (every
-    arm): cosine between successive steps' gradients.
+    Logged every step under `selection/`: kept_fraction, overlap (with the other ranking), top_answer_share,
+    effective_answers, top_answer_weight_share (the share of the kept |omega| that each group's largest-|advantage|
+    answer carries), entropy_kept_mean, entropy_all_mean, and the counts behind kept_fraction (kept_tokens,
+    valid_tokens); with token_selection="all" too where omega is modeled. `update/cosine_prev` (every arm): the cosine
+    between successive optimizer steps' gradients.
     """
 
     _tag_names = ["trl", "grpo", "gmts"]
 
     def __init__(self, *args, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
-        if getattr(config, "deterministic_kernels", False):  # before the model reaches the GPU (cuBLAS's workspace)
-            determinism.enable()
+        if not isinstance(config, GMTSConfig):  # refused before TRL loads the model
+            raise TypeError(f"GMTSTrainer needs args=GMTSConfig(...) (GRPOConfig plus the selection fields), got "
+                            f"{type(config).__name__}")
+        check_selection_config(config)
         super().__init__(*args, **kwargs)
-        if not isinstance(self.args, GMTSConfig):
-            raise TypeError(f"GMTSTrainer needs a GMTSConfig, got {type(self.args).__name__}")
-        check_selection_config(self.args)
         self.selection_on = self.args.token_selection != "all"
         self.stats_on = self.selection_on or omega_is_modeled(self.args)  # plain GRPO logs the same metrics
         if self.selection_on:
@@ -230,41 +134,11 @@ class GMTSTrainer(GRPOTrainer):
         self._loss_inputs: dict[str, Any] | None = None
         self._live_logps: torch.Tensor | None = None
         self._live_entropy: torch.Tensor | None = None
-        self._recorder: _EntropyRecorder | None = None
         self._capture_scoring: dict[str, torch.Tensor] | None = None
         self.entropy_source_used: str | None = None  # last source used for batch/group scope, for logs and benches
-        # step -> a digest of each rollout this process generated at that step (`completion_digest`): two arms'
-        # rollouts are compared by these (records.rollout_agreement) to see how long sampling_noise 'counter' couples
-        self.rollout_digests: dict[str, list[str]] = {}
         self._pending_stats: dict[str, list[dict[str, torch.Tensor]]] = {"train": [], "eval": []}
         self._update_cosine = UpdateCosine()
         self.add_callback(self._update_cosine)
-        if self.args.generation_decode_loop == "compiled_step":  # refused, not dropped, where it is not exact
-            check_decode_loop_generation(self.accelerator.unwrap_model(self.model), self.generation_config,
-                                         self.temperature)
-        if self.args.generation_fused_projections:  # a model it cannot fuse is refused now, not at the first step
-            fusable_groups(self.accelerator.unwrap_model(self.model),
-                           merged_lora=self.args.generation_merge_adapter)
-        if self.args.generation_compile:  # refused with vLLM and continuous batching (check_generation_config)
-            self.generation_config.cache_implementation = "static"
-            self.generation_config.disable_compile = False  # TRL sets True; transformers then compiles the decoder
-            self.generation_config.compile_config = static_compile_config()
-            self.generation_kwargs["cache_implementation"] = "static"
-        self.lora_autocast_inputs_on = False  # whether training steps skip PEFT's LoRA input cast (see training_step)
-        if self.args.lora_autocast_inputs:
-            with self.accelerator.autocast():  # the context TRL's forwards run in
-                device = self.accelerator.device.type
-                dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-            blockers = lora_autocast_blockers(self.accelerator.unwrap_model(self.model), dtype)
-            self.lora_autocast_inputs_on = not blockers
-            if blockers:
-                logger.info(f"lora_autocast_inputs does not engage ({'; '.join(blockers)}): PEFT casts LoRA inputs.")
-        # training_compile: the layers that training_step compiles (none without it)
-        self.training_layers = repeated_layers(self.accelerator.unwrap_model(self.model)) if (
-            self.args.training_compile) else []
-        if self.args.training_compile and not self.training_layers:
-            raise ValueError("training_compile compiles the model's repeated decoder layers (a ModuleList of one "
-                             "class) and this model has none; set training_compile=False.")
 
     # ------------------------------------------------------------------ which entropy source
     def _trl_makes_scoring_pass(self) -> bool:
@@ -273,15 +147,6 @@ class GMTSTrainer(GRPOTrainer):
         return self.args.gradient_accumulation_steps % generate_every != 0 or (
             self.use_vllm and self.vllm_importance_sampling_correction
         )
-
-    def _generation_config_used(self) -> GenerationConfig:
-        """TRL's generation config with the unset fields filled from the model's own, as transformers' `generate`
-        merges them (a checkpoint's generation_config.json can set e.g. suppress_tokens)."""
-        config = copy.deepcopy(self.generation_config)
-        model_config = getattr(self.accelerator.unwrap_model(self.model), "generation_config", None)
-        if model_config is not None:
-            config.update(**model_config.to_dict(), defaults_only=True)
-        return config
 
     def _generation_entropy_is_exact(self) -> bool:
         return (
@@ -295,55 +160,6 @@ class GMTSTrainer(GRPOTrainer):
         )
 
     # ------------------------------------------------------------------ hooks into TRL
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """TRL's step (generation, scoring, forward and backward with its checkpoint recompute); with
-        `lora_autocast_inputs_on`, LoRA layers take their input in the autocast dtype (same numbers, fewer copies);
-        with training_compile, the decoder layers run compiled (generation and scoring: see
-        `_generate_and_score_completions`)."""
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(determinism.strict(self.args.deterministic_kernels))
-            if self.lora_autocast_inputs_on:
-                stack.enter_context(lora_input_casting(self.accelerator.unwrap_model(self.model), enabled=False))
-            if self.training_layers:
-                stack.enter_context(layer_forwards(self.training_layers, compiled=True))
-            return super().training_step(model, inputs, num_items_in_batch)
-
-    def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-        model = self.accelerator.unwrap_model(self.model_wrapped)
-        with contextlib.ExitStack() as stack:
-            if self.lora_autocast_inputs_on:  # generation runs without autocast: PEFT's cast is needed there
-                stack.enter_context(lora_input_casting(model, enabled=True))
-            if self.args.generation_merge_adapter and not self.use_vllm:
-                stack.enter_context(merged_lora(model))
-            stack.enter_context(decoding_options(model, self.args.generation_grouped_attention,
-                                                 self.args.generation_deferred_stop,
-                                                 self.args.generation_decode_kernel))
-            loop = self.args.generation_decode_loop == "compiled_step"
-            if self.args.generation_compile or loop:
-                cache_len = compile_cache_length(prompt_ids, self.max_completion_length, self.pad_to_multiple_of)
-                self.generation_config.max_cache_len = cache_len
-                stack.enter_context(without_input_grad_hooks(model))
-            keys = None
-            if self.args.sampling_noise == "counter":  # the step's noise: a function of (seed, step) only
-                step = self.state.global_step
-                if loop:
-                    keys = rollout_noise_keys(self.args.seed, step, len(prompt_ids), self.accelerator.process_index)
-                else:
-                    stack.enter_context(torch.random.fork_rng(devices=[model.device] if model.device.type == "cuda"
-                                                              else [], device_type=model.device.type))
-                    torch.manual_seed(int(rollout_noise_keys(self.args.seed, step, 1, self.accelerator.process_index)))
-            if loop:  # the recorder, if any, takes the entropy the compiled step computed
-                stack.enter_context(with_decode_loop(model, cache_len, self._recorder,
-                                                     self.args.generation_compile_regions, keys,
-                                                     self.args.generation_fused_projections))
-            elif self._recorder is not None:
-                stack.enter_context(with_logits_processor(model, self._recorder))
-            out = super()._generate_single_turn(prompt_ids, *args, **kwargs)
-        if self.model.training:
-            digests = self.rollout_digests.setdefault(str(self.state.global_step), [])
-            digests.extend(completion_digest(ids) for ids in out[0])
-        return out
-
     def _get_per_token_logps_and_entropies(self, model, *args, compute_entropy: bool = False, **kwargs):
         capture = self._capture_scoring is not None and not self._capture_scoring
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(
@@ -374,17 +190,14 @@ class GMTSTrainer(GRPOTrainer):
         batch_wide = self.selection_on and mode == "train" and self.args.selection_scope != "microbatch"
         self._recorder, self._capture_scoring = None, None
         if batch_wide and self._generation_entropy_is_exact():
-            self._recorder = _EntropyRecorder(self.temperature)
+            self._recorder = EntropyRecorder(self.temperature)
         elif batch_wide and self._trl_makes_scoring_pass():
             self._capture_scoring = {}
         try:
-            with (layer_forwards(self.training_layers, compiled=False),  # generation and scoring: the layers' own
-                  determinism.warn_only(self.args.deterministic_kernels)):  # the mode generation was compiled in
-                output = super()._generate_and_score_completions(inputs)
+            output = super()._generate_and_score_completions(inputs)  # SpeedMixin's, then TRL's
         finally:
             recorder, captured = self._recorder, self._capture_scoring
             self._recorder, self._capture_scoring = None, None
-            drop_duplicate_input_grad_hooks(self.accelerator.unwrap_model(self.model))
         if not self.stats_on:
             return output
         rows = output["completion_ids"].size(0)

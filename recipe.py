@@ -64,7 +64,7 @@ from urllib.parse import urlparse
 
 from check import ResultsError, render, seal, write_json
 from check import load as load_results
-from eval import Sampling, evaluate_with_config
+from eval import SAMPLING_FIELDS, Sampling, compile_seconds, evaluate_with_config, sampling  # noqa: F401
 from gmts_recipe.data import (DataError, arithmetic_task, arithmetic_test_pool, load_gsm8k, split_tasks, system_prompt,
                               to_prompt)
 from gmts_recipe.field_types import misfits
@@ -73,6 +73,7 @@ from gmts_recipe.plots import plot_run
 from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
 from gmts_recipe.rewards import math_equal_reward
 from gmts_recipe.samples import write_samples
+from gmts_recipe.speed_options import eval_record_entries, evaluation_options, recorded_per_arm, unhashed_fields
 from selection import RULES, arms, rule_named
 
 
@@ -91,32 +92,26 @@ def all_arms() -> tuple[str, ...]:
 EVAL_FIELDS = ("system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
                "base_eval_seeds", "eval_fast")
 # The training sampler's fields that evaluation samples with too (eval.Sampling): part of what decides an evaluation.
-SAMPLING_FIELDS = ("top_p", "top_k", "min_p", "repetition_penalty")
 PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter (get_peft_config), not the base model
 # ModelConfig fields passed to both model loads (evaluation and the trainer's model_init_kwargs), besides the adapter's.
 # Any other model field set away from its default is refused (check_model_fields): it would reach neither load.
 LOADED_MODEL_FIELDS = ("model_name_or_path", "model_revision", "dtype", "attn_implementation")
 DEFAULT_CONFIG = "configs/paper.yaml"
-# Fields that name where or how a run is executed, not what it computes: left out of the config hash.
+# Fields that name where or how a run is executed, not what it computes: left out of the config hash. The speed
+# options' part comes from their fields' metadata (speed_options.unhashed_fields).
 NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
-              "ets_nz_learning_rate",
-              "generation_merge_adapter", "generation_compile", "generation_grouped_attention", "cudnn_attention",
-              "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop", "lora_autocast_inputs",
-              "save_minutes", "training_compile", "generation_compile_regions", "deterministic_kernels",
-              "generation_fused_projections", "gradient_checkpointing", "set_fields",
-              "ddp_find_unused_parameters", "ddp_timeout"}
+              "ets_nz_learning_rate", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
+              "ddp_find_unused_parameters", "ddp_timeout"} | unhashed_fields()
 NOT_HASHED |= {"project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"}  # where logs go
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
 RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
-# How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json.
-GENERATION_OPTIONS = ("use_cpu", "generation_merge_adapter", "generation_compile", "generation_grouped_attention",
-                      "cudnn_attention", "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
-                      "lora_autocast_inputs", "training_compile", "generation_compile_regions", "deterministic_kernels",
-                      "generation_fused_projections", "gradient_checkpointing")
+# How an arm was executed (speed options, left out of the hash): recorded in each arm's entry of results.json. The
+# speed options' part comes from their fields' metadata (speed_options.recorded_per_arm).
+GENERATION_OPTIONS = ("use_cpu", "cudnn_attention", "gradient_checkpointing") + recorded_per_arm()
 
 
 @dataclass
@@ -162,7 +157,7 @@ class RecipeArgs:
     # line set (filled by parse, not a command-line option): the library fields that config_record hashes
     cudnn_attention: bool = field(default=True, metadata={
         "help": "let PyTorch use cuDNN attention; it builds a plan for each new sequence length, so with lengths "
-                "that change every step false is faster (update 0.33 vs 0.57 s, bench/results-h200.json)"})
+                "that change every step false is faster (bench/README.md)"})
 
 
 class RecipeError(Exception):
@@ -197,14 +192,15 @@ FIELD_LIBRARIES = ("trl", "transformers", "peft")  # whose config classes (with 
 def _field_list_file() -> Path | None:
     """Where this environment's field list is kept once a run has built it: named by the versions of the libraries
     whose config classes it lists and by the bytes of the files that define ours (RecipeArgs here, GMTSConfig in
-    gmts_recipe/config.py), so a list is read back only where it is the one _parser() would give. None where a
+    gmts_recipe/config.py and speed_options.py), so a list is read back only where it is the one _parser() would give. None where a
     version or a file cannot be read: then nothing is kept."""
 
     digest = hashlib.sha256()
     try:
         for library in FIELD_LIBRARIES:
             digest.update(f"{library}=={importlib.metadata.version(library)}\n".encode())
-        for source in (Path(__file__), Path(__file__).parent / "gmts_recipe" / "config.py"):
+        for source in (Path(__file__), Path(__file__).parent / "gmts_recipe" / "config.py",
+                       Path(__file__).parent / "gmts_recipe" / "speed_options.py"):
             digest.update(source.read_bytes())
     except (importlib.metadata.PackageNotFoundError, OSError):
         return None
@@ -375,16 +371,6 @@ def _hardware(config: dict, argv: list[str]) -> list[str]:
             "--generation_compile", "false"]
 
 
-def compile_seconds() -> float:
-    """Seconds this process has spent compiling so far: torch.compile's frame compiles (dynamo, and the backend's
-    forward code) plus AOTAutograd's backward compiles (calculate_time_spent's total_wall_time). The difference around
-    a phase is that phase's compile time. CUDA-graph recording is not in it: it happens at a graph's first replay and
-    counts as running time."""
-    from torch._dynamo.utils import calculate_time_spent
-
-    return calculate_time_spent()["total_wall_time"]
-
-
 def trained_arms(arm: str) -> list[str]:
     """The arms to train for an --arm value (base evals always come first): `all` (GRPO, ETS, GMTS; not the control
     ets_nz), one arm, or a comma list trained in the order given (a sweep puts the pair it compares first: a run cut
@@ -548,22 +534,13 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
     is in the record when on (and absent when off, so that records made before it existed keep their key); so are
     `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
-    `sampling_noise` "counter"."""
+    `sampling_noise` "counter" (the fields whose metadata names an "eval_record" key:
+    speed_options.eval_record_entries)."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
             "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
-            "device": device.split(":")[0],
-            **({"deferred_stop": True} if getattr(train, "generation_deferred_stop", False) else {}),
-            **({"decode_loop": train.generation_decode_loop}
-               if getattr(train, "generation_decode_loop", "transformers") != "transformers" else {}),
-            **({"sampling_noise": train.sampling_noise}
-               if getattr(train, "sampling_noise", "stream") != "stream" else {})}
-
-
-def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
-    """Evaluation samples like training does (TRL's sampler fields), at the recipe's eval_temperature."""
-    return Sampling(temperature=recipe.eval_temperature, **{k: getattr(train, k) for k in SAMPLING_FIELDS})
+            "device": device.split(":")[0], **eval_record_entries(train)}
 
 
 @contextlib.contextmanager

@@ -48,7 +48,7 @@ def run_dir(recipe_argv: list[str]) -> tuple[Path, Path]:
 
 
 def compile_phases(results: dict) -> tuple[list, dict, float | None]:
-    """The seconds the process spent compiling per phase (recipe.compile_seconds: torch.compile's frame and backward
+    """The seconds the process spent compiling per phase (eval.compile_seconds: torch.compile's frame and backward
     compiles, not CUDA-graph recording, which happens at a graph's first replay): each base evaluation, each arm's
     training and evaluation; and their sum, None when a phase lacks the field (a run of a recipe.py before it)."""
     base = [e.get("compile_seconds") for e in results.get("base", {}).get("evals", [])]

@@ -239,9 +239,9 @@ def cuda_activity(events) -> tuple[int, float]:
 
 
 def recorder_cost(device, rows: int, vocab: int, reps: int) -> dict:
-    from gmts_trainer import _EntropyRecorder
+    from gmts_recipe.generation.fast import EntropyRecorder
 
-    rec = _EntropyRecorder(1.0)
+    rec = EntropyRecorder(1.0)
     logits = torch.randn(rows, vocab, device=device, dtype=torch.bfloat16)
     r = measure(lambda: rec(None, logits), device, reps * 20)
     return {"rows": rows, "per_decode_step_ms": 1000 * r["median_s"]}

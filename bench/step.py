@@ -621,6 +621,7 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
     from recipe import sampling
 
     from gmts_recipe.generation.fast import compile_cache_length
+    from gmts_recipe.speed_options import evaluation_options
 
     prompts, batch_rows, prompt_lengths = first_batch_prompts(recipe_args, tok, heldout)
     k, new_tokens = recipe_args.eval_samples, recipe_args.eval_max_new_tokens
@@ -644,10 +645,7 @@ def evaluation(recipe_args, train_args, model, tok, heldout, device, lengths: li
         return evaluation_module.generate_samples(
             model, tok, prompts, k=k, seed=recipe_args.base_eval_seeds[0], max_new_tokens=n,
             batch_size=recipe_args.eval_batch_size, progress=False, sampling=sampling(recipe_args, train_args),
-            fast=recipe_args.eval_fast, grouped_attention=train_args.generation_grouped_attention,
-            deferred_stop=train_args.generation_deferred_stop, decode_kernel=train_args.generation_decode_kernel,
-            decode_loop=train_args.generation_decode_loop, compile_regions=train_args.generation_compile_regions,
-            fused_projections=train_args.generation_fused_projections)
+            fast=recipe_args.eval_fast, options=evaluation_options(train_args))
 
     static, compiled = evaluation_module.decoding_plan(device.type, recipe_args.eval_fast)
     out = {"model": None, "samples": len(prompts) * k,

@@ -1,4 +1,4 @@
-"""GMTSConfig: `GRPOConfig` plus the token-selection fields and the speed options, and the checks that refuse, with the
+"""GMTSConfig: `GRPOConfig` plus the token-selection fields and the speed options (speed_options.py), and the checks that refuse, with the
 reason, every setting where selection would be silently wrong or meaningless (`check_selection_config`: run when the
 config is built, and again by GMTSTrainer; `check_decode_loop_generation`, which needs the model: by GMTSTrainer).
 The trainer is gmts_trainer.py, which re-exports GMTSConfig.
@@ -6,6 +6,7 @@ The trainer is gmts_trainer.py, which re-exports GMTSConfig.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,8 +15,8 @@ from transformers import GenerationConfig
 from trl import GRPOConfig
 
 from gmts_recipe.generation.attention import KERNELS
-from gmts_recipe.generation.decode_loop import (DECODE_LOOPS, SAMPLING_NOISES, check_supported, check_supported_config,
-                                                resolved_generation_config)
+from gmts_recipe.generation.decode_loop import check_supported, check_supported_config, resolved_generation_config
+from gmts_recipe.speed_options import DECODE_LOOPS, SAMPLING_NOISES, SpeedOptions, field_docs
 from selection import RULES
 
 SELECTION_SCOPES = ("batch", "microbatch", "group")
@@ -26,8 +27,8 @@ PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] 
 
 
 @dataclass
-class GMTSConfig(GRPOConfig):
-    """`GRPOConfig` plus the token-selection fields. Defaults: GMTS, 20% of tokens, one threshold per batch."""
+class GMTSConfig(SpeedOptions, GRPOConfig):
+    # the docstring, with every field's help text, is built below from the fields' metadata
 
     token_selection: str = field(
         default="gmts",
@@ -56,115 +57,17 @@ class GMTSConfig(GRPOConfig):
                   "choices": list(ENTROPY_SOURCES)},
     )
 
-    generation_merge_adapter: bool = field(
-        default=False,
-        metadata={"help": "Fold the LoRA adapter into the weights while generating (the exact base weights are restored "
-                          "after): ~1/3 of the kernels per decoding step; add generation_compile for CUDA graphs. "
-                          "Costs a copy of the adapted weights in memory. Not for DeepSpeed ZeRO-3 or FSDP."},
-    )
-    generation_compile: bool = field(
-        default=False,
-        metadata={"help": "Decode with transformers' compiled path: static KV cache, torch.compile and CUDA graphs "
-                          "(TRL turns it off). The first step pays the compilation (~40 s for a 1.5B model on an H200), "
-                          "and again when prompts outgrow the cache's 256-token bucket. GPU only; not with vLLM or "
-                          "continuous batching. Best with generation_merge_adapter."},
-    )
-    generation_grouped_attention: bool = field(
-        default=False,
-        metadata={"help": "Decode with grouped-query attention that does not copy the key/value cache once per query "
-                          "head at every step (attention.py; same computation as sdpa). For models with fewer "
-                          "key/value than query heads (Qwen2.5: 2 and 12); a no-op otherwise. Also used by the "
-                          "recipe's fast evaluation."},
-    )
-    generation_deferred_stop: bool = field(
-        default=False,
-        metadata={"help": "On CUDA, read transformers' all-rows-finished flag one step late instead of waiting for the "
-                          "GPU at every token (decoding.py; transformers' DeferredStopCheck, which it enables on mps "
-                          "only). Same tokens; when every row stops before the limit, the cut extra step advances the "
-                          "random stream for the next call. Also used by the recipe's fast evaluation."},
-    )
-    generation_decode_kernel: str = field(
-        default="sdpa",
-        metadata={"help": "With generation_grouped_attention: the folded decoding call through PyTorch's fused "
-                          "kernel ('sdpa') or as transformers' eager attention computes it, two batched matrix "
-                          "products ('matmul': reads the cache at full bandwidth where the fused kernel, made for long "
-                          "queries, does not; attention.py). Same attention, other bf16 rounding. Also used by the "
-                          "recipe's fast evaluation."},
-    )
-    generation_decode_loop: str = field(
-        default="transformers",
-        metadata={"help": "'transformers': TRL's call of transformers' generate. 'compiled_step': decode_loop.sample, "
-                          "the whole token step (one-token forward, sampling, bookkeeping, the entropy for selection) "
-                          "as one torch.compile graph, a CUDA-graph replay per token on a GPU (eager on a CPU). "
-                          "Samples softmax(logits / T) only: other sampling settings are refused. Same distribution, "
-                          "other random numbers on CUDA than generate's. Measured by bench/step.py "
-                          "--generation_decode_loop compiled_step.", "choices": list(DECODE_LOOPS)},
-    )
-    generation_compile_regions: bool = field(
-        default=False,
-        metadata={"help": "With generation_decode_loop compiled_step: compile the step's decoder layers once as nested "
-                          "compile regions (decode_loop.layer_regions) instead of as 28 unrolled copies: less "
-                          "inductor work per compilation, but one compilation per number of rows (the evaluation's "
-                          "and the training step's) where the unrolled step compiles once. Same computation, maybe "
-                          "other rounding (no fusion across layers). On an H200 a cold complete run compiled 36 s instead "
-                          "of 54 (5.42 against 5.84 GPU-min), a warm one the same (bench/complete-run-h200-j-*.json); "
-                          "the token step as fast (bench/compile-regions-64-h200.json). Also used by the recipe's fast "
-                          "evaluation."},
-    )
-    generation_fused_projections: bool = field(
-        default=False,
-        metadata={"help": "With generation_decode_loop compiled_step: while generating, each decoder layer's q/k/v "
-                          "projections run as one matrix product over their concatenated weights and biases, gate/up "
-                          "as one (gmts_recipe/generation/fused.py): 4 products per layer and token step instead of "
-                          "7, for small-batch decoding where each product costs its latency. Restored after every "
-                          "generation call. For Qwen2/Llama-family attention and MLP modules (others refused); with a "
-                          "LoRA adapter it needs generation_merge_adapter. Keeps a copy of those weights (~1.7 GB for "
-                          "a 1.5B model in bf16) for the CUDA graph's fixed addresses. Same numbers on a CPU, maybe "
-                          "other bf16 rounding on a GPU. On one H200 (Qwen2.5-Coder-1.5B, 64 rows) the token step "
-                          "3.46 -> 3.12 ms, the training step 1.93 -> 1.85 s (bench/README.md)."},
-    )
-    sampling_noise: str = field(
-        default="stream",
-        metadata={"help": "Where the rollouts' sampling noise comes from. 'stream': torch's generator, as TRL and "
-                          "transformers draw (each draw depends on every draw before it in the process). 'counter': "
-                          "a function of (seed, step) only: in the compiled step (generation_decode_loop "
-                          "compiled_step) a hash of (seed, step, rollout, position, token) (decode_loop.counter_noise), "
-                          "with transformers' generate the generator reseeded from (seed, step) for the step's call. "
-                          "Each arm's rollouts stay exact samples of its own policy; arms of one seed draw the same "
-                          "numbers at every step (identical rollouts while their weights are equal), which couples "
-                          "them and makes a run repeat whatever ran before it in the process. Also used by the "
-                          "recipe's evaluation.", "choices": list(SAMPLING_NOISES)},
-    )
-    lora_autocast_inputs: bool = field(
-        default=True,
-        metadata={"help": "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's "
-                          "float32, which autocast then copies back (two elementwise copies per LoRA layer in the "
-                          "forward, the checkpoint recompute and the backward). Same numbers: bf16 -> float32 -> bf16 "
-                          "is exact. Engages only with autocast and plain LoRA Linear layers without dropout "
-                          "(training_speed.lora_autocast_blockers); false: PEFT's cast, for comparison."},
-    )
-    training_compile: bool = field(
-        default=False,
-        metadata={"help": "Run the training forward and backward through the decoder layers compiled with "
-                          "torch.compile (one compiled forward for every layer: regional compilation), so the "
-                          "elementwise work between the matrix products is fused. Generation and the no-grad scoring "
-                          "passes keep the layers' own forwards. Other rounding in the update; the first step pays "
-                          "the compilation; later steps reuse it."},
-    )
-    deterministic_kernels: bool = field(
-        default=False,
-        metadata={"help": "PyTorch's deterministic algorithms (gmts_recipe/determinism.py): CUBLAS_WORKSPACE_CONFIG="
-                          ":4096:8 before the first CUDA work, torch.use_deterministic_algorithms with warn_only (each "
-                          "op without a deterministic implementation named once, on one line), and the training step "
-                          "strict, so the fused attention backward does not accumulate over key splits with atomics: "
-                          "the update then does not depend on how the GPU schedules blocks (two runs at once on one "
-                          "GPU). Other rounding than without it; measured by bench/determinism.py."},
-    )
-
     def __post_init__(self):
         check_generation_counts(self)  # before GRPOConfig's own arithmetic with them (num_generations 0: % by zero)
         super().__post_init__()
         check_selection_config(self)
+
+
+_SELECTION_FIELDS = [f for f in dataclasses.fields(GMTSConfig) if f.name in GMTSConfig.__annotations__]
+GMTSConfig.__doc__ = (
+    "`GRPOConfig` plus the token-selection fields (defaults: GMTS, 20% of tokens, one threshold per batch) and the "
+    "speed options (gmts_recipe/speed_options.py), which change how a run executes, never which tokens it keeps.\n\n"
+    "Selection fields:\n" + field_docs(GMTSConfig, _SELECTION_FIELDS) + "\n\nSpeed options:\n" + field_docs(SpeedOptions))
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

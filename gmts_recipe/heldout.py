@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gmts_recipe.records import ResultsError
+from gmts_recipe.records import ResultsError, evaluations
 
 # The recipe's defaults of the generated task's pool when a config record leaves them out (a record holds only the
 # fields away from their defaults); files written from now on record them in the data report's "pool".
@@ -42,8 +42,6 @@ def heldout_keys(results: dict) -> list[str]:
 
 def check_heldout(results: dict) -> int:
     """Every evaluation holds exactly the run's held-out tasks (data.heldout), each once. Returns their number."""
-    from gmts_recipe.samples import evaluations
-
     keys = heldout_keys(results)
     wanted = set(keys)
     for where, ev in evaluations(results):

@@ -317,3 +317,9 @@ def agreement_line(results: dict, pair: tuple[str, str] = ("ets", "gmts")) -> st
     shown = ", ".join(f"{s}: {share:.0%}" for s, share in shares[:12]) + (", ..." if len(shares) > 12 else "")
     return (f"Identical rollouts, {pair[0]} vs {pair[1]} (the share of a step's completions the two arms sampled "
             f"alike; shared noise, parting weights), per step: {shown}")
+
+
+def evaluations(results: dict) -> list[tuple[str, dict]]:
+    """Every evaluation of a results file with the name check.py gives it in its messages."""
+    return [*((f"base eval {i}", ev) for i, ev in enumerate(results["base"]["evals"])),
+            *((f"arm {arm}", entry["eval"]) for arm, entry in results.get("arms", {}).items())]

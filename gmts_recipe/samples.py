@@ -11,7 +11,7 @@ import lzma
 import os
 from pathlib import Path
 
-from gmts_recipe.records import ResultsError, load
+from gmts_recipe.records import ResultsError, evaluations, load  # noqa: F401 - evaluations, as before
 
 SAMPLES_PRESET = 6  # xz: 3.9x on GSM8K-like text (gzip 2.9x); 9 is no smaller at a few MB and takes 674 MiB to compress
 
@@ -35,12 +35,6 @@ def write_samples(folder: Path, stem: str, log: list[dict]) -> tuple[Path, str]:
     tmp.write_bytes(data)
     tmp.replace(path)
     return path, sha
-
-
-def evaluations(results: dict) -> list[tuple[str, dict]]:
-    """Every evaluation of a results file with the name check.py gives it in its messages."""
-    return [*((f"base eval {i}", ev) for i, ev in enumerate(results["base"]["evals"])),
-            *((f"arm {arm}", entry["eval"]) for arm, entry in results.get("arms", {}).items())]
 
 
 def samples_path(folder: Path, evaluation: dict, where: str) -> Path:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from gmts_recipe.generation import attention
+from gmts_recipe.speed_options import SpeedOptions
 from tiny import tiny_model, tiny_tokenizer
 
 
@@ -88,7 +89,7 @@ def test_evaluation_samples_the_same_through_grouped_attention(monkeypatch):
     plain = generate_samples(model, tok, prompts, k=2, seed=5, max_new_tokens=5, progress=False, fast=True)
     calls = _count_grouped(monkeypatch)
     grouped = generate_samples(model, tok, prompts, k=2, seed=5, max_new_tokens=5, progress=False, fast=True,
-                               grouped_attention=True)
+                               options=SpeedOptions(generation_grouped_attention=True))
     assert grouped == plain and calls.count(1) == 4 * model.config.num_hidden_layers  # 4 decoding steps
     assert model.config._attn_implementation == "sdpa"
 
@@ -186,6 +187,7 @@ def test_training_generation_and_evaluation_take_the_matmul_kernel_from_the_conf
     prompts = [[{"role": "user", "content": c}] for c in ("1+1", "123+45", "9")]
     reference = generate_samples(model, tok, prompts, k=2, seed=5, max_new_tokens=5, progress=False, fast=True)
     matmul = generate_samples(model, tok, prompts, k=2, seed=5, max_new_tokens=5, progress=False, fast=True,
-                              grouped_attention=True, decode_kernel="matmul")
+                              options=SpeedOptions(generation_grouped_attention=True,
+                                                   generation_decode_kernel="matmul"))
     assert matmul == reference and len(calls) == 4 * model.config.num_hidden_layers  # 4 decoding steps
     assert model.config._attn_implementation == "sdpa"

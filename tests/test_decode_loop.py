@@ -7,6 +7,7 @@ import torch
 from tiny import tiny_model, tiny_tokenizer
 
 from gmts_recipe.generation import decode_loop
+from gmts_recipe.speed_options import SpeedOptions
 
 RAGGED = ["1+2=", "34+5=", "7+8+9+10=", "9=", "6+6=", "12+30+4="]  # left padding of 0 to 7 tokens
 EQUAL = ["1+2=", "3+4=", "5+6=", "7+8="]  # no padding: the attention mask alone must hide the empty cache slots
@@ -149,10 +150,10 @@ def test_compiled_step_traces_as_one_graph(tiny, kernel, entropy, rows_per_promp
 
 
 def test_entropy_is_the_recorders_on_the_logits_each_token_was_drawn_from(tiny, monkeypatch):
-    """The entropy written inside the step, column t, equals gmts_trainer._EntropyRecorder's (transformers' logits
-    processor) on the logits token t was sampled from, exactly; it is trimmed like the tokens (every row stops early
-    here: the steps run past the last EOS are cut from both), and computing it moves no token."""
-    from gmts_trainer import _EntropyRecorder
+    """The entropy written inside the step, column t, equals fast.EntropyRecorder's (transformers' logits processor)
+    on the logits token t was sampled from, exactly; it is trimmed like the tokens (every row stops early here: the
+    steps run past the last EOS are cut from both), and computing it moves no token."""
+    from gmts_recipe.generation.fast import EntropyRecorder
 
     tok, model = tiny
     eos, temperature = [1, 5, 9, 13, 17, 21], 0.7
@@ -160,7 +161,7 @@ def test_entropy_is_the_recorders_on_the_logits_each_token_was_drawn_from(tiny, 
     kwargs = dict(max_new_tokens=40, temperature=temperature, eos_token_ids=eos, pad_token_id=0, compiled=False)
     torch.manual_seed(0)
     plain = decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], **kwargs)
-    recorder = _EntropyRecorder(temperature)
+    recorder = EntropyRecorder(temperature)
     original = decode_loop.sample_next
     monkeypatch.setattr(decode_loop, "sample_next", lambda logits, *a, **k: recorder(None, logits) is None or
                         original(logits, *a, **k))
@@ -324,8 +325,9 @@ def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch, region
     base, tok = _tiny_chat_model()
     prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8", "99", "4+4+4", "6")]
     evaluate = lambda model: generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=6,  # noqa: E731
-                                              progress=False, fast=True, batch_size=12, decode_loop="compiled_step",
-                                              compile_regions=regions)
+                                              progress=False, fast=True, batch_size=12,
+                                              options=SpeedOptions(generation_decode_loop="compiled_step",
+                                                                   generation_compile_regions=regions))
     evaluate(base)
     assert len(graphs) == 1
     for arm in ("entropy", "gmts"):
@@ -498,7 +500,7 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
                                          "--generation_compile_regions false") as err:
         make_config(tmp_path, generation_compile_regions=True)
     assert "\n" not in str(err.value)
-    check_rounding_only_switch(monkeypatch, "generation_compile_regions", "compile_regions")
+    check_rounding_only_switch(monkeypatch, "generation_compile_regions")
 
     from test_eval import _tiny_chat_model
 
@@ -506,7 +508,9 @@ def test_compile_regions_reach_the_trainers_generation_and_every_evaluation_and_
     monkeypatch.setattr(decode_loop, "sample_with_config", lambda *a, **kw: calls.append(kw) or original(*a, **kw))
     base, tok = _tiny_chat_model()
     evaluation.generate_samples(base, tok, [[{"role": "user", "content": "1+2"}]], k=2, seed=0, max_new_tokens=4,
-                                progress=False, fast=True, decode_loop="compiled_step", compile_regions=True)
+                                progress=False, fast=True,
+                                options=SpeedOptions(generation_decode_loop="compiled_step",
+                                                     generation_compile_regions=True))
     assert calls and calls[0]["compile_regions"] is True
 
     calls = []

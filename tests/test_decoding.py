@@ -6,6 +6,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.generation.utils import DeferredStopCheck, GenerationMixin
 
 from gmts_recipe.generation import decoding
+from gmts_recipe.speed_options import SpeedOptions
 from tiny import tiny_model, tiny_tokenizer
 
 CUDA, MPS, CPU = torch.device("cuda"), torch.device("mps"), torch.device("cpu")
@@ -115,7 +116,8 @@ def test_evaluation_and_training_generation_decode_inside_it(tmp_path, monkeypat
     model = tiny_model(tok, hidden=64)
     prompts = [[{"role": "user", "content": c}] for c in ("1+1", "9")]
     generate_samples(model, tok, prompts, k=1, seed=5, max_new_tokens=3, progress=False, fast=True)
-    generate_samples(model, tok, prompts, k=1, seed=5, max_new_tokens=3, progress=False, fast=True, deferred_stop=True)
+    generate_samples(model, tok, prompts, k=1, seed=5, max_new_tokens=3, progress=False, fast=True,
+                     options=SpeedOptions(generation_deferred_stop=True))
     assert seen == [False, True]
     generation_batch(make_trainer(tmp_path, generation_deferred_stop=True))
     assert seen[2:] and all(seen[2:])
@@ -139,8 +141,10 @@ def test_the_base_evaluation_key_has_it_only_when_on_and_results_record_it():
 
 
 def evaluation_options(monkeypatch, parsed) -> dict:
-    """The keyword arguments the recipe's evaluation (Run._evaluate) passes to eval.evaluate_pass_at_1 under the parsed
-    config (recipe.parse's result): how a speed switch is shown to reach every evaluation."""
+    """The speed options (as a dict) the recipe's evaluation (Run._evaluate) passes to eval.evaluate_pass_at_1 under
+    the parsed config (recipe.parse's result): how a speed switch is shown to reach every evaluation."""
+    import dataclasses
+
     import eval as evaluation
     import recipe
 
@@ -149,13 +153,13 @@ def evaluation_options(monkeypatch, parsed) -> dict:
     run = recipe.Run.__new__(recipe.Run)
     run.recipe, run.train_args = parsed[0], parsed[1]
     run._evaluate(None, None, [], 0)
-    return seen
+    return dataclasses.asdict(seen["options"])
 
 
-def check_rounding_only_switch(monkeypatch, field: str, evaluation_key: str) -> None:
+def check_rounding_only_switch(monkeypatch, field: str) -> None:
     """A bool speed switch of the compiled decode step: parsed on from the command line (configs/qwen.yaml with the
     compiled step), out of the config hash, recorded with each arm's generation options, and passed to every
-    evaluation as `evaluation_key`."""
+    evaluation in its options."""
     import recipe
 
     flags = ["--config", "configs/qwen.yaml", "--use_cpu", "true", "--bf16", "false", "--generation_decode_loop",
@@ -165,7 +169,7 @@ def check_rounding_only_switch(monkeypatch, field: str, evaluation_key: str) -> 
     assert getattr(on[1], field) and not getattr(off[1], field)
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert field in recipe.GENERATION_OPTIONS
-    assert evaluation_options(monkeypatch, on)[evaluation_key] is True
+    assert evaluation_options(monkeypatch, on)[field] is True
 
 
 def test_the_decode_loop_keys_base_evaluations_only_when_on_and_reaches_every_evaluation(monkeypatch):
@@ -182,4 +186,4 @@ def test_the_decode_loop_keys_base_evaluations_only_when_on_and_reaches_every_ev
     assert recipe.eval_record(on[0], on[2], on[1], [], "cuda") == {**record_off, "decode_loop": "compiled_step"}
     assert recipe.config_hash(recipe.config_record(*off[:3])) == recipe.config_hash(recipe.config_record(*on[:3]))
     assert "generation_decode_loop" in recipe.GENERATION_OPTIONS
-    assert evaluation_options(monkeypatch, on)["decode_loop"] == "compiled_step"
+    assert evaluation_options(monkeypatch, on)["generation_decode_loop"] == "compiled_step"

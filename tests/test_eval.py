@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gmts_recipe.data import arithmetic_task, choose_split, decontaminate, task_hash, to_prompt
 from gmts_recipe.rewards import final_answer, math_equal_reward
+from gmts_recipe.speed_options import SpeedOptions
 from gmts_recipe.stats import hack_scan, noise_floor, paired_delta
 
 GSM = "Natalia sold 48 clips in April and half as many in May.\n48/2 = 24\n48 + 24 = 72\n#### 72"
@@ -266,7 +267,8 @@ def test_generate_samples_keeps_prompt_order_across_length_sorting(monkeypatch, 
         monkeypatch.setattr(decode_loop, "sample_with_config", lambda model, input_ids, attention_mask, *args,
                             **kwargs: echo(input_ids, attention_mask))
     samples = generate_samples(model, tok, prompts, k=2, seed=0, max_new_tokens=6, batch_size=3, progress=False,
-                               fast=loop == "compiled_step", decode_loop=loop)
+                               fast=loop == "compiled_step",
+                               options=SpeedOptions(generation_decode_loop=loop))
     texts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
     expected = [tok.decode(tok(t, add_special_tokens=False)["input_ids"][::-1], skip_special_tokens=True)
                 for t in texts]
@@ -347,7 +349,8 @@ def test_compiled_step_loop_samples_what_generate_samples_on_the_cpu():
                                                       init_lora_weights=False))
     prompts = [[{"role": "user", "content": c}] for c in ("1", "123+456", "7+8")]
     out = {loop: generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=8, progress=False, fast=True,
-                                  grouped_attention=True, decode_loop=loop)
+                                  options=SpeedOptions(generation_grouped_attention=True,
+                                                       generation_decode_loop=loop))
            for loop in ("transformers", "compiled_step")}
     assert out["compiled_step"] == out["transformers"]
     assert len({s for outs in out["transformers"] for s in outs}) > 1  # sampled, not one text
@@ -374,14 +377,15 @@ def test_compiled_step_evaluation_shares_each_prompts_prefill_when_batches_hold_
         for name, loop in (("shared", shared), ("per_row", per_row)):
             monkeypatch.setattr(decode_loop, "sample_with_config", loop)
             texts[name] = generate_samples(model, tok, prompts, k=2, seed=4, max_new_tokens=8, progress=False,
-                                           fast=True, batch_size=batch_size, decode_loop="compiled_step")
+                                           fast=True, batch_size=batch_size,
+                                           options=SpeedOptions(generation_decode_loop="compiled_step"))
         assert seen == expected, batch_size
         assert texts["shared"] == texts["per_row"]
         seen.clear()
 
 
 @pytest.mark.parametrize("kwargs, reason", [
-    ({"decode_loop": "vllm", "fast": True}, "unknown decode_loop 'vllm'"),
+    ({"decode_loop": "vllm", "fast": True}, "unknown generation_decode_loop 'vllm'"),
     ({"decode_loop": "compiled_step"}, "pass fast=True"),
     ({"decode_loop": "compiled_step", "fast": True, "sampling": "top_p"}, "top_p=0.9 unsupported"),
 ])
@@ -391,6 +395,7 @@ def test_compiled_step_loop_refuses_what_it_cannot_do(kwargs, reason):
     model, tok = _tiny_chat_model()
     if kwargs.get("sampling") == "top_p":
         kwargs = kwargs | {"sampling": Sampling(top_p=0.9)}
+    kwargs = kwargs | {"options": SpeedOptions(generation_decode_loop=kwargs.pop("decode_loop"))}
     with pytest.raises(ValueError, match=reason):
         generate_samples(model, tok, [[{"role": "user", "content": "1"}]], k=1, seed=0, max_new_tokens=2,
                          progress=False, **kwargs)

@@ -12,6 +12,7 @@ from tiny import tiny_model, tiny_tokenizer
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gmts_recipe.generation import decode_loop, fused
+from gmts_recipe.speed_options import SpeedOptions
 
 MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
            torch.ops.aten.baddbmm.default}
@@ -198,9 +199,10 @@ def test_a_model_it_cannot_fuse_exactly_or_an_other_path_is_refused_in_one_line(
         make_config(tmp_path, generation_fused_projections=True)
     refusals.append(err)
     base, tok = _tiny_chat_model()
-    with pytest.raises(ValueError, match="pass decode_loop='compiled_step' or fused_projections=False") as err:
+    with pytest.raises(ValueError, match="set generation_decode_loop='compiled_step' or generation_fused_projections=False") as err:
         generate_samples(base, tok, [[{"role": "user", "content": "1"}]], k=1, seed=0, max_new_tokens=2,
-                         progress=False, fast=True, fused_projections=True)
+                         progress=False, fast=True,
+                         options=SpeedOptions(generation_fused_projections=True))
     refusals.append(err)
     with pytest.raises(ValueError, match="a LoRA layer not merged: with an adapter set generation_merge_adapter") as err:
         make_trainer(tmp_path, generation_decode_loop="compiled_step", generation_fused_projections=True)
@@ -218,7 +220,7 @@ def test_the_trainers_rollouts_and_the_evaluation_are_the_same_with_the_projecti
     from test_decoding import check_rounding_only_switch
     from test_trainer import generation_batch, make_trainer
 
-    check_rounding_only_switch(monkeypatch, "generation_fused_projections", "fused_projections")
+    check_rounding_only_switch(monkeypatch, "generation_fused_projections")
     assert recipe.parse(["--use_cpu", "true"])[1].generation_fused_projections is True  # configs/paper.yaml
 
     calls, original = [], decode_loop.sample

@@ -8,8 +8,8 @@ import torch
 from peft import LoraConfig, get_peft_model
 from torch.profiler import profile
 
-import gmts_trainer
 import recipe
+from gmts_recipe import speed
 from gmts_recipe.training_speed import lora_autocast_blockers, lora_input_casting
 from gmts_trainer import GMTSConfig, GMTSTrainer
 from tiny import tiny_dataset, tiny_model, tiny_tokenizer
@@ -146,7 +146,7 @@ def test_trainer_steps_are_bit_identical_and_skip_the_cast_only_in_the_autocast_
 def test_trainer_keeps_the_cast_and_says_why_where_the_option_does_not_engage(tmp_path, monkeypatch, overrides, lora,
                                                                               blocker):
     said = []
-    monkeypatch.setattr(gmts_trainer.logger, "info", said.append)
+    monkeypatch.setattr(speed.logger, "info", said.append)
     trainer = bf16_trainer(tmp_path, True, lora=lora, **overrides)
     assert trainer.lora_autocast_inputs_on is False
     assert len(said) == 1 and blocker in said[0] and "PEFT casts LoRA inputs" in said[0]

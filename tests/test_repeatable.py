@@ -12,6 +12,8 @@ from test_recipe import run, tiny_config  # noqa: F401 - the fixture
 from test_decode_loop import sharpen
 from tiny import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 
+from gmts_recipe.speed_options import SpeedOptions
+
 import eval as evaluation
 
 PROMPTS = [[{"role": "user", "content": q}] for q in ("1+2=", "34+5=", "7+8+9+10=", "9=", "6+6=", "12+30+4=")]
@@ -26,8 +28,9 @@ def _tiny():
 
 def _samples(model, tok, batch_size: int, noise: str = "counter") -> list[list[str]]:
     return evaluation.generate_samples(model, tok, PROMPTS, k=3, seed=7, max_new_tokens=8, batch_size=batch_size,
-                                       progress=False, fast=True, decode_loop="compiled_step",
-                                       sampling_noise=noise)
+                                       progress=False, fast=True,
+                                       options=SpeedOptions(generation_decode_loop="compiled_step",
+                                                            sampling_noise=noise))
 
 
 def test_an_evaluation_repeats_after_other_draws_and_in_other_batches():

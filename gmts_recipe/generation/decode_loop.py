@@ -44,7 +44,7 @@ signature for the training step's generation and the evaluation, hence one compi
 dynamo and inductor on an H200 for the 28-layer step), at the cost of one more reduction over the vocabulary per row
 and token step (a softmax and a sum of p log p over 151,936 float32 logits), which inductor can fuse with the
 sampling's softmax of the same logits where it can; it draws no random number, so the tokens are the same.
-`token_entropy` is the formula of gmts_trainer's `_EntropyRecorder` (the logits processor that records it around
+`token_entropy` is the formula of fast.py's `EntropyRecorder` (the logits processor that records it around
 transformers' generate), which calls it: the trainer's batch-scope selection takes the loop's entropy with no scoring
 pass and no processor outside the graph.
 
@@ -129,16 +129,15 @@ from dataclasses import dataclass, fields
 import torch
 
 from gmts_recipe.generation.fused import fused_projections as fused_layers
+from gmts_recipe.speed_options import DECODE_LOOPS, SAMPLING_NOISES  # noqa: F401 - re-exported (eval.py, tests)
 
 SAMPLERS = ("multinomial", "exponential", "counter")
-DECODE_LOOPS = ("transformers", "compiled_step")  # transformers' generate, or `sample` (eval.py, gmts_trainer.py)
 CHECK_EVERY = 8  # token steps between two reads of the all-rows-finished flag
 _MASK32 = 0xFFFFFFFF
 # Where a generation's sampling noise comes from: "stream", torch's generator (what transformers' generate does: each
 # draw depends on every draw before it in the process); "counter", a function of (seed, stream, row, column, token)
 # (`noise_keys`, `counter_noise`), in the compiled step. The evaluation's stream is EVAL_STREAM, training step t's
 # `train_stream(t)`: one seed's arms draw the same numbers at every step.
-SAMPLING_NOISES = ("stream", "counter")
 EVAL_STREAM = 0x5EED
 
 
@@ -209,7 +208,7 @@ def sample_next(logits: torch.Tensor, temperature: float, sampler: str = "expone
 def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Entropy of softmax(logits / T) per row: (B, V) -> (B,) float32, the distribution transformers samples from
     (float32 logits, / T, softmax). The one formula for the entropy recorded while generating: the compiled step
-    writes it, gmts_trainer._EntropyRecorder (the logits processor of transformers' generate) calls it."""
+    writes it, fast.EntropyRecorder (the logits processor of transformers' generate) calls it."""
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     return torch.special.entr(probs).sum(dim=-1)
 

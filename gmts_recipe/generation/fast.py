@@ -5,7 +5,8 @@ transformers' input-grad hooks lifted while decoding and kept to one (`without_i
 `drop_duplicate_input_grad_hooks`), and TRL's `generate` call replaced inside a block (`generate_replaced`): served by
 decode_loop's compiled step (`with_decode_loop`), or with the trainer's entropy recorder added to its logits
 processors (`with_logits_processor`). Same tokens (the compiled step: the same distribution), fewer kernels and host
-waits.
+waits. `EntropyRecorder`: the entropy of each decoding step for the trainer's selection, recorded while generating
+(by a logits processor, or handed over whole by the compiled step), so that no scoring pass computes it again.
 
 The trainer's generation options (`GMTSTrainer._generate_single_turn`):
 - Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
@@ -40,15 +41,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from gmts_recipe.generation.decode_loop import sample_with_config
-
-if TYPE_CHECKING:
-    from gmts_trainer import _EntropyRecorder
+from gmts_recipe.generation.decode_loop import sample_with_config, token_entropy
 
 COMPILE_CACHE_BUCKET = 256  # static KV cache length granularity with generation_compile (one compile per bucket)
 
@@ -132,8 +130,37 @@ def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
             del emb._forward_hooks[k]
 
 
+class EntropyRecorder(LogitsProcessor):
+    """Records the entropy of softmax(logits / T) at each decoding step, and changes nothing.
+
+    Custom processors run before transformers' warpers (temperature, top-k, top-p), so `scores` are the model's
+    logits; dividing by T gives exactly the distribution TRL's fused LM head scores in training. A decode that computes
+    the entropy itself (decode_loop.sample, inside its compiled step) hands it over whole with `take`.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self.steps.append(token_entropy(scores, self.temperature))  # (B,), one row per sequence
+        return scores
+
+    def take(self, entropy: torch.Tensor) -> None:
+        """Record a whole decode's (B, n) entropy at once, as n calls would."""
+        self.steps.extend(entropy.unbind(dim=1))
+
+    def entropy(self, rows: int, width: int, device: torch.device) -> torch.Tensor | None:
+        if not self.steps or self.steps[0].numel() != rows:
+            return None
+        ent = torch.stack(self.steps, dim=1).to(device)  # (B, steps)
+        if ent.size(1) < width:  # pad_to_multiple_of can make the completion tensor wider than the decode
+            ent = torch.nn.functional.pad(ent, (0, width - ent.size(1)))
+        return ent[:, :width]
+
+
 @contextlib.contextmanager
-def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: _EntropyRecorder | None = None,
+def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: EntropyRecorder | None = None,
                      compile_regions: bool = False, keys: torch.Tensor | None = None,
                      fused_projections: bool = False):
     """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
