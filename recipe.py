@@ -222,6 +222,7 @@ def _print_help() -> None:
     parser = _parser()
     parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--FIELD VALUE ...]"
     parser.description = (
+        "Every field below with its help, default and choices, as a table: docs/config.md. "
         f"--config FILE: a YAML file of 'field: value' lines (default {DEFAULT_CONFIG}; the others are in configs/); "
         "a --FIELD on the command line overrides the file's value. The fields below: the recipe's own first (--arm "
         "to --cudnn_attention), then GMTSConfig's (TRL's GRPOConfig and the selection fields; token_selection is "
