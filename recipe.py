@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
+from gmts_recipe.rewards import REWARD_VERSION  # recorded with every evaluation (standard library only)
 
 ARMS = ("base", "grpo", "ets", "gmts", "ets_nz", "all")
 ALL_ARMS = ("grpo", "ets", "gmts")  # what --arm all trains (after base): the control ets_nz only when named
@@ -528,7 +529,8 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
     is in the record when on (and absent when off, so that records made before it existed keep their key); so are
     `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
-    `sampling_noise` "counter"."""
+    `sampling_noise` "counter". The reward version is in it from version 2 on: a base evaluation scored by another
+    reading of the answers is not comparable with arms scored by this one."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
@@ -538,7 +540,8 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
             **({"decode_loop": train.generation_decode_loop}
                if getattr(train, "generation_decode_loop", "transformers") != "transformers" else {}),
             **({"sampling_noise": train.sampling_noise}
-               if getattr(train, "sampling_noise", "stream") != "stream" else {})}
+               if getattr(train, "sampling_noise", "stream") != "stream" else {}),
+            **({"reward": REWARD_VERSION} if REWARD_VERSION != 1 else {})}
 
 
 def sampling(recipe: RecipeArgs, train) -> "eval.Sampling":  # noqa: F821 - imported lazily (torch)
@@ -708,7 +711,7 @@ def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "") -> dict:
     from gmts_recipe.samples import write_samples
 
     path, sha = write_samples(folder, stem, ev.pop("sample_log"))
-    ev["samples"] = {"path": prefix + path.name, "sha256": sha}
+    ev["samples"] = {"path": prefix + path.name, "sha256": sha, "reward": REWARD_VERSION}  # check.py re-scores by it
     return ev
 
 
