@@ -72,6 +72,7 @@ from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, ModelError, cache_root
 from gmts_recipe.plots import plot_run
 from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
 from gmts_recipe.rewards import math_equal_reward
+from gmts_recipe.rewards import REWARD_VERSION  # recorded with every evaluation (standard library only)
 from gmts_recipe.samples import write_samples
 from gmts_recipe.speed_options import eval_record_entries, evaluation_options, recorded_per_arm, unhashed_fields
 from selection import RULES, arms, rule_named
@@ -241,6 +242,7 @@ def _print_help() -> None:
     parser = _parser()
     parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--FIELD VALUE ...]"
     parser.description = (
+        "Every field below with its help, default and choices, as a table: docs/config.md. "
         f"--config FILE: a YAML file of 'field: value' lines (default {DEFAULT_CONFIG}; the others are in configs/); "
         "a --FIELD on the command line overrides the file's value. The fields below: the recipe's own first (--arm "
         "to --cudnn_attention), then GMTSConfig's (TRL's GRPOConfig and the selection fields; token_selection is "
@@ -535,12 +537,14 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     is in the record when on (and absent when off, so that records made before it existed keep their key); so are
     `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
     `sampling_noise` "counter" (the fields whose metadata names an "eval_record" key:
-    speed_options.eval_record_entries)."""
+    speed_options.eval_record_entries). The reward version is in it from version 2 on: a base evaluation scored by
+    another reading of the answers is not comparable with arms scored by this one."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
             "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
-            "device": device.split(":")[0], **eval_record_entries(train)}
+            "device": device.split(":")[0], **eval_record_entries(train),
+            **({"reward": REWARD_VERSION} if REWARD_VERSION != 1 else {})}
 
 
 @contextlib.contextmanager
@@ -782,7 +786,7 @@ def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "") -> dict:
     (samples.write_samples) and name the file and its SHA-256 in the evaluation, inside what results.json's digest
     covers: `prefix` + the file name is its path from the run directory (samples.samples_path)."""
     path, sha = write_samples(folder, stem, ev.pop("sample_log"))
-    ev["samples"] = {"path": prefix + path.name, "sha256": sha}
+    ev["samples"] = {"path": prefix + path.name, "sha256": sha, "reward": REWARD_VERSION}  # check.py re-scores by it
     return ev
 
 

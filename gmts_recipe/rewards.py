@@ -14,20 +14,38 @@ So nothing unbounded ever reaches sympy:
    whole answer are dropped ('(5)' is 5).
 3. Anything else goes to math-verify only if it is short (MAX_ANSWER_CHARS) and written in a grammar without
    powers, exponents, factorials, sums or functions (`_BOUNDED_EXPRESSION`: ASCII digits, + - * / and brackets,
-   \\frac, \\cdot, \\times, \\div, %): every value it can denote is a rational of at most ~64 digits. Everything
-   else scores 0 without being parsed.
+   \\frac, \\cdot, \\times, \\div): every value it can denote is a rational of at most ~64 digits. Everything
+   else scores 0 without being parsed. An expression math-verify parses must also evaluate to a finite number:
+   '0/0' or '1/0' is no answer. Why: math-verify keeps '0/0' unevaluated, and its comparison of that with a number
+   gives True or False with the process's hash seed (PYTHONHASHSEED); a score must not depend on the process.
+
+What a model writes around its number (`_strip_decoration`), read the way a grader reads it: a formatting macro
+(\\text, \\textbf, \\mathbf, \\mathrm, \\mbox, ...) is its content ('\\text{72}' is 72), or, when that holds a
+letter, words dropped with it ('72\\ \\text{apples}' is 72, as version 1 read it); unit words after the number are
+dropped ('72 km', '72 dollars per year'; not 'x' in '72 - x'); degrees are dropped ('72^{\\circ}'); an equation
+answers with its right-hand side ('x = 72', '70 + 2 = 72'); braces or parentheses around the whole answer change
+nothing ('{72}', '(72)').
+
+Percent: a percent sign after the number is a unit, like 'km': '72\\%' is 72, never 0.72. Why: GSM8K asks "what
+percent ..." with the gold written as the number of percent ('72'), and a reward that also accepted 0.72 would score
+two different answers right. A percent sign anywhere else ('50\\% + 3') makes the answer no number.
+
+REWARD_VERSION names this reading. Every evaluation records the version that scored it, and check.py re-scores a
+samples file with the version it names: version 1 (`gmts_recipe.rewards_v1`, kept unchanged) removed a formatting
+macro with its content and read '72\\%' as both 72 and 0.72.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
 MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
 MAX_ANSWER_CHARS = 64  # a final answer longer than this is not a number the gold could equal
+REWARD_VERSION = 2  # what new evaluations record; check.py re-scores a samples file with the version it names
 # An unboxed number: digits with commas inside (not after: '72,' is 72), an optional decimal part, or a bare decimal
 # part ('.5' is 0.5, not 5). A comma run that is not thousands grouping ('1,2,3') is kept whole, so that `_normalize`
 # sees a list, not the last digit or 123.
@@ -90,16 +108,17 @@ def _drop_thousands_separators(ans: str) -> str:
     return _COMMA_RUN.sub(lambda m: m[0].replace(",", "") if _GROUPED.fullmatch(m[0]) else m[0], ans)
 
 
-def _unwrap_parentheses(ans: str) -> str:
-    """(5) -> 5, ((70+2)) -> 70+2: parentheses around the whole answer change nothing (math-verify parses none of
-    '(5)' or '((70+2))'); (3)(4) and (1,2) are kept. Quadratic, so only on an answer already cut to
-    MAX_ANSWER_CHARS."""
-    while ans.startswith("(") and ans.endswith(")"):
+def _unwrap_brackets(ans: str) -> str:
+    """(5) -> 5, {72} -> 72, ((70+2)) -> 70+2: parentheses or braces around the whole answer change nothing
+    (math-verify parses none of '(5)' or '((70+2))'); (3)(4), {1}{2} and (1,2) are kept. Quadratic, so only on an
+    answer already cut to MAX_ANSWER_CHARS."""
+    while len(ans) >= 2 and (ans[0], ans[-1]) in (("(", ")"), ("{", "}")):
+        opening, closing = ans[0], ans[-1]
         depth = 0
         for i, ch in enumerate(ans):
-            depth += {"(": 1, ")": -1}.get(ch, 0)
+            depth += {opening: 1, closing: -1}.get(ch, 0)
             if depth == 0 and i < len(ans) - 1:
-                return ans  # the first '(' closes before the end
+                return ans  # the first bracket closes before the end
         ans = ans[1:-1].strip()
     return ans
 
@@ -113,26 +132,58 @@ def _normalize(ans: str) -> str:
     return _drop_thousands_separators(ans.strip().rstrip(".,"))
 
 
-_TEXT_MACRO = re.compile(r"\\(?:text|mbox|mathrm)\{[^{}]*\}")
+# A formatting macro around plain text: replaced by its text (a number stays, a unit word is dropped as a unit word)
+_FORMAT_MACRO = re.compile(r"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox|boldsymbol|bm)\s*\{([^{}]*)\}")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\^\s*\{\s*\}")  # 72^{\circ}, 72^\circ, 72\degree
+_UNIT_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*(?:/[A-Za-z]+)*[.,]?")  # km, apples, km/h, hrs., S'mores
+_ENDS_A_NUMBER = re.compile(r"[0-9}%]$")  # what unit words may follow: a number, a \frac{}{}, a percent
+_PERCENT = re.compile(r"\s*\\?%$")
+_END_PUNCTUATION = re.compile(r"(?<!\\)[.,]+$")  # a sentence's end; not the comma of LaTeX's thin space \,
 _DECIMAL = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits: no exponent, no unicode digits
 _EXACT = re.compile(rf"(?P<sign>[+-]?)\s*(?:(?P<value>{_DECIMAL})|\\[dt]?frac\{{(?P<num>{_DECIMAL})\}}"
                     rf"\{{(?P<den>{_DECIMAL})\}}|(?P<n>{_DECIMAL})\s*/\s*(?P<d>{_DECIMAL}))")
-_BOUNDED_EXPRESSION = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|\\right|\\%|[0-9 .+\-*/(){}%])*")
+_BOUNDED_EXPRESSION = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|\\right|[0-9 .+\-*/(){}])*")
 _POWER = re.compile(r"\*\s*\*")  # '**' (a power in sympy's syntax), also with spaces in between
 
 
+def _strip_decoration(answer: str) -> str:
+    """The answer without what a model writes around its number (module docstring): formatting macros, degrees, an
+    equation's left-hand side, unit words after the number, a trailing percent sign. Linear in the length, called
+    on at most MAX_TAIL_CHARS characters."""
+    for _ in range(4):  # \\textbf{\\text{72}}: a macro inside a macro, a few levels deep
+        unwrapped = _FORMAT_MACRO.sub(_macro_content, answer)
+        if unwrapped == answer:
+            break
+        answer = unwrapped
+    answer = _DEGREES.sub("", answer.replace("\u00b0", "")).replace("\\ ", " ").replace("~", " ")
+    answer = answer.rsplit("=", 1)[-1]  # x = 72: the right-hand side
+    words = [w for w in answer.split(" ") if w]  # spaces only: a control character stays, and _clean refuses it
+    units = len(words)
+    while units > 1 and _UNIT_WORD.fullmatch(words[units - 1]):
+        units -= 1
+    if units < len(words) and _ENDS_A_NUMBER.search(words[units - 1]):  # 72 km, 72 apples; not 21 - x
+        words = words[:units]
+    return _PERCENT.sub("", _END_PUNCTUATION.sub("", " ".join(words)))  # 60%. is 60%, then 60
+
+
+def _macro_content(m: re.Match) -> str:
+    """\\text{72} is 72; a macro holding a letter is words ('\\text{ apples}', '\\text{ with 2 left over}'): dropped
+    with its content, as a unit is."""
+    return " " if re.search(r"[A-Za-z]", m[1]) else f" {m[1]} "
+
+
 def _clean(answer: str) -> str | None:
-    """The answer without units, currency and thousands separators; None when too long to be a number or when it
-    holds anything but printable ASCII (control characters, unicode digits or spaces)."""
+    """The answer without decoration, units, currency and thousands separators; None when too long to be a number
+    or when it holds anything but printable ASCII (control characters, unicode digits or spaces)."""
     if len(answer) > MAX_TAIL_CHARS:
         return None
-    unwrapped = _TEXT_MACRO.sub("", answer)
-    if not (unwrapped.isascii() and unwrapped.isprintable()):
+    stripped = _strip_decoration(answer)
+    if not (stripped.isascii() and stripped.isprintable()):
         return None
-    cleaned = _normalize(unwrapped)
+    cleaned = _normalize(stripped)
     if not 0 < len(cleaned) <= MAX_ANSWER_CHARS:
         return None
-    return _unwrap_parentheses(cleaned) or None  # '()' holds nothing
+    return _unwrap_brackets(cleaned) or None  # '()' or '{}' holds nothing
 
 
 def exact_value(answer: str) -> Fraction | None:
@@ -186,7 +237,19 @@ def answers_equal(gold: str, predicted: str | None) -> bool:
     # No SIGALRM timeouts (None): the input is bounded by construction, and a reward may run off the main thread.
     gold_parsed = parse(f"${g}$" if "\\" in g else g, parsing_timeout=None)
     pred_parsed = parse(f"${p}$" if "\\" in p else p, parsing_timeout=None)
-    return bool(gold_parsed and pred_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=None))
+    if not (_finite(gold_parsed) and _finite(pred_parsed)):
+        return False
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+
+
+def _finite(parsed: list) -> bool:
+    """True when math-verify read a value and every sympy value it read is a finite number. Why: '0/0' parses to an
+    unevaluated product whose comparison with a number depends on the process's hash seed; evaluated, it is nan (and
+    '1/0' is zoo), which is no answer. Cheap: a bounded expression denotes a rational of at most ~64 digits."""
+    import sympy
+
+    values = [v for v in parsed if isinstance(v, sympy.Basic)]
+    return bool(values) and all(v.doit().is_finite is True for v in values)
 
 
 def math_equal_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
@@ -199,8 +262,21 @@ def math_equal_reward(completions: list, answer: list[str], **kwargs) -> list[fl
             rewards.append(0.0)
     return rewards
 
-def sample_scores(texts: list[str], gold: str) -> list[float]:
+
+def reward_function(version: int = REWARD_VERSION) -> Callable[..., list[float]]:
+    """The reward of a given version: REWARD_VERSION is this module's `math_equal_reward`, 1 the reading kept in
+    `gmts_recipe.rewards_v1`, so a results file scored by an older reward still re-scores as it was scored."""
+    if version == REWARD_VERSION:
+        return math_equal_reward
+    if version == 1:
+        from gmts_recipe import rewards_v1
+
+        return rewards_v1.math_equal_reward
+    raise ValueError(f"reward version {version!r} is unknown: this recipe has versions 1 to {REWARD_VERSION}")
+
+
+def sample_scores(texts: list[str], gold: str, version: int = REWARD_VERSION) -> list[float]:
     """The recipe's score of each sample of one task: the one function both `score_samples` and check.py's
     re-scoring of a stored samples file call, so a stored score and its re-score can only differ when the score was
-    edited (or the reward changed since the run)."""
-    return math_equal_reward(texts, [gold] * len(texts))
+    edited. `version`: the reward version the evaluation records (check.py), this module's by default."""
+    return reward_function(version)(texts, [gold] * len(texts))

@@ -38,8 +38,9 @@ def write_samples(folder: Path, stem: str, log: list[dict]) -> tuple[Path, str]:
 
 
 def samples_path(folder: Path, evaluation: dict, where: str) -> Path:
-    """The samples file an evaluation names: "samples": {"path", "sha256"}, the path relative to the folder of the
-    results.json that holds it (a base evaluation's is in the shared ../base-evals/, stored once for every cell)."""
+    """The samples file an evaluation names: "samples": {"path", "sha256", "reward"}, the path relative to the folder
+    of the results.json that holds it (a base evaluation's is in the shared ../base-evals/, stored once for every
+    cell); "reward": the reward version that scored them (absent: 1)."""
     ref = evaluation["samples"]
     if not (isinstance(ref, dict) and isinstance(ref.get("path"), str) and isinstance(ref.get("sha256"), str)):
         raise ResultsError(f"{where}: samples must be {{'path': ..., 'sha256': ...}}, not {ref!r}")
@@ -66,14 +67,20 @@ def read_samples(path: Path, sha256: str | None, where: str) -> list[dict]:
 def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str] | None = None) -> int:
     """Refuse, in one line naming file, evaluation, task and sample, a samples file that does not hold exactly the
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
-    recipe's reward (rewards.sample_scores, the function the evaluation scored with) scores otherwise. Returns the number
+    recipe's reward (rewards.sample_scores, of the version the evaluation records) scores otherwise. Returns the number
     of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
     line's gold must be, where the dataset is at hand.
 
     Re-scoring is fast: 0.25 s for 5,276 GSM8K-length samples with a plain final number, 27 s when every
     one needs math-verify (an expression), on a busy 2-core machine."""
-    from gmts_recipe.rewards import sample_scores  # the recipe's reward (no torch): imported only where samples exist
+    from gmts_recipe.rewards import REWARD_VERSION, sample_scores  # no torch: imported only where samples exist
 
+    # The reward version that scored the evaluation: recorded beside the file since version 2, so a file without it
+    # was scored by version 1 (rewards_v1) and is re-scored by it
+    version = evaluation["samples"].get("reward", 1)
+    if not (isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= REWARD_VERSION):
+        raise ResultsError(f"{where}: samples scored by reward version {version!r}; this recipe has versions 1 to "
+                           f"{REWARD_VERSION}")
     logged = read_samples(path, evaluation["samples"]["sha256"], where)
     where = f"{where}: {path.name}"
     records = {f"{r['task']}:{r['hash']}": r for r in evaluation["records"]}
@@ -94,7 +101,7 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
         if record.get("lengths") is not None and record["lengths"] != [len(t) for t in texts]:
             raise ResultsError(f"{where}: task {key}: the texts' lengths {[len(t) for t in texts]} are not the "
                                f"record's {record['lengths']}")
-        again = sample_scores(texts, line["gold"])
+        again = sample_scores(texts, line["gold"], version)
         for j, (filed, logged_score, now) in enumerate(zip(record["scores"], scores, again)):
             if not filed == logged_score == now:
                 differ += 1
@@ -105,8 +112,8 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
         raise ResultsError(f"{where}: {len(missing)} task(s) of the evaluation have no samples, e.g. "
                            f"{sorted(missing)[0]}")
     if first is not None:
-        raise ResultsError(f"{first} ({differ} sample score(s) differ in this evaluation: an edited score, or a "
-                           f"reward changed since the run)")
+        raise ResultsError(f"{first} ({differ} sample score(s) differ in this evaluation, re-scored by reward version "
+                           f"{version}: an edited score, or a reward changed since the run)")
     return len(seen) * k
 
 

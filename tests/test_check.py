@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import check
+from gmts_recipe.rewards import REWARD_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -314,7 +315,8 @@ def with_samples(results: dict, folder: Path, base_folder: Path | None = None) -
         log = evaluation.sample_log(texts, tasks, ev["records"])
         base = where.startswith("base") and base_folder is not None
         path, sha = check.write_samples(base_folder if base else folder, where.replace(" ", "-"), log)
-        ev["samples"] = {"path": (f"../{base_folder.name}/" if base else "") + path.name, "sha256": sha}
+        ev["samples"] = {"path": (f"../{base_folder.name}/" if base else "") + path.name, "sha256": sha,
+                         "reward": REWARD_VERSION}
     return check.seal(results)
 
 
@@ -518,8 +520,33 @@ def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
     path, sha = check.write_samples(tmp_path, "s", lenient)
     ev["samples"] = {"path": path.name, "sha256": sha}
     with pytest.raises(check.ResultsError, match=r"task 0:\w+ sample 1: scored 1.0 in the results file, 1.0 in the "
-                                                 r"samples file, 0.0 by the reward now \(6 sample score"):
+                                                 r"samples file, 0.0 by the reward now \(6 sample score\(s\) differ "
+                                                 r"in this evaluation, re-scored by reward version 1:"):
         check.check_samples(path, ev, "arm ets")
+
+
+def test_each_samples_file_is_re_scored_by_the_reward_version_it_records(tmp_path):
+    """A file from before version 2 records no version and re-scores with version 1 (rewards_v1), whose reading of
+    '\\text{7}' (0) and '7\\%' differs from today's: it verifies as scored; the same scores claimed by today's
+    version, or by a version this recipe lacks, are refused."""
+    import eval as evaluation
+
+    tasks = [{"question": "q0", "answer": "#### 7", "index": 0}]
+    samples = [["so \\boxed{\\text{7}}", "so \\boxed{7 km}", "so \\boxed{7}"]]
+    old = [{"task": 0, "hash": "0" * 16, "scores": [0.0, 0.0, 1.0], "lengths": [len(t) for t in samples[0]]}]
+    log = evaluation.sample_log(samples, tasks, old)
+    path, sha = check.write_samples(tmp_path, "s", log)
+    ev = {"k": 3, "records": old, "samples": {"path": path.name, "sha256": sha}}
+    assert check.check_samples(path, ev, "arm ets") == 3
+    ev["samples"]["reward"] = REWARD_VERSION
+    with pytest.raises(check.ResultsError, match=rf"sample 0: scored 0.0 in the results file, 0.0 in the samples "
+                                                 rf"file, 1.0 by the reward now \(2 sample score\(s\) differ in this "
+                                                 rf"evaluation, re-scored by reward version {REWARD_VERSION}:"):
+        check.check_samples(path, ev, "arm ets")
+    for version in (0, REWARD_VERSION + 1, "2", True):
+        ev["samples"]["reward"] = version
+        with pytest.raises(check.ResultsError, match=rf"arm ets: samples scored by reward version {version!r}; "):
+            check.check_samples(path, ev, "arm ets")
 
 
 def test_a_file_from_before_gradient_checkpointing_moved_reads_as_recipe_writes_it_today():

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gmts_recipe.rewards import bounded_expression, exact_value, final_answer, math_equal_reward
+from gmts_recipe.rewards import (REWARD_VERSION, bounded_expression, exact_value, final_answer, math_equal_reward,
+                                  reward_function, sample_scores)
 
 ROOT = Path(__file__).resolve().parent.parent
 NEST = 30
@@ -40,7 +41,7 @@ HOSTILE = [
     ("\\boxed{" + "(" * 32 + "72" + ")" * 32 + "}", 1.0),  # 66: too long for a boxed answer; the last number
     ("(" * 1_000 + "72" + ")" * 1_000, 1.0),  # unboxed: its last number
     ("(" * 100_000 + "72" + ")" * 100_000, 0.0),  # 72 is before the last MAX_TAIL_CHARS
-    ("\\boxed{" + "{" * 31 + "72" + "}" * 31 + "}", 0.0),
+    ("\\boxed{" + "{" * 31 + "72" + "}" * 31 + "}", 1.0),  # braces around 72 are 72, as parentheses are
     ("." + "5" * 1_000_000, 0.0),
     ("1," * 1_000_000, 0.0),
     ("#### " + "1," * 1_000_000, 0.0),
@@ -128,7 +129,7 @@ def test_exact_value_reads_plain_numbers_and_fractions_only(text, value):
 
 
 @pytest.mark.parametrize("text,bounded", [
-    ("6 \\times 12", True), ("(10+8)", True), ("\\frac{1}{2}+3", True), ("50\\%", True),
+    ("6 \\times 12", True), ("(10+8)", True), ("\\frac{1}{2}+3", True), ("50\\%", True), ("50\\% + 3", False),
     ("9**9", False), ("9 * *9", False), ("9^9", False), ("9!", False), ("\\sqrt{2}", False), ("1e5", False),
     ("x", False), ("\x00", False), ("7\n2", False), ("1" * 65, False),
 ])
@@ -199,3 +200,94 @@ def test_math_verify_notice_of_disabled_timeouts_is_dropped_and_nothing_else():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False"]
     assert "Timeout is disabled" not in out.stderr and "another warning" in out.stderr
+
+
+# (completion, reward against the gold "72"): what a model writes around its number, read the way a grader reads it
+DECORATED = [
+    ("The answer is \\boxed{\\text{72}}.", 1.0),
+    ("The answer is \\boxed{\\textbf{72}}.", 1.0),
+    ("The answer is \\boxed{\\mathbf{72}}.", 1.0),
+    ("The answer is \\boxed{\\textbf{\\text{72}}}.", 1.0),
+    ("She has \\boxed{72\\ \\text{apples}}.", 1.0),
+    ("She has \\boxed{72 \\text{ apples}}.", 1.0),
+    ("The distance is \\boxed{72 km}.", 1.0),
+    ("The speed is \\boxed{72 km/h}", 1.0),
+    ("John pays \\boxed{72 dollars per year.}", 1.0),
+    ("So \\boxed{x = 72}", 1.0),
+    ("So \\boxed{70 + 2 = 72}", 1.0),
+    ("So \\boxed{{72}}", 1.0),
+    ("The angle is \\boxed{72^{\\circ}}", 1.0),
+    ("The angle is \\boxed{72^\\circ}", 1.0),
+    ("The angle is \\boxed{72\u00b0}", 1.0),
+    ("Each kid gets \\boxed{72 \\text{ S'mores for each kid}}", 1.0),
+    ("So \\boxed{\\text{seventy-two}}", 0.0),  # words are no number
+    ("So \\boxed{72 - x}", 0.0),  # an expression in x: the x is no unit
+    ("So \\boxed{70 + x}", 0.0),
+    ("So \\boxed{x = 70}", 0.0),
+    ("So \\boxed{72 = x}", 0.0),  # the right-hand side answers
+    ("So \\boxed{7 km 2}", 0.0),
+]
+
+
+@pytest.mark.parametrize("completion, reward", DECORATED)
+def test_a_number_with_units_macros_or_an_equation_around_it_is_the_number(completion, reward):
+    assert math_equal_reward([completion], ["72"]) == [reward]
+
+
+# The percent rule (module docstring): a percent sign after the number is a unit, so 72% answers 72 and never 0.72
+PERCENT = [
+    ("\\boxed{72\\%}", "72", 1.0),
+    ("\\boxed{72\\%}", "0.72", 0.0),
+    ("\\boxed{72%}", "72", 1.0),
+    ("\\boxed{72 \\%}", "72", 1.0),
+    ("\\boxed{60%.}", "60", 1.0),
+    ("\\boxed{\\frac{100}{1000} \\times 100\\% = 10\\%}", "10", 1.0),
+    ("\\boxed{0.72}", "72", 0.0),
+    ("\\boxed{50\\% + 22}", "72", 0.0),  # a percent sign inside an expression: no number
+    ("\\boxed{50\\% + 22}", "22.5", 0.0),
+    ("The share is 72%", "72", 1.0),  # unboxed: the last number
+]
+
+
+@pytest.mark.parametrize("completion, gold, reward", PERCENT)
+def test_a_percent_sign_is_a_unit(completion, gold, reward):
+    assert math_equal_reward([completion], [gold]) == [reward]
+
+
+def test_version_1_is_kept_and_reads_text_and_percent_as_before():
+    """Results scored by version 1 re-score with it (check.py): its reading of these forms is not the current one."""
+    old, new = reward_function(1), reward_function(REWARD_VERSION)
+    texts = ["\\boxed{\\text{72}}", "\\boxed{72\\%}", "\\boxed{x = 72}", "\\boxed{72 km}"]
+    assert old(texts, ["72"] * 4) == [0.0, 1.0, 0.0, 0.0]
+    assert old(["\\boxed{72\\%}"], ["0.72"]) == [1.0]
+    assert new(texts, ["72"] * 4) == [1.0, 1.0, 1.0, 1.0]
+    assert sample_scores(texts, "72", 1) == [0.0, 1.0, 0.0, 0.0] and sample_scores(texts, "72") == [1.0] * 4
+    with pytest.raises(ValueError, match="reward version 99 is unknown"):
+        reward_function(99)
+
+
+# Inputs whose score math-verify's comparison once left to the process's hash seed, and their neighbours
+UNSEEDED = [("\\boxed{0/0}", "0"), ("\\boxed{0/0}", "1"), ("\\boxed{\\frac{0}{0}}", "0"), ("\\boxed{1/0}", "0"),
+            ("\\boxed{(1-1)/(2-2)}", "0"), ("\\boxed{0 \\cdot (1/0)}", "0"), ("\\boxed{0/0 + 72}", "72"),
+            ("\\boxed{6 \\times 12}", "72"), ("\\boxed{(70+2)}", "72"), ("\\boxed{1,2}", "12")]
+_SCORE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from gmts_recipe.rewards import math_equal_reward
+pairs = json.loads(sys.stdin.read())
+print(json.dumps(math_equal_reward([c for c, _ in pairs], [g for _, g in pairs])))
+"""
+
+
+def test_a_completion_scores_the_same_under_every_hash_seed():
+    """Each process has its own PYTHONHASHSEED: the scores must not depend on it."""
+    import os
+
+    runs = {}
+    for seed in ("0", "1", "2", "3", "4", "5"):
+        done = subprocess.run([sys.executable, "-c", _SCORE, str(ROOT)], input=json.dumps(UNSEEDED), text=True,
+                              capture_output=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[seed] = json.loads(done.stdout)
+    assert all(scores == runs["0"] for scores in runs.values()), runs
+    assert runs["0"] == [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0]

@@ -1100,7 +1100,7 @@ def test_commands_print_the_base_line_then_one_line_per_missing_cell(tmp_path, c
 
 def test_an_address_where_no_ray_head_answers_is_one_line(tmp_path, capsys):
     """Checked before ray.init, which would wait minutes (Ray itself: test_sweep_ray.py)."""
-    pytest.importorskip("ray")
+    pytest.importorskip("ray", reason='Ray is not installed: pip install -e ".[test,ray]" to run this test')
     assert sweep.main([str(write_grid(tmp_path, GRID)), "--ray", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sweep.py: --ray 127.0.0.1:1: no Ray head answers there") and err.count("\n") == 1

@@ -15,7 +15,10 @@ from gmts_recipe.sweep.ray_tasks import ray_init_kwargs
 from gmts_recipe.sweep.summary import verify
 from test_sweep import write_grid
 
-ray = pytest.importorskip("ray")
+# `pip install -e ".[test]"` has no Ray: the skip says which extra brings it, so a skipped module is not mistaken for
+# a passed one (CI installs [test,ray])
+RAY_MISSING = 'Ray is not installed: pip install -e ".[test,ray]" to run the sweep.py --ray tests'
+ray = pytest.importorskip("ray", reason=RAY_MISSING)
 
 GRID = """
 name: demo

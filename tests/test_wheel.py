@@ -93,3 +93,17 @@ def test_the_installed_trainer_imports_from_another_directory(wheel, tmp_path):
     assert {"eval", "selection", "gmts_recipe.generation.decode_loop"} <= set(seen["files"])
     outside = {name: path for name, path in seen["files"].items() if not Path(path).is_relative_to(target)}
     assert not outside, f"imported from outside the install: {outside}"
+
+
+def test_the_wheel_carries_the_license_and_the_readme(wheel):
+    """PEP 639 metadata: the SPDX license TRL has, the LICENSE file itself, and the README as the description."""
+    with zipfile.ZipFile(wheel) as whl:
+        names = whl.namelist()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        text = whl.read(metadata).decode()
+        (license_file,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert whl.read(license_file) == (ROOT / "LICENSE").read_bytes()
+    headers = text.split("\n\n", 1)[0].splitlines()
+    assert "License-Expression: Apache-2.0" in headers and "License-File: LICENSE" in headers
+    assert "Description-Content-Type: text/markdown" in headers
+    assert text.split("\n\n", 1)[1].startswith("# GMTS token selection for RLVR")

@@ -1,0 +1,209 @@
+"""Version 1 of the reward, kept unchanged: check.py re-scores the evaluations that record no reward version (all
+written before version 2) with it, so they verify as they were scored. New evaluations use gmts_recipe.rewards.
+
+The RLVR reward: 1.0 when a completion's final answer equals the gold number, in bounded time whatever the text.
+
+Why bounded by construction rather than by a timeout: a reward runs in the trainer's main thread, in worker threads
+and in worker processes. math-verify's own timeouts use SIGALRM, which only the main thread may set, and a C-level
+big-integer operation (sympy evaluating `9**9**9`) holds the GIL, so no thread-based timeout can stop it either.
+So nothing unbounded ever reaches sympy:
+
+1. `final_answer` reads only the last MAX_TAIL_CHARS characters and a \\boxed{} of at most MAX_ANSWER_CHARS.
+2. `exact_value` reads the cases GSM8K needs (a plain decimal like '1,234', '$5.00', '-7', '.5', or a fraction of two
+   plain decimals like '\\frac{3}{4}' or '3/4') as an exact `Fraction`: ASCII digits only, at most MAX_ANSWER_CHARS
+   characters, no exponent, so the work is linear in a bounded length. Two such values compare exactly. Before
+   that, `_normalize` reads LaTeX's thousands separators ('1{,}000', '5\\,000') and drops commas only where they
+   group thousands: '1,2,3' is a list, which equals no single number (not 123, not 3); parentheses around the
+   whole answer are dropped ('(5)' is 5).
+3. Anything else goes to math-verify only if it is short (MAX_ANSWER_CHARS) and written in a grammar without
+   powers, exponents, factorials, sums or functions (`_BOUNDED_EXPRESSION`: ASCII digits, + - * / and brackets,
+   \\frac, \\cdot, \\times, \\div, %): every value it can denote is a rational of at most ~64 digits. Everything
+   else scores 0 without being parsed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
+MAX_ANSWER_CHARS = 64  # a final answer longer than this is not a number the gold could equal
+# An unboxed number: digits with commas inside (not after: '72,' is 72), an optional decimal part, or a bare decimal
+# part ('.5' is 0.5, not 5). A comma run that is not thousands grouping ('1,2,3') is kept whole, so that `_normalize`
+# sees a list, not the last digit or 123.
+_NUMBER = re.compile(r"-?\$?(?:\d(?:[\d,]*\d)?(?:\.\d+)?|\.\d+)")
+# An unboxed final answer: a \frac{a}{b} or a/b of plain numbers (the value, not its denominator), else a number.
+_FINAL = re.compile(r"-?\\[dt]?frac\{[^{}]*\}\{[^{}]*\}|-?\d+(?:\.\d+)?\s*/\s*\d+(?:\.\d+)?(?![\d,]|\.\d)|"
+                    + _NUMBER.pattern)
+
+
+def _text(completion: Any) -> str:
+    """A completion as TRL passes it: a string, or a conversational list of messages."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
+        content = completion[-1].get("content", "")
+        return content if isinstance(content, str) else ""
+    return ""
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 0, start + len("\\boxed")
+    for j in range(i, min(len(text), i + MAX_ANSWER_CHARS + 2)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i + 1 : j]
+    return None
+
+
+def final_answer(text: str) -> str | None:
+    """The model's final answer: the last \\boxed{...}, else the number after the last '####', else the last number
+    (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4)."""
+    text = text[-MAX_TAIL_CHARS:].replace("\u2212", "-")
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        return boxed
+    if "####" in text:
+        after = _FINAL.search(text[text.rfind("####") :])
+        if after:
+            return after.group(0)
+    numbers = _FINAL.findall(text)
+    return numbers[-1] if numbers else None
+
+
+def gold_answer(answer: str) -> str:
+    """GSM8K's gold field ('... #### 72') or a bare number string."""
+    return answer.rsplit("####", 1)[-1].strip() if "####" in answer else answer.strip()
+
+
+_GROUPED = re.compile(r"\d{1,3}(?:,\d{3})+")  # 1,234,567: commas that separate thousands
+_COMMA_RUN = re.compile(r"(?<![\d.])\d[\d,]*\d")
+_THIN_SPACE_SEPARATOR = re.compile(r"(?<=\d)\\,(?=\d{3})")  # 5\,000: LaTeX's thin space between digit groups
+
+
+def _drop_thousands_separators(ans: str) -> str:
+    """1,234 -> 1234; a run that is not thousands grouping (1,2,3, a list; 12,34) keeps its commas, so that it is
+    no number: a list of numbers is not one answer, it equals neither 123 nor any of its items."""
+    return _COMMA_RUN.sub(lambda m: m[0].replace(",", "") if _GROUPED.fullmatch(m[0]) else m[0], ans)
+
+
+def _unwrap_parentheses(ans: str) -> str:
+    """(5) -> 5, ((70+2)) -> 70+2: parentheses around the whole answer change nothing (math-verify parses none of
+    '(5)' or '((70+2))'); (3)(4) and (1,2) are kept. Quadratic, so only on an answer already cut to
+    MAX_ANSWER_CHARS."""
+    while ans.startswith("(") and ans.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(ans):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and i < len(ans) - 1:
+                return ans  # the first '(' closes before the end
+        ans = ans[1:-1].strip()
+    return ans
+
+
+def _normalize(ans: str) -> str:
+    ans = ans.replace("{,}", ",")  # LaTeX's thousands comma: 1{,}000
+    ans = _THIN_SPACE_SEPARATOR.sub(",", ans)  # 5\,000 -> 5,000 (a thin space elsewhere is only space)
+    ans = ans.replace("\\left(", "(").replace("\\right)", ")")
+    for token in ("\\$", "$", "\\!", "\\,"):  # \$ before $, or a stray backslash is left
+        ans = ans.replace(token, "")
+    return _drop_thousands_separators(ans.strip().rstrip(".,"))
+
+
+_TEXT_MACRO = re.compile(r"\\(?:text|mbox|mathrm)\{[^{}]*\}")
+_DECIMAL = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits: no exponent, no unicode digits
+_EXACT = re.compile(rf"(?P<sign>[+-]?)\s*(?:(?P<value>{_DECIMAL})|\\[dt]?frac\{{(?P<num>{_DECIMAL})\}}"
+                    rf"\{{(?P<den>{_DECIMAL})\}}|(?P<n>{_DECIMAL})\s*/\s*(?P<d>{_DECIMAL}))")
+_BOUNDED_EXPRESSION = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|\\right|\\%|[0-9 .+\-*/(){}%])*")
+_POWER = re.compile(r"\*\s*\*")  # '**' (a power in sympy's syntax), also with spaces in between
+
+
+def _clean(answer: str) -> str | None:
+    """The answer without units, currency and thousands separators; None when too long to be a number or when it
+    holds anything but printable ASCII (control characters, unicode digits or spaces)."""
+    if len(answer) > MAX_TAIL_CHARS:
+        return None
+    unwrapped = _TEXT_MACRO.sub("", answer)
+    if not (unwrapped.isascii() and unwrapped.isprintable()):
+        return None
+    cleaned = _normalize(unwrapped)
+    if not 0 < len(cleaned) <= MAX_ANSWER_CHARS:
+        return None
+    return _unwrap_parentheses(cleaned) or None  # '()' holds nothing
+
+
+def exact_value(answer: str) -> Fraction | None:
+    """A plain decimal or a fraction of two plain decimals as an exact Fraction; None for anything else (including a
+    zero denominator). Linear in the (bounded) length: no exponent can be written."""
+    cleaned = _clean(answer)
+    m = _EXACT.fullmatch(cleaned) if cleaned is not None else None
+    if m is None:
+        return None
+    sign = -1 if m["sign"] == "-" else 1
+    if m["value"] is not None:
+        return sign * Fraction(m["value"])
+    num, den = (m["num"], m["den"]) if m["num"] is not None else (m["n"], m["d"])
+    return sign * Fraction(num) / Fraction(den) if Fraction(den) != 0 else None
+
+
+def bounded_expression(answer: str) -> str | None:
+    """The cleaned answer when math-verify may parse it in bounded time (short, no power, factorial, exponent, sum
+    or function: see the module docstring), else None."""
+    cleaned = _clean(answer)
+    if cleaned is None or not _BOUNDED_EXPRESSION.fullmatch(cleaned) or _POWER.search(cleaned):
+        return None
+    return cleaned
+
+
+def _drop_timeout_notice(record: logging.LogRecord) -> bool:
+    """False for math-verify's notice that its timeouts are off: they are off on purpose (answers_equal)."""
+    return not record.getMessage().startswith("Timeout is disabled")
+
+
+# math-verify warns once per process that a timeout of None disables its timeout; check.py and every evaluation would
+# print it twice. Only that notice is dropped, once at import (the loggers exist by name before math-verify loads);
+# its other warnings still show.
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_drop_timeout_notice)
+
+
+def answers_equal(gold: str, predicted: str | None) -> bool:
+    """Exact equality of two numbers when both are plain numbers or fractions; otherwise math-verify's equality of
+    two bounded expressions; False for anything unbounded."""
+    if predicted is None:
+        return False
+    gold_value, predicted_value = exact_value(gold), exact_value(predicted)
+    if gold_value is not None and predicted_value is not None:
+        return gold_value == predicted_value
+    g, p = bounded_expression(gold), bounded_expression(predicted)
+    if g is None or p is None:
+        return False
+    from math_verify import parse, verify
+
+    # No SIGALRM timeouts (None): the input is bounded by construction, and a reward may run off the main thread.
+    gold_parsed = parse(f"${g}$" if "\\" in g else g, parsing_timeout=None)
+    pred_parsed = parse(f"${p}$" if "\\" in p else p, parsing_timeout=None)
+    return bool(gold_parsed and pred_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=None))
+
+
+def math_equal_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
+    """1.0 when the completion's final answer equals the gold number, else 0.0. Never raises; bounded time."""
+    rewards = []
+    for completion, gold in zip(completions, answer, strict=True):
+        try:
+            rewards.append(float(answers_equal(gold_answer(str(gold)), final_answer(_text(completion)))))
+        except Exception:  # noqa: BLE001 - a reward must never stop training; garbage scores 0
+            rewards.append(0.0)
+    return rewards
+
+def sample_scores(texts: list[str], gold: str) -> list[float]:
+    """The recipe's score of each sample of one task: the one function both `score_samples` and check.py's
+    re-scoring of a stored samples file call, so a stored score and its re-score can only differ when the score was
+    edited (or the reward changed since the run)."""
+    return math_equal_reward(texts, [gold] * len(texts))
