@@ -1,8 +1,11 @@
 """How long the test suites take: the wall times of `.ci/run` logs (a clean clone, installed from scratch), read back.
 
     bash .ci/run 2>&1 | tee bench/logs/ci-run-DATE-COMMIT.log
-    python bench/ci_times.py --markdown bench/logs/ci-run-*.log     # one row per run: each phase, each suite's count
-    python bench/ci_times.py --readme bench/logs/ci-run-*.log       # the README's line on the unit suite's time
+    python bench/ci_times.py --markdown bench/logs     # one row per run: each phase, each suite's count
+    python bench/ci_times.py --readme bench/logs       # the README's line on the unit suite's time
+
+A folder stands for every ci-run-*.log in it, oldest run first: in name order, then stably by each run's date (its
+header's date and time), since the names of one day sort by commit, not by time. Files are read in the order given.
 
 `.ci/run` prints `== commit SHA, DATE, N cores` first and `== PHASE (after Ns)` as each phase starts; pytest's closing
 line ("898 passed, 7 deselected, 15 warnings in 404.16s") gives each suite's counts. Logs from before the header
@@ -119,15 +122,25 @@ def _last_passing(runs: list[dict]) -> str:
     return "" if bad else f", the last ({last['commit'] or last['log']}) passing"
 
 
+def read_folder(folder: Path) -> list[dict]:
+    """Every ci-run-*.log of a folder, oldest run first (see the module's docstring); a folder without one is an
+    error, not an empty table."""
+    runs = [read_log(p) for p in sorted(folder.glob("ci-run-*.log"))]
+    if not runs:
+        raise CiLogError(f"{folder}: no ci-run-*.log in this folder")
+    return sorted(runs, key=lambda run: run["date"] or "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--markdown", action="store_true", help="one table row per log")
     what.add_argument("--readme", action="store_true", help="the README's sentence on the unit suite's time")
-    ap.add_argument("logs", nargs="+", type=Path, help="logs of `bash .ci/run` (stdout and stderr)")
+    ap.add_argument("logs", nargs="+", type=Path,
+                    help="logs of `bash .ci/run` (stdout and stderr), or a folder of ci-run-*.log files")
     args = ap.parse_args(argv)
     try:
-        runs = [read_log(p) for p in args.logs]
+        runs = [run for p in args.logs for run in (read_folder(p) if p.is_dir() else [read_log(p)])]
     except (OSError, CiLogError) as e:
         print(f"ci_times.py: {e}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -24,10 +25,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 from gmts_recipe.records import json_file, read_json  # noqa: E402
 
 ARMS = "ets,gmts"  # a complete run: the base evaluations and the two arms the paper compares
+
+
+def median_step_s(train_log: list[dict]) -> float:
+    """The median `step_time` of a train_log (recipe.py's rows, step 1 first) after its first step: the first step
+    compiles (torch.compile's graphs, the CUDA graphs' capture), so it times the compiler, not a step. costs.py,
+    scaling.py and repeat.py import it from here, so every bench table means the same by a step. A log of one step or
+    none has no such median (statistics.StatisticsError); a row without `step_time` is a KeyError."""
+    return statistics.median(row["step_time"] for row in train_log[1:])
 
 
 def run_dir(recipe_argv: list[str]) -> tuple[Path, Path]:

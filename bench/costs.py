@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results-h200.json"
 sys.path.insert(0, str(ROOT / "bench"))
-from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+from complete_run import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once there
 from side_by_side import entries  # noqa: E402 - a side-by-side file's entries, of every layout it has had
 
@@ -238,7 +238,7 @@ def levers(row: dict) -> str | None:
     matmul = row.get("decode_kernel", "sdpa") != "sdpa"
     loop = row.get("decode_loop", "transformers") != "transformers"
     if row.get("fused_projections", False) or row.get("deterministic_kernels", False):
-        return None  # off in every config / slower by design (bench/determinism.py): no speed column
+        return None  # off in every config / slower by design (bench/README.md, deterministic_kernels): no speed column
     if row.get("compile_regions", False):
         return "regions" if every_lever and matmul and loop and not row.get("training_compile", False) else None
     if row.get("training_compile", False):

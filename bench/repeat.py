@@ -5,6 +5,8 @@ rollouts (`rollout_digests`, a digest of every completion of every step).
 
     python bench/repeat.py --out bench/repeat-h200.json cold=A/results.json warm=B/results.json \
         after-another=C/results.json
+    python bench/repeat.py --markdown bench/repeat-h200.json   # a comparison as a table
+    python bench/repeat.py --determinism bench/determinism-h200.json bench/determinism-h200-on.json   # that table
 
 A later run may be of the base evaluations alone (`recipe.py --arm base`): its base evaluations are compared. A run
 may use other execution options (e.g. `--gradient_checkpointing false`): the file lists each run's, per arm, so a
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -24,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from gmts_recipe.records import current_record  # noqa: E402 - a file from before a field moved, as written today
 from gmts_recipe.records import json_file  # noqa: E402
-from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+from complete_run import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
 WALL_CLOCK = ("runtime", "per_second", "time", "seconds")  # a training log's timing fields: not expected to repeat
 
@@ -140,13 +143,61 @@ def markdown(comparison: dict) -> str:
     return "\n".join(rows)
 
 
+# ---------------------------------------------------------------------------- deterministic_kernels, shared GPU
+# One run alone, then two at once on one GPU, per setting of deterministic_kernels: measured once, by a script
+# bench/README.md names by commit; its files' table stays here.
+def _mean_median_step_s(records: dict | list | None) -> float | None:
+    """The mean over a setting's runs (one alone, or the two at once) of each run's median step (its steps after the
+    first, which compiles); None when no run of them finished."""
+    records = records if isinstance(records, list) else [records]
+    values = [r["median_step_s"] for r in records if r and r.get("status") == "ok" and r["median_step_s"]]
+    return statistics.mean(values) if values else None
+
+
+def _verdict(c: dict) -> str:
+    if c.get("identical") is None:
+        return "not compared (a run failed)"
+    if c["identical"]:
+        return f"identical ({len(c['steps'])} steps)"
+    rollouts = c["first_step_rollouts_differ"]
+    return (f"differs from step {c['first_step_metrics_differ']} ("
+            + (f"rollouts from step {rollouts})" if rollouts is not None else "rollouts the same)"))
+
+
+def determinism_markdown(paths: list[str]) -> str:
+    """The table of a measurement of `deterministic_kernels` under a shared GPU (bench/determinism-h200*.json): per
+    results file and setting (off, on), each run's status, the median step alone and per run when two runs share the
+    GPU, and each shared run against the run alone (the first step where its rollouts or logged metrics differ)."""
+    rows = ["| file | deterministic_kernels | measured | median step alone (s) | median step, two at once (s) | "
+            "shared-1 vs alone | shared-2 vs alone | failed run |", "|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
+    for path in paths:
+        result = json.loads(Path(path).read_text())
+        for setting, runs in result["runs"].items():
+            comparison = result.get("comparison", {}).get(setting, {})
+            failed = [r.get("reason", "") for r in [runs.get("alone"), *runs.get("shared", [])]
+                      if r and r.get("status") != "ok"]
+            rows.append(f"| {Path(path).name} | {setting} | {result['measured']} | "
+                        f"{fmt(_mean_median_step_s(runs.get('alone')))} | "
+                        f"{fmt(_mean_median_step_s(runs.get('shared')))} | "
+                        f"{_verdict(comparison.get('shared-1 vs alone', {}))} | "
+                        f"{_verdict(comparison.get('shared-2 vs alone', {}))} | "
+                        f"{(failed[0][:160] + (f' ({len(failed)} runs)' if len(failed) > 1 else '')) if failed else '-'} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", help="LABEL=results.json, the first is the reference")
     parser.add_argument("--out", help="the comparison, as JSON")
     parser.add_argument("--markdown", metavar="COMPARISON", type=json_file,
                         help="print a comparison file written by --out as a table")
+    parser.add_argument("--determinism", nargs="+", metavar="FILE", type=json_file,
+                        help="print the table of deterministic_kernels files (bench/determinism-h200*.json)")
     args = parser.parse_args(argv)
+    if args.determinism:
+        print(determinism_markdown(args.determinism))
+        return 0
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return 0

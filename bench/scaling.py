@@ -55,7 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from train_log import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
+from complete_run import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
 OUT = ROOT / "bench" / "scaling-h200.json"
 CELLS = ROOT / "results" / "qwen"

@@ -3,6 +3,8 @@
     python bench/step.py --config configs/qwen.yaml --gsm8k_path /root/m/gsm8k --steps 4 --out OUT   # one GPU
     python bench/step.py --small --out /tmp/step-small          # CPU: tiny random model, tiny shapes, seconds
     python bench/step.py --compare OFF/step-profile.json ON/step-profile.json   # a lever off then on, as a table
+    python bench/step.py --decode_table bench/decode-loop-64-h200.json   # one decoding option off and on, a table
+    python bench/step.py --task_table results/offline-task-tuning.json   # the offline task's tuning, a table
 
 Every argument besides this script's own (--out, --steps, --arm, --small, --eval_first, --profile_tokens,
 --host_profile, --skip_guard_eval) is a recipe.py override,
@@ -1049,10 +1051,75 @@ def compare(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------- tables of single measurements
+# Evaluation decoding options measured off and on, one batch each (bench/*-h200.json with an "option"), and the
+# tuning of the offline task: measured once, by scripts bench/README.md names by commit; their tables stay here.
+ROUNDING = "bf16 rounding moves the samples; on a CPU in float32 tests/test_attention.py finds equal logits and " \
+           "identical samples"  # both attention options compute the same attention with other rounding
+DECODE_OPTIONS = {  # option: (column title, label off, label on, what the identical share means)
+    "grouped_attention": ("attention", "sdpa", "grouped", ROUNDING),
+    "deferred_stop": ("stop check", "every step", "one step late", "the same tokens per call are expected; a batch "
+                      "that ends early moves the random stream of the next"),
+    "decode_kernel": ("decoding attention", "sdpa kernel", "two matmuls", ROUNDING),
+    "decode_loop": ("decoding loop", "generate", "compiled step", "the compiled step's sampler is torch.multinomial's "
+                    "own one-sample algorithm, argmax(p / Exp(1)) (same texts in eager on a CPU, tests/test_eval.py), "
+                    "but the graph draws other random numbers and rounds the forward otherwise in bf16, so a low share "
+                    "is expected; pass@1 of both rows is the check"),
+    "decode_loop_autotune": ("compiled step's mode", "reduce-overhead", "max-autotune", "other GEMM kernels round "
+                             "otherwise in bf16, which moves the samples; pass@1 of both rows is the check"),
+    "shared_prefill": ("prefill", "per row", "once per prompt", "the same prefill on k times fewer rows; other GEMM "
+                       "shapes may round it otherwise in bf16 (equal on a CPU in float32, tests/test_decode_loop.py)"),
+    "compile_regions": ("decoder layers in the step", "unrolled", "nested regions", "the same computation; inductor "
+                        "fuses no kernel across a layer's boundary, which may round otherwise in bf16 (equal tokens "
+                        "on a CPU in float32, tests/test_decode_loop.py)"),
+    "fused_projections": ("q/k/v and gate/up products", "separate", "fused", "the same dot products; cuBLAS may pick "
+                          "other kernels for the wider products, which may round otherwise in bf16 (equal tokens on a "
+                          "CPU in float32, tests/test_fused.py)"),
+}
+
+
+def decode_table(result: dict) -> str:
+    """The table of a measurement of one evaluation decoding option off and on (one fast evaluation batch, same seed):
+    ms per token step, the batch's seconds, pass@1 where recorded, and the share of identical completions."""
+    title, *_, meaning = DECODE_OPTIONS[result["option"]]
+    scored = all("pass@1" in r for r in result["rows"])  # the measurements before decode_loop scored no sample
+    rows = [f"| {title} | ms per token step | batch (s) |" + (" pass@1 |" if scored else ""),
+            "|---|---|---|" + ("---|" if scored else "")]
+    rows += [f"| {r['label']} | {r['ms_per_token_step']:.1f} | {r['seconds']:.2f} |"
+             + (f" {r['pass@1']:.3f} |" if scored else "") for r in result["rows"]]
+    return "\n".join(rows + ["", f"{result['model']}, {result['samples']} samples x {result['new_tokens']} tokens on "
+                              f"{result['device']}: {result['speedup']:.2f}x. Identical completions at the same seed: "
+                              f"{result['identical_completions']:.1%} ({meaning})."])
+
+
+def task_table(results: dict) -> str:
+    """The table of a tuning of the offline arithmetic task (results/offline-task-tuning.json): the base pass@1 of the
+    offline model per difficulty and system prompt. GRPO learns nothing from a task the model always or never solves,
+    so the offline config uses one whose base pass@1 lies in 10-60%."""
+    lines = [f"Base pass@1 of {results['model']} on the generated task ({results['rows'][0]['n']} tasks, 1 sample each, "
+             f"{results['max_new_tokens']} new tokens, device {results['device']}):", "",
+             "| difficulty | system prompt | temperature | pass@1 | mean length (chars) |", "|---|---|---|---|---|"]
+    for r in results["rows"]:
+        lines.append(f"| {r['difficulty']} | {r['prompt']} | {r.get('temperature', 1.0)} | {100 * r['pass@1']:.1f}% | "
+                     f"{r['mean_length']:.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     import recipe
 
     argv = sys.argv[1:] if argv is None else argv
+    for flag, table in (("--decode_table", decode_table), ("--task_table", task_table)):
+        if argv[:1] == [flag]:
+            if len(argv) != 2:
+                print(f"step.py: {flag} needs one results file", file=sys.stderr)
+                return 2
+            try:
+                print(table(read_json(argv[1], ValueError)))
+            except ValueError as err:
+                print(f"step.py: {flag}: {err}", file=sys.stderr)
+                return 2
+            return 0
     if argv[:1] == ["--compare"]:
         if len(argv) < 2:
             print("step.py: --compare needs one or more step-profile.json files", file=sys.stderr)

@@ -18,7 +18,7 @@ SYSTEM_PROMPTS = {
     # default: for instruction-following models (GSM8K runs)
     "steps": "You are a careful math tutor. Solve the problem step by step in a few short sentences. "
              "End with the final answer on its own line as: #### <number>",
-    # the offline model (135M) needs to see the format once; tuned in bench/task_difficulty.py
+    # the offline model (135M) needs to see the format once; its tuning: bench/README.md, "The offline model and task"
     "example": "Solve the math problem. Write the calculation, then the final answer after ####.\n"
                "Example:\nQuestion: Ben has 3 cards. Ben gets 4 more cards. How many cards does Ben have now?\n"
                "Answer: 3 + 4 = 7\n#### 7",

@@ -28,7 +28,7 @@ implementation only warns. In the strict step such an op raises
 
 Inductor: deterministic algorithms also switch inductor's deterministic mode on (no timing-based choices: the compiled
 decode step already runs with it, decode_loop.inductor_options), fall index_put back to the eager kernel and key the
-compile caches (a first run with the option compiles anew). Its cost on a GPU: bench/determinism.py.
+compile caches (a first run with the option compiles anew). Its cost on a GPU: bench/README.md (deterministic_kernels).
 """
 
 from __future__ import annotations

@@ -84,3 +84,24 @@ def test_an_unfinished_log_is_refused_in_one_line(tmp_path, capsys, text, reason
     assert ci_times.main(["--readme", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"ci_times.py: {path}: {reason}") and len(err.splitlines()) == 1
+
+
+def test_a_folder_reads_every_ci_run_log_in_it_oldest_first(tmp_path, capsys):
+    """Names of one day sort by commit: the folder's runs come in the order of their dates and times, a log without
+    the header (its name's date alone) first in its day; other files in the folder are left alone."""
+    late = LOG.format(unit=PASSING).replace("1a2b3c4, 2026-12-02 03:10", "0aaaaaa, 2026-12-02 09:00")
+    early = LOG.format(unit=FAILING).replace("1a2b3c4, 2026-12-02 03:10", "fffffff, 2026-12-02 01:00")
+    write(tmp_path, "ci-run-2026-12-02-0aaaaaa.log", late)
+    write(tmp_path, "ci-run-2026-12-02-fffffff.log", early)
+    write(tmp_path, "ci-run-2026-12-02-bbbbbbb.log", "\n".join(LOG.format(unit=PASSING).splitlines()[1:]))
+    write(tmp_path, "other.log", "not a ci log")
+    assert ci_times.main(["--markdown", str(tmp_path)]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [row.split(" | ")[1] for row in rows] == ["bbbbbbb", "fffffff", "0aaaaaa"]
+    assert ci_times.main(["--readme", str(tmp_path)]) == 0
+    assert ", the last (0aaaaaa) passing;" in capsys.readouterr().out
+
+
+def test_a_folder_without_ci_logs_is_refused_in_one_line(tmp_path, capsys):
+    assert ci_times.main(["--readme", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"ci_times.py: {tmp_path}: no ci-run-*.log in this folder\n"

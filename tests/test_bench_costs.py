@@ -333,8 +333,8 @@ def test_selection_writer_names_its_e2e_rows_and_keeps_the_real_model_rows(tmp_p
 @settings(max_examples=50, deadline=None)
 @given(first=st.floats(0, 1e4), later=st.lists(st.floats(0.01, 100), min_size=1, max_size=40))
 def test_median_step_leaves_out_the_first_step_whatever_it_took(first, later):
-    """bench/train_log.py's median_step_s: the first step (it compiles) never moves the median of the steps after it."""
-    median_step_s = _bench("train_log").median_step_s
+    """bench/complete_run.py's median_step_s: the first step (it compiles) never moves the median of the steps after it."""
+    median_step_s = _bench("complete_run").median_step_s
     log = [{"step": i + 1, "step_time": t} for i, t in enumerate([first, *later])]
     assert median_step_s(log) == statistics.median(later)
     assert min(later) <= median_step_s(log) <= max(later)
@@ -344,7 +344,7 @@ def test_median_step_edge_cases_and_the_three_scripts_that_read_it(tmp_path, mon
     """No median without a step after the first, no step without its time; costs.py, scaling.py and complete_run.py
     all take their median step from it (a stand-in for it shows in each one's number); complete_run.py records null
     for an arm of one step or none, as before (costs.py and scaling.py still refuse such a log: the error above)."""
-    median_step_s = _bench("train_log").median_step_s
+    median_step_s = _bench("complete_run").median_step_s
     assert median_step_s([{"step": 1, "step_time": 90.0}, {"step": 2, "step_time": 1.5}]) == 1.5
     for log, error in (([], statistics.StatisticsError), ([{"step": 1, "step_time": 90.0}], statistics.StatisticsError),
                        ([{"step": 1, "step_time": 90.0}, {"step": 2}], KeyError)):

@@ -123,3 +123,24 @@ def test_the_table_says_where_a_difference_starts():
     for v in comparison["compared"]["shared"]["arms"].values():  # a file written before these fields
         del v["first_train_step_differing"], v["first_rollout_step_differing"]
     assert repeat.markdown(comparison).splitlines()[2].endswith("| no | ets ?; gmts ? |")
+
+
+def test_the_determinism_table_gives_each_setting_its_verdicts_step_times_and_failures(tmp_path, capsys):
+    """bench/repeat.py --determinism: per file and setting, the mean of the runs' median steps alone and two at once,
+    each shared run's verdict against the run alone, and the first failed run's reason."""
+    ok = {"status": "ok", "median_step_s": 1.0}
+    same = {"identical": True, "steps": [{}, {}]}
+    moved = {"identical": False, "first_step_metrics_differ": 2, "first_step_rollouts_differ": None, "steps": [{}, {}]}
+    unknown = {"identical": None, "reason": "a run failed"}
+    runs = {"off": {"alone": ok, "shared": [ok, {**ok, "median_step_s": 2.0}]},
+            "on": {"alone": {"status": "failed", "reason": "RecipeError: no"}, "shared": [ok, ok]}}
+    result = {"measured": "2026-12-01 23:01 UTC", "runs": runs,
+              "comparison": {"off": {"shared-1 vs alone": same, "shared-2 vs alone": moved},
+                             "on": {"shared-1 vs alone": unknown, "shared-2 vs alone": unknown}}}
+    (tmp_path / "d.json").write_text(json.dumps(result))
+    assert repeat.main(["--determinism", str(tmp_path / "d.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == ("| d.json | off | 2026-12-01 23:01 UTC | 1.00 | 1.50 | identical (2 steps) | differs from step 2 "
+                        "(rollouts the same) | - |")
+    assert lines[3] == ("| d.json | on | 2026-12-01 23:01 UTC | - | 1.00 | not compared (a run failed) | not compared "
+                        "(a run failed) | RecipeError: no |")

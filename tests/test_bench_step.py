@@ -283,3 +283,42 @@ def test_small_run_has_a_kernel_census_of_its_token_step(small_run):
     assert all(x < step.CENSUS_MIN_COUNT for x in left_out)
     assert sum(row["per_step"] for row in census) + sum(left_out) == pytest.approx(t["items"])
     assert "| work items of one token step" in (out / "step-profile.txt").read_text()
+
+
+def test_decode_table_names_the_option_its_rows_and_the_share_of_identical_completions(tmp_path, capsys):
+    """--decode_table: one row per setting of the option (pass@1 where every row scored its samples), then the speedup
+    and the identical share with what that share means for this option."""
+    rows = [{"label": "generate", "ms_per_token_step": 20.0, "seconds": 5.12, "pass@1": 0.5},
+            {"label": "compiled step", "ms_per_token_step": 10.04, "seconds": 2.56, "pass@1": 0.5125}]
+    result = {"option": "decode_loop", "model": "m", "samples": 64, "new_tokens": 256, "device": "cpu",
+              "speedup": 2.0, "identical_completions": 0.25, "rows": rows}
+    (tmp_path / "d.json").write_text(json.dumps(result))
+    assert step.main(["--decode_table", str(tmp_path / "d.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:4] == ["| decoding loop | ms per token step | batch (s) | pass@1 |", "|---|---|---|---|",
+                         "| generate | 20.0 | 5.12 | 0.500 |", "| compiled step | 10.0 | 2.56 | 0.512 |"]
+    assert lines[5].startswith("m, 64 samples x 256 tokens on cpu: 2.00x. Identical completions at the same seed: 25.0% (")
+    rows[0].pop("pass@1")
+    (tmp_path / "d.json").write_text(json.dumps(result))
+    assert step.main(["--decode_table", str(tmp_path / "d.json")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "| decoding loop | ms per token step | batch (s) |"
+
+
+def test_task_table_gives_each_difficulty_and_prompt_its_base_pass_at_1(tmp_path, capsys):
+    rows = [{"difficulty": d, "prompt": "steps", "temperature": 1.0, "pass@1": p, "n": 8, "mean_length": 90.4}
+            for d, p in ((0, 0.375), (1, 0.125))]
+    results = {"model": "m", "device": "cpu", "max_new_tokens": 128, "rows": rows}
+    (tmp_path / "t.json").write_text(json.dumps(results))
+    assert step.main(["--task_table", str(tmp_path / "t.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Base pass@1 of m on the generated task (8 tasks, 1 sample each, 128 new tokens, device cpu):"
+    assert lines[-2:] == ["| 0 | steps | 1.0 | 37.5% | 90 |", "| 1 | steps | 1.0 | 12.5% | 90 |"]
+
+
+@pytest.mark.parametrize("flag", ["--decode_table", "--task_table"])
+def test_the_tables_refuse_a_missing_file_or_a_second_one_in_one_line(tmp_path, capsys, flag):
+    assert step.main([flag, str(tmp_path / "missing.json")]) == 2
+    assert step.main([flag, "a.json", "b.json"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith(f"step.py: {flag}: ") and "missing.json" in err[0]
+    assert err[1] == f"step.py: {flag} needs one results file"

@@ -218,7 +218,7 @@ def test_a_second_call_of_the_same_shape_reuses_the_buffers_and_starts_clean(tin
 
 
 def test_the_compiled_step_is_cached_per_compile_mode_and_a_bad_mode_is_refused(monkeypatch):
-    """bench/decode_options.py --option decode_loop_autotune compiles the step in both modes in one process: each mode
+    """A benchmark may compile the step in both modes in one process (reduce-overhead, then max-autotune): each mode
     gets its own compiled function (a cache keyed on the backend alone would time the first mode twice)."""
     monkeypatch.setattr(decode_loop, "_COMPILED", {})
     monkeypatch.setattr(decode_loop, "COMPILE_MODE", "reduce-overhead")

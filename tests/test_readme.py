@@ -126,3 +126,20 @@ def test_results_document_holds_the_moved_grid_and_plan():
     assert "python update_readme.py --provenance results/qwen/sweep.json" in commands
     assert "python update_readme.py --task-intervals results/qwen/sweep.json" in commands
     assert "docs/results.md" in set(LINK.findall(TEXT["README.md"]))
+
+
+LONG = 160  # characters: a raw line longer than this is hard to read in a terminal or a diff
+
+
+@pytest.mark.parametrize("page", sorted(set(PAGES) | {str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")}))
+def test_no_line_outside_generated_blocks_is_longer_than_160_characters(page):
+    """The raw pages read cleanly: prose wraps and hand-written tables stay short; only a generated block (whose rows
+    the code writes) may hold a longer line."""
+    text = (ROOT / page).read_text()
+    spans = [(m.start(), m.end()) for m in blocks(text)]
+    long, start = [], 0
+    for number, line in enumerate(text.split("\n"), 1):
+        if len(line) > LONG and not any(a <= start < b for a, b in spans):
+            long.append(number)
+        start += len(line) + 1
+    assert not long, f"{page}: lines {long} are over {LONG} characters: wrap them"
