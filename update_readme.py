@@ -24,10 +24,10 @@ import sys
 from pathlib import Path
 
 from gmts_recipe.plots import seed_deltas, setting_scores
-from gmts_recipe.records import json_file
-from selection import PRIMARY, RULES, arms, control_comparisons, rule_named
+from gmts_recipe.records import current_record, json_file
 from gmts_recipe.stats import seed_t_interval, signed
 from gmts_recipe.sweep.summary import CLAIMED
+from selection import PRIMARY, RULES, arms, control_comparisons, rule_named
 
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
@@ -188,8 +188,29 @@ def plan(summary: dict, root: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
-def decisions(tests: list[tuple[str, dict]]) -> str:
-    """The README's first lines on the claim: each planned test's primary decision, one line each, never pooled.
+# What the paper trained, beside which the setting line places the tests' runs.
+PAPER_SETTING = "the paper trains Qwen2.5-Math models on MATH with answers of up to 2048 tokens"
+# The offline names of gmts_recipe/models.py, said as the model they are (a GGUF file, dequantized to train).
+MODEL_NAMES = {"qwen2.5-coder-1.5b-instruct": "Qwen2.5-Coder-1.5B-Instruct (dequantized from its Q4_K_M GGUF)",
+               "smollm2-135m-instruct": "SmolLM2-135M-Instruct (dequantized from its GGUF)"}
+
+
+def setting(results: dict) -> str:
+    """What one cell of a test ran, read from its results.json: model, adapter, steps, rollouts per step, answer
+    length, task and held-out tasks."""
+    c, data = results["config"], results["data"]
+    gpus = results.get("versions", {}).get("gpus") or 1
+    rollouts = c["per_device_train_batch_size"] * c["gradient_accumulation_steps"] * gpus
+    model = MODEL_NAMES.get(c["model_name_or_path"], c["model_name_or_path"])
+    adapter = f"LoRA r={c['lora_r']}" if c.get("use_peft", True) and c.get("lora_r") else "full fine-tuning"
+    return (f"{model}, {adapter}, {c['max_steps']} steps of {rollouts} rollouts with answers of at most "
+            f"{c['max_completion_length']} tokens on {data['task'].upper()} ({len(data['train'])} training problems), "
+            f"evaluated on all {len(data['heldout'])} held-out problems")
+
+
+def decisions(tests: list[tuple[str, dict]], folders: list[Path] | None = None) -> str:
+    """The README's first lines on the claim: each planned test's primary decision, one line each, never pooled,
+    then what the tests ran (read from each test's first cell, in `folders`) beside what the paper ran.
     `tests`: (name, sweep summary), e.g. ("First", ...), ("Confirmatory", ...)."""
     lines = []
     for name, summary in tests:
@@ -214,7 +235,16 @@ def decisions(tests: list[tuple[str, dict]]) -> str:
         head = f"**{'Both' if len(tests) == 2 else 'All'} {verdicts.pop()}**"
     else:
         head = "**Decisions**"
-    return (f"{head} (the paper claims {_claimed_range()} points; {rule}):\n" + "\n".join(lines) + "\n")
+    out = f"{head} (the paper claims {_claimed_range()} points; {rule}):\n" + "\n".join(lines) + "\n"
+    if folders:
+        settings = {setting(json.loads((folder / summary["cells"][0]["path"]).read_text()))
+                    for folder, (_, summary) in zip(folders, tests) if summary.get("cells")}
+        if len(settings) == 1:
+            both = "both tests" if len(tests) == 2 else "the tests"
+            out += f"\nSetting of {both}: {settings.pop()}; {PAPER_SETTING}.\n"
+        elif settings:
+            out += "\nSettings: " + "; ".join(sorted(settings)) + f"; {PAPER_SETTING}.\n"
+    return out
 
 
 def _claimed_range() -> str:
@@ -315,6 +345,89 @@ def _record_differences(results: dict, reference: str, others: list[str]) -> lis
     return notes
 
 
+def _runs(seeds: list[int]) -> str:
+    """Seeds as runs of consecutive ones: 201-212, 298-299."""
+    runs, start = [], None
+    for i, seed in enumerate(seeds):
+        start = seed if start is None else start
+        if i + 1 == len(seeds) or seeds[i + 1] != seed + 1:
+            runs.append(str(seed) if seed == start else f"{start}-{seed}")
+            start = None
+    return ", ".join(runs)
+
+
+def interim(summary: dict, root: Path) -> str:
+    """The primary test's interval as its seeds came in (in seed order, the order its cells ran but for the few arms
+    run later): at how many of the interim seed counts it lay above the plan's reproduction threshold, and where it
+    lay highest. A plan without a stopping rule is not moved by these; the line says what a reader of the interim
+    tables could have seen."""
+    p = summary["primary"]
+    a, b = p["comparison"].split(" - ")
+    deltas = []
+    for cell in sorted(summary["cells"], key=lambda c: c["seed"]):
+        if (cell["variant"], cell["learning_rate"]) == (p["variant"], p["learning_rate"]) and cell["seed"] in p["seeds"]:
+            if a in cell["arms"] and b in cell["arms"]:
+                deltas.append(cell["arms"][a]["pass@1"] - cell["arms"][b]["pass@1"])
+    above, best = [], None
+    for n in range(2, len(deltas)):
+        low, high = seed_t_interval(deltas[:n])
+        if low > p["reproduced_above_points"] / 100:
+            above.append(n)
+        if best is None or low > best[1]:
+            best = (n, low, high, sum(deltas[:n]) / n)
+    threshold = _points(p["reproduced_above_points"] / 100).replace("+0.0", "0")
+    if not above:
+        return (f"At no interim count of seeds (2 to {len(deltas) - 1}, in seed order) did the interval lie above "
+                f"{threshold}.\n")
+    n, low, high, mean = best
+    return (f"In seed order, the interval lay above {threshold} at {len(above)} of the {len(deltas) - 2} interim seed "
+            f"counts (2 to {len(deltas) - 1}): at {_runs(above)} seeds; highest at {n} seeds, {_points(mean)} points, "
+            f"t {_bracket(low, high)}. With all {len(deltas)}: {_points(p['delta'])}, t {_bracket(p['t_low'], p['t_high'])}.\n")
+
+
+def deviations(summary: dict, root: Path) -> str:
+    """Where the primary test's cells departed from its plan's text, read from the records: execution options that
+    changed between cells or between the arms of one cell, the compared arms run in separate processes (the cells'
+    logs), and cells missing from the timing log (logs/timing.jsonl)."""
+    p = summary["primary"]
+    a, b = p["comparison"].split(" - ")
+    options, mixed, split = {}, [], []
+    for cell in summary["cells"]:
+        if (cell["variant"], cell["learning_rate"]) != (p["variant"], p["learning_rate"]) or cell["seed"] not in p["seeds"]:
+            continue
+        results = current_record(json.loads((root / cell["path"]).read_text()))
+        per_arm = {arm: entry.get("generation_options", {}) for arm, entry in results["arms"].items()}
+        options[cell["seed"]] = per_arm[b]
+        if any(o != per_arm[b] for o in per_arm.values()):
+            mixed.append((cell["seed"], sorted(arm for arm, o in per_arm.items() if o != per_arm[b])))
+        procs = arm_processes(root / "logs", cell["cell"])
+        if a in procs and b in procs and procs[a][1] != procs[b][1]:
+            split.append(cell["seed"])
+    varying = sorted({k for o in options.values() for k in o if len({str(x.get(k)) for x in options.values()}) > 1})
+    lines = []
+    if varying:
+        groups: dict[str, list[int]] = {}
+        for seed, o in sorted(options.items()):
+            said = (f"{k} {o[k]}" if k in o else f"{k} not recorded (the option did not exist yet)" for k in varying)
+            groups.setdefault(", ".join(said), []).append(seed)
+        lines.append("- Execution options changed between cells (the recorded options of the "
+                     f"{_short(b)} arm): " + "; ".join(f"{text} for seed{'s' if len(seeds) > 1 else ''} {_runs(seeds)}"
+                                             for text, seeds in groups.items()))
+    for seed, arms in mixed:
+        lines.append(f"- Seed {seed}: the {', '.join(_short(x) for x in arms)} arm ran with other execution "
+                     f"options than its {_short(b)} arm")
+    if split:
+        lines.append(f"- {_short(a)} and {_short(b)} ran in separate processes (the cells' logs) for seeds "
+                     f"{', '.join(map(str, split))}, where the plan runs a cell's arms in one process")
+    timing = root / "logs" / "timing.jsonl"
+    if timing.is_file():
+        timed = {json.loads(line)["cell"] for line in timing.read_text().splitlines() if line.strip()}
+        missing = [c["seed"] for c in summary["cells"] if c["cell"] not in timed and c["seed"] in p["seeds"]]
+        if missing:
+            lines.append(f"- Not in the timing log (logs/timing.jsonl): seeds {_runs(sorted(missing))}")
+    return "\n".join(lines or ["- none found in the records"]) + "\n"
+
+
 def versions(results: dict) -> str:
     """The library versions a reference run recorded, as a constraint line reads them."""
     v = results["versions"]
@@ -384,19 +497,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the width of one cell's interval")
     ap.add_argument("--provenance", metavar="SWEEP_JSON", type=json_file,
                     help="print when and how each arm of the primary test ran")
+    ap.add_argument("--interim", metavar="SWEEP_JSON", type=json_file,
+                    help="print how a planned test's primary interval moved as its seeds came in")
+    ap.add_argument("--deviations", metavar="SWEEP_JSON", type=json_file,
+                    help="print where a planned test's cells departed from its plan, from the records")
     ap.add_argument("--versions", metavar="RESULTS_JSON", type=json_file,
                     help="print the library versions a run recorded")
     ap.add_argument("--mechanism", metavar="MECHANISM_JSON", nargs="+", type=json_file,
                     help="print the table of per-seed GMTS - ETS against the arms' updates, one or more grids")
     args = ap.parse_args(argv)
     for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
-                         (args.provenance, provenance)):
+                         (args.provenance, provenance), (args.deviations, deviations),
+                         (args.interim, interim)):
         if option:
             path = Path(option)
             print(show(json.loads(path.read_text()), path.parent), end="")
             return 0
     if args.decisions:
-        print(decisions([(name, json.loads(Path(path).read_text())) for name, path in args.decisions]), end="")
+        print(decisions([(name, json.loads(Path(path).read_text())) for name, path in args.decisions],
+                        [Path(path).parent for _, path in args.decisions]), end="")
         return 0
     if args.versions:
         print(versions(json.loads(Path(args.versions).read_text())), end="")
