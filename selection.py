@@ -24,6 +24,8 @@ Deviations from the paper, all deliberate:
   `get_high_entropy_mask` keeps `>= quantile`, which can keep more.
 - `ratio` is read as the decimal the user wrote (0.2 == 1/5, exactly), not as its binary float, so
   ceil(0.2 * 15) is 3, not 4.
+- `group_size` (the trainer's "group" scope) covers every prompt group of the batch; the authors' verl code applies
+  GMTS per 16-row group but reaches only the first group of each minibatch.
 """
 
 from __future__ import annotations
