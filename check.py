@@ -276,7 +276,7 @@ def provenance_lines(results: dict) -> list[str]:
         libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
         options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
                             if v not in (False, None))  # the options that were on
-        lines.append(f"  {SHORT_NAMES.get(arm, arm)}: commit {commit}, {p.get('started', '?')} to "
+        lines.append(f"  {_short(arm)}: commit {commit}, {p.get('started', '?')} to "
                      f"{p.get('finished', '?')}, host {p.get('host', '?')}, {gpu}; {libs}"
                      + (f"; {options}" if options else ""))
     if lines:

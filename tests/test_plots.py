@@ -13,6 +13,7 @@ def with_arms(arms: tuple[str, ...]) -> dict:
     """A sealed results dict holding exactly these trained arms (grpo borrows ETS's records)."""
     r = fake_results(shift=0.3)
     r["config"].update(task="arithmetic", difficulty=0)
+    r["data"]["task"] = "arithmetic"  # what the run recorded; the title reads it first
     trained = {"ets": r["arms"]["ets"], "gmts": r["arms"]["gmts"], "grpo": copy.deepcopy(r["arms"]["ets"])}
     for i, arm in enumerate(trained):
         trained[arm]["train_log"] = [{"step": s, "reward": 0.2 + 0.1 * s, "grad_norm": 0.3, "entropy": 0.5,
