@@ -62,6 +62,7 @@ from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, eva
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
                                  write_samples)  # what each evaluation scored
 from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
+from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.report import render as render_sweep
 
@@ -224,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         print(render_sweep(summary, markdown=args.markdown))
         for line in (samples_line(report), dataset_line(report)):
             print(line, file=sys.stderr if args.markdown else sys.stdout)
+        if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
+            print("Where the planned test's cells departed from its plan (records and logs):\n"
+                  + deviations(summary, Path(args.results).parent).rstrip("\n"),
+                  file=sys.stderr if args.markdown else sys.stdout)
         return 0
     try:
         results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled)

@@ -26,6 +26,7 @@ from pathlib import Path
 from gmts_recipe.plots import seed_deltas, setting_scores
 from gmts_recipe.records import current_record, json_file
 from gmts_recipe.stats import seed_t_interval, signed
+from gmts_recipe.sweep.deviations import _runs, arm_processes, deviations
 from gmts_recipe.sweep.summary import CLAIMED
 from selection import PRIMARY, RULES, arms, control_comparisons, rule_named
 
@@ -240,10 +241,10 @@ def decisions(tests: list[tuple[str, dict]], folders: list[Path] | None = None) 
         settings = {setting(json.loads((folder / summary["cells"][0]["path"]).read_text()))
                     for folder, (_, summary) in zip(folders, tests) if summary.get("cells")}
         if len(settings) == 1:
-            both = "both tests" if len(tests) == 2 else "the tests"
-            out += f"\nSetting of {both}: {settings.pop()}; {PAPER_SETTING}.\n"
+            both = {1: "the test", 2: "both tests"}.get(len(tests), "the tests")
+            out += f"- Setting of {both}: {settings.pop()}; {PAPER_SETTING}.\n"
         elif settings:
-            out += "\nSettings: " + "; ".join(sorted(settings)) + f"; {PAPER_SETTING}.\n"
+            out += "- Settings: " + "; ".join(sorted(settings)) + f"; {PAPER_SETTING}.\n"
     return out
 
 
@@ -279,22 +280,6 @@ def task_intervals(summary: dict, root: Path) -> str:
     return (f"One cell's {_short(a)} - {_short(b)} interval over its {base_tasks(summary)} tasks is +-{min(halves):.1f} "
             f"to +-{max(halves):.1f} points (half its 95% paired bootstrap interval, {len(halves)} cells of the primary "
             f"test).\n")
-
-
-LOG_START = re.compile(r"^=== (\d{4})-(\d\d-\d\d \d\d:\d\d)", re.M)  # a process's first line in a cell's log
-LOG_FINISHED = re.compile(r"\[recipe\] (\w+): pass@1")  # an arm that process trained and evaluated
-
-
-def arm_processes(logs: Path, cell: str) -> dict[str, tuple[str, str]]:
-    """For each arm of a cell, the process that trained and evaluated it, from the cell's logs (one file per process
-    the sweep started, named <cell>-<arms>.log, opened by a line with its start time): arm -> (start, log name)."""
-    out = {}
-    for log in sorted(logs.glob(f"{cell}-*.log")):
-        text = log.read_text(errors="replace")
-        start = LOG_START.search(text)
-        for arm in LOG_FINISHED.findall(text):
-            out[arm] = (start.group(2) if start else "?", log.name)
-    return out
 
 
 def provenance(summary: dict, root: Path) -> str:
@@ -345,17 +330,6 @@ def _record_differences(results: dict, reference: str, others: list[str]) -> lis
     return notes
 
 
-def _runs(seeds: list[int]) -> str:
-    """Seeds as runs of consecutive ones: 201-212, 298-299."""
-    runs, start = [], None
-    for i, seed in enumerate(seeds):
-        start = seed if start is None else start
-        if i + 1 == len(seeds) or seeds[i + 1] != seed + 1:
-            runs.append(str(seed) if seed == start else f"{start}-{seed}")
-            start = None
-    return ", ".join(runs)
-
-
 def interim(summary: dict, root: Path) -> str:
     """The primary test's interval as its seeds came in (in seed order, the order its cells ran but for the few arms
     run later): at how many of the interim seed counts it lay above the plan's reproduction threshold, and where it
@@ -383,49 +357,6 @@ def interim(summary: dict, root: Path) -> str:
     return (f"In seed order, the interval lay above {threshold} at {len(above)} of the {len(deltas) - 2} interim seed "
             f"counts (2 to {len(deltas) - 1}): at {_runs(above)} seeds; highest at {n} seeds, {_points(mean)} points, "
             f"t {_bracket(low, high)}. With all {len(deltas)}: {_points(p['delta'])}, t {_bracket(p['t_low'], p['t_high'])}.\n")
-
-
-def deviations(summary: dict, root: Path) -> str:
-    """Where the primary test's cells departed from its plan's text, read from the records: execution options that
-    changed between cells or between the arms of one cell, the compared arms run in separate processes (the cells'
-    logs), and cells missing from the timing log (logs/timing.jsonl)."""
-    p = summary["primary"]
-    a, b = p["comparison"].split(" - ")
-    options, mixed, split = {}, [], []
-    for cell in summary["cells"]:
-        if (cell["variant"], cell["learning_rate"]) != (p["variant"], p["learning_rate"]) or cell["seed"] not in p["seeds"]:
-            continue
-        results = current_record(json.loads((root / cell["path"]).read_text()))
-        per_arm = {arm: entry.get("generation_options", {}) for arm, entry in results["arms"].items()}
-        options[cell["seed"]] = per_arm[b]
-        if any(o != per_arm[b] for o in per_arm.values()):
-            mixed.append((cell["seed"], sorted(arm for arm, o in per_arm.items() if o != per_arm[b])))
-        procs = arm_processes(root / "logs", cell["cell"])
-        if a in procs and b in procs and procs[a][1] != procs[b][1]:
-            split.append(cell["seed"])
-    varying = sorted({k for o in options.values() for k in o if len({str(x.get(k)) for x in options.values()}) > 1})
-    lines = []
-    if varying:
-        groups: dict[str, list[int]] = {}
-        for seed, o in sorted(options.items()):
-            said = (f"{k} {o[k]}" if k in o else f"{k} not recorded (the option did not exist yet)" for k in varying)
-            groups.setdefault(", ".join(said), []).append(seed)
-        lines.append("- Execution options changed between cells (the recorded options of the "
-                     f"{_short(b)} arm): " + "; ".join(f"{text} for seed{'s' if len(seeds) > 1 else ''} {_runs(seeds)}"
-                                             for text, seeds in groups.items()))
-    for seed, arms in mixed:
-        lines.append(f"- Seed {seed}: the {', '.join(_short(x) for x in arms)} arm ran with other execution "
-                     f"options than its {_short(b)} arm")
-    if split:
-        lines.append(f"- {_short(a)} and {_short(b)} ran in separate processes (the cells' logs) for seeds "
-                     f"{', '.join(map(str, split))}, where the plan runs a cell's arms in one process")
-    timing = root / "logs" / "timing.jsonl"
-    if timing.is_file():
-        timed = {json.loads(line)["cell"] for line in timing.read_text().splitlines() if line.strip()}
-        missing = [c["seed"] for c in summary["cells"] if c["cell"] not in timed and c["seed"] in p["seeds"]]
-        if missing:
-            lines.append(f"- Not in the timing log (logs/timing.jsonl): seeds {_runs(sorted(missing))}")
-    return "\n".join(lines or ["- none found in the records"]) + "\n"
 
 
 def versions(results: dict) -> str:

@@ -1,12 +1,15 @@
 """What the results document states about how the runs were made is read from the logs and records, not typed."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 import update_readme
 from gmts_recipe.sweep.grid import load_grid
 from gmts_recipe.sweep.summary import summarize
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _log(folder, name: str, start: str, finished: list[str]) -> None:
@@ -237,4 +240,26 @@ def test_decisions_option_refuses_an_item_without_a_name(capsys):
     assert exit_.value.code == 2 and "is not NAME=SWEEP_JSON" in capsys.readouterr().err
     assert update_readme.main(["--decisions", "First=results/qwen/sweep.json"]) == 0
     one = capsys.readouterr().out.splitlines()
-    assert len(one) == 2 and one[0].startswith("**Decision** (the paper claims") and one[1].startswith("- First test")
+    assert len(one) == 3 and one[0].startswith("**Decision** (the paper claims") and one[1].startswith("- First test")
+    # then what the test ran, read from its first cell, beside what the paper ran
+    assert one[2].startswith("- Setting of the test: Qwen2.5-Coder-1.5B-Instruct (dequantized from its Q4_K_M GGUF), LoRA")
+    assert "40 steps of 64 rollouts" in one[2] and one[2].endswith(update_readme.PAPER_SETTING + ".")
+
+
+def test_deviations_and_interim_path_read_the_confirmatory_records():
+    """What the confirmatory test's records say about its own run (docs/results.md shows both blocks): the options that
+    changed between cells, the seeds whose compared arms ran in separate processes, the cell the timing log lacks; and
+    the interval's path as its seeds came in, which ends at the primary test's own numbers."""
+    import json
+
+    from gmts_recipe.sweep.deviations import deviations
+
+    path = ROOT / "results" / "confirm" / "sweep.json"
+    summary = json.loads(path.read_text())
+    text = deviations(summary, path.parent)
+    assert "for seeds 201-212, 298-299" in text and "for seeds 213-297" in text
+    assert "Seed 212: the ETS-nz arm ran with other execution options than its ETS arm" in text
+    assert "separate processes (the cells' logs) for seeds 206, 209, 239, 289, 290" in text
+    assert "Not in the timing log (logs/timing.jsonl): seed 200" in text
+    path_line = update_readme.interim(summary, path.parent)
+    assert path_line.endswith("With all 100: +0.9, t [-0.1, +1.9].\n") and "at 36-38, 43-70, 74, 76 seeds" in path_line
