@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(text)
     if args.show is None:  # the README's tables (--markdown) stay the tables: these lines go to stderr there
-        for line in (samples_line(report), dataset_line(report), *provenance_lines(results)):
+        for line in (samples_line(report), dataset_line(report), *provenance_lines(results),
+                     *memory_lines(results)):
             print(line, file=sys.stderr if args.markdown else sys.stdout)
     return 0
 
@@ -292,6 +293,22 @@ def provenance_lines(results: dict) -> list[str]:
         gpu = f"{v.get('gpus', 0)} x {v['gpu']}" if v.get("gpu") else "CPU"
         return [f"Provenance: the arms record none (written before they did); the file's versions: {gpu}; {libs}."]
     return []
+
+
+def memory_lines(results: dict) -> list[str]:
+    """The peak GPU memory each phase allocated (recipe.py records it with torch.cuda.max_memory_allocated, the
+    counter reset as the phase starts; a CPU run records none): the card a phase needs, printed as recorded."""
+    phases = []
+    base = results.get("base", {}).get("gpu_peak_memory_gib", {})
+    if "base_eval" in base:
+        phases.append(f"base evaluation {base['base_eval']:.1f}")
+    for arm, entry in results.get("arms", {}).items():
+        peaks = entry.get("gpu_peak_memory_gib", {})
+        phases += [f"{_short(arm)} {label} {peaks[key]:.1f}" for key, label in (("train", "training"),
+                                                                               ("eval", "evaluation")) if key in peaks]
+    if not phases:
+        return []
+    return [f"Peak GPU memory allocated by torch, GiB (the main process's card): {'; '.join(phases)}."]
 
 
 def _resolve(path: str) -> str:

@@ -68,6 +68,7 @@ from eval import SAMPLING_FIELDS, Sampling, compile_seconds, evaluate_with_confi
 from gmts_recipe.data import (DataError, arithmetic_task, arithmetic_test_pool, load_gsm8k, split_tasks, system_prompt,
                               to_prompt)
 from gmts_recipe.field_types import misfits
+from gmts_recipe.gpu_memory import peak_memory, release_vllm_engine
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, ModelError, cache_root, resolve_model
 from gmts_recipe.plots import plot_run
 from gmts_recipe.records import config_hash, current_record, read_yaml_mapping
@@ -806,6 +807,7 @@ class Run:
         self.results = self._load_or_new()
         self.arm_order: list[str] = []  # the arms this process trains, in order (the console's "2 of 3")
         self.pace: dict = {}  # what the last arm this process trained took (the console's estimate for the next)
+        self.peaks: dict = {}  # the arm in training's peak GPU memory per phase (peak_memory), GiB
 
     def _load_or_new(self) -> dict:
         if not self.path.is_file():
@@ -861,11 +863,16 @@ class Run:
                 else:
                     from check import write_json
 
+                    peaks: dict = {}  # the base evaluations' peak GPU memory (GiB); none on a CPU
+                    with peak_memory(peaks, "base_eval", device):
+                        evals = self._base_evals(heldout, device)
                     evals = [keep_samples(ev, cache.parent, f"{key[:16]}-seed{ev['seed']}", f"../{cache.parent.name}/")
-                             for ev in self._base_evals(heldout, device)]  # samples stored once, beside the cache
-                    base = {"eval_hash": key, "eval_config": record, "evals": evals}
+                             for ev in evals]  # samples stored once, beside the cache
+                    base = {"eval_hash": key, "eval_config": record, "evals": evals,
+                            **({"gpu_peak_memory_gib": peaks} if peaks else {})}
                     write_json(cache, base)
-            self.results["base"] = {"evals": base["evals"], "eval_hash": key}
+            self.results["base"] = {"evals": base["evals"], "eval_hash": key,
+                                    **{k: base[k] for k in ("gpu_peak_memory_gib",) if k in base}}
             self.save()
         else:
             print(f"[recipe] base evals: reusing {len(base['evals'])} from {self.path}")
@@ -935,8 +942,11 @@ class Run:
             checkpoint = True
             print(f"[recipe] {arm}: resuming from the last checkpoint in {arm_dir / 'checkpoints'}")
         t0, compiled_before = time.time(), compile_seconds()
-        trainer.train(resume_from_checkpoint=checkpoint)
+        self.peaks = {}  # this arm's peak GPU memory per phase (GiB), recorded in its entry; none on a CPU
+        with peak_memory(self.peaks, "train", device):
+            trainer.train(resume_from_checkpoint=checkpoint)
         train_minutes, train_compile_s = (time.time() - t0) / 60, compile_seconds() - compiled_before
+        release_vllm_engine(trainer)  # colocate mode: the next arm builds its own engine on this card
         if self.state.is_main_process:
             self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes, train_compile_s)
         self.state.wait_for_everyone()
@@ -954,8 +964,9 @@ class Run:
         (arm_dir / "train_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in log))
         t1 = time.time()
         seed = self.recipe.base_eval_seeds[0]
-        ev = keep_samples(self._evaluate(trainer.model, trainer.processing_class, heldout, seed), self.dir,
-                          f"samples-{arm}-seed{seed}")
+        with peak_memory(self.peaks, "eval", trainer.model.device.type):
+            ev = keep_samples(self._evaluate(trainer.model, trainer.processing_class, heldout, seed), self.dir,
+                              f"samples-{arm}-seed{seed}")
         wall = (time.time() - t0) / 60
         gpus = self.state.num_processes if trainer.model.device.type == "cuda" else 0
         self.results["arms"][arm] = {
@@ -963,7 +974,7 @@ class Run:
             "entropy_source": trainer.entropy_source_used, "rollout_digests": trainer.rollout_digests,
             "train_minutes": train_minutes,
             "train_compile_seconds": train_compile_s, "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall,
-            "gpu_minutes": wall * gpus,
+            "gpu_minutes": wall * gpus, **({"gpu_peak_memory_gib": self.peaks} if self.peaks else {}),
             "generation_options": {k: getattr(self.recipe if k == "cudnn_attention" else args, k)
                                    for k in GENERATION_OPTIONS},
         }
