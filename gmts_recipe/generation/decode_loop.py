@@ -692,6 +692,71 @@ def _prefill(model, cache, input_ids: torch.Tensor, attention_mask: torch.Tensor
     return logits.repeat_interleave(g, dim=0)
 
 
+def _checked_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, compiled: bool,
+                    sampler: str, cache_len: int, rows_per_prompt: int,
+                    noise_keys: torch.Tensor | None) -> torch.Tensor:
+    """`sample`'s refusals of what it cannot do exactly, each in one line before any forward runs; the attention
+    mask as integers (the prompts' positions are computed from it)."""
+    if STEP_GRAPH not in STEP_GRAPHS:
+        raise ValueError(f"decode_loop.STEP_GRAPH {STEP_GRAPH!r}: use one of {', '.join(STEP_GRAPHS)}")
+    if STEP_GRAPH == "whole_step" and compiled and sampler != "counter":
+        raise ValueError(f"decode_loop: STEP_GRAPH='whole_step' records the step once and replays it, which only the "
+                         f"'counter' sampler allows (it draws nothing from a generator); sampler={sampler!r}")
+    batch, prompt_len = input_ids.shape
+    if (sampler == "counter") != (noise_keys is not None):
+        raise ValueError(f"decode_loop: noise_keys go with sampler='counter' and only with it (sampler={sampler!r})")
+    if noise_keys is not None and tuple(noise_keys.shape) != (batch,):
+        raise ValueError(f"decode_loop: noise_keys of shape {tuple(noise_keys.shape)}; one key per row: ({batch},)")
+    if max_new_tokens < 1:
+        raise ValueError(f"decode_loop: max_new_tokens={max_new_tokens}; it needs at least 1")
+    if cache_len < prompt_len + max_new_tokens:
+        raise ValueError(f"decode_loop: cache_len {cache_len} < prompt {prompt_len} + {max_new_tokens} new tokens")
+    mask = attention_mask.long()
+    if bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
+    _check_prompt_groups(input_ids, mask, rows_per_prompt)
+    return mask
+
+
+def _start(model, cache, state: DecodeState, input_ids: torch.Tensor, mask: torch.Tensor, rows_per_prompt: int,
+           noise_keys: torch.Tensor | None, temperature: float, eos: tuple[int, ...], pad_token_id: int,
+           sampler: str) -> None:
+    """The prompts' prefill and the first token's draw, with every decode buffer reset in place for this call (the
+    buffers and their addresses are reused across calls: a recorded CUDA graph replays on them)."""
+    prompt_len = input_ids.size(1)
+    position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
+    state.attention_mask.zero_()
+    state.attention_mask[:, :prompt_len] = mask
+    logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
+    state.position_ids.copy_(position_ids[:, -1:] + 1)
+    state.cache_position.fill_(prompt_len)
+    state.unfinished.fill_(True)
+    state.step.zero_()
+    state.tokens.fill_(pad_token_id)
+    state.noise_key.copy_(noise_keys if noise_keys is not None else torch.zeros_like(state.noise_key))
+    _advance(state, logits, temperature, eos, pad_token_id, sampler)
+
+
+def _decode(step, graph, model, cache, state: DecodeState, temperature: float, eos: tuple[int, ...],
+            pad_token_id: int, sampler: str, compiled: bool, max_new_tokens: int, check_every: int) -> int:
+    """The token steps after the first, until `max_new_tokens` or every row finished; the number of columns
+    written. The finished flag is polled every `check_every` steps from a copy made one poll earlier (`_DoneFlag`),
+    so the host never waits on the GPU; the surplus steps are cut by `completion_length`."""
+    flag = _DoneFlag(state.tokens.device)
+    done = 1
+    while done < max_new_tokens:
+        if graph is not None:
+            graph()
+        else:
+            if compiled:
+                torch.compiler.cudagraph_mark_step_begin()
+            step(model, cache, state, temperature, eos, pad_token_id, sampler)
+        done += 1
+        if done % check_every == 0 and flag.poll(state.unfinished):
+            break
+    return done
+
+
 @torch.no_grad()
 def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
            temperature: float, eos_token_ids: int | list[int] | tuple[int, ...], pad_token_id: int, compiled: bool,
@@ -715,26 +780,10 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     and every step (`fused.fused_projections`: 4 products per layer instead of 7, the same numbers up to the wider
     product's rounding); a model it cannot fuse exactly is refused in one line."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
-    if STEP_GRAPH not in STEP_GRAPHS:
-        raise ValueError(f"decode_loop.STEP_GRAPH {STEP_GRAPH!r}: use one of {', '.join(STEP_GRAPHS)}")
-    if STEP_GRAPH == "whole_step" and compiled and sampler != "counter":
-        raise ValueError(f"decode_loop: STEP_GRAPH='whole_step' records the step once and replays it, which only the "
-                         f"'counter' sampler allows (it draws nothing from a generator); sampler={sampler!r}")
     batch, prompt_len = input_ids.shape
-    if (sampler == "counter") != (noise_keys is not None):
-        raise ValueError(f"decode_loop: noise_keys go with sampler='counter' and only with it (sampler={sampler!r})")
-    if noise_keys is not None and tuple(noise_keys.shape) != (batch,):
-        raise ValueError(f"decode_loop: noise_keys of shape {tuple(noise_keys.shape)}; one key per row: ({batch},)")
-    total = prompt_len + max_new_tokens
-    cache_len = cache_len or total
-    if max_new_tokens < 1:
-        raise ValueError(f"decode_loop: max_new_tokens={max_new_tokens}; it needs at least 1")
-    if cache_len < total:
-        raise ValueError(f"decode_loop: cache_len {cache_len} < prompt {prompt_len} + {max_new_tokens} new tokens")
-    mask = attention_mask.long()
-    if bool((mask[:, 1:] < mask[:, :-1]).any()):
-        raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
-    _check_prompt_groups(input_ids, mask, rows_per_prompt)
+    cache_len = cache_len or prompt_len + max_new_tokens
+    mask = _checked_inputs(input_ids, attention_mask, max_new_tokens, compiled, sampler, cache_len, rows_per_prompt,
+                           noise_keys)
     eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else eos_token_ids
     eos = tuple(sorted(set(eos)))  # a constant of the step's graph: one order for the evaluation's and TRL's lists
     device = input_ids.device
@@ -748,35 +797,16 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
         if regions:
             stack.enter_context(layer_regions(model))
         cache, state = _buffers(model, batch, cache_len, device, regions)
-        position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
-        state.attention_mask.zero_()
-        state.attention_mask[:, :prompt_len] = mask
-        logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
-        state.position_ids.copy_(position_ids[:, -1:] + 1)
-        state.cache_position.fill_(prompt_len)
-        state.unfinished.fill_(True)
-        state.step.zero_()
-        state.tokens.fill_(pad_token_id)
-        state.noise_key.copy_(noise_keys if noise_keys is not None else torch.zeros_like(state.noise_key))
-        _advance(state, logits, temperature, eos, pad_token_id, sampler)
+        _start(model, cache, state, input_ids, mask, rows_per_prompt, noise_keys, temperature, eos, pad_token_id,
+               sampler)
         step = decode_step
         whole = compiled and STEP_GRAPH == "whole_step" and device.type == "cuda"
         if compiled:
             _mark_for_compile(cache, state, regions)
             step = compiled_step(compile_backend, regions, graphs=not whole)
         graph = _step_graph(step, model, cache, state, temperature, eos, pad_token_id, sampler) if whole else None
-        flag = _DoneFlag(device)
-        done = 1
-        while done < max_new_tokens:
-            if graph is not None:
-                graph()
-            else:
-                if compiled:
-                    torch.compiler.cudagraph_mark_step_begin()
-                step(model, cache, state, temperature, eos, pad_token_id, sampler)
-            done += 1
-            if done % check_every == 0 and flag.poll(state.unfinished):
-                break
+        done = _decode(step, graph, model, cache, state, temperature, eos, pad_token_id, sampler, compiled,
+                       max_new_tokens, check_every)
     n = completion_length(state.tokens[:, :done], eos)
     out = torch.cat([input_ids, state.tokens[:, :n]], dim=-1)
     return (out, state.entropy[:, :n].clone()) if return_entropy else out  # a copy: the buffer is reused
