@@ -87,7 +87,7 @@ def _clean_generation_defaults(model):
 
 def decoding_plan(device_type: str, fast: bool) -> tuple[bool, bool]:
     """(static KV cache, compiled decoding) for `generate_samples`. Both only on a GPU: on a CPU the static cache made
-    a 60-sample evaluation 3x slower (results/LOG.md, 2026-11-30), and there are no CUDA graphs to gain."""
+    the evaluation slower (results/LOG.md, the fast evaluation path on a CPU), and there are no CUDA graphs to gain."""
     on_gpu = fast and device_type == "cuda"
     return on_gpu, on_gpu
 
@@ -156,7 +156,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
     adapter folded into the weights (bit-exact restore after); on a GPU also a static KV cache (a growing cache copies
     itself every token step) and compiled decoding with CUDA graphs, with batches padded to one size so the compiled
-    decoder is reused. The first fast call on a GPU compiles (about 30 s for a 1.5B model); the sampler is the same.
+    decoder is reused. The first fast call on a GPU compiles the decoder; the sampler is the same.
     See `decoding_plan` for what runs where.
 
     `options` (speed_options.SpeedOptions; the recipe passes its trainer config's, `evaluation_options`; unset: every
