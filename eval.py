@@ -102,7 +102,8 @@ def _check_generation_options(options: SpeedOptions, fast: bool, sampling: Sampl
     return compiled_step, _check_sampling_noise(options.sampling_noise, compiled_step)
 
 
-def _longest_first(tokenizer, prompts: list[list[dict]], k: int):
+def _longest_first(tokenizer, prompts: list[list[dict]],
+                   k: int) -> tuple[list[str], list[list[int]], list[int], list[int]]:
     """(chat texts, their token ids, each sample's prompt index, the samples' order): k samples per prompt, longest
     prompt first (less left padding per batch); a prompt's k samples stay adjacent (stable sort)."""
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
