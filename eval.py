@@ -87,9 +87,65 @@ def _clean_generation_defaults(model):
 
 def decoding_plan(device_type: str, fast: bool) -> tuple[bool, bool]:
     """(static KV cache, compiled decoding) for `generate_samples`. Both only on a GPU: on a CPU the static cache made
-    a 60-sample evaluation 3x slower (results/LOG.md, 2026-11-30), and there are no CUDA graphs to gain."""
+    the evaluation slower (results/LOG.md, the fast evaluation path on a CPU), and there are no CUDA graphs to gain."""
     on_gpu = fast and device_type == "cuda"
     return on_gpu, on_gpu
+
+
+def _check_generation_options(options: SpeedOptions, fast: bool, sampling: Sampling) -> tuple[bool, bool]:
+    """(compiled step, counter noise) for `generate_samples`, or a one-line refusal of options that do not go
+    together, before any prompt is tokenized."""
+    compiled_step = _check_decode_loop(options.generation_decode_loop, fast, sampling)
+    if options.generation_fused_projections and not compiled_step:
+        raise ValueError("generation_fused_projections fuses the projections inside decode_loop's compiled step: "
+                         "set generation_decode_loop='compiled_step' or generation_fused_projections=False")
+    return compiled_step, _check_sampling_noise(options.sampling_noise, compiled_step)
+
+
+def _longest_first(tokenizer, prompts: list[list[dict]],
+                   k: int) -> tuple[list[str], list[list[int]], list[int], list[int]]:
+    """(chat texts, their token ids, each sample's prompt index, the samples' order): k samples per prompt, longest
+    prompt first (less left padding per batch); a prompt's k samples stay adjacent (stable sort)."""
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    prompt_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    lengths = [len(ids) for ids in prompt_ids]
+    flat = [i for i in range(len(texts)) for _ in range(k)]  # prompt index of each sample
+    order = sorted(range(len(flat)), key=lambda j: -lengths[flat[j]])  # longest prompts first
+    return texts, prompt_ids, flat, order
+
+
+def _enter_generation_contexts(stack: contextlib.ExitStack, model, fast: bool, options: SpeedOptions) -> None:
+    """The model as the evaluation samples from it, until `stack` closes: no autograd, only the evaluation's own
+    generation settings, on the fast path the LoRA adapter merged (restored bit for bit after) and the input-grad hooks
+    off, and the decoding options of `options` (grouped attention, deferred stop, decode kernel)."""
+    import torch
+
+    from gmts_recipe.generation.decoding import decoding_options
+    from gmts_recipe.generation.fast import merged_lora, without_input_grad_hooks
+
+    stack.enter_context(torch.no_grad())
+    stack.enter_context(_clean_generation_defaults(model))
+    if fast:
+        stack.enter_context(merged_lora(model))
+        stack.enter_context(without_input_grad_hooks(model))
+    stack.enter_context(decoding_options(model, options.generation_grouped_attention,
+                                         options.generation_deferred_stop, options.generation_decode_kernel))
+
+
+def _generate_batch(model, batch, rows: list[int], config, cache_len: int, options: SpeedOptions, seed: int,
+                    rows_per_prompt: int, compiled_step: bool, counter: bool, streamer):
+    """One batch's prompts and completions, (B, P + new): through `decode_loop.sample_with_config` (with the
+    "counter" noise, row j's key is (seed, EVAL_STREAM, j), j = i * k + s) or transformers' `generate`."""
+    if compiled_step:
+        import torch
+
+        from gmts_recipe.generation.decode_loop import EVAL_STREAM, noise_keys, sample_with_config
+
+        keys = noise_keys(seed, EVAL_STREAM, torch.tensor(rows)) if counter else None  # j = i * k + s
+        return sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len,
+                                  rows_per_prompt=rows_per_prompt, compile_regions=options.generation_compile_regions,
+                                  noise_keys=keys, fused_projections=options.generation_fused_projections)
+    return model.generate(**batch, generation_config=config, streamer=streamer)  # (B, P + new)
 
 
 def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: int, max_new_tokens: int,
@@ -101,7 +157,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     Samples are generated longest prompt first (less left padding per batch) and put back in order. `fast`: the LoRA
     adapter folded into the weights (bit-exact restore after); on a GPU also a static KV cache (a growing cache copies
     itself every token step) and compiled decoding with CUDA graphs, with batches padded to one size so the compiled
-    decoder is reused. The first fast call on a GPU compiles (about 30 s for a 1.5B model); the sampler is the same.
+    decoder is reused. The first fast call on a GPU compiles the decoder; the sampler is the same.
     See `decoding_plan` for what runs where.
 
     `options` (speed_options.SpeedOptions; the recipe passes its trainer config's, `evaluation_options`; unset: every
@@ -129,22 +185,12 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     import torch
     from tqdm.auto import tqdm
 
-    from gmts_recipe.generation.decode_loop import EVAL_STREAM, noise_keys, sample_with_config
-    from gmts_recipe.generation.decoding import decoding_options
-    from gmts_recipe.generation.fast import compile_cache_length, merged_lora, without_input_grad_hooks
+    from gmts_recipe.generation.fast import compile_cache_length
 
     sampling = sampling or Sampling(temperature=temperature)
     options = options or SpeedOptions()
-    compiled_step = _check_decode_loop(options.generation_decode_loop, fast, sampling)
-    if options.generation_fused_projections and not compiled_step:
-        raise ValueError("generation_fused_projections fuses the projections inside decode_loop's compiled step: "
-                         "set generation_decode_loop='compiled_step' or generation_fused_projections=False")
-    counter = _check_sampling_noise(options.sampling_noise, compiled_step)
-    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-    prompt_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    lengths = [len(ids) for ids in prompt_ids]
-    flat = [i for i in range(len(texts)) for _ in range(k)]  # prompt index of each sample
-    order = sorted(range(len(flat)), key=lambda j: -lengths[flat[j]])  # longest prompts first
+    compiled_step, counter = _check_generation_options(options, fast, sampling)
+    texts, prompt_ids, flat, order = _longest_first(tokenizer, prompts, k)
     device = next(model.parameters()).device
     static, compile_decoding = decoding_plan(device.type, fast)
     cache_len = compile_cache_length(prompt_ids, max_new_tokens, None)  # the trainer's bucketing: one compiled shape
@@ -159,13 +205,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     model.eval()
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(torch.no_grad())
-            stack.enter_context(_clean_generation_defaults(model))
-            if fast:
-                stack.enter_context(merged_lora(model))
-                stack.enter_context(without_input_grad_hooks(model))
-            stack.enter_context(decoding_options(model, options.generation_grouped_attention,
-                                                 options.generation_deferred_stop, options.generation_decode_kernel))
+            _enter_generation_contexts(stack, model, fast, options)
             # the bar counts token steps (every batch takes at most max_new_tokens): on a CPU one batch can hold every
             # sample for minutes, so it moves inside generate (_TokenSteps), elsewhere once per batch
             batches = -(-len(order) // batch_size)
@@ -178,14 +218,8 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
                 rows = chunk + chunk[-1:] * (batch_size - len(chunk) if pad_rows else 0)
                 batch = tokenizer([texts[flat[j]] for j in rows], return_tensors="pt", padding=True,
                                   padding_side="left", add_special_tokens=False).to(device)  # (B, P), left-padded
-                if compiled_step:
-                    keys = noise_keys(seed, EVAL_STREAM, torch.tensor(rows)) if counter else None  # j = i * k + s
-                    gen = sample_with_config(model, batch["input_ids"], batch["attention_mask"], config, cache_len,
-                                             rows_per_prompt=rows_per_prompt,
-                                             compile_regions=options.generation_compile_regions, noise_keys=keys,
-                                             fused_projections=options.generation_fused_projections)
-                else:
-                    gen = model.generate(**batch, generation_config=config, streamer=streamer)  # (B, P + new)
+                gen = _generate_batch(model, batch, rows, config, cache_len, options, seed, rows_per_prompt,
+                                      compiled_step, counter, streamer)
                 decoded = tokenizer.batch_decode(gen[: len(chunk), batch["input_ids"].size(1) :],
                                                  skip_special_tokens=True)
                 for j, text in zip(chunk, decoded):

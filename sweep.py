@@ -83,8 +83,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--runs_per_gpu", type=int, default=1, metavar="K",
                     help="K cells at once per GPU: K workers per --gpus id, or 1/K GPU per Ray task. Start CUDA MPS "
                          "first (nvidia-cuda-mps-control -d, with CUDA_MPS_PIPE_DIRECTORY and "
-                         "CUDA_MPS_LOG_DIRECTORY set): 4 cells under MPS gave 1.55x the cells per GPU-hour on one "
-                         "H200, time-slicing without it little")
+                         "CUDA_MPS_LOG_DIRECTORY set): without it the processes take turns and gain little "
+                         "(measurements: bench/README.md, \"Scale over GPUs\")")
     ap.add_argument("--warm_workers", action="store_true",
                     help="each worker runs its cells one after another in one Python process (the imports, the CUDA "
                          "context and the compiled generation step paid once per worker, not per cell; a process "

@@ -73,7 +73,7 @@ def prepare() -> None:
     """cuBLAS's fixed workspace, where the variable is unset and this process has done no CUDA work yet. The recipe
     calls it as soon as it knows the option is on, before its config classes are built: transformers'
     TrainingArguments asks the GPU whether it supports bf16, which initialises CUDA, and `enable` would then refuse
-    (on one H200, 2026-12-01, every run with the option failed so until the variable was set in the environment)."""
+    (every run with the option failed so until the variable was set: bench/README.md, "Runs that repeat")."""
     if os.environ.get(CUBLAS_VARIABLE) is None and not torch.cuda.is_initialized():
         os.environ[CUBLAS_VARIABLE] = CUBLAS_WORKSPACE
 

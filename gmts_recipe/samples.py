@@ -71,8 +71,8 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
     of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
     line's gold must be, where the dataset is at hand.
 
-    Re-scoring is fast: 0.25 s for 5,276 GSM8K-length samples with a plain final number, 27 s when every
-    one needs math-verify (an expression), on a busy 2-core machine."""
+    Re-scoring is fast for plain final numbers and slower where math-verify parses an expression (measurements:
+    bench/README.md, "The test suite's time")."""
     from gmts_recipe.rewards import REWARD_VERSION, sample_scores  # no torch: imported only where samples exist
 
     # The reward version that scored the evaluation: recorded beside the file since version 2, so a file without it

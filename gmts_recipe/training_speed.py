@@ -107,13 +107,13 @@ def compiled_forward(layer_class: type, backend: str) -> Callable:
     compiled forward set on the layer instance only inside `training_step` (`layer_forwards`) leaves generation,
     the state dict and transformers' eager checkpoint wrapper (which recomputes through the same compiled forward) as
     they are. `dynamic=True`: compiled with symbolic shapes at the first step, which every later length reuses; with
-    `dynamic=None` the first shape compiled static and the second once more symbolic: on the H200 that second compile
-    cost a whole step ~19 s (bench/step-profile-h200-decode-loop-compile.json, step 2).
+    `dynamic=None` the first shape compiled static and the second once more symbolic, a second compilation in the
+    second step (measurements: bench/README.md, "One real step, broken down", `training_compile`).
 
     One graph for every layer: with grad enabled, a layer input that does not require grad (layer 0's, the frozen
     embeddings' output under LoRA without gradient checkpointing, whose hook `make_inputs_require_grads` does the same)
     enters as a view that does, so layer 0 hits the graph of layers 1..n-1 instead of failing dynamo's requires_grad
-    guard and compiling its own forward and backward (on the H200: two compiles of the 28-layer model's layer). The
+    guard and compiling its own forward and backward (two compilations of the layer instead of one). The
     LoRA gradients are unchanged; the cost is layer 0's input gradient, which nobody reads: the backward through its
     q, k, v, gate and up projections' frozen weights and its input norm, for Qwen2.5-1.5B 2 x 1536 x 19968 ~ 61 MFLOP
     per token, ~1% of the update's forward + backward (28 layers and the head: ~6.2 GFLOP per token)."""

@@ -16,12 +16,11 @@ mask, no groups) goes to transformers' own `sdpa` function unchanged.
 
 Two kernels for the folded call. `sdpa` (the default, `NAME`): PyTorch's fused kernel, which on a GPU picks its
 memory-efficient kernel (made for long queries: with 6 query rows per block it reads the cache at a fraction of the
-bandwidth; 35 us per layer at 64 rows and 378 us at 880 rows in bench/step-profile-h200-all-levers.txt, against a
-few us and ~50 us to read the cache once). `matmul` (`NAME_MATMUL`): transformers' own eager formulation (scores
-= q k^T x scaling in the model's dtype, softmax in float32, cast back, times v) on the folded shapes, two batched
-matrix products that read the cache at full bandwidth; the same attention with eager's rounding. Measured on an
-H200 (`bench/decode_options.py --option decode_kernel`, bench/decode-kernel-h200.json): at 880 rows ~135 us per layer
-and token step against 378, the batch 1.08x faster; configs/paper.yaml uses it.
+bandwidth). `matmul` (`NAME_MATMUL`): transformers' own eager formulation (scores = q k^T x scaling in the model's
+dtype, softmax in float32, cast back, times v) on the folded shapes, two batched matrix products that read the cache
+at full bandwidth; the same attention with eager's rounding. configs/paper.yaml uses it. Measurements of both
+kernels: bench/README.md, section "What selection costs", "Grouped-query decoding" (the script that measured them:
+`git show be9f7b1:bench/decode_options.py`, --option decode_kernel).
 
 Used only inside `grouped_query_attention(model)`, around generation (`generation_grouped_attention`).
 """

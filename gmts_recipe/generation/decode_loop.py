@@ -3,8 +3,8 @@
 Why: transformers' `generate` (`_sample`) compiles only the model forward (one CUDA graph per token) and runs the rest
 of each token step in Python around it: `prepare_inputs_for_generation`, dynamo's guards, the logits processors,
 softmax, `torch.multinomial` (which breaks CUDA graphs), the unfinished-rows bookkeeping, the stopping criteria and
-`torch.cat`. At 64 rows on an H200 that is 57 kernel launches and 5 copies per token step outside the graph, and the
-step takes 3.98 ms of wall time against 2.71 ms of GPU work: the GPU waits for the host.
+`torch.cat`. Those are dozens of kernel launches and copies per token step outside the graph, so at the training
+batch's rows the GPU waits for the host.
 
 What this loop does differently from `_sample`: every tensor a step reads or writes is allocated once with a fixed shape
 (the static KV cache, the token, the position ids, the cache slot, the 2-D attention mask over the whole cache length,
@@ -40,13 +40,12 @@ order of the sums) depends on timing noise, so two processes on cold compile cac
 Entropy: the step always writes `token_entropy(logits, T)`, the entropy of the distribution each token is drawn
 from, into a float32 buffer like the tokens' at the token's column (the prefill's first token too), inside the
 compiled graph; `return_entropy=True` returns it, trimmed like the tokens, and the evaluation ignores it. Always: one
-signature for the training step's generation and the evaluation, hence one compilation less per process (~20-45 s of
-dynamo and inductor on an H200 for the 28-layer step), at the cost of one more reduction over the vocabulary per row
-and token step (a softmax and a sum of p log p over 151,936 float32 logits), which inductor can fuse with the
-sampling's softmax of the same logits where it can; it draws no random number, so the tokens are the same.
-`token_entropy` is the formula of fast.py's `EntropyRecorder` (the logits processor that records it around
-transformers' generate), which calls it: the trainer's batch-scope selection takes the loop's entropy with no scoring
-pass and no processor outside the graph.
+signature for the training step's generation and the evaluation, hence one compilation of the whole step less per
+process, at the cost of one more reduction over the vocabulary per row and token step (a softmax and a sum of
+p log p over the float32 logits), which inductor can fuse with the sampling's softmax of the same logits where it
+can; it draws no random number, so the tokens are the same. `token_entropy` is the formula of fast.py's
+`EntropyRecorder` (the logits processor that records it around transformers' generate), which calls it: the
+trainer's batch-scope selection takes the loop's entropy with no scoring pass and no processor outside the graph.
 
 Users: `eval.generate_samples(decode_loop="compiled_step")` and the trainer's `generation_decode_loop="compiled_step"`
 (gmts_trainer.py, through fast.with_decode_loop), which serves TRL's `generate` call with `sample_with_config`.
@@ -61,60 +60,54 @@ Positions: transformers' for left padding (attention_mask.cumsum(-1) - 1, 0 on p
 differences of positions matter, so plain 0..P-1 for every row would give the same attention up to rounding.
 
 Shared prefill (`rows_per_prompt` g > 1): the evaluation samples k completions of each prompt as k consecutive
-identical rows (eval.generate_samples), so a prefill per row computes every prompt's keys and values k times (at 880
-rows x ~235 prompt tokens ~1.6 s of the 4.8 s batch on an H200). With g the prefill forward runs on one row per group
-(input_ids[::g]) into a StaticCache of B / g rows and the same length, then its keys and values of the prompt's slots
-are written into the g rows of the group (repeat_interleave, through the full cache's `update`), and the first
-token's logits are repeated the same way; the first draw, one per row, and the decode steps are unchanged, on the
-full-batch cache and state (the same shapes and addresses for the CUDA graph). A smaller cache of the same length
-rather than transformers' dynamic cache: the unique rows then see the very prefill of today (same kernels, same mask
-width over the whole cache), only fewer rows, so on the CPU in float32 logits, tokens and entropy equal a prefill per
-row bit for bit (tests/test_decode_loop.py); on a GPU the smaller GEMMs may round otherwise in bf16. Rows that are
-not whole groups of one prompt (input_ids and mask compared on the device, once) are refused, as are caches with
-sliding-window layers (they keep other slots).
+identical rows (eval.generate_samples), so a prefill per row computes every prompt's keys and values k times, a large
+share of an evaluation batch's time. With g the prefill forward runs on one row per group (input_ids[::g]) into a
+StaticCache of B / g rows and the same length, then its keys and values of the prompt's slots are written into the g
+rows of the group (repeat_interleave, through the full cache's `update`), and the first token's logits are repeated
+the same way; the first draw, one per row, and the decode steps are unchanged, on the full-batch cache and state (the
+same shapes and addresses for the CUDA graph). A smaller cache of the same length rather than transformers' dynamic
+cache: the unique rows then see the very prefill of a row-per-row call (same kernels, same mask width over the whole
+cache), only fewer rows, so on the CPU in float32 logits, tokens and entropy equal a prefill per row bit for bit
+(tests/test_decode_loop.py); on a GPU the smaller GEMMs may round otherwise in bf16. Rows that are not whole groups
+of one prompt (input_ids and mask compared on the device, once) are refused, as are caches with sliding-window layers
+(they keep other slots).
 
-One graph per process: a complete run (recipe.py --arm ets,gmts) used the compiled step three ways, and compiled it
-three times on an H200 (+33 s at the first base evaluation, ~40-50 s at the first training step, +21 s at the first
-arm's evaluation; a run of 7.27 GPU-minutes with every speed lever): the plain model at 880 rows without
-entropy, the merged PEFT model at 64 rows with it, the merged PEFT model at 880 rows without it. Dynamo guards on what
-the traced code reads, so each differed: (a) the entropy buffer (None or a tensor): now always a tensor; (b) the number
-of rows (every buffer's dim 0): now symbolic (`_mark_for_compile`; every other dim static, the cache length above all,
-so a new cache bucket still compiles anew); (c) the model as traced: module classes (PEFT's LoRA wrappers), `training`
-(TRL generates in train mode, the evaluation in eval mode), parameters' requires_grad (the plain model's require grad,
-the PEFT base is frozen), gradient checkpointing flags (on after training) and TRL's fused LM head on the trained
-model's forward. `step_view` makes every model's step see the same plain transformers model, each change exact for what
-is sampled (its docstring says why) and undone after the call. On the CPU the sequence of a complete run now traces one
-graph where it traced three (tests/test_decode_loop.py); each part of the view was needed there (without any one: two or
-three graphs). Still separate graphs: another cache length, temperature or sampler (constants of the graph), a model
-with dropout (it keeps its train mode while generating), unmerged adapters. On an H200 a complete run now compiles the
-step once, in its first base evaluation (48-54 s on a cold compile cache, 11-12 s warm; bench/complete-run-h200-i-*.json
-and -j-*.json), and records one CUDA graph per number of rows as before.
+One graph per process: a complete run (recipe.py --arm ets,gmts) uses the compiled step three ways: the plain model
+at the evaluation's rows without entropy, the merged PEFT model at the training batch's rows with it, the merged
+PEFT model at the evaluation's rows without it. Dynamo guards on what the traced code reads, so each would compile
+its own graph: (a) the entropy buffer (None or a tensor): always a tensor; (b) the number of rows (every buffer's dim
+0): symbolic (`_mark_for_compile`; every other dim static, the cache length above all, so a new cache bucket still
+compiles anew); (c) the model as traced: module classes (PEFT's LoRA wrappers), `training` (TRL generates in train
+mode, the evaluation in eval mode), parameters' requires_grad (the plain model's require grad, the PEFT base is
+frozen), gradient checkpointing flags (on after training) and TRL's fused LM head on the trained model's forward.
+`step_view` makes every model's step see the same plain transformers model, each change exact for what is sampled
+(its docstring says why) and undone after the call. On the CPU the sequence of a complete run traces one graph
+(tests/test_decode_loop.py); each part of the view is needed there (without any one: two or three graphs). Still
+separate graphs: another cache length, temperature or sampler (constants of the graph), a model with dropout (it
+keeps its train mode while generating), unmerged adapters. A complete run compiles the step once, in its first base
+evaluation, and records one CUDA graph per number of rows.
 
 Nested compile regions (`compile_regions=True`, the trainer's `generation_compile_regions`; on in configs/paper.yaml):
 the cold compilation of the 28-layer step is mostly inductor's lowering and code generation of 28 unrolled copies
-of one layer (48 s cold against 11 s on a warm cache on an H200). `layer_regions` marks each decoder layer's forward
-as a torch.compiler.nested_compile_region: dynamo still traces every layer, but installs equal layer graphs once
-(invoke_subgraph) and inductor compiles that one. It traces with fullgraph through the layer's in-place cache write,
-with the tokens of eager (tests/test_decode_loop.py), but only with static rows (`_mark_for_compile` says why): one
-compilation per number of rows, two in a complete run (the evaluation's and the training step's batch), where the
-unrolled step compiles once. On the CPU (28 tiny layers, inductor; a one-off experiment, bench/README.md "Nested
-compile regions") one compilation took well under half the unrolled one's time. On an H200 (2026-12-01, the two GPUs of
-one machine side by side, bench/complete-run-h200-j-*.json) a cold complete run compiled for 36 s instead of 54 (its
-first full-test evaluation 44 s instead of 81; the training batch's compilation moves into the first step, 20 s) and
-took 5.42 GPU-minutes instead of 5.84; on a warm cache 4.93 against 4.98. The token step is as fast (3.4 ms at 64 rows,
-1.01x; 67% identical completions at one seed, bf16 rounding: bench/compile-regions-64-h200.json).
+of one layer. `layer_regions` marks each decoder layer's forward as a torch.compiler.nested_compile_region: dynamo
+still traces every layer, but installs equal layer graphs once (invoke_subgraph) and inductor compiles that one. It
+traces with fullgraph through the layer's in-place cache write, with the tokens of eager (tests/test_decode_loop.py),
+but only with static rows (`_mark_for_compile` says why): one compilation per number of rows, two in a complete run
+(the evaluation's and the training step's batch), where the unrolled step compiles once. A cold complete run
+compiles for less time with regions; the token step is as fast.
 
 Fused projections (`fused_projections=True`, the trainer's `generation_fused_projections`; off in configs/paper.yaml):
 each decoder layer's q/k/v projections as one matrix product and gate/up as one, inside the view (fused.py says how
-and why: small-M GEMMs on an H200 cost their latency, not their weight reads). The same numbers on the CPU in
-float32; on an H200 at 64 rows the token step 3.46 -> 3.12 ms, and every training step of 6 decoded completions of
-the same mean length as without it (bench/step-profile-h200-confirm-*: most likely the same tokens).
+and why: small-M GEMMs cost their latency, not their weight reads). The same numbers on the CPU in float32; on a GPU
+the wider products may round otherwise in bf16.
 
-Measured on an H200 (Qwen2.5-Coder-1.5B): 1.13x against generate at 64 rows, 1.10x at 880 with pass@1 0.336
-against 0.318 (bench/decode-loop-*-h200.json); in the training step generation 1.02 -> 0.85 s
-(bench/step-profile-h200-decode-loop.txt). The compiled path has no .item()/.tolist() in the step and no branching
-on tensor values, and traces without a graph break on the CPU (backend aot_eager, tests/test_decode_loop.py). The
-shared prefill is not measured on a GPU yet.
+The compiled path has no .item()/.tolist() in the step and no branching on tensor values, and traces without a graph
+break on the CPU (backend aot_eager, tests/test_decode_loop.py).
+
+Measurements (the host's share of a token step, the speed-ups against generate at the training and evaluation rows,
+the shared prefill, the compilations per process, nested regions, fused projections): bench/README.md, section "What
+selection costs" (paragraphs "The whole token step as one graph", "One compiled step per process", "Nested compile
+regions") and section "One real step, broken down".
 """
 
 from __future__ import annotations
@@ -266,8 +259,9 @@ def decode_step(model, cache, state: DecodeState, temperature: float, eos_token_
 
 _COMPILED: dict[tuple[str, str], object] = {}
 # torch.compile mode of the step with inductor. Both record CUDA graphs; "max-autotune" also times Triton GEMM templates
-# against cuBLAS for each matrix product of the step when it first compiles (minutes): a bench-level setting
-# (bench/decode_options.py --option decode_loop_autotune), as the small-batch decode GEMMs are latency-bound.
+# against cuBLAS for each matrix product of the step when it first compiles: a bench-level setting, slower for the
+# latency-bound small-batch decode GEMMs (bench/README.md, "What selection costs": the max-autotune table; the script
+# that measured it: `git show 1974849:bench/decode_options.py`, --option decode_loop_autotune).
 COMPILE_MODES = ("reduce-overhead", "max-autotune")
 COMPILE_MODE = "reduce-overhead"
 # Who records and replays the compiled step's CUDA graph: "cudagraph_trees", torch.compile's own (mode
@@ -275,8 +269,8 @@ COMPILE_MODE = "reduce-overhead"
 # "whole_step": the step compiled without CUDA graphs (the same inductor kernels) and recorded once into one
 # torch.cuda.CUDAGraph per decode buffers (`_StepGraph`), replayed with no Python between token steps. A bench-level
 # switch (bench/step.py --step_graph), the "counter" sampler only (it draws nothing from a generator, so a replay
-# needs no generator state). Measured on an H200: the same kernels and tokens, and no faster (3.58 against 3.46 ms per
-# token step; bench/README.md): the host's Python was not what kept the GPU waiting.
+# needs no generator state). Not faster than cudagraph trees, with the same kernels and tokens: the host's Python was
+# not what kept the GPU waiting (measurements: bench/README.md, "One real step, broken down", `--step_graph`).
 STEP_GRAPHS = ("cudagraph_trees", "whole_step")
 STEP_GRAPH = "cudagraph_trees"
 _BUFFERS: list = []  # at most one (model, shape key, cache, state): the last shape's tensors, reused
@@ -431,7 +425,8 @@ def step_view(model: torch.nn.Module) -> Iterator[None]:
     Dynamo guards on what the traced code reads: module classes, each module's `training`, each parameter's
     requires_grad. The plain model of the base evaluation (eval mode, parameters requiring grad), the PEFT model of a
     training step's generation (train mode, LoRA wrappers, frozen base) and of an arm's evaluation (eval mode) would
-    each trace their own 28-layer graph (compiled three times per process on an H200, ~20-50 s each). Inside the
+    each trace their own 28-layer graph, compiled once each per process (measurements: bench/README.md, "What
+    selection costs", "One compiled step per process"). Inside the
     block, with the same sampled distribution:
     - every merged LoRA layer (`_merged_lora_layers`) is replaced in its parent by its base layer, whose weights hold
       the merged adapter: PEFT's own forward would call just that;
@@ -692,6 +687,71 @@ def _prefill(model, cache, input_ids: torch.Tensor, attention_mask: torch.Tensor
     return logits.repeat_interleave(g, dim=0)
 
 
+def _checked_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, compiled: bool,
+                    sampler: str, cache_len: int, rows_per_prompt: int,
+                    noise_keys: torch.Tensor | None) -> torch.Tensor:
+    """`sample`'s refusals of what it cannot do exactly, each in one line before any forward runs; the attention
+    mask as integers (the prompts' positions are computed from it)."""
+    if STEP_GRAPH not in STEP_GRAPHS:
+        raise ValueError(f"decode_loop.STEP_GRAPH {STEP_GRAPH!r}: use one of {', '.join(STEP_GRAPHS)}")
+    if STEP_GRAPH == "whole_step" and compiled and sampler != "counter":
+        raise ValueError(f"decode_loop: STEP_GRAPH='whole_step' records the step once and replays it, which only the "
+                         f"'counter' sampler allows (it draws nothing from a generator); sampler={sampler!r}")
+    batch, prompt_len = input_ids.shape
+    if (sampler == "counter") != (noise_keys is not None):
+        raise ValueError(f"decode_loop: noise_keys go with sampler='counter' and only with it (sampler={sampler!r})")
+    if noise_keys is not None and tuple(noise_keys.shape) != (batch,):
+        raise ValueError(f"decode_loop: noise_keys of shape {tuple(noise_keys.shape)}; one key per row: ({batch},)")
+    if max_new_tokens < 1:
+        raise ValueError(f"decode_loop: max_new_tokens={max_new_tokens}; it needs at least 1")
+    if cache_len < prompt_len + max_new_tokens:
+        raise ValueError(f"decode_loop: cache_len {cache_len} < prompt {prompt_len} + {max_new_tokens} new tokens")
+    mask = attention_mask.long()
+    if bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
+    _check_prompt_groups(input_ids, mask, rows_per_prompt)
+    return mask
+
+
+def _start(model, cache, state: DecodeState, input_ids: torch.Tensor, mask: torch.Tensor, rows_per_prompt: int,
+           noise_keys: torch.Tensor | None, temperature: float, eos: tuple[int, ...], pad_token_id: int,
+           sampler: str) -> None:
+    """The prompts' prefill and the first token's draw, with every decode buffer reset in place for this call (the
+    buffers and their addresses are reused across calls: a recorded CUDA graph replays on them)."""
+    prompt_len = input_ids.size(1)
+    position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
+    state.attention_mask.zero_()
+    state.attention_mask[:, :prompt_len] = mask
+    logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
+    state.position_ids.copy_(position_ids[:, -1:] + 1)
+    state.cache_position.fill_(prompt_len)
+    state.unfinished.fill_(True)
+    state.step.zero_()
+    state.tokens.fill_(pad_token_id)
+    state.noise_key.copy_(noise_keys if noise_keys is not None else torch.zeros_like(state.noise_key))
+    _advance(state, logits, temperature, eos, pad_token_id, sampler)
+
+
+def _decode(step, graph, model, cache, state: DecodeState, temperature: float, eos: tuple[int, ...],
+            pad_token_id: int, sampler: str, compiled: bool, max_new_tokens: int, check_every: int) -> int:
+    """The token steps after the first, until `max_new_tokens` or every row finished; the number of columns
+    written. The finished flag is polled every `check_every` steps from a copy made one poll earlier (`_DoneFlag`),
+    so the host never waits on the GPU; the surplus steps are cut by `completion_length`."""
+    flag = _DoneFlag(state.tokens.device)
+    done = 1
+    while done < max_new_tokens:
+        if graph is not None:
+            graph()
+        else:
+            if compiled:
+                torch.compiler.cudagraph_mark_step_begin()
+            step(model, cache, state, temperature, eos, pad_token_id, sampler)
+        done += 1
+        if done % check_every == 0 and flag.poll(state.unfinished):
+            break
+    return done
+
+
 @torch.no_grad()
 def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
            temperature: float, eos_token_ids: int | list[int] | tuple[int, ...], pad_token_id: int, compiled: bool,
@@ -715,26 +775,10 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
     and every step (`fused.fused_projections`: 4 products per layer instead of 7, the same numbers up to the wider
     product's rounding); a model it cannot fuse exactly is refused in one line."""
     check_supported(temperature, sampler, top_k, top_p, min_p, repetition_penalty)
-    if STEP_GRAPH not in STEP_GRAPHS:
-        raise ValueError(f"decode_loop.STEP_GRAPH {STEP_GRAPH!r}: use one of {', '.join(STEP_GRAPHS)}")
-    if STEP_GRAPH == "whole_step" and compiled and sampler != "counter":
-        raise ValueError(f"decode_loop: STEP_GRAPH='whole_step' records the step once and replays it, which only the "
-                         f"'counter' sampler allows (it draws nothing from a generator); sampler={sampler!r}")
     batch, prompt_len = input_ids.shape
-    if (sampler == "counter") != (noise_keys is not None):
-        raise ValueError(f"decode_loop: noise_keys go with sampler='counter' and only with it (sampler={sampler!r})")
-    if noise_keys is not None and tuple(noise_keys.shape) != (batch,):
-        raise ValueError(f"decode_loop: noise_keys of shape {tuple(noise_keys.shape)}; one key per row: ({batch},)")
-    total = prompt_len + max_new_tokens
-    cache_len = cache_len or total
-    if max_new_tokens < 1:
-        raise ValueError(f"decode_loop: max_new_tokens={max_new_tokens}; it needs at least 1")
-    if cache_len < total:
-        raise ValueError(f"decode_loop: cache_len {cache_len} < prompt {prompt_len} + {max_new_tokens} new tokens")
-    mask = attention_mask.long()
-    if bool((mask[:, 1:] < mask[:, :-1]).any()):
-        raise ValueError("decode_loop: the prompts must be left-padded (padding_side='left')")
-    _check_prompt_groups(input_ids, mask, rows_per_prompt)
+    cache_len = cache_len or prompt_len + max_new_tokens
+    mask = _checked_inputs(input_ids, attention_mask, max_new_tokens, compiled, sampler, cache_len, rows_per_prompt,
+                           noise_keys)
     eos = (eos_token_ids,) if isinstance(eos_token_ids, int) else eos_token_ids
     eos = tuple(sorted(set(eos)))  # a constant of the step's graph: one order for the evaluation's and TRL's lists
     device = input_ids.device
@@ -748,35 +792,16 @@ def sample(model, input_ids: torch.LongTensor, attention_mask: torch.Tensor, *, 
         if regions:
             stack.enter_context(layer_regions(model))
         cache, state = _buffers(model, batch, cache_len, device, regions)
-        position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # transformers' left-padding positions
-        state.attention_mask.zero_()
-        state.attention_mask[:, :prompt_len] = mask
-        logits = _prefill(model, cache, input_ids, state.attention_mask, position_ids, rows_per_prompt)
-        state.position_ids.copy_(position_ids[:, -1:] + 1)
-        state.cache_position.fill_(prompt_len)
-        state.unfinished.fill_(True)
-        state.step.zero_()
-        state.tokens.fill_(pad_token_id)
-        state.noise_key.copy_(noise_keys if noise_keys is not None else torch.zeros_like(state.noise_key))
-        _advance(state, logits, temperature, eos, pad_token_id, sampler)
+        _start(model, cache, state, input_ids, mask, rows_per_prompt, noise_keys, temperature, eos, pad_token_id,
+               sampler)
         step = decode_step
         whole = compiled and STEP_GRAPH == "whole_step" and device.type == "cuda"
         if compiled:
             _mark_for_compile(cache, state, regions)
             step = compiled_step(compile_backend, regions, graphs=not whole)
         graph = _step_graph(step, model, cache, state, temperature, eos, pad_token_id, sampler) if whole else None
-        flag = _DoneFlag(device)
-        done = 1
-        while done < max_new_tokens:
-            if graph is not None:
-                graph()
-            else:
-                if compiled:
-                    torch.compiler.cudagraph_mark_step_begin()
-                step(model, cache, state, temperature, eos, pad_token_id, sampler)
-            done += 1
-            if done % check_every == 0 and flag.poll(state.unfinished):
-                break
+        done = _decode(step, graph, model, cache, state, temperature, eos, pad_token_id, sampler, compiled,
+                       max_new_tokens, check_every)
     n = completion_length(state.tokens[:, :done], eos)
     out = torch.cat([input_ids, state.tokens[:, :n]], dim=-1)
     return (out, state.entropy[:, :n].clone()) if return_entropy else out  # a copy: the buffer is reused

@@ -2,8 +2,8 @@
 
 transformers' sampling loop asks after every token whether all rows have finished (`unfinished_sequences.max() == 0`
 read on the host). The host waits for the GPU to finish the step, and only then prepares and queues the next one, so
-the GPU idles while Python runs: at 64 rows on an H200, 5.1 ms of wall time per token step against 3.1 ms of GPU work
-(bench/step-profile-h200-on.txt). transformers ships the remedy, `DeferredStopCheck`: the flag is copied to pinned
+the GPU idles while Python runs (measurements: bench/README.md, "One real step, broken down", "Why the deferred stop
+check"). transformers ships the remedy, `DeferredStopCheck`: the flag is copied to pinned
 memory asynchronously and read one step late, so the host queues step t+1 while the GPU runs step t; when every row
 had already stopped, the one step too many is cut from the output (`_undo_generation_steps`). It enables it on Apple's
 mps only ("we should enable it for cuda if we observe perf gains"); `deferred_stop_check()` enables it on CUDA for the

@@ -1,11 +1,11 @@
 """Fused projections for decode_loop.sample: q/k/v as one matrix product, gate/up as one, while generating.
 
-Why: a token step at 64 rows multiplies (64, 1536) activations by each layer's 7 weight matrices, and on an H200 each
-of those small-M GEMMs is bound by its launch and tail latency (5-10 us), not by reading its weights: 2.7 ms of GPU
-work per token step against a ~0.65 ms weight-read floor (bench/step-profile-h200-all-levers-matmul.json:
-addmm 64x1536x1536 and 64x256x1536 twice per layer, mm 64x1536x1536, 64x8960x1536 twice, 64x1536x8960). The q, k and
-v projections read the same input, so do gate and up: one product over their concatenated weights (and biases),
-split by columns, gives the same numbers in 4 products per layer instead of 7.
+Why: a token step at the training batch's rows multiplies a few dozen activation rows by each layer's 7 weight
+matrices, and each of those small-M GEMMs is bound by its launch and tail latency, not by reading its weights, so
+the step's GPU work is several times its weight-read floor (measurements: bench/README.md, "One real step, broken
+down", "Why fused projections"). The q, k and v projections read the same input, so do gate and up: one product over
+their concatenated weights (and biases), split by columns, gives the same numbers in 4 products per layer instead of
+7.
 
 How, without rewriting any model's forward (`fused_projections`): the module that owns a group (an attention with
 q_proj, k_proj, v_proj; an MLP with gate_proj, up_proj) gets, for the block, an instance forward that hands its class

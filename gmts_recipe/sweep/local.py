@@ -21,7 +21,8 @@ from gmts_recipe.worker import WarmWorker  # --warm_workers: one process runs a 
 
 def mps_running(env: dict | None = None) -> bool:
     """Whether a CUDA MPS control daemon answers here (its pipe directory holds the `control` pipe): without it,
-    several processes on one GPU take turns (time-slicing) and gain little; with it four cells gave 1.55x."""
+    several processes on one GPU take turns (time-slicing) and gain little; with it they run at once (measurements:
+    bench/README.md, "Scale over GPUs")."""
     env = os.environ if env is None else env
     return (Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps") / "control").exists()
 

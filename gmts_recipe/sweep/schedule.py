@@ -65,10 +65,10 @@ def time_left(arm_s: float, running: list[tuple[float, int]], queued: list[int],
 def seconds_per_arm(took: list[tuple[float, int]], warm_up: list[tuple[float, int]] = (),
                     recorded: float | None = None) -> float:
     """`time_left`'s pace: the finished cell processes' seconds over their arms ((seconds, arms) each). A warm
-    worker's first training cell also pays its process's model load and compilation (5.2 min against 3.1 for the
-    next ones of the confirmatory grid on one H200): those go in `warm_up` and count only until a steady cell has
-    finished, after the pace recorded by earlier runs (`recorded_pace`) where there is one; counted like the
-    others they put the first estimates ~1.7x too high, falling with every cell after."""
+    worker's first training cell also pays its process's model load and compilation, much longer than a steady
+    cell: those go in `warm_up` and count only until a steady cell has finished, after the pace recorded by earlier
+    runs (`recorded_pace`) where there is one; counted like the others they put the first estimates too high
+    (measurements: bench/README.md, "Scale over GPUs", "What a new process costs a sweep")."""
     if not took and recorded is not None:
         return recorded
     cells = took or warm_up
