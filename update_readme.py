@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parent
 PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 SWEEP = "results/qwen/sweep.json"
-FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --sweep SWEEP --out FIGURE
+FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --tests FIGURE_TESTS --out FIGURE
+FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep.json"  # the larger test first
 # each gets mechanism.json and .png
 MECHANISM_SWEEPS = ("results/qwen/sweep.json", "results/coupled/sweep.json", "results/confirm/sweep.json")
 
@@ -490,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         text = regenerate(path.read_text())
         path.write_text(text)
         print(f"{page}: regenerated {len(blocks(text))} blocks")
-    print(run(f"python -m gmts_recipe.plots --sweep {SWEEP} --out {FIGURE}").strip())
+    print(run(f"python -m gmts_recipe.plots --tests {FIGURE_TESTS} --out {FIGURE}").strip())
     return 0
 
 
