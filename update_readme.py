@@ -38,7 +38,6 @@ ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
 PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
-SWEEP = "results/qwen/sweep.json"
 FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --tests FIGURE_TESTS --out FIGURE
 FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep.json"  # the larger test first
 # each gets mechanism.json and .png

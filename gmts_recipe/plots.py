@@ -386,7 +386,7 @@ def tests_figure(tests: list[tuple[str, dict]], root: Path):
         text = f"mean {d.mean():+.1f}\n[{100 * t_low:+.1f}, {100 * t_high:+.1f}]"
         if fell:
             rest = d[plain].mean()
-            ax.plot(x + 0.32, rest, "D", mfc="white", mec="k", ms=8)
+            ax.plot(x + 0.24, rest, "D", mfc="white", mec="k", mew=1.5, ms=8)
             text += f"\nwithout seed {', '.join(map(str, fell))}: {rest:+.1f}\n(hollow; moves {d.mean() - rest:.2f})"
         ax.text(x + 0.42, d.mean(), text, va="center", fontsize=10)
         ticks.append((x, f"{name} test\n{short_name(a)} - {short_name(b)}, {len(seeds)} seeds\n"

@@ -193,6 +193,13 @@ def seed_records(summary: dict, root: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------- text
+def _label(comparison: str) -> str:
+    """gmts - ets -> GMTS - ETS (the rules' short names, selection.RULES)."""
+    from gmts_recipe.plots import short_name
+
+    return " - ".join(short_name(arm) for arm in comparison.split(" - "))
+
+
 def _pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
@@ -223,7 +230,7 @@ def power_text(summary: dict, root: Path) -> str:
         k = seeds_for_power(d, effect, power=POWER)
         return ">1000" if k is None else str(k)
 
-    lines = [f"{comparison} over {n} seeds of '{summary['name']}': {_pts(d.mean())} points on average, per-seed SD "
+    lines = [f"{_label(comparison)} over {n} seeds of '{summary['name']}': {_pts(d.mean())} points on average, per-seed SD "
              f"{100 * sd:.1f} points."]
     lines.append(f"Evaluation noise (each seed's paired task-level variance over its {len(records['task_deltas'][0])} "
                  f"tasks) is {100 * share:.0f}% of the per-seed variance"
@@ -260,7 +267,7 @@ def collapse_line(records: dict, arms: Sequence[str]) -> str:
     parts = []
     for arm in arms:
         seeds = records["reward_fell"].get(arm, [])
-        parts.append(f"{arm} {len(seeds)}" + (f" ({', '.join(map(str, seeds))})" if seeds else ""))
+        parts.append(f"{_label(arm)} {len(seeds)}" + (f" ({', '.join(map(str, seeds))})" if seeds else ""))
     return "training reward fell in " + ", ".join(parts) + f" of {len(records['seeds'])} runs per arm"
 
 
@@ -269,7 +276,7 @@ def posthoc(tests: list[tuple[str, dict]], pilot: tuple[str, dict] | None, mecha
     """Every post-hoc number, from the planned tests' sweep summaries (first test first, the last one the largest:
     its collapses, rank test and variance are the ones reported), a pilot's, and the last test's mechanism.json."""
     per_seed = [primary_rows(s)[2] for _, s in tests]
-    out = {"pooled": fixed_effect_pool(per_seed)}
+    out = {"pooled": fixed_effect_pool(per_seed), "all_seeds": t_summary([d for x in per_seed for d in x])}
     if pilot is not None:
         out["with_pilot"] = fixed_effect_pool([*per_seed, primary_rows(pilot[1])[2]])
     name, last = tests[-1]
@@ -292,13 +299,14 @@ def section(tests: list[tuple[str, dict]], pilot: tuple[str, dict] | None, mecha
     names = " and ".join(name.lower() for name, _ in tests)
     lines = ["Chosen after the planned tests ran: estimates to size the next test, never a decision.", ""]
     lines.append(f"- Both tests pooled ({names}, {pooled['n_seeds']} seeds; each test's mean weighted by its "
-                 f"precision, normal 95%): {r['last']['comparison']} {_ci(pooled, 2)} points; heterogeneity between "
-                 f"the tests: Cochran's Q {pooled['q']:.2f}, p {_p(pooled['p_heterogeneity'])}.")
+                 f"precision, normal 95%): {_label(r['last']['comparison'])} {_ci(pooled, 2)} points; heterogeneity "
+                 f"between the tests: Cochran's Q {pooled['q']:.2f}, p {_p(pooled['p_heterogeneity'])}; one t "
+                 f"interval over all {pooled['n_seeds']} seeds, each weighted alike: {_ci(r['all_seeds'], 2)}.")
     if "with_pilot" in r:
         wp = r["with_pilot"]
         lines.append(f"- With the pilot's seeds too ({pilot[0]}, {wp['n_seeds']} seeds in all): {_ci(wp, 2)} points "
                      f"(Q p {_p(wp['p_heterogeneity'])}).")
-    fell = ", ".join(f"s{s}" for s in drop["dropped"]) or "none"
+    fell = ", ".join(f"seed {s}" for s in drop["dropped"]) or "none"
     lines.append(f"- {last['name']} test without the seeds where an arm collapsed below the base (the sweep's '*'; "
                  f"{fell}): {_ci(drop, 2)} points over {drop['n_seeds']} seeds, against {_ci(last, 2)} with them: "
                  f"{'one seed moves' if len(drop['dropped']) == 1 else 'these seeds move'} the mean by "
@@ -315,8 +323,8 @@ def section(tests: list[tuple[str, dict]], pilot: tuple[str, dict] | None, mecha
     lines.append(f"- Collapses named ({last['name'].lower()} test): {collapse_line(rec, rec['comparison'].split(' - '))}.")
     lines += ["", "Why the test could not decide, and what would (`python check.py --power SWEEP_JSON` prints this "
               "for any sweep):", ""]
-    lines.append(power_text(tests[-1][1], roots[-1]))
-    return "\n".join(lines)
+    lines += [f"- {line}" for line in power_text(tests[-1][1], roots[-1]).splitlines()]
+    return "\n".join(lines) + "\n"
 
 
 def first_screen_line(tests: list[tuple[str, dict]], roots: list[Path]) -> str:

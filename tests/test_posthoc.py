@@ -98,6 +98,8 @@ def test_the_committed_numbers(committed):
     pooled = committed["pooled"]
     assert [round(100 * pooled[k], 2) for k in ("delta", "low", "high")] == [1.16, 0.26, 2.05]
     assert round(pooled["p_heterogeneity"], 2) == 0.33
+    every = committed["all_seeds"]  # one t interval over the 119 seeds, each weighted alike
+    assert [round(100 * every[k], 2) for k in ("delta", "low", "high")] == [1.08, 0.16, 1.99]
     drop = committed["without_collapsed"]
     assert drop["dropped"] == [227]
     assert [round(100 * drop[k], 2) for k in ("delta", "low", "high")] == [0.63, -0.25, 1.50]
@@ -123,3 +125,22 @@ def test_check_power_refuses_a_results_file_in_one_line():
                          capture_output=True, text=True)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "--power reads a sweep.json" in out.stderr
+
+
+def test_sweep_note_counts_collapses_per_arm():
+    from gmts_recipe.sweep.report import collapse_counts
+
+    cells = [{"seed": 1, "arms": {"ets": {"verdict": "collapsed"}, "gmts": {"verdict": "moved"}}},
+             {"seed": 2, "arms": {"ets": {"verdict": "flat"}}}]
+    assert collapse_counts(cells, ["ets", "gmts"]) == "Collapsed below the base: ets 1 of 2 (seed 1); gmts 0 of 1."
+
+
+def test_headline_figure_marks_the_collapsed_seed(tmp_path):
+    from gmts_recipe import plots
+
+    confirm = json.loads((ROOT / "results" / "confirm" / "sweep.json").read_text())
+    assert plots.collapsed_in(confirm, list(range(200, 300)), ("gmts", "ets")) == {227: ["ets"]}
+    out = tmp_path / "h.png"
+    assert plots.main(["--tests", f"Confirmatory={ROOT}/results/confirm/sweep.json",
+                       f"First={ROOT}/results/qwen/sweep.json", "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
