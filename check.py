@@ -4,6 +4,7 @@
     python check.py runs/quickstart/results.json --markdown   # the README tables
     python check.py results/offline/results.json --allow-unsampled  # a file from before evaluations kept samples
     python check.py runs/quickstart/results.json --show 3     # what the model wrote for task 3, each sample's score
+    python check.py --power results/confirm/sweep.json        # why a sweep could not decide; the seeds one needs
 
 Exits 2 with a one-line reason when the file is missing or malformed, when its records cannot be paired (every
 evaluation must hold the run's held-out tasks, by task key, each once, with k scores in [0, 1], and every arm must be
@@ -204,12 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
                     help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
                          "run are compared with them (the generated task is rebuilt from its seed)")
+    ap.add_argument("--power", action="store_true",
+                    help="for a sweep.json: how its comparison's per-seed variance splits into evaluation and "
+                         "training noise, and the seeds a decisive test needs (size your comparison from a pilot)")
     args = ap.parse_args(argv)
     try:
         args.results = _resolve(args.results)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
+    if args.power:
+        return _power(args.results)
     if _is_sweep(args.results):
         try:
             summary = sweep_summary.verify(args.results)
@@ -242,6 +248,24 @@ def main(argv: list[str] | None = None) -> int:
         for line in (samples_line(report), dataset_line(report), *provenance_lines(results),
                      *memory_lines(results)):
             print(line, file=sys.stderr if args.markdown else sys.stdout)
+    return 0
+
+
+def _power(path: str) -> int:
+    """check.py --power: the sweep verified from its cells, then posthoc.power_text; one line on any problem."""
+    from gmts_recipe.posthoc import power_text
+
+    if not _is_sweep(path):
+        print(f"check.py: --power reads a sweep.json (sweep.py writes <results_dir>/<name>/sweep.json); {path} is not "
+              f"one", file=sys.stderr)
+        return 2
+    try:
+        summary = sweep_summary.verify(path)
+        text = power_text(summary, Path(path).parent)
+    except (ResultsError, SweepError, ValueError, OSError, KeyError) as e:
+        print(f"check.py: {e}", file=sys.stderr)
+        return 2
+    print(text, end="")
     return 0
 
 

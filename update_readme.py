@@ -11,6 +11,9 @@ tests/test_readme.py fails when a block differs from what its command prints, so
     python update_readme.py --provenance results/qwen/sweep.json  # when and in which process each arm ran
     python update_readme.py --versions results/quickstart-cpu/results.json  # the libraries a reference run used
     python update_readme.py --mechanism results/qwen/mechanism.json results/coupled/mechanism.json  # delta vs updates
+    python update_readme.py --posthoc First=results/qwen/sweep.json Confirmatory=results/confirm/sweep.json \
+        --pilot results/coupled/sweep.json                         # beyond the plan: pooled, robust, why undecided
+    python update_readme.py --posthoc-line First=results/qwen/sweep.json Confirmatory=results/confirm/sweep.json
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gmts_recipe import posthoc
 from gmts_recipe.plots import seed_deltas, setting_scores
 from gmts_recipe.records import current_record, json_file
 from gmts_recipe.stats import seed_t_interval, signed
@@ -34,8 +38,8 @@ ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
 PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
-SWEEP = "results/qwen/sweep.json"
-FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --sweep SWEEP --out FIGURE
+FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --tests FIGURE_TESTS --out FIGURE
+FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep.json"  # the larger test first
 # each gets mechanism.json and .png
 MECHANISM_SWEEPS = ("results/qwen/sweep.json", "results/coupled/sweep.json", "results/confirm/sweep.json")
 
@@ -436,7 +440,27 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the library versions a run recorded")
     ap.add_argument("--mechanism", metavar="MECHANISM_JSON", nargs="+", type=json_file,
                     help="print the table of per-seed GMTS - ETS against the arms' updates, one or more grids")
+    ap.add_argument("--posthoc", metavar="NAME=SWEEP_JSON", nargs="+", type=named_sweep,
+                    help="print the analyses beyond the plan (gmts_recipe.posthoc) over these planned tests, the "
+                         "last one's mechanism.json beside its sweep.json")
+    ap.add_argument("--pilot", metavar="SWEEP_JSON", type=json_file, help="with --posthoc: a pilot pooled in too")
+    ap.add_argument("--posthoc-line", metavar="NAME=SWEEP_JSON", nargs="+", type=named_sweep,
+                    help="print the one labelled line of the pooled post-hoc estimate for the README")
     args = ap.parse_args(argv)
+    if args.posthoc or args.posthoc_line:
+        named = args.posthoc or args.posthoc_line
+        tests = [(name, json.loads(Path(path).read_text())) for name, path in named]
+        roots = [Path(path).parent for _, path in named]
+        if args.posthoc_line:
+            print(posthoc.first_screen_line(tests, roots), end="")
+            return 0
+        pilot = None
+        if args.pilot:
+            summary = json.loads(Path(args.pilot).read_text())
+            pilot = (f"seeds {_span(posthoc.primary_rows(summary)[1])}", summary)
+        mechanism_path = roots[-1] / "mechanism.json"
+        print(posthoc.section(tests, pilot, json.loads(mechanism_path.read_text()), roots), end="")
+        return 0
     for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
                          (args.provenance, provenance), (args.deviations, deviations),
                          (args.interim, interim)):
@@ -466,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         text = regenerate(path.read_text())
         path.write_text(text)
         print(f"{page}: regenerated {len(blocks(text))} blocks")
-    print(run(f"python -m gmts_recipe.plots --sweep {SWEEP} --out {FIGURE}").strip())
+    print(run(f"python -m gmts_recipe.plots --tests {FIGURE_TESTS} --out {FIGURE}").strip())
     return 0
 
 

@@ -1,7 +1,9 @@
 """curves.png: one figure that a reader understands without the README.
 
     python -m gmts_recipe.plots results/quickstart-cpu/results.json    # redraw curves.png next to a results file
-    python -m gmts_recipe.plots --sweep results/qwen/sweep.json        # the README's headline figure
+    python -m gmts_recipe.plots --sweep results/qwen/sweep.json        # one sweep's figure
+    python -m gmts_recipe.plots --tests Confirmatory=results/confirm/sweep.json First=results/qwen/sweep.json
+                                                                         # the README's headline figure
     python -m gmts_recipe.plots mechanism results/coupled/sweep.json   # mechanism.json and mechanism.png beside it
 
 Panel 1 is the answer (held-out pass@1 of the base model and of every trained arm, with the 95% paired interval of
@@ -335,6 +337,77 @@ def sweep_figure(summary: dict, root: Path):
     return fig
 
 
+def collapsed_in(summary: dict, seeds: list[int], pair: tuple[str, str]) -> dict[int, list[str]]:
+    """Seed -> the arms of `pair` that collapsed below the base at the primary setting (the sweep's '*')."""
+    p = summary["primary"]
+    out: dict[int, list[str]] = {}
+    for cell in summary["cells"]:
+        if (cell["variant"], cell["learning_rate"]) == (p["variant"], p["learning_rate"]) and cell["seed"] in seeds:
+            fell = [a for a in pair if cell["arms"].get(a, {}).get("verdict") == "collapsed"]
+            if fell:
+                out[cell["seed"]] = fell
+    return out
+
+
+def tests_figure(tests: list[tuple[str, dict]], root: Path):
+    """The headline figure over planned tests, the first named first: each test's per-seed difference of its primary
+    comparison (dots; a seed where an arm collapsed below the base drawn as a red cross and named), the mean with
+    Student's t interval over seeds, the mean without the collapsed seeds (hollow), the paper's claimed gain as a
+    band; beside it the training reward of the first test's two arms. `root`: the first test's folder."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [1.25, 1]})
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.88, bottom=0.25, wspace=0.18)
+    low, high = CLAIMED["gmts - ets"]
+    ax.axhspan(100 * low, 100 * high, color=color(PRIMARY[0]), alpha=0.18, lw=0,
+               label=f"the paper's claimed gain of GMTS over ETS ({100 * low:+.1f} to {100 * high:+.1f})")
+    ax.axhline(0, color="k", lw=0.8)
+    ticks = []
+    for x, (name, summary) in enumerate(tests):
+        p = summary["primary"]
+        a, b = p["comparison"].split(" - ")
+        seeds, deltas = seed_deltas(setting_scores(summary), a, b)
+        d = 100 * np.asarray(deltas)
+        fell = collapsed_in(summary, seeds, (a, b))
+        jitter = np.random.default_rng(0).uniform(-0.22, 0.22, len(d))
+        plain = np.array([s not in fell for s in seeds])
+        ax.plot(x + jitter[plain], d[plain], "o", color=color(a), alpha=0.6, ms=5, mec="none")
+        for i in np.flatnonzero(~plain):
+            ax.plot(x + jitter[i], d[i], "X", color="#c00000", ms=10)
+            ax.annotate(f"seed {seeds[i]}: {', '.join(short_name(arm) for arm in fell[seeds[i]])} collapsed\n"
+                        f"below the base ({d[i]:+.1f})", (x + jitter[i], d[i]), xytext=(12, -4),
+                        textcoords="offset points", fontsize=9, color="#c00000", va="top")
+        t_low, t_high = seed_t_interval(deltas)
+        ax.errorbar(x + 0.32, d.mean(), yerr=[[d.mean() - 100 * t_low], [100 * t_high - d.mean()]], fmt="D",
+                    color="k", capsize=7, lw=2.2, ms=8)
+        text = f"mean {d.mean():+.1f}\n[{100 * t_low:+.1f}, {100 * t_high:+.1f}]"
+        if fell:
+            rest = d[plain].mean()
+            ax.plot(x + 0.24, rest, "D", mfc="white", mec="k", mew=1.5, ms=8)
+            text += f"\nwithout seed {', '.join(map(str, fell))}: {rest:+.1f}\n(hollow; moves {d.mean() - rest:.2f})"
+        ax.text(x + 0.42, d.mean(), text, va="center", fontsize=10)
+        ticks.append((x, f"{name} test\n{short_name(a)} - {short_name(b)}, {len(seeds)} seeds\n"
+                         f"({seeds[0]}-{seeds[-1]}): {p['decision']}"))
+    ax.set_xticks([t[0] for t in ticks], [t[1] for t in ticks], fontsize=10)
+    ax.set_xlim(-0.5, len(ticks) - 0.05)
+    ax.set_ylim(-15, 32)
+    ax.set_ylabel("difference in held-out pass@1 (points)")
+    ax.set_title("per seed (dots); mean and 95% t interval over seeds (black)", fontsize=11)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=10, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    name, first = tests[0]
+    pair = first["primary"]["comparison"].split(" - ")
+    rewards = reward_by_step(first, Path(root))
+    seeds = sorted(set.intersection(*(set(rewards.get(a, {})) for a in pair)))
+    _reward_panel(bx, rewards, sorted(pair, key=arms().index), seeds)
+    bx.set_title(f"{name} test: training reward, mean and 95% t band over seeds", fontsize=11)
+    fig.suptitle("GMTS - ETS, held-out GSM8K pass@1: the planned tests, each seed a training run", fontsize=13)
+    return fig
+
+
 # ---------------------------------------------------------------------------- the mechanism figure of a grid
 def _signed_interval(x: float | None, low: float | None, high: float | None) -> str:
     return "undefined" if x is None else f"{x:+.2f} [{low:+.2f}, {high:+.2f}]"
@@ -443,11 +516,24 @@ def main(argv: list[str] | None = None) -> int:
                                              "analysis of a grid.")
     ap.add_argument("results", nargs="?", help="path to results.json")
     ap.add_argument("--sweep", metavar="SWEEP_JSON", help="draw the headline figure of this sweep.json")
-    ap.add_argument("--out", default="docs/headline.png", help="where --sweep writes its figure")
+    ap.add_argument("--tests", metavar="NAME=SWEEP_JSON", nargs="+",
+                    help="draw the headline figure over planned tests, the first named first")
+    ap.add_argument("--out", default="docs/headline.png", help="where --sweep or --tests writes its figure")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["mechanism"]:
         return mechanism_main(argv[1:])
     args = ap.parse_args(argv)
+    if args.tests:
+        try:
+            named = [item.split("=", 1) for item in args.tests]
+            tests = [(name, json.loads(Path(path).read_text(encoding="utf-8"))) for name, path in named]
+            fig = tests_figure(tests, Path(named[0][1]).parent)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"plots.py: cannot draw {' '.join(args.tests)}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        print(save_png(fig, args.out, dpi=80))
+        return 0
     if args.sweep:
         path = Path(args.sweep)
         try:

@@ -204,11 +204,23 @@ def render(summary: dict, markdown: bool = False) -> str:
             f"base. Best stable lr (training logs only: the highest late training reward among the learning rates "
             f"where no seed's training reward fell; never test scores): "
             + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
-            + ".") if base else f"{summary['name']}: no finished cells yet."
+            + ". " + collapse_counts(cells, columns)) if base else f"{summary['name']}: no finished cells yet."
     mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)
     primary = [primary_line(summary["primary"])] if "primary" in summary else []
     primary += [secondary_line(s) for s in summary.get("secondary", [])]
     return "\n\n".join([*primary, _table(head1, rows1, markdown), _table(head2, rows2, markdown), note, mechanism])
+
+
+def collapse_counts(cells: list[dict], arms: list[str]) -> str:
+    """Per arm, the runs that collapsed below the base (the '*' of the table) with their cells' seeds: one such run
+    moves a mean over seeds far, so the reader sees how many there are."""
+    parts = []
+    for arm in arms:
+        runs = [c for c in cells if c["arms"].get(arm, {}).get("verdict") == "collapsed"]
+        total = sum(arm in c["arms"] for c in cells)
+        parts.append(f"{arm} {len(runs)} of {total}"
+                     + (f" (seed {', '.join(str(c['seed']) for c in runs)})" if runs else ""))
+    return "Collapsed below the base: " + "; ".join(parts) + "."
 
 
 def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
