@@ -3,7 +3,7 @@
     python check.py runs/quickstart/results.json              # the tables; exit 0 on a valid file
     python check.py runs/quickstart/results.json --markdown   # the README tables
     python check.py results/offline/results.json --allow-unsampled  # a file from before evaluations kept samples
-    python check.py runs/quickstart/results.json --show 3     # what the model wrote for task 3, each sample's score
+    python check.py runs/quickstart/results.json --show 3     # task 3's question, what the model wrote, each score
     python check.py --power results/confirm/sweep.json        # why a sweep could not decide; the seeds one needs
 
 Exits 2 with a one-line reason when the file is missing or malformed, when its records cannot be paired (every
@@ -19,8 +19,8 @@ What a seal and a re-score prove, and what they do not. The digest is a plain SH
 that `seal` recomputes for anyone: it shows only that nobody edited the file without re-sealing it, and the
 recomputed summaries that every number follows from the records. The re-score ties the records to texts: every
 evaluation keeps its completions in a samples file beside results.json (one xz-compressed JSON line per task: index,
-task key, gold answer, the k texts, their scores; its path and SHA-256 inside the digest), and check.py re-scores
-every text with the recipe's reward (rewards.sample_scores, at the reward version the file records) against the gold answer. Every evaluation must hold exactly
+task key, question, gold answer, the k texts, their scores; its path and SHA-256 inside the digest), and check.py
+re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the file records) against the gold answer. Every evaluation must hold exactly
 the run's held-out tasks (data.heldout), and where the run's test pool is at hand (the generated task is rebuilt
 from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path) each task's key (question and gold answer; files
 written before: the question) and each samples file's gold answer must be the dataset's. An evaluation without
@@ -197,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", help="path to results.json or sweep.json")
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
     ap.add_argument("--show", metavar="TASK", default=None,
-                    help="print the stored samples of one task with their scores: the task's number in its split "
-                         "(the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question hash")
+                    help="print one task's question and its stored samples with their scores: the task's number in "
+                         "its split (the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question "
+                         "hash")
     ap.add_argument("--allow-unsampled", action="store_true",
                     help="accept evaluations that keep no samples (files written before evaluations kept their "
                          "completions); the table marks their numbers as not re-scored")
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled)
         text = render(results, markdown=args.markdown, unsampled=tuple(report["without"])) if args.show is None \
-            else show(results, Path(args.results).parent, args.show)
+            else show(results, Path(args.results).parent, args.show, args.gsm8k_path)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2

@@ -287,11 +287,14 @@ def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:
 
 
 def sample_log(samples: list[list[str]], tasks: list[dict], records: list[dict]) -> list[dict]:
-    """What a samples file keeps per task (as lm-evaluation-harness logs its samples): the task's index and hash, the
-    gold answer the reward compared with, the sample texts and the scores `score_samples` gave them, in the records'
-    order. check.py re-scores the texts against the gold with `sample_scores`."""
-    return [{"task": r["task"], "hash": r["hash"], "gold": gold_answer(str(t["answer"])), "samples": list(outs),
-             "scores": r["scores"]} for t, outs, r in zip(tasks, samples, records, strict=True)]
+    """What a samples file keeps per task (as lm-evaluation-harness logs its samples): the task's index, hash and
+    question (so a reader of the file sees what the model was asked; its key covers question and gold, so check.py
+    ties the text to the record), the gold answer the reward compared with, the sample texts and the scores
+    `score_samples` gave them, in the records' order. check.py re-scores the texts against the gold with
+    `sample_scores`."""
+    return [{"task": r["task"], "hash": r["hash"], "question": str(t["question"]),
+             "gold": gold_answer(str(t["answer"])), "samples": list(outs), "scores": r["scores"]}
+            for t, outs, r in zip(tasks, samples, records, strict=True)]
 
 
 def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: int = 0, max_new_tokens: int = 256,

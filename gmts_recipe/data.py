@@ -58,13 +58,19 @@ TASK_KEYS = ("question", TASK_KEY)
 def task_key(task: dict, version: str = TASK_KEY) -> str:
     """The per-task hash recorded in results (records, data report): over the question and the gold answer the reward
     compares with (rewards.gold_answer of the task's answer), or the question alone for version "question"."""
-    if version == "question":
-        return task_hash(task["question"])
-    if version != TASK_KEY:
+    if version not in TASK_KEYS:
         raise DataError(f"unknown task key {version!r} (known: {', '.join(TASK_KEYS)})")
     from gmts_recipe.rewards import gold_answer  # no torch
 
-    text = json.dumps([task["question"], gold_answer(str(task["answer"]))], ensure_ascii=False)
+    return question_key(task["question"], gold_answer(str(task["answer"])), version)
+
+
+def question_key(question: str, gold: str, version: str = TASK_KEY) -> str:
+    """task_key from a question and its gold answer as the reward compares with it (a samples file's line holds
+    both): what ties a samples file's question to its record."""
+    if version == "question":
+        return task_hash(question)
+    text = json.dumps([question, gold], ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

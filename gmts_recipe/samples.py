@@ -1,5 +1,6 @@
 """What an evaluation scored, kept beside its results file: one xz-compressed JSON line per task (index, question
-hash, gold answer, the k texts, their scores), named by its SHA-256, which the evaluation records inside the digest.
+hash, question, gold answer, the k texts, their scores), named by its SHA-256, which the evaluation records inside
+the digest.
 Written by recipe.py, verified and re-scored by check.py and sweep.py --merge, shown by check.py --show. Standard
 library only (the reward, imported where samples exist, needs no torch)."""
 
@@ -69,10 +70,12 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
     recipe's reward (rewards.sample_scores, of the version the evaluation records) scores otherwise. Returns the number
     of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
-    line's gold must be, where the dataset is at hand.
+    line's gold must be, where the dataset is at hand. A line's question (files written before keep none) must be one
+    its key covers.
 
     Re-scoring is fast for plain final numbers and slower where math-verify parses an expression (measurements:
     bench/README.md, "The test suite's time")."""
+    from gmts_recipe.data import TASK_KEYS, question_key
     from gmts_recipe.rewards import REWARD_VERSION, sample_scores  # no torch: imported only where samples exist
 
     # The reward version that scored the evaluation: recorded beside the file since version 2, so a file without it
@@ -95,6 +98,11 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
         if not (isinstance(texts, list) and all(isinstance(t, str) for t in texts) and len(texts) == k
                 and isinstance(scores, list) and len(scores) == k and isinstance(line.get("gold"), str)):
             raise ResultsError(f"{where}: task {key} needs a gold answer and {k} sample texts with {k} scores")
+        question = line.get("question")  # absent from files written before lines kept the question
+        if question is not None and not (isinstance(question, str) and line["hash"] in
+                                         {question_key(question, line["gold"], v) for v in TASK_KEYS}):
+            raise ResultsError(f"{where}: task {key}: the question in the samples file is not the one its key covers "
+                               f"(key of question and gold answer)")
         if golds is not None and line["gold"] != golds.get(key):
             raise ResultsError(f"{where}: task {key}: gold answer {line['gold']!r} in the samples file, "
                                f"{golds.get(key)!r} in the dataset")
@@ -199,9 +207,11 @@ def dataset_line(report: dict) -> str:
             f"dataset: {report.get('no_dataset') or 'none at hand'}.")
 
 
-def show(results: dict, folder: Path, task: str) -> str:
-    """Every stored sample of one task (its index, or a prefix of its hash), evaluation by evaluation, with its score:
-    what the model wrote, to read beside the numbers."""
+def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) -> str:
+    """Every stored sample of one task (its index, or a prefix of its hash), evaluation by evaluation, with its score,
+    after the task's question: what the model was asked and wrote, to read beside the numbers. The question comes from
+    the samples file's line, or, for files written before lines kept it, from the dataset where it is at hand
+    (show_question)."""
     from gmts_recipe.rewards import final_answer  # what the reward read as the answer (no torch)
 
     out = []
@@ -218,6 +228,7 @@ def show(results: dict, folder: Path, task: str) -> str:
         line = lines[0]
         if not out:
             out.append(f"task {line['task']} (question hash {line['hash']}), gold answer {line['gold']}")
+            out.append(show_question(results, line, gsm8k_path))
         right = sum(line["scores"])
         out.append(f"\n=== {where} (eval seed {ev['seed']}): {right:g} of {len(line['scores'])} right  [{path}]")
         for j, (text, score) in enumerate(zip(line["samples"], line["scores"])):
@@ -230,3 +241,22 @@ def show(results: dict, folder: Path, task: str) -> str:
                    "this file keeps no samples (written before evaluations kept their completions)")
         raise ResultsError(f"--show {task}: {missing}")
     return "\n".join(out)
+
+
+def show_question(results: dict, line: dict, gsm8k_path: str | None = None) -> str:
+    """The question of a samples file's line, as --show prints it: the line's own (check_samples tied it to the key),
+    else the dataset's task at that index once its key is the line's (heldout.heldout_pool: the generated task rebuilt
+    from its seed, GSM8K from `gsm8k_path` or the run's), else a sentence saying why it is not at hand."""
+    from gmts_recipe.data import task_key
+    from gmts_recipe.heldout import heldout_pool
+
+    if isinstance(line.get("question"), str):
+        return f"question: {line['question']}"
+    pool, source = heldout_pool(results, gsm8k_path)
+    index = line["task"]
+    if pool is None:
+        return f"question: not in this samples file, and {source}"
+    if not (isinstance(index, int) and 0 <= index < len(pool)) or \
+            task_key(pool[index], results["data"].get("task_key", "question")) != line["hash"]:
+        raise ResultsError(f"--show {index}: the dataset's task {index} has another key than {line['hash']}")
+    return f"question ({source}): {pool[index]['question']}"

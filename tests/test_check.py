@@ -302,17 +302,24 @@ def text_scoring(score: float, gold: str = "7") -> str:
     return f"Adding the two amounts gives the total, so the answer is \\boxed{{{gold if score else int(gold) + 1}}}."
 
 
-def with_samples(results: dict, folder: Path, base_folder: Path | None = None) -> dict:
+def with_samples(results: dict, folder: Path, base_folder: Path | None = None, pool: list[dict] | None = None,
+                 questions: bool = True) -> dict:
     """The file as recipe.py writes it: each evaluation's texts in a samples file (texts scoring as the records say),
-    named with its SHA-256 in the evaluation; the base's in `base_folder` (the shared ../base-evals/) if given."""
+    named with its SHA-256 in the evaluation; the base's in `base_folder` (the shared ../base-evals/) if given.
+    `pool`: the test pool whose tasks the records' keys are (else the keys are made up, so the lines keep no question,
+    as files written before lines kept it); `questions=False`: lines without their question."""
     import eval as evaluation
 
     for where, ev in check.evaluations(results):
-        tasks = [{"question": f"q{r['task']}", "answer": "#### 7"} for r in ev["records"]]
-        texts = [[text_scoring(s) for s in r["scores"]] for r in ev["records"]]
+        tasks = ([pool[r["task"]] for r in ev["records"]] if pool is not None else
+                 [{"question": f"q{r['task']}", "answer": "#### 7"} for r in ev["records"]])
+        texts = [[text_scoring(s, t["answer"].rsplit("#### ", 1)[1]) for s in r["scores"]]
+                 for r, t in zip(ev["records"], tasks)]
         for r, outs in zip(ev["records"], texts):
             r["lengths"] = [len(t) for t in outs]
         log = evaluation.sample_log(texts, tasks, ev["records"])
+        if pool is None or not questions:
+            log = [{key: value for key, value in line.items() if key != "question"} for line in log]
         base = where.startswith("base") and base_folder is not None
         path, sha = check.write_samples(base_folder if base else folder, where.replace(" ", "-"), log)
         ev["samples"] = {"path": (f"../{base_folder.name}/" if base else "") + path.name, "sha256": sha,
@@ -499,6 +506,52 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
     assert "this file keeps no samples" in capsys.readouterr().err
 
 
+def arithmetic_run(tmp_path: Path, questions: bool = True) -> Path:
+    """<tmp>/run/results.json of a run on the generated task (8 held-out tasks of its pool, the records' keys the
+    pool's), its samples as recipe.py writes them; `questions=False`: lines as files written before kept them."""
+    from gmts_recipe.data import arithmetic_test_pool, task_key
+
+    pool = [dict(t, index=i) for i, t in enumerate(arithmetic_test_pool(8, 17, 0))]
+    results = fake_results(n=8, k=2)
+    results["config"].update(n_heldout=8, task_seed=17, difficulty=0)
+    results["data"] = {"task": "arithmetic", "task_key": "question+gold",
+                       "heldout": [[i, task_key(pool[i])] for i in range(8)]}
+    for _, ev in check.evaluations(results):
+        for r in ev["records"]:
+            r["hash"] = task_key(pool[r["task"]])
+    folder = tmp_path / "run"
+    folder.mkdir(parents=True, exist_ok=True)
+    results = with_samples(results, folder, tmp_path / "base-evals", pool=pool, questions=questions)
+    (folder / "results.json").write_text(json.dumps(results))
+    return folder / "results.json"
+
+
+def test_show_prints_the_tasks_question_from_its_line_or_from_the_dataset(tmp_path, capsys):
+    """--show's second line is the question: the samples line's own, tied to the record by its key (an edited one is
+    refused), or for lines written before they kept it the dataset's task at that index (here rebuilt from its
+    seed)."""
+    from gmts_recipe.data import arithmetic_test_pool
+
+    question = arithmetic_test_pool(8, 17, 0)[3]["question"]
+    path = arithmetic_run(tmp_path)
+    assert check.main([str(path), "--show", "3"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"question: {question}"
+    results = json.loads(path.read_text())
+    sample_file = path.parent / results["arms"]["gmts"]["eval"]["samples"]["path"]
+    lines = check.read_samples(sample_file, None, "x")
+    lines[3]["question"] = lines[3]["question"].replace("marbles", "apples", 1) + " "
+    _, sha = check.write_samples(path.parent, "edited", lines)
+    edited = next(path.parent.glob(f"edited-{sha[:12]}.jsonl.xz"))
+    reseal(path, lambda r: r["arms"]["gmts"]["eval"]["samples"].update(path=edited.name, sha256=sha))
+    assert check.main([str(path)]) == 2
+    assert re.search(r"arm gmts: edited-\w+.jsonl.xz: task 3:\w+: the question in the samples file is not the one its "
+                     r"key covers", capsys.readouterr().err)
+    older = arithmetic_run(tmp_path / "older", questions=False)
+    assert check.main([str(older), "--show", "3"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (f"question (the generated task, rebuilt from its seed): "
+                                                        f"{question}")
+
+
 def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
     """check.py re-scores with eval.sample_scores, the function eval.score_samples scores with: a reward that scored
     otherwise at evaluation time is refused (here: one that gives 1.0 to every sample)."""
@@ -530,10 +583,11 @@ def test_each_samples_file_is_re_scored_by_the_reward_version_it_records(tmp_pat
     '\\text{7}' (0) and '7\\%' differs from today's: it verifies as scored; the same scores claimed by today's
     version, or by a version this recipe lacks, are refused."""
     import eval as evaluation
+    from gmts_recipe.data import task_key
 
     tasks = [{"question": "q0", "answer": "#### 7", "index": 0}]
     samples = [["so \\boxed{\\text{7}}", "so \\boxed{7 km}", "so \\boxed{7}"]]
-    old = [{"task": 0, "hash": "0" * 16, "scores": [0.0, 0.0, 1.0], "lengths": [len(t) for t in samples[0]]}]
+    old = [{"task": 0, "hash": task_key(tasks[0]), "scores": [0.0, 0.0, 1.0], "lengths": [len(t) for t in samples[0]]}]
     log = evaluation.sample_log(samples, tasks, old)
     path, sha = check.write_samples(tmp_path, "s", log)
     ev = {"k": 3, "records": old, "samples": {"path": path.name, "sha256": sha}}

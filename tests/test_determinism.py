@@ -58,7 +58,7 @@ def test_it_stays_out_of_the_hash_like_the_other_rounding_only_levers_and_is_rec
         parsed_run = recipe.parse(["--config", "configs/quickstart.yaml", *argv])
         record = recipe.config_record(*parsed_run[:3])
         assert "deterministic_kernels" not in record
-        # the committed file predates gradient_checkpointing's move into the arms: its hash as recipe.py writes it today
+        # current_record: the hash as recipe.py writes it today, also for a file from before gradient_checkpointing moved
         assert recipe.config_hash(record) == current_record(committed)["config_hash"]
     assert parsed_run[1].deterministic_kernels is False
     assert recipe.parse(["--config", "configs/quickstart.yaml", "--deterministic_kernels", "true"])[1].deterministic_kernels
