@@ -47,7 +47,6 @@ EVAL_FIELDS = ("system_prompt", "eval_samples", "eval_max_new_tokens", "eval_tem
 # The training sampler's fields (TRL's GRPOConfig) that evaluation takes over (eval.sampling), so a checkpoint's own
 # generation_config can never apply at evaluation only.
 SAMPLING_FIELDS = ("top_p", "top_k", "min_p", "repetition_penalty")
-# The training sampler's fields that evaluation samples with too (eval.Sampling): part of what decides an evaluation.
 PEFT_FIELDS = ("use_peft", "use_rslora", "use_dora")  # with lora_*: the adapter (get_peft_config), not the base model
 # ModelConfig fields passed to both model loads (evaluation and the trainer's model_init_kwargs), besides the adapter's.
 # Any other model field set away from its default is refused (check_model_fields): it would reach neither load.
