@@ -57,7 +57,6 @@ from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
                                  current_record)  # a results file's model, verification and writing
-from selection import DEFAULT_RATIO, RULES, rule_named  # the arms' names and labels
 from gmts_recipe.samples import dataset_line  # the held-out tasks against the dataset
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
@@ -66,129 +65,9 @@ from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recompute
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.report import render as render_sweep
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _delta(d: dict | None) -> str:
-    if not d:
-        return "-"
-    return f"{100 * d['delta']:+.1f} pts [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
-
-
-def _verdict_text(entry: dict) -> str:
-    return entry["verdict"] + "".join(f", {f}" for f in entry["flags"])
-
-
-def _short(arm: str) -> str:
-    return rule_named(arm).short if any(arm == r.arm for r in RULES.values()) else arm
-
-
-def _label(arm: str, results: dict) -> str:
-    """The arm's label at the file's ratio of kept tokens (the config records it only when set)."""
-    if not any(arm == r.arm for r in RULES.values()):
-        return arm
-    return rule_named(arm).label(results.get("config", {}).get("selection_ratio", DEFAULT_RATIO))
-
-
-NOT_RESCORED = " (not re-scored)"
-
-
-def table_rows(results: dict, unsampled: tuple[str, ...] = ()) -> tuple[list[str], list[list[str]]]:
-    """The arm table: the base's noise floor, then each arm against the base. `unsampled`: the evaluations (as
-    samples.evaluations names them) that keep no samples, whose pass@1 the table marks as not re-scored."""
-    s = results["summary"]
-    mark = lambda where: NOT_RESCORED if where in unsampled else ""  # noqa: E731
-    header = ["arm", "pass@1", "vs base (95% CI)", "verdict", "grad norm median / max", "overlap with other ranking",
-              "lr"]
-    seeds = s["base"]["pass@1"]
-    base_mark = NOT_RESCORED if any(w.startswith("base eval") for w in unsampled) else ""
-    rows = [["base (untrained)", f"{_pct(s['base']['mean'])} ({len(seeds)} seeds: " + ", ".join(map(_pct, seeds))
-             + ")" + base_mark, "-", f"noise floor {100 * s['base']['noise_floor']:.1f} pts", "-", "-", "-"]]
-    for arm, a in s["arms"].items():
-        g = a["grad_norm"]
-        grad = "-" if g["median"] is None else f"{g['median']:.3g} / {g['max']:.3g}"
-        if g["nonfinite"]:
-            grad += f" ({g['nonfinite']} non-finite)"
-        rows.append([_label(arm, results), _pct(a["pass@1"]) + mark(f"arm {arm}"), _delta(a["vs_base"]),
-                     _verdict_text(a), grad,
-                     _pct(a["overlap"]), "-" if a["learning_rate"] is None else f"{a['learning_rate']:g}"])
-    return header, rows
-
-
-def comparison_rows(results: dict) -> tuple[list[str], list[list[str]]]:
-    """The comparison table: arm a minus arm b on the same tasks, for every compared pair in the file."""
-    header = ["comparison", "delta (95% CI)", "verdict"]
-    rows = []
-    for key, c in results["summary"].get("comparisons", {}).items():
-        a, b = key.split("_vs_")
-        rows.append([f"{_short(a)} vs {_short(b)}", _delta(c), _verdict_text(c)])
-    return header, rows
-
-
-def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
-    if markdown:
-        cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731 - a pipe inside a cell would split it
-        return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                *("| " + " | ".join(cell(x) for x in r) + " |" for r in rows)]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    return ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows]]
-
-
-DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it shows the file was not edited by hand "
-               "without re-sealing and that every summary matches its records, not that the records came from a run.")
-
-
-def evaluation_rows(results: dict) -> tuple[list[str], list[list[str]]]:
-    """An eval-only file (eval.py: one model's evaluations, no trained arms): its pass@1 over every seed with a
-    bootstrap interval over tasks (each task's mean over all its seeds' samples), and each seed's pass@1."""
-    s = results["summary"]["base"]
-    evals = results["base"]["evals"]
-    per_seed = [task_scores(ev, f"evaluation {i}") for i, ev in enumerate(evals)]
-    order = list(per_seed[0])
-    interval = mean_interval([sum(scores[t] for scores in per_seed) / len(per_seed) for t in order])
-    shown = "-" if interval["low"] is None else f"[{_pct(interval['low'])}, {_pct(interval['high'])}]"
-    model = results.get("model", {})
-    name = model.get("name", "?") + (f" (adapter on {model['base']})" if model.get("adapter") else "")
-    header = ["model", "pass@1", "95% CI (tasks)", "per seed", "spread over seeds"]
-    return header, [[name, _pct(s["mean"]), shown, ", ".join(f"{ev['seed']}: {_pct(p)}" for ev, p in
-                                                              zip(evals, s["pass@1"])),
-                     f"{100 * s['noise_floor']:.1f} pts"]]
-
-
-def render_evaluation(results: dict, markdown: bool = False) -> str:
-    """The table of an eval-only file; one that also holds trained arms is not what eval.py writes, and is refused."""
-    if results.get("arms"):
-        raise ResultsError(f"an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(results['arms'])}")
-    ev = results["base"]["evals"][0]
-    lines = _table(*evaluation_rows(results), markdown)
-    about = (f"{results.get('config_name', '?')}: {len(ev['records'])} held-out tasks x {ev.get('k')} samples per "
-             f"seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.")
-    lines += ["", about, DIGEST_NOTE]
-    return "\n".join(lines)
-
-
-def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = ()) -> str:
-    if results.get("kind") == "evaluation":  # eval.py's file: one model, no arms
-        return render_evaluation(results, markdown)
-    lines = _table(*table_rows(results, unsampled), markdown)
-    header, rows = comparison_rows(results)
-    if rows:
-        lines += ["", *_table(header, rows, markdown)]
-    n = results["summary"]["base"]
-    tasks = len(results["base"]["evals"][0]["records"])
-    k = results["base"]["evals"][0].get("k")
-    lines.append("")
-    lines.append(f"{results.get('config_name', '?')}: {tasks} held-out tasks x {k} samples, "
-                 f"model {results.get('config', {}).get('model_name_or_path', '?')}, "
-                 f"config {current_record(results).get('config_hash', '?')[:12]}, eval seed {n['seed']}.")
-    agreement = agreement_line(results)
-    if agreement:
-        lines.append(agreement)
-    lines.append(DIGEST_NOTE)
-    return "\n".join(lines)
+from gmts_recipe.tables import (DIGEST_NOTE, NOT_RESCORED, _delta, _label, _pct, _short, _table,  # noqa: F401
+                                _verdict_text, comparison_rows, evaluation_rows, render, render_evaluation,
+                                table_rows)  # the result tables, shared with eval.py
 
 
 def main(argv: list[str] | None = None) -> int:

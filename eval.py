@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from gmts_recipe.recipe_config import SAMPLING_FIELDS  # the training sampler's fields evaluation takes over
 from gmts_recipe.rewards import gold_answer, math_equal_reward, sample_scores
 from gmts_recipe.speed_options import SpeedOptions
 from gmts_recipe.speed_options import evaluation_options
@@ -332,9 +333,6 @@ def compile_seconds() -> float:
     return calculate_time_spent()["total_wall_time"]
 
 
-# The training sampler's fields (TRL's GRPOConfig) that evaluation takes over, so a checkpoint's own
-# generation_config can never apply at evaluation only.
-SAMPLING_FIELDS = ("top_p", "top_k", "min_p", "repetition_penalty")
 
 
 def sampling(recipe, train) -> Sampling:
@@ -481,7 +479,7 @@ def _parse_command(argv: list[str]):
     ap.add_argument("--base_model", default=None, help="an adapter's base model, where its adapter_config.json names "
                                                        "one that is not here")
     args, fields = ap.parse_known_args(argv)
-    from recipe import cli_values
+    from gmts_recipe.recipe_config import cli_values
 
     for key in cli_values(fields):
         if key not in EVAL_OVERRIDES:
@@ -495,7 +493,7 @@ def _parse_command(argv: list[str]):
 
 def _hub_check(recipe, target: Target) -> None:
     """One line, before anything loads, where the model or GSM8K needs the hub and the hub cannot be reached."""
-    from recipe import hub_reachable
+    from gmts_recipe.recipe_config import hub_reachable
 
     needs = ["GSM8K (or --gsm8k_path DIR)"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
     base = target.base
@@ -519,7 +517,8 @@ def _adapter_digest(adapter: Path) -> str:
 
 def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
     """`python eval.py ARGV`: evaluate MODEL over the config's base_eval_seeds and write its results file; returns
-    (the sealed results, the file). Raises EvalError (and recipe.RecipeError, models.ModelError) for a user error."""
+    (the sealed results, the file). Raises EvalError (and recipe_config.RecipeError, models.ModelError) for a user
+    error."""
     import time
 
     args, fields = _parse_command(argv)
@@ -528,21 +527,22 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
     if out.suffix != ".json":
         raise EvalError(f"--out {out}: a results file ends in .json")
 
-    import recipe as recipe_module
+    from gmts_recipe import run_setup
+    from gmts_recipe.recipe_config import parse
     from gmts_recipe.records import config_hash, seal, write_json
 
-    recipe_module.quiet_known_warnings()
+    run_setup.quiet_known_warnings()
     config = [] if args.config is None else ["--config", args.config]
-    recipe, train, model_args, config_name = recipe_module.parse(
+    recipe, train, model_args, config_name = parse(
         [*config, *fields, "--model_name_or_path", target.base])
     _hub_check(recipe, target)
-    recipe_module.deterministic_kernels(train)
+    run_setup.deterministic_kernels(train)
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
     torch.backends.cuda.enable_cudnn_sdp(recipe.cudnn_attention)
-    _, heldout, data_record = recipe_module.load_tasks(recipe)
-    _, model, tokenizer = recipe_module.load_model(model_args, train, device)
+    _, heldout, data_record = run_setup.load_tasks(recipe)
+    _, model, tokenizer = run_setup.load_model(model_args, train, device)
     described = {"name": args.model, "base": target.base, "adapter": None if target.adapter is None else
                  str(target.adapter)}
     if target.adapter is not None:
@@ -554,8 +554,8 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise EvalError(f"adapter {target.adapter} does not load on {target.base} ({first})") from None
         described["adapter_sha256"] = _adapter_digest(target.adapter)
-    record = recipe_module.config_record(recipe, train, model_args)
-    eval_record = recipe_module.eval_record(recipe, model_args, train, data_record["heldout"], device)
+    record = run_setup.config_record(recipe, train, model_args)
+    eval_record = run_setup.eval_record(recipe, model_args, train, data_record["heldout"], device)
     print(f"[eval] {args.model}: {len(heldout)} held-out tasks x {recipe.eval_samples} samples, seeds "
           f"{', '.join(map(str, recipe.base_eval_seeds))}, config {config_name}")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -564,11 +564,11 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
         t0 = time.time()
         ev = evaluate_with_config(model, tokenizer, heldout, recipe, train, seed)
         print(f"[eval] seed {seed}: pass@1 {ev['pass@1']:.3f} ({time.time() - t0:.0f}s)")
-        evals.append(recipe_module.keep_samples(ev, out.parent, f"{out.stem}-seed{seed}"))
+        evals.append(run_setup.keep_samples(ev, out.parent, f"{out.stem}-seed{seed}"))
     results = {"kind": "evaluation", "config_name": config_name, "config": record, "config_hash": config_hash(record),
                "model": described, "data": data_record,
                "base": {"evals": evals, "eval_hash": config_hash({**eval_record, "model": described})},
-               "arms": {}, "versions": recipe_module.versions()}
+               "arms": {}, "versions": run_setup.versions()}
     seal(results)
     write_json(out, results)
     return results, out
@@ -576,7 +576,7 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     from gmts_recipe.models import ModelError
-    from recipe import RecipeError
+    from gmts_recipe.recipe_config import RecipeError
 
     try:
         results, out = evaluate_model(sys.argv[1:] if argv is None else argv)
@@ -586,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("eval.py: interrupted", file=sys.stderr)
         return 130
-    from check import render
+    from gmts_recipe.tables import render
 
     print(render(results))
     print(f"[eval] wrote {out}; verify it at any time: python check.py {out}")

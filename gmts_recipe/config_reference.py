@@ -126,12 +126,12 @@ def _library_bases(parsed: typing.Sequence[type]) -> list[type]:
 
 
 def recipe_reference() -> str:
-    """The reference of what recipe.py parses (its _parser's dataclasses)."""
-    if str(ROOT) not in sys.path:
+    """The reference of what recipe.py parses (recipe_config._parser's dataclasses)."""
+    if str(ROOT) not in sys.path:  # the trainer's config and the selection rules: top-level modules of the clone
         sys.path.insert(0, str(ROOT))
-    import recipe
+    from gmts_recipe.recipe_config import _parser
 
-    return reference(recipe._parser().dataclass_types)
+    return reference(_parser().dataclass_types)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,7 +55,7 @@ def digest(results: dict) -> str:
 
 
 def config_hash(record: dict) -> str:
-    """The hash of a config record (recipe.config_record): two runs with the same one compute the same thing."""
+    """The hash of a config record (run_setup.config_record): two runs with the same one compute the same thing."""
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 

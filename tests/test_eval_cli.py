@@ -9,6 +9,7 @@ import pytest
 import check
 import eval as evaluation
 import recipe
+from gmts_recipe import run_setup
 from tiny import tiny_model, tiny_tokenizer, write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +124,7 @@ def _adapter_without_base(tmp_path, base) -> Path:
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, capsys, monkeypatch, model, extra,
                                                                  message):
-    monkeypatch.setattr(recipe, "load_model", lambda *a: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(run_setup, "load_model", lambda *a: pytest.fail("a model was loaded"))  # eval.py's load
     if model.startswith("lost:"):
         model = str(_adapter_without_base(tmp_path, model[len("lost:"):] or None))
     assert evaluate(model.replace("{tmp}", str(tmp_path)), *extra) == 2

