@@ -65,7 +65,8 @@ from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recompute
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.report import render as render_sweep
-from gmts_recipe.tables import (DIGEST_NOTE, NOT_RESCORED, _delta, _label, _pct, _short, _table,  # noqa: F401
+from selection import short_name  # the arms' short names (the rule registry; no torch)
+from gmts_recipe.tables import (DIGEST_NOTE, NOT_RESCORED, _delta, _label, _pct, _table,  # noqa: F401
                                 _verdict_text, comparison_rows, evaluation_rows, render, render_evaluation,
                                 table_rows)  # the result tables, shared with eval.py
 
@@ -186,7 +187,7 @@ def provenance_lines(results: dict) -> list[str]:
         libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
         options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
                             if v not in (False, None))  # the options that were on
-        lines.append(f"  {_short(arm)}: commit {commit}, {p.get('started', '?')} to "
+        lines.append(f"  {short_name(arm)}: commit {commit}, {p.get('started', '?')} to "
                      f"{p.get('finished', '?')}, host {p.get('host', '?')}, {gpu}; {libs}"
                      + (f"; {options}" if options else ""))
     if lines:
@@ -208,7 +209,7 @@ def memory_lines(results: dict) -> list[str]:
         phases.append(f"base evaluation {base['base_eval']:.1f}")
     for arm, entry in results.get("arms", {}).items():
         peaks = entry.get("gpu_peak_memory_gib", {})
-        phases += [f"{_short(arm)} {label} {peaks[key]:.1f}" for key, label in (("train", "training"),
+        phases += [f"{short_name(arm)} {label} {peaks[key]:.1f}" for key, label in (("train", "training"),
                                                                                ("eval", "evaluation")) if key in peaks]
     if not phases:
         return []

@@ -496,6 +496,11 @@ def rule_of_arm(arm: str) -> Rule:
     return next(r for r in RULES.values() if r.arm == arm)
 
 
+def short_name(arm: str) -> str:
+    """The arm's short name for tables and messages ('GMTS' for 'gmts'); an arm no rule has (base), as written."""
+    return next((r.short for r in RULES.values() if r.arm == arm), arm)
+
+
 def overlap_partner(rule: Rule) -> Rule | None:
     """The other ranking a rule's `selection/overlap` is measured against: the first scored arm it is compared with,
     else the first scored arm compared with it (ETS: GMTS); None for a rule without a score."""

@@ -28,11 +28,11 @@ from pathlib import Path
 
 from gmts_recipe import posthoc
 from gmts_recipe.plots import seed_deltas, setting_scores
-from gmts_recipe.records import current_record, json_file
+from gmts_recipe.records import json_file
 from gmts_recipe.stats import seed_t_interval, signed
 from gmts_recipe.sweep.deviations import _runs, arm_processes, deviations
 from gmts_recipe.sweep.summary import CLAIMED
-from selection import PRIMARY, RULES, arms, control_comparisons, rule_named
+from selection import PRIMARY, RULES, arms, control_comparisons, rule_named, short_name
 
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
@@ -44,11 +44,6 @@ FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep
 MECHANISM_SWEEPS = ("results/qwen/sweep.json", "results/coupled/sweep.json", "results/confirm/sweep.json")
 
 BASE_NAME = "base (untrained)"
-
-
-def _short(arm: str) -> str:
-    """'GMTS' for 'gmts' (selection.RULES); an arm no rule has, as written."""
-    return next((r.short for r in RULES.values() if r.arm == arm), arm)
 
 
 def _name(arm: str) -> str:
@@ -96,7 +91,7 @@ def _bracket(low: float | None, high: float | None, unit: str = "") -> str:
 def _label(comparison: str) -> str:
     """'gmts - ets' as the tables name it: 'GMTS - ETS'."""
     a, b = comparison.split(" - ")
-    return f"{_short(a)} - {_short(b)}"
+    return f"{short_name(a)} - {short_name(b)}"
 
 
 def _decision_rule(primary: dict) -> str:
@@ -137,19 +132,19 @@ def headline(summary: dict, root: Path) -> str:
             continue
         lo, hi = seed_t_interval(deltas)
         if (a, b) in secondary:
-            name = f"{_short(a)} - {_short(b)} (secondary)"
+            name = f"{short_name(a)} - {short_name(b)} (secondary)"
             says = ("planned: its interval, no decision" if secondary[(a, b)]["status"] == "complete" else
                     f"planned, **interim** ({len(seeds)} of {len(secondary[(a, b)]['seeds'])} seeds): its interval, "
                     f"no decision")
         elif (a, b) == primary:
             done = "" if p["decision"] != "interim" else f" ({len(p['seeds_done'])} of {len(p['seeds'])} seeds)"
-            name, says = (f"**{_short(a)} - {_short(b)}** (primary test)",
+            name, says = (f"**{short_name(a)} - {short_name(b)}** (primary test)",
                           f"**{p['decision']}**{done}: {_decision_rule(p)}")
         elif (a, b) in control_comparisons():
-            name, says = (f"{_short(a)} - {_short(b)} (control)",
+            name, says = (f"{short_name(a)} - {short_name(b)} (control)",
                           f"read descriptively: {len(seeds)} seeds cannot test a gain of {_claimed_range()}")
         else:
-            name, says = f"{_short(a)} - {_short(b)}", "outside the plan: descriptive"
+            name, says = f"{short_name(a)} - {short_name(b)}", "outside the plan: descriptive"
         rows.append([f"| {name} | {_points(sum(deltas) / len(deltas))} | {_bracket(lo, hi)} | "
                      f"{len(seeds)} ({_span(seeds)}) | {says} |"])
     table = "\n".join(r[0] if len(r) == 1 else "\n".join(r) for r in rows)
@@ -281,7 +276,7 @@ def task_intervals(summary: dict, root: Path) -> str:
         if (cell["variant"], cell["learning_rate"]) == (p["variant"], p["learning_rate"]) and cell["seed"] in p["seeds_done"]:
             c = json.loads((root / cell["path"]).read_text())["summary"]["comparisons"][f"{a}_vs_{b}"]
             halves.append(100 * (c["high"] - c["low"]) / 2)
-    return (f"One cell's {_short(a)} - {_short(b)} interval over its {base_tasks(summary)} tasks is +-{min(halves):.1f} "
+    return (f"One cell's {short_name(a)} - {short_name(b)} interval over its {base_tasks(summary)} tasks is +-{min(halves):.1f} "
             f"to +-{max(halves):.1f} points (half its 95% paired bootstrap interval, {len(halves)} cells of the primary "
             f"test).\n")
 
@@ -294,7 +289,7 @@ def provenance(summary: dict, root: Path) -> str:
     p = summary["primary"]
     a, b = p["comparison"].split(" - ")
     arms = ["grpo", "ets", "gmts", "ets_nz"]
-    lines = ["| seed | " + " | ".join(f"{_short(x)} trained (process start)" for x in arms) + " | what the records show |",
+    lines = ["| seed | " + " | ".join(f"{short_name(x)} trained (process start)" for x in arms) + " | what the records show |",
              "|---|" + "---|" * (len(arms) + 1)]
     apart, together = [], []
     for cell in summary["cells"]:
@@ -310,7 +305,7 @@ def provenance(summary: dict, root: Path) -> str:
             (procs[x][0] + (f" ({procs[x][1]})" if split and x in (a, b) else "")
              if x in procs else ("?" if x in results["arms"] else "-")) for x in arms)
             + f" | {'; '.join(notes) or '-'} |")
-    said = (f"{_short(a)} and {_short(b)} ran in processes started at different times for seeds "
+    said = (f"{short_name(a)} and {short_name(b)} ran in processes started at different times for seeds "
             f"{', '.join(map(str, apart)) or 'none'}; in two processes started together for seeds "
             f"{', '.join(map(str, together)) or 'none'}; in one process for the others (?: the log of the process that "
             f"made a merged arm is not in the repository).")
@@ -328,9 +323,9 @@ def _record_differences(results: dict, reference: str, others: list[str]) -> lis
             extra = sorted(set(first.get("generation_options", {})) - set(second.get("generation_options", {})))
             extra += sorted(f"eval.{k}" for k in set(first["eval"]) - set(second["eval"]))
             if extra:
-                notes.append(f"{_short(f)} records {', '.join(extra)}; {_short(s)} does not")
+                notes.append(f"{short_name(f)} records {', '.join(extra)}; {short_name(s)} does not")
     for m in results.get("merges", []):
-        notes.append(f"{', '.join(_short(x) for x in m.get('arms', []))} merged in from another machine")
+        notes.append(f"{', '.join(short_name(x) for x in m.get('arms', []))} merged in from another machine")
     return notes
 
 

@@ -26,7 +26,7 @@ from gmts_recipe.mechanism import MechanismError, grid_analysis, value_of
 from gmts_recipe.records import write_json
 from gmts_recipe.stats import seed_t_interval
 from gmts_recipe.sweep.summary import CLAIMED
-from selection import DEFAULT_RATIO, PRIMARY, RULES, arms, control_comparisons, rule_of_arm
+from selection import DEFAULT_RATIO, PRIMARY, RULES, arms, control_comparisons, rule_of_arm, short_name
 
 BASE_NAME, BASE_COLOR = "base (untrained)", "0.45"
 # Training curves beside the result (curves.png), then the method's internals (the second figure): (log key, panel
@@ -57,10 +57,6 @@ def _known(arm: str) -> bool:
 def color(arm: str) -> str:
     """The arm's one color (selection.RULES), the same in every figure."""
     return rule_of_arm(arm).color if _known(arm) else "0.3"
-
-
-def short_name(arm: str) -> str:
-    return rule_of_arm(arm).short if _known(arm) else arm
 
 
 def arm_name(arm: str, results: dict | None = None) -> str:
@@ -510,6 +506,23 @@ def mechanism_main(argv: list[str]) -> int:
     return 0
 
 
+def _read(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _draw_figure(draw, what: str, out: str) -> int:
+    """The command's figure: `draw()` makes it from files named by `what`; a file that cannot be read or drawn is
+    one line and exit 2."""
+    try:
+        fig = draw()
+    except (OSError, ValueError, KeyError) as e:
+        print(f"plots.py: cannot draw {what}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    print(save_png(fig, out, dpi=80))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Redraw curves.png (and curves-selection.png) next to a results.json, or "
                                              "a sweep's headline figure; `mechanism SWEEP_JSON`: the mechanism "
@@ -524,27 +537,12 @@ def main(argv: list[str] | None = None) -> int:
         return mechanism_main(argv[1:])
     args = ap.parse_args(argv)
     if args.tests:
-        try:
-            named = [item.split("=", 1) for item in args.tests]
-            tests = [(name, json.loads(Path(path).read_text(encoding="utf-8"))) for name, path in named]
-            fig = tests_figure(tests, Path(named[0][1]).parent)
-        except (OSError, ValueError, KeyError) as e:
-            print(f"plots.py: cannot draw {' '.join(args.tests)}: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        print(save_png(fig, args.out, dpi=80))
-        return 0
+        named = [item.split("=", 1) for item in args.tests]
+        return _draw_figure(lambda: tests_figure([(name, _read(path)) for name, path in named],
+                                                 Path(named[0][1]).parent), " ".join(args.tests), args.out)
     if args.sweep:
         path = Path(args.sweep)
-        try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-            fig = sweep_figure(summary, path.parent)
-        except (OSError, ValueError, KeyError) as e:
-            print(f"plots.py: cannot draw {path}: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        print(save_png(fig, args.out, dpi=80))
-        return 0
+        return _draw_figure(lambda: sweep_figure(_read(path), path.parent), str(path), args.out)
     if not args.results:
         ap.error("give a results.json, or --sweep SWEEP_JSON")
     path = Path(args.results)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gmts_recipe.records import ResultsError, agreement_line, current_record, task_scores
 from gmts_recipe.stats import mean_interval
-from selection import DEFAULT_RATIO, RULES, rule_named
+from selection import DEFAULT_RATIO, RULES, rule_named, short_name
 
 
 def _pct(x: float | None) -> str:
@@ -22,10 +22,6 @@ def _delta(d: dict | None) -> str:
 
 def _verdict_text(entry: dict) -> str:
     return entry["verdict"] + "".join(f", {f}" for f in entry["flags"])
-
-
-def _short(arm: str) -> str:
-    return rule_named(arm).short if any(arm == r.arm for r in RULES.values()) else arm
 
 
 def _label(arm: str, results: dict) -> str:
@@ -66,7 +62,7 @@ def comparison_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     rows = []
     for key, c in results["summary"].get("comparisons", {}).items():
         a, b = key.split("_vs_")
-        rows.append([f"{_short(a)} vs {_short(b)}", _delta(c), _verdict_text(c)])
+        rows.append([f"{short_name(a)} vs {short_name(b)}", _delta(c), _verdict_text(c)])
     return header, rows
 
 

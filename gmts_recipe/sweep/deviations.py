@@ -9,12 +9,7 @@ import re
 from pathlib import Path
 
 from gmts_recipe.records import current_record
-from selection import RULES
-
-
-def _short(arm: str) -> str:
-    """'GMTS' for 'gmts' (selection.RULES); an arm no rule has, as written."""
-    return next((r.short for r in RULES.values() if r.arm == arm), arm)
+from selection import short_name
 
 
 LOG_START = re.compile(r"^=== (\d{4})-(\d\d-\d\d \d\d:\d\d)", re.M)  # a process's first line in a cell's log
@@ -70,13 +65,13 @@ def deviations(summary: dict, root: Path) -> str:
             said = (f"{k} {o[k]}" if k in o else f"{k} not recorded (the option did not exist yet)" for k in varying)
             groups.setdefault(", ".join(said), []).append(seed)
         lines.append("- Execution options changed between cells (the recorded options of the "
-                     f"{_short(b)} arm): " + "; ".join(f"{text} for seed{'s' if len(seeds) > 1 else ''} {_runs(seeds)}"
+                     f"{short_name(b)} arm): " + "; ".join(f"{text} for seed{'s' if len(seeds) > 1 else ''} {_runs(seeds)}"
                                              for text, seeds in groups.items()))
     for seed, arms in mixed:
-        lines.append(f"- Seed {seed}: the {', '.join(_short(x) for x in arms)} arm ran with other execution "
-                     f"options than its {_short(b)} arm")
+        lines.append(f"- Seed {seed}: the {', '.join(short_name(x) for x in arms)} arm ran with other execution "
+                     f"options than its {short_name(b)} arm")
     if split:
-        lines.append(f"- {_short(a)} and {_short(b)} ran in separate processes (the cells' logs) for seeds "
+        lines.append(f"- {short_name(a)} and {short_name(b)} ran in separate processes (the cells' logs) for seeds "
                      f"{', '.join(map(str, split))}")
     timing = root / "logs" / "timing.jsonl"
     if timing.is_file():
