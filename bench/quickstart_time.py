@@ -14,8 +14,8 @@ CPU time beyond the wall time x threads is spinning, taken from whoever shares t
 
 `block` clones the repository's HEAD into a temporary folder, takes the bash block under the README's "## Quick start"
 heading as it is written, and runs it in one bash process (`set -e`, as a user's terminal that stops at an error),
-timing each command. Nothing of this machine's environment leaks in but PATH without a virtual environment, HOME and
-the pip configuration. Its console goes to bench/logs/quickstart-block-DATE-COMMIT.log. `--reference DIR` then keeps
+timing each command. Nothing of this machine's environment leaks in but PATH without a virtual environment and the
+pip configuration; HOME is a new empty folder, so no pip cache and no converted model are at hand. Its console goes to bench/logs/quickstart-block-DATE-COMMIT.log. `--reference DIR` then keeps
 the run it made as the committed reference: results.json, both figures, and the recipe's console as run.log.
 """
 
@@ -115,14 +115,15 @@ def clean_env(home: str) -> dict:
     return {**keep, "PATH": ":".join(path), "HOME": home, "TERM": "dumb"}
 
 
-def run_block(log: Path, clone: Path) -> list[dict]:
-    """The block in one bash process, each command between two timestamped markers; its console into `log`."""
+def run_block(log: Path, clone: Path, home: Path) -> list[dict]:
+    """The block in one bash process, each command between two timestamped markers; its console into `log`. `home`:
+    a new user's, without a pip cache or a converted model."""
     commands = quick_start_block((clone / "README.md").read_text())
     script = ["set -e"]
     for i, command in enumerate(commands):
         script += [f'echo "{START} {i} $(date +%s.%N)"', command, f'echo "{END} {i} $(date +%s.%N)"']
     with log.open("w") as out:
-        proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=clone, env=clean_env(os.environ["HOME"]),
+        proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=clone, env=clean_env(str(home)),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout:
             out.write(line)
@@ -148,7 +149,9 @@ def block(json_path: Path, reference: Path | None) -> int:
         clone = Path(tmp) / "gmts"
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         start = time.perf_counter()
-        rows = run_block(log, clone)
+        home = Path(tmp) / "home"
+        home.mkdir()
+        rows = run_block(log, clone, home)
         total = time.perf_counter() - start
         finished = all(r["seconds"] is not None for r in rows)
         json_path.write_text(json.dumps({"machine": info, "log": str(log.relative_to(ROOT)), "finished": finished,

@@ -34,7 +34,7 @@ def test_the_block_is_the_readmes_commands_in_order():
 def test_each_command_is_timed_and_a_failing_one_stops_the_block(tmp_path):
     (tmp_path / "README.md").write_text(README)
     log = tmp_path / "block.log"
-    rows = quickstart_time.run_block(log, tmp_path)
+    rows = quickstart_time.run_block(log, tmp_path, tmp_path)
     assert [r["command"] for r in rows] == ["echo one", "sleep 0.2", "false", "echo never"]
     assert rows[0]["seconds"] >= 0 and rows[1]["seconds"] >= 0.2
     assert rows[2]["seconds"] is None and rows[3]["seconds"] is None  # set -e: the block stopped at `false`
