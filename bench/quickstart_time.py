@@ -141,6 +141,23 @@ def command_output(log: Path, index: int) -> str:
     return text.split(f"{START} {index} ", 1)[1].split("\n", 1)[1].split(f"{END} {index} ", 1)[0]
 
 
+def keep_reference(run: Path, reference: Path, console: str) -> None:
+    """The run's results.json, figures and console into `reference`, with every samples file it names at the same
+    relative path (a base evaluation's in the shared ../base-evals/), so that check.py re-scores the reference."""
+    from gmts_recipe.records import evaluations
+    from gmts_recipe.samples import samples_path
+
+    results = json.loads((run / "results.json").read_text())
+    reference.mkdir(parents=True, exist_ok=True)
+    for name in ("results.json", "curves.png", "curves-selection.png"):
+        shutil.copy2(run / name, reference / name)
+    for where, evaluation in evaluations(results):
+        target = samples_path(reference, evaluation, where)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(samples_path(run, evaluation, where), target)
+    (reference / "run.log").write_text(console)
+
+
 def block(json_path: Path, reference: Path | None) -> int:
     """The Quick start block on a fresh clone of HEAD, timed; its result kept as `reference` if asked."""
     info = machine()
@@ -159,11 +176,7 @@ def block(json_path: Path, reference: Path | None) -> int:
                                         indent=1) + "\n")
         if finished and reference is not None:
             recipe = next(i for i, r in enumerate(rows) if r["command"].startswith("python recipe.py"))
-            run = clone / "runs" / "quickstart"
-            reference.mkdir(parents=True, exist_ok=True)
-            for name in ("results.json", "curves.png", "curves-selection.png"):
-                shutil.copy2(run / name, reference / name)
-            (reference / "run.log").write_text(command_output(log, recipe))
+            keep_reference(clone / "runs" / "quickstart", reference, command_output(log, recipe))
     print(f"{'finished' if finished else 'stopped'} in {total / 60:.1f} min: {json_path}")
     return 0 if finished else 1
 
@@ -173,16 +186,14 @@ def _minutes(seconds: float) -> str:
 
 
 def readme(path: Path) -> str:
-    """The README's lines: the block's total and each command's time, with the machine and thread setting."""
+    """The README's paragraph: the block's total and each command's time, with the machine and thread setting."""
     data = json.loads(path.read_text())
     m, rows = data["machine"], data["commands"]
     setting = next((r["command"].split("export ", 1)[1] for r in rows if r["command"].startswith("export ")), "")
-    head = (f"The block as written took {_minutes(data['total_s'])} on a fresh clone ({m['cores']} idle cores, "
-            f"load average {m['load_before']:.1f} before it; {m['date'][:10]}, commit {m['commit']}, "
-            f"`{setting}`; [its console]({data['log']})):")
-    lines = [head, ""]
-    lines += [f"- `{r['command']}`: {_minutes(r['seconds'])}" for r in rows if r["seconds"] >= 1]
-    return "\n".join(lines) + "\n"
+    each = "; ".join(f"`{r['command']}` {_minutes(r['seconds'])}" for r in rows if r["seconds"] >= 1)
+    return (f"The block as written took {_minutes(data['total_s'])} on a fresh clone ({m['cores']} idle cores, load "
+            f"average {m['load_before']:.1f} before it; {m['date'][:10]}, commit {m['commit']}, `{setting}`; "
+            f"[its console]({data['log']})): {each}.\n")
 
 
 def markdown(path: Path) -> str:

@@ -52,8 +52,8 @@ def test_the_readme_lines_name_the_total_the_machine_the_setting_and_each_comman
                                          {"command": "python recipe.py --arm all", "seconds": 600.0}]}))
     assert quickstart_time.readme(path) == (
         "The block as written took 25.0 min on a fresh clone (2 idle cores, load average 0.0 before it; 2026-12-06, "
-        "commit abc1234, `A=1 B=2`; [its console](bench/logs/quickstart-block-2026-12-06-abc1234.log)):\n\n"
-        "- `python3 -m venv .venv`: 3 s\n- `python recipe.py --arm all`: 10.0 min\n")
+        "commit abc1234, `A=1 B=2`; [its console](bench/logs/quickstart-block-2026-12-06-abc1234.log)): "
+        "`python3 -m venv .venv` 3 s; `python recipe.py --arm all` 10.0 min.\n")
 
 
 def test_the_threads_table_and_its_ratios(tmp_path):
@@ -80,3 +80,22 @@ def test_no_mode_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit) as exit_:
         quickstart_time.main([])
     assert exit_.value.code == 2 and "name a mode" in capsys.readouterr().err
+
+
+def test_the_reference_keeps_every_samples_file_its_results_name(tmp_path):
+    run, reference = tmp_path / "runs" / "quickstart", tmp_path / "results" / "quickstart-cpu"
+    (run.parent / "base-evals").mkdir(parents=True)
+    run.mkdir()
+    names = {"../base-evals/b-seed0.jsonl.xz": b"base", "samples-gmts.jsonl.xz": b"gmts"}
+    for name, data in names.items():
+        (run / name).write_bytes(data)
+    results = {"base": {"evals": [{"samples": {"path": "../base-evals/b-seed0.jsonl.xz", "sha256": "0"}}]},
+               "arms": {"gmts": {"eval": {"samples": {"path": "samples-gmts.jsonl.xz", "sha256": "0"}}}}}
+    (run / "results.json").write_text(json.dumps(results))
+    for name in ("curves.png", "curves-selection.png"):
+        (run / name).write_bytes(b"png")
+    quickstart_time.keep_reference(run, reference, "console\n")
+    assert (reference / "run.log").read_text() == "console\n"
+    assert json.loads((reference / "results.json").read_text()) == results
+    for name, data in names.items():
+        assert (reference / name).read_bytes() == data  # ../base-evals/ beside the reference, as check.py reads it

@@ -23,7 +23,7 @@ SCRIPT = """
 import os, sys
 import tally  # a module: what a process keeps between its jobs
 tally.jobs += 1
-print(f"job {tally.jobs} of pid {os.getpid()}: {sys.argv[1:]}")
+print(f"job {tally.jobs} of pid {os.getpid()}: {sys.argv[1:]}", flush=True)  # first in the log, buffered or not
 print("to stderr", file=sys.stderr)
 os.write(1, b"straight to file descriptor 1\\n")
 mode = sys.argv[1]
