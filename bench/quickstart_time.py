@@ -182,6 +182,7 @@ def block(json_path: Path, reference: Path | None) -> int:
 
 
 def _minutes(seconds: float) -> str:
+    """90 s as 1.5 min; under a minute in seconds."""
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
@@ -190,7 +191,8 @@ def readme(path: Path) -> str:
     data = json.loads(path.read_text())
     m, rows = data["machine"], data["commands"]
     setting = next((r["command"].split("export ", 1)[1] for r in rows if r["command"].startswith("export ")), "")
-    each = "; ".join(f"`{r['command']}` {_minutes(r['seconds'])}" for r in rows if r["seconds"] >= 1)
+    each = "; ".join(f"`{r['command']}` {_minutes(r['seconds']) if r['seconds'] >= 1 else 'under 1 s'}"
+                     for r in rows if not r["command"].startswith("export "))
     return (f"The block as written took {_minutes(data['total_s'])} on a fresh clone ({m['cores']} idle cores, load "
             f"average {m['load_before']:.1f} before it; {m['date'][:10]}, commit {m['commit']}, `{setting}`; "
             f"[its console]({data['log']})): {each}.\n")

@@ -49,11 +49,12 @@ def test_the_readme_lines_name_the_total_the_machine_the_setting_and_each_comman
         "log": "bench/logs/quickstart-block-2026-12-06-abc1234.log", "finished": True, "total_s": 1500.0,
         "load_after": 0.5, "commands": [{"command": "python3 -m venv .venv", "seconds": 3.2},
                                          {"command": "export A=1 B=2", "seconds": 0.001},
+                                         {"command": "python check.py x", "seconds": 0.6},
                                          {"command": "python recipe.py --arm all", "seconds": 600.0}]}))
     assert quickstart_time.readme(path) == (
         "The block as written took 25.0 min on a fresh clone (2 idle cores, load average 0.0 before it; 2026-12-06, "
         "commit abc1234, `A=1 B=2`; [its console](bench/logs/quickstart-block-2026-12-06-abc1234.log)): "
-        "`python3 -m venv .venv` 3 s; `python recipe.py --arm all` 10.0 min.\n")
+        "`python3 -m venv .venv` 3 s; `python check.py x` under 1 s; `python recipe.py --arm all` 10.0 min.\n")
 
 
 def test_the_threads_table_and_its_ratios(tmp_path):
