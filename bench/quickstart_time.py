@@ -48,7 +48,10 @@ SETTINGS = (
     ("2 threads", {"OMP_NUM_THREADS": "2"}, 1),
     ("2 threads, passive wait", {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}, 1),
 )
-START, END = "@@quickstart-time start", "@@quickstart-time end"
+MARK = "@@quickstart-time"  # the block's lines around each command: MARK start|end INDEX UNIX_TIME
+START, END = f"{MARK} start", f"{MARK} end"
+# the short run `threads` times under each setting (recipe.py's arguments)
+WORKLOAD = ["--arm", "grpo", "--config", "configs/quickstart.yaml", "--max_steps", "3"]
 
 
 def machine() -> dict:
@@ -67,8 +70,8 @@ def one_setting(label: str, env: dict, busy: int, workdir: Path) -> dict:
     out = workdir / f"run-{len(list(workdir.iterdir()))}"
     start = time.perf_counter()
     try:
-        proc = subprocess.Popen([sys.executable, "recipe.py", "--arm", "grpo", "--config", "configs/quickstart.yaml",
-                                 "--max_steps", "3", "--results_dir", str(out), "--experiment", "t"], cwd=ROOT,
+        proc = subprocess.Popen([sys.executable, "recipe.py", *WORKLOAD, "--results_dir", str(out), "--experiment", "t"],
+                                cwd=ROOT,
                                 env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": "", **env},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)  # the recipe's own CPU time, not the busy loops'
@@ -96,8 +99,8 @@ def threads(path: Path) -> None:
             r = rows[-1]
             print(f"{label}, {busy} core(s) taken: step {r['median_step_s']:.1f} s, eval {r['eval_s']:.0f} s, "
                   f"wall {r['wall_s']:.0f} s, CPU {r['cpu_s']:.0f} s", flush=True)
-    path.write_text(json.dumps({"machine": machine(), "workload": "recipe.py --arm grpo --config "
-                                "configs/quickstart.yaml --max_steps 3", "rows": rows}, indent=1) + "\n")
+    path.write_text(json.dumps({"machine": machine(), "workload": " ".join(["recipe.py", *WORKLOAD]),
+                                "rows": rows}, indent=1) + "\n")
 
 
 def quick_start_block(readme: str) -> list[str]:
@@ -129,7 +132,7 @@ def run_block(log: Path, clone: Path, home: Path) -> list[dict]:
             out.write(line)
             print(line, end="", flush=True)
         proc.wait()
-    marks = {(m[1], int(m[2])): float(m[3]) for m in re.finditer(r"^@@quickstart-time (start|end) (\d+) ([\d.]+)$",
+    marks = {(m[1], int(m[2])): float(m[3]) for m in re.finditer(rf"^{MARK} (start|end) (\d+) ([\d.]+)$",
                                                                    log.read_text(), re.MULTILINE)}
     return [{"command": c.split("  #")[0].strip(), "seconds": marks[("end", i)] - marks[("start", i)]
              if ("end", i) in marks else None} for i, c in enumerate(commands)]
