@@ -165,7 +165,7 @@ def pooled_delta(a_by_seed: Sequence[Sequence[float]], b_by_seed: Sequence[Seque
         raise ValueError(f"pooled_delta needs every seed's two score lists on the same 2+ tasks, got shapes {shapes}")
     _check_confidence(confidence)
     diffs = [x - y for x, y in zip(a, b)]
-    per_seed = [float(d.mean()) for d in diffs]
+    per_seed = [seed_delta(x, y) for x, y in zip(a, b)]
     rng = np.random.default_rng(seed)
     n_seeds = len(diffs)
     picks = rng.integers(0, n_seeds, size=(n_resamples, n_seeds))  # which seed fills each slot of each replicate
@@ -180,6 +180,11 @@ def pooled_delta(a_by_seed: Sequence[Sequence[float]], b_by_seed: Sequence[Seque
     t_low, t_high = seed_t_interval(per_seed, confidence)
     return {"delta": delta, "low": float(low), "high": float(high), "n_seeds": n_seeds,
             "n_tasks": int(diffs[0].size), "per_seed": per_seed, "t_low": t_low, "t_high": t_high}
+
+
+def seed_delta(a: Sequence[float], b: Sequence[float]) -> float:
+    """One training seed's delta: the mean over tasks of a's per-task score minus b's (the same tasks, same order)."""
+    return float((np.asarray(a, dtype=float) - np.asarray(b, dtype=float)).mean())
 
 
 def seed_t_interval(per_seed: Sequence[float], confidence: float = 0.95) -> tuple[float | None, float | None]:

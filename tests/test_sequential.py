@@ -1,0 +1,158 @@
+"""The sequential rule (gmts_recipe.sequential): each look's numbers and decision by hand, where a test stands as seeds
+come in, the boundary's error over simulated null paths, and the committed plan's design reproduced from its seed."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gmts_recipe import sequential as sq
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAN = ROOT / "configs/sweeps/confirm-extension.yaml"
+
+
+def design(c_up=2.0, c_down=2.5):
+    return sq.Design((4, 6, 8), (3.0, c_up, c_up), (3.0, c_down, c_down), 0.0, 1.3)
+
+
+def test_a_look_by_hand():
+    out = sq.look([1.0, 2.0, 3.0, 4.0], 2.0, 2.5, 0.0, 1.3)
+    se = math.sqrt(np.var([1, 2, 3, 4], ddof=1) / 4)
+    assert out["mean"] == 2.5 and out["se"] == pytest.approx(se)
+    assert out["z_reproduced"] == pytest.approx(2.5 / se) and out["z_refuted"] == pytest.approx(1.2 / se)
+    assert out["low"] == pytest.approx(2.5 - 2.0 * se) and out["high"] == pytest.approx(2.5 + 2.5 * se)
+    assert out["decision"] == sq.REPRODUCED  # 2.5 / 0.645 = 3.87 > 2
+
+
+@pytest.mark.parametrize("above, below, last, expected", [
+    (True, False, False, sq.REPRODUCED), (False, True, False, sq.REFUTED), (True, True, False, sq.SMALLER),
+    (False, False, False, sq.CONTINUE), (False, False, True, sq.UNDECIDED), (True, False, True, sq.REPRODUCED)])
+def test_decide(above, below, last, expected):
+    assert sq.decide(above, below, last) == expected
+
+
+def test_each_direction_has_its_own_boundary():
+    # mean 0.5, se 0.2: z_reproduced 2.5, z_refuted -4.0
+    x = [0.5 + d for d in (-0.2, 0.2, -0.2, 0.2)] * 1
+    se = float(np.std(x, ddof=1) / 2)
+    assert sq.look(x, 0.5 / se + 0.01, 10.0, 0.0, 1.3)["decision"] == sq.CONTINUE
+    assert sq.look(x, 0.5 / se - 0.01, 10.0, 0.0, 1.3)["decision"] == sq.REPRODUCED
+    assert sq.look(x, 100.0, 0.8 / se - 0.01, 0.0, 1.3)["decision"] == sq.REFUTED
+
+
+def test_state_reads_decisions_only_at_planned_looks():
+    d = design()
+    undecided = [1.0, -1.0, 1.5, -1.2]  # mean 0.075: neither boundary at the first look
+    s = sq.state(undecided + [0.5], d)
+    assert s["decision"] is None and [lk["seeds"] for lk in s["looks"]] == [4] and s["next_look"] == 6
+    assert s["seeds_to_next_look"] == 1
+    s = sq.state(undecided + [5.0, 5.0], d)  # the look at 6 seeds: z 1.4, below 2
+    assert [lk["seeds"] for lk in s["looks"]] == [4, 6] and s["decision"] is None
+    assert s["looks"][-1]["decision"] == sq.CONTINUE and s["next_look"] == 8
+    s = sq.state(undecided + [5.0, 5.0], design(c_up=1.2))
+    assert s["decision"] == sq.REPRODUCED and s["next_look"] is None
+
+
+def test_state_stops_at_the_first_decision_and_ignores_later_seeds():
+    d = design()
+    x = [3.0, 3.1, 2.9, 3.05]  # reproduced at the first look already
+    s = sq.state(x + [-50.0] * 4, d)
+    assert s["decision"] == sq.REPRODUCED and len(s["looks"]) == 1 and s["next_look"] is None
+
+
+def test_the_last_look_without_a_crossing_is_undecided():
+    d = sq.Design((4, 8), (50.0, 50.0), (50.0, 50.0), 0.0, 1.3)
+    s = sq.state([1.0, -1.0, 2.0, -2.0, 1.0, 0.0, 0.5, -0.5], d)
+    assert s["decision"] == sq.UNDECIDED and s["next_look"] is None
+
+
+@pytest.mark.parametrize("kwargs", [dict(looks=(4,), reproduced_critical=(2.0,), refuted_critical=(2.0,)),
+                                    dict(looks=(4, 4), reproduced_critical=(2.0, 2.0), refuted_critical=(2.0, 2.0)),
+                                    dict(looks=(4, 6), reproduced_critical=(2.0, math.nan), refuted_critical=(2, 2)),
+                                    dict(looks=(4, 6), reproduced_critical=(2.0, 2.0), refuted_critical=(2.0,))])
+def test_a_malformed_design_is_refused(kwargs):
+    with pytest.raises(ValueError):
+        sq.Design(**kwargs, reproduced_above=0.0, refuted_below=1.3)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-20, 20), min_size=8, max_size=8).filter(
+    lambda v: all(np.std(v[:n]) > 1e-3 for n in (3, 5, 8))))
+def test_t_at_looks_matches_the_direct_statistic(values):
+    x = np.asarray(values)
+    looks = [3, 5, 8]
+    blocks = np.split(x, looks[:-1])
+    sums = np.array([[b.sum() for b in blocks]])
+    squares = np.array([[((b - b.mean()) ** 2).sum() for b in blocks]])
+    t = sq._t_at_looks(sums, squares, looks)[0]
+    for k, n in enumerate(looks):
+        direct = x[:n].mean() / (x[:n].std(ddof=1) / math.sqrt(n))
+        assert t[k] == pytest.approx(direct, rel=1e-6, abs=1e-6)
+
+
+def test_the_boundary_spends_exactly_the_error_over_its_paths():
+    rng = np.random.default_rng(0)
+    t = sq.null_paths([20, 30, 40], 40_000, rng)
+    c0 = sq.first_critical(20)
+    c = sq.boundary(t, c0, 0.05)
+    assert sq.crossing_rate(t, [c0, c, c]) == pytest.approx(0.05, abs=1 / 40_000)
+    assert sq.crossing_rate(t, [c0, c - 0.01, c - 0.01]) > 0.05
+    assert (t[:, 0] > c0).mean() == pytest.approx(0.025, abs=0.003)  # the first look: its own t quantile
+
+
+def test_the_boundary_refuses_an_error_the_first_look_already_spent():
+    t = sq.null_paths([20, 30], 10_000, np.random.default_rng(1))
+    with pytest.raises(ValueError, match="nothing left"):
+        sq.boundary(t, sq.first_critical(20), 0.02)
+
+
+def test_resampled_paths_of_symmetric_residuals_agree_with_normal_ones():
+    rng = np.random.default_rng(2)
+    residuals = np.concatenate([rng.standard_normal(200), -rng.standard_normal(200)])
+    c_resampled = sq.boundary(sq.resampled_paths(residuals, [20, 40], 20_000, rng), sq.first_critical(20), 0.05)
+    c_normal = sq.boundary(sq.null_paths([20, 40], 20_000, rng), sq.first_critical(20), 0.05)
+    assert c_resampled == pytest.approx(c_normal, abs=0.08)
+
+
+def test_operating_characteristics_add_up_and_follow_the_gap():
+    rng = np.random.default_rng(3)
+    observed = rng.standard_normal(20) * 5 + 0.9
+    d = sq.Design((20, 30, 40), (sq.first_critical(20), 2.1, 2.1), (sq.first_critical(20), 2.6, 2.6), 0.0, 1.3)
+    low = sq.operating_characteristics(observed, d, 0.0, 4000, rng)
+    high = sq.operating_characteristics(observed, d, 5.0, 4000, rng, resample=True)
+    for row in (low, high):
+        assert sum(row[k] for k in (sq.REPRODUCED, sq.REFUTED, sq.SMALLER, sq.UNDECIDED)) == pytest.approx(1.0)
+        assert 10 <= row["new_seeds"] <= 20
+    assert high[sq.REPRODUCED] > low[sq.REPRODUCED]
+
+
+def test_the_committed_plan_adopts_its_design_files_boundaries():
+    from gmts_recipe.sweep.grid import load_grid
+
+    grid = load_grid(PLAN)
+    committed = json.loads((ROOT / grid.sequential["design"]).read_text(encoding="utf-8"))
+    assert grid.sequential["critical"] == committed["critical"]
+    assert committed["simulation"] == grid.sequential["simulation"]
+    assert committed["looks"][1:] == grid.sequential["looks"]
+    for direction, found in committed["boundaries"].items():  # the larger of the two, rounded up
+        assert committed["critical"][direction] == math.ceil(max(found.values()) * 100) / 100
+    for direction, errors in committed["errors"].items():  # at most the plan's error over both kinds of null path
+        assert max(errors.values()) <= grid.sequential["error_per_direction"] + 0.002
+
+
+@pytest.mark.slow
+def test_the_committed_design_is_reproduced_from_its_seed(tmp_path):
+    """python -m gmts_recipe.sweep.design on the committed plan writes the committed design file, byte for byte (reads
+    results/confirm's cells, about a minute and a half on 2 cores)."""
+    from gmts_recipe.sweep.grid import load_grid
+
+    out = tmp_path / "design.json"
+    from gmts_recipe.sweep import design
+
+    assert design.main([str(PLAN.relative_to(ROOT)), "--out", str(out)]) == 0
+    committed = ROOT / load_grid(PLAN).sequential["design"]
+    assert json.loads(out.read_text()) == json.loads(committed.read_text())
