@@ -397,6 +397,60 @@ def mechanism(analyses: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + " ".join(notes) + f" Intervals: {interval}.\n"
 
 
+# ---------------------------------------------------------------------------- the sequential extension
+def design_table(d: dict) -> str:
+    """A sequential plan's design file (gmts_recipe.sequential.design) as the plan's page shows it: the boundaries
+    each direction needs under both kinds of null path, the error the adopted ones give, and the outcomes given the
+    seeds already observed at each true gap."""
+    n, c = d["looks"], d["critical"]
+    both = lambda v: f"{v['normal']:.3f} (normal) / {v['resampled']:.3f} (resampled)"  # noqa: E731
+    lines = [f"Looks at {', '.join(map(str, n))} seeds; the first (the continued test) at its t quantile "
+             f"{d['first_critical']:.3f}, the later ones at the boundaries below ({d['simulation']['paths']:,} normal "
+             f"and {d['simulation']['resampled_paths']:,} resampled null paths, seed {d['simulation']['seed']}).", "",
+             "| direction | boundary needed | adopted | error over the whole sequence | the first look's share |",
+             "|---|---|---|---|---|"]
+    for direction in ("reproduced", "refuted"):
+        lines.append(f"| {direction} | {both(d['boundaries'][direction])} | {c[direction]:.2f} | "
+                     f"{both(d['errors'][direction])} | {both(d['first_look_errors'][direction])} |")
+    one = d["errors_with_one_constant"]
+    lines += ["", f"One constant {one['critical']:.2f} for both directions would give a false \"refuted\" "
+                  f"{one['refuted']['normal']:.3f} (normal) / {one['refuted']['resampled']:.3f} (resampled): the "
+                  f"observed deltas are skewed, so each direction has its own boundary.", "",
+              f"Given the {d['observed']['seeds']} seeds observed (mean {d['observed']['mean']:+.2f}, SD "
+              f"{d['observed']['sd']:.1f} points), new seeds drawn normal / resampled around each true gap "
+              f"({d['simulation']['outcome_paths']:,} paths each):", "",
+              "| true gap (points) | reproduced | refuted | smaller than claimed | undecided at the last look | "
+              "new seeds (mean) | GPU-minutes (mean) |", "|---|---|---|---|---|---|---|"]
+    rows = {}
+    for row in d["outcomes"]:
+        rows.setdefault(row["gap"], {})[row["resampled"]] = row
+    for gap, pair in rows.items():
+        cell = lambda k, f: f"{f(pair[False][k])} / {f(pair[True][k])}"  # noqa: E731
+        share = lambda v: f"{v:.2f}"  # noqa: E731
+        lines.append(f"| {gap:+.2f} | {cell('reproduced', share)} | {cell('refuted', share)} | "
+                     f"{cell('a gain smaller than claimed', share)} | {cell('undecided', share)} | "
+                     f"{cell('new_seeds', lambda v: f'{v:.0f}')} | "
+                     f"{cell('gpu_minutes', lambda v: '-' if v is None else f'{v:.0f}')} |")
+    lines += ["", f"GPU-minutes at {d['minutes_per_seed']:.2f} a seed: the median over the continued test's seeds of "
+                  f"what their two arms' records say (training and evaluation, without start-up or model transfer)."]
+    return "\n".join(lines) + "\n"
+
+
+def sequential_block(summary: dict) -> str:
+    """The README's lines on the sequential extension: where it stands (sweep.report.sequential_line) and the caveat
+    its plan publishes with every look, from its design file."""
+    from gmts_recipe.sweep.report import sequential_line
+
+    q = summary["sequential"]
+    d = json.loads((ROOT / q["design"]).read_text(encoding="utf-8"))
+    null = [row["reproduced"] for row in d["outcomes"] if row["gap"] == q["reproduced_above_points"]]
+    return (sequential_line(q) + "\n\n" +
+            f"Caveat: given the favourable first {d['observed']['seeds']} seeds, the chance of \"reproduced\" with no "
+            f"real gain is {min(null):.2f}-{max(null):.2f} (the design's simulation); the error of "
+            f"{d['error_per_direction']:g} per direction holds over repetitions of the whole procedure from its first "
+            f"seed, not given the seeds already seen.\n")
+
+
 # ---------------------------------------------------------------------------- the pages
 def regenerate(text: str) -> str:
     return BLOCK.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), text)
@@ -439,6 +493,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the analyses beyond the plan (gmts_recipe.posthoc) over these planned tests, the "
                          "last one's mechanism.json beside its sweep.json")
     ap.add_argument("--pilot", metavar="SWEEP_JSON", type=json_file, help="with --posthoc: a pilot pooled in too")
+    ap.add_argument("--design", metavar="DESIGN_JSON", type=json_file,
+                    help="print a sequential plan's boundaries and outcomes (python -m gmts_recipe.sequential)")
+    ap.add_argument("--sequential", metavar="SWEEP_JSON", type=json_file,
+                    help="print where a sequential plan stands and its caveat")
     ap.add_argument("--posthoc-line", metavar="NAME=SWEEP_JSON", nargs="+", type=named_sweep,
                     help="print the one labelled line of the pooled post-hoc estimate for the README")
     args = ap.parse_args(argv)
@@ -458,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
                          (args.provenance, provenance), (args.deviations, deviations),
-                         (args.interim, interim)):
+                         (args.interim, interim), (args.design, lambda d, _: design_table(d)),
+                         (args.sequential, lambda summary, _: sequential_block(summary))):
         if option:
             path = Path(option)
             print(show(json.loads(path.read_text()), path.parent), end="")

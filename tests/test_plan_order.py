@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PLANS = {"configs/sweeps/confirm.yaml": "results/confirm"}  # a plan fixed before any of its cells ran -> its cells
+# a plan fixed before any of its cells ran (and the files its rules rest on) -> its cells
+PLANS = {"configs/sweeps/confirm.yaml": "results/confirm", "configs/sweeps/confirm-extension.yaml":
+         "results/confirm-extension", "configs/sweeps/confirm-extension-design.json": "results/confirm-extension"}
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:

@@ -51,6 +51,7 @@ class Grid:
     variants: dict[str, dict] = field(default_factory=dict)
     primary: dict | None = None  # the analysis plan's one primary test (PRIMARY_KEYS), fixed before its cells ran
     secondary: list[dict] = field(default_factory=list)  # its secondary comparisons (SECONDARY_KEYS): intervals only
+    sequential: dict | None = None  # a planned test's sequential continuation (SEQUENTIAL_KEYS), fixed before its seeds
 
     def jobs_in_order(self, only: str | None = None) -> list[tuple[Cell, str]]:
         """Every (cell, arm) in the grid's order (block by block, seed-major), each once even when blocks share it."""
@@ -138,6 +139,71 @@ def _check_secondary(secondary: Any, grid: Grid, p: Path) -> list[dict]:
     return out
 
 
+SIMULATION_KEYS = {"seed": int, "paths": int, "resampled_paths": int, "outcome_paths": int}
+SEQUENTIAL_KEYS = {"fixed_on": str, "continues": str, "variant": str, "comparison": str, "learning_rate": float,
+                   "seeds": _INTS, "looks": _INTS, "error_per_direction": float, "critical": dict,
+                   "reproduced_above_points": float, "refuted_below_points": float, "cards": list, "design": str,
+                   "simulation": dict}
+
+
+def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
+    """The grid's `sequential:` mapping: a planned test continued over new seeds with looks fixed in advance
+    (gmts_recipe.sequential). The test it continues (`continues`, a sweep file with a primary test) must be the same
+    comparison at the same setting and thresholds; the new seeds are disjoint from its seeds and run both arms in this
+    grid's blocks; the looks are seed totals, the continued test's seeds included, the last one every seed."""
+    where = f"{p}: sequential"
+    if not isinstance(sequential, dict):
+        raise SweepError(f"{where}: must be a mapping with {', '.join(SEQUENTIAL_KEYS)}")
+    missing, extra = set(SEQUENTIAL_KEYS) - set(sequential), set(sequential) - set(SEQUENTIAL_KEYS)
+    if missing or extra:
+        raise SweepError(f"{where}: " + (f"missing {', '.join(sorted(missing))}" if missing else
+                                         f"unknown key(s) {', '.join(sorted(extra))}"))
+    try:  # critical: ~ until the design is computed (python -m gmts_recipe.sweep.design)
+        out = {k: None if (k, v) == ("critical", None) else SEQUENTIAL_KEYS[k](v) for k, v in sequential.items()}
+        out["simulation"] = {k: SIMULATION_KEYS[k](out["simulation"][k]) for k in SIMULATION_KEYS}
+        if out["critical"] is not None:
+            out["critical"] = {k: float(out["critical"][k]) for k in ("reproduced", "refuted")}
+            if len(sequential["critical"]) != 2:
+                raise KeyError
+    except (TypeError, ValueError, KeyError):
+        raise SweepError(f"{where}: seeds and looks must be lists of integers, learning_rate, error_per_direction "
+                         f"and the thresholds numbers, critical a mapping of reproduced and refuted (numbers), "
+                         f"simulation a mapping of {', '.join(SIMULATION_KEYS)} (integers)") from None
+    numbers = {k: out[k] for k in ("learning_rate", "error_per_direction", "reproduced_above_points",
+                                   "refuted_below_points")}
+    numbers.update({f"critical.{k}": v for k, v in (out["critical"] or {}).items()})
+    finite = [k for k, v in numbers.items() if not math.isfinite(v)]
+    if finite:
+        raise SweepError(f"{where}: {', '.join(finite)} must be finite")
+    continued = load_grid(out["continues"])
+    c = continued.primary
+    if c is None:
+        raise SweepError(f"{where}: continues {out['continues']}, which has no primary test")
+    same = ("variant", "comparison", "learning_rate", "reproduced_above_points", "refuted_below_points")
+    differ = [k for k in same if out[k] != c[k]]
+    if differ:
+        raise SweepError(f"{where}: {', '.join(differ)} differ from the primary test of {out['continues']}")
+    if set(out["seeds"]) & set(c["seeds"]) or len(set(out["seeds"])) != len(out["seeds"]):
+        raise SweepError(f"{where}: the new seeds must be distinct and none of {out['continues']}'s")
+    looks = out["looks"]
+    if any(b <= a for a, b in zip([len(c["seeds"]), *looks], looks)):
+        raise SweepError(f"{where}: looks must be increasing seed totals above the {len(c['seeds'])} seeds continued")
+    if looks[-1] != len(c["seeds"]) + len(out["seeds"]):
+        raise SweepError(f"{where}: the last look ({looks[-1]}) must count every seed: {len(c['seeds'])} continued + "
+                         f"{len(out['seeds'])} new")
+    if not 0 < out["error_per_direction"] < 0.5 or any(v <= 0 for v in (out["critical"] or {}).values()):
+        raise SweepError(f"{where}: error_per_direction must lie in (0, 0.5) and critical above 0")
+    arms = out["comparison"].split(" - ")
+    planned = {(s, a) for b in grid.blocks if b.get("variant", "paper") == out["variant"]
+               and any(math.isclose(float(lr), out["learning_rate"]) for lr in b["learning_rates"])
+               for s in b["seeds"] for a in b["arms"]}
+    unplanned = [s for s in out["seeds"] if any((s, a) not in planned for a in arms)]
+    if unplanned:
+        raise SweepError(f"{where}: no block runs both arms of {out['comparison']} for seed(s) "
+                         f"{', '.join(map(str, unplanned[:5]))}")
+    return out
+
+
 def load_grid(path: str | Path) -> Grid:
     """Read and check a sweep file; every mistake is a one-line SweepError."""
     p = Path(path)
@@ -145,10 +211,10 @@ def load_grid(path: str | Path) -> Grid:
         near = sorted(str(q) for q in (p.parent if p.parent.is_dir() else Path("configs/sweeps")).glob("*.yaml"))
         raise SweepError(f"sweep file {p} not found" + (f" (sweeps: {', '.join(near)})" if near else ""))
     raw = read_yaml_mapping(p, SweepError, "must be a YAML mapping with config and blocks")
-    unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants", "primary", "secondary"}
+    unknown = set(raw) - {"name", "config", "results_dir", "blocks", "variants", "primary", "secondary", "sequential"}
     if unknown:
         raise SweepError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; allowed: name, config, results_dir, "
-                         f"blocks, variants, primary, secondary")
+                         f"blocks, variants, primary, secondary, sequential")
     grid = Grid(name=str(raw.get("name", p.stem)), config=str(raw.get("config", "")),
                 results_dir=str(raw.get("results_dir", "results")), blocks=list(raw.get("blocks") or []),
                 variants=dict(raw.get("variants") or {}))
@@ -184,6 +250,10 @@ def load_grid(path: str | Path) -> Grid:
         grid.primary = _check_primary(raw["primary"], grid, p)
     if "secondary" in raw:
         grid.secondary = _check_secondary(raw["secondary"], grid, p)
+    if "sequential" in raw:
+        if "primary" in raw:
+            raise SweepError(f"{p}: a grid has a primary test or a sequential one, not both")
+        grid.sequential = _check_sequential(raw["sequential"], grid, p)
     return grid
 
 

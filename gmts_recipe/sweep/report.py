@@ -44,6 +44,43 @@ def primary_line(p: dict) -> str:
     return f"{head} All {now}: **{p['decision']}**."
 
 
+def _look_numbers(lk: dict) -> str:
+    return (f"{lk['mean']:+.1f} points, interval [{lk['low']:+.1f}, {lk['high']:+.1f}] (mean - "
+            f"{lk['reproduced_critical']:.2f} se, mean + {lk['refuted_critical']:.2f} se)")
+
+
+def sequential_line(q: dict) -> str:
+    """One paragraph: the sequential plan as it states it, each look reached with its numbers, and where the test
+    stands: a decision (only at a planned look), or the next look and the seeds it still needs."""
+    looks, st = q["looks"], q["state"]
+    new = q["seeds"]
+    head = (f"Sequential extension (plan fixed {q['fixed_on']}): {q['comparison']} at lr {q['learning_rate']:g} "
+            f"({q['variant']}), the {len(q['continued_seeds'])} seeds of {q['continues']} then new seeds "
+            f"{_seed_span(new)} in that order; looks at {', '.join(map(str, looks))} seeds; reproduced if (mean - "
+            f"{q['reproduced_above_points']:g}) / se > {q['critical']['reproduced']:.2f}, refuted if (mean - "
+            f"{q['refuted_below_points']:g}) / se < -{q['critical']['refuted']:.2f}.")
+    lines = [head]
+    for lk in st["looks"]:
+        name = ("Look 0 (the continued test)" if lk["look"] == 0 else
+                f"Look {lk['look']} of {len(looks)}") + f" at {lk['seeds']} seeds"
+        lines.append(f"{name}: {_look_numbers(lk)}: {lk['decision']}.")
+    if st["decision"] is not None:
+        lines.append(f"**{st['decision']}** at {st['looks'][-1]['seeds']} seeds.")
+    else:
+        k = looks.index(st["next_look"]) + 1
+        ran = st["seeds_done"] - (st["looks"][-1]["seeds"] if st["looks"] else 0)
+        need = st["next_look"] - (st["looks"][-1]["seeds"] if st["looks"] else 0)
+        lines.append(f"Now: look {k} of {len(looks)} at {st['next_look']} seeds: {ran} of its {need} new seeds have "
+                     f"run ({st['seeds_to_next_look']} to go): continue.")
+    if q["seeds_waiting"]:
+        lines.append(f"Seeds run out of order, waiting for an earlier one: {', '.join(map(str, q['seeds_waiting']))}.")
+    off = {s: c for s, c in q["cell_cards"].items() if not any(a in " ".join(c) for a in q["cards"])}
+    if off:
+        lines.append("Cells on a card the plan does not name: " + "; ".join(f"seed {s} {', '.join(c)}"
+                                                                         for s, c in off.items()) + ".")
+    return " ".join(lines)
+
+
 def write_summary(grid: Grid, grid_path: str | Path) -> Path:
     root = Path(grid.results_dir) / grid.name
     root.mkdir(parents=True, exist_ok=True)
@@ -208,6 +245,7 @@ def render(summary: dict, markdown: bool = False) -> str:
     mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)
     primary = [primary_line(summary["primary"])] if "primary" in summary else []
     primary += [secondary_line(s) for s in summary.get("secondary", [])]
+    primary += [sequential_line(summary["sequential"])] if "sequential" in summary else []
     return "\n\n".join([*primary, _table(head1, rows1, markdown), _table(head2, rows2, markdown), note, mechanism])
 
 

@@ -8,7 +8,8 @@ import statistics
 from pathlib import Path
 
 from gmts_recipe.records import _close, _first_difference, digest, load, task_scores
-from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seeds_for_power
+from gmts_recipe import sequential
+from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
 from gmts_recipe.sweep.cells import check_together, recorded
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
@@ -69,7 +70,7 @@ def training_reward_fell(train_log: list[dict]) -> bool:
 def summarize(grid: Grid) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
     root = Path(grid.results_dir) / grid.name
-    cells, scores, seen, training = [], {}, [], {}
+    cells, scores, seen, training, cards = [], {}, [], {}, {}
     base_hashes = set()
     for cell in grid.cells():
         path = root / cell.name / "results.json"
@@ -80,6 +81,7 @@ def summarize(grid: Grid) -> dict:
         s = results["summary"]
         base_hashes.add(json.dumps(sorted(task_scores(results["base"]["evals"][0], f"{cell.name} base").items())))
         arms = {}
+        cards[cell.seed] = recorded_cards(results)
         for arm, entry in results.get("arms", {}).items():
             scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = task_scores(entry["eval"], f"{cell.name} {arm}")
             training[(cell.variant, cell.learning_rate, cell.seed, arm)] = entry.get("train_log", [])
@@ -130,8 +132,90 @@ def summarize(grid: Grid) -> dict:
         out["primary"] = primary_test(grid.primary, scores)
     if grid.secondary:
         out["secondary"] = [secondary_test(spec, grid.primary, scores) for spec in grid.secondary]
+    if grid.sequential is not None:
+        out["sequential"] = sequential_test(grid.sequential, scores, cards, continued_test(grid))
     out["digest"] = digest(out)
     return out
+
+
+def recorded_cards(results: dict) -> list[str]:
+    """The GPU (or "CPU") each arm of a cell's file recorded it ran on, each name once: a plan that allows several
+    cards records every cell's."""
+    names = []
+    for entry in results.get("arms", {}).values():
+        p = entry.get("provenance") if isinstance(entry.get("provenance"), dict) else results.get("versions") or {}
+        name = str(p.get("gpu") or (results.get("versions") or {}).get("gpu") or "CPU")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def continued_test(grid: Grid) -> dict:
+    """The primary test a sequential plan continues, recomputed from its own cells (its sweep file, under this grid's
+    results_dir): it must be complete, since its seeds are the first look."""
+    from gmts_recipe.sweep.grid import load_grid
+
+    continued = load_grid(grid.sequential["continues"])
+    continued.results_dir = grid.results_dir
+    primary = summarize(continued).get("primary")
+    if primary is None or len(primary["seeds_done"]) != len(primary["seeds"]):
+        raise SweepError(f"{grid.sequential['continues']}: its primary test is not complete under "
+                         f"{grid.results_dir}/{continued.name}; a sequential plan continues a finished test")
+    return primary
+
+
+def seed_minutes(grid: Grid) -> float | None:
+    """The median over the continued test's seeds of the GPU-minutes its cells' files record for the two compared arms
+    (training and evaluation of each, without process start-up or the shared base evaluations): what a new seed of a
+    sequential plan costs."""
+    from gmts_recipe.sweep.grid import load_grid
+
+    continued = load_grid(grid.sequential["continues"])
+    arms = grid.sequential["comparison"].split(" - ")
+    per_seed = []
+    for cell in continued.cells():
+        path = Path(grid.results_dir) / continued.name / cell.name / "results.json"
+        if cell.seed in continued.primary["seeds"] and path.is_file():
+            entries = load(path)["arms"]
+            minutes = [entries.get(a, {}).get("gpu_minutes") for a in arms]
+            if all(isinstance(m, (int, float)) for m in minutes):
+                per_seed.append(sum(minutes))
+    return statistics.median(per_seed) if per_seed else None
+
+
+def sequential_design(spec: dict, continued_seeds: int) -> sequential.Design:
+    """The plan's looks as a Design: the continued test's look (its own t quantile for both directions), then the
+    plan's critical values at each later look."""
+    if spec["critical"] is None:
+        raise SweepError("the sequential plan has no critical value yet: compute its design (python -m "
+                         "gmts_recipe.sweep.design PLAN --out DESIGN) and write its critical into the plan")
+    c0, later = sequential.first_critical(continued_seeds), len(spec["looks"])
+    return sequential.Design((continued_seeds, *spec["looks"]), (c0, *[spec["critical"]["reproduced"]] * later),
+                             (c0, *[spec["critical"]["refuted"]] * later), spec["reproduced_above_points"],
+                             spec["refuted_below_points"])
+
+
+def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], continued: dict) -> dict:
+    """A sequential plan where it stands: the continued test's per-seed deltas, then the new seeds' in the planned
+    order, counted only up to the first planned seed that has not run both arms (a later seed waits for it: no seed is
+    skipped), and the look they reach (sequential.state: a decision is read only at a planned look)."""
+    new = _planned_comparison(spec["comparison"], spec["variant"], spec["learning_rate"], spec["seeds"], scores)
+    done = set(new["seeds_done"])
+    counted = []
+    for seed in spec["seeds"]:
+        if seed not in done:
+            break
+        counted.append(seed)
+    a, b = spec["comparison"].split(" - ")
+    key = (spec["variant"], spec["learning_rate"])
+    deltas = [seed_delta(*_paired(scores[(*key, s, a)], scores[(*key, s, b)])) for s in counted]
+    per_seed = [*continued["per_seed"], *deltas]
+    design = sequential_design(spec, len(continued["seeds"]))
+    return {**spec, "continued_seeds": continued["seeds"], "seeds_done": counted,
+            "seeds_waiting": [s for s in new["seeds_done"] if s not in counted],
+            "first_critical": design.reproduced_critical[0], "per_seed": per_seed,
+            "cell_cards": {str(s): cards[s] for s in counted},
+            "state": sequential.state([100 * d for d in per_seed], design)}
 
 
 def _planned_comparison(comparison: str, variant: str, learning_rate: float, seeds: list[int], scores: dict) -> dict:

@@ -1,0 +1,41 @@
+"""A sequential plan's design, computed and written: `python -m gmts_recipe.sweep.design PLAN.yaml --out DESIGN.json`
+reads the plan's `sequential:` keys and the per-seed deltas of the test it continues (recomputed from that test's
+cells), and writes gmts_recipe.sequential.design's boundaries and outcomes, reproducible from the plan's seed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gmts_recipe import sequential
+from gmts_recipe.records import write_json
+from gmts_recipe.sweep.grid import SweepError, load_grid
+from gmts_recipe.sweep.summary import continued_test, seed_minutes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Compute a sequential plan's boundary and its outcomes by simulation "
+                                             "(reproducible from the plan's simulation seed).")
+    ap.add_argument("plan", help="the sweep file with a `sequential:` section")
+    ap.add_argument("--out", required=True, help="the design file to write (JSON)")
+    args = ap.parse_args(argv)
+    try:
+        grid = load_grid(args.plan)
+        if grid.sequential is None:
+            raise SweepError(f"{args.plan}: no sequential: section")
+        continued = continued_test(grid)
+        minutes = seed_minutes(grid)
+    except SweepError as e:
+        print(f"design: {e}", file=sys.stderr)
+        return 2
+    out = sequential.design(grid.sequential, [100 * v for v in continued["per_seed"]], minutes)
+    write_json(Path(args.out), out)
+    print(json.dumps({k: out[k] for k in ("looks", "first_critical", "boundaries", "critical", "errors",
+                                          "first_look_errors", "minutes_per_seed")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
