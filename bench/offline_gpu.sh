@@ -86,6 +86,7 @@ state)
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   mkdir -p "$tmp/$name/base-evals"
   for f in "$folder"/*/results.json; do
+    [ -e "$f" ] || continue  # a sweep whose first cell has not run yet: its base evaluations only
     cell=$(basename "$(dirname "$f")"); mkdir -p "$tmp/$name/$cell" && cp "$f" "$tmp/$name/$cell/"
   done
   [ -f "$folder/logs/timing.jsonl" ] && mkdir -p "$tmp/$name/logs" && cp "$folder/logs/timing.jsonl" "$tmp/$name/logs/"
@@ -95,7 +96,7 @@ state)
   # folder is the same evaluation (the hash covers model, tasks and settings); the recipe reads it instead of
   # evaluating the base model again
   keys=$(python3 -c "import json, sys; print(*{json.load(open(f))['base']['eval_hash'] for f in sys.argv[1:]})" \
-         "$folder"/*/results.json)
+         $(find "$folder" -mindepth 2 -maxdepth 2 -name results.json))
   for key in $keys; do
     [ -f "$tmp/$name/base-evals/$key.json" ] && continue
     other=$(find results/*/base-evals -name "$key.json" | head -1)
