@@ -64,6 +64,7 @@ from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, eva
 from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
+from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
 from gmts_recipe.sweep.report import render as render_sweep
 from selection import short_name  # the arms' short names (the rule registry; no torch)
 from gmts_recipe.tables import (DIGEST_NOTE, NOT_RESCORED, _delta, _label, _pct, _table,  # noqa: F401
@@ -110,7 +111,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"results.json)", file=sys.stderr)
             return 2
         print(render_sweep(summary, markdown=args.markdown))
-        for line in (samples_line(report), dataset_line(report)):
+        try:
+            planned = plan_report(Path(args.results), summary)
+        except SweepError as e:
+            print(f"check.py: {e}", file=sys.stderr)
+            return 2
+        for line in (samples_line(report), dataset_line(report), *planned):
             print(line, file=sys.stderr if args.markdown else sys.stdout)
         if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
             print("Where the planned test's cells departed from its plan (records and logs):\n"

@@ -186,6 +186,8 @@ def _samples_of(path: str | Path, results: dict, done: dict | None = None, gsm8k
 def samples_line(report: dict) -> str:
     """One line: what was re-scored, and plainly what was not."""
     n, with_samples, without = report["evaluations"], report["with_samples"], report["without"]
+    if not n:
+        return "Samples: no evaluation yet, nothing to re-score."
     if not with_samples:
         return (f"Scores not re-scored: none of the {n} evaluations keeps its samples (written before evaluations "
                 f"kept their completions); the digest, the recomputed summaries and the held-out tasks are all that "
@@ -200,6 +202,8 @@ def samples_line(report: dict) -> str:
 
 def dataset_line(report: dict) -> str:
     """One line: whether the held-out tasks' keys and gold answers were compared with the dataset, and with which."""
+    if not report["evaluations"]:
+        return "Held-out tasks: no evaluation yet."
     if report.get("dataset"):
         return (f"Held-out tasks: every evaluation holds exactly the run's; their keys and the samples' gold answers "
                 f"are the dataset's ({report['dataset']}).")

@@ -1,6 +1,7 @@
 """sweep.py: grid files, job order and resume, and a summary that check.py recomputes from the cells."""
 
 import copy
+import hashlib
 import json
 import random
 import re
@@ -362,7 +363,10 @@ def test_the_control_arm_joins_existing_cells_and_leaves_their_summary_as_it_was
     table = render(after).splitlines()
     assert "ETS-nz (top-20% by entropy, omega != 0 first)" in table[0] and table[0].startswith(render(before).splitlines()[0])
     path = write_summary(grid, with_block)
-    assert verify(path)["digest"] == after["digest"]
+    written = verify(path)  # the summary as computed, with the record of the plan it was made from
+    assert {k: v for k, v in written.items() if k not in ("plan", "digest")} == \
+        {k: v for k, v in after.items() if k != "digest"}
+    assert written["plan"]["sha256"] == hashlib.sha256(with_block.read_bytes()).hexdigest()
 
 
 PRIMARY = """primary:
@@ -854,8 +858,8 @@ def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsy
     summary = write_summary(load_grid(grid_path), grid_path)
     capsys.readouterr()
     assert check.main([str(summary)]) == 0
-    assert capsys.readouterr().out.splitlines()[-2] == ("Samples: 2,560 in 16 evaluation(s) re-scored with the "
-                                                        "recipe's reward, every score as recorded.")
+    assert ("Samples: 2,560 in 16 evaluation(s) re-scored with the recipe's reward, every score as recorded."
+            in capsys.readouterr().out.splitlines())
 
 
 def test_a_merge_without_local_cache_copies_the_incoming_base_samples(tmp_path):
@@ -1334,3 +1338,95 @@ def test_a_time_limit_takes_the_pace_of_earlier_runs_before_a_cell_has_finished(
     calls, left = run_on_a_fake_clock(grid, monkeypatch, 120.0, 3.0)
     assert calls == [("paper-lr0.0001-s1", "base"), ("paper-lr0.0001-s1", "ets")]
     assert left[:2] == ["paper-lr0.0001-s1 gmts", "paper-lr0.0001-s1 grpo"] and len(left) == 8
+
+
+CONTINUED = f"""
+name: first
+config: {CONFIG}
+results_dir: RESULTS
+blocks:
+  - {{name: main, arms: [ets, gmts], learning_rates: [1.0e-4], seeds: [1, 2, 3, 4]}}
+primary:
+  fixed_on: "before any cell"
+  variant: paper
+  comparison: gmts - ets
+  learning_rate: 1.0e-4
+  seeds: [1, 2, 3, 4]
+  reproduced_above_points: 0.0
+  refuted_below_points: 1.3
+"""
+EXTENSION = f"""
+name: more
+config: {CONFIG}
+results_dir: RESULTS
+blocks:
+  - {{name: main, arms: [ets, gmts], learning_rates: [1.0e-4], seeds: [5, 6, 7, 8]}}
+sequential:
+  fixed_on: "after the first test"
+  continues: CONTINUED
+  variant: paper
+  comparison: gmts - ets
+  learning_rate: 1.0e-4
+  seeds: [5, 6, 7, 8]
+  looks: [6, 8]
+  error_per_direction: 0.05
+  critical: {{reproduced: 2.5, refuted: 3.0}}
+  reproduced_above_points: 0.0
+  refuted_below_points: 1.3
+  cards: [H100, H200]
+  design: none.json
+  simulation: {{seed: 1, paths: 10, resampled_paths: 10, outcome_paths: 10}}
+"""
+
+
+def sequential_trees(tmp_path: Path) -> Path:
+    """A finished four-seed test of GMTS - ETS (deltas 0, +5, -5, +10 points) and a sequential grid continuing it over
+    seeds 5-8 with looks at 6 and 8 seeds."""
+    continued = tmp_path / "continued.yaml"
+    continued.write_text(CONTINUED.replace("RESULTS", str(tmp_path / "results")))
+    path = tmp_path / "more.yaml"
+    path.write_text(EXTENSION.replace("RESULTS", str(tmp_path / "results")).replace("CONTINUED", str(continued)))
+    for seed, gap in ((1, 0.0), (2, 0.05), (3, -0.05), (4, 0.1)):
+        fake_cell(tmp_path / "results" / "first", f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": 0.5 + gap},
+                  seed=seed)
+    return path
+
+
+def test_a_sequential_summary_counts_new_seeds_in_order_and_reads_decisions_only_at_looks(tmp_path):
+    path = sequential_trees(tmp_path)
+    grid = load_grid(path)
+    root = tmp_path / "results" / "more"
+    first = summarize(grid)["sequential"]
+    assert first["continued_seeds"] == [1, 2, 3, 4] and first["seeds_done"] == []
+    assert first["state"]["next_look"] == 6 and [lk["seeds"] for lk in first["state"]["looks"]] == [4]
+    fake_cell(root, "paper-lr0.0001-s6", {"ets": 0.5, "gmts": 0.9}, seed=6)  # seed 6 before seed 5
+    q = summarize(grid)["sequential"]
+    assert q["seeds_done"] == [] and q["seeds_waiting"] == [6] and q["state"]["seeds_done"] == 4
+    assert "waiting for an earlier one: 6" in render(summarize(grid))
+    fake_cell(root, "paper-lr0.0001-s5", {"ets": 0.5, "gmts": 0.9}, seed=5)
+    q = summarize(grid)["sequential"]
+    assert q["seeds_done"] == [5, 6] and q["seeds_waiting"] == []
+    assert [lk["seeds"] for lk in q["state"]["looks"]] == [4, 6]
+    assert len(q["per_seed"]) == 6 and q["cell_cards"] == {"5": ["CPU"], "6": ["CPU"]}
+    line = render(summarize(grid)).split("\n\n")[0]
+    assert line.startswith("Sequential extension (plan fixed after the first test)")
+    assert "Look 1 of 2 at 6 seeds" in line and "Cells on a card the plan does not name" in line
+    written = write_summary(grid, path)
+    assert verify(written)["sequential"] == summarize(grid)["sequential"]
+
+
+def test_a_sequential_grid_must_continue_a_finished_test_of_the_same_comparison(tmp_path):
+    path = sequential_trees(tmp_path)
+    (tmp_path / "results" / "first" / "paper-lr0.0001-s4" / "results.json").unlink()
+    with pytest.raises(SweepError, match="not complete"):
+        summarize(load_grid(path))
+    other = tmp_path / "other.yaml"
+    other.write_text(path.read_text().replace("refuted_below_points: 1.3", "refuted_below_points: 2.0"))
+    with pytest.raises(SweepError, match="refuted_below_points differ"):
+        load_grid(other)
+    other.write_text(path.read_text().replace("looks: [6, 8]", "looks: [6, 7]"))
+    with pytest.raises(SweepError, match="must count every seed"):
+        load_grid(other)
+    other.write_text(path.read_text().replace("seeds: [5, 6, 7, 8]\n  looks", "seeds: [4, 6, 7, 8]\n  looks"))
+    with pytest.raises(SweepError, match="none of"):
+        load_grid(other)

@@ -7,7 +7,8 @@ from pathlib import Path
 from gmts_recipe.records import write_json
 from gmts_recipe.stats import signed
 from gmts_recipe.sweep.grid import Grid
-from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, summarize
+from gmts_recipe.sweep.plan import record as plan_record
+from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, summarize, with_plan
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
 from selection import arms as rule_arms, comparisons as rule_comparisons, control_arms, rule_of_arm
 
@@ -52,40 +53,43 @@ def _look_numbers(lk: dict) -> str:
 def sequential_line(q: dict) -> str:
     """One paragraph: the sequential plan as it states it, each look reached with its numbers, and where the test
     stands: a decision (only at a planned look), or the next look and the seeds it still needs."""
+    parts = sequential_parts(q)
+    return " ".join([parts["rule"], *parts["looks"], parts["now"], *parts["notes"]])
+
+
+def sequential_parts(q: dict) -> dict:
+    """sequential_line's sentences: the rule, each look reached, where the test stands (`now`), and `notes`: any seed
+    waiting for an earlier one and any cell on a card the plan does not name."""
     looks, st = q["looks"], q["state"]
-    new = q["seeds"]
-    head = (f"Sequential extension (plan fixed {q['fixed_on']}): {q['comparison']} at lr {q['learning_rate']:g} "
+    rule = (f"Sequential extension (plan fixed {q['fixed_on']}): {q['comparison']} at lr {q['learning_rate']:g} "
             f"({q['variant']}), the {len(q['continued_seeds'])} seeds of {q['continues']} then new seeds "
-            f"{_seed_span(new)} in that order; looks at {', '.join(map(str, looks))} seeds; reproduced if (mean - "
+            f"{_seed_span(q['seeds'])} in that order; looks at {', '.join(map(str, looks))} seeds; reproduced if (mean - "
             f"{q['reproduced_above_points']:g}) / se > {q['critical']['reproduced']:.2f}, refuted if (mean - "
             f"{q['refuted_below_points']:g}) / se < -{q['critical']['refuted']:.2f}.")
-    lines = [head]
-    for lk in st["looks"]:
-        name = ("Look 0 (the continued test)" if lk["look"] == 0 else
-                f"Look {lk['look']} of {len(looks)}") + f" at {lk['seeds']} seeds"
-        lines.append(f"{name}: {_look_numbers(lk)}: {lk['decision']}.")
+    reached = [(("Look 0 (the continued test)" if lk["look"] == 0 else f"Look {lk['look']} of {len(looks)}")
+                + f" at {lk['seeds']} seeds: {_look_numbers(lk)}: {lk['decision']}.") for lk in st["looks"]]
     if st["decision"] is not None:
-        lines.append(f"**{st['decision']}** at {st['looks'][-1]['seeds']} seeds.")
+        now = f"**{st['decision']}** at {st['looks'][-1]['seeds']} seeds."
     else:
-        k = looks.index(st["next_look"]) + 1
-        ran = st["seeds_done"] - (st["looks"][-1]["seeds"] if st["looks"] else 0)
-        need = st["next_look"] - (st["looks"][-1]["seeds"] if st["looks"] else 0)
-        lines.append(f"Now: look {k} of {len(looks)} at {st['next_look']} seeds: {ran} of its {need} new seeds have "
-                     f"run ({st['seeds_to_next_look']} to go): continue.")
+        last = st["looks"][-1]["seeds"] if st["looks"] else 0
+        now = (f"Look {looks.index(st['next_look']) + 1} of {len(looks)} at {st['next_look']} seeds: "
+               f"{st['seeds_done'] - last} of its {st['next_look'] - last} new seeds have run "
+               f"({st['seeds_to_next_look']} to go): continue.")
+    notes = []
     if q["seeds_waiting"]:
-        lines.append(f"Seeds run out of order, waiting for an earlier one: {', '.join(map(str, q['seeds_waiting']))}.")
+        notes.append(f"Seeds run out of order, waiting for an earlier one: {', '.join(map(str, q['seeds_waiting']))}.")
     off = {s: c for s, c in q["cell_cards"].items() if not any(a in " ".join(c) for a in q["cards"])}
     if off:
-        lines.append("Cells on a card the plan does not name: " + "; ".join(f"seed {s} {', '.join(c)}"
-                                                                         for s, c in off.items()) + ".")
-    return " ".join(lines)
+        notes.append("Cells on a card the plan does not name: " + "; ".join(f"seed {s} {', '.join(c)}"
+                                                                          for s, c in off.items()) + ".")
+    return {"rule": rule, "looks": reached, "now": now, "notes": notes}
 
 
 def write_summary(grid: Grid, grid_path: str | Path) -> Path:
     root = Path(grid.results_dir) / grid.name
     root.mkdir(parents=True, exist_ok=True)
     (root / "grid.yaml").write_text(Path(grid_path).read_text(encoding="utf-8"), encoding="utf-8")
-    summary = summarize(grid)
+    summary = with_plan(summarize(grid), plan_record(grid_path))
     path = root / "sweep.json"
     write_json(path, summary)
     plot(summary, root / "sweep.png")

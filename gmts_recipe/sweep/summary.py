@@ -277,6 +277,16 @@ def best_stable(training: dict[tuple[str, float, int, str], list[dict]]) -> list
     return out
 
 
+def with_plan(summary: dict, plan: dict | None) -> dict:
+    """The summary with the record of the plan it was made from (sweep.plan.record), sealed again; None: as it is (a
+    summary written before plans were recorded)."""
+    if plan is None:
+        return summary
+    out = {**{k: v for k, v in summary.items() if k != "digest"}, "plan": plan}
+    out["digest"] = digest(out)
+    return out
+
+
 def verify(path: str | Path) -> dict:
     """Recompute a sweep.json from its grid and the cells' own results files; raise SweepError on any difference."""
     p = Path(path)
@@ -288,7 +298,7 @@ def verify(path: str | Path) -> dict:
         raise SweepError(f"{p}: the grid it was made from ({grid_path}) is missing")
     grid = load_grid(grid_path)
     grid.results_dir = str(p.parent.parent)
-    recomputed = summarize(grid)
+    recomputed = with_plan(summarize(grid), summary.get("plan"))  # the plan itself: sweep.plan.check
     if not _close(recomputed, summary):
         raise SweepError(f"{p}: {_first_difference(recomputed, summary, 'sweep')}")
     return summary
