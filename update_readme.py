@@ -437,18 +437,22 @@ def design_table(d: dict) -> str:
 
 
 def sequential_block(summary: dict) -> str:
-    """The README's lines on the sequential extension: where it stands (sweep.report.sequential_line) and the caveat
-    its plan publishes with every look, from its design file."""
-    from gmts_recipe.sweep.report import sequential_line
+    """The README's lines on the sequential extension, wrapped: where it stands (sweep.report.sequential_parts: the
+    state first, then the rule and each look) and the caveat its plan publishes with every look, from its design."""
+    import textwrap
+
+    from gmts_recipe.sweep.report import sequential_parts
 
     q = summary["sequential"]
     d = json.loads((ROOT / q["design"]).read_text(encoding="utf-8"))
     null = [row["reproduced"] for row in d["outcomes"] if row["gap"] == q["reproduced_above_points"]]
-    return (sequential_line(q) + "\n\n" +
-            f"Caveat: given the favourable first {d['observed']['seeds']} seeds, the chance of \"reproduced\" with no "
-            f"real gain is {min(null):.2f}-{max(null):.2f} (the design's simulation); the error of "
-            f"{d['error_per_direction']:g} per direction holds over repetitions of the whole procedure from its first "
-            f"seed, not given the seeds already seen.\n")
+    parts = sequential_parts(q)
+    caveat = (f"Caveat: given the favourable first {d['observed']['seeds']} seeds, the chance of \"reproduced\" with "
+              f"no real gain is {min(null):.2f}-{max(null):.2f} (the design's simulation); the error of "
+              f"{d['error_per_direction']:g} per direction holds over repetitions of the whole procedure from its "
+              f"first seed, not given the seeds already seen.")
+    items = [f"**Now:** {parts['now']}", *parts["looks"], parts["rule"], *parts["notes"], caveat]
+    return "\n".join(textwrap.fill(item, 118, initial_indent="- ", subsequent_indent="  ") for item in items) + "\n"
 
 
 # ---------------------------------------------------------------------------- the pages
