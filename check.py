@@ -57,6 +57,8 @@ from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
                                  current_record)  # a results file's model, verification and writing
+from gmts_recipe.consistency import CURVES_NOTE  # what check.py says of the training curves
+from gmts_recipe.records import read_results  # a results file of any format, converted (records.current_record)
 from gmts_recipe.samples import dataset_line  # the held-out tasks against the dataset
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
@@ -81,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                          "its split (the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question "
                          "hash")
     ap.add_argument("--allow-unsampled", action="store_true",
-                    help="accept evaluations that keep no samples (files written before evaluations kept their "
-                         "completions); the table marks their numbers as not re-scored")
+                    help="accept a file none of whose evaluations keeps a samples file (only format 1 has such files;"
+                         " results/offline is one); the table marks their numbers as not re-scored")
     ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
                     help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
                          "run are compared with them (the generated task is rebuilt from its seed)")
@@ -126,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(text)
     if args.show is None:  # the README's tables (--markdown) stay the tables: these lines go to stderr there
-        for line in (samples_line(report), dataset_line(report), *provenance_lines(results),
-                     *memory_lines(results)):
+        for line in (samples_line(report), dataset_line(report), *([CURVES_NOTE] if results.get("arms") else []),
+                     *provenance_lines(results), *memory_lines(results)):
             print(line, file=sys.stderr if args.markdown else sys.stdout)
     return 0
 
@@ -159,12 +161,17 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
                    "no_dataset": None}
     done: dict = {}
     # a grid of 100 cells takes about a minute: a bar on a terminal (tqdm leaves pipes and logs alone)
+    sampled: dict[bool, str] = {}
     for cell in tqdm(summary["cells"], desc="re-scoring samples", unit="cell", leave=False, disable=None):
-        # verified by gmts_recipe.sweep.summary.verify (check.load): read again, the same bytes by digest
+        # verified by gmts_recipe.sweep.summary.verify (records.load): read again, the same file by digest
         results_path = path.parent / cell["path"]
-        results = json.loads(results_path.read_text(encoding="utf-8"))
-        if digest(results) != cell["digest"]:
+        results = read_results(results_path)
+        if results["digest"] != cell["digest"]:
             raise ResultsError(f"{results_path}: changed while it was being checked")
+        sampled.setdefault("samples" in results["base"]["evals"][0], cell["cell"])
+        if len(sampled) > 1:  # a cell stripped of its samples would pass for one of a format without them
+            raise ResultsError(f"{path}: cell {sampled[False]} keeps no samples files where cell {sampled[True]} "
+                               f"does: the cells of one sweep keep them all or none")
         report = _samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
@@ -174,30 +181,34 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
 
 
 def provenance_lines(results: dict) -> list[str]:
-    """One compact block: where each arm ran (recipe.provenance: commit, uncommitted changes, times, host, GPUs,
-    libraries, execution options), or the file-wide versions of a file written before arms recorded it."""
+    """One compact block: where each arm ran, or where an evaluation-only file's evaluations ran (run_setup.provenance:
+    commit, uncommitted changes, times, host, GPUs, libraries, execution options), or, for a file whose arms record
+    none, the file-wide versions it records."""
     arms = results.get("arms", {})
-    lines = []
-    for arm, entry in arms.items():
-        p = entry.get("provenance")
-        if not isinstance(p, dict):
-            continue
-        commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
-        gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
-        libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
-        options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
-                            if v not in (False, None))  # the options that were on
-        lines.append(f"  {short_name(arm)}: commit {commit}, {p.get('started', '?')} to "
-                     f"{p.get('finished', '?')}, host {p.get('host', '?')}, {gpu}; {libs}"
-                     + (f"; {options}" if options else ""))
+    lines = [f"  {short_name(arm)}: {_provenance_text(entry['provenance'])}" for arm, entry in arms.items()
+             if isinstance(entry.get("provenance"), dict)]
     if lines:
         return ["Provenance (recorded by each arm, outside the config hash):", *lines]
+    if isinstance(results.get("provenance"), dict):
+        return [f"Provenance (recorded by the evaluation, outside the config hash): "
+                f"{_provenance_text(results['provenance'])}."]
     v = results.get("versions")
     if isinstance(v, dict):
         libs = ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("gpu", "gpus"))
         gpu = f"{v.get('gpus', 0)} x {v['gpu']}" if v.get("gpu") else "CPU"
-        return [f"Provenance: the arms record none (written before they did); the file's versions: {gpu}; {libs}."]
+        whose = "the arms record none" if arms else "the file records no commit, host or times"
+        return [f"Provenance: {whose}; the file's versions: {gpu}; {libs}."]
     return []
+
+
+def _provenance_text(p: dict) -> str:
+    commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
+    gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
+    libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
+    options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
+                        if v not in (False, None))  # the options that were on
+    return (f"commit {commit}, {p.get('started', '?')} to {p.get('finished', '?')}, host {p.get('host', '?')}, "
+            f"{gpu}; {libs}" + (f"; {options}" if options else ""))
 
 
 def memory_lines(results: dict) -> list[str]:

@@ -31,26 +31,40 @@ from typing import Any
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
 from selection import arms, comparisons, rule_of_arm
 
-SCHEMA = 1
 # The arms (selection.arms()) and the pairs compared (selection.comparisons(): (a, b), delta = a - b, for the pairs a
 # file holds; sweep.py pools the same pairs over seeds). GMTS - ETS-nz: the |advantage| weighting at one kept count
 # without zero-omega slots; ETS-nz - ETS: what skipping the zero-omega slots (a larger effective step) alone does.
-
-
-# Fields that a run's config record (and so its hash) held before they counted as how an arm is executed, not what it
-# computes: recipe.py now leaves them out of the record (NOT_HASHED) and each arm records them in its
-# generation_options. gradient_checkpointing: the same gradients bit for bit on the CPU, checkpointing or not
-# (tests/test_trainer.py); a memory-for-time trade, as the speed options are.
-MOVED_TO_ARMS = ("gradient_checkpointing",)
 
 
 class ResultsError(ValueError):
     """A results file that cannot be trusted; the message is the one-line reason."""
 
 
+# ---------------------------------------------------------------------------- the formats, and the one converter
+SCHEMA = 2  # the format recipe.py, eval.py and sweep.py --merge write; `current_record` converts the earlier ones
+FORMATS = {
+    1: "every evaluation's per-task records in results.json, beside the samples file where it keeps one",
+    2: "an evaluation with a samples file stores no per-task records (loading rebuilds them from the samples); every "
+       "evaluation keeps samples and records the reward version that scored them",
+}
+# Format 1 changed while it was written, and each of its files says which stage it is of (current_record):
+# fields first written once evaluations kept samples; a file that records one of them kept samples too.
+SAMPLES_ERA_DATA = ("task_key", "pool", "test_pool_sha256")
+SAMPLES_ERA_ARM = ("provenance", "gpu_peak_memory_gib")
+# Fields that a run's config record (and so its hash) held before they counted as how an arm is executed, not what it
+# computes: recipe.py leaves them out of the record (NOT_HASHED) and each arm records them in its generation_options.
+# gradient_checkpointing: the same gradients bit for bit on the CPU, checkpointing or not (tests/test_trainer.py); a
+# memory-for-time trade, as the speed options are.
+MOVED_TO_ARMS = ("gradient_checkpointing",)
+# The generated task's pool as a format-1 file without data.pool drew it: the recipe's defaults where its config
+# record leaves a field out (a record holds only the fields away from their defaults).
+POOL_DEFAULTS = {"n_heldout": 120, "task_seed": 17, "difficulty": 1}
+
+
 def digest(results: dict) -> str:
-    """SHA-256 of the canonical JSON without the digest: anyone can recompute it (see check.py's docstring)."""
-    body = {k: v for k, v in results.items() if k != "digest"}
+    """SHA-256 of the canonical JSON of the file as stored (`stored`) without the digest: anyone can recompute it (see
+    check.py's docstring)."""
+    body = {k: v for k, v in stored(results).items() if k != "digest"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -59,27 +73,252 @@ def config_hash(record: dict) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def current_record(results: dict) -> dict:
-    """`results` as recipe.py writes it today: each MOVED_TO_ARMS field its config record holds taken out of it and
-    into every arm's generation_options (where the arm does not record it itself: it ran with the config's value), and
-    the config hash recomputed. A file written before a field moved then resumes, merges and pools with files written
-    after. A new dict where it changes (the config, the arms, each arm entry and its options) sharing everything else
-    with `results`, which stays as it was (no deep copy: the evaluation records are most of a file); `results` itself
-    when nothing moves. Not sealed: whoever writes it seals it."""
-    config = results.get("config") or {}
-    moved = {k: config[k] for k in MOVED_TO_ARMS if k in config}
-    if not moved:
+def evaluation_fields(results: dict) -> list[tuple[str, dict]]:
+    """Every evaluation of a results file with the path of its field ("base.evals[1]", "arms.gmts.eval"): what the
+    one-line refusals name."""
+    base = results.get("base") if isinstance(results.get("base"), dict) else {}
+    arms = results.get("arms") if isinstance(results.get("arms"), dict) else {}
+    return [*((f"base.evals[{i}]", ev) for i, ev in enumerate(base.get("evals") or []) if isinstance(ev, dict)),
+            *((f"arms.{arm}.eval", e["eval"]) for arm, e in arms.items()
+              if isinstance(e, dict) and isinstance(e.get("eval"), dict))]
+
+
+def stored(results: dict) -> dict:
+    """`results` as a file of this format stores it: an evaluation that keeps a samples file without its per-task
+    records (the samples hold them: task, key, scores and each text's length; `current_record` rebuilds them). A dict
+    of an earlier format (its own "schema") as it is: that is how its file holds it."""
+    if results.get("schema") != SCHEMA or not any("samples" in ev for _, ev in evaluation_fields(results)):
         return results
-    out = dict(results, config={k: v for k, v in config.items() if k not in moved})
-    out["config_hash"] = config_hash(out["config"])
-    if "arms" in results:
-        out["arms"] = {}
-        for arm, entry in results["arms"].items():
-            options = dict(entry.get("generation_options", {}))
-            for k, v in moved.items():
-                options.setdefault(k, v)  # an arm that records it ran with its own value
-            out["arms"][arm] = {**entry, "generation_options": options}
+
+    def bare(ev: dict) -> dict:
+        return {k: v for k, v in ev.items() if k != "records"} if "samples" in ev else ev
+
+    out = dict(results)
+    if isinstance(results.get("base"), dict) and isinstance(results["base"].get("evals"), list):
+        out["base"] = {**results["base"], "evals": [bare(ev) if isinstance(ev, dict) else ev
+                                                    for ev in results["base"]["evals"]]}
+    if isinstance(results.get("arms"), dict):
+        out["arms"] = {arm: {**e, "eval": bare(e["eval"])} if isinstance(e, dict) and isinstance(e.get("eval"), dict)
+                       else e for arm, e in results["arms"].items()}
     return out
+
+
+def known_reward_versions() -> range:
+    """The reward versions this recipe can score with (gmts_recipe.rewards: REWARD_VERSION and every earlier one)."""
+    from gmts_recipe.rewards import REWARD_VERSION  # standard library only
+
+    return range(1, REWARD_VERSION + 1)
+
+
+def is_known_reward_version(version: Any) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and version in known_reward_versions()
+
+
+def check_format(raw: dict) -> None:
+    """What a file's own format allows, on the file as written (before `current_record` converts it); a ResultsError
+    naming the field otherwise: its config hash is the one its config gives; its evaluations keep samples all or none,
+    and none in a format-1 file only where it records nothing first written once samples were kept (such a file is
+    the only kind `check.py --allow-unsampled` accepts; a format-2 file without samples, merged from format-1 cells,
+    loads but samples.verify_samples refuses it); one reward version, known to the recipe, recorded where the format
+    records it (format 1 from version 2 on, in files whose keys cover question and gold answer; format 2 always)."""
+    schema, config = raw["schema"], raw.get("config")
+    if not isinstance(config, dict):
+        raise ResultsError("config: no config record")
+    if raw.get("config_hash") != config_hash(config):
+        raise ResultsError(f"config_hash is {str(raw.get('config_hash'))[:16]}..., the recorded config hashes to "
+                           f"{config_hash(config)[:16]}... (recomputed from config)")
+    fields = evaluation_fields(raw)
+    sampled = [where for where, ev in fields if "samples" in ev]
+    if not sampled:
+        later = _samples_era(raw)
+        if schema == 1 and later:
+            raise ResultsError(f"{fields[0][0] if fields else 'base.evals'}.samples: no evaluation keeps samples, but "
+                               f"{later[0]} is recorded, which came after evaluations kept them: this file's scores "
+                               f"must be re-scorable")
+        return
+    if len(sampled) < len(fields):
+        bare = next(where for where, ev in fields if "samples" not in ev)
+        raise ResultsError(f"{bare}.samples: missing, where {sampled[0]} keeps one: every evaluation of a file keeps "
+                           f"its samples")
+    refs = {where: ev["samples"] for where, ev in fields}
+    for where, ref in refs.items():
+        if not isinstance(ref, dict):
+            raise ResultsError(f"{where}.samples must be {{'path': ..., 'sha256': ..., 'reward': ...}}, not {ref!r}")
+        if schema == SCHEMA and "records" in dict(fields)[where]:
+            raise ResultsError(f"{where}.records: a format-{SCHEMA} file stores no per-task records beside a samples "
+                               f"file (they are rebuilt from it; records.write_results writes the file)")
+    _check_reward_versions(raw, {where: ref.get("reward") for where, ref in refs.items()})
+
+
+def _samples_era(raw: dict) -> list[str]:
+    """The fields of `raw` first written once evaluations kept samples (SAMPLES_ERA_DATA, SAMPLES_ERA_ARM)."""
+    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    arms = raw.get("arms") if isinstance(raw.get("arms"), dict) else {}
+    return [*(f"data.{k}" for k in SAMPLES_ERA_DATA if k in data),
+            *(f"arms.{arm}.{k}" for arm, e in arms.items() for k in SAMPLES_ERA_ARM if isinstance(e, dict) and k in e)]
+
+
+def _check_reward_versions(raw: dict, recorded: dict[str, Any]) -> None:
+    """One reward version per file, known to the recipe and recorded as the file's format records it."""
+    schema = raw["schema"]
+    given = {where: v for where, v in recorded.items() if v is not None}
+    if schema == SCHEMA and len(given) < len(recorded):
+        missing = next(where for where in recorded if where not in given)
+        raise ResultsError(f"{missing}.samples.reward: missing; a format-{SCHEMA} file records the reward version of "
+                           f"every samples file")
+    if schema == 1 and given:
+        first = next(iter(given))
+        if len(given) < len(recorded):
+            missing = next(where for where in recorded if where not in given)
+            raise ResultsError(f"{missing}.samples.reward: missing where {first}.samples.reward is {given[first]!r}: "
+                               f"one reward version per file")
+        if given[first] == 1 or (raw.get("data") or {}).get("task_key") != "question+gold":
+            raise ResultsError(f"{first}.samples.reward is {given[first]!r} in a format-1 file "
+                               + ("(format 1 records versions from 2 on; version 1 went unrecorded)"
+                                  if given[first] == 1 else "whose task keys cover the question alone (data.task_key): "
+                                                            "format 1 recorded a reward version only after keys "
+                                                            "covered the gold answer"))
+    versions = {where: (1 if v is None else v) for where, v in recorded.items()}
+    first = next(iter(versions))
+    for where, v in versions.items():
+        if not is_known_reward_version(v):
+            known = known_reward_versions()
+            raise ResultsError(f"{where}.samples.reward is {v!r}; this recipe knows reward versions {known[0]} to "
+                               f"{known[-1]}")
+        if v != versions[first]:
+            raise ResultsError(f"{where}.samples.reward is {v!r}, {first}.samples.reward is {versions[first]!r}: one "
+                               f"reward version per file (evaluations scored by different readings are not "
+                               f"comparable)")
+
+
+def current_record(results: dict, folder: str | Path | None = None) -> dict:
+    """`results` as this format holds it in memory, from a file of any format: the one converter (`load` and
+    `read_results` call it; nothing else reads an earlier format). From format 1:
+    - each MOVED_TO_ARMS field its config record holds goes into every arm's generation_options (where the arm does
+      not record it itself: it ran with the config's value), and the config hash is recomputed, so a file of every
+      stage resumes, merges and pools with new ones;
+    - data.task_key, absent before keys covered the gold answer, is "question"; data.pool of a generated task, absent
+      before it was recorded, is POOL_DEFAULTS updated with the config's values;
+    - a samples file without a reward version was scored by version 1.
+    From format 2: each evaluation's per-task records are rebuilt from its samples file (path relative to `folder`,
+    the results file's folder; its SHA-256 checked), as eval.py made them (task, key, scores, each text's length).
+    Every stage of format 1 that results/ and bench/logs/ hold converts here (no samples kept; samples scored by
+    version 1 with keys over the question; the reward version recorded, keys over question and gold answer, each
+    arm's provenance; config records with gradient_checkpointing): tests/test_formats.py loads a file of each.
+    "schema" stays the file's (a dict without one is read as format 1): what the file's format allowed
+    (samples.verify_samples reads it); `seal` makes it this format's. A new dict where it changes, sharing everything
+    else with `results`, which stays as it was (no deep copy: records are most of a file); `results` itself when
+    nothing changes. Not sealed: whoever writes it seals it (its "digest" is still the file's)."""
+    schema = results.get("schema", 1)
+    if schema not in FORMATS:
+        raise ResultsError(f"schema is {schema!r}, not a results file format this recipe reads "
+                           f"({', '.join(map(str, FORMATS))})")
+    out = _from_format_1(results) if schema == 1 else results
+    changed = {}
+    for where, ev in evaluation_fields(out):
+        now = _current_evaluation(ev, folder, where, schema)
+        if now is not ev:
+            changed[where] = now
+    if not changed:
+        return out
+    out = dict(out)
+    if isinstance(out.get("base"), dict) and isinstance(out["base"].get("evals"), list):
+        out["base"] = {**out["base"], "evals": [changed.get(f"base.evals[{i}]", ev)
+                                                for i, ev in enumerate(out["base"]["evals"])]}
+    if isinstance(out.get("arms"), dict):
+        out["arms"] = {arm: {**e, "eval": changed[f"arms.{arm}.eval"]} if f"arms.{arm}.eval" in changed else e
+                       for arm, e in out["arms"].items()}
+    return out
+
+
+def _from_format_1(results: dict) -> dict:
+    """The file-wide fields of a format-1 file as format 2 holds them (current_record); `results` itself where none
+    changes."""
+    config = results.get("config") or {}
+    out = results
+    moved = {k: config[k] for k in MOVED_TO_ARMS if k in config}
+    if moved:
+        out = dict(results, config={k: v for k, v in config.items() if k not in moved})
+        out["config_hash"] = config_hash(out["config"])
+        if "arms" in results:
+            out["arms"] = {}
+            for arm, entry in results["arms"].items():
+                options = dict(entry.get("generation_options", {}))
+                for k, v in moved.items():
+                    options.setdefault(k, v)  # an arm that records it ran with its own value
+                out["arms"][arm] = {**entry, "generation_options": options}
+    data = results.get("data")
+    pool = isinstance(data, dict) and data.get("task") == "arithmetic" and "pool" not in data
+    if isinstance(data, dict) and ("task_key" not in data or pool):
+        data = {**data, "task_key": data.get("task_key", "question")}
+        if pool:
+            data["pool"] = {**POOL_DEFAULTS, **{k: config[k] for k in POOL_DEFAULTS if k in config}}
+        out = dict(out, data=data) if out is results else {**out, "data": data}
+    return out
+
+
+def _current_evaluation(ev: dict, folder: str | Path | None, where: str, schema: int | None) -> dict:
+    """One evaluation as format 2 holds it in memory (current_record): its reward version (unrecorded in format 1:
+    version 1) and its records (rebuilt from its samples file where the file stores none); `ev` itself where neither
+    changes."""
+    out = ev
+    if schema == 1 and isinstance(ev.get("samples"), dict) and "reward" not in ev["samples"]:
+        out = {**ev, "samples": {**ev["samples"], "reward": 1}}
+    if "records" not in out and "samples" in out:
+        if folder is None:
+            raise ResultsError(f"{where}: its records are in its samples file, and the results file's folder is not "
+                               f"known")
+        out = {**out, "records": records_from_samples(out, folder, where)}
+    return out
+
+
+def current_evaluations(evals: list[dict], cell_folder: str | Path) -> list[dict]:
+    """A base-evaluation cache's evaluations (recipe.py's <results_dir>/base-evals/<eval hash>.json, written with
+    their records; samples paths relative to a cell's folder, `cell_folder`) as current_record holds them."""
+    return [_current_evaluation(ev, cell_folder, f"base.evals[{i}]", 1) for i, ev in enumerate(evals)]
+
+
+_REBUILT: dict[tuple, list[tuple]] = {}  # records rebuilt per samples file (a sweep's cells share base evaluations)
+
+
+def records_from_samples(evaluation: dict, folder: str | Path, where: str) -> list[dict]:
+    """An evaluation's per-task records from its samples file (samples.read_samples: the recorded SHA-256 checked):
+    each line's task, key and scores, and the length of each text, in the file's order (the order eval.py scored
+    them in, so every summary is recomputed bit for bit). A file read before in this process (same path, SHA-256,
+    size and time) is not read again."""
+    from gmts_recipe.samples import read_samples, samples_path
+
+    path = samples_path(folder, evaluation, where)
+    sha = evaluation["samples"]["sha256"]
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), sha, stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        key = None
+    if key in _REBUILT:
+        _REBUILT[key] = _REBUILT.pop(key)  # the most recently used last: the shared base evaluations stay
+    else:
+        lines = read_samples(path, sha, where)
+        rows = [_row(line, f"{where}: samples file {path.name}: line {i + 1}") for i, line in enumerate(lines)]
+        if key is None:
+            return [_record(row) for row in rows]
+        if len(_REBUILT) >= 64:
+            _REBUILT.pop(next(iter(_REBUILT)))
+        _REBUILT[key] = rows
+    return [_record(row) for row in _REBUILT[key]]
+
+
+def _row(line: Any, where: str) -> tuple:
+    """(task, key, scores, lengths) of one samples line; a line without them is one line of ResultsError."""
+    if not (isinstance(line, dict) and "task" in line and "hash" in line and isinstance(line.get("scores"), list)
+            and isinstance(line.get("samples"), list) and all(isinstance(t, str) for t in line["samples"])):
+        raise ResultsError(f"{where} needs a task, its key (hash), the sample texts and their scores")
+    return line["task"], line["hash"], tuple(line["scores"]), tuple(len(t) for t in line["samples"])
+
+
+def _record(row: tuple) -> dict:
+    task, key, scores, lengths = row
+    return {"task": task, "hash": key, "scores": list(scores), "lengths": list(lengths)}
 
 
 def _is_score(x: Any) -> bool:
@@ -204,19 +443,38 @@ def _first_difference(a: Any, b: Any, path: str = "summary") -> str:
     return f"{path} is {b!r} in the file but {a!r} recomputed from the records"
 
 
-def load(path: str | Path) -> dict:
-    """Load and verify a results file; raise ResultsError with a one-line reason."""
+def read_results(path: str | Path) -> dict:
+    """A results file of any format as this one holds it in memory (current_record), once its digest and what its
+    format allows (check_format) hold; the summaries are not recomputed (`load` does). ResultsError naming the file."""
     p = Path(path)
-    results = read_json(p, ResultsError)
-    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
-        raise ResultsError(f"{p}: not a results file of schema {SCHEMA}")
-    if results.get("digest") != digest(results):
-        raise ResultsError(f"{p}: digest mismatch: the file was edited after it was sealed")
+    raw = read_json(p, ResultsError)
+    if not isinstance(raw, dict) or raw.get("schema") not in FORMATS:
+        raise ResultsError(f"{p}: not a results file (schema {', '.join(map(str, FORMATS))})")
     try:
+        if raw.get("digest") != digest(raw):
+            raise ResultsError("digest mismatch: the file was edited after it was sealed")
+        check_format(raw)
+        return current_record(raw, p.parent)
+    except ResultsError as e:
+        raise ResultsError(f"{p}: {e}") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise ResultsError(f"{p}: malformed ({type(e).__name__}: {e})") from None
+
+
+def load(path: str | Path) -> dict:
+    """Load and verify a results file of any format (read_results), as this format holds it: what it says about itself
+    agrees (consistency.check_self), and every summary number is the one recomputed from its records. ResultsError
+    with a one-line reason otherwise."""
+    from gmts_recipe.consistency import check_self
+
+    p = Path(path)
+    results = read_results(p)
+    try:
+        check_self(results)
         recomputed = summarize(results)
     except ResultsError as e:
         raise ResultsError(f"{p}: {e}") from None
-    except (KeyError, TypeError, ValueError, IndexError, statistics.StatisticsError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, statistics.StatisticsError) as e:
         raise ResultsError(f"{p}: malformed records ({type(e).__name__}: {e})") from None
     if not _close(recomputed, results.get("summary")):
         raise ResultsError(f"{p}: {_first_difference(recomputed, results.get('summary') or {})}")
@@ -224,11 +482,18 @@ def load(path: str | Path) -> dict:
 
 
 def seal(results: dict) -> dict:
-    """Add the summary and the digest: the last step of writing a results file."""
-    results["schema"] = SCHEMA
-    results["summary"] = summarize(results)
+    """Add the schema, the summary and the digest (over the file as `write_results` stores it): the last step of
+    writing a results file."""
+    summary = summarize(results)  # first: a file it refuses is left as it was
+    results["schema"], results["summary"] = SCHEMA, summary
     results["digest"] = digest(results)
     return results
+
+
+def write_results(path: Path, results: dict) -> None:
+    """Write a sealed results file as this format stores it (`stored`: no per-task records beside a samples file),
+    atomically (write_json)."""
+    write_json(path, stored(results))
 
 
 def json_text(obj: Any, width: int = 120, _level: int = 0) -> str:
