@@ -2,14 +2,22 @@
 
     python check.py runs/quickstart/results.json              # the tables; exit 0 on a valid file
     python check.py runs/quickstart/results.json --markdown   # the README tables
-    python check.py results/offline/results.json --allow-unsampled  # a file from before evaluations kept samples
+    python check.py results/offline/results.json --allow-unsampled  # a format-1 file without samples files
     python check.py runs/quickstart/results.json --show 3     # task 3's question, what the model wrote, each score
     python check.py --power results/confirm/sweep.json        # why a sweep could not decide; the seeds one needs
 
-Exits 2 with a one-line reason when the file is missing or malformed, when its records cannot be paired (every
-evaluation must hold the run's held-out tasks, by task key, each once, with k scores in [0, 1], and every arm must be
-evaluated with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
-per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts).
+Files of every format load through one converter (records.current_record; a format-2 file keeps no per-task records
+beside a samples file: they are rebuilt from it). Exits 2 with a one-line reason when the file is missing or
+malformed; when what its format allows does not hold (records.check_format: config_hash is the one its config gives;
+every evaluation keeps samples, or none in a format-1 file that records nothing first written once they were kept;
+one reward version, known to the recipe, recorded where the format records it); when the file disagrees with itself,
+naming the field (gmts_recipe.consistency: a task the recipe knows; the base evaluations exactly the config's
+base_eval_seeds; each arm's rule and samples file its own; no samples file shared; no base evaluation a copy of
+another; training logs within max_steps, below the arm's learning rate, plain GRPO keeping every token); when its
+records cannot be paired (every evaluation must hold the run's held-out tasks, by task key, each once, with k scores
+in [0, 1], and every arm must be evaluated with the base's first sampling seed); or when a summary number differs from
+the one recomputed here from the per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor,
+verdicts). The training curves are read as recorded: only their summaries and the checks above are derived.
 
 An evaluation-only file (`python eval.py MODEL`: one model's evaluations over the recipe's seeds, kind "evaluation",
 no trained arms) is verified the same way, samples included, and printed as the model's pass@1 with a 95%
@@ -19,19 +27,26 @@ What a seal and a re-score prove, and what they do not. The digest is a plain SH
 that `seal` recomputes for anyone: it shows only that nobody edited the file without re-sealing it, and the
 recomputed summaries that every number follows from the records. The re-score ties the records to texts: every
 evaluation keeps its completions in a samples file beside results.json (one xz-compressed JSON line per task: index,
-task key, question, gold answer, the k texts, their scores; its path and SHA-256 inside the digest), and check.py
-re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the file records) against the gold answer. Every evaluation must hold exactly
-the run's held-out tasks (data.heldout), and where the run's test pool is at hand (the generated task is rebuilt
-from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path) each task's key (question and gold answer; files
-written before: the question) and each samples file's gold answer must be the dataset's. An evaluation without
-samples is refused, unless --allow-unsampled (files written before evaluations kept them): the table then marks its
-numbers "(not re-scored)". Any mismatch is one line naming file, evaluation, task and sample. What remains possible:
-a forger who writes new completions that earn the scores (texts anyone can read with --show), who reruns with
-another seed or another model and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites
-gold answers and keys together (said in the output: not compared). Nothing here shows that the texts came from the
-trained model: that takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat").
-Provenance (each arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is
-printed as recorded, not verified.
+task key, question (the base's files), gold answer, the k texts, their scores; its path and SHA-256 inside the
+digest), and check.py re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the
+file records) against the gold answer. Every evaluation must hold exactly the run's held-out tasks (data.heldout), and
+where the run's test pool is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the
+run's gsm8k_path) each task's key (of the version data.task_key names: question and gold answer, or the question
+alone) and each samples file's gold answer must be the dataset's. An evaluation without samples is refused, unless
+--allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table then marks its
+numbers "(not re-scored)"; a sweep's cells keep samples all or none. Any mismatch is one line naming file,
+evaluation, task and sample. What remains possible (tests/test_forgeries.py tries each): a forger who writes new
+completions that earn the scores (texts anyone can read with --show), who reruns with another seed or another model
+and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites gold answers and keys together
+(said in the output: not compared); who relabels two arms in full (entries, rules and samples file names swapped
+together: nothing in the records tells which rule ran); who drops base evaluations and edits the config's
+base_eval_seeds to match (the base's evaluation hash would differ, but cannot be recomputed from the file); who copies
+an arm's texts into another arm, or the base's into an arm, compressed again under its name (two rules, or a rule and
+no training, can write the same texts in a tiny run, so it is not refused); who edits the training curves; who strips
+the samples from a file of the first format that kept them (it records nothing that came after them: alone it passes
+with --allow-unsampled, marked not re-scored). Nothing here shows that the texts came from the trained model: that
+takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat"). Provenance (each arm's commit,
+uncommitted changes, times, host, GPUs, library versions, execution options) is printed as recorded, not verified.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz

@@ -5,15 +5,18 @@ check.py -> gmts_recipe.sweep -> gmts_recipe.records (check.py reads a sweep's s
 Nothing here imports torch or transformers (selection.py, the rule registry, imports torch only inside its
 functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid files, PyYAML.
 
+- The formats (FORMATS): format 2 is written today (`seal`, `write_results`: an evaluation with a samples file stores
+  no per-task records, `stored`); `current_record` is the one converter of every earlier format, and of a format-2
+  file's records (rebuilt from its samples); `check_format` checks what a file's own format allows.
 - The arms a file may hold, their names and the pairs compared come from the rule registry (selection.RULES:
   selection.arms(), selection.comparisons()); sweep.py pools the same.
-- `load`: read a file, check its digest, recompute every summary number from the per-task records; one-line
-  `ResultsError` otherwise. `seal`: add the summary and the digest (the last step of writing a file).
+- `load`: read a file of any format (`read_results`: digest, format, conversion), check what it says about itself
+  (consistency.check_self), recompute every summary number from the per-task records; one-line `ResultsError`
+  otherwise. `seal`: add the summary and the digest (the last step of writing a file).
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
 - `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line;
   `read_json`: the same for a JSON file (`load`'s), and `json_file`, it as an argparse type.
-- `config_hash`, `current_record`: the hash of a config record, and a file as recipe.py writes it today (fields that
-  moved from the config record into each arm's record moved there), so that older files compare with newer ones.
+- `config_hash`: the hash of a config record.
 - `_close`, `_first_difference`: numbers equal up to rounding, and the first that is not, as a path.
 See check.py's docstring for what the digest proves and what it does not.
 """
@@ -359,9 +362,9 @@ def paired(scores: dict[str, float], reference: list[str], where: str) -> list[f
 
 
 def optional_seconds(entry: dict, key: str, where: str) -> None:
-    """A time field a file may lack (written before the field existed) is, where present, a finite number >= 0:
-    `compile_seconds` of every evaluation and `train_compile_seconds` of every arm (recipe.compile_seconds: the
-    process's torch.compile time during that phase, CUDA-graph recording not included)."""
+    """A time field a file may lack (format-1 files from before the field existed) is, where present, a finite
+    number >= 0: `compile_seconds` of every evaluation and `train_compile_seconds` of every arm (recipe.compile_seconds:
+    the process's torch.compile time during that phase, CUDA-graph recording not included)."""
     x = entry.get(key, 0.0)
     if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0):
         raise ResultsError(f"{where}: {key} is {x!r}, not a number of seconds >= 0")

@@ -61,7 +61,7 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     it (eval_fast pads batches, so the random stream differs); what computes the same numbers with other rounding is
     not, as the GPU model is not: `generation_grouped_attention` and its `generation_decode_kernel` (attention.py).
     `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
-    is in the record when on (and absent when off, so that records made before it existed keep their key); so are
+    is in the record when on (and absent when off: a run without it keeps the key of runs that never had it); so are
     `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
     `sampling_noise` "counter" (the fields whose metadata names an "eval_record" key:
     speed_options.eval_record_entries). The reward version is in it from version 2 on: a base evaluation scored by

@@ -133,8 +133,9 @@ def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int]
     {"evaluations", "with_samples", "samples", "without"}. An evaluation without samples is refused: its scores could
     be anything. `allow_unsampled` lets them through, listed in "without", in a format-1 file (records.check_format
     admits them there only where no evaluation keeps samples and the file records nothing that came after them); a
-    file of this format (`results["schema"]`, the file's) keeps every evaluation's samples. `done`: evaluations already checked (by file SHA-256 and records), so the base evaluations a sweep's
-    cells share are re-scored once."""
+    file of this format (`results["schema"]`, the file's) keeps every evaluation's samples. `done`: evaluations
+    already checked (by file SHA-256 and records), so the base evaluations a sweep's cells share are re-scored
+    once."""
     done = {} if done is None else done
     out = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
     for where, ev in evaluations(results):
@@ -246,8 +247,9 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
 
 def show_question(results: dict, line: dict, gsm8k_path: str | None = None) -> str:
     """The question of a samples file's line, as --show prints it: the line's own (check_samples tied it to the key;
-    an arm's lines keep none), else the dataset's task at that index once its key is the line's (heldout.heldout_pool: the generated task rebuilt
-    from its seed, GSM8K from `gsm8k_path` or the run's), else a sentence saying why it is not at hand."""
+    an arm's lines keep none), else the dataset's task at that index once its key is the line's (heldout.heldout_pool:
+    the generated task rebuilt from its seed, GSM8K from `gsm8k_path` or the run's), else a sentence saying why it is
+    not at hand."""
     from gmts_recipe.data import task_key
     from gmts_recipe.heldout import heldout_pool
 

@@ -287,6 +287,7 @@ def test_the_arms_of_a_cell_share_one_process_in_the_order_of_first_appearance(t
     cell = units[0]
     command = cell_command(grid, by_cell(jobs(grid))[0][0], cell[1], ["--gsm8k_path", "X"])
     assert command[command.index("--arm") + 1] == "ets,gmts,grpo" and command[-2:] == ["--gsm8k_path", "X"]
+    assert command[command.index("--figures") + 1] == "false"  # a cell draws none: gmts_recipe.plots CELL_DIR does
 
 
 def test_a_sweep_runs_each_cell_in_one_process(tmp_path, monkeypatch):
@@ -869,6 +870,45 @@ def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsy
     assert check.main([str(summary)]) == 0
     assert capsys.readouterr().out.splitlines()[-2] == ("Samples: 2,560 in 16 evaluation(s) re-scored with the "
                                                         "recipe's reward, every score as recorded.")
+
+
+def test_a_cell_stripped_of_its_samples_beside_cells_that_keep_them_is_refused(tmp_path, capsys):
+    """Cells of the first format with samples (reward version unrecorded, keys over the question) record nothing that
+    came after samples: one stripped of them, its scores raised, would pass on its own with --allow-unsampled, but
+    not in a sweep whose other cells keep their samples."""
+    import check
+    from test_check import with_samples
+
+    grid_path = write_grid(tmp_path, GRID)
+    root = tmp_path / "results" / "demo"
+    for name, seed in (("paper-lr0.0001-s1", 1), ("paper-lr0.0001-s2", 2)):
+        fake_cell(root, name, {"ets": 0.5, "gmts": 0.6}, seed=seed)
+        path = root / name / "results.json"
+        if seed == 1:  # the base's samples files shared by the cells, as recipe.py keeps them
+            results = with_samples(json.loads(path.read_text()), path.parent, root / "base-evals", reward=None)
+            base = results["base"]["evals"]
+        else:
+            results = with_samples(json.loads(path.read_text()), path.parent, reward=None)
+            results["base"]["evals"] = base
+            results = seal(results)
+        path.write_text(json.dumps(results))
+    summary = write_summary(load_grid(grid_path), grid_path)
+    assert check.main([str(summary)]) == 0
+    path = root / "paper-lr0.0001-s2" / "results.json"
+    results = json.loads(path.read_text())
+    for ev in [*results["base"]["evals"], *(e["eval"] for e in results["arms"].values())]:
+        ev.pop("samples")
+    gmts = results["arms"]["gmts"]["eval"]
+    gmts["records"] = [dict(r, scores=[1.0] * 4) for r in gmts["records"]]
+    gmts["pass@1"] = 1.0
+    path.write_text(json.dumps(seal(results)))
+    capsys.readouterr()
+    assert check.main([str(path), "--allow-unsampled"]) == 0  # alone, it reads as a file of before samples
+    summary = write_summary(load_grid(grid_path), grid_path)
+    assert check.main([str(summary), "--allow-unsampled"]) == 2
+    assert capsys.readouterr().err.strip().endswith("cell paper-lr0.0001-s2 keeps no samples files where cell "
+                                                    "paper-lr0.0001-s1 does: the cells of one sweep keep them all or "
+                                                    "none")
 
 
 def test_a_merge_without_local_cache_copies_the_incoming_base_samples(tmp_path):

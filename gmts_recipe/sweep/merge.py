@@ -165,9 +165,9 @@ def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tu
 
 def merge(grid: Grid, incoming: Path) -> list[str]:
     """Bring the cells of `incoming` into this tree (plan_merge: all checked first), write each merged cell's
-    results file (no figures: a sweep's cells carry none), bring in their logs (a same-named local log keeps its text and gets the incoming one appended,
-    as a resumed local sweep appends; only its rest where the local log ends with its beginning: `_continued`), and
-    return one line per cell. Never overwrites a log, never writes the sweep's summary (--summarize does); merging
+    results file (no figures: a sweep's cells carry none), bring in their logs (a same-named local log keeps its text
+    and gets the incoming one appended, as a resumed local sweep appends; only its rest where the local log ends with
+    its beginning: `_continued`), and return one line per cell. Never overwrites a log, never writes the sweep's summary (--summarize does); merging
     the same folder again changes nothing."""
     plans = plan_merge(grid, incoming)
     root = Path(grid.results_dir) / grid.name
