@@ -7,8 +7,8 @@ records; these checks refuse a file whose parts disagree, each in one line namin
   it out), in order, each seed once;
 - an arm's entry is that arm's: the rule it recorded (token_selection) is its key's rule, its samples file is named
   for it (samples-<arm>-seed<seed>-<sha>.jsonl.xz beside results.json), every arm a `merges` entry names is in the file;
-- each evaluation keeps its own samples file (no two share a path or a SHA-256), and a base evaluation's file is named
-  for its seed and, in a recipe run, for the base's evaluation hash;
+- each evaluation keeps its own samples file (no two share a path, no two base evaluations a SHA-256), and a base
+  evaluation's file is named for its seed and, in a recipe run, for the base's evaluation hash;
 - no two base evaluations hold the same records (every task's scores and lengths): samples drawn with different seeds
   never do, and a copied evaluation would zero the noise floor;
 - the training curves, as far as they can be derived: each arm's train_log steps increase and stay within the
@@ -105,8 +105,8 @@ def _check_arms(results: dict) -> None:
 
 
 def _check_samples_files(results: dict) -> None:
-    """Each evaluation its own samples file (by path and by SHA-256); a base evaluation's named for its seed (and the
-    base's evaluation hash, in a recipe run)."""
+    """Each evaluation its own samples file (by path; base evaluations by SHA-256 too); a base evaluation's named for
+    its seed (and the base's evaluation hash, in a recipe run)."""
     seen: dict[str, str] = {}
     eval_hash = str(results["base"].get("eval_hash") or "")
     for where, ev in evaluation_fields(results):
@@ -114,7 +114,9 @@ def _check_samples_files(results: dict) -> None:
         if not isinstance(ref, dict):
             continue
         path, sha = os.path.normpath(str(ref.get("path"))), str(ref.get("sha256"))
-        for key in (f"path {path}", f"SHA-256 {sha[:12]}..."):
+        # the same bytes under two names: never for base evaluations (samples of different seeds); two arms, or an
+        # arm and the base's first evaluation (the same seed), write the same texts where training changed nothing
+        for key in (f"path {path}", *([f"SHA-256 {sha[:12]}..."] if where.startswith("base.") else [])):
             if key in seen:
                 raise ResultsError(f"{where}.samples: the samples file of {seen[key]} ({key}): each evaluation keeps "
                                    f"its own")

@@ -54,6 +54,10 @@ def test_the_base_model_evaluates_as_the_recipe_evaluates_it(tiny_config, tmp_pa
     mean = results["summary"]["base"]["mean"]
     assert f"{100 * mean:.1f}%" in printed and "95% CI" in printed
     assert "Samples: 36 in 3 evaluation(s) re-scored" in printed  # 6 tasks x 2 samples x 3 seeds
+    # a fresh file says where it ran (its provenance, as an arm's), and is of today's format: no records stored
+    assert "Provenance (recorded by the evaluation, outside the config hash): commit " in printed
+    assert "written before" not in printed and results["provenance"]["processes"] == 1
+    assert not any("records" in ev for ev in json.loads(out.read_text())["base"]["evals"])
 
 
 def test_an_adapter_is_evaluated_on_its_base_and_a_tampered_file_is_refused(tiny_config, tmp_path, capsys):
