@@ -65,7 +65,7 @@ from gmts_recipe.recipe_config import (  # noqa: F401
     _parser, _print_help, all_arms, arm_names, check_counts, check_hub, check_model, check_model_fields,
     check_recipe_values, check_training_length, cli_values, field_names, hub_reachable, known_field_names, parse,
     trained_arms)
-from gmts_recipe.records import config_hash, write_results
+from gmts_recipe.records import config_hash, current_evaluations, write_results
 from gmts_recipe.rewards import math_equal_reward
 from gmts_recipe.run_setup import (  # noqa: F401
     HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, _drop_known_log_lines, code_commit, config_record,
@@ -153,7 +153,8 @@ class Run:
             cache = Path(self.recipe.results_dir) / "base-evals" / f"{key}.json"
             with locked(cache):
                 if cache.is_file():
-                    base = json.loads(cache.read_text())
+                    base = json.loads(cache.read_text())  # its evaluations as this format holds them
+                    base["evals"] = current_evaluations(base["evals"], self.dir)
                     print(f"[recipe] base evals: reusing {len(base['evals'])} from {cache}")
                 else:
                     from check import write_json
