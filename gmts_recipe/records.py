@@ -281,7 +281,10 @@ def current_evaluations(evals: list[dict], cell_folder: str | Path) -> list[dict
     return [_current_evaluation(ev, cell_folder, f"base.evals[{i}]", 1) for i, ev in enumerate(evals)]
 
 
-_REBUILT: dict[tuple, list[tuple]] = {}  # records rebuilt per samples file (a sweep's cells share base evaluations)
+# Records rebuilt per samples file, as compact JSON (~70 KB for 1,319 tasks): a sweep's check reads every cell twice
+# (its summaries, then its samples), and its cells share the base evaluations.
+_REBUILT: dict[tuple, str] = {}
+REBUILT_KEPT = 512
 
 
 def records_from_samples(evaluation: dict, folder: str | Path, where: str) -> list[dict]:
@@ -300,26 +303,25 @@ def records_from_samples(evaluation: dict, folder: str | Path, where: str) -> li
         key = None
     if key in _REBUILT:
         _REBUILT[key] = _REBUILT.pop(key)  # the most recently used last: the shared base evaluations stay
-    else:
-        lines = read_samples(path, sha, where)
-        rows = [_row(line, f"{where}: samples file {path.name}: line {i + 1}") for i, line in enumerate(lines)]
-        if key is None:
-            return [_record(row) for row in rows]
-        if len(_REBUILT) >= 64:
+        return [_record(row) for row in json.loads(_REBUILT[key])]
+    lines = read_samples(path, sha, where)
+    rows = [_row(line, f"{where}: samples file {path.name}: line {i + 1}") for i, line in enumerate(lines)]
+    if key is not None:
+        if len(_REBUILT) >= REBUILT_KEPT:
             _REBUILT.pop(next(iter(_REBUILT)))
-        _REBUILT[key] = rows
-    return [_record(row) for row in _REBUILT[key]]
+        _REBUILT[key] = json.dumps(rows)
+    return [_record(row) for row in rows]
 
 
-def _row(line: Any, where: str) -> tuple:
+def _row(line: Any, where: str) -> tuple[Any, Any, list, list]:
     """(task, key, scores, lengths) of one samples line; a line without them is one line of ResultsError."""
     if not (isinstance(line, dict) and "task" in line and "hash" in line and isinstance(line.get("scores"), list)
             and isinstance(line.get("samples"), list) and all(isinstance(t, str) for t in line["samples"])):
         raise ResultsError(f"{where} needs a task, its key (hash), the sample texts and their scores")
-    return line["task"], line["hash"], tuple(line["scores"]), tuple(len(t) for t in line["samples"])
+    return line["task"], line["hash"], list(line["scores"]), [len(t) for t in line["samples"]]
 
 
-def _record(row: tuple) -> dict:
+def _record(row: tuple | list) -> dict:
     task, key, scores, lengths = row
     return {"task": task, "hash": key, "scores": list(scores), "lengths": list(lengths)}
 
