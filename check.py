@@ -11,7 +11,7 @@ beside a samples file: they are rebuilt from it). Exits 2 with a one-line reason
 malformed; when what its format allows does not hold (records.check_format: config_hash is the one its config gives;
 every evaluation keeps samples, or none in a format-1 file that records nothing first written once they were kept;
 one reward version, known to the recipe, recorded where the format records it); when the file disagrees with itself,
-naming the field (gmts_recipe.consistency: a task the recipe knows; the base evaluations exactly the config's
+naming the field (records.check_self: a task the recipe knows; the base evaluations exactly the config's
 base_eval_seeds; each arm's rule and samples file its own; no samples file shared; no base evaluation a copy of
 another; training logs within max_steps, below the arm's learning rate, plain GRPO keeping every token); when its
 records cannot be paired (every evaluation must hold the run's held-out tasks, by task key, each once, with k scores
@@ -72,8 +72,7 @@ from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
                                  current_record)  # a results file's model, verification and writing
-from gmts_recipe.consistency import CURVES_NOTE  # what check.py says of the training curves
-from gmts_recipe.records import read_results  # a results file of any format, converted (records.current_record)
+from gmts_recipe.records import CURVES_NOTE, read_results  # the curves as recorded; a file of any format
 from gmts_recipe.samples import dataset_line  # the held-out tasks against the dataset
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,

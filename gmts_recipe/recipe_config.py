@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 from gmts_recipe.field_types import misfits
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root
-from gmts_recipe.records import read_yaml_mapping
+from gmts_recipe.records import BASE_EVAL_SEEDS, read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
 from selection import RULES, arms
 
@@ -95,7 +95,7 @@ class RecipeArgs:
     eval_fast: bool = field(default=True, metadata={
         "help": "evaluate with the adapter folded into the weights, and on a GPU with a static KV cache and compiled "
                 "decoding (the first evaluation compiles); the same sampler either way (eval.decoding_plan)"})
-    base_eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
+    base_eval_seeds: list[int] = field(default_factory=lambda: list(BASE_EVAL_SEEDS),
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
     grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (unset: learning_rate)"})
     ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (unset: learning_rate)"})

@@ -11,7 +11,7 @@ functions): verifying a file needs only the standard library, numpy (stats.py) a
 - The arms a file may hold, their names and the pairs compared come from the rule registry (selection.RULES:
   selection.arms(), selection.comparisons()); sweep.py pools the same.
 - `load`: read a file of any format (`read_results`: digest, format, conversion), check what it says about itself
-  (consistency.check_self), recompute every summary number from the per-task records; one-line `ResultsError`
+  (check_self), recompute every summary number from the per-task records; one-line `ResultsError`
   otherwise. `seal`: add the summary and the digest (the last step of writing a file).
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
 - `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line;
@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import math
 import os
 import statistics
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
@@ -281,6 +282,34 @@ def current_evaluations(evals: list[dict], cell_folder: str | Path) -> list[dict
     return [_current_evaluation(ev, cell_folder, f"base.evals[{i}]", 1) for i, ev in enumerate(evals)]
 
 
+def samples_path(folder: Path, evaluation: dict, where: str) -> Path:
+    """The samples file an evaluation names: "samples": {"path", "sha256", "reward"}, the path relative to the folder
+    of the results.json that holds it (a base evaluation's is in the shared ../base-evals/, stored once for every
+    cell); "reward": the reward version that scored them. Format 2 rebuilds an evaluation's records from it
+    (records_from_samples); samples.check_samples re-scores it."""
+    ref = evaluation["samples"]
+    if not (isinstance(ref, dict) and isinstance(ref.get("path"), str) and isinstance(ref.get("sha256"), str)):
+        raise ResultsError(f"{where}: samples must be {{'path': ..., 'sha256': ...}}, not {ref!r}")
+    if Path(ref["path"]).is_absolute():
+        raise ResultsError(f"{where}: samples path {ref['path']} must be relative to the results file's folder")
+    return Path(folder) / ref["path"]
+
+
+def read_samples(path: Path, sha256: str | None, where: str) -> list[dict]:
+    """The records of a samples file whose bytes have the recorded SHA-256 (None: unchecked)."""
+    if not path.is_file():
+        raise ResultsError(f"{where}: samples file {path} is missing")
+    data = path.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and actual != sha256:
+        raise ResultsError(f"{where}: samples file {path} has SHA-256 {actual[:12]}..., the results file records "
+                           f"{sha256[:12]}...: the samples were changed after the run")
+    try:
+        return [json.loads(line) for line in lzma.decompress(data).decode("utf-8").splitlines()]
+    except (lzma.LZMAError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultsError(f"{where}: samples file {path} is not xz-compressed JSON lines ({e})") from None
+
+
 # Records rebuilt per samples file, as compact JSON (~70 KB for 1,319 tasks): a sweep's check reads every cell twice
 # (its summaries, then its samples), and its cells share the base evaluations.
 _REBUILT: dict[tuple, str] = {}
@@ -292,8 +321,6 @@ def records_from_samples(evaluation: dict, folder: str | Path, where: str) -> li
     each line's task, key and scores, and the length of each text, in the file's order (the order eval.py scored
     them in, so every summary is recomputed bit for bit). A file read before in this process (same path, SHA-256,
     size and time) is not read again."""
-    from gmts_recipe.samples import read_samples, samples_path
-
     path = samples_path(folder, evaluation, where)
     sha = evaluation["samples"]["sha256"]
     try:
@@ -448,6 +475,153 @@ def _first_difference(a: Any, b: Any, path: str = "summary") -> str:
     return f"{path} is {b!r} in the file but {a!r} recomputed from the records"
 
 
+# ---------------------------------------------------------------------------- what a file says about itself
+# The recipe's base_eval_seeds (recipe_config.RecipeArgs takes its default from here): what a config record that
+# leaves the field out ran with.
+BASE_EVAL_SEEDS = (0, 1, 2)
+CURVES_NOTE = ("Training curves (each arm's train_log): read as recorded; check.py recomputes their summaries (grad "
+               "norm, overlap, kept fraction) and checks their steps, learning rates and each rule's kept fraction, "
+               "but cannot re-derive the logged values.")
+
+
+def check_self(results: dict) -> None:
+    """What a results file says about itself, checked against itself, on a file as current_record holds it (load runs
+    it on every file); a ResultsError naming the field of the first disagreement:
+    - data.task is a task this recipe knows (data.TASKS): nothing is left "without a dataset to compare";
+    - the base evaluations are exactly the config's base_eval_seeds (BASE_EVAL_SEEDS where the config record leaves
+      them out), in order, each seed once;
+    - an arm's entry is that arm's: the rule it recorded (token_selection) is its key's rule, its samples file is named
+      for it (samples-<arm>-seed<seed>-<sha>.jsonl.xz beside results.json); every arm a `merges` entry names is in
+      the file; an evaluation-only file holds no arm;
+    - each evaluation keeps its own samples file (no two share a path, no two base evaluations a SHA-256), a base
+      evaluation's named for its seed and, in a recipe run, for the base's evaluation hash;
+    - no two base evaluations hold the same records (every task's scores and lengths): samples drawn with different
+      seeds never do, and a copied evaluation would zero the noise floor;
+    - the training curves, as far as they can be derived: each arm's train_log steps increase and stay within the
+      config's max_steps, no logged learning rate exceeds the arm's, and a rule without a score (plain GRPO) keeps
+      every token (selection/kept_fraction 1). The logged values themselves are read as recorded (CURVES_NOTE)."""
+    unknown = sorted(set(results.get("arms") or {}) - set(arms()))
+    if unknown:
+        raise ResultsError(f"unknown arm {unknown[0]!r} (known: {', '.join(arms())})")
+    _check_task(results)
+    _check_base_seeds(results)
+    _check_arms(results)
+    _check_samples_files(results)
+    _check_base_records_differ(results)
+    for arm, entry in (results.get("arms") or {}).items():
+        _check_train_log(results, arm, entry)
+
+
+def _check_task(results: dict) -> None:
+    from gmts_recipe.data import TASKS
+
+    task = (results.get("data") or {}).get("task")
+    if task not in TASKS:
+        raise ResultsError(f"data.task is {task!r}, a task this recipe does not know (it knows "
+                           f"{', '.join(TASKS)}): nothing ties the file's tasks to a dataset")
+
+
+def _check_base_seeds(results: dict) -> None:
+    seeds = [ev.get("seed") for ev in results["base"]["evals"]]
+    planned = results["config"].get("base_eval_seeds", list(BASE_EVAL_SEEDS))
+    if seeds != planned:
+        raise ResultsError(f"base.evals: seeds {seeds}, the config's base_eval_seeds are {planned} (each base "
+                           f"evaluation is one of them, in order)")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ResultsError(f"base.evals: seed {repeated[0]} evaluated twice (config.base_eval_seeds repeats it): the "
+                           f"noise floor needs different seeds")
+
+
+def _check_arms(results: dict) -> None:
+    """Each arm's entry is its key's: its rule, its samples file's name; `merges` names only arms of the file."""
+    held = results.get("arms") or {}
+    if results.get("kind") == "evaluation" and held:
+        raise ResultsError(f"arms: an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(held)}")
+    for arm, entry in held.items():
+        rule = rule_of_arm(arm)
+        if entry.get("token_selection") != rule.name:
+            raise ResultsError(f"arms.{arm}.token_selection is {entry.get('token_selection')!r}: arm {arm}'s rule is "
+                               f"{rule.name!r} (an arm's entry filed under another arm?)")
+        ev = entry["eval"]
+        if "samples" in ev:
+            name = f"samples-{arm}-seed{ev['seed']}-{str(ev['samples'].get('sha256'))[:12]}.jsonl.xz"
+            if ev["samples"].get("path") != name:
+                raise ResultsError(f"arms.{arm}.eval.samples.path is {ev['samples'].get('path')!r}: arm {arm}'s "
+                                   f"samples file is {name}, beside results.json")
+    for i, merge in enumerate(results.get("merges") or []):
+        strangers = [a for a in merge.get("arms", []) if a not in held]
+        if strangers:
+            raise ResultsError(f"merges[{i}].arms names {strangers[0]!r}, an arm the file does not hold")
+
+
+def _check_samples_files(results: dict) -> None:
+    """Each evaluation its own samples file (by path; base evaluations by SHA-256 too); a base evaluation's named for
+    its seed (and the base's evaluation hash, in a recipe run)."""
+    seen: dict[str, str] = {}
+    eval_hash = str(results["base"].get("eval_hash") or "")
+    for where, ev in evaluation_fields(results):
+        ref = ev.get("samples")
+        if not isinstance(ref, dict):
+            continue
+        path, sha = os.path.normpath(str(ref.get("path"))), str(ref.get("sha256"))
+        # the same bytes under two names: never for base evaluations (samples of different seeds); two arms, or an
+        # arm and the base's first evaluation (the same seed), write the same texts where training changed nothing
+        for key in (f"path {path}", *([f"SHA-256 {sha[:12]}..."] if where.startswith("base.") else [])):
+            if key in seen:
+                raise ResultsError(f"{where}.samples: the samples file of {seen[key]} ({key}): each evaluation keeps "
+                                   f"its own")
+            seen[key] = where
+        name = PurePosixPath(str(ref.get("path"))).name
+        if where.startswith("base."):
+            ending = f"-seed{ev.get('seed')}-{sha[:12]}.jsonl.xz"
+            start = eval_hash[:16] + "-" if results.get("kind") != "evaluation" and eval_hash else ""
+            if not (name.endswith(ending) and name.startswith(start)):
+                raise ResultsError(f"{where}.samples.path is {ref.get('path')!r}: a base evaluation's samples file is "
+                                   f"named {start or '<name>-'}seed{ev.get('seed')}-<sha>.jsonl.xz")
+
+
+def _check_base_records_differ(results: dict) -> None:
+    evals = results["base"]["evals"]
+    seen: dict[tuple, int] = {}
+    for i, ev in enumerate(evals):
+        records = ev["records"]
+        if not records or any(r.get("lengths") is None for r in records):
+            continue  # scores alone can coincide on a small set; lengths of sampled texts do not
+        key = tuple(sorted((str(r["task"]), str(r["hash"]), tuple(r["scores"]), tuple(r["lengths"])) for r in records))
+        if key in seen:
+            raise ResultsError(f"base.evals[{i}].records are base.evals[{seen[key]}]'s, every task's scores and "
+                               f"lengths: evaluations with different seeds never agree so (a copied evaluation "
+                               f"zeroes the noise floor)")
+        seen[key] = i
+
+
+def _check_train_log(results: dict, arm: str, entry: dict) -> None:
+    """What the training curves let one derive: steps increasing and within max_steps, no learning rate above the
+    arm's, every token kept by a rule without a score."""
+    log = entry.get("train_log") or []
+    steps = [row.get("step") for row in log]
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in steps) or steps != sorted(set(steps)):
+        raise ResultsError(f"arms.{arm}.train_log: steps {steps[:6]}{'...' if len(steps) > 6 else ''} do not increase "
+                           f"one row per step")
+    max_steps = results["config"].get("max_steps")
+    if isinstance(max_steps, int) and max_steps > 0 and steps and steps[-1] > max_steps:
+        raise ResultsError(f"arms.{arm}.train_log: step {steps[-1]} beyond the config's max_steps {max_steps}")
+    lr = entry.get("learning_rate")
+    for row in log:
+        logged = row.get("learning_rate")
+        if isinstance(lr, (int, float)) and isinstance(logged, (int, float)) and logged > lr * (1 + 1e-6):
+            raise ResultsError(f"arms.{arm}.train_log: learning rate {logged:g} at step {row['step']}, above the "
+                               f"arm's learning_rate {lr:g}")
+    if rule_of_arm(arm).score is None:
+        kept = [row["selection/kept_fraction"] for row in log
+                if isinstance(row.get("selection/kept_fraction"), (int, float))
+                and not isinstance(row.get("selection/kept_fraction"), bool)]
+        if any(not math.isclose(k, 1.0) for k in kept):
+            raise ResultsError(f"arms.{arm}.train_log: selection/kept_fraction {min(kept):g}, but arm {arm}'s rule "
+                               f"keeps every token (an entry of a selecting arm filed under {arm}?)")
+
+
 def read_results(path: str | Path) -> dict:
     """A results file of any format as this one holds it in memory (current_record), once its digest and what its
     format allows (check_format) hold; the summaries are not recomputed (`load` does). ResultsError naming the file."""
@@ -468,10 +642,8 @@ def read_results(path: str | Path) -> dict:
 
 def load(path: str | Path) -> dict:
     """Load and verify a results file of any format (read_results), as this format holds it: what it says about itself
-    agrees (consistency.check_self), and every summary number is the one recomputed from its records. ResultsError
+    agrees (check_self), and every summary number is the one recomputed from its records. ResultsError
     with a one-line reason otherwise."""
-    from gmts_recipe.consistency import check_self
-
     p = Path(path)
     results = read_results(p)
     try:

@@ -12,7 +12,7 @@ import lzma
 import os
 from pathlib import Path
 
-from gmts_recipe.records import SCHEMA, ResultsError, evaluations, load
+from gmts_recipe.records import SCHEMA, ResultsError, evaluations, load, read_samples, samples_path
 
 SAMPLES_PRESET = 6  # xz: 3.9x on GSM8K-like text (gzip 2.9x); 9 is no smaller at a few MB and takes 674 MiB to compress
 
@@ -36,33 +36,6 @@ def write_samples(folder: Path, stem: str, log: list[dict]) -> tuple[Path, str]:
     tmp.write_bytes(data)
     tmp.replace(path)
     return path, sha
-
-
-def samples_path(folder: Path, evaluation: dict, where: str) -> Path:
-    """The samples file an evaluation names: "samples": {"path", "sha256", "reward"}, the path relative to the folder
-    of the results.json that holds it (a base evaluation's is in the shared ../base-evals/, stored once for every
-    cell); "reward": the reward version that scored them."""
-    ref = evaluation["samples"]
-    if not (isinstance(ref, dict) and isinstance(ref.get("path"), str) and isinstance(ref.get("sha256"), str)):
-        raise ResultsError(f"{where}: samples must be {{'path': ..., 'sha256': ...}}, not {ref!r}")
-    if Path(ref["path"]).is_absolute():
-        raise ResultsError(f"{where}: samples path {ref['path']} must be relative to the results file's folder")
-    return Path(folder) / ref["path"]
-
-
-def read_samples(path: Path, sha256: str | None, where: str) -> list[dict]:
-    """The records of a samples file whose bytes have the recorded SHA-256 (None: unchecked)."""
-    if not path.is_file():
-        raise ResultsError(f"{where}: samples file {path} is missing")
-    data = path.read_bytes()
-    actual = hashlib.sha256(data).hexdigest()
-    if sha256 is not None and actual != sha256:
-        raise ResultsError(f"{where}: samples file {path} has SHA-256 {actual[:12]}..., the results file records "
-                           f"{sha256[:12]}...: the samples were changed after the run")
-    try:
-        return [json.loads(line) for line in lzma.decompress(data).decode("utf-8").splitlines()]
-    except (lzma.LZMAError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultsError(f"{where}: samples file {path} is not xz-compressed JSON lines ({e})") from None
 
 
 def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str] | None = None) -> int:
