@@ -2,14 +2,22 @@
 
     python check.py runs/quickstart/results.json              # the tables; exit 0 on a valid file
     python check.py runs/quickstart/results.json --markdown   # the README tables
-    python check.py results/offline/results.json --allow-unsampled  # a file from before evaluations kept samples
+    python check.py results/offline/results.json --allow-unsampled  # a format-1 file without samples files
     python check.py runs/quickstart/results.json --show 3     # task 3's question, what the model wrote, each score
     python check.py --power results/confirm/sweep.json        # why a sweep could not decide; the seeds one needs
 
-Exits 2 with a one-line reason when the file is missing or malformed, when its records cannot be paired (every
-evaluation must hold the run's held-out tasks, by task key, each once, with k scores in [0, 1], and every arm must be
-evaluated with the base's first sampling seed), or when a summary number differs from the one recomputed here from the
-per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts).
+Files of every format load through one converter (records.current_record; a format-2 file keeps no per-task records
+beside a samples file: they are rebuilt from it). Exits 2 with a one-line reason when the file is missing or
+malformed; when what its format allows does not hold (records.check_format: config_hash is the one its config gives;
+every evaluation keeps samples, or none in a format-1 file that records nothing first written once they were kept;
+one reward version, known to the recipe, recorded where the format records it); when the file disagrees with itself,
+naming the field (records.check_self: a task the recipe knows; the base evaluations exactly the config's
+base_eval_seeds; each arm's rule and samples file its own; no samples file shared; no base evaluation a copy of
+another; training logs within max_steps, below the arm's learning rate, plain GRPO keeping every token); when its
+records cannot be paired (every evaluation must hold the run's held-out tasks, by task key, each once, with k scores
+in [0, 1], and every arm must be evaluated with the base's first sampling seed); or when a summary number differs from
+the one recomputed here from the per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor,
+verdicts). The training curves are read as recorded: only their summaries and the checks above are derived.
 
 An evaluation-only file (`python eval.py MODEL`: one model's evaluations over the recipe's seeds, kind "evaluation",
 no trained arms) is verified the same way, samples included, and printed as the model's pass@1 with a 95%
@@ -19,19 +27,26 @@ What a seal and a re-score prove, and what they do not. The digest is a plain SH
 that `seal` recomputes for anyone: it shows only that nobody edited the file without re-sealing it, and the
 recomputed summaries that every number follows from the records. The re-score ties the records to texts: every
 evaluation keeps its completions in a samples file beside results.json (one xz-compressed JSON line per task: index,
-task key, question, gold answer, the k texts, their scores; its path and SHA-256 inside the digest), and check.py
-re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the file records) against the gold answer. Every evaluation must hold exactly
-the run's held-out tasks (data.heldout), and where the run's test pool is at hand (the generated task is rebuilt
-from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path) each task's key (question and gold answer; files
-written before: the question) and each samples file's gold answer must be the dataset's. An evaluation without
-samples is refused, unless --allow-unsampled (files written before evaluations kept them): the table then marks its
-numbers "(not re-scored)". Any mismatch is one line naming file, evaluation, task and sample. What remains possible:
-a forger who writes new completions that earn the scores (texts anyone can read with --show), who reruns with
-another seed or another model and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites
-gold answers and keys together (said in the output: not compared). Nothing here shows that the texts came from the
-trained model: that takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat").
-Provenance (each arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is
-printed as recorded, not verified.
+task key, question (the base's files), gold answer, the k texts, their scores; its path and SHA-256 inside the
+digest), and check.py re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the
+file records) against the gold answer. Every evaluation must hold exactly the run's held-out tasks (data.heldout), and
+where the run's test pool is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the
+run's gsm8k_path) each task's key (of the version data.task_key names: question and gold answer, or the question
+alone) and each samples file's gold answer must be the dataset's. An evaluation without samples is refused, unless
+--allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table then marks its
+numbers "(not re-scored)"; a sweep's cells keep samples all or none. Any mismatch is one line naming file,
+evaluation, task and sample. What remains possible (tests/test_forgeries.py tries each): a forger who writes new
+completions that earn the scores (texts anyone can read with --show), who reruns with another seed or another model
+and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites gold answers and keys together
+(said in the output: not compared); who relabels two arms in full (entries, rules and samples file names swapped
+together: nothing in the records tells which rule ran); who drops base evaluations and edits the config's
+base_eval_seeds to match (the base's evaluation hash would differ, but cannot be recomputed from the file); who copies
+an arm's texts into another arm, or the base's into an arm, compressed again under its name (two rules, or a rule and
+no training, can write the same texts in a tiny run, so it is not refused); who edits the training curves; who strips
+the samples from a file of the first format that kept them (it records nothing that came after them: alone it passes
+with --allow-unsampled, marked not re-scored). Nothing here shows that the texts came from the trained model: that
+takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat"). Provenance (each arm's commit,
+uncommitted changes, times, host, GPUs, library versions, execution options) is printed as recorded, not verified.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz
@@ -57,6 +72,7 @@ from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
                                  _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
                                  summarize, task_scores, write_json, agreement_line,
                                  current_record)  # a results file's model, verification and writing
+from gmts_recipe.records import CURVES_NOTE, read_results  # the curves as recorded; a file of any format
 from gmts_recipe.samples import dataset_line  # the held-out tasks against the dataset
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
@@ -82,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                          "its split (the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question "
                          "hash")
     ap.add_argument("--allow-unsampled", action="store_true",
-                    help="accept evaluations that keep no samples (files written before evaluations kept their "
-                         "completions); the table marks their numbers as not re-scored")
+                    help="accept a file none of whose evaluations keeps a samples file (only format 1 has such files;"
+                         " results/offline is one); the table marks their numbers as not re-scored")
     ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
                     help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
                          "run are compared with them (the generated task is rebuilt from its seed)")
@@ -132,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(text)
     if args.show is None:  # the README's tables (--markdown) stay the tables: these lines go to stderr there
-        for line in (samples_line(report), dataset_line(report), *provenance_lines(results),
-                     *memory_lines(results)):
+        for line in (samples_line(report), dataset_line(report), *([CURVES_NOTE] if results.get("arms") else []),
+                     *provenance_lines(results), *memory_lines(results)):
             print(line, file=sys.stderr if args.markdown else sys.stdout)
     return 0
 
@@ -165,12 +181,17 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
                    "no_dataset": None}
     done: dict = {}
     # a grid of 100 cells takes about a minute: a bar on a terminal (tqdm leaves pipes and logs alone)
+    sampled: dict[bool, str] = {}
     for cell in tqdm(summary["cells"], desc="re-scoring samples", unit="cell", leave=False, disable=None):
-        # verified by gmts_recipe.sweep.summary.verify (check.load): read again, the same bytes by digest
+        # verified by gmts_recipe.sweep.summary.verify (records.load): read again, the same file by digest
         results_path = path.parent / cell["path"]
-        results = json.loads(results_path.read_text(encoding="utf-8"))
-        if digest(results) != cell["digest"]:
+        results = read_results(results_path)
+        if results["digest"] != cell["digest"]:
             raise ResultsError(f"{results_path}: changed while it was being checked")
+        sampled.setdefault("samples" in results["base"]["evals"][0], cell["cell"])
+        if len(sampled) > 1:  # a cell stripped of its samples would pass for one of a format without them
+            raise ResultsError(f"{path}: cell {sampled[False]} keeps no samples files where cell {sampled[True]} "
+                               f"does: the cells of one sweep keep them all or none")
         report = _samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
@@ -180,30 +201,34 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
 
 
 def provenance_lines(results: dict) -> list[str]:
-    """One compact block: where each arm ran (recipe.provenance: commit, uncommitted changes, times, host, GPUs,
-    libraries, execution options), or the file-wide versions of a file written before arms recorded it."""
+    """One compact block: where each arm ran, or where an evaluation-only file's evaluations ran (run_setup.provenance:
+    commit, uncommitted changes, times, host, GPUs, libraries, execution options), or, for a file whose arms record
+    none, the file-wide versions it records."""
     arms = results.get("arms", {})
-    lines = []
-    for arm, entry in arms.items():
-        p = entry.get("provenance")
-        if not isinstance(p, dict):
-            continue
-        commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
-        gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
-        libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
-        options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
-                            if v not in (False, None))  # the options that were on
-        lines.append(f"  {short_name(arm)}: commit {commit}, {p.get('started', '?')} to "
-                     f"{p.get('finished', '?')}, host {p.get('host', '?')}, {gpu}; {libs}"
-                     + (f"; {options}" if options else ""))
+    lines = [f"  {short_name(arm)}: {_provenance_text(entry['provenance'])}" for arm, entry in arms.items()
+             if isinstance(entry.get("provenance"), dict)]
     if lines:
         return ["Provenance (recorded by each arm, outside the config hash):", *lines]
+    if isinstance(results.get("provenance"), dict):
+        return [f"Provenance (recorded by the evaluation, outside the config hash): "
+                f"{_provenance_text(results['provenance'])}."]
     v = results.get("versions")
     if isinstance(v, dict):
         libs = ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("gpu", "gpus"))
         gpu = f"{v.get('gpus', 0)} x {v['gpu']}" if v.get("gpu") else "CPU"
-        return [f"Provenance: the arms record none (written before they did); the file's versions: {gpu}; {libs}."]
+        whose = "the arms record none" if arms else "the file records no commit, host or times"
+        return [f"Provenance: {whose}; the file's versions: {gpu}; {libs}."]
     return []
+
+
+def _provenance_text(p: dict) -> str:
+    commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
+    gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
+    libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
+    options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
+                        if v not in (False, None))  # the options that were on
+    return (f"commit {commit}, {p.get('started', '?')} to {p.get('finished', '?')}, host {p.get('host', '?')}, "
+            f"{gpu}; {libs}" + (f"; {options}" if options else ""))
 
 
 def memory_lines(results: dict) -> list[str]:

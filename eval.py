@@ -528,8 +528,8 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
         raise EvalError(f"--out {out}: a results file ends in .json")
 
     from gmts_recipe import run_setup
-    from gmts_recipe.recipe_config import parse
-    from gmts_recipe.records import config_hash, seal, write_json
+    from gmts_recipe.recipe_config import GENERATION_OPTIONS, parse
+    from gmts_recipe.records import config_hash, seal, write_results
 
     run_setup.quiet_known_warnings()
     config = [] if args.config is None else ["--config", args.config]
@@ -559,7 +559,7 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
     print(f"[eval] {args.model}: {len(heldout)} held-out tasks x {recipe.eval_samples} samples, seeds "
           f"{', '.join(map(str, recipe.base_eval_seeds))}, config {config_name}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    evals = []
+    evals, started = [], time.time()
     for seed in recipe.base_eval_seeds:
         t0 = time.time()
         ev = evaluate_with_config(model, tokenizer, heldout, recipe, train, seed)
@@ -568,9 +568,11 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
     results = {"kind": "evaluation", "config_name": config_name, "config": record, "config_hash": config_hash(record),
                "model": described, "data": data_record,
                "base": {"evals": evals, "eval_hash": config_hash({**eval_record, "model": described})},
-               "arms": {}, "versions": run_setup.versions()}
+               "arms": {}, "versions": run_setup.versions(),
+               "provenance": run_setup.provenance(started, time.time(), 1, {
+                   k: getattr(recipe if k == "cudnn_attention" else train, k) for k in GENERATION_OPTIONS})}
     seal(results)
-    write_json(out, results)
+    write_results(out, results)  # as the format stores it: the per-task records are in the samples files
     return results, out
 
 

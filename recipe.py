@@ -50,7 +50,7 @@ import sys
 import time
 from pathlib import Path
 
-from check import ResultsError, seal, write_json
+from check import ResultsError, seal
 from check import load as load_results
 from eval import Sampling, compile_seconds, evaluate_with_config, sampling  # noqa: F401
 from gmts_recipe.data import system_prompt, to_prompt
@@ -65,12 +65,12 @@ from gmts_recipe.recipe_config import (  # noqa: F401
     _parser, _print_help, all_arms, arm_names, check_counts, check_hub, check_model, check_model_fields,
     check_recipe_values, check_training_length, cli_values, field_names, hub_reachable, known_field_names, parse,
     trained_arms)
-from gmts_recipe.records import config_hash, current_record
+from gmts_recipe.records import config_hash, current_evaluations, write_results
 from gmts_recipe.rewards import math_equal_reward
 from gmts_recipe.run_setup import (  # noqa: F401
-    HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, _drop_known_log_lines, config_record, deterministic_kernels,
-    eval_record, hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs, quiet_known_warnings,
-    versions)
+    HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, _drop_known_log_lines, code_commit, config_record,
+    deterministic_kernels, eval_record, hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs,
+    provenance, quiet_known_warnings, versions)
 from gmts_recipe.tables import render
 from selection import rule_named
 
@@ -83,37 +83,6 @@ def locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         yield
-
-
-def code_commit(folder: Path | None = None) -> tuple[str | None, bool | None]:
-    """The commit of the code that ran and whether tracked files differed from it (uncommitted changes); (None, None)
-    outside a git checkout (an installed copy) or without git."""
-    import subprocess
-
-    folder = folder or Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=30)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
-                                capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-    if commit.returncode != 0 or status.returncode != 0:
-        return None, None
-    return commit.stdout.strip(), bool(status.stdout.strip())
-
-
-def provenance(started: float, finished: float, processes: int, options: dict) -> dict:
-    """Where an arm ran, recorded in its entry and printed by check.py: the code's commit (and whether it had
-    uncommitted changes), start and end (UTC), host, GPU name and count, library versions and the execution options.
-    Not part of the config record, so not of the config hash: the same configuration run elsewhere is the same run."""
-    import socket
-
-    commit, dirty = code_commit()
-    utc = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")  # noqa: E731
-    v = versions()
-    return {"commit": commit, "dirty": dirty, "started": utc(started), "finished": utc(finished),
-            "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
-            "versions": v, "options": options}
 
 
 # ---------------------------------------------------------------------------- the run
@@ -139,7 +108,7 @@ class Run:
         if not self.path.is_file():
             return {"config_name": self.name, "config": self.record, "config_hash": self.hash, "arms": {}}
         try:
-            results = current_record(load_results(self.path))  # a file from before a field moved into the arms
+            results = load_results(self.path)  # of any format, as this one holds it (records.current_record)
         except ResultsError as e:
             raise RecipeError(f"{self.path} cannot be extended: {e}") from None
         if results.get("config_hash") != self.hash:
@@ -162,7 +131,7 @@ class Run:
             merged["versions"] = versions()
             if "base" in merged:
                 seal(merged)
-            write_json(self.path, merged)
+            write_results(self.path, merged)  # as the format stores it: no per-task records beside samples files
         self.results = merged
 
     # ------------------------------------------------------------------ stages
@@ -184,7 +153,8 @@ class Run:
             cache = Path(self.recipe.results_dir) / "base-evals" / f"{key}.json"
             with locked(cache):
                 if cache.is_file():
-                    base = json.loads(cache.read_text())
+                    base = json.loads(cache.read_text())  # its evaluations as this format holds them
+                    base["evals"] = current_evaluations(base["evals"], self.dir)
                     print(f"[recipe] base evals: reusing {len(base['evals'])} from {cache}")
                 else:
                     from check import write_json
@@ -292,7 +262,7 @@ class Run:
         seed = self.recipe.base_eval_seeds[0]
         with peak_memory(self.peaks, "eval", trainer.model.device.type):
             ev = keep_samples(self._evaluate(trainer.model, trainer.processing_class, heldout, seed), self.dir,
-                              f"samples-{arm}-seed{seed}")
+                              f"samples-{arm}-seed{seed}", questions=False)  # the base's samples keep them
         wall = (time.time() - t0) / 60
         gpus = self.state.num_processes if trainer.model.device.type == "cuda" else 0
         self.results["arms"][arm] = {
@@ -314,7 +284,8 @@ class Run:
                 stale.unlink()
         if not self.recipe.keep_checkpoints:  # the arm is sealed in results.json: --resume will not need them
             shutil.rmtree(arm_dir / "checkpoints", ignore_errors=True)
-        self.plot()
+        if self.recipe.figures:
+            self.plot()
 
     def plot(self) -> None:
         plot_run(self.results, self.dir / "curves.png")

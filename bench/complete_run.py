@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-from gmts_recipe.records import json_file, read_json  # noqa: E402
+from gmts_recipe.records import current_record, json_file, read_json  # noqa: E402
 
 ARMS = "ets,gmts"  # a complete run: the base evaluations and the two arms the paper compares
 
@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         print(f"complete_run.py: recipe.py exited {returncode} without writing {path}", file=sys.stderr)
         return returncode or 1
-    out = {**summary(json.loads(path.read_text()), wall_s, returncode, recipe_argv), "compile_cache": cache}
+    # of any format, as today's holds it (a new run's per-task records are in its samples files)
+    out = {**summary(current_record(json.loads(path.read_text()), path.parent), wall_s, returncode, recipe_argv),
+           "compile_cache": cache}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     compiling = "unrecorded" if out["compile_s"] is None else f"{out['compile_s']:.0f} s"
     print(f"complete run: {wall_s / 60:.2f} min wall ({out['gpu_minutes']:.2f} GPU-min; compiling {compiling}, "

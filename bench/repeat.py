@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-from gmts_recipe.records import current_record  # noqa: E402 - a file from before a field moved, as written today
+from gmts_recipe.records import current_record  # noqa: E402 - a file of any format, as today's holds it
 from gmts_recipe.records import json_file  # noqa: E402
 from complete_run import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
@@ -210,16 +210,15 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not Path(path).is_file():
             print(f"repeat.py: {spec!r}: expected LABEL=PATH to an existing results.json", file=sys.stderr)
             return 2
-        runs.append((label, path, json.loads(Path(path).read_text())))
+        runs.append((label, path, current_record(json.loads(Path(path).read_text()), Path(path).parent)))
     if len(runs) < 2:
         print("repeat.py: give at least two runs", file=sys.stderr)
         return 2
     (ref_label, ref_path, ref), rest = runs[0], runs[1:]
     pairs = {label: compare(ref, results) for label, _, results in rest}
     out = {"reference": ref_label, "runs": {label: path for label, path, _ in runs},
-           "config_hash": {label: current_record(r).get("config_hash") for label, _, r in runs},
-           "generation_options": {label: {arm: e.get("generation_options", {})
-                                          for arm, e in current_record(r).get("arms", {}).items()}
+           "config_hash": {label: r.get("config_hash") for label, _, r in runs},
+           "generation_options": {label: {arm: e.get("generation_options", {}) for arm, e in r.get("arms", {}).items()}
                                   for label, _, r in runs},
            "step_time_s": {label: step_time_s(r) for label, _, r in runs},
            "versions": ref.get("versions"), "identical": all(p["identical"] for p in pairs.values()),

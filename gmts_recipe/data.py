@@ -42,15 +42,22 @@ class DataError(ValueError):
     """A user error about the data; the message is one line naming the fix."""
 
 
+# The tasks this recipe knows: a config's `task` and a results file's data.task (check.py refuses any other), each
+# with the few words that name its test pool. A new task is one entry here, and its pool in heldout.heldout_pool.
+TASKS = {"gsm8k": "GSM8K's test split (openai/gsm8k, or a JSONL copy)",
+         "arithmetic": "the generated arithmetic task's test pool (rebuilt from its seed)"}
+
+
 def task_hash(question: str) -> str:
-    """Short content hash of a question: the task key of files written before the key covered the gold answer
-    (TASK_KEYS "question"); still how those files are checked against their dataset."""
+    """Short content hash of a question: the task key of version "question" (TASK_KEYS), which covers the question
+    alone."""
     return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
 
 
-# What the per-task hash of a results file covers ("task_key" of its data report). A key over the question alone let
-# a file rewrite the gold answers its samples were scored against: the key now covers the gold answer too, so a
-# task's key names what it was scored against. Files written before ("question", no "task_key" field) keep theirs.
+# What the per-task hash of a results file covers ("task_key" of its data report), by version: "question" (the
+# question alone) and TASK_KEY, which covers the gold answer too, so a task's key names what it was scored against
+# (a key over the question alone let a file rewrite the gold answers its samples were scored against). New runs
+# record TASK_KEY; a file records the version its keys have (records.current_record reads it for every format).
 TASK_KEY = "question+gold"
 TASK_KEYS = ("question", TASK_KEY)
 

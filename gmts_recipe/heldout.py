@@ -7,9 +7,9 @@ dataset. check.py (through samples.verify) refuses, in one line:
   or the run's gsm8k_path): a pool whose SHA-256 is not the one the run recorded, a held-out key that the pool's task
   at that index does not give, and a samples file whose gold answer is not the pool's.
 
-The key of a task covers its question and its gold answer (data.task_key, "task_key": "question+gold" in the data
-report); files written before cover the question only ("question", no "task_key"). Both are compared with the pool
-the same way: the gold answers of the older files through their samples files, where they keep them.
+The key of a task is of the version the data report names (data.TASK_KEYS: "question+gold" covers the question and
+its gold answer, "question" the question alone); both are compared with the pool the same way, and the gold answers
+of keys over the question alone through the samples files, where the file keeps them.
 
 Standard library only, as the rest of the verification (the generated task and the JSONL reader are in data.py).
 """
@@ -20,11 +20,6 @@ from pathlib import Path
 
 from gmts_recipe.records import ResultsError, evaluations
 
-# The recipe's defaults of the generated task's pool when a config record leaves them out (a record holds only the
-# fields away from their defaults); files written from now on record them in the data report's "pool".
-POOL_DEFAULTS = {"n_heldout": 120, "task_seed": 17, "difficulty": 1}
-
-
 def heldout_keys(results: dict) -> list[str]:
     """The run's held-out tasks as "index:key", from its data report; refuses a file that records none."""
     from gmts_recipe.data import TASK_KEYS
@@ -32,7 +27,7 @@ def heldout_keys(results: dict) -> list[str]:
     data = results.get("data")
     if not (isinstance(data, dict) and isinstance(data.get("heldout"), list) and data["heldout"]):
         raise ResultsError("no held-out split recorded (data.heldout): nothing ties the evaluations to the run's tasks")
-    if data.get("task_key", "question") not in TASK_KEYS:
+    if data.get("task_key") not in TASK_KEYS:
         raise ResultsError(f"data.task_key is {data['task_key']!r}, not one of {', '.join(TASK_KEYS)}")
     keys = [f"{index}:{key}" for index, key in data["heldout"]]
     if len(set(keys)) != len(keys):
@@ -57,13 +52,15 @@ def check_heldout(results: dict) -> int:
 def heldout_pool(results: dict, gsm8k_path: str | None = None) -> tuple[list[dict] | None, str]:
     """The test pool the run drew its held-out tasks from, where it is at hand, and a few words on where it came from
     (or why it is not at hand)."""
-    from gmts_recipe.data import DataError, arithmetic_test_pool, load_gsm8k
+    from gmts_recipe.data import TASKS, DataError, arithmetic_test_pool, load_gsm8k
 
     data, config = results["data"], results.get("config") or {}
     task = data.get("task")
+    if task not in TASKS:
+        raise ResultsError(f"data.task is {task!r}, a task this recipe does not know (it knows {', '.join(TASKS)})")
     if task == "arithmetic":
-        args = {**POOL_DEFAULTS, **{k: config[k] for k in POOL_DEFAULTS if k in config}, **(data.get("pool") or {})}
-        return (arithmetic_test_pool(args["n_heldout"], args["task_seed"], args["difficulty"]),
+        pool = data["pool"]  # the generated pool's settings (records.current_record)
+        return (arithmetic_test_pool(pool["n_heldout"], pool["task_seed"], pool["difficulty"]),
                 "the generated task, rebuilt from its seed")
     if task == "gsm8k":
         folder = gsm8k_path or config.get("gsm8k_path")
@@ -83,7 +80,7 @@ def dataset_golds(results: dict, pool: list[dict]) -> dict[str, str]:
     from gmts_recipe.rewards import gold_answer
 
     data = results["data"]
-    version = data.get("task_key", "question")
+    version = data["task_key"]
     recorded = data.get("test_pool_sha256")
     if recorded is not None and recorded != pool_sha256(pool):
         raise ResultsError(f"the test pool at hand (SHA-256 {pool_sha256(pool)[:12]}) is not the run's "

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gmts_recipe.mechanism import MechanismError, grid_analysis, value_of
-from gmts_recipe.records import write_json
+from gmts_recipe.records import ResultsError, read_results, write_json
 from gmts_recipe.stats import seed_t_interval
 from gmts_recipe.sweep.summary import CLAIMED
 from selection import DEFAULT_RATIO, PRIMARY, RULES, arms, control_comparisons, rule_of_arm, short_name
@@ -524,10 +524,11 @@ def _draw_figure(draw, what: str, out: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Redraw curves.png (and curves-selection.png) next to a results.json, or "
+    ap = argparse.ArgumentParser(description="Draw curves.png (and curves-selection.png) next to a results.json (a "
+                                             "sweep's cells keep none: python -m gmts_recipe.plots CELL_DIR), or "
                                              "a sweep's headline figure; `mechanism SWEEP_JSON`: the mechanism "
                                              "analysis of a grid.")
-    ap.add_argument("results", nargs="?", help="path to results.json")
+    ap.add_argument("results", nargs="?", help="path to results.json, or its folder (a run directory, a cell)")
     ap.add_argument("--sweep", metavar="SWEEP_JSON", help="draw the headline figure of this sweep.json")
     ap.add_argument("--tests", metavar="NAME=SWEEP_JSON", nargs="+",
                     help="draw the headline figure over planned tests, the first named first")
@@ -544,12 +545,13 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.sweep)
         return _draw_figure(lambda: sweep_figure(_read(path), path.parent), str(path), args.out)
     if not args.results:
-        ap.error("give a results.json, or --sweep SWEEP_JSON")
+        ap.error("give a results.json (or its folder: a run directory, a sweep's cell), or --sweep SWEEP_JSON")
     path = Path(args.results)
+    path = path / "results.json" if path.is_dir() else path
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        print(f"plots.py: cannot read {path}: {e}", file=sys.stderr)
+        results = read_results(path)  # of any format, with its per-task records (a cell's are in its samples)
+    except ResultsError as e:
+        print(f"plots.py: cannot read {e}", file=sys.stderr)
         return 2
     print(plot_run(results, path.parent / "curves.png"))
     return 0

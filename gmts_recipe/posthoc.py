@@ -9,7 +9,6 @@ committed sweep files through these functions (update_readme.py prints them into
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -169,7 +168,7 @@ def collapsed_seeds(summary: dict) -> list[int]:
 def seed_records(summary: dict, root: Path) -> dict:
     """From the cells' results files at the primary setting, per seed of the primary comparison: the paired
     per-task differences, each arm's pass@1, and the arms whose training reward fell."""
-    from gmts_recipe.records import task_scores
+    from gmts_recipe.records import read_results, task_scores
 
     comparison, seeds, _ = primary_rows(summary)
     variant, lr = _setting(summary)
@@ -178,7 +177,7 @@ def seed_records(summary: dict, root: Path) -> dict:
     for cell in sorted(summary["cells"], key=lambda c: c["seed"]):
         if (cell["variant"], cell["learning_rate"]) != (variant, lr) or cell["seed"] not in seeds:
             continue
-        results = json.loads((Path(root) / cell["path"]).read_text(encoding="utf-8"))
+        results = read_results(Path(root) / cell["path"])  # of any format, with its per-task records
         x = task_scores(results["arms"][a]["eval"], f"{cell['cell']} {a}")
         y = task_scores(results["arms"][b]["eval"], f"{cell['cell']} {b}")
         keys = sorted(x)

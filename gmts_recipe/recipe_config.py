@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 from gmts_recipe.field_types import misfits
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root
-from gmts_recipe.records import read_yaml_mapping
+from gmts_recipe.records import BASE_EVAL_SEEDS, read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
 from selection import RULES, arms
 
@@ -54,7 +54,7 @@ LOADED_MODEL_FIELDS = ("model_name_or_path", "model_revision", "dtype", "attn_im
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash. The speed
 # options' part comes from their fields' metadata (speed_options.unhashed_fields).
-NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
+NOT_HASHED = {"arm", "resume", "keep_checkpoints", "figures", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "ets_nz_learning_rate", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
@@ -95,7 +95,7 @@ class RecipeArgs:
     eval_fast: bool = field(default=True, metadata={
         "help": "evaluate with the adapter folded into the weights, and on a GPU with a static KV cache and compiled "
                 "decoding (the first evaluation compiles); the same sampler either way (eval.decoding_plan)"})
-    base_eval_seeds: list[int] = field(default_factory=lambda: [0, 1, 2],
+    base_eval_seeds: list[int] = field(default_factory=lambda: list(BASE_EVAL_SEEDS),
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
     grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (unset: learning_rate)"})
     ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (unset: learning_rate)"})
@@ -108,6 +108,9 @@ class RecipeArgs:
     keep_checkpoints: bool = field(default=False, metadata={
         "help": "keep each arm's last checkpoint (adapter and optimizer state: ~430 MB an arm for the 1.5B model) after "
                 "its results are recorded; off, it is removed then, so a sweep of many cells does not fill the disk"})
+    figures: bool = field(default=True, metadata={
+        "help": "draw curves.png and curves-selection.png in the run directory after each arm; sweep.py's cells "
+                "pass false (python -m gmts_recipe.plots CELL_DIR draws them from results.json at any time)"})
     set_fields: frozenset = field(default=frozenset(), init=False, repr=False)  # keys the config file and command
     # line set (filled by parse, not a command-line option): the library fields that config_record hashes
     cudnn_attention: bool = field(default=True, metadata={

@@ -5,15 +5,18 @@ check.py -> gmts_recipe.sweep -> gmts_recipe.records (check.py reads a sweep's s
 Nothing here imports torch or transformers (selection.py, the rule registry, imports torch only inside its
 functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid files, PyYAML.
 
+- The formats (FORMATS): format 2 is written today (`seal`, `write_results`: an evaluation with a samples file stores
+  no per-task records, `stored`); `current_record` is the one converter of every earlier format, and of a format-2
+  file's records (rebuilt from its samples); `check_format` checks what a file's own format allows.
 - The arms a file may hold, their names and the pairs compared come from the rule registry (selection.RULES:
   selection.arms(), selection.comparisons()); sweep.py pools the same.
-- `load`: read a file, check its digest, recompute every summary number from the per-task records; one-line
-  `ResultsError` otherwise. `seal`: add the summary and the digest (the last step of writing a file).
+- `load`: read a file of any format (`read_results`: digest, format, conversion), check what it says about itself
+  (check_self), recompute every summary number from the per-task records; one-line `ResultsError`
+  otherwise. `seal`: add the summary and the digest (the last step of writing a file).
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
 - `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line;
   `read_json`: the same for a JSON file (`load`'s), and `json_file`, it as an argparse type.
-- `config_hash`, `current_record`: the hash of a config record, and a file as recipe.py writes it today (fields that
-  moved from the config record into each arm's record moved there), so that older files compare with newer ones.
+- `config_hash`: the hash of a config record.
 - `_close`, `_first_difference`: numbers equal up to rounding, and the first that is not, as a path.
 See check.py's docstring for what the digest proves and what it does not.
 """
@@ -22,35 +25,50 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import math
 import os
 import statistics
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
 from selection import arms, comparisons, rule_of_arm
 
-SCHEMA = 1
 # The arms (selection.arms()) and the pairs compared (selection.comparisons(): (a, b), delta = a - b, for the pairs a
 # file holds; sweep.py pools the same pairs over seeds). GMTS - ETS-nz: the |advantage| weighting at one kept count
 # without zero-omega slots; ETS-nz - ETS: what skipping the zero-omega slots (a larger effective step) alone does.
-
-
-# Fields that a run's config record (and so its hash) held before they counted as how an arm is executed, not what it
-# computes: recipe.py now leaves them out of the record (NOT_HASHED) and each arm records them in its
-# generation_options. gradient_checkpointing: the same gradients bit for bit on the CPU, checkpointing or not
-# (tests/test_trainer.py); a memory-for-time trade, as the speed options are.
-MOVED_TO_ARMS = ("gradient_checkpointing",)
 
 
 class ResultsError(ValueError):
     """A results file that cannot be trusted; the message is the one-line reason."""
 
 
+# ---------------------------------------------------------------------------- the formats, and the one converter
+SCHEMA = 2  # the format recipe.py, eval.py and sweep.py --merge write; `current_record` converts the earlier ones
+FORMATS = {
+    1: "every evaluation's per-task records in results.json, beside the samples file where it keeps one",
+    2: "an evaluation with a samples file stores no per-task records (loading rebuilds them from the samples); every "
+       "evaluation keeps samples and records the reward version that scored them",
+}
+# Format 1 changed while it was written, and each of its files says which stage it is of (current_record):
+# fields first written once evaluations kept samples; a file that records one of them kept samples too.
+SAMPLES_ERA_DATA = ("task_key", "pool", "test_pool_sha256")
+SAMPLES_ERA_ARM = ("provenance", "gpu_peak_memory_gib")
+# Fields that a run's config record (and so its hash) held before they counted as how an arm is executed, not what it
+# computes: recipe.py leaves them out of the record (NOT_HASHED) and each arm records them in its generation_options.
+# gradient_checkpointing: the same gradients bit for bit on the CPU, checkpointing or not (tests/test_trainer.py); a
+# memory-for-time trade, as the speed options are.
+MOVED_TO_ARMS = ("gradient_checkpointing",)
+# The generated task's pool as a format-1 file without data.pool drew it: the recipe's defaults where its config
+# record leaves a field out (a record holds only the fields away from their defaults).
+POOL_DEFAULTS = {"n_heldout": 120, "task_seed": 17, "difficulty": 1}
+
+
 def digest(results: dict) -> str:
-    """SHA-256 of the canonical JSON without the digest: anyone can recompute it (see check.py's docstring)."""
-    body = {k: v for k, v in results.items() if k != "digest"}
+    """SHA-256 of the canonical JSON of the file as stored (`stored`) without the digest: anyone can recompute it (see
+    check.py's docstring)."""
+    body = {k: v for k, v in stored(results).items() if k != "digest"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -59,27 +77,280 @@ def config_hash(record: dict) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def current_record(results: dict) -> dict:
-    """`results` as recipe.py writes it today: each MOVED_TO_ARMS field its config record holds taken out of it and
-    into every arm's generation_options (where the arm does not record it itself: it ran with the config's value), and
-    the config hash recomputed. A file written before a field moved then resumes, merges and pools with files written
-    after. A new dict where it changes (the config, the arms, each arm entry and its options) sharing everything else
-    with `results`, which stays as it was (no deep copy: the evaluation records are most of a file); `results` itself
-    when nothing moves. Not sealed: whoever writes it seals it."""
-    config = results.get("config") or {}
-    moved = {k: config[k] for k in MOVED_TO_ARMS if k in config}
-    if not moved:
+def evaluation_fields(results: dict) -> list[tuple[str, dict]]:
+    """Every evaluation of a results file with the path of its field ("base.evals[1]", "arms.gmts.eval"): what the
+    one-line refusals name."""
+    base = results.get("base") if isinstance(results.get("base"), dict) else {}
+    arms = results.get("arms") if isinstance(results.get("arms"), dict) else {}
+    return [*((f"base.evals[{i}]", ev) for i, ev in enumerate(base.get("evals") or []) if isinstance(ev, dict)),
+            *((f"arms.{arm}.eval", e["eval"]) for arm, e in arms.items()
+              if isinstance(e, dict) and isinstance(e.get("eval"), dict))]
+
+
+def stored(results: dict) -> dict:
+    """`results` as a file of this format stores it: an evaluation that keeps a samples file without its per-task
+    records (the samples hold them: task, key, scores and each text's length; `current_record` rebuilds them). A dict
+    of an earlier format (its own "schema") as it is: that is how its file holds it."""
+    if results.get("schema") != SCHEMA or not any("samples" in ev for _, ev in evaluation_fields(results)):
         return results
-    out = dict(results, config={k: v for k, v in config.items() if k not in moved})
-    out["config_hash"] = config_hash(out["config"])
-    if "arms" in results:
-        out["arms"] = {}
-        for arm, entry in results["arms"].items():
-            options = dict(entry.get("generation_options", {}))
-            for k, v in moved.items():
-                options.setdefault(k, v)  # an arm that records it ran with its own value
-            out["arms"][arm] = {**entry, "generation_options": options}
+
+    def bare(ev: dict) -> dict:
+        return {k: v for k, v in ev.items() if k != "records"} if "samples" in ev else ev
+
+    out = dict(results)
+    if isinstance(results.get("base"), dict) and isinstance(results["base"].get("evals"), list):
+        out["base"] = {**results["base"], "evals": [bare(ev) if isinstance(ev, dict) else ev
+                                                    for ev in results["base"]["evals"]]}
+    if isinstance(results.get("arms"), dict):
+        out["arms"] = {arm: {**e, "eval": bare(e["eval"])} if isinstance(e, dict) and isinstance(e.get("eval"), dict)
+                       else e for arm, e in results["arms"].items()}
     return out
+
+
+def known_reward_versions() -> range:
+    """The reward versions this recipe can score with (gmts_recipe.rewards: REWARD_VERSION and every earlier one)."""
+    from gmts_recipe.rewards import REWARD_VERSION  # standard library only
+
+    return range(1, REWARD_VERSION + 1)
+
+
+def is_known_reward_version(version: Any) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and version in known_reward_versions()
+
+
+def check_format(raw: dict) -> None:
+    """What a file's own format allows, on the file as written (before `current_record` converts it); a ResultsError
+    naming the field otherwise: its config hash is the one its config gives; its evaluations keep samples all or none,
+    and none in a format-1 file only where it records nothing first written once samples were kept (such a file is
+    the only kind `check.py --allow-unsampled` accepts; a format-2 file without samples, merged from format-1 cells,
+    loads but samples.verify_samples refuses it); one reward version, known to the recipe, recorded where the format
+    records it (format 1 from version 2 on, in files whose keys cover question and gold answer; format 2 always)."""
+    schema, config = raw["schema"], raw.get("config")
+    if not isinstance(config, dict):
+        raise ResultsError("config: no config record")
+    if raw.get("config_hash") != config_hash(config):
+        raise ResultsError(f"config_hash is {str(raw.get('config_hash'))[:16]}..., the recorded config hashes to "
+                           f"{config_hash(config)[:16]}... (recomputed from config)")
+    fields = evaluation_fields(raw)
+    sampled = [where for where, ev in fields if "samples" in ev]
+    if not sampled:
+        later = _samples_era(raw)
+        if schema == 1 and later:
+            raise ResultsError(f"{fields[0][0] if fields else 'base.evals'}.samples: no evaluation keeps samples, but "
+                               f"{later[0]} is recorded, which came after evaluations kept them: this file's scores "
+                               f"must be re-scorable")
+        return
+    if len(sampled) < len(fields):
+        bare = next(where for where, ev in fields if "samples" not in ev)
+        raise ResultsError(f"{bare}.samples: missing, where {sampled[0]} keeps one: every evaluation of a file keeps "
+                           f"its samples")
+    refs = {where: ev["samples"] for where, ev in fields}
+    for where, ref in refs.items():
+        if not isinstance(ref, dict):
+            raise ResultsError(f"{where}.samples must be {{'path': ..., 'sha256': ..., 'reward': ...}}, not {ref!r}")
+        if schema == SCHEMA and "records" in dict(fields)[where]:
+            raise ResultsError(f"{where}.records: a format-{SCHEMA} file stores no per-task records beside a samples "
+                               f"file (they are rebuilt from it; records.write_results writes the file)")
+    _check_reward_versions(raw, {where: ref.get("reward") for where, ref in refs.items()})
+
+
+def _samples_era(raw: dict) -> list[str]:
+    """The fields of `raw` first written once evaluations kept samples (SAMPLES_ERA_DATA, SAMPLES_ERA_ARM)."""
+    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    arms = raw.get("arms") if isinstance(raw.get("arms"), dict) else {}
+    return [*(f"data.{k}" for k in SAMPLES_ERA_DATA if k in data),
+            *(f"arms.{arm}.{k}" for arm, e in arms.items() for k in SAMPLES_ERA_ARM if isinstance(e, dict) and k in e)]
+
+
+def _check_reward_versions(raw: dict, recorded: dict[str, Any]) -> None:
+    """One reward version per file, known to the recipe and recorded as the file's format records it."""
+    schema = raw["schema"]
+    given = {where: v for where, v in recorded.items() if v is not None}
+    if schema == SCHEMA and len(given) < len(recorded):
+        missing = next(where for where in recorded if where not in given)
+        raise ResultsError(f"{missing}.samples.reward: missing; a format-{SCHEMA} file records the reward version of "
+                           f"every samples file")
+    if schema == 1 and given:
+        first = next(iter(given))
+        if len(given) < len(recorded):
+            missing = next(where for where in recorded if where not in given)
+            raise ResultsError(f"{missing}.samples.reward: missing where {first}.samples.reward is {given[first]!r}: "
+                               f"one reward version per file")
+        if given[first] == 1 or (raw.get("data") or {}).get("task_key") != "question+gold":
+            raise ResultsError(f"{first}.samples.reward is {given[first]!r} in a format-1 file "
+                               + ("(format 1 records versions from 2 on; version 1 went unrecorded)"
+                                  if given[first] == 1 else "whose task keys cover the question alone (data.task_key): "
+                                                            "format 1 recorded a reward version only after keys "
+                                                            "covered the gold answer"))
+    versions = {where: (1 if v is None else v) for where, v in recorded.items()}
+    first = next(iter(versions))
+    for where, v in versions.items():
+        if not is_known_reward_version(v):
+            known = known_reward_versions()
+            raise ResultsError(f"{where}.samples.reward is {v!r}; this recipe knows reward versions {known[0]} to "
+                               f"{known[-1]}")
+        if v != versions[first]:
+            raise ResultsError(f"{where}.samples.reward is {v!r}, {first}.samples.reward is {versions[first]!r}: one "
+                               f"reward version per file (evaluations scored by different readings are not "
+                               f"comparable)")
+
+
+def current_record(results: dict, folder: str | Path | None = None) -> dict:
+    """`results` as this format holds it in memory, from a file of any format: the one converter (`load` and
+    `read_results` call it; nothing else reads an earlier format). From format 1:
+    - each MOVED_TO_ARMS field its config record holds goes into every arm's generation_options (where the arm does
+      not record it itself: it ran with the config's value), and the config hash is recomputed, so a file of every
+      stage resumes, merges and pools with new ones;
+    - data.task_key, absent before keys covered the gold answer, is "question"; data.pool of a generated task, absent
+      before it was recorded, is POOL_DEFAULTS updated with the config's values;
+    - a samples file without a reward version was scored by version 1.
+    From format 2: each evaluation's per-task records are rebuilt from its samples file (path relative to `folder`,
+    the results file's folder; its SHA-256 checked), as eval.py made them (task, key, scores, each text's length).
+    Every stage of format 1 that results/ and bench/logs/ hold converts here (no samples kept; samples scored by
+    version 1 with keys over the question; the reward version recorded, keys over question and gold answer, each
+    arm's provenance; config records with gradient_checkpointing): tests/test_formats.py loads a file of each.
+    "schema" stays the file's (a dict without one is read as format 1): what the file's format allowed
+    (samples.verify_samples reads it); `seal` makes it this format's. A new dict where it changes, sharing everything
+    else with `results`, which stays as it was (no deep copy: records are most of a file); `results` itself when
+    nothing changes. Not sealed: whoever writes it seals it (its "digest" is still the file's)."""
+    schema = results.get("schema", 1)
+    if schema not in FORMATS:
+        raise ResultsError(f"schema is {schema!r}, not a results file format this recipe reads "
+                           f"({', '.join(map(str, FORMATS))})")
+    out = _from_format_1(results) if schema == 1 else results
+    changed = {}
+    for where, ev in evaluation_fields(out):
+        now = _current_evaluation(ev, folder, where, schema)
+        if now is not ev:
+            changed[where] = now
+    if not changed:
+        return out
+    out = dict(out)
+    if isinstance(out.get("base"), dict) and isinstance(out["base"].get("evals"), list):
+        out["base"] = {**out["base"], "evals": [changed.get(f"base.evals[{i}]", ev)
+                                                for i, ev in enumerate(out["base"]["evals"])]}
+    if isinstance(out.get("arms"), dict):
+        out["arms"] = {arm: {**e, "eval": changed[f"arms.{arm}.eval"]} if f"arms.{arm}.eval" in changed else e
+                       for arm, e in out["arms"].items()}
+    return out
+
+
+def _from_format_1(results: dict) -> dict:
+    """The file-wide fields of a format-1 file as format 2 holds them (current_record); `results` itself where none
+    changes."""
+    config = results.get("config") or {}
+    out = results
+    moved = {k: config[k] for k in MOVED_TO_ARMS if k in config}
+    if moved:
+        out = dict(results, config={k: v for k, v in config.items() if k not in moved})
+        out["config_hash"] = config_hash(out["config"])
+        if "arms" in results:
+            out["arms"] = {}
+            for arm, entry in results["arms"].items():
+                options = dict(entry.get("generation_options", {}))
+                for k, v in moved.items():
+                    options.setdefault(k, v)  # an arm that records it ran with its own value
+                out["arms"][arm] = {**entry, "generation_options": options}
+    data = results.get("data")
+    pool = isinstance(data, dict) and data.get("task") == "arithmetic" and "pool" not in data
+    if isinstance(data, dict) and ("task_key" not in data or pool):
+        data = {**data, "task_key": data.get("task_key", "question")}
+        if pool:
+            data["pool"] = {**POOL_DEFAULTS, **{k: config[k] for k in POOL_DEFAULTS if k in config}}
+        out = dict(out, data=data) if out is results else {**out, "data": data}
+    return out
+
+
+def _current_evaluation(ev: dict, folder: str | Path | None, where: str, schema: int | None) -> dict:
+    """One evaluation as format 2 holds it in memory (current_record): its reward version (unrecorded in format 1:
+    version 1) and its records (rebuilt from its samples file where the file stores none); `ev` itself where neither
+    changes."""
+    out = ev
+    if schema == 1 and isinstance(ev.get("samples"), dict) and "reward" not in ev["samples"]:
+        out = {**ev, "samples": {**ev["samples"], "reward": 1}}
+    if "records" not in out and "samples" in out:
+        if folder is None:
+            raise ResultsError(f"{where}: its records are in its samples file, and the results file's folder is not "
+                               f"known")
+        out = {**out, "records": records_from_samples(out, folder, where)}
+    return out
+
+
+def current_evaluations(evals: list[dict], cell_folder: str | Path) -> list[dict]:
+    """A base-evaluation cache's evaluations (recipe.py's <results_dir>/base-evals/<eval hash>.json, written with
+    their records; samples paths relative to a cell's folder, `cell_folder`) as current_record holds them."""
+    return [_current_evaluation(ev, cell_folder, f"base.evals[{i}]", 1) for i, ev in enumerate(evals)]
+
+
+def samples_path(folder: Path, evaluation: dict, where: str) -> Path:
+    """The samples file an evaluation names: "samples": {"path", "sha256", "reward"}, the path relative to the folder
+    of the results.json that holds it (a base evaluation's is in the shared ../base-evals/, stored once for every
+    cell); "reward": the reward version that scored them. Format 2 rebuilds an evaluation's records from it
+    (records_from_samples); samples.check_samples re-scores it."""
+    ref = evaluation["samples"]
+    if not (isinstance(ref, dict) and isinstance(ref.get("path"), str) and isinstance(ref.get("sha256"), str)):
+        raise ResultsError(f"{where}: samples must be {{'path': ..., 'sha256': ...}}, not {ref!r}")
+    if Path(ref["path"]).is_absolute():
+        raise ResultsError(f"{where}: samples path {ref['path']} must be relative to the results file's folder")
+    return Path(folder) / ref["path"]
+
+
+def read_samples(path: Path, sha256: str | None, where: str) -> list[dict]:
+    """The records of a samples file whose bytes have the recorded SHA-256 (None: unchecked)."""
+    if not path.is_file():
+        raise ResultsError(f"{where}: samples file {path} is missing")
+    data = path.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and actual != sha256:
+        raise ResultsError(f"{where}: samples file {path} has SHA-256 {actual[:12]}..., the results file records "
+                           f"{sha256[:12]}...: the samples were changed after the run")
+    try:
+        return [json.loads(line) for line in lzma.decompress(data).decode("utf-8").splitlines()]
+    except (lzma.LZMAError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultsError(f"{where}: samples file {path} is not xz-compressed JSON lines ({e})") from None
+
+
+# Records rebuilt per samples file, as compact JSON (~70 KB for 1,319 tasks): a sweep's check reads every cell twice
+# (its summaries, then its samples), and its cells share the base evaluations.
+_REBUILT: dict[tuple, str] = {}
+REBUILT_KEPT = 512
+
+
+def records_from_samples(evaluation: dict, folder: str | Path, where: str) -> list[dict]:
+    """An evaluation's per-task records from its samples file (samples.read_samples: the recorded SHA-256 checked):
+    each line's task, key and scores, and the length of each text, in the file's order (the order eval.py scored
+    them in, so every summary is recomputed bit for bit). A file read before in this process (same path, SHA-256,
+    size and time) is not read again."""
+    path = samples_path(folder, evaluation, where)
+    sha = evaluation["samples"]["sha256"]
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), sha, stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        key = None
+    if key in _REBUILT:
+        _REBUILT[key] = _REBUILT.pop(key)  # the most recently used last: the shared base evaluations stay
+        return [_record(row) for row in json.loads(_REBUILT[key])]
+    lines = read_samples(path, sha, where)
+    rows = [_row(line, f"{where}: samples file {path.name}: line {i + 1}") for i, line in enumerate(lines)]
+    if key is not None:
+        if len(_REBUILT) >= REBUILT_KEPT:
+            _REBUILT.pop(next(iter(_REBUILT)))
+        _REBUILT[key] = json.dumps(rows)
+    return [_record(row) for row in rows]
+
+
+def _row(line: Any, where: str) -> tuple[Any, Any, list, list]:
+    """(task, key, scores, lengths) of one samples line; a line without them is one line of ResultsError."""
+    if not (isinstance(line, dict) and "task" in line and "hash" in line and isinstance(line.get("scores"), list)
+            and isinstance(line.get("samples"), list) and all(isinstance(t, str) for t in line["samples"])):
+        raise ResultsError(f"{where} needs a task, its key (hash), the sample texts and their scores")
+    return line["task"], line["hash"], list(line["scores"]), [len(t) for t in line["samples"]]
+
+
+def _record(row: tuple | list) -> dict:
+    task, key, scores, lengths = row
+    return {"task": task, "hash": key, "scores": list(scores), "lengths": list(lengths)}
 
 
 def _is_score(x: Any) -> bool:
@@ -120,9 +391,9 @@ def paired(scores: dict[str, float], reference: list[str], where: str) -> list[f
 
 
 def optional_seconds(entry: dict, key: str, where: str) -> None:
-    """A time field a file may lack (written before the field existed) is, where present, a finite number >= 0:
-    `compile_seconds` of every evaluation and `train_compile_seconds` of every arm (recipe.compile_seconds: the
-    process's torch.compile time during that phase, CUDA-graph recording not included)."""
+    """A time field a file may lack (format-1 files from before the field existed) is, where present, a finite
+    number >= 0: `compile_seconds` of every evaluation and `train_compile_seconds` of every arm (recipe.compile_seconds:
+    the process's torch.compile time during that phase, CUDA-graph recording not included)."""
     x = entry.get(key, 0.0)
     if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0):
         raise ResultsError(f"{where}: {key} is {x!r}, not a number of seconds >= 0")
@@ -204,19 +475,183 @@ def _first_difference(a: Any, b: Any, path: str = "summary") -> str:
     return f"{path} is {b!r} in the file but {a!r} recomputed from the records"
 
 
-def load(path: str | Path) -> dict:
-    """Load and verify a results file; raise ResultsError with a one-line reason."""
+# ---------------------------------------------------------------------------- what a file says about itself
+# The recipe's base_eval_seeds (recipe_config.RecipeArgs takes its default from here): what a config record that
+# leaves the field out ran with.
+BASE_EVAL_SEEDS = (0, 1, 2)
+CURVES_NOTE = ("Training curves (each arm's train_log): read as recorded; check.py recomputes their summaries (grad "
+               "norm, overlap, kept fraction) and checks their steps, learning rates and each rule's kept fraction, "
+               "but cannot re-derive the logged values.")
+
+
+def check_self(results: dict) -> None:
+    """What a results file says about itself, checked against itself, on a file as current_record holds it (load runs
+    it on every file); a ResultsError naming the field of the first disagreement:
+    - data.task is a task this recipe knows (data.TASKS): nothing is left "without a dataset to compare";
+    - the base evaluations are exactly the config's base_eval_seeds (BASE_EVAL_SEEDS where the config record leaves
+      them out), in order, each seed once;
+    - an arm's entry is that arm's: the rule it recorded (token_selection) is its key's rule, its samples file is named
+      for it (samples-<arm>-seed<seed>-<sha>.jsonl.xz beside results.json); every arm a `merges` entry names is in
+      the file; an evaluation-only file holds no arm;
+    - each evaluation keeps its own samples file (no two share a path, no two base evaluations a SHA-256), a base
+      evaluation's named for its seed and, in a recipe run, for the base's evaluation hash;
+    - no two base evaluations hold the same records (every task's scores and lengths): samples drawn with different
+      seeds never do, and a copied evaluation would zero the noise floor;
+    - the training curves, as far as they can be derived: each arm's train_log steps increase and stay within the
+      config's max_steps, no logged learning rate exceeds the arm's, and a rule without a score (plain GRPO) keeps
+      every token (selection/kept_fraction 1). The logged values themselves are read as recorded (CURVES_NOTE)."""
+    unknown = sorted(set(results.get("arms") or {}) - set(arms()))
+    if unknown:
+        raise ResultsError(f"unknown arm {unknown[0]!r} (known: {', '.join(arms())})")
+    _check_task(results)
+    _check_base_seeds(results)
+    _check_arms(results)
+    _check_samples_files(results)
+    _check_base_records_differ(results)
+    for arm, entry in (results.get("arms") or {}).items():
+        _check_train_log(results, arm, entry)
+
+
+def _check_task(results: dict) -> None:
+    from gmts_recipe.data import TASKS
+
+    task = (results.get("data") or {}).get("task")
+    if task not in TASKS:
+        raise ResultsError(f"data.task is {task!r}, a task this recipe does not know (it knows "
+                           f"{', '.join(TASKS)}): nothing ties the file's tasks to a dataset")
+
+
+def _check_base_seeds(results: dict) -> None:
+    seeds = [ev.get("seed") for ev in results["base"]["evals"]]
+    planned = results["config"].get("base_eval_seeds", list(BASE_EVAL_SEEDS))
+    if seeds != planned:
+        raise ResultsError(f"base.evals: seeds {seeds}, the config's base_eval_seeds are {planned} (each base "
+                           f"evaluation is one of them, in order)")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ResultsError(f"base.evals: seed {repeated[0]} evaluated twice (config.base_eval_seeds repeats it): the "
+                           f"noise floor needs different seeds")
+
+
+def _check_arms(results: dict) -> None:
+    """Each arm's entry is its key's: its rule, its samples file's name; `merges` names only arms of the file."""
+    held = results.get("arms") or {}
+    if results.get("kind") == "evaluation" and held:
+        raise ResultsError(f"arms: an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(held)}")
+    for arm, entry in held.items():
+        rule = rule_of_arm(arm)
+        if entry.get("token_selection") != rule.name:
+            raise ResultsError(f"arms.{arm}.token_selection is {entry.get('token_selection')!r}: arm {arm}'s rule is "
+                               f"{rule.name!r} (an arm's entry filed under another arm?)")
+        ev = entry["eval"]
+        if "samples" in ev:
+            name = f"samples-{arm}-seed{ev['seed']}-{str(ev['samples'].get('sha256'))[:12]}.jsonl.xz"
+            if ev["samples"].get("path") != name:
+                raise ResultsError(f"arms.{arm}.eval.samples.path is {ev['samples'].get('path')!r}: arm {arm}'s "
+                                   f"samples file is {name}, beside results.json")
+    for i, merge in enumerate(results.get("merges") or []):
+        strangers = [a for a in merge.get("arms", []) if a not in held]
+        if strangers:
+            raise ResultsError(f"merges[{i}].arms names {strangers[0]!r}, an arm the file does not hold")
+
+
+def _check_samples_files(results: dict) -> None:
+    """Each evaluation its own samples file (by path; base evaluations by SHA-256 too); a base evaluation's named for
+    its seed (and the base's evaluation hash, in a recipe run)."""
+    seen: dict[str, str] = {}
+    eval_hash = str(results["base"].get("eval_hash") or "")
+    for where, ev in evaluation_fields(results):
+        ref = ev.get("samples")
+        if not isinstance(ref, dict):
+            continue
+        path, sha = os.path.normpath(str(ref.get("path"))), str(ref.get("sha256"))
+        # the same bytes under two names: never for base evaluations (samples of different seeds); two arms, or an
+        # arm and the base's first evaluation (the same seed), write the same texts where training changed nothing
+        for key in (f"path {path}", *([f"SHA-256 {sha[:12]}..."] if where.startswith("base.") else [])):
+            if key in seen:
+                raise ResultsError(f"{where}.samples: the samples file of {seen[key]} ({key}): each evaluation keeps "
+                                   f"its own")
+            seen[key] = where
+        name = PurePosixPath(str(ref.get("path"))).name
+        if where.startswith("base."):
+            ending = f"-seed{ev.get('seed')}-{sha[:12]}.jsonl.xz"
+            start = eval_hash[:16] + "-" if results.get("kind") != "evaluation" and eval_hash else ""
+            if not (name.endswith(ending) and name.startswith(start)):
+                raise ResultsError(f"{where}.samples.path is {ref.get('path')!r}: a base evaluation's samples file is "
+                                   f"named {start or '<name>-'}seed{ev.get('seed')}-<sha>.jsonl.xz")
+
+
+def _check_base_records_differ(results: dict) -> None:
+    evals = results["base"]["evals"]
+    seen: dict[tuple, int] = {}
+    for i, ev in enumerate(evals):
+        records = ev["records"]
+        if not records or any(r.get("lengths") is None for r in records):
+            continue  # scores alone can coincide on a small set; lengths of sampled texts do not
+        key = tuple(sorted((str(r["task"]), str(r["hash"]), tuple(r["scores"]), tuple(r["lengths"])) for r in records))
+        if key in seen:
+            raise ResultsError(f"base.evals[{i}].records are base.evals[{seen[key]}]'s, every task's scores and "
+                               f"lengths: evaluations with different seeds never agree so (a copied evaluation "
+                               f"zeroes the noise floor)")
+        seen[key] = i
+
+
+def _check_train_log(results: dict, arm: str, entry: dict) -> None:
+    """What the training curves let one derive: steps increasing and within max_steps, no learning rate above the
+    arm's, every token kept by a rule without a score."""
+    log = entry.get("train_log") or []
+    steps = [row.get("step") for row in log]
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in steps) or steps != sorted(set(steps)):
+        raise ResultsError(f"arms.{arm}.train_log: steps {steps[:6]}{'...' if len(steps) > 6 else ''} do not increase "
+                           f"one row per step")
+    max_steps = results["config"].get("max_steps")
+    if isinstance(max_steps, int) and max_steps > 0 and steps and steps[-1] > max_steps:
+        raise ResultsError(f"arms.{arm}.train_log: step {steps[-1]} beyond the config's max_steps {max_steps}")
+    lr = entry.get("learning_rate")
+    for row in log:
+        logged = row.get("learning_rate")
+        if isinstance(lr, (int, float)) and isinstance(logged, (int, float)) and logged > lr * (1 + 1e-6):
+            raise ResultsError(f"arms.{arm}.train_log: learning rate {logged:g} at step {row['step']}, above the "
+                               f"arm's learning_rate {lr:g}")
+    if rule_of_arm(arm).score is None:
+        kept = [row["selection/kept_fraction"] for row in log
+                if isinstance(row.get("selection/kept_fraction"), (int, float))
+                and not isinstance(row.get("selection/kept_fraction"), bool)]
+        if any(not math.isclose(k, 1.0) for k in kept):
+            raise ResultsError(f"arms.{arm}.train_log: selection/kept_fraction {min(kept):g}, but arm {arm}'s rule "
+                               f"keeps every token (an entry of a selecting arm filed under {arm}?)")
+
+
+def read_results(path: str | Path) -> dict:
+    """A results file of any format as this one holds it in memory (current_record), once its digest and what its
+    format allows (check_format) hold; the summaries are not recomputed (`load` does). ResultsError naming the file."""
     p = Path(path)
-    results = read_json(p, ResultsError)
-    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
-        raise ResultsError(f"{p}: not a results file of schema {SCHEMA}")
-    if results.get("digest") != digest(results):
-        raise ResultsError(f"{p}: digest mismatch: the file was edited after it was sealed")
+    raw = read_json(p, ResultsError)
+    if not isinstance(raw, dict) or raw.get("schema") not in FORMATS:
+        raise ResultsError(f"{p}: not a results file (schema {', '.join(map(str, FORMATS))})")
     try:
+        if raw.get("digest") != digest(raw):
+            raise ResultsError("digest mismatch: the file was edited after it was sealed")
+        check_format(raw)
+        return current_record(raw, p.parent)
+    except ResultsError as e:
+        raise ResultsError(f"{p}: {e}") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise ResultsError(f"{p}: malformed ({type(e).__name__}: {e})") from None
+
+
+def load(path: str | Path) -> dict:
+    """Load and verify a results file of any format (read_results), as this format holds it: what it says about itself
+    agrees (check_self), and every summary number is the one recomputed from its records. ResultsError
+    with a one-line reason otherwise."""
+    p = Path(path)
+    results = read_results(p)
+    try:
+        check_self(results)
         recomputed = summarize(results)
     except ResultsError as e:
         raise ResultsError(f"{p}: {e}") from None
-    except (KeyError, TypeError, ValueError, IndexError, statistics.StatisticsError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, statistics.StatisticsError) as e:
         raise ResultsError(f"{p}: malformed records ({type(e).__name__}: {e})") from None
     if not _close(recomputed, results.get("summary")):
         raise ResultsError(f"{p}: {_first_difference(recomputed, results.get('summary') or {})}")
@@ -224,11 +659,18 @@ def load(path: str | Path) -> dict:
 
 
 def seal(results: dict) -> dict:
-    """Add the summary and the digest: the last step of writing a results file."""
-    results["schema"] = SCHEMA
-    results["summary"] = summarize(results)
+    """Add the schema, the summary and the digest (over the file as `write_results` stores it): the last step of
+    writing a results file."""
+    summary = summarize(results)  # first: a file it refuses is left as it was
+    results["schema"], results["summary"] = SCHEMA, summary
     results["digest"] = digest(results)
     return results
+
+
+def write_results(path: Path, results: dict) -> None:
+    """Write a sealed results file as this format stores it (`stored`: no per-task records beside a samples file),
+    atomically (write_json)."""
+    write_json(path, stored(results))
 
 
 def json_text(obj: Any, width: int = 120, _level: int = 0) -> str:

@@ -61,7 +61,7 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     it (eval_fast pads batches, so the random stream differs); what computes the same numbers with other rounding is
     not, as the GPU model is not: `generation_grouped_attention` and its `generation_decode_kernel` (attention.py).
     `generation_deferred_stop` returns the same tokens per batch but can move the random stream between batches, so it
-    is in the record when on (and absent when off, so that records made before it existed keep their key); so are
+    is in the record when on (and absent when off: a run without it keeps the key of runs that never had it); so are
     `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
     `sampling_noise` "counter" (the fields whose metadata names an "eval_record" key:
     speed_options.eval_record_entries). The reward version is in it from version 2 on: a base evaluation scored by
@@ -134,6 +134,39 @@ def load_model(model_args, train_args, device: str):
     return path, model, tokenizer
 
 
+def code_commit(folder: Path | None = None) -> tuple[str | None, bool | None]:
+    """The commit of the code that ran and whether tracked files differed from it (uncommitted changes); (None, None)
+    outside a git checkout (an installed copy) or without git."""
+    import subprocess
+
+    folder = folder or Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=30)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    if commit.returncode != 0 or status.returncode != 0:
+        return None, None
+    return commit.stdout.strip(), bool(status.stdout.strip())
+
+
+def provenance(started: float, finished: float, processes: int, options: dict) -> dict:
+    """Where an arm (recipe.py) or an evaluation-only file's evaluations (eval.py) ran, recorded in the file and
+    printed by check.py: the code's commit (and whether it had uncommitted changes), start and end (UTC), host, GPU
+    name and count, library versions and the execution options. Not part of the config record, so not of the config
+    hash: the same configuration run elsewhere is the same run."""
+    import datetime
+    import socket
+
+    commit, dirty = code_commit()
+    utc = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")  # noqa: E731
+    v = versions()
+    return {"commit": commit, "dirty": dirty, "started": utc(started), "finished": utc(finished),
+            "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
+            "versions": v, "options": options}
+
+
 def versions() -> dict:
     import peft
     import torch
@@ -177,11 +210,15 @@ def quiet_known_warnings() -> None:
             logger.addFilter(_drop_known_log_lines)
 
 
-def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "") -> dict:
+def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "", questions: bool = True) -> dict:
     """Move an evaluation's texts (eval.evaluate_pass_at_1's sample_log) into its samples file in `folder`
     (samples.write_samples) and name the file and its SHA-256 in the evaluation, inside what results.json's digest
-    covers: `prefix` + the file name is its path from the run directory (samples.samples_path)."""
-    path, sha = write_samples(folder, stem, ev.pop("sample_log"))
+    covers: `prefix` + the file name is its path from the run directory (samples.samples_path). `questions` False
+    leaves each task's question out: an arm's file, whose tasks (by key) are the base evaluations', which keep it."""
+    log = ev.pop("sample_log")
+    if not questions:
+        log = [{k: v for k, v in line.items() if k != "question"} for line in log]
+    path, sha = write_samples(folder, stem, log)
     ev["samples"] = {"path": prefix + path.name, "sha256": sha, "reward": REWARD_VERSION}  # check.py re-scores by it
     return ev
 

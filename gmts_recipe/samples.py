@@ -12,7 +12,7 @@ import lzma
 import os
 from pathlib import Path
 
-from gmts_recipe.records import ResultsError, evaluations, load  # noqa: F401 - evaluations, as before
+from gmts_recipe.records import SCHEMA, ResultsError, evaluations, load, read_samples, samples_path
 
 SAMPLES_PRESET = 6  # xz: 3.9x on GSM8K-like text (gzip 2.9x); 9 is no smaller at a few MB and takes 674 MiB to compress
 
@@ -38,52 +38,23 @@ def write_samples(folder: Path, stem: str, log: list[dict]) -> tuple[Path, str]:
     return path, sha
 
 
-def samples_path(folder: Path, evaluation: dict, where: str) -> Path:
-    """The samples file an evaluation names: "samples": {"path", "sha256", "reward"}, the path relative to the folder
-    of the results.json that holds it (a base evaluation's is in the shared ../base-evals/, stored once for every
-    cell); "reward": the reward version that scored them (absent: 1)."""
-    ref = evaluation["samples"]
-    if not (isinstance(ref, dict) and isinstance(ref.get("path"), str) and isinstance(ref.get("sha256"), str)):
-        raise ResultsError(f"{where}: samples must be {{'path': ..., 'sha256': ...}}, not {ref!r}")
-    if Path(ref["path"]).is_absolute():
-        raise ResultsError(f"{where}: samples path {ref['path']} must be relative to the results file's folder")
-    return Path(folder) / ref["path"]
-
-
-def read_samples(path: Path, sha256: str | None, where: str) -> list[dict]:
-    """The records of a samples file whose bytes have the recorded SHA-256 (None: unchecked)."""
-    if not path.is_file():
-        raise ResultsError(f"{where}: samples file {path} is missing")
-    data = path.read_bytes()
-    actual = hashlib.sha256(data).hexdigest()
-    if sha256 is not None and actual != sha256:
-        raise ResultsError(f"{where}: samples file {path} has SHA-256 {actual[:12]}..., the results file records "
-                           f"{sha256[:12]}...: the samples were changed after the run")
-    try:
-        return [json.loads(line) for line in lzma.decompress(data).decode("utf-8").splitlines()]
-    except (lzma.LZMAError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultsError(f"{where}: samples file {path} is not xz-compressed JSON lines ({e})") from None
-
-
 def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str] | None = None) -> int:
     """Refuse, in one line naming file, evaluation, task and sample, a samples file that does not hold exactly the
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
     recipe's reward (rewards.sample_scores, of the version the evaluation records) scores otherwise. Returns the number
     of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
-    line's gold must be, where the dataset is at hand. A line's question (files written before keep none) must be one
-    its key covers.
+    line's gold must be, where the dataset is at hand. A line's question, where it keeps one, must be one its key
+    covers (an arm's lines keep none: the base evaluation's lines of the same keys hold it).
 
     Re-scoring is fast for plain final numbers and slower where math-verify parses an expression (measurements:
     bench/README.md, "The test suite's time")."""
     from gmts_recipe.data import TASK_KEYS, question_key
-    from gmts_recipe.rewards import REWARD_VERSION, sample_scores  # no torch: imported only where samples exist
+    from gmts_recipe.records import is_known_reward_version
+    from gmts_recipe.rewards import sample_scores  # no torch: imported only where samples exist
 
-    # The reward version that scored the evaluation: recorded beside the file since version 2, so a file without it
-    # was scored by version 1 (rewards_v1) and is re-scored by it
-    version = evaluation["samples"].get("reward", 1)
-    if not (isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= REWARD_VERSION):
-        raise ResultsError(f"{where}: samples scored by reward version {version!r}; this recipe has versions 1 to "
-                           f"{REWARD_VERSION}")
+    version = evaluation["samples"]["reward"]  # the version that scored them (records.check_format: a known one)
+    if not is_known_reward_version(version):
+        raise ResultsError(f"{where}: samples scored by reward version {version!r}, which this recipe does not know")
     logged = read_samples(path, evaluation["samples"]["sha256"], where)
     where = f"{where}: {path.name}"
     records = {f"{r['task']}:{r['hash']}": r for r in evaluation["records"]}
@@ -98,7 +69,7 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
         if not (isinstance(texts, list) and all(isinstance(t, str) for t in texts) and len(texts) == k
                 and isinstance(scores, list) and len(scores) == k and isinstance(line.get("gold"), str)):
             raise ResultsError(f"{where}: task {key} needs a gold answer and {k} sample texts with {k} scores")
-        question = line.get("question")  # absent from files written before lines kept the question
+        question = line.get("question")  # an arm's lines keep none (the base's lines of the same keys hold it)
         if question is not None and not (isinstance(question, str) and line["hash"] in
                                          {question_key(question, line["gold"], v) for v in TASK_KEYS}):
             raise ResultsError(f"{where}: task {key}: the question in the samples file is not the one its key covers "
@@ -125,22 +96,27 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
     return len(seen) * k
 
 
-UNSAMPLED_FIX = ("a file written before evaluations kept their completions passes only with --allow-unsampled, "
-                 "which says which numbers were not re-scored")
+UNSAMPLED_FIX = ("a file of format 1 that keeps no samples files at all passes only with --allow-unsampled, which "
+                 "says which numbers were not re-scored")
 
 
 def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int] | None = None,
                    golds: dict[str, str] | None = None, allow_unsampled: bool = False) -> dict:
     """Check every evaluation's samples file (check_samples, against the dataset's `golds` where given) and return
     {"evaluations", "with_samples", "samples", "without"}. An evaluation without samples is refused: its scores could
-    be anything. `allow_unsampled` lets those of files written before evaluations kept their samples through, listed
-    in "without". `done`: evaluations already checked (by file SHA-256 and records), so the base evaluations a sweep's
-    cells share are re-scored once."""
+    be anything. `allow_unsampled` lets them through, listed in "without", in a format-1 file (records.check_format
+    admits them there only where no evaluation keeps samples and the file records nothing that came after them); a
+    file of this format (`results["schema"]`, the file's) keeps every evaluation's samples. `done`: evaluations
+    already checked (by file SHA-256 and records), so the base evaluations a sweep's cells share are re-scored
+    once."""
     done = {} if done is None else done
     out = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
     for where, ev in evaluations(results):
         out["evaluations"] += 1
         if "samples" not in ev:
+            if results.get("schema") == SCHEMA:  # the file's format (records.current_record keeps it)
+                raise ResultsError(f"{where} keeps no samples, so its scores cannot be re-scored (a format-{SCHEMA} "
+                                   f"file keeps every evaluation's; {UNSAMPLED_FIX})")
             if not allow_unsampled:
                 raise ResultsError(f"{where} keeps no samples, so its scores cannot be re-scored ({UNSAMPLED_FIX})")
             out["without"].append(where)
@@ -189,9 +165,8 @@ def samples_line(report: dict) -> str:
     if not n:
         return "Samples: no evaluation yet, nothing to re-score."
     if not with_samples:
-        return (f"Scores not re-scored: none of the {n} evaluations keeps its samples (written before evaluations "
-                f"kept their completions); the digest, the recomputed summaries and the held-out tasks are all that "
-                f"was checked.")
+        return (f"Scores not re-scored: none of the {n} evaluations keeps a samples file (a format-1 file); the "
+                f"digest, the recomputed summaries and the held-out tasks are all that was checked.")
     line = (f"Samples: {report['samples']:,} in {with_samples} evaluation(s) re-scored with the recipe's reward, "
             f"every score as recorded")
     if without:
@@ -214,11 +189,11 @@ def dataset_line(report: dict) -> str:
 def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) -> str:
     """Every stored sample of one task (its index, or a prefix of its hash), evaluation by evaluation, with its score,
     after the task's question: what the model was asked and wrote, to read beside the numbers. The question comes from
-    the samples file's line, or, for files written before lines kept it, from the dataset where it is at hand
+    a samples file's line of the task (the base evaluations' keep it), else from the dataset where it is at hand
     (show_question)."""
     from gmts_recipe.rewards import final_answer  # what the reward read as the answer (no torch)
 
-    out = []
+    found = []
     for where, ev in evaluations(results):
         if "samples" not in ev:
             continue
@@ -227,30 +202,31 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
         lines = [r for r in logged if str(r["task"]) == task] or [r for r in logged if str(r["hash"]).startswith(task)]
         if len(lines) > 1:
             raise ResultsError(f"--show {task}: matches {len(lines)} tasks in {where}; give more of the hash")
-        if not lines:
-            continue
-        line = lines[0]
-        if not out:
-            out.append(f"task {line['task']} (question hash {line['hash']}), gold answer {line['gold']}")
-            out.append(show_question(results, line, gsm8k_path))
-        right = sum(line["scores"])
-        out.append(f"\n=== {where} (eval seed {ev['seed']}): {right:g} of {len(line['scores'])} right  [{path}]")
-        for j, (text, score) in enumerate(zip(line["samples"], line["scores"])):
-            out.append(f"--- sample {j}: score {score:g}, final answer {final_answer(text)!r}, {len(text)} characters")
-            out.append(text)
-    if not out:
+        found += [(where, ev, path, lines[0])] if lines else []
+    if not found:
         kept = any("samples" in ev for _, ev in evaluations(results))
         some = ", ".join(str(r["task"]) for r in results["base"]["evals"][0]["records"][:5])
         missing = (f"no such task (give its number in its split, e.g. {some}, or a prefix of its hash)" if kept else
-                   "this file keeps no samples (written before evaluations kept their completions)")
+                   "this file keeps no samples files")
         raise ResultsError(f"--show {task}: {missing}")
+    first = found[0][3]
+    asked = next((line for *_, line in found if isinstance(line.get("question"), str)), first)
+    out = [f"task {first['task']} (question hash {first['hash']}), gold answer {first['gold']}",
+           show_question(results, asked, gsm8k_path)]
+    for where, ev, path, line in found:
+        out.append(f"\n=== {where} (eval seed {ev['seed']}): {sum(line['scores']):g} of {len(line['scores'])} right  "
+                   f"[{path}]")
+        for j, (text, score) in enumerate(zip(line["samples"], line["scores"])):
+            out.append(f"--- sample {j}: score {score:g}, final answer {final_answer(text)!r}, {len(text)} characters")
+            out.append(text)
     return "\n".join(out)
 
 
 def show_question(results: dict, line: dict, gsm8k_path: str | None = None) -> str:
-    """The question of a samples file's line, as --show prints it: the line's own (check_samples tied it to the key),
-    else the dataset's task at that index once its key is the line's (heldout.heldout_pool: the generated task rebuilt
-    from its seed, GSM8K from `gsm8k_path` or the run's), else a sentence saying why it is not at hand."""
+    """The question of a samples file's line, as --show prints it: the line's own (check_samples tied it to the key;
+    an arm's lines keep none), else the dataset's task at that index once its key is the line's (heldout.heldout_pool:
+    the generated task rebuilt from its seed, GSM8K from `gsm8k_path` or the run's), else a sentence saying why it is
+    not at hand."""
     from gmts_recipe.data import task_key
     from gmts_recipe.heldout import heldout_pool
 
@@ -261,6 +237,6 @@ def show_question(results: dict, line: dict, gsm8k_path: str | None = None) -> s
     if pool is None:
         return f"question: not in this samples file, and {source}"
     if not (isinstance(index, int) and 0 <= index < len(pool)) or \
-            task_key(pool[index], results["data"].get("task_key", "question")) != line["hash"]:
+            task_key(pool[index], results["data"]["task_key"]) != line["hash"]:
         raise ResultsError(f"--show {index}: the dataset's task {index} has another key than {line['hash']}")
     return f"question ({source}): {pool[index]['question']}"

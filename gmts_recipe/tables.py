@@ -5,7 +5,7 @@ its file's table without importing a script.
 
 from __future__ import annotations
 
-from gmts_recipe.records import ResultsError, agreement_line, current_record, task_scores
+from gmts_recipe.records import ResultsError, agreement_line, task_scores
 from gmts_recipe.stats import mean_interval
 from selection import DEFAULT_RATIO, RULES, rule_named, short_name
 
@@ -121,7 +121,7 @@ def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = (
     lines.append("")
     lines.append(f"{results.get('config_name', '?')}: {tasks} held-out tasks x {k} samples, "
                  f"model {results.get('config', {}).get('model_name_or_path', '?')}, "
-                 f"config {current_record(results).get('config_hash', '?')[:12]}, eval seed {n['seed']}.")
+                 f"config {results.get('config_hash', '?')[:12]}, eval seed {n['seed']}.")
     agreement = agreement_line(results)
     if agreement:
         lines.append(agreement)

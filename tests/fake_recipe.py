@@ -49,8 +49,8 @@ if (kill.parent / f"fail-{args.experiment}").exists():
 results = tree_cell(root, args.experiment, {arm: 0.5 for arm in args.arm.split(",")},
                     seed=zlib.crc32(args.experiment.encode()))
 if (kill.parent / f"forge-{args.experiment}").exists():
-    from check import seal
+    from results_files import rehash, seal_format_1
 
     results["config"]["seed"] += 100
-    (root / args.experiment / "results.json").write_text(json.dumps(seal(results)))
+    (root / args.experiment / "results.json").write_text(json.dumps(seal_format_1(rehash(results))))
 print(f"[fake recipe] {args.experiment}: {args.arm}")

@@ -13,25 +13,31 @@ import pytest
 
 import check
 from gmts_recipe.rewards import REWARD_VERSION
+from results_files import rehash, seal_format_1
+from selection import rule_of_arm
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def sealed(base_scores: list[list[list[float]]], arm_scores: dict[str, list[list[float]]]) -> dict:
-    """A sealed results file from explicit per-task sample scores: three base evals (seeds 0, 1, 2) and the arms."""
+    """A sealed results file of format 1 without samples (records in the file) from explicit per-task sample scores:
+    three base evals (seeds 0, 1, 2; each its own text lengths, as samples of different seeds have) and the arms, on
+    GSM8K tasks with made-up keys (GSM8K is not at hand: the keys are not compared)."""
 
     def evaluation(eval_seed, tasks):
-        records = [{"task": i, "hash": f"{i:016x}", "scores": s, "lengths": [10] * len(s)} for i, s in enumerate(tasks)]
+        records = [{"task": i, "hash": f"{i:016x}", "scores": s, "lengths": [10 + eval_seed] * len(s)}
+                   for i, s in enumerate(tasks)]
         return {"seed": eval_seed, "k": len(tasks[0]), "pass@1": check.pass_at_1(records), "records": records}
 
     n = len(base_scores[0])
-    results = {"config_name": "unit", "config": {"model_name_or_path": "tiny"}, "config_hash": "0" * 64,
-               "data": {"task": "unit", "heldout": [[i, f"{i:016x}"] for i in range(n)]},
+    results = {"config_name": "unit", "config": {"model_name_or_path": "tiny"},
+               "data": {"task": "gsm8k", "heldout": [[i, f"{i:016x}"] for i in range(n)]},
                "base": {"evals": [evaluation(s, tasks) for s, tasks in enumerate(base_scores)]},
                "arms": {arm: {"eval": evaluation(0, tasks), "learning_rate": 1e-4,
+                              "token_selection": rule_of_arm(arm).name,
                               "train_log": [{"step": 1, "grad_norm": 0.5, "selection/overlap": 0.6}]}
                         for arm, tasks in arm_scores.items()}}
-    return check.seal(results)
+    return seal_format_1(rehash(results))
 
 
 def fake_results(shift=0.0, seed=0, n=60, k=4, arms=("ets", "gmts"), base_p=0.3, shifts=None) -> dict:
@@ -303,13 +309,18 @@ def text_scoring(score: float, gold: str = "7") -> str:
 
 
 def with_samples(results: dict, folder: Path, base_folder: Path | None = None, pool: list[dict] | None = None,
-                 questions: bool = True) -> dict:
-    """The file as recipe.py writes it: each evaluation's texts in a samples file (texts scoring as the records say),
-    named with its SHA-256 in the evaluation; the base's in `base_folder` (the shared ../base-evals/) if given.
-    `pool`: the test pool whose tasks the records' keys are (else the keys are made up, so the lines keep no question,
-    as files written before lines kept it); `questions=False`: lines without their question."""
+                 questions: bool = True, reward: int | None = REWARD_VERSION) -> dict:
+    """The file as format 1 wrote it with samples (records in results.json, as the committed files with samples hold
+    them): each evaluation's texts in a samples file (texts scoring as the records say), named as recipe.py names it
+    with its SHA-256 in the evaluation; the base's in `base_folder` (the shared ../base-evals/) if given. `pool`: the
+    test pool whose tasks the records' keys are (else the keys are made up, so the lines keep no question);
+    `questions=False`: lines without their question. `reward`: the version recorded, as files whose keys cover
+    question and gold answer record it (data.task_key is set so where absent); None: unrecorded (version 1), as
+    files with keys over the question alone."""
     import eval as evaluation
 
+    if reward is not None:
+        results["data"].setdefault("task_key", "question+gold")
     for where, ev in check.evaluations(results):
         tasks = ([pool[r["task"]] for r in ev["records"]] if pool is not None else
                  [{"question": f"q{r['task']}", "answer": "#### 7"} for r in ev["records"]])
@@ -321,10 +332,12 @@ def with_samples(results: dict, folder: Path, base_folder: Path | None = None, p
         if pool is None or not questions:
             log = [{key: value for key, value in line.items() if key != "question"} for line in log]
         base = where.startswith("base") and base_folder is not None
-        path, sha = check.write_samples(base_folder if base else folder, where.replace(" ", "-"), log)
+        stem = (f"{results['base'].get('eval_hash', 'base')[:16]}-seed{ev['seed']}" if where.startswith("base") else
+                f"samples-{where[4:]}-seed{ev['seed']}")
+        path, sha = check.write_samples(base_folder if base else folder, stem, log)
         ev["samples"] = {"path": (f"../{base_folder.name}/" if base else "") + path.name, "sha256": sha,
-                         "reward": REWARD_VERSION}
-    return check.seal(results)
+                         **({"reward": reward} if reward is not None else {})}
+    return seal_format_1(results)
 
 
 def run_dir(tmp_path: Path, results: dict | None = None) -> Path:
@@ -341,7 +354,7 @@ def reseal(path: Path, edit) -> None:
     edit(results)
     for _, ev in check.evaluations(results):
         ev["pass@1"] = check.pass_at_1(ev["records"])
-    path.write_text(json.dumps(check.seal(results)))
+    path.write_text(json.dumps(seal_format_1(results)))
 
 
 def samples_of(path: Path, where: str) -> tuple[Path, list[dict], dict]:
@@ -352,13 +365,25 @@ def samples_of(path: Path, where: str) -> tuple[Path, list[dict], dict]:
 
 
 def rewrite_samples(path: Path, where: str, edit, record_sha: bool = True) -> None:
-    """Edit an evaluation's samples file; with record_sha the forger also records its new SHA-256 and re-seals."""
+    """Edit an evaluation's samples file; with record_sha the forger also names it by its new SHA-256 (as recipe.py
+    names it), records that, and re-seals."""
     file, log, _ = samples_of(path, where)
     edit(log)
-    file.write_bytes(check.samples_bytes(log))
-    if record_sha:
-        reseal(path, lambda r: dict(check.evaluations(r))[where]["samples"].update(
-            sha256=hashlib.sha256(file.read_bytes()).hexdigest()))
+    data = check.samples_bytes(log)
+    if not record_sha:
+        file.write_bytes(data)
+        return
+    sha = hashlib.sha256(data).hexdigest()
+    renamed = file.with_name(f"{file.name.rsplit('-', 1)[0]}-{sha[:12]}.jsonl.xz")
+    file.unlink()
+    renamed.write_bytes(data)
+
+    def record(r):
+        ref = dict(check.evaluations(r))[where]["samples"]
+        ref.update(sha256=sha, path=ref["path"].rsplit("/", 1)[0] + "/" + renamed.name if "/" in ref["path"]
+                   else renamed.name)
+
+    reseal(path, record)
 
 
 def refused(path: Path, capsys, *parts: str) -> str:
@@ -393,7 +418,7 @@ def test_flipped_scores_resealed_are_refused(tmp_path, capsys):
             scores[j] = 1.0 - scores[j]
 
     reseal(path, flip)
-    assert check.load(path)["digest"] == check.digest(check.load(path))  # the digest and summaries pass
+    assert check.load(path)["digest"] == check.digest(json.loads(path.read_text()))  # the digest and summaries pass
     t, j = flips[0]
     refused(path, capsys, str(path), "arm gmts", f"task {t}:{t:016x} sample {j}:", "(13 sample score(s) differ")
 
@@ -440,9 +465,10 @@ def test_a_changed_or_missing_samples_file_is_refused(tmp_path, capsys):
     refused(path, capsys, "base eval 2: samples file", "is missing")
     reseal(path, lambda r: r["base"]["evals"][2]["samples"].update(path=str(file.resolve())))
     refused(path, capsys, "base eval 2: samples path", "must be relative")
+    sha = hashlib.sha256(b"not xz").hexdigest()
+    file = file.with_name(f"base-seed2-{sha[:12]}.jsonl.xz")
     file.write_bytes(b"not xz")
-    reseal(path, lambda r: r["base"]["evals"][2]["samples"].update(
-        path=f"../base-evals/{file.name}", sha256=hashlib.sha256(b"not xz").hexdigest()))
+    reseal(path, lambda r: r["base"]["evals"][2]["samples"].update(path=f"../base-evals/{file.name}", sha256=sha))
     refused(path, capsys, "base eval 2: samples file", "is not xz-compressed JSON lines")
 
 
@@ -452,18 +478,15 @@ def test_a_file_without_samples_passes_only_when_allowed_and_says_it_was_not_re_
     assert "base eval 0 keeps no samples, so its scores cannot be re-scored" in capsys.readouterr().err
     assert check.main([path, "--allow-unsampled"]) == 0
     out = capsys.readouterr().out
-    assert "Scores not re-scored: none of the 5 evaluations keeps its samples (written before evaluations kept their "\
-           "completions); the digest, the recomputed summaries and the held-out tasks are all that was checked." in out
+    assert "Scores not re-scored: none of the 5 evaluations keeps a samples file (a format-1 file); the digest, the "\
+           "recomputed summaries and the held-out tasks are all that was checked." in out
     assert out.count("(not re-scored)") == 3  # the table marks every number that was not: base, ETS, GMTS
-    path = run_dir(tmp_path)  # new arms with samples over a base that kept none (a cache from before): said so
+    path = run_dir(tmp_path)  # arms with samples over a base that keeps none: a file keeps them all or none
     reseal(path, lambda r: [ev.pop("samples") for ev in r["base"]["evals"]])
-    assert check.main([str(path)]) == 2
-    assert check.main([str(path), "--allow-unsampled"]) == 0
-    out = capsys.readouterr().out
-    assert [line.split("  ")[0] for line in out.splitlines() if "(not re-scored)" in line] == ["base (untrained)"]
-    assert [line for line in out.splitlines() if line.startswith("Samples:")][0] == (
-        "Samples: 480 in 2 evaluation(s) re-scored with the recipe's reward, every score as recorded; 3 evaluation(s) "
-        "keep no samples (base eval 0, base eval 1, base eval 2): their scores were not re-scored.")
+    for flags in ([], ["--allow-unsampled"]):
+        refused_with = check.main([str(path), *flags]), capsys.readouterr().err
+        assert refused_with[0] == 2 and "base.evals[0].samples: missing, where arms.ets.eval keeps one" in \
+            refused_with[1]
 
 
 def test_samples_files_are_deterministic_and_named_by_their_hash(tmp_path):
@@ -508,12 +531,13 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
 
 def arithmetic_run(tmp_path: Path, questions: bool = True) -> Path:
     """<tmp>/run/results.json of a run on the generated task (8 held-out tasks of its pool, the records' keys the
-    pool's), its samples as recipe.py writes them; `questions=False`: lines as files written before kept them."""
+    pool's), its samples as format 1 wrote them; `questions=False`: no line keeps its question (as an arm's lines)."""
     from gmts_recipe.data import arithmetic_test_pool, task_key
 
     pool = [dict(t, index=i) for i, t in enumerate(arithmetic_test_pool(8, 17, 0))]
     results = fake_results(n=8, k=2)
-    results["config"].update(n_heldout=8, task_seed=17, difficulty=0)
+    rehash(results)["config"].update(n_heldout=8, task_seed=17, difficulty=0)
+    rehash(results)
     results["data"] = {"task": "arithmetic", "task_key": "question+gold",
                        "heldout": [[i, task_key(pool[i])] for i in range(8)]}
     for _, ev in check.evaluations(results):
@@ -527,9 +551,8 @@ def arithmetic_run(tmp_path: Path, questions: bool = True) -> Path:
 
 
 def test_show_prints_the_tasks_question_from_its_line_or_from_the_dataset(tmp_path, capsys):
-    """--show's second line is the question: the samples line's own, tied to the record by its key (an edited one is
-    refused), or for lines written before they kept it the dataset's task at that index (here rebuilt from its
-    seed)."""
+    """--show's second line is the question: a samples line's own, tied to the record by its key (an edited one is
+    refused), or where no line keeps it the dataset's task at that index (here rebuilt from its seed)."""
     from gmts_recipe.data import arithmetic_test_pool
 
     question = arithmetic_test_pool(8, 17, 0)[3]["question"]
@@ -540,12 +563,11 @@ def test_show_prints_the_tasks_question_from_its_line_or_from_the_dataset(tmp_pa
     sample_file = path.parent / results["arms"]["gmts"]["eval"]["samples"]["path"]
     lines = check.read_samples(sample_file, None, "x")
     lines[3]["question"] = lines[3]["question"].replace("marbles", "apples", 1) + " "
-    _, sha = check.write_samples(path.parent, "edited", lines)
-    edited = next(path.parent.glob(f"edited-{sha[:12]}.jsonl.xz"))
+    edited, sha = check.write_samples(path.parent, "samples-gmts-seed0", lines)
     reseal(path, lambda r: r["arms"]["gmts"]["eval"]["samples"].update(path=edited.name, sha256=sha))
     assert check.main([str(path)]) == 2
-    assert re.search(r"arm gmts: edited-\w+.jsonl.xz: task 3:\w+: the question in the samples file is not the one its "
-                     r"key covers", capsys.readouterr().err)
+    assert re.search(r"arm gmts: samples-gmts-seed0-\w+.jsonl.xz: task 3:\w+: the question in the samples file is not "
+                     r"the one its key covers", capsys.readouterr().err)
     older = arithmetic_run(tmp_path / "older", questions=False)
     assert check.main([str(older), "--show", "3"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == (f"question (the generated task, rebuilt from its seed): "
@@ -565,13 +587,13 @@ def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
     assert [line["gold"] for line in log] == [str(i) for i in range(6)]
     ev = {"k": 2, "records": records}
     path, sha = check.write_samples(tmp_path, "s", log)
-    ev["samples"] = {"path": path.name, "sha256": sha}
+    ev["samples"] = {"path": path.name, "sha256": sha, "reward": 1}
     assert check.check_samples(path, ev, "arm ets") == 12
     lenient = [dict(line, scores=[1.0, 1.0]) for line in log]
     for r in records:
         r["scores"] = [1.0, 1.0]
     path, sha = check.write_samples(tmp_path, "s", lenient)
-    ev["samples"] = {"path": path.name, "sha256": sha}
+    ev["samples"] = {"path": path.name, "sha256": sha, "reward": 1}
     with pytest.raises(check.ResultsError, match=r"task 0:\w+ sample 1: scored 1.0 in the results file, 1.0 in the "
                                                  r"samples file, 0.0 by the reward now \(6 sample score\(s\) differ "
                                                  r"in this evaluation, re-scored by reward version 1:"):
@@ -579,9 +601,9 @@ def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
 
 
 def test_each_samples_file_is_re_scored_by_the_reward_version_it_records(tmp_path):
-    """A file from before version 2 records no version and re-scores with version 1 (rewards_v1), whose reading of
-    '\\text{7}' (0) and '7\\%' differs from today's: it verifies as scored; the same scores claimed by today's
-    version, or by a version this recipe lacks, are refused."""
+    """An evaluation scored by version 1 (format 1 left it unrecorded: records.current_record reads it as 1) re-scores
+    with version 1 (rewards_v1), whose reading of '\\text{7}' (0) and '7\\%' differs from today's: it verifies as
+    scored; the same scores claimed by today's version, or by a version this recipe lacks, are refused."""
     import eval as evaluation
     from gmts_recipe.data import task_key
 
@@ -590,7 +612,7 @@ def test_each_samples_file_is_re_scored_by_the_reward_version_it_records(tmp_pat
     old = [{"task": 0, "hash": task_key(tasks[0]), "scores": [0.0, 0.0, 1.0], "lengths": [len(t) for t in samples[0]]}]
     log = evaluation.sample_log(samples, tasks, old)
     path, sha = check.write_samples(tmp_path, "s", log)
-    ev = {"k": 3, "records": old, "samples": {"path": path.name, "sha256": sha}}
+    ev = {"k": 3, "records": old, "samples": {"path": path.name, "sha256": sha, "reward": 1}}
     assert check.check_samples(path, ev, "arm ets") == 3
     ev["samples"]["reward"] = REWARD_VERSION
     with pytest.raises(check.ResultsError, match=rf"sample 0: scored 0.0 in the results file, 0.0 in the samples "
@@ -599,7 +621,8 @@ def test_each_samples_file_is_re_scored_by_the_reward_version_it_records(tmp_pat
         check.check_samples(path, ev, "arm ets")
     for version in (0, REWARD_VERSION + 1, "2", True):
         ev["samples"]["reward"] = version
-        with pytest.raises(check.ResultsError, match=rf"arm ets: samples scored by reward version {version!r}; "):
+        with pytest.raises(check.ResultsError, match=rf"arm ets: samples scored by reward version {version!r}, "
+                                                     rf"which this recipe does not know"):
             check.check_samples(path, ev, "arm ets")
 
 
@@ -618,7 +641,7 @@ def test_a_file_from_before_gradient_checkpointing_moved_reads_as_recipe_writes_
     assert now["arms"]["gmts"]["generation_options"] == {"generation_compile": True, "gradient_checkpointing": False}
     assert old["config"]["gradient_checkpointing"] is True and "generation_options" not in old["arms"]["ets"]  # a copy
     assert current_record(now) == now and current_record(now) is now  # nothing left to move
-    assert check.render(old) == check.render(now)  # check.py names a file by today's hash
+    assert now["config_hash"][:12] in check.render(now)  # check.py names a file by today's hash
 
 
 # ---------------------------------------------------------------- forgeries a re-seal used to pass
@@ -641,7 +664,12 @@ def gsm8k_run(tmp_path: Path, key: str) -> Path:
     results["data"] = {"task": "gsm8k", "heldout": [[i, k] for i, k in enumerate(keys)]}
     if key != "question":
         results["data"].update(task_key=key, test_pool_sha256=data.pool_sha256(pool))
-    return run_dir(tmp_path, check.seal(results))
+    folder = tmp_path / "run"
+    folder.mkdir()
+    results = with_samples(rehash(results), folder, tmp_path / "base-evals",
+                           reward=None if key == "question" else REWARD_VERSION)
+    (folder / "results.json").write_text(json.dumps(results))
+    return folder / "results.json"
 
 
 def rewrite_gold(path: Path, where: str, gold: str) -> None:
@@ -700,8 +728,9 @@ def test_a_gold_answer_rewritten_with_its_key_is_refused(tmp_path, capsys):
 
 
 def test_an_evaluation_whose_samples_reference_was_deleted_is_refused(tmp_path, capsys):
-    """Delete an evaluation's samples reference, raise its scores, re-seal: refused unless --allow-unsampled (for
-    files written before samples existed), and then the table says those numbers were not re-scored."""
+    """Delete an evaluation's samples reference, raise its scores, re-seal: refused, --allow-unsampled or not (a file
+    keeps every evaluation's samples or, in format 1, none); with every reference deleted, refused too, for the file
+    records what came after samples were kept (its task keys' version)."""
     path = run_dir(tmp_path)
 
     def forge(r):
@@ -711,11 +740,13 @@ def test_an_evaluation_whose_samples_reference_was_deleted_is_refused(tmp_path, 
             rec["scores"] = [1.0] * len(rec["scores"])
 
     reseal(path, forge)
-    refused(path, capsys, str(path), "arm gmts keeps no samples, so its scores cannot be re-scored",
-            "--allow-unsampled")
-    assert check.main([str(path), "--allow-unsampled"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if "(not re-scored)" in line]
-    assert len(rows) == 1 and rows[0].startswith("GMTS") and "100.0% (not re-scored)" in rows[0]
+    for flags in ([], ["--allow-unsampled"]):
+        assert check.main([str(path), *flags]) == 2
+        assert "arms.gmts.eval.samples: missing, where base.evals[0] keeps one" in capsys.readouterr().err
+    reseal(path, lambda r: [ev.pop("samples", None) for _, ev in check.evaluations(r)])
+    assert check.main([str(path), "--allow-unsampled"]) == 2
+    assert "base.evals[0].samples: no evaluation keeps samples, but data.task_key is recorded" in \
+        capsys.readouterr().err
 
 
 def test_tasks_dropped_from_every_evaluation_are_refused(tmp_path, capsys):

@@ -54,6 +54,10 @@ def test_the_base_model_evaluates_as_the_recipe_evaluates_it(tiny_config, tmp_pa
     mean = results["summary"]["base"]["mean"]
     assert f"{100 * mean:.1f}%" in printed and "95% CI" in printed
     assert "Samples: 36 in 3 evaluation(s) re-scored" in printed  # 6 tasks x 2 samples x 3 seeds
+    # a fresh file says where it ran (its provenance, as an arm's), and is of today's format: no records stored
+    assert "Provenance (recorded by the evaluation, outside the config hash): commit " in printed
+    assert "written before" not in printed and results["provenance"]["processes"] == 1
+    assert not any("records" in ev for ev in json.loads(out.read_text())["base"]["evals"])
 
 
 def test_an_adapter_is_evaluated_on_its_base_and_a_tampered_file_is_refused(tiny_config, tmp_path, capsys):
@@ -76,15 +80,23 @@ def test_an_adapter_is_evaluated_on_its_base_and_a_tampered_file_is_refused(tiny
     assert check.main([str(out)]) == 0
     assert "(adapter on " in capsys.readouterr().out
 
-    # a flipped score, re-sealed: the samples file re-scores it and check.py refuses the file in one line
-    forged = json.loads(out.read_text())
-    record = forged["base"]["evals"][0]["records"][0]
-    record["scores"][0] = 1.0 - record["scores"][0]
-    forged["base"]["evals"][0]["pass@1"] = check.pass_at_1(forged["base"]["evals"][0]["records"])
-    check.write_json(out, check.seal(forged))
+    # a flipped score in the samples file (the file holds the records), renamed by its new SHA-256 and re-sealed: the
+    # reward re-scores the text and check.py refuses the file in one line
+    from gmts_recipe.records import write_results
+
+    forged = check.load(out)
+    ev = forged["base"]["evals"][0]
+    lines = check.read_samples(out.parent / ev["samples"]["path"], None, "")
+    lines[0]["scores"][0] = 1.0 - lines[0]["scores"][0]
+    path, sha = check.write_samples(out.parent, f"{out.stem}-seed0", lines)
+    ev["samples"].update(path=path.name, sha256=sha)
+    ev["records"] = [{"task": r["task"], "hash": r["hash"], "scores": r["scores"],
+                      "lengths": [len(t) for t in r["samples"]]} for r in lines]
+    ev["pass@1"] = check.pass_at_1(ev["records"])
+    write_results(out, check.seal(forged))
     assert check.main([str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "sample 0: scored" in err
+    assert len(err.splitlines()) == 1 and "sample 0: scored" in err and "by the reward now" in err
 
 
 def test_an_arms_checkpoints_folder_evaluates_its_last_checkpoint(tiny_config, tmp_path):
@@ -178,10 +190,12 @@ def test_an_evaluation_file_with_trained_arms_is_refused(tiny_config, tmp_path, 
     """kind: evaluation promises one model and no arms: a file that adds an arm (re-sealed) is not shown as one."""
     out = tmp_path / "eval.json"
     assert evaluate(tiny_config.parent / "model", "--config", tiny_config, "--out", out, "--base_eval_seeds", "0") == 0
-    results = json.loads(out.read_text())
+    from gmts_recipe.records import write_results
+
+    results = check.load(out)
     ev = results["base"]["evals"][0]
-    results["arms"] = {"gmts": {"eval": dict(ev), "train_log": [], "learning_rate": 1e-3}}
-    check.write_json(out, check.seal(results))
+    results["arms"] = {"gmts": {"eval": dict(ev), "train_log": [], "learning_rate": 1e-3, "token_selection": "gmts"}}
+    write_results(out, check.seal(results))
     capsys.readouterr()
     assert check.main([str(out)]) == 2
     assert "holds trained arms: gmts" in capsys.readouterr().err

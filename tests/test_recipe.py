@@ -10,6 +10,7 @@ import pytest
 
 import check
 import recipe
+from results_files import seal_format_1
 from selection import rule_named
 from tiny import free_port, write_tiny_config
 
@@ -70,6 +71,13 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
         "samples-ets-seed0", "samples-gmts-seed0", "samples-grpo-seed0"]
     assert [ev["samples"]["path"].rsplit("-", 1)[0] for ev in results["base"]["evals"]] == [
         f"../base-evals/{results['base']['eval_hash'][:16]}-seed{s}" for s in (0, 1, 2)]
+    # format 2: no per-task records beside a samples file (load rebuilt them); the arms' lines keep no question (the
+    # base's, of the same keys, do)
+    stored = json.loads(path.read_text())
+    assert stored["schema"] == 2 and not any("records" in ev for _, ev in check.evaluations(stored))
+    for _, ev in check.evaluations(results):
+        lines = check.read_samples((path.parent / ev["samples"]["path"]).resolve(), ev["samples"]["sha256"], "")
+        assert all(("question" in line) == ev["samples"]["path"].startswith("../") for line in lines)
     assert check.main([str(path)]) == 0
     out = capsys.readouterr().out
     assert "\nSamples: 72 in 6 evaluation(s) re-scored" in out and "\nProvenance (recorded by each arm" in out
@@ -77,7 +85,8 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     # re-running one arm replaces only that arm and reuses the base evals
     before = json.loads(path.read_text())
     named = path.parent / before["arms"]["ets"]["eval"]["samples"]["path"]
-    named.rename(named.with_name("samples-ets-seed0-000000000000.jsonl.xz"))  # as if the arm's samples had differed
+    stale = named.with_name("samples-ets-seed0-000000000000.jsonl.xz")  # as if the arm's samples had differed
+    stale.write_bytes(named.read_bytes())
     assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path) == 0
     after = json.loads(path.read_text())
     assert after["base"] == before["base"] and after["arms"]["gmts"] == before["arms"]["gmts"]
@@ -92,7 +101,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     # the control arm joins the finished run as a 4th arm (what the sweep's resume does to an existing cell)
     assert run("--arm", "ets,gmts,ets_nz", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
     results = check.load(path)
-    assert {a: results["arms"][a] for a in ("grpo", "ets", "gmts")} == after["arms"]
+    assert {a: json.loads(path.read_text())["arms"][a] for a in ("grpo", "ets", "gmts")} == after["arms"]
     control = results["arms"]["ets_nz"]
     assert control["token_selection"] == "entropy_nonzero_omega" and [r["step"] for r in control["train_log"]] == [1, 2]
     assert control["train_log"][0]["reward"] == after["arms"]["ets"]["train_log"][0]["reward"]
@@ -614,14 +623,14 @@ def test_gradient_checkpointing_is_recorded_with_each_arm_and_a_file_from_before
     argv = ["--config", tiny_config, "--results_dir", tmp_path]
     assert run("--arm", "ets", *argv, "--gradient_checkpointing", "true") == 0
     path = tmp_path / "tiny" / "results.json"
-    today = json.loads(path.read_text())
+    today = check.load(path)
     assert "gradient_checkpointing" not in today["config"]
     assert today["arms"]["ets"]["generation_options"]["gradient_checkpointing"] is True
-    old = json.loads(path.read_text())  # the same file as recipe.py wrote it before the field moved
+    old = check.load(path)  # the same run as recipe.py wrote it (format 1) before the field moved
     old["config"]["gradient_checkpointing"] = True
     old["config_hash"] = config_hash(old["config"])
     del old["arms"]["ets"]["generation_options"]["gradient_checkpointing"]
-    path.write_text(json.dumps(check.seal(old)))
+    path.write_text(json.dumps(seal_format_1(old)))
     assert run("--arm", "ets,gmts", "--resume", *argv, "--gradient_checkpointing", "false") == 0
     results = check.load(path)
     assert results["config"] == today["config"] and results["config_hash"] == today["config_hash"]

@@ -20,7 +20,15 @@ from gmts_recipe.sweep.ray_tasks import CellFailed
 from gmts_recipe.sweep.report import FEW_SEEDS, render, secondary_line, write_summary
 from gmts_recipe.sweep.schedule import TIMING, arms_that_fit, recorded_pace, seconds_per_arm, time_left
 from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, summarize, training_reward_fell, verify
-from check import seal
+from results_files import rehash, seal_format_1
+from selection import rule_of_arm
+
+
+def seal(results: dict) -> dict:
+    """Seal a test's cell as format 1 did (records in the file: these cells keep no samples, except where a test adds
+    them), its config hash the one its config gives."""
+    return seal_format_1(rehash(results))
+
 
 CONFIG = "configs/smoke.yaml"
 
@@ -176,9 +184,11 @@ def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: 
     rng = random.Random(seed)
     config, lr = recorded_config(name)
     rewards = rewards or [reward] * 10
-    results = {"config_name": name, "config": config, "config_hash": "x", "base": {"evals": base_evals(base_seed)},
-               "data": {"task": "unit", "heldout": [[i, h] for i, h in enumerate(TASKS)]},
-               "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": lr, "token_selection": arm,
+    config["max_steps"] = max(config["max_steps"], len(rewards))  # a training log within its run's steps
+    results = {"config_name": name, "config": config, "base": {"evals": base_evals(base_seed)},
+               "data": {"task": "gsm8k", "heldout": [[i, h] for i, h in enumerate(TASKS)]},
+               "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": lr,
+                              "token_selection": rule_of_arm(arm).name,
                               "train_log": [{"step": i, "loss": 0.0, "reward": r} for i, r in enumerate(rewards, 1)]}
                         for arm, p in arms.items()}}
     (root / name).mkdir(parents=True)
@@ -278,6 +288,7 @@ def test_the_arms_of_a_cell_share_one_process_in_the_order_of_first_appearance(t
     cell = units[0]
     command = cell_command(grid, by_cell(jobs(grid))[0][0], cell[1], ["--gsm8k_path", "X"])
     assert command[command.index("--arm") + 1] == "ets,gmts,grpo" and command[-2:] == ["--gsm8k_path", "X"]
+    assert command[command.index("--figures") + 1] == "false"  # a cell draws none: gmts_recipe.plots CELL_DIR does
 
 
 def test_a_sweep_runs_each_cell_in_one_process(tmp_path, monkeypatch):
@@ -479,7 +490,7 @@ def tree_cell(root: Path, name: str, arms: dict[str, float], seed: int, base_see
     fake_cell(root, name, arms, seed, base_seed=base_seed)
     path = root / name / "results.json"
     results = json.loads(path.read_text())
-    results["data"], results["base"]["eval_hash"] = {"heldout": HELDOUT}, EVAL_HASH
+    results["data"], results["base"]["eval_hash"] = {"task": "gsm8k", "heldout": HELDOUT}, EVAL_HASH
     path.write_text(json.dumps(seal(results)))
     return results
 
@@ -534,7 +545,7 @@ def test_merge_adds_the_incoming_arms_and_the_file_verifies(tmp_path, capsys):
     assert merged["base"] == theirs["base"] and merged["summary"] == theirs["summary"]
     assert merged["merges"] == [{"arms": ["gmts"], "incoming_digest": theirs["digest"], "versions": None,
                                  "base": "shared cache"}]
-    assert (local / "paper-lr0.0001-s1" / "curves.png").is_file()
+    assert not list((local / "paper-lr0.0001-s1").glob("*.png"))  # a sweep's cell carries no figures
     # the absent log of the cell is copied; a local log keeps its text and gets the incoming one after it, once;
     # other cells' logs stay out
     assert (local / "logs" / "paper-lr0.0001-s1-ets+gmts.log").read_text() == "incoming"
@@ -567,7 +578,8 @@ def test_merge_pairs_a_recomputed_base_with_the_shared_cache_and_records_it(tmp_
         assert merged["merges"] == [{"arms": list(theirs["arms"]), "incoming_digest": theirs["digest"],
                                      "versions": None, "base": "shared cache", "replaced_base_pass@1": replaced}]
         assert merged["summary"]["base"]["pass@1"] == [e["pass@1"] for e in cache["evals"]]
-    assert load(local / "paper-lr0.0002-s1" / "results.json")["data"] == {"heldout": HELDOUT}
+    assert load(local / "paper-lr0.0002-s1" / "results.json")["data"] == {"task": "gsm8k", "heldout": HELDOUT,
+                                                                           "task_key": "question"}
 
 
 def test_summarize_needs_the_merge_after_a_base_was_evaluated_again(tmp_path):
@@ -650,7 +662,7 @@ def test_a_cell_from_before_gradient_checkpointing_moved_merges_and_pools_with_a
     """The local cell's file predates the move (its config record holds gradient_checkpointing, its arms do not); the
     incoming one is as recipe.py writes it today, resumed from that file with the option off for its new arm: the
     merge adds the arm, writes the file as today's, and the cells pool (check_together) with an old-style one."""
-    from gmts_recipe.records import config_hash
+    from gmts_recipe.records import config_hash, current_record
 
     grid_path, local, incoming = trees(tmp_path)
     for path in (local / "paper-lr0.0001-s1" / "results.json", local / "paper-lr0.0002-s1" / "results.json"):
@@ -677,6 +689,7 @@ def test_a_cell_from_before_gradient_checkpointing_moved_merges_and_pools_with_a
         "ets": {"gradient_checkpointing": True}, "gmts": {"gradient_checkpointing": False}}
     grid = load_grid(grid_path)
     cells = {c.name: c for c in grid.cells()}
+    old_style = current_record(old_style)  # as records.load reads it
     check_together([recorded(cells["paper-lr0.0001-s1"], merged),
                           recorded(cells["paper-lr0.0002-s1"], old_style)])  # today's and an old-style cell
     with pytest.raises(SweepError, match="records gradient_checkpointing = True where"):
@@ -700,7 +713,7 @@ def _other_seed(r: dict) -> None:
 
 
 def _other_config(r: dict) -> None:
-    r["config_hash"] = "y"
+    r["config"]["max_steps"] = 11
 
 
 def _other_heldout(r: dict) -> None:
@@ -713,7 +726,8 @@ def _other_eval_hash(r: dict) -> None:
 
 @pytest.mark.parametrize("cell, edit, reseal, match", [
     ("paper-lr0.0001-s1", _other_arm, True, "paper-lr0.0001-s1: arm ets differs from the local one"),
-    ("paper-lr0.0001-s1", _other_config, True, "paper-lr0.0001-s1: config_hash y differs from the local cell's x"),
+    ("paper-lr0.0001-s1", _other_config, True, "paper-lr0.0001-s1: config_hash \\w{12} differs from the local cell's "
+     "\\w{12}"),
     ("paper-lr0.0001-s1", _other_heldout, True, "paper-lr0.0001-s1: held-out tasks differ from the local cell's"),
     ("paper-lr0.0001-s1", _other_eval_hash, True,
      "paper-lr0.0001-s1: base eval hash ffffffffffff differs from the local cell's eeeeeeeeeeee"),
@@ -862,6 +876,45 @@ def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsy
             in capsys.readouterr().out.splitlines())
 
 
+def test_a_cell_stripped_of_its_samples_beside_cells_that_keep_them_is_refused(tmp_path, capsys):
+    """Cells of the first format with samples (reward version unrecorded, keys over the question) record nothing that
+    came after samples: one stripped of them, its scores raised, would pass on its own with --allow-unsampled, but
+    not in a sweep whose other cells keep their samples."""
+    import check
+    from test_check import with_samples
+
+    grid_path = write_grid(tmp_path, GRID)
+    root = tmp_path / "results" / "demo"
+    for name, seed in (("paper-lr0.0001-s1", 1), ("paper-lr0.0001-s2", 2)):
+        fake_cell(root, name, {"ets": 0.5, "gmts": 0.6}, seed=seed)
+        path = root / name / "results.json"
+        if seed == 1:  # the base's samples files shared by the cells, as recipe.py keeps them
+            results = with_samples(json.loads(path.read_text()), path.parent, root / "base-evals", reward=None)
+            base = results["base"]["evals"]
+        else:
+            results = with_samples(json.loads(path.read_text()), path.parent, reward=None)
+            results["base"]["evals"] = base
+            results = seal(results)
+        path.write_text(json.dumps(results))
+    summary = write_summary(load_grid(grid_path), grid_path)
+    assert check.main([str(summary)]) == 0
+    path = root / "paper-lr0.0001-s2" / "results.json"
+    results = json.loads(path.read_text())
+    for ev in [*results["base"]["evals"], *(e["eval"] for e in results["arms"].values())]:
+        ev.pop("samples")
+    gmts = results["arms"]["gmts"]["eval"]
+    gmts["records"] = [dict(r, scores=[1.0] * 4) for r in gmts["records"]]
+    gmts["pass@1"] = 1.0
+    path.write_text(json.dumps(seal(results)))
+    capsys.readouterr()
+    assert check.main([str(path), "--allow-unsampled"]) == 0  # alone, it reads as a file of before samples
+    summary = write_summary(load_grid(grid_path), grid_path)
+    assert check.main([str(summary), "--allow-unsampled"]) == 2
+    assert capsys.readouterr().err.strip().endswith("cell paper-lr0.0001-s2 keeps no samples files where cell "
+                                                    "paper-lr0.0001-s1 does: the cells of one sweep keep them all or "
+                                                    "none")
+
+
 def test_a_merge_without_local_cache_copies_the_incoming_base_samples(tmp_path):
     import shutil
 
@@ -886,22 +939,22 @@ def _flip_a_sample(incoming: Path) -> None:
 
 
 def _drop_an_arm_file(incoming: Path) -> None:
-    next((incoming / "paper-lr0.0001-s2").glob("arm-ets-*.jsonl.xz")).unlink()
+    next((incoming / "paper-lr0.0001-s2").glob("samples-ets-*.jsonl.xz")).unlink()
 
 
 def _other_local_bytes(incoming: Path) -> None:
     """A file of the same name here with other bytes (it is never overwritten)."""
-    source = next((incoming / "paper-lr0.0001-s1").glob("arm-gmts-*.jsonl.xz"))
+    source = next((incoming / "paper-lr0.0001-s1").glob("samples-gmts-*.jsonl.xz"))
     target = incoming.parent.parent / "results" / "demo" / "paper-lr0.0001-s1" / source.name
     target.write_bytes(b"other")
 
 
 @pytest.mark.parametrize("edit, match", [
-    (_flip_a_sample, r"paper-lr0.0001-s1: arm gmts: arm-gmts-\w+.jsonl.xz: task 2:0000000000000002 sample 0: "
+    (_flip_a_sample, r"paper-lr0.0001-s1: arm gmts: samples-gmts-seed0-\w+.jsonl.xz: task 2:0000000000000002 sample 0: "
                      r"scored .* by the reward now"),
-    (_drop_an_arm_file, r"paper-lr0.0001-s2: arm ets: samples file .*other/demo/paper-lr0.0001-s2/arm-ets-\w+.jsonl.xz "
+    (_drop_an_arm_file, r"paper-lr0.0001-s2: arm ets: samples file .*other/demo/paper-lr0.0001-s2/samples-ets-[\w-]+.jsonl.xz "
                         r"is missing"),
-    (_other_local_bytes, r"paper-lr0.0001-s1: arm gmts: samples file .*results/demo/paper-lr0.0001-s1/arm-gmts-\w+"
+    (_other_local_bytes, r"paper-lr0.0001-s1: arm gmts: samples file .*results/demo/paper-lr0.0001-s1/samples-gmts-[\w-]+"
                          r".jsonl.xz has SHA-256"),
 ])
 def test_a_merge_whose_samples_do_not_verify_is_refused_and_writes_nothing(tmp_path, capsys, edit, match):

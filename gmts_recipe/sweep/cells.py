@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gmts_recipe.records import _close, current_record
+from gmts_recipe.records import _close
 from gmts_recipe.sweep.grid import Cell, SweepError
 
 
@@ -27,10 +27,8 @@ class Recorded:
 def recorded(cell: Cell, results: dict) -> Recorded:
     """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
     training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
-    none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). Read as
-    recipe.py writes it today (`current_record`): a cell from before a field moved into the arms pools with later
-    ones."""
-    results = current_record(results)
+    none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). `results` as
+    records.load or records.read_results give it (of any format, as this one holds it), so every cell pools alike."""
     config = results.get("config") or {}
     where = f"{cell.name}: results.json"
     if config.get("seed") != cell.seed:

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from gmts_recipe.records import current_record
+from gmts_recipe.records import read_results
 from selection import short_name
 
 
@@ -49,7 +49,7 @@ def deviations(summary: dict, root: Path) -> str:
     for cell in summary["cells"]:
         if (cell["variant"], cell["learning_rate"]) != (p["variant"], p["learning_rate"]) or cell["seed"] not in p["seeds"]:
             continue
-        results = current_record(json.loads((root / cell["path"]).read_text()))
+        results = read_results(root / cell["path"])  # of any format, as this one holds it
         per_arm = {arm: entry.get("generation_options", {}) for arm, entry in results["arms"].items()}
         options[cell["seed"]] = per_arm[b]
         if any(o != per_arm[b] for o in per_arm.values()):

@@ -9,8 +9,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gmts_recipe.plots import plot_run
-from gmts_recipe.records import ResultsError, current_record, load, seal, write_json
+from gmts_recipe.records import ResultsError, current_evaluations, load, read_results, seal, write_results
 from gmts_recipe.samples import check_samples, evaluations, samples_path
 from gmts_recipe.sweep.cells import check_together, recorded
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError
@@ -36,17 +35,24 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
     if not incoming.is_dir():
         raise SweepError(f"--merge {incoming}: no such folder (give another tree's sweep folder, e.g. results/qwen)")
     root = Path(grid.results_dir) / grid.name
-    caches = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in (root / "base-evals").glob("*.json")}
+    caches = {p.stem: _cache(p) for p in (root / "base-evals").glob("*.json")}
     plans = [_merge_cell(cell, incoming, root, caches) for cell in grid.cells()
              if (incoming / cell.name / "results.json").is_file()]
     merged = {m.cell: m.results for m in plans if m.results is not None}
     try:  # the tree as it would be: every cell's file, merged or local (summarize verifies the local ones)
-        check_together([recorded(cell, merged[cell] if cell in merged else
-                                 json.loads((root / cell.name / "results.json").read_text(encoding="utf-8")))
+        check_together([recorded(cell, merged[cell] if cell in merged else read_results(root / cell.name /
+                                                                                       "results.json"))
                         for cell in grid.cells() if cell in merged or (root / cell.name / "results.json").is_file()])
-    except SweepError as e:
+    except (SweepError, ResultsError) as e:
         raise SweepError(f"--merge: {e}") from None
     return plans
+
+
+def _cache(path: Path) -> dict:
+    """A base-evaluation cache (recipe.py's base-evals/<eval hash>.json) with its evaluations as records.current_record
+    holds a file's: comparable with the base of a loaded cell."""
+    cache = json.loads(path.read_text(encoding="utf-8"))
+    return {**cache, "evals": current_evaluations(cache["evals"], path.parent.parent / "cell")}
 
 
 def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict]) -> Merge:
@@ -61,8 +67,8 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
 
     local_path = root / cell.name / "results.json"
     try:
-        new = current_record(load(incoming / cell.name / "results.json"))  # both as recipe.py writes them today
-        old = current_record(load(local_path)) if local_path.is_file() else None
+        new = load(incoming / cell.name / "results.json")  # both of any format, as this one holds them
+        old = load(local_path) if local_path.is_file() else None
     except ResultsError as e:
         raise refuse(str(e)) from None
     try:
@@ -158,10 +164,10 @@ def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tu
 
 
 def merge(grid: Grid, incoming: Path) -> list[str]:
-    """Bring the cells of `incoming` into this tree (plan_merge: all checked first), redraw each merged cell's curves
-    as recipe.py does, bring in their logs (a same-named local log keeps its text and gets the incoming one appended,
-    as a resumed local sweep appends; only its rest where the local log ends with its beginning: `_continued`), and
-    return one line per cell. Never overwrites a log, never writes the sweep's summary (--summarize does); merging
+    """Bring the cells of `incoming` into this tree (plan_merge: all checked first), write each merged cell's
+    results file (no figures: a sweep's cells carry none), bring in their logs (a same-named local log keeps its text
+    and gets the incoming one appended, as a resumed local sweep appends; only its rest where the local log ends with
+    its beginning: `_continued`), and return one line per cell. Never overwrites a log, never writes the sweep's summary (--summarize does); merging
     the same folder again changes nothing."""
     plans = plan_merge(grid, incoming)
     root = Path(grid.results_dir) / grid.name
@@ -170,8 +176,9 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
             copy_atomic(source, target)
         if m.results is not None:
             (root / m.cell.name).mkdir(parents=True, exist_ok=True)
-            write_json(root / m.cell.name / "results.json", m.results)  # atomic: the cell is the old or the new one
-            plot_run(m.results, root / m.cell.name / "curves.png")
+            # atomic: the cell is the old or the new one; in this format (no per-task records beside samples files)
+            # and without figures (python -m gmts_recipe.plots CELL_DIR draws them)
+            write_results(root / m.cell.name / "results.json", m.results)
         if m.timing:  # after the results file: a line never describes a cell that is not here
             (root / "logs").mkdir(parents=True, exist_ok=True)
             with open(root / "logs" / TIMING, "a", encoding="utf-8") as out:

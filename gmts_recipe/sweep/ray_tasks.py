@@ -26,7 +26,7 @@ RAY_EXTRA = 'pip install -e ".[ray]"'
 RAY_EXCLUDES = [".git/", "/results/", "/runs/", "/cache/", ".carry/", "venv/", ".venv/", "__pycache__/",
                 "*.egg-info/", ".pytest_cache/", ".hypothesis/"]
 # The files of a cell process that come back to the driver (paths in the task's sweep folder, {cell}: its name).
-RETURNED = ("{cell}/results.json", "{cell}/samples-*.jsonl.xz", "{cell}/curves*.png", "base-evals/*.json",
+RETURNED = ("{cell}/results.json", "{cell}/samples-*.jsonl.xz", "base-evals/*.json",
             "base-evals/*.jsonl.xz")
 
 
