@@ -79,7 +79,7 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
     from gmts_recipe.rewards import REWARD_VERSION, sample_scores  # no torch: imported only where samples exist
 
     # The reward version that scored the evaluation: recorded beside the file since version 2, so a file without it
-    # was scored by version 1 (rewards_v1) and is re-scored by it
+    # was scored by version 1 and is re-scored by it (rewards.sample_scores at version 1)
     version = evaluation["samples"].get("reward", 1)
     if not (isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= REWARD_VERSION):
         raise ResultsError(f"{where}: samples scored by reward version {version!r}; this recipe has versions 1 to "
