@@ -24,6 +24,7 @@ from gmts_recipe.field_types import misfits
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root
 from gmts_recipe.records import read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
+from gmts_recipe.value_checks import check_arm_list, check_values
 from selection import RULES, arms
 
 if TYPE_CHECKING:  # annotations only: the config classes load with the libraries (_parser)
@@ -337,6 +338,10 @@ def trained_arms(arm: str) -> list[str]:
     for name in names:
         if name not in arm_names():
             raise RecipeError(f"unknown arm '{name}': use one of {', '.join(arm_names())}, or a comma list (ets,gmts)")
+    try:
+        check_arm_list(names, all_arms())
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
     out: list[str] = []
     for name in names:
         for a in (all_arms() if name == "all" else [] if name == "base" else [name]):
@@ -504,6 +509,14 @@ RECIPE_COUNTS = {"n_train": (1, "train prompts"), "eval_samples": (1, "samples p
                  "eval_batch_size": (1, "sequences per generate call at evaluation")}
 
 
+def _check_values(config) -> None:
+    """value_checks.check_values (nan, inf, a negative, a string for a bool, the ranges), as a RecipeError."""
+    try:
+        check_values(config)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
+
+
 def check_recipe_values(recipe: RecipeArgs) -> None:
     """Refuse recipe values that cannot give an honest run, before the model loads: a count of 0 (eval_samples 0
     made pass@1 NaN, found only when results.json was written), a sampling temperature of 0 (greedy: transformers'
@@ -524,14 +537,14 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
                           f"seeds")
     if recipe.save_minutes < 0:
         raise RecipeError(f"save_minutes={recipe.save_minutes}: must be >= 0 (0: checkpoints by steps only)")
-    for arm in arms():  # a rule registered at run time has no <arm>_learning_rate field
-        lr = getattr(recipe, f"{arm}_learning_rate", None)
-        if lr is not None and lr < 0:
-            raise RecipeError(f"{arm}_learning_rate={lr}: must be >= 0")
+    if any(s < 0 for s in recipe.base_eval_seeds):
+        raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds}: a seed must be >= 0")
+    _check_values(recipe)  # the rest of its fields: nan, inf, a negative value (per-arm learning rates included)
 
 
 def check_model_fields(model_args, train_args) -> None:
     """Refuse model fields that would not reach the model (or not the same way in evaluation and training)."""
+    _check_values(model_args)
     for f in dataclasses.fields(model_args):
         if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
             continue

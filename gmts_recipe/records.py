@@ -288,10 +288,14 @@ def read_yaml_mapping(path: Path, error: type[Exception], shape: str) -> dict:
     """A YAML file that must hold a mapping (a config, a sweep file): any problem is one line of `error`."""
     import yaml
 
+    from gmts_recipe.value_checks import load_unique_yaml
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_unique_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise error(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    except ValueError as e:  # a key given twice: PyYAML alone would keep the last
+        raise error(f"{path}: {e}") from None
     if not isinstance(raw, dict):
         raise error(f"{path} {shape}")
     return raw
