@@ -24,6 +24,7 @@ from gmts_recipe.field_types import misfits
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root
 from gmts_recipe.records import read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
+from gmts_recipe.user_rules import RULES_HELP, RULES_HINT
 from gmts_recipe.value_checks import check_arm_list, check_values
 from selection import RULES, arms
 
@@ -197,10 +198,11 @@ def _print_help() -> None:
     """argparse's help with a short usage line: its own lists all ~400 fields before the first explanation, and
     --config (read by TrlParser, not a field) would appear nowhere."""
     parser = _parser()
-    parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--FIELD VALUE ...]"
+    parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--rules FILE.py] [--FIELD VALUE ...]"
     parser.description = (
         "Every field below with its help, default and choices, as a table: docs/config.md. "
         f"--config FILE: a YAML file of 'field: value' lines (default {DEFAULT_CONFIG}; the others are in configs/); "
+        f"--rules FILE.py: {RULES_HELP}; "
         "a --FIELD on the command line overrides the file's value. The fields below: the recipe's own first (--arm "
         "to --cudnn_attention), then GMTSConfig's (TRL's GRPOConfig and the selection fields; token_selection is "
         "set by --arm), then TRL's ModelConfig's.")
@@ -337,7 +339,8 @@ def trained_arms(arm: str) -> list[str]:
     names = [a.strip() for a in arm.split(",")]
     for name in names:
         if name not in arm_names():
-            raise RecipeError(f"unknown arm '{name}': use one of {', '.join(arm_names())}, or a comma list (ets,gmts)")
+            raise RecipeError(f"unknown arm '{name}': use one of {', '.join(arm_names())}, or a comma list (ets,gmts); "
+                              f"{RULES_HINT}")
     try:
         check_arm_list(names, all_arms())
     except ValueError as e:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
+from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 from selection import arms, comparisons, rule_of_arm
 
 SCHEMA = 1
@@ -157,7 +158,7 @@ def summarize(results: dict) -> dict:
     known = arms()
     unknown = set(results.get("arms", {})) - set(known)
     if unknown:
-        raise ResultsError(f"unknown arm {sorted(unknown)[0]!r} (known: {', '.join(known)})")
+        raise ResultsError(f"unknown arm {sorted(unknown)[0]!r} (known: {', '.join(known)}; {RULES_HINT})")
     arm_scores = {}
     for arm in known:
         if arm not in results.get("arms", {}):
