@@ -433,6 +433,10 @@ def locate(model: str, base_model: str | None = None) -> Target:
         if not path.is_file():
             raise EvalError(f"model file {path} does not exist")
         target = Target(model, str(path))
+    elif path.is_file():  # there, but of another kind: say so, not "no such folder" or "unknown model name"
+        hint = f"; to verify a results file: python check.py {model}" if path.suffix == ".json" else ""
+        raise EvalError(f"{model} is a file, not a model: MODEL is a model or adapter folder, a .gguf file, a known "
+                        f"name or a hub id{hint}")
     elif model in _known_models():
         target = Target(model, model)
     elif model.startswith(("/", ".", "~")) or model.count("/") > 1 or (
