@@ -342,7 +342,7 @@ def trained_arms(arm: str) -> list[str]:
             raise RecipeError(f"unknown arm '{name}': use one of {', '.join(arm_names())}, or a comma list (ets,gmts); "
                               f"{RULES_HINT}")
     try:
-        check_arm_list(names, all_arms())
+        check_arm_list(names)
     except ValueError as e:
         raise RecipeError(str(e)) from None
     out: list[str] = []

@@ -6,9 +6,9 @@ there trains nothing honestly (a NaN learning rate makes every weight NaN; an in
 noise) while the run goes on without a word. So every field declared as a number is checked, not a list of the ones
 someone thought of: it must be a number (an int where an int is declared; never a bool or a string), finite, and
 not negative unless a negative value means something there (NEGATIVE_MEANS). Every field declared as a bool must be
-a bool: `GMTSConfig(bf16="false")` would read as on. A few fields have a range of their own instead of the sign
-(RANGES). The counts keep their own checks, which run first and say "a positive count" (config.py,
-recipe_config.py); these run before GRPOConfig's own arithmetic with the values.
+a bool: `GMTSConfig(bf16="false")` would read as on. A few fields have a range instead of the sign (RANGES: the
+counts, probabilities, the adapter's rank); a few keep a check of their own elsewhere (OWN_CHECKS). GMTSConfig runs
+these before GRPOConfig's own arithmetic with the values.
 
 Also here: an arm named twice on --arm (`check_arm_list`), and a YAML mapping with a key given twice
 (`load_unique_yaml`: PyYAML keeps the last one silently). Standard library only (and PyYAML where a file is read).
@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -36,12 +38,15 @@ def _in_unit_interval(low_open: bool, high_open: bool) -> Callable[[float], bool
     return lambda v: (0 < v if low_open else 0 <= v) and (v < 1 if high_open else v <= 1)
 
 
-# Fields whose range its own check refuses, in its own words (config.check_selection_config): finite is checked here
-OWN_CHECKS = {"selection_ratio"}
+# Fields whose range their own check refuses, in its words (config.check_selection_config, check_sampling_and_clipping,
+# recipe_config.check_recipe_values): only finite is checked here
+OWN_CHECKS = {"selection_ratio", "temperature", "eval_temperature"}
+# The counts a run divides by or loops over: at least 1 (recipe_config.POSITIVE_COUNTS and GMTSConfig's own)
+COUNTS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+          "num_iterations", "num_generations", "max_completion_length", "steps_per_generation", "generation_batch_size")
 # field -> (the values allowed, what the refusal says they must be), in place of the sign check
 RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
-    "temperature": (lambda v: v > 0, "> 0 (0 would be greedy decoding, identical answers in every group)"),
-    "eval_temperature": (lambda v: v > 0, "> 0 (0 would be greedy decoding, every sample the same)"),
+    **{name: (lambda v: v >= 1, "a positive count") for name in COUNTS},
     "delta": (lambda v: v > 1, "> 1 (the two-sided clip caps the ratio at delta)"),
     "max_steps": (lambda v: v > 0 or v == -1, "a positive count of optimizer steps, or -1 (num_train_epochs "
                                                 "decides)"),
@@ -76,19 +81,28 @@ def scalar_fields(cls: type) -> dict[str, tuple[type, ...]]:
     return {f.name: kinds for f in dataclasses.fields(cls) if f.init and (kinds := _declared(hints[f.name]))}
 
 
+def numpy_bool() -> type:
+    """numpy's bool scalar where numpy is loaded (it is no Python bool, nor an Integral), else bool."""
+    numpy = sys.modules.get("numpy")
+    return numpy.bool_ if numpy is not None else bool
+
+
 def value_problem(name: str, value: Any, kinds: tuple[type, ...]) -> str | None:
     """What is wrong with `value` for field `name` declared as `kinds` (None: nothing), in words."""
     if value is None:
         return None  # a field that takes None checks its own default; argparse gives None only where declared
     if kinds == (bool,):
-        return None if isinstance(value, bool) else "must be true or false"
-    if isinstance(value, bool) or not isinstance(value, kinds):
+        return None if isinstance(value, (bool, numpy_bool())) else "must be true or false"
+    number = numbers.Integral if kinds == (int,) else numbers.Real  # numpy's scalars too (np.int64(3) is a seed)
+    if isinstance(value, (bool, numpy_bool())) or not isinstance(value, number):
         return "must be an integer" if kinds == (int,) else "must be a number"
     if not math.isfinite(value):
         return "must be a finite number"
+    if name in OWN_CHECKS:
+        return None
     if name in RANGES:
         return None if RANGES[name][0](value) else f"must be {RANGES[name][1]}"
-    if value < 0 and name not in NEGATIVE_MEANS and name not in OWN_CHECKS:
+    if value < 0 and name not in NEGATIVE_MEANS:
         return "must be >= 0"
     return None
 
@@ -103,18 +117,14 @@ def check_values(config: Any) -> None:
             raise ValueError(f"{name}={value!r}: {problem}")
 
 
-def check_arm_list(names: list[str], all_arms: tuple[str, ...]) -> None:
-    """Refuse an --arm list that names an arm twice ('ets,ets'), or an arm beside 'all' that 'all' already trains:
-    a list with a repeat is a typo, not a request to train the arm twice."""
+def check_arm_list(names: list[str]) -> None:
+    """Refuse an --arm list that names an arm twice ('ets,ets'): a typo, not a request to train the arm twice. An arm
+    beside 'all' is an order ('gmts,all' trains GMTS first, then the rest of all), not a repeat."""
     seen: set[str] = set()
     for name in names:
         if name in seen:
             raise ValueError(f"--arm names {name} twice")
         seen.add(name)
-    if "all" in seen:
-        twice = [n for n in names if n in all_arms]
-        if twice:
-            raise ValueError(f"--arm names {twice[0]} beside all, which trains it (all: {', '.join(all_arms)})")
 
 
 def load_unique_yaml(text: str) -> Any:
