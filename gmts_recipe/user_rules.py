@@ -4,9 +4,9 @@ sweep.py, update_readme.py), read by one function, `take_rules`.
 A rule exists in a process once the code that registers it has run (`register_rule` at the import of the user's
 module). A process that never imported that module (check.py run as a command, a sweep's cell, a worker) knows no
 such rule and refuses its arm as unknown. `--rules SPEC` imports the module first: SPEC is the path of a .py file
-(my_rules.py, ../lab/rules.py) or a module name found on the import path (my_rules, lab.rules); several are given by
-repeating the option or with commas. Nothing here reads where the rules table lives: the user's module registers its
-rules where the recipe keeps them, and this module only imports it.
+(my_rules.py, ../lab/rules.py) or a module name found on the import path or in the current folder (my_rules,
+lab.rules); several are given by repeating the option or with commas. Nothing here reads where the rules table
+lives: the user's module registers its rules where the recipe keeps them, and this module only imports it.
 
 Only the user names the code that runs: a results file records which rule trained an arm, never a file to import, so
 check.py executes nothing that a file it verifies could name.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -55,7 +56,7 @@ def load_rules(spec: str) -> ModuleType:
                 sys.modules.pop(name, None)
                 raise
         else:
-            module = importlib.import_module(spec)
+            module = _import_module(spec)
     except ModuleNotFoundError as e:
         if not is_file and e.name == spec.split(".")[0]:
             raise RulesError(f"{RULES_OPTION} {spec}: no such module on the import path, and no such file") from None
@@ -64,6 +65,19 @@ def load_rules(spec: str) -> ModuleType:
         raise RulesError(f"{RULES_OPTION} {spec}: importing it failed ({type(e).__name__}: {e})") from None
     _loaded[key] = module
     return module
+
+
+def _import_module(name: str) -> ModuleType:
+    """importlib.import_module, then once more from the current folder where the name is not found: a command run
+    as `python check.py` has its own folder on the import path, not the user's."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        here = os.getcwd()
+        if e.name != name.split(".")[0] or here in sys.path:
+            raise
+        sys.path.append(here)  # last: a name of the standard library or the recipe is never shadowed
+        return importlib.import_module(name)
 
 
 def take_rules(argv: list[str]) -> list[str]:

@@ -86,6 +86,18 @@ def test_take_rules_loads_each_spec_once_and_leaves_the_rest_of_the_command_line
     assert take_rules(["--rules", "json"]) == []  # a module on the import path
 
 
+def test_a_module_name_is_found_in_the_current_folder(rules_file, tmp_path, monkeypatch):
+    """`python check.py --rules my_rules` from the folder that holds my_rules.py: a command's import path holds the
+    command's folder, not the user's, so the current folder is tried last."""
+    (tmp_path / "lab_rules_here.py").write_text(RULE_FILE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert "omega_only" not in {r.arm for r in RULES.values()}
+    assert take_rules(["--rules", "lab_rules_here"]) == [] and "abs_omega" in RULES
+    assert sys.path[-1] == str(tmp_path)
+    sys.modules.pop("lab_rules_here")
+
+
 @pytest.mark.parametrize("main, name", [(check.main, "check.py"), (sweep.main, "sweep.py"),
                                         (update_readme.main, "update_readme.py"), (evaluation.main, "eval.py"),
                                         (recipe.main, "recipe.py")])
