@@ -5,6 +5,7 @@
     python check.py results/offline/results.json --allow-unsampled  # a format-1 file without samples files
     python check.py runs/quickstart/results.json --show 3     # task 3's question, what the model wrote, each score
     python check.py --power results/confirm/sweep.json        # why a sweep could not decide; the seeds one needs
+    python check.py runs/mine/results.json --rules my_rules.py  # arms of your own rules (gmts_recipe.user_rules)
 
 Files of every format load through one converter (records.current_record; a format-2 file keeps no per-task records
 beside a samples file: they are rebuilt from it). Exits 2 with a one-line reason when the file is missing or
@@ -82,6 +83,7 @@ from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
 from gmts_recipe.sweep.report import render as render_sweep
+from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules
 from selection import short_name  # the arms' short names (the rule registry; no torch)
 from gmts_recipe.tables import (DIGEST_NOTE, NOT_RESCORED, _delta, _label, _pct, _table,  # noqa: F401
                                 _verdict_text, comparison_rows, evaluation_rows, render, render_evaluation,
@@ -89,6 +91,11 @@ from gmts_recipe.tables import (DIGEST_NOTE, NOT_RESCORED, _delta, _label, _pct,
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:  # the user's own rules first (--rules FILE): an arm of theirs is unknown to this process otherwise
+        argv = take_rules(list(sys.argv[1:] if argv is None else argv))
+    except RulesError as e:
+        print(f"check.py: {e}", file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(description="Verify a results.json (one experiment) or a sweep.json (a grid of them, "
                                              "every cell re-verified) and print its result tables.")
     ap.add_argument("results", help="path to results.json or sweep.json")
@@ -106,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--power", action="store_true",
                     help="for a sweep.json: how its comparison's per-seed variance splits into evaluation and "
                          "training noise, and the seeds a decisive test needs (size your comparison from a pilot)")
+    ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by take_rules above; here for --help
     args = ap.parse_args(argv)
     try:
         args.results = _resolve(args.results)

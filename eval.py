@@ -433,6 +433,10 @@ def locate(model: str, base_model: str | None = None) -> Target:
         if not path.is_file():
             raise EvalError(f"model file {path} does not exist")
         target = Target(model, str(path))
+    elif path.is_file():  # there, but of another kind: say so, not "no such folder" or "unknown model name"
+        hint = f"; to verify a results file: python check.py {model}" if path.suffix == ".json" else ""
+        raise EvalError(f"{model} is a file, not a model: MODEL is a model or adapter folder, a .gguf file, a known "
+                        f"name or a hub id{hint}")
     elif model in _known_models():
         target = Target(model, model)
     elif model.startswith(("/", ".", "~")) or model.count("/") > 1 or (
@@ -463,6 +467,8 @@ def _parse_command(argv: list[str]):
     """(MODEL, config, out, base_model, the recipe's field arguments), the fields checked against EVAL_OVERRIDES."""
     import argparse
 
+    from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION
+
     class OneLine(argparse.ArgumentParser):
         def error(self, message):
             raise EvalError(message)
@@ -478,6 +484,7 @@ def _parse_command(argv: list[str]):
     ap.add_argument("--out", default=None, help="results file to write (default <model-name>-eval.json)")
     ap.add_argument("--base_model", default=None, help="an adapter's base model, where its adapter_config.json names "
                                                        "one that is not here")
+    ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by main's take_rules; here for --help
     args, fields = ap.parse_known_args(argv)
     from gmts_recipe.recipe_config import cli_values
 
@@ -579,10 +586,11 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
 def main(argv: list[str] | None = None) -> int:
     from gmts_recipe.models import ModelError
     from gmts_recipe.recipe_config import RecipeError
+    from gmts_recipe.user_rules import RulesError, take_rules
 
-    try:
-        results, out = evaluate_model(sys.argv[1:] if argv is None else argv)
-    except (EvalError, RecipeError, ModelError) as e:
+    try:  # the user's own rules first (--rules FILE): a config naming an arm of theirs reads then
+        results, out = evaluate_model(take_rules(list(sys.argv[1:] if argv is None else argv)))
+    except (EvalError, RecipeError, ModelError, RulesError) as e:
         print(f"eval.py: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -57,6 +57,7 @@ from gmts_recipe.data import system_prompt, to_prompt
 from gmts_recipe.gpu_memory import peak_memory, release_vllm_engine
 from gmts_recipe.models import ModelError, resolve_model
 from gmts_recipe.plots import plot_run
+from gmts_recipe.user_rules import RulesError, take_rules
 # The configuration and what a run sets up around it live in the package (eval.py's command reads them too); their
 # names stay importable from here (recipe.parse, recipe.RecipeError, ...) for the bench scripts, the tests and users.
 from gmts_recipe.recipe_config import (  # noqa: F401
@@ -307,8 +308,8 @@ def run_experiment(argv: list[str]) -> dict:
     --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
     wrote). Raises RecipeError (a user error: one line) and KeyboardInterrupt (resume with --resume)."""
     try:
-        return _run_experiment(argv)
-    except ModelError as e:  # an offline model that is not installed or does not verify
+        return _run_experiment(take_rules(argv))  # a user's own rules (--rules FILE) before the arms are read
+    except (ModelError, RulesError) as e:  # an offline model that is not installed or does not verify; a rules file
         raise RecipeError(str(e)) from None
 
 

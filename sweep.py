@@ -15,6 +15,7 @@ with one sealed summary that `check.py` verifies cell by cell.
     python sweep.py configs/sweeps/qwen.yaml --ray                # cells as Ray tasks (a local cluster, or `ray start`'s)
     python sweep.py configs/sweeps/qwen.yaml --ray HEAD:6379      # cells on the workers of that Ray cluster
     python sweep.py configs/sweeps/qwen.yaml --commands           # one shell line per missing cell (Slurm job arrays)
+    python sweep.py my_grid.yaml --rules my_rules.py              # arms of your own rules (each cell loads them too)
     python check.py results/qwen/sweep.json                       # verify: every cell recomputed from its results.json
 
 A cell is one (setting variant, learning rate, training seed): its own run directory `<results_dir>/<name>/<cell>/`
@@ -62,6 +63,7 @@ from gmts_recipe.sweep.merge import merge
 from gmts_recipe.sweep.ray_tasks import RAY_EXTRA, run_ray
 from gmts_recipe.sweep.report import write_summary
 from gmts_recipe.sweep.schedule import TIMING, recorded_pace
+from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, rules_arguments, take_rules
 
 
 def parser() -> argparse.ArgumentParser:
@@ -100,6 +102,7 @@ def parser() -> argparse.ArgumentParser:
                     help="local pool: start no arm that would end more than MINUTES after the sweep's start, at the "
                          "pace measured so far (an allocation's wall-clock limit); the arms left run when the same "
                          "command runs again")
+    ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP + "; passed on to every cell's recipe.py")
     return ap
 
 
@@ -167,11 +170,13 @@ def run_cells(grid: Grid, args: argparse.Namespace, extra: list[str], left: list
                warm_workers=args.warm_workers, time_limit=args.time_limit, left=left)
 
 
-def run_command(args: argparse.Namespace, extra: list[str]) -> int:
-    """What the options ask for, once they are checked; a SweepError is the caller's one line."""
+def run_command(args: argparse.Namespace, extra: list[str], rules: list[str] = ()) -> int:
+    """What the options ask for, once they are checked; a SweepError is the caller's one line. `rules`: the --rules
+    options, passed on to every cell's recipe.py."""
     grid = checked_grid(args)
     if not (args.summarize or args.merge is not None):  # what launches cells, or plans them
         check_keys(grid, extra)
+    extra = [*extra, *rules]
     if args.commands:
         lines = commands(grid, extra, args.only)
         print("\n".join(lines) if lines else "# nothing to run: every job has finished")
@@ -199,6 +204,11 @@ def run_command(args: argparse.Namespace, extra: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:  # the user's own rules (--rules FILE): this process reads the grid's arms, each cell's recipe.py trains them
+        rules, argv = rules_arguments(argv), take_rules(argv)
+    except RulesError as e:
+        print(f"sweep.py: {e}", file=sys.stderr)
+        return 2
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     args, stray = parser().parse_known_args(argv)
@@ -207,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
               f"GRID [options] -- {' '.join(stray)})", file=sys.stderr)
         return 2
     try:
-        return run_command(args, extra)
+        return run_command(args, extra, rules)
     except SweepError as e:
         print(f"sweep.py: {e}", file=sys.stderr)
         return 2

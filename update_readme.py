@@ -32,6 +32,7 @@ from gmts_recipe.records import json_file
 from gmts_recipe.stats import seed_t_interval, signed
 from gmts_recipe.sweep.deviations import _runs, arm_processes, deviations
 from gmts_recipe.sweep.summary import CLAIMED
+from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, rules_arguments, take_rules
 from selection import PRIMARY, RULES, arms, control_comparisons, rule_named, short_name
 
 ROOT = Path(__file__).resolve().parent
@@ -44,6 +45,8 @@ FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep
 MECHANISM_SWEEPS = ("results/qwen/sweep.json", "results/coupled/sweep.json", "results/confirm/sweep.json")
 
 BASE_NAME = "base (untrained)"
+RULES_COMMANDS = ("check.py", "sweep.py", "recipe.py", "eval.py")  # the block commands that read --rules
+_RULES: list[str] = []  # this run's --rules options (main), passed on to those commands
 
 
 def _name(arm: str) -> str:
@@ -63,6 +66,8 @@ def run(cmd: str) -> str:
     argv = shlex.split(cmd)
     if argv[0] == "python":
         argv[0] = sys.executable
+    if argv[1:2] and argv[1] in RULES_COMMANDS:
+        argv += _RULES  # this run's --rules, for a command that reads them
     return subprocess.run(argv, cwd=ROOT, check=True, capture_output=True, text=True).stdout.rstrip("\n") + "\n"
 
 
@@ -474,6 +479,12 @@ def named_sweep(item: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:  # the user's own rules (--rules FILE): for the tables here and the commands of the generated blocks
+        _RULES[:], argv = rules_arguments(argv), take_rules(argv)
+    except RulesError as e:
+        print(f"update_readme.py: {e}", file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(description="Regenerate the documentation's generated blocks and headline figure.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
     ap.add_argument("--headline", metavar="SWEEP_JSON", type=json_file, help="print the README's headline table")
@@ -503,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="print where a sequential plan stands and its caveat")
     ap.add_argument("--posthoc-line", metavar="NAME=SWEEP_JSON", nargs="+", type=named_sweep,
                     help="print the one labelled line of the pooled post-hoc estimate for the README")
+    ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by take_rules above; here for --help
     args = ap.parse_args(argv)
     if args.posthoc or args.posthoc_line:
         named = args.posthoc or args.posthoc_line

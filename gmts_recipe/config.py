@@ -17,6 +17,7 @@ from trl import GRPOConfig
 from gmts_recipe.generation.attention import KERNELS
 from gmts_recipe.generation.decode_loop import check_supported, check_supported_config, resolved_generation_config
 from gmts_recipe.speed_options import DECODE_LOOPS, SAMPLING_NOISES, SpeedOptions, field_docs
+from gmts_recipe.value_checks import check_values
 from selection import RULES
 
 SELECTION_SCOPES = ("batch", "microbatch", "group")
@@ -59,6 +60,7 @@ class GMTSConfig(SpeedOptions, GRPOConfig):
 
     def __post_init__(self):
         check_generation_counts(self)  # before GRPOConfig's own arithmetic with them (num_generations 0: % by zero)
+        check_values(self)  # nan, inf, a negative, a string for a bool: before anything computes with them
         super().__post_init__()
         check_selection_config(self)
 

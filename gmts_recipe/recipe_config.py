@@ -24,6 +24,8 @@ from gmts_recipe.field_types import misfits
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root
 from gmts_recipe.records import BASE_EVAL_SEEDS, read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
+from gmts_recipe.user_rules import RULES_HELP, RULES_HINT
+from gmts_recipe.value_checks import check_arm_list, check_values
 from selection import RULES, arms
 
 if TYPE_CHECKING:  # annotations only: the config classes load with the libraries (_parser)
@@ -199,10 +201,11 @@ def _print_help() -> None:
     """argparse's help with a short usage line: its own lists all ~400 fields before the first explanation, and
     --config (read by TrlParser, not a field) would appear nowhere."""
     parser = _parser()
-    parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--FIELD VALUE ...]"
+    parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--rules FILE.py] [--FIELD VALUE ...]"
     parser.description = (
         "Every field below with its help, default and choices, as a table: docs/config.md. "
         f"--config FILE: a YAML file of 'field: value' lines (default {DEFAULT_CONFIG}; the others are in configs/); "
+        f"--rules FILE.py: {RULES_HELP}; "
         "a --FIELD on the command line overrides the file's value. The fields below: the recipe's own first (--arm "
         "to --cudnn_attention), then GMTSConfig's (TRL's GRPOConfig and the selection fields; token_selection is "
         "set by --arm), then TRL's ModelConfig's.")
@@ -339,7 +342,12 @@ def trained_arms(arm: str) -> list[str]:
     names = [a.strip() for a in arm.split(",")]
     for name in names:
         if name not in arm_names():
-            raise RecipeError(f"unknown arm '{name}': use one of {', '.join(arm_names())}, or a comma list (ets,gmts)")
+            raise RecipeError(f"unknown arm '{name}': use one of {', '.join(arm_names())}, or a comma list (ets,gmts); "
+                              f"{RULES_HINT}")
+    try:
+        check_arm_list(names)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
     out: list[str] = []
     for name in names:
         for a in (all_arms() if name == "all" else [] if name == "base" else [name]):
@@ -507,6 +515,14 @@ RECIPE_COUNTS = {"n_train": (1, "train prompts"), "eval_samples": (1, "samples p
                  "eval_batch_size": (1, "sequences per generate call at evaluation")}
 
 
+def _check_values(config) -> None:
+    """value_checks.check_values (nan, inf, a negative, a string for a bool, the ranges), as a RecipeError."""
+    try:
+        check_values(config)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
+
+
 def check_recipe_values(recipe: RecipeArgs) -> None:
     """Refuse recipe values that cannot give an honest run, before the model loads: a count of 0 (eval_samples 0
     made pass@1 NaN, found only when results.json was written), a sampling temperature of 0 (greedy: transformers'
@@ -527,14 +543,14 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
                           f"seeds")
     if recipe.save_minutes < 0:
         raise RecipeError(f"save_minutes={recipe.save_minutes}: must be >= 0 (0: checkpoints by steps only)")
-    for arm in arms():  # a rule registered at run time has no <arm>_learning_rate field
-        lr = getattr(recipe, f"{arm}_learning_rate", None)
-        if lr is not None and lr < 0:
-            raise RecipeError(f"{arm}_learning_rate={lr}: must be >= 0")
+    if any(s < 0 for s in recipe.base_eval_seeds):
+        raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds}: a seed must be >= 0")
+    _check_values(recipe)  # the rest of its fields: nan, inf, a negative value (per-arm learning rates included)
 
 
 def check_model_fields(model_args, train_args) -> None:
     """Refuse model fields that would not reach the model (or not the same way in evaluation and training)."""
+    _check_values(model_args)
     for f in dataclasses.fields(model_args):
         if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
             continue

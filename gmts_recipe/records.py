@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
+from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 from selection import arms, comparisons, rule_of_arm
 
 # The arms (selection.arms()) and the pairs compared (selection.comparisons(): (a, b), delta = a - b, for the pairs a
@@ -428,7 +429,7 @@ def summarize(results: dict) -> dict:
     known = arms()
     unknown = set(results.get("arms", {})) - set(known)
     if unknown:
-        raise ResultsError(f"unknown arm {sorted(unknown)[0]!r} (known: {', '.join(known)})")
+        raise ResultsError(f"unknown arm {sorted(unknown)[0]!r} (known: {', '.join(known)}; {RULES_HINT})")
     arm_scores = {}
     for arm in known:
         if arm not in results.get("arms", {}):
@@ -730,10 +731,14 @@ def read_yaml_mapping(path: Path, error: type[Exception], shape: str) -> dict:
     """A YAML file that must hold a mapping (a config, a sweep file): any problem is one line of `error`."""
     import yaml
 
+    from gmts_recipe.value_checks import load_unique_yaml
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_unique_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise error(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    except ValueError as e:  # a key given twice: PyYAML alone would keep the last
+        raise error(f"{path}: {e}") from None
     if not isinstance(raw, dict):
         raise error(f"{path} {shape}")
     return raw

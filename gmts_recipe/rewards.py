@@ -30,9 +30,22 @@ Percent: a percent sign after the number is a unit, like 'km': '72\\%' is 72, ne
 percent ..." with the gold written as the number of percent ('72'), and a reward that also accepted 0.72 would score
 two different answers right. A percent sign anywhere else ('50\\% + 3') makes the answer no number.
 
+What changes the number is never dropped (version 3): a word that scales or transforms it ('72 thousand', '72
+dozen', '72 squared', '72 and a half', '\\text{minus } 72': `_VALUE_WORDS`) leaves words in the answer, so it is no
+number; a macro's words that hold a number stay ('\\text{14 weeks and} 4' is two numbers, not 4); and two numbers
+with only space between them ('72 73', '2 \\text{ times } 36' once the words are dropped) are no single number,
+except digit groups of three ('1 000' is 1000) and a mixed number ('5 \\frac{1}{2}' is 5.5). The price: a unit that
+counts in multiples is refused too ('5 dozen' answering "how many dozens"), since the reward does not read the
+question.
+
 REWARD_VERSION names this reading. Every evaluation records the version that scored it, and check.py re-scores a
-samples file with the version it names: version 1 (`gmts_recipe.rewards_v1`, kept unchanged) removed a formatting
-macro with its content and read '72\\%' as both 72 and 0.72.
+samples file with the version it names, by this module's `sample_scores(texts, gold, version)`: each version is a
+reading kept exactly, one code path with the version's branches (`_clean`, `answers_equal`):
+- 1: a \\text, \\mbox or \\mathrm macro is removed with its content; parentheses (not braces) around the whole
+  answer are dropped; a percent sign may stand in an expression math-verify reads ('72\\%' equals both 72 and 0.72);
+  an expression math-verify leaves unevaluated ('0/0') is compared as it is.
+- 2: the decoration above (`_strip_decoration`), braces like parentheses, percent as a unit, only finite values.
+- 3: version 2, and what changes the number is never dropped (the paragraph above).
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ from typing import Any
 
 MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
 MAX_ANSWER_CHARS = 64  # a final answer longer than this is not a number the gold could equal
-REWARD_VERSION = 2  # what new evaluations record; check.py re-scores a samples file with the version it names
+REWARD_VERSION = 3  # what new evaluations record; check.py re-scores a samples file with the version it names
 # An unboxed number: digits with commas inside (not after: '72,' is 72), an optional decimal part, or a bare decimal
 # part ('.5' is 0.5, not 5). A comma run that is not thousands grouping ('1,2,3') is kept whole, so that `_normalize`
 # sees a list, not the last digit or 123.
@@ -108,11 +121,11 @@ def _drop_thousands_separators(ans: str) -> str:
     return _COMMA_RUN.sub(lambda m: m[0].replace(",", "") if _GROUPED.fullmatch(m[0]) else m[0], ans)
 
 
-def _unwrap_brackets(ans: str) -> str:
-    """(5) -> 5, {72} -> 72, ((70+2)) -> 70+2: parentheses or braces around the whole answer change nothing
-    (math-verify parses none of '(5)' or '((70+2))'); (3)(4), {1}{2} and (1,2) are kept. Quadratic, so only on an
-    answer already cut to MAX_ANSWER_CHARS."""
-    while len(ans) >= 2 and (ans[0], ans[-1]) in (("(", ")"), ("{", "}")):
+def _unwrap_brackets(ans: str, openings: str = "({") -> str:
+    """(5) -> 5, {72} -> 72, ((70+2)) -> 70+2: parentheses or braces (`openings`; version 1: parentheses only) around
+    the whole answer change nothing (math-verify parses none of '(5)' or '((70+2))'); (3)(4), {1}{2} and (1,2) are
+    kept. Quadratic, so only on an answer already cut to MAX_ANSWER_CHARS."""
+    while len(ans) >= 2 and ans[0] in openings and ans[-1] == _CLOSING[ans[0]]:
         opening, closing = ans[0], ans[-1]
         depth = 0
         for i, ch in enumerate(ans):
@@ -121,6 +134,9 @@ def _unwrap_brackets(ans: str) -> str:
                 return ans  # the first bracket closes before the end
         ans = ans[1:-1].strip()
     return ans
+
+
+_CLOSING = {"(": ")", "{": "}"}
 
 
 def _normalize(ans: str) -> str:
@@ -134,24 +150,40 @@ def _normalize(ans: str) -> str:
 
 # A formatting macro around plain text: replaced by its text (a number stays, a unit word is dropped as a unit word)
 _FORMAT_MACRO = re.compile(r"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox|boldsymbol|bm)\s*\{([^{}]*)\}")
+_TEXT_MACRO = re.compile(r"\\(?:text|mbox|mathrm)\{[^{}]*\}")  # version 1: removed with its content
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|\\degree|\^\s*\{\s*\}")  # 72^{\circ}, 72^\circ, 72\degree
 _UNIT_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*(?:/[A-Za-z]+)*[.,]?")  # km, apples, km/h, hrs., S'mores
 _ENDS_A_NUMBER = re.compile(r"[0-9}%]$")  # what unit words may follow: a number, a \frac{}{}, a percent
 _PERCENT = re.compile(r"\s*\\?%$")
 _END_PUNCTUATION = re.compile(r"(?<!\\)[.,]+$")  # a sentence's end; not the comma of LaTeX's thin space \,
+# Words that scale or transform the number they stand by (version 3): never dropped as a unit is. Counted things
+# ('pairs', 'quarters', 'times') and units of measure are not among them: '72 pairs' answers "how many pairs".
+_VALUE_WORDS = frozenset(
+    "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
+    "lakhs crore crores k bn squared cubed power powers root half halves tenth tenths hundredth hundredths "
+    "thousandth thousandths point minus negative twice double triple thrice".split())
+# Two numbers with only space between them: '72 73', '72.5 .5', '\frac{1}{2} 3' (not '5 \frac{1}{2}', a mixed number)
+_SIDE_BY_SIDE = re.compile(r"[0-9}]\s+\.?[0-9]")
+_DIGIT_GROUPS = re.compile(r"[+-]?[1-9][0-9]{0,2}(?: [0-9]{3})+(?:\.[0-9]+)?")  # 1 000 000: spaces that group thousands
 _DECIMAL = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits: no exponent, no unicode digits
 _EXACT = re.compile(rf"(?P<sign>[+-]?)\s*(?:(?P<value>{_DECIMAL})|\\[dt]?frac\{{(?P<num>{_DECIMAL})\}}"
                     rf"\{{(?P<den>{_DECIMAL})\}}|(?P<n>{_DECIMAL})\s*/\s*(?P<d>{_DECIMAL}))")
 _BOUNDED_EXPRESSION = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|\\right|[0-9 .+\-*/(){}])*")
+_BOUNDED_WITH_PERCENT = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|\\right|\\%|[0-9 .+\-*/(){}%])*")
 _POWER = re.compile(r"\*\s*\*")  # '**' (a power in sympy's syntax), also with spaces in between
 
 
-def _strip_decoration(answer: str) -> str:
+def _changes_value(text: str) -> bool:
+    """True when `text` holds a word of _VALUE_WORDS ('thousand', 'Dozen.', 'minus')."""
+    return any(word.lower() in _VALUE_WORDS for word in re.findall(r"[A-Za-z]+", text))
+
+
+def _strip_decoration(answer: str, version: int = REWARD_VERSION) -> str:
     """The answer without what a model writes around its number (module docstring): formatting macros, degrees, an
-    equation's left-hand side, unit words after the number, a trailing percent sign. Linear in the length, called
-    on at most MAX_TAIL_CHARS characters."""
+    equation's left-hand side, unit words after the number, a trailing percent sign; from version 3, never a word
+    that changes the number. Linear in the length, called on at most MAX_TAIL_CHARS characters."""
     for _ in range(4):  # \\textbf{\\text{72}}: a macro inside a macro, a few levels deep
-        unwrapped = _FORMAT_MACRO.sub(_macro_content, answer)
+        unwrapped = _FORMAT_MACRO.sub(lambda m: _macro_content(m[1], version), answer)
         if unwrapped == answer:
             break
         answer = unwrapped
@@ -161,35 +193,46 @@ def _strip_decoration(answer: str) -> str:
     units = len(words)
     while units > 1 and _UNIT_WORD.fullmatch(words[units - 1]):
         units -= 1
-    if units < len(words) and _ENDS_A_NUMBER.search(words[units - 1]):  # 72 km, 72 apples; not 21 - x
+    if units < len(words) and _ENDS_A_NUMBER.search(words[units - 1]) and \
+            not (version >= 3 and _changes_value(" ".join(words[units:]))):  # 72 km, 72 apples; not 21 - x
         words = words[:units]
     return _PERCENT.sub("", _END_PUNCTUATION.sub("", " ".join(words)))  # 60%. is 60%, then 60
 
 
-def _macro_content(m: re.Match) -> str:
+def _macro_content(content: str, version: int) -> str:
     """\\text{72} is 72; a macro holding a letter is words ('\\text{ apples}', '\\text{ with 2 left over}'): dropped
-    with its content, as a unit is."""
-    return " " if re.search(r"[A-Za-z]", m[1]) else f" {m[1]} "
+    with its content, as a unit is. From version 3 its words stay where they hold a number ('\\text{72 apples}' is
+    read as '72 apples'; '\\text{ with 2 left over}' leaves two numbers) or a word that changes the number
+    ('\\text{ thousand}', '\\text{minus }'): the answer is then read, or refused, as any other words are."""
+    if not re.search(r"[A-Za-z]", content):
+        return f" {content} "
+    if version >= 3 and (re.search(r"[0-9]", content) or _changes_value(content)):
+        return f" {content} "
+    return " "
 
 
-def _clean(answer: str) -> str | None:
-    """The answer without decoration, units, currency and thousands separators; None when too long to be a number
-    or when it holds anything but printable ASCII (control characters, unicode digits or spaces)."""
+def _clean(answer: str, version: int = REWARD_VERSION) -> str | None:
+    """The answer without decoration, units, currency and thousands separators, as reward version `version` reads it
+    (module docstring); None when too long to be a number, when it holds anything but printable ASCII (control
+    characters, unicode digits or spaces), or (version 3) when it holds two numbers side by side."""
     if len(answer) > MAX_TAIL_CHARS:
         return None
-    stripped = _strip_decoration(answer)
+    stripped = _TEXT_MACRO.sub("", answer) if version == 1 else _strip_decoration(answer, version)
     if not (stripped.isascii() and stripped.isprintable()):
         return None
     cleaned = _normalize(stripped)
     if not 0 < len(cleaned) <= MAX_ANSWER_CHARS:
         return None
-    return _unwrap_brackets(cleaned) or None  # '()' or '{}' holds nothing
+    cleaned = _unwrap_brackets(cleaned, "(" if version == 1 else "({")
+    if version >= 3 and _SIDE_BY_SIDE.search(cleaned) and not _DIGIT_GROUPS.fullmatch(cleaned):
+        return None  # 72 73 is two numbers, not 73; 1 000 is 1000
+    return cleaned or None  # '()' or '{}' holds nothing
 
 
-def exact_value(answer: str) -> Fraction | None:
+def exact_value(answer: str, version: int = REWARD_VERSION) -> Fraction | None:
     """A plain decimal or a fraction of two plain decimals as an exact Fraction; None for anything else (including a
     zero denominator). Linear in the (bounded) length: no exponent can be written."""
-    cleaned = _clean(answer)
+    cleaned = _clean(answer, version)
     m = _EXACT.fullmatch(cleaned) if cleaned is not None else None
     if m is None:
         return None
@@ -200,11 +243,12 @@ def exact_value(answer: str) -> Fraction | None:
     return sign * Fraction(num) / Fraction(den) if Fraction(den) != 0 else None
 
 
-def bounded_expression(answer: str) -> str | None:
+def bounded_expression(answer: str, version: int = REWARD_VERSION) -> str | None:
     """The cleaned answer when math-verify may parse it in bounded time (short, no power, factorial, exponent, sum
-    or function: see the module docstring), else None."""
-    cleaned = _clean(answer)
-    if cleaned is None or not _BOUNDED_EXPRESSION.fullmatch(cleaned) or _POWER.search(cleaned):
+    or function: see the module docstring), else None. Version 1 also let a percent sign through."""
+    cleaned = _clean(answer, version)
+    grammar = _BOUNDED_WITH_PERCENT if version == 1 else _BOUNDED_EXPRESSION
+    if cleaned is None or not grammar.fullmatch(cleaned) or _POWER.search(cleaned):
         return None
     return cleaned
 
@@ -221,15 +265,15 @@ for _name in ("math_verify.parser", "math_verify.grader"):
     logging.getLogger(_name).addFilter(_drop_timeout_notice)
 
 
-def answers_equal(gold: str, predicted: str | None) -> bool:
+def answers_equal(gold: str, predicted: str | None, version: int = REWARD_VERSION) -> bool:
     """Exact equality of two numbers when both are plain numbers or fractions; otherwise math-verify's equality of
-    two bounded expressions; False for anything unbounded."""
+    two bounded expressions; False for anything unbounded. `version`: the reading (module docstring)."""
     if predicted is None:
         return False
-    gold_value, predicted_value = exact_value(gold), exact_value(predicted)
+    gold_value, predicted_value = exact_value(gold, version), exact_value(predicted, version)
     if gold_value is not None and predicted_value is not None:
         return gold_value == predicted_value
-    g, p = bounded_expression(gold), bounded_expression(predicted)
+    g, p = bounded_expression(gold, version), bounded_expression(predicted, version)
     if g is None or p is None:
         return False
     from math_verify import parse, verify
@@ -237,6 +281,8 @@ def answers_equal(gold: str, predicted: str | None) -> bool:
     # No SIGALRM timeouts (None): the input is bounded by construction, and a reward may run off the main thread.
     gold_parsed = parse(f"${g}$" if "\\" in g else g, parsing_timeout=None)
     pred_parsed = parse(f"${p}$" if "\\" in p else p, parsing_timeout=None)
+    if version == 1:  # compared as parsed, evaluated or not
+        return bool(gold_parsed and pred_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=None))
     if not (_finite(gold_parsed) and _finite(pred_parsed)):
         return False
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
@@ -254,25 +300,33 @@ def _finite(parsed: list) -> bool:
 
 def math_equal_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
     """1.0 when the completion's final answer equals the gold number, else 0.0. Never raises; bounded time."""
+    return _scores(completions, answer, REWARD_VERSION)
+
+
+def _scores(completions: list, answer: list[str], version: int) -> list[float]:
+    """math_equal_reward as reward version `version` reads the answers."""
     rewards = []
     for completion, gold in zip(completions, answer, strict=True):
         try:
-            rewards.append(float(answers_equal(gold_answer(str(gold)), final_answer(_text(completion)))))
+            rewards.append(float(answers_equal(gold_answer(str(gold)), final_answer(_text(completion)), version)))
         except Exception:  # noqa: BLE001 - a reward must never stop training; garbage scores 0
             rewards.append(0.0)
     return rewards
 
 
 def reward_function(version: int = REWARD_VERSION) -> Callable[..., list[float]]:
-    """The reward of a given version: REWARD_VERSION is this module's `math_equal_reward`, 1 the reading kept in
-    `gmts_recipe.rewards_v1`, so a results file scored by an older reward still re-scores as it was scored."""
+    """The reward of a given version (1 to REWARD_VERSION; REWARD_VERSION is `math_equal_reward`), so a results file
+    scored by an older reading still re-scores as it was scored."""
+    if isinstance(version, bool) or version not in range(1, REWARD_VERSION + 1):
+        raise ValueError(f"reward version {version!r} is unknown: this recipe has versions 1 to {REWARD_VERSION}")
     if version == REWARD_VERSION:
         return math_equal_reward
-    if version == 1:
-        from gmts_recipe import rewards_v1
 
-        return rewards_v1.math_equal_reward
-    raise ValueError(f"reward version {version!r} is unknown: this recipe has versions 1 to {REWARD_VERSION}")
+    def reward(completions: list, answer: list[str], **kwargs) -> list[float]:
+        return _scores(completions, answer, version)
+
+    reward.__name__ = reward.__qualname__ = f"math_equal_reward_v{version}"
+    return reward
 
 
 def sample_scores(texts: list[str], gold: str, version: int = REWARD_VERSION) -> list[float]:

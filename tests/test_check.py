@@ -602,7 +602,7 @@ def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
 
 def test_each_samples_file_is_re_scored_by_the_reward_version_it_records(tmp_path):
     """An evaluation scored by version 1 (format 1 left it unrecorded: records.current_record reads it as 1) re-scores
-    with version 1 (rewards_v1), whose reading of '\\text{7}' (0) and '7\\%' differs from today's: it verifies as
+    with version 1 (rewards.sample_scores at version 1), whose reading of '\\text{7}' (0) and '7\\%' differs from today's: it verifies as
     scored; the same scores claimed by today's version, or by a version this recipe lacks, are refused."""
     import eval as evaluation
     from gmts_recipe.data import task_key

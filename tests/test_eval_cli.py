@@ -123,6 +123,12 @@ def _adapter_without_base(tmp_path, base) -> Path:
     ("{tmp}/nowhere", [], "/nowhere: no such folder"),
     ("./nowhere/model", [], "./nowhere/model: no such folder"),
     ("{tmp}/missing.gguf", [], "missing.gguf does not exist"),
+    ("file:notes.txt", [], "notes.txt is a file, not a model: MODEL is a model or adapter folder, a .gguf file, a "
+                           "known name or a hub id"),
+    ("file:sub/notes.txt", [], "sub/notes.txt is a file, not a model"),
+    ("file:{tmp}/notes.txt", [], "/notes.txt is a file, not a model"),
+    ("file:results.json", [], "results.json is a file, not a model: MODEL is a model or adapter folder, a .gguf file, "
+                              "a known name or a hub id; to verify a results file: python check.py results.json"),
     ("{tmp}", [], "holds no model (config.json), adapter (adapter_config.json) or checkpoint-N folder"),
     ("lost:/gone/gmts-recipe/smollm2-135m-instruct", [],
      ("its base model /gone/gmts-recipe/smollm2-135m-instruct is not here (it was converted from "
@@ -139,6 +145,11 @@ def test_bad_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, capsy
     monkeypatch.setattr(run_setup, "load_model", lambda *a: pytest.fail("a model was loaded"))  # eval.py's load
     if model.startswith("lost:"):
         model = str(_adapter_without_base(tmp_path, model[len("lost:"):] or None))
+    if model.startswith("file:"):  # a file that exists, of the wrong kind, named from the current folder
+        model = model[len("file:"):].replace("{tmp}", str(tmp_path))
+        (tmp_path / model).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / model).write_text("my notes\n")
+        monkeypatch.chdir(tmp_path)
     assert evaluate(model.replace("{tmp}", str(tmp_path)), *extra) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("eval.py: ") and message in err

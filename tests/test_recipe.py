@@ -327,7 +327,9 @@ def test_n_heldout_0_holds_out_the_whole_test_split(tmp_path):
 def test_arm_lists():
     assert recipe.trained_arms("all") == ["grpo", "ets", "gmts"] and recipe.trained_arms("base") == []
     assert recipe.trained_arms("gmts,ets") == ["gmts", "ets"] and recipe.trained_arms("grpo") == ["grpo"]
-    assert recipe.trained_arms("ets,gmts,grpo,ets") == ["ets", "gmts", "grpo"]  # the order given, each arm once
+    assert recipe.trained_arms("ets,gmts,grpo") == ["ets", "gmts", "grpo"]  # the order given
+    with pytest.raises(recipe.RecipeError, match="--arm names ets twice"):
+        recipe.trained_arms("ets,gmts,grpo,ets")
     assert recipe.trained_arms("base,gmts") == ["gmts"] and recipe.trained_arms("gmts,all") == ["gmts", "grpo", "ets"]
     assert recipe.trained_arms("ets,gmts,ets_nz") == ["ets", "gmts", "ets_nz"]  # the control only when named
     assert recipe.trained_arms("all,ets_nz") == ["grpo", "ets", "gmts", "ets_nz"]
@@ -517,7 +519,9 @@ def test_a_config_value_of_the_wrong_type_is_one_line(tmp_path, monkeypatch, cap
     as written (`max_steps: true` is one step), so it is refused by name; the command line may override it."""
     monkeypatch.chdir(ROOT)
     bad = tmp_path / "bad.yaml"
-    bad.write_text(Path("configs/quickstart.yaml").read_text() + line + "\n")
+    key = line.split(":")[0]  # in place of the file's own line for it (a key given twice is refused as such)
+    kept = [k for k in Path("configs/quickstart.yaml").read_text().splitlines() if not k.startswith(f"{key}:")]
+    bad.write_text("\n".join(kept) + "\n" + line + "\n")
     assert recipe.main(["--config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err == f"recipe.py: {message.format(bad)}\n", err
@@ -570,7 +574,7 @@ def test_help_lists_the_fields_and_exits_0(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "--selection_ratio" in out and "--gsm8k_path" in out and "--learning_rate" in out
     head = out.splitlines()[:12]  # the usage in one line, then --config (not a field), then the recipe's own fields
-    assert head[0] == "usage: python recipe.py [--config FILE] [--arm ARM] [--FIELD VALUE ...]"
+    assert head[0] == "usage: python recipe.py [--config FILE] [--arm ARM] [--rules FILE.py] [--FIELD VALUE ...]"
     assert "--config FILE: a YAML file" in head[2] and any(line.startswith("  --arm ARM") for line in head)
     assert "(default: learning_rate)" not in out and "(unset: learning_rate)" in out  # not beside argparse's default
 

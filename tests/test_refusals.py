@@ -38,7 +38,7 @@ ROWS = [
     ("difficulty", 4, "difficulty=4: must be 0, 1, 2 or 3", []),
     ("difficulty", 0, None, []),
     ("difficulty", 3, None, []),
-    ("task_seed", -1, None, []),
+    ("task_seed", -1, "task_seed=-1: must be >= 0", []),
     ("task_seed", 0, None, []),
     ("eval_samples", 0, "eval_samples=0: must be a positive count", []),
     ("eval_samples", -2, "eval_samples=-2: must be a positive count", []),
@@ -55,7 +55,8 @@ ROWS = [
     ("base_eval_seeds", [0, 0, 1], "base_eval_seeds=[0, 0, 1] repeats 0", []),
     ("base_eval_seeds", [-1, -1], "repeats -1", []),
     ("base_eval_seeds", [0], None, []),
-    ("base_eval_seeds", [-1, 0, 1], None, []),
+    ("base_eval_seeds", [-1, 0, 1], "base_eval_seeds=[-1, 0, 1]: a seed must be >= 0", []),
+    ("base_eval_seeds", [3, 0, 1], None, []),
     ("save_minutes", -1, "save_minutes=-1.0: must be >= 0", []),
     ("save_minutes", 0, None, []),
     *[(f"{arm}_learning_rate", value, message, []) for arm in ("grpo", "ets", "gmts", "ets_nz")

@@ -1,15 +1,18 @@
 """The reward finishes in bounded time whatever the text, on a worker thread of a fresh process; exact numbers."""
 
 import json
+import string
 import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gmts_recipe.rewards import (REWARD_VERSION, bounded_expression, exact_value, final_answer, math_equal_reward,
-                                  reward_function, sample_scores)
+from gmts_recipe.rewards import (_VALUE_WORDS, REWARD_VERSION, bounded_expression, exact_value, final_answer,
+                                  math_equal_reward, reward_function, sample_scores)
 
 ROOT = Path(__file__).resolve().parent.parent
 NEST = 30
@@ -262,8 +265,110 @@ def test_version_1_is_kept_and_reads_text_and_percent_as_before():
     assert old(["\\boxed{72\\%}"], ["0.72"]) == [1.0]
     assert new(texts, ["72"] * 4) == [1.0, 1.0, 1.0, 1.0]
     assert sample_scores(texts, "72", 1) == [0.0, 1.0, 0.0, 0.0] and sample_scores(texts, "72") == [1.0] * 4
-    with pytest.raises(ValueError, match="reward version 99 is unknown"):
-        reward_function(99)
+    assert old.__name__ == "math_equal_reward_v1" and new is math_equal_reward  # TRL logs a reward by its name
+    for version in (0, 99, REWARD_VERSION + 1, True, "2"):
+        with pytest.raises(ValueError, match=f"reward version {version!r} is unknown"):
+            reward_function(version)
+
+
+# (completion, gold, the score of versions 1, 2, 3): hand-written answers with the value each version gives. A unit
+# that changes the value, or words between two numbers, pass in version 2 (and some in 1); version 3 refuses them.
+BY_VERSION = [
+    ("\\boxed{72 thousand}", "72", (0.0, 1.0, 0.0)),
+    ("\\boxed{72 thousand}", "72000", (0.0, 0.0, 0.0)),  # refused, not rescaled
+    ("\\boxed{72 dozen}", "72", (0.0, 1.0, 0.0)),
+    ("\\boxed{72 squared}", "72", (0.0, 1.0, 0.0)),
+    ("\\boxed{72 Million.}", "72", (0.0, 1.0, 0.0)),
+    ("\\boxed{72 and a half}", "72", (0.0, 1.0, 0.0)),
+    ("\\boxed{72 \\text{ dozen}}", "72", (1.0, 1.0, 0.0)),
+    ("\\boxed{\\text{minus } 72}", "72", (1.0, 1.0, 0.0)),
+    ("\\boxed{\\text{negative }72}", "72", (1.0, 1.0, 0.0)),
+    ("\\boxed{2 \\text{ times } 36}", "36", (1.0, 1.0, 0.0)),
+    ("\\boxed{2 \\text{ times } 36}", "72", (0.0, 0.0, 0.0)),
+    ("\\boxed{72 \\text{ or } 73}", "73", (1.0, 1.0, 0.0)),
+    ("\\boxed{72 \\text{ or } 73}", "72", (0.0, 0.0, 0.0)),
+    ("\\boxed{72 \\text{ apples} \\text{ or } \\text{73}}", "73", (0.0, 1.0, 0.0)),
+    ("\\boxed{14 \\text{ weeks and } 4 \\text{ days}}", "4", (1.0, 1.0, 0.0)),  # a committed sample's answer
+    ("\\boxed{72 73}", "73", (1.0, 1.0, 0.0)),
+    ("\\boxed{72.5 73}", "73", (1.0, 1.0, 0.0)),
+    ("\\boxed{72\\ 73}", "73", (0.0, 1.0, 0.0)),
+    ("\\boxed{0 100}", "100", (1.0, 1.0, 0.0)),
+    # what stays: units that count, digit groups, a mixed number, an expression, a percent sign, a label
+    ("\\boxed{72 apples}", "72", (0.0, 1.0, 1.0)),
+    ("\\boxed{72 pairs}", "72", (0.0, 1.0, 1.0)),
+    ("\\boxed{72 times}", "72", (0.0, 1.0, 1.0)),
+    ("\\boxed{72 \\text{ apples}}", "72", (1.0, 1.0, 1.0)),
+    ("\\boxed{72 \\text{ (rounded)}}", "72", (1.0, 1.0, 1.0)),
+    ("\\boxed{\\text{Answer: } 72}", "72", (1.0, 1.0, 1.0)),
+    ("\\boxed{1 000}", "1000", (1.0, 1.0, 1.0)),
+    ("\\boxed{12 345.5}", "12345.5", (1.0, 1.0, 1.0)),
+    ("\\boxed{5 \\frac{1}{2}}", "5.5", (1.0, 1.0, 1.0)),
+    ("\\boxed{6 \\times 12}", "72", (1.0, 1.0, 1.0)),
+    ("\\boxed{72 + 3}", "75", (1.0, 1.0, 1.0)),
+    ("\\boxed{72\\%}", "72", (1.0, 1.0, 1.0)),
+    ("\\boxed{72\\%}", "0.72", (1.0, 0.0, 0.0)),
+    ("\\boxed{\\text{72}}", "72", (0.0, 1.0, 1.0)),
+    ("So the answer is 72 thousand", "72", (1.0, 1.0, 1.0)),  # unboxed: the last number, as every version reads it
+]
+
+
+@pytest.mark.parametrize("completion, gold, scores", BY_VERSION)
+def test_each_version_scores_these_answers_exactly(completion, gold, scores):
+    assert tuple(sample_scores([completion], gold, v)[0] for v in (1, 2, 3)) == scores
+
+
+VALUE_WORDS = sorted(_VALUE_WORDS)
+NUMBERS = st.one_of(st.integers(-10**9, 10**9).map(str), st.decimals(-10**6, 10**6, places=2).map(str),
+                    st.integers(1, 10**9).map(lambda n: f"{n:,}"))
+WORDS = st.text(alphabet=string.ascii_letters, min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(NUMBERS, st.sampled_from(VALUE_WORDS), st.sampled_from(["{n} {w}", "{n} \\text{{ {w}}}", "{n}\\ \\text{{{w}}}",
+                                                                  "{n} {W}.", "\\text{{{w} }}{n}", "{n} and a {w}"]))
+def test_a_word_that_changes_the_value_never_passes(number, word, form):
+    """Whatever the number and however the word is written beside it, the answer is not the number."""
+    answer = "\\boxed{" + form.format(n=number, w=word, W=word.capitalize()) + "}"
+    assert sample_scores([answer], number.replace(",", "")) == [0.0], answer
+
+
+@settings(max_examples=300, deadline=None)
+@given(NUMBERS, NUMBERS, WORDS, st.sampled_from(["{a} \\text{{ {w} }} {b}", "{a} {w} {b}", "{a} {b}", "{a}~{b}",
+                                                 "{a}\\ \\text{{{w}}}\\ {b}", "\\text{{{a} {w}}} {b}"]))
+def test_words_or_space_between_two_numbers_never_pass(a, b, word, form):
+    """Two numbers with words or only space between them answer neither (nor a number math-verify makes of them)."""
+    answer = "\\boxed{" + form.format(a=a, b=b, w=word) + "}"
+    for gold in (a, b):
+        assert sample_scores([answer], gold.replace(",", "")) == [0.0], (answer, gold)
+
+
+@settings(max_examples=200, deadline=None)
+@given(NUMBERS, st.sampled_from(["apples", "km", "dollars", "km/h", "hrs.", "pairs", "times", "cookies per day",
+                                 "S'mores", "Apples."]))
+def test_a_unit_that_counts_still_passes(number, unit):
+    for form in ("{n} {u}", "{n} \\text{{ {u}}}", "{n}\\ \\text{{{u}}}"):
+        answer = "\\boxed{" + form.format(n=number, u=unit) + "}"
+        assert sample_scores([answer], number.replace(",", "")) == [1.0], answer
+
+
+GOLDS = ROOT / "results" / "coupled" / "base-evals" / "9862d13807ad5c2d-seed0-a0096a53ad2b.jsonl.xz"  # GSM8K test
+
+
+def test_the_false_positives_fail_against_every_gsm8k_gold():
+    """Every gold answer of GSM8K's test split (1,319, from a committed samples file): the answers that version 2
+    scored right score 0 now."""
+    import lzma
+
+    golds = [json.loads(line)["gold"] for line in lzma.decompress(GOLDS.read_bytes()).decode().splitlines()]
+    assert len(golds) == 1319
+    for gold in golds:
+        wrong = [f"\\boxed{{{gold} thousand}}", f"\\boxed{{{gold} dozen}}", f"\\boxed{{{gold} squared}}",
+                 f"\\boxed{{2 \\text{{ times }} {gold}}}"]
+        assert sample_scores(wrong, gold) == [0.0] * 4, gold
+        after = str(int(gold) + 1) if gold.lstrip("-").isdigit() else gold + "1"
+        assert sample_scores([f"\\boxed{{{gold} \\text{{ or }} {after}}}"], after) == [0.0], gold
+        assert sample_scores([f"\\boxed{{{gold} apples}}", f"\\boxed{{{gold}}}"], gold) == [1.0, 1.0], gold
+    assert sample_scores(["\\boxed{72 thousand}", "\\boxed{72 dozen}", "\\boxed{72 squared}"], "72", 2) == [1.0] * 3
 
 
 # Inputs whose score math-verify's comparison once left to the process's hash seed, and their neighbours

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gmts_recipe.records import ResultsError, load, read_yaml_mapping
+from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
 from selection import arms as rule_arms, comparisons as rule_comparisons
 
@@ -237,7 +238,8 @@ def load_grid(path: str | Path) -> Grid:
                 raise SweepError(f"{where}: {key} must be a non-empty list")
         bad = [a for a in block["arms"] if a not in rule_arms()]
         if bad:
-            raise SweepError(f"{where}: unknown arm(s) {', '.join(map(str, bad))}; use {', '.join(rule_arms())}")
+            raise SweepError(f"{where}: unknown arm(s) {', '.join(map(str, bad))}; use {', '.join(rule_arms())} "
+                             f"({RULES_HINT})")
         try:
             [float(x) for x in block["learning_rates"]]
             [int(x) for x in block["seeds"]]
