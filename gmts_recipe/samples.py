@@ -77,13 +77,15 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
     bench/README.md, "The test suite's time")."""
     from gmts_recipe.data import TASK_KEYS, question_key
     from gmts_recipe.rewards import REWARD_VERSION, sample_scores  # no torch: imported only where samples exist
+    from gmts_recipe.rewards_math import REWARD_NAMES  # MATH's rewards, named ("math-1")
 
     # The reward version that scored the evaluation: recorded beside the file since version 2, so a file without it
     # was scored by version 1 (rewards_v1) and is re-scored by it
     version = evaluation["samples"].get("reward", 1)
-    if not (isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= REWARD_VERSION):
+    if not (isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= REWARD_VERSION
+            or version in REWARD_NAMES):
         raise ResultsError(f"{where}: samples scored by reward version {version!r}; this recipe has versions 1 to "
-                           f"{REWARD_VERSION}")
+                           f"{REWARD_VERSION} and MATH's {', '.join(REWARD_NAMES)}")
     logged = read_samples(path, evaluation["samples"]["sha256"], where)
     where = f"{where}: {path.name}"
     records = {f"{r['task']}:{r['hash']}": r for r in evaluation["records"]}
@@ -213,6 +215,7 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
     the samples file's line, or, for files written before lines kept it, from the dataset where it is at hand
     (show_question)."""
     from gmts_recipe.rewards import final_answer  # what the reward read as the answer (no torch)
+    from gmts_recipe.rewards_math import REWARD_NAMES, boxed_answer  # MATH's reward reads the last \boxed{}
 
     out = []
     for where, ev in evaluations(results):
@@ -229,10 +232,11 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
         if not out:
             out.append(f"task {line['task']} (question hash {line['hash']}), gold answer {line['gold']}")
             out.append(show_question(results, line, gsm8k_path))
+        read = boxed_answer if ev["samples"].get("reward") in REWARD_NAMES else final_answer
         right = sum(line["scores"])
         out.append(f"\n=== {where} (eval seed {ev['seed']}): {right:g} of {len(line['scores'])} right  [{path}]")
         for j, (text, score) in enumerate(zip(line["samples"], line["scores"])):
-            out.append(f"--- sample {j}: score {score:g}, final answer {final_answer(text)!r}, {len(text)} characters")
+            out.append(f"--- sample {j}: score {score:g}, final answer {read(text)!r}, {len(text)} characters")
             out.append(text)
     if not out:
         kept = any("samples" in ev for _, ev in evaluations(results))
