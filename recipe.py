@@ -17,7 +17,9 @@ One run directory per config name, runs/<run_name>/ (git-ignored; the committed 
 so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs (report_to's loggers: one run per arm, TensorBoard's
 events in arm-<arm>/tensorboard) and checkpoints (an arm's removed once its results are recorded, unless --keep_checkpoints), curves.png, and each arm's samples file (samples-<arm>-seed<k>-<sha>.jsonl.xz: every completion with the
 score it got, its SHA-256 recorded in results.json, so check.py re-scores it; the base evaluations' samples are stored
-once, beside the base-eval cache). `--resume` keeps finished arms and resumes an unfinished arm from its last checkpoint. A
+once, beside the base-eval cache). Task math evaluates the same arms on a second held-out set, Minerva OCW, in a
+run directory beside it, runs/<run_name>-ocw/, that check.py verifies as any run's. `--resume` keeps finished arms
+and resumes an unfinished arm from its last checkpoint. A
 results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers what
 the config file and the command line set (as the config classes parsed it, CPU fallback included) and the recipe's own
 fields away from their defaults (see config_record): a newer library that adds a field leaves it unchanged, and the
@@ -67,11 +69,13 @@ from gmts_recipe.recipe_config import (  # noqa: F401
     check_recipe_values, check_training_length, cli_values, field_names, hub_reachable, known_field_names, parse,
     trained_arms)
 from gmts_recipe.records import config_hash, current_evaluations, write_results
-from gmts_recipe.rewards import math_equal_reward
+from gmts_recipe.rewards import math_equal_reward  # noqa: F401 - importable from here, as before
+from gmts_recipe.rewards import reward_function, task_reward  # the task's reward (MATH: its own)
 from gmts_recipe.run_setup import (  # noqa: F401
     HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, _drop_known_log_lines, code_commit, config_record,
     deterministic_kernels, eval_record, hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs,
     provenance, quiet_known_warnings, versions)
+from gmts_recipe.run_setup import second_heldout  # MATH: Minerva OCW, evaluated apart
 from gmts_recipe.tables import render
 from selection import rule_named
 
@@ -104,6 +108,7 @@ class Run:
         self.arm_order: list[str] = []  # the arms this process trains, in order (the console's "2 of 3")
         self.pace: dict = {}  # what the last arm this process trained took (the console's estimate for the next)
         self.peaks: dict = {}  # the arm in training's peak GPU memory per phase (peak_memory), GiB
+        self.apart: list[tuple[Run, list]] = []  # held-out sets evaluated apart (MATH: Minerva OCW): (run, tasks)
 
     def _load_or_new(self) -> dict:
         if not self.path.is_file():
@@ -209,7 +214,8 @@ class Run:
         dataset = Dataset.from_list([{"prompt": to_prompt(t["question"], prompt), "answer": t["answer"]}
                                      for t in train_tasks])
         with hub_errors(f"model {path}", HUB_MODEL_FIX):
-            trainer = GMTSTrainer(model=path, reward_funcs=math_equal_reward, args=args, train_dataset=dataset,
+            trainer = GMTSTrainer(model=path, reward_funcs=reward_function(task_reward(self.recipe.task)), args=args,
+                                  train_dataset=dataset,
                                   peft_config=get_peft_config(self.model_args),
                                   callbacks=[self._console(arm, arm_dir),
                                              SaveEveryMinutes(self.recipe.save_minutes, self.state)])
@@ -246,6 +252,8 @@ class Run:
         release_vllm_engine(trainer)  # colocate mode: the next arm builds its own engine on this card
         if self.state.is_main_process:
             self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes, train_compile_s)
+            for apart, tasks in self.apart:  # before its checkpoint is gone: the trained model is in memory
+                apart.evaluate_apart(arm, trainer, self.results["arms"][arm], tasks)
         self.state.wait_for_everyone()
         del trainer  # the next arm (or the next cell of an in-process sweep) starts with the memory free
         gc.collect()
@@ -279,12 +287,43 @@ class Run:
                                                              self.results["arms"][arm]["generation_options"])
         print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}, trained {train_minutes:.1f} min")
         self.save(arm)
-        named = {entry["eval"].get("samples", {}).get("path") for entry in self.results["arms"].values()}
-        for stale in self.dir.glob(f"samples-{arm}-seed*.jsonl.xz"):  # the samples of the arm this run replaced
-            if stale.name not in named:
-                stale.unlink()
+        self._drop_replaced_samples(arm)
         if not self.recipe.keep_checkpoints:  # the arm is sealed in results.json: --resume will not need them
             shutil.rmtree(arm_dir / "checkpoints", ignore_errors=True)
+        if self.recipe.figures:
+            self.plot()
+
+    def _drop_replaced_samples(self, arm: str) -> None:
+        """The samples files of the arm this run replaced (none names them any more)."""
+        named = {entry["eval"].get("samples", {}).get("path") for entry in self.results["arms"].values()}
+        for stale in self.dir.glob(f"samples-{arm}-seed*.jsonl.xz"):
+            if stale.name not in named:
+                stale.unlink()
+
+    def add_apart(self, heldout_set: str, tasks: list, data_record: dict, device) -> Run:
+        """A held-out set evaluated apart from this run's own (MATH: Minerva OCW), in a run directory beside it,
+        <name>-<set>/: its base evaluations now, each arm's evaluation as it finishes training (evaluate_apart), so
+        check.py verifies its results.json as any run's. Same config, same trained arms; only the tasks differ."""
+        apart = Run(self.recipe, self.train_args, self.model_args, f"{self.name}-{heldout_set}")
+        apart.results["data"] = data_record
+        apart.base_evals(tasks, device)
+        self.apart.append((apart, tasks))
+        return apart
+
+    def evaluate_apart(self, arm: str, trainer, entry: dict, tasks: list) -> None:
+        """The arm just trained (its entry as the training run recorded it) evaluated on this run's tasks with the first
+        base seed, merged into this run's results.json (main process)."""
+        t1 = time.time()
+        seed = self.recipe.base_eval_seeds[0]
+        peaks = dict(entry.get("gpu_peak_memory_gib", {}))
+        with peak_memory(peaks, "eval", trainer.model.device.type):
+            ev = keep_samples(self._evaluate(trainer.model, trainer.processing_class, tasks, seed), self.dir,
+                              f"samples-{arm}-seed{seed}", questions=False)  # the base's samples keep them
+        self.results["arms"][arm] = {**entry, "eval": ev, "eval_minutes": (time.time() - t1) / 60,
+                                     **({"gpu_peak_memory_gib": peaks} if peaks else {})}
+        print(f"[recipe] {arm} on {self.name}: pass@1 {ev['pass@1']:.3f}")
+        self.save(arm)
+        self._drop_replaced_samples(arm)
         if self.recipe.figures:
             self.plot()
 
@@ -338,10 +377,17 @@ def _run_experiment(argv: list[str]) -> dict:
               f"{batch_shape(train, run.state.num_processes)}")
     run.results["data"] = data_record
     run.base_evals(heldout, device)
+    second = second_heldout(recipe)  # MATH: Minerva OCW, in <name>-ocw/ beside the run
+    if second is not None:
+        run.add_apart(*second, device)
     run.arm_order = trained_arms(recipe.arm)
     for arm in run.arm_order:
         if recipe.resume and arm in run.results["arms"]:
             print(f"[recipe] {arm}: finished in {run.path}, kept")
+            for apart, _ in run.apart:  # an arm stopped between its two evaluations: its checkpoint is gone
+                if arm not in apart.results["arms"]:
+                    print(f"[recipe] {arm}: not evaluated in {apart.path}; to fill it, train the arm again "
+                          f"(without --resume)")
             continue
         if arm in run.results["arms"] and run.state.is_main_process:
             print(f"[recipe] {arm}: finished in {run.path} (lr {run.results['arms'][arm]['learning_rate']:g}); "
@@ -351,6 +397,8 @@ def _run_experiment(argv: list[str]) -> dict:
         return load_results(run.path)  # what the main process wrote
     print(f"[recipe] done: {run.path} and its figures in {run.dir}; the table below; verify it at any time: "
           f"python check.py {run.path}")
+    for apart, _ in run.apart:
+        print(f"[recipe] {apart.name}, the same arms on another held-out set: python check.py {apart.path}")
     return run.results
 
 

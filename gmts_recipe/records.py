@@ -116,6 +116,11 @@ def known_reward_versions() -> range:
 
 
 def is_known_reward_version(version: Any) -> bool:
+    """A GSM8K reward is numbered (known_reward_versions), a MATH reward named (rewards_math.REWARD_NAMES)."""
+    from gmts_recipe.rewards_math import REWARD_NAMES  # standard library only
+
+    if isinstance(version, str):
+        return version in REWARD_NAMES
     return isinstance(version, int) and not isinstance(version, bool) and version in known_reward_versions()
 
 

@@ -314,9 +314,14 @@ def _scores(completions: list, answer: list[str], version: int) -> list[float]:
     return rewards
 
 
-def reward_function(version: int = REWARD_VERSION) -> Callable[..., list[float]]:
+def reward_function(version: int | str = REWARD_VERSION) -> Callable[..., list[float]]:
     """The reward of a given version (1 to REWARD_VERSION; REWARD_VERSION is `math_equal_reward`), so a results file
-    scored by an older reading still re-scores as it was scored."""
+    scored by an older reading still re-scores as it was scored; a name ("math-1") is a MATH reward
+    (`gmts_recipe.rewards_math`)."""
+    if isinstance(version, str):  # MATH's rewards are named, GSM8K's numbered: the two never mix
+        from gmts_recipe import rewards_math
+
+        return rewards_math.reward_function(version)
     if isinstance(version, bool) or version not in range(1, REWARD_VERSION + 1):
         raise ValueError(f"reward version {version!r} is unknown: this recipe has versions 1 to {REWARD_VERSION}")
     if version == REWARD_VERSION:
@@ -329,7 +334,17 @@ def reward_function(version: int = REWARD_VERSION) -> Callable[..., list[float]]
     return reward
 
 
-def sample_scores(texts: list[str], gold: str, version: int = REWARD_VERSION) -> list[float]:
+def task_reward(task: str) -> int | str:
+    """The reward a task trains and is evaluated with: MATH's own (rewards_math.REWARD_NAME, the last \\boxed{}
+    answer through math-verify) for task math, this module's REWARD_VERSION for GSM8K and the generated task."""
+    if task == "math":
+        from gmts_recipe.rewards_math import REWARD_NAME
+
+        return REWARD_NAME
+    return REWARD_VERSION
+
+
+def sample_scores(texts: list[str], gold: str, version: int | str = REWARD_VERSION) -> list[float]:
     """The recipe's score of each sample of one task: the one function both `score_samples` and check.py's
     re-scoring of a stored samples file call, so a stored score and its re-score can only differ when the score was
     edited. `version`: the reward version the evaluation records (check.py), this module's by default."""

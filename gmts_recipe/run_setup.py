@@ -20,7 +20,7 @@ from gmts_recipe.data import DataError, arithmetic_task, arithmetic_test_pool, l
 from gmts_recipe.models import resolve_model
 from gmts_recipe.recipe_config import (EVAL_FIELDS, NOT_HASHED, PEFT_FIELDS, RENAMED, SAMPLING_FIELDS, RecipeArgs,
                                        RecipeError, _default)
-from gmts_recipe.rewards import REWARD_VERSION  # recorded with every evaluation (standard library only)
+from gmts_recipe.rewards import REWARD_VERSION, task_reward  # recorded with every evaluation (standard library only)
 from gmts_recipe.samples import write_samples
 from gmts_recipe.speed_options import eval_record_entries
 
@@ -64,20 +64,22 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     is in the record when on (and absent when off: a run without it keeps the key of runs that never had it); so are
     `generation_decode_loop` "compiled_step", which draws other random numbers than generate on CUDA, and
     `sampling_noise` "counter" (the fields whose metadata names an "eval_record" key:
-    speed_options.eval_record_entries). The reward version is in it from version 2 on: a base evaluation scored by
-    another reading of the answers is not comparable with arms scored by this one."""
+    speed_options.eval_record_entries). The reward version is in it from version 2 on (the task's: MATH's is named):
+    a base evaluation scored by another reading of the answers is not comparable with arms scored by this one."""
     base_model = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
                   if not f.name.startswith("lora_") and f.name not in PEFT_FIELDS}
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
             "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
             "device": device.split(":")[0], **eval_record_entries(train),
-            **({"reward": REWARD_VERSION} if REWARD_VERSION != 1 else {})}
+            **({"reward": task_reward(recipe.task)} if task_reward(recipe.task) != 1 else {})}
 
 
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (results["data"]): data.split_tasks holds out by problem."""
     try:
         pool = None
+        if recipe.task == "math":  # MATH's 12k split, MATH-500 held out (math_data.split)
+            return math_split(recipe, "math500")
         if recipe.task == "gsm8k":
             pools = load_gsm8k(recipe.gsm8k_path)
         else:  # generated: enough distinct problems for the split; the test pool uses another seed
@@ -91,6 +93,28 @@ def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
         return train, heldout, report
     except DataError as e:
         raise RecipeError(str(e)) from None
+
+
+def math_split(recipe: RecipeArgs, heldout_set: str) -> tuple[list[dict], list[dict], dict]:
+    """load_tasks for task math, with `heldout_set` (math_data.HELDOUT_SETS) held out."""
+    from gmts_recipe import math_data
+
+    try:
+        sets = math_data.read_sets(recipe.math_path)
+        return math_data.split(sets, heldout_set, recipe.n_train, recipe.n_heldout, recipe.task_seed)
+    except DataError as e:
+        raise RecipeError(str(e)) from None
+
+
+def second_heldout(recipe: RecipeArgs) -> tuple[str, list[dict], dict] | None:
+    """The held-out set a run evaluates apart from its own, as (its name, its tasks, its data report): Minerva OCW for
+    task math (recipe.py writes its results to <run>-ocw/results.json, eval.py to <out>-ocw.json), none otherwise."""
+    if recipe.task != "math":
+        return None
+    from gmts_recipe.math_data import SECOND_HELDOUT
+
+    _, heldout, report = math_split(recipe, SECOND_HELDOUT)
+    return SECOND_HELDOUT, heldout, report
 
 
 @contextlib.contextmanager
@@ -219,7 +243,8 @@ def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "", questions:
     if not questions:
         log = [{k: v for k, v in line.items() if k != "question"} for line in log]
     path, sha = write_samples(folder, stem, log)
-    ev["samples"] = {"path": prefix + path.name, "sha256": sha, "reward": REWARD_VERSION}  # check.py re-scores by it
+    reward = ev.pop("reward", REWARD_VERSION)  # the reward that scored it (eval.evaluate_pass_at_1)
+    ev["samples"] = {"path": prefix + path.name, "sha256": sha, "reward": reward}  # check.py re-scores by it
     return ev
 
 

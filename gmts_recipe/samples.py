@@ -192,6 +192,7 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
     a samples file's line of the task (the base evaluations' keep it), else from the dataset where it is at hand
     (show_question)."""
     from gmts_recipe.rewards import final_answer  # what the reward read as the answer (no torch)
+    from gmts_recipe.rewards_math import REWARD_NAMES, boxed_answer  # MATH's reward reads the last \boxed{}
 
     found = []
     for where, ev in evaluations(results):
@@ -214,10 +215,11 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
     out = [f"task {first['task']} (question hash {first['hash']}), gold answer {first['gold']}",
            show_question(results, asked, gsm8k_path)]
     for where, ev, path, line in found:
+        read = boxed_answer if ev["samples"].get("reward") in REWARD_NAMES else final_answer
         out.append(f"\n=== {where} (eval seed {ev['seed']}): {sum(line['scores']):g} of {len(line['scores'])} right  "
                    f"[{path}]")
         for j, (text, score) in enumerate(zip(line["samples"], line["scores"])):
-            out.append(f"--- sample {j}: score {score:g}, final answer {final_answer(text)!r}, {len(text)} characters")
+            out.append(f"--- sample {j}: score {score:g}, final answer {read(text)!r}, {len(text)} characters")
             out.append(text)
     return "\n".join(out)
 

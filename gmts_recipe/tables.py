@@ -96,14 +96,22 @@ def evaluation_rows(results: dict) -> tuple[list[str], list[list[str]]]:
                      f"{100 * s['noise_floor']:.1f} pts"]]
 
 
+def _heldout(results: dict) -> str:
+    """'held-out tasks', naming the set where a task has several (MATH: MATH-500, or Minerva OCW apart)."""
+    from gmts_recipe.math_data import HELDOUT_SETS
+
+    named = HELDOUT_SETS.get((results.get("data") or {}).get("heldout_set"))
+    return f"held-out tasks ({named})" if named else "held-out tasks"
+
+
 def render_evaluation(results: dict, markdown: bool = False) -> str:
     """The table of an eval-only file; one that also holds trained arms is not what eval.py writes, and is refused."""
     if results.get("arms"):
         raise ResultsError(f"an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(results['arms'])}")
     ev = results["base"]["evals"][0]
     lines = _table(*evaluation_rows(results), markdown)
-    about = (f"{results.get('config_name', '?')}: {len(ev['records'])} held-out tasks x {ev.get('k')} samples per "
-             f"seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.")
+    about = (f"{results.get('config_name', '?')}: {len(ev['records'])} {_heldout(results)} x {ev.get('k')} samples "
+             f"per seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.")
     lines += ["", about, DIGEST_NOTE]
     return "\n".join(lines)
 
@@ -119,7 +127,7 @@ def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = (
     tasks = len(results["base"]["evals"][0]["records"])
     k = results["base"]["evals"][0].get("k")
     lines.append("")
-    lines.append(f"{results.get('config_name', '?')}: {tasks} held-out tasks x {k} samples, "
+    lines.append(f"{results.get('config_name', '?')}: {tasks} {_heldout(results)} x {k} samples, "
                  f"model {results.get('config', {}).get('model_name_or_path', '?')}, "
                  f"config {results.get('config_hash', '?')[:12]}, eval seed {n['seed']}.")
     agreement = agreement_line(results)

@@ -597,7 +597,8 @@ def test_config_without_a_file_names_the_configs(capsys):
     for argv in (["--config"], ["--config", "--arm", "gmts"]):
         assert recipe.main(argv) == 2
         err = capsys.readouterr().err
-        assert err.startswith("recipe.py: --config needs a file (configs: configs/offline.yaml, ") and "None" not in err
+        assert err.startswith("recipe.py: --config needs a file (configs: configs/math-paper.yaml, configs/math.yaml, "
+                              "configs/offline.yaml, ") and "None" not in err
 
 
 def test_the_batch_shape_line_counts_every_process():
