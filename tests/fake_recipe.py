@@ -49,7 +49,7 @@ if (kill.parent / f"fail-{args.experiment}").exists():
 results = tree_cell(root, args.experiment, {arm: 0.5 for arm in args.arm.split(",")},
                     seed=zlib.crc32(args.experiment.encode()))
 if (kill.parent / f"forge-{args.experiment}").exists():
-    from check import seal
+    from gmts_recipe.records import seal
 
     results["config"]["seed"] += 100
     (root / args.experiment / "results.json").write_text(json.dumps(seal(results)))

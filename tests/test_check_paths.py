@@ -3,6 +3,7 @@
 import json
 
 import check
+from gmts_recipe.records import seal
 from test_check import fake_results
 
 
@@ -14,7 +15,7 @@ def test_a_missing_file_names_where_runs_are_written(tmp_path, monkeypatch, caps
     assert "results.json: no such file; a run writes runs/<config name>/results.json" in err
     assert "runs/quickstart/results.json" in err and "found" not in err
     (tmp_path / "runs" / "quickstart").mkdir(parents=True)
-    (tmp_path / "runs" / "quickstart" / "results.json").write_text(json.dumps(check.seal(fake_results(shift=0.1))))
+    (tmp_path / "runs" / "quickstart" / "results.json").write_text(json.dumps(seal(fake_results(shift=0.1))))
     assert check.main(["results.json"]) == 2
     assert "; found: runs/quickstart/results.json" in capsys.readouterr().err
 
@@ -22,7 +23,7 @@ def test_a_missing_file_names_where_runs_are_written(tmp_path, monkeypatch, caps
 def test_a_folder_is_looked_into(tmp_path, capsys):
     run = tmp_path / "quickstart"
     run.mkdir()
-    (run / "results.json").write_text(json.dumps(check.seal(fake_results(shift=0.1))))
+    (run / "results.json").write_text(json.dumps(seal(fake_results(shift=0.1))))
     assert check.main([str(run), "--allow-unsampled"]) == 0
     assert "GMTS" in capsys.readouterr().out
     assert check.main([str(tmp_path)]) == 2  # a folder with neither file

@@ -12,6 +12,7 @@ import torch
 import check
 from gmts_recipe import gpu_memory
 from gmts_recipe.gpu_memory import peak_memory, release_vllm_engine
+from gmts_recipe.records import seal
 from test_check import fake_results, write
 
 
@@ -143,7 +144,7 @@ def test_check_prints_the_recorded_peaks_and_nothing_without_them(tmp_path, caps
     line = ("Peak GPU memory allocated by torch, GiB (the main process's card): base evaluation 6.2; ETS training 41.0; "
             "ETS evaluation 7.5; GMTS training 40.9.")
     assert check.memory_lines(results) == [line]
-    assert check.main([write(tmp_path, check.seal(results)), "--allow-unsampled"]) == 0
+    assert check.main([write(tmp_path, seal(results)), "--allow-unsampled"]) == 0
     assert line in capsys.readouterr().out
     assert json.loads((tmp_path / "results.json").read_text())["arms"]["ets"]["gpu_peak_memory_gib"]["eval"] == 7.5
 
