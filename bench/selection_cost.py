@@ -6,7 +6,7 @@
 
 Model: Qwen2.5-1.5B's config (vocab 151936) with random weights, LoRA r=32, bf16, gradient checkpointing.
 Parts, all in one run, each written to the results file as soon as it is measured:
-1. update: scoring + loss + backward + optimizer step of one batch through GMTSTrainer.compute_loss, for no selection,
+1. update: scoring + loss + backward + optimizer step of one batch through FastGMTSTrainer.compute_loss, no selection,
    ETS and GMTS in each scope (batch and group use generation-time entropy; "batch+pass" forces the fused no-grad
    scoring pass, the fallback), and the old method (an extra no-grad forward with a float32 log_softmax over the full
    vocabulary). Median of --reps after a warm-up; peak memory; ratios to no selection.

@@ -148,7 +148,7 @@ def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: EntropyRe
     """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
     with decode_loop.sample_with_config, compiled on CUDA (`compile_regions`: its decoder layers as nested compile
     regions); the recorder, if any, takes the entropy computed inside the step. Other inputs (a VLM's pixel values)
-    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`rollout_noise_keys`).
+    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`noise.rollout_noise_keys`).
     `fused_projections`: q/k/v and gate/up as one matrix product each (fused.py)."""
 
     def generate(input_ids, attention_mask, generation_config, **other):
