@@ -68,28 +68,18 @@ import json
 import sys
 from pathlib import Path
 
-from gmts_recipe.stats import (compare, mean_interval, noise_floor, paired_delta, pass_at_1,  # noqa: F401
-                               verdict)  # the names as before, for callers
-from gmts_recipe.records import (SCHEMA, ResultsError,  # noqa: F401
-                                 _close, _first_difference, digest, json_text, load, optional_seconds, paired, seal,
-                                 summarize, task_scores, write_json, agreement_line,
-                                 current_record)  # a results file's model, verification and writing
-from gmts_recipe.records import CURVES_NOTE, read_results  # the curves as recorded; a file of any format
 from gmts_recipe import heldout  # MATH_PATH: where a MATH run's held-out sets are read (--math_path)
-from gmts_recipe.samples import dataset_line  # the held-out tasks against the dataset
-from gmts_recipe.samples import (SAMPLES_PRESET, _samples_of, check_samples, evaluations,  # noqa: F401
-                                 read_samples, samples_bytes, samples_line, samples_path, show, verify, verify_samples,
-                                 write_samples)  # what each evaluation scored
+from gmts_recipe.arms import short_name  # the arms' short names (no torch)
+from gmts_recipe.records import CURVES_NOTE, ResultsError, read_results  # a results file's model and checks
+from gmts_recipe.samples import dataset_line, samples_line, samples_of, show, verify  # what each evaluation scored
+from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
 from gmts_recipe.sweep.report import render as render_sweep
+from gmts_recipe.tables import render  # the result tables, shared with eval.py
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules
-from selection import short_name  # the arms' short names (the rule registry; no torch)
-from gmts_recipe.tables import (DIGEST_NOTE, NOT_RESCORED, _delta, _label, _pct, _table,  # noqa: F401
-                                _verdict_text, comparison_rows, evaluation_rows, render, render_evaluation,
-                                table_rows)  # the result tables, shared with eval.py
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,7 +178,7 @@ def _power(path: str) -> int:
 
 
 def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False) -> dict:
-    """_samples_of (held-out tasks, gold answers, samples) over every cell of a verified sweep.json, the shared base
+    """samples_of (held-out tasks, gold answers, samples) over every cell of a verified sweep.json, the shared base
     evaluations re-scored once."""
     from tqdm.auto import tqdm
 
@@ -207,7 +197,7 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
         if len(sampled) > 1:  # a cell stripped of its samples would pass for one of a format without them
             raise ResultsError(f"{path}: cell {sampled[False]} keeps no samples files where cell {sampled[True]} "
                                f"does: the cells of one sweep keep them all or none")
-        report = _samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
+        report = samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
         total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]
@@ -220,7 +210,8 @@ def provenance_lines(results: dict) -> list[str]:
     commit, uncommitted changes, times, host, GPUs, libraries, execution options), or, for a file whose arms record
     none, the file-wide versions it records."""
     arms = results.get("arms", {})
-    lines = [f"  {short_name(arm)}: {_provenance_text(entry['provenance'])}" for arm, entry in arms.items()
+    counter = (results.get("config") or {}).get("sampling_noise") == "counter"
+    lines = [f"  {short_name(arm)}: {_provenance_text(entry['provenance'], counter)}" for arm, entry in arms.items()
              if isinstance(entry.get("provenance"), dict)]
     if lines:
         return ["Provenance (recorded by each arm, outside the config hash):", *lines]
@@ -236,11 +227,17 @@ def provenance_lines(results: dict) -> list[str]:
     return []
 
 
-def _provenance_text(p: dict) -> str:
+def _provenance_text(p: dict, counter_noise: bool = False) -> str:
+    """One run's provenance in a line; `counter_noise`: the run drew counter noise, whose key scheme is said."""
     commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
     gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
     libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
-    options = ", ".join(k if v is True else f"{k}={v}" for k, v in (p.get("options") or {}).items()
+    recorded = dict(p.get("options") or {})
+    if counter_noise:  # the key scheme of its counter noise
+        recorded["counter_noise_version"] = recorded_noise_version(recorded)
+    else:  # no counter noise: the scheme keyed nothing
+        recorded.pop("counter_noise_version", None)
+    options = ", ".join(k if v is True else f"{k}={v}" for k, v in recorded.items()
                         if v not in (False, None))  # the options that were on
     return (f"commit {commit}, {p.get('started', '?')} to {p.get('finished', '?')}, host {p.get('host', '?')}, "
             f"{gpu}; {libs}" + (f"; {options}" if options else ""))

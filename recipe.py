@@ -36,8 +36,8 @@ Under `accelerate launch` (data parallel), every process trains; the evaluations
 alone writes results.json, the base-eval cache, logs and curves, while the others wait at a barrier.
 
 Steps: 1. data and decontamination; 2. base evals x3 (skipped when the run directory already has them for this
-config); 3. train the arm (GMTSTrainer; TRL applies `seed` before building the LoRA adapter, so arms share data order
-and init); 4. evaluate it on the same tasks with the first base seed; 5. write results.json (check.seal).
+config); 3. train the arm (FastGMTSTrainer; TRL applies `seed` before building the LoRA adapter, so arms share data
+order and init); 4. evaluate it on the same tasks with the first base seed; 5. write results.json (records.seal).
 """
 
 from __future__ import annotations
@@ -52,9 +52,8 @@ import sys
 import time
 from pathlib import Path
 
-from check import ResultsError, seal
-from check import load as load_results
 from eval import Sampling, compile_seconds, evaluate_with_config, sampling  # noqa: F401
+from gmts_recipe.arms import arm_named, learning_rate_fields
 from gmts_recipe.data import system_prompt, to_prompt
 from gmts_recipe.gpu_memory import peak_memory, release_vllm_engine
 from gmts_recipe.models import ModelError, resolve_model
@@ -64,20 +63,20 @@ from gmts_recipe.user_rules import RulesError, take_rules
 # names stay importable from here (recipe.parse, recipe.RecipeError, ...) for the bench scripts, the tests and users.
 from gmts_recipe.recipe_config import (  # noqa: F401
     DDP_TIMEOUT_S, DEFAULT_CONFIG, EVAL_FIELDS, FIELD_LIBRARIES, GENERATION_OPTIONS, LOADED_MODEL_FIELDS, NOT_HASHED,
-    PEFT_FIELDS, POSITIVE_COUNTS, RECIPE_COUNTS, RENAMED, SAMPLING_FIELDS, RecipeArgs, RecipeError, _field_list_file,
-    _parser, _print_help, all_arms, arm_names, check_counts, check_hub, check_model, check_model_fields,
-    check_recipe_values, check_training_length, cli_values, field_names, hub_reachable, known_field_names, parse,
-    trained_arms)
-from gmts_recipe.records import config_hash, current_evaluations, write_results
+    PEFT_FIELDS, POSITIVE_COUNTS, RECIPE_COUNTS, RENAMED, SAMPLING_FIELDS, RecipeArgs, RecipeError, all_arms,
+    arm_names, check_counts, check_hub, check_model, check_model_fields, check_recipe_values, check_training_length,
+    cli_values, field_names, hub_reachable, known_field_names, parse, trained_arms)
+from gmts_recipe.records import ResultsError, config_hash, current_evaluations, seal, write_json, write_results
+from gmts_recipe.records import load as load_results
 from gmts_recipe.rewards import math_equal_reward  # noqa: F401 - importable from here, as before
 from gmts_recipe.rewards import reward_function, task_reward  # the task's reward (MATH: its own)
 from gmts_recipe.run_setup import (  # noqa: F401
-    HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, _drop_known_log_lines, code_commit, config_record,
-    deterministic_kernels, eval_record, hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs,
-    provenance, quiet_known_warnings, versions)
+    HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, code_commit, config_record, deterministic_kernels, eval_record,
+    hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs, provenance, quiet_known_warnings,
+    versions)
 from gmts_recipe.run_setup import second_heldout  # MATH: Minerva OCW, evaluated apart
+from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.tables import render
-from selection import rule_named
 
 
 @contextlib.contextmanager
@@ -163,8 +162,6 @@ class Run:
                     base["evals"] = current_evaluations(base["evals"], self.dir)
                     print(f"[recipe] base evals: reusing {len(base['evals'])} from {cache}")
                 else:
-                    from check import write_json
-
                     peaks: dict = {}  # the base evaluations' peak GPU memory (GiB); none on a CPU
                     with peak_memory(peaks, "base_eval", device):
                         evals = self._base_evals(heldout, device)
@@ -193,32 +190,33 @@ class Run:
         return evaluate_with_config(model, tok, heldout, self.recipe, self.train_args, seed)
 
     def build_trainer(self, arm: str, train_tasks):
-        """(GMTSTrainer, its GMTSConfig) for one arm, as train_arm trains it; bench/step.py times this very trainer."""
+        """(FastGMTSTrainer, its FastGMTSConfig) for one arm, as train_arm trains it; bench/step.py times this very
+        trainer."""
         from datasets import Dataset
         from trl import get_peft_config
 
         from gmts_recipe.progress import SaveEveryMinutes, quiet_console
-        from gmts_trainer import GMTSTrainer, check_selection_config
+        from gmts_recipe.fast_config import check_fast_config
+        from gmts_recipe.fast_trainer import FastGMTSTrainer
 
         arm_dir = self.dir / f"arm-{arm}"
-        lr = getattr(self.recipe, f"{arm}_learning_rate", None) or self.train_args.learning_rate  # a rule's own field
+        lr = getattr(self.recipe, learning_rate_fields()[arm], None) or self.train_args.learning_rate  # its own lr
         args = copy.deepcopy(self.train_args)  # not dataclasses.replace: GRPOConfig's __post_init__ is not idempotent
-        args.output_dir, args.token_selection, args.learning_rate = str(arm_dir / "checkpoints"), rule_named(arm).name, lr
+        args.output_dir, args.token_selection, args.learning_rate = str(arm_dir / "checkpoints"), arm_named(arm).rule, lr
         args.run_name = f"{self.name}-{arm}"  # one run per arm for report_to's loggers (TensorBoard, Trackio, ...)
         if "project" not in self.recipe.set_fields:  # Trackio's project: the arms of one experiment side by side
             args.project = self.name
-        check_selection_config(args)
+        check_fast_config(args)
         path = resolve_model(self.model_args.model_name_or_path)
         args.model_init_kwargs = model_load_kwargs(self.model_args, args)
         prompt = system_prompt(self.recipe.system_prompt)
         dataset = Dataset.from_list([{"prompt": to_prompt(t["question"], prompt), "answer": t["answer"]}
                                      for t in train_tasks])
         with hub_errors(f"model {path}", HUB_MODEL_FIX):
-            trainer = GMTSTrainer(model=path, reward_funcs=reward_function(task_reward(self.recipe.task)), args=args,
-                                  train_dataset=dataset,
-                                  peft_config=get_peft_config(self.model_args),
-                                  callbacks=[self._console(arm, arm_dir),
-                                             SaveEveryMinutes(self.recipe.save_minutes, self.state)])
+            trainer = FastGMTSTrainer(model=path, reward_funcs=reward_function(task_reward(self.recipe.task)),
+                                      args=args, train_dataset=dataset, peft_config=get_peft_config(self.model_args),
+                                      callbacks=[self._console(arm, arm_dir),
+                                                 SaveEveryMinutes(self.recipe.save_minutes, self.state)])
         quiet_console(trainer)
         log_into_arm_folder(trainer, arm_dir)
         return trainer, args
@@ -275,7 +273,7 @@ class Run:
         wall = (time.time() - t0) / 60
         gpus = self.state.num_processes if trainer.model.device.type == "cuda" else 0
         self.results["arms"][arm] = {
-            "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": rule_named(arm).name,
+            "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": arm_named(arm).rule,
             "entropy_source": trainer.entropy_source_used, "rollout_digests": trainer.rollout_digests,
             "train_minutes": train_minutes,
             "train_compile_seconds": train_compile_s, "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall,
@@ -361,11 +359,28 @@ def batch_shape(train, processes: int) -> str:
             f"{processes} process{'es' if processes > 1 else ''})")
 
 
+def check_noise_version(results: dict, train, arms: list[str], resume: bool) -> None:
+    """The arms of one results file that draw "counter" noise are coupled by drawing the same keys at every step: a
+    run whose arms would draw them by another counter_noise_version than the arms the file keeps is refused."""
+    if train.sampling_noise != "counter":
+        return
+    kept = {a: entry for a, entry in results.get("arms", {}).items() if resume or a not in arms}
+    other = {a: recorded_noise_version(entry.get("generation_options") or {}) for a, entry in kept.items()}
+    other = {a: v for a, v in other.items() if v != train.counter_noise_version}
+    if other:
+        version = next(iter(other.values()))
+        raise RecipeError(f"the arms this run keeps ({', '.join(other)}) drew 'counter' noise keyed by "
+                          f"counter_noise_version {version}, this run's is {train.counter_noise_version}: add "
+                          f"--counter_noise_version {version} to draw as they did, or --experiment NAME for a new "
+                          f"run directory")
+
+
 def _run_experiment(argv: list[str]) -> dict:
     quiet_known_warnings()
     recipe, train, model, name = parse(argv, hub=True)
     deterministic_kernels(train)  # before Run: its process state may be the first CUDA work
     run = Run(recipe, train, model, name)
+    check_noise_version(run.results, train, trained_arms(recipe.arm), recipe.resume)
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"

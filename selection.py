@@ -6,10 +6,10 @@ Baseline: Wang et al., "Beyond the 80/20 Rule" (ETS: train on the top 20% of tok
 Where the top 20% is chosen: `select_top_fraction` below. Everything here is a pure function of tensors, so the
 trainer (gmts_trainer.py) only decides *which* tensors to pass and over which scope.
 
-The rules themselves are registered here, one `Rule` each (`RULES`, `register_rule`): the trainer's name and the
-recipe's arm, the score, whether it reads omega, and how tables and figures name, color and compare it. Every other
-module reads them from here. torch is imported inside the functions, so the registry reads without it (check.py
-verifies results files with the standard library and numpy).
+The rules themselves are registered here, one `Rule` each (`RULES`, `register_rule`): the name GMTSConfig's
+token_selection takes, the score, its tie-break and whether it reads omega. How the experiment names, colours and
+compares them (its arms) is gmts_recipe/arms.py. torch is imported inside the functions, so the registry reads
+without it (check.py verifies results files with the standard library and numpy).
 
 Notation (shapes are (B, T): B answers/rows, T completion positions):
     entropy  E_t  entropy of the policy's next-token distribution at position t (at the sampling temperature)
@@ -41,16 +41,9 @@ if TYPE_CHECKING:
 __all__ = [
     "Rule",
     "RULES",
-    "PRIMARY",
-    "DEFAULT_RATIO",
     "register_rule",
     "unregister_rule",
     "rule_named",
-    "rule_of_arm",
-    "arms",
-    "comparisons",
-    "control_arms",
-    "control_comparisons",
     "overlap_partner",
     "ets_scores",
     "gmts_scores",
@@ -389,7 +382,6 @@ def selection_stats(
 
 
 # ---------------------------------------------------------------------------- the rules
-DEFAULT_RATIO = 0.2  # GMTSConfig.selection_ratio's default, the papers' 20%: what a label says when no ratio is known
 Score = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]  # (entropy, omega) -> (B, T) scores
 
 
@@ -403,40 +395,26 @@ def _entropy_tie_break(entropy: torch.Tensor, omega: torch.Tensor) -> torch.Tens
 
 @dataclass(frozen=True)
 class Rule:
-    """One token-selection rule: everything the trainer, the recipe, the results files, the figures and the tables
-    need to know about it, so that adding a rule is one `register_rule` call.
+    """One token-selection rule: what the trainer needs to select with it. How the experiment names, colours and
+    compares it is its arm's (gmts_recipe/arms.py), so adding a rule is one `register_rule` call here and, to run it
+    as an arm of the recipe, one `register_arm` there.
 
     Attributes:
-        name: the trainer's spelling (GMTSConfig.token_selection).
-        arm: the recipe's spelling (--arm, and the key of the arm in a results file).
-        short: the name tables and figures print ("GMTS").
-        ranks_by: what the label says the rule ranks by ("|entropy x omega|"); None for a rule without a score.
+        name: GMTSConfig.token_selection's spelling.
         score: (entropy, omega) -> (B, T) scores, higher kept first (select_top_fraction); None keeps every valid
             token (plain GRPO).
         needs_omega: whether the score reads omega. Omega carries no 1/length factor, so such rules need a loss whose
             gradient coefficient omega is (a token-level clipped surrogate).
-        color: the rule's one color in every figure (a matplotlib color).
-        compared_with: the arms this one is compared with, as "this - other" (results files, sweeps, tables).
         tie_break: (entropy, omega) -> values that order equal scores (higher first, then the lower position).
-        control: a control arm: trained only when named (not by --arm all), a table column only where it ran.
+        overlap_with: the rule whose kept tokens `selection/overlap` is measured against (another ranking of the same
+            batch); None: no overlap is logged.
     """
 
     name: str
-    arm: str
-    short: str
-    ranks_by: str | None
     score: Score | None
     needs_omega: bool
-    color: str
-    compared_with: tuple[str, ...] = ()
     tie_break: Score | None = None
-    control: bool = False
-
-    def label(self, ratio: float = DEFAULT_RATIO) -> str:
-        """'GMTS (top-20% by |entropy x omega|)', built from the ratio of kept tokens."""
-        if self.score is None:
-            return f"{self.short} (all tokens)"
-        return f"{self.short} (top-{100 * float(ratio):g}% by {self.ranks_by})"
+    overlap_with: str | None = None
 
     def select(self, entropy: torch.Tensor, omega: torch.Tensor, mask: torch.Tensor, ratio: float,
                group_size: int | None = None) -> torch.Tensor:
@@ -448,89 +426,38 @@ class Rule:
         return select_top_fraction(self.score(entropy, omega), mask, ratio, group_size, tie_break=tie)
 
 
-RULES: dict[str, Rule] = {}  # name -> rule, in registration order (the order of tables and figures)
-# The paper's test, first among the comparisons everywhere: GMTS - ETS.
-PRIMARY = ("gmts", "ets")
-_pairs: list[tuple[str, str]] = []  # the comparisons, in the order their second arm was registered
+RULES: dict[str, Rule] = {}  # name -> rule, in registration order
 
 
 def register_rule(rule: Rule) -> Rule:
-    """Add a rule: its name becomes a token_selection, its arm an --arm of the recipe and an arm of results files.
-    A name or arm already taken by another rule is refused (the same rule again is a no-op)."""
-    for other in RULES.values():
-        if other == rule:
-            return rule
-        clash = {rule.name, rule.arm} & {other.name, other.arm}
-        if clash:
-            raise ValueError(f"rule {rule.name!r} (arm {rule.arm!r}): {sorted(clash)[0]!r} is taken by rule "
-                             f"{other.name!r}")
+    """Add a rule: its name becomes a token_selection. A name taken by another rule is refused (the same rule again
+    is a no-op)."""
+    other = RULES.get(rule.name)
+    if other is not None and other != rule:
+        raise ValueError(f"rule {rule.name!r} is taken by another rule")
     RULES[rule.name] = rule
-    arms_now = {r.arm for r in RULES.values()}
-    for r in RULES.values():  # pairs waiting for this arm, and this rule's own
-        for b in r.compared_with:
-            if (r is rule and b in arms_now) or (r is not rule and b == rule.arm):
-                _pairs.append((r.arm, b))
     return rule
 
 
 def unregister_rule(name: str) -> None:
-    """Remove a rule and its comparisons (for tests that register one)."""
-    rule = RULES.pop(name)
-    _pairs[:] = [p for p in _pairs if rule.arm not in p]
+    """Remove a rule (for tests that register one)."""
+    del RULES[name]
 
 
 def rule_named(name: str) -> Rule:
-    """The rule of a token_selection or an arm name; KeyError naming the known ones otherwise."""
-    for rule in RULES.values():
-        if name in (rule.name, rule.arm):
-            return rule
-    raise KeyError(f"unknown rule {name!r}: use one of {', '.join(RULES)} (or the arms {', '.join(arms())})")
-
-
-def arms() -> tuple[str, ...]:
-    """Every rule's arm, in registration order."""
-    return tuple(r.arm for r in RULES.values())
-
-
-def rule_of_arm(arm: str) -> Rule:
-    return next(r for r in RULES.values() if r.arm == arm)
-
-
-def short_name(arm: str) -> str:
-    """The arm's short name for tables and messages ('GMTS' for 'gmts'); an arm no rule has (base), as written."""
-    return next((r.short for r in RULES.values() if r.arm == arm), arm)
+    """The rule of a token_selection; KeyError naming the known ones otherwise."""
+    if name not in RULES:
+        raise KeyError(f"unknown rule {name!r}: use one of {', '.join(RULES)}")
+    return RULES[name]
 
 
 def overlap_partner(rule: Rule) -> Rule | None:
-    """The other ranking a rule's `selection/overlap` is measured against: the first scored arm it is compared with,
-    else the first scored arm compared with it (ETS: GMTS); None for a rule without a score."""
-    if rule.score is None:
-        return None
-    mine = [b for a, b in comparisons() if a == rule.arm] + [a for a, b in comparisons() if b == rule.arm]
-    ordered = [b for b in rule.compared_with if b in mine] + [a for a in mine if a not in rule.compared_with]
-    return next((rule_of_arm(a) for a in ordered if rule_of_arm(a).score is not None), None)
+    """The other ranking a rule's `selection/overlap` is measured against (Rule.overlap_with); None for a rule without
+    a score or without a partner."""
+    return None if rule.score is None or rule.overlap_with is None else rule_named(rule.overlap_with)
 
 
-def comparisons() -> tuple[tuple[str, str], ...]:
-    """(a, b) pairs, delta = a - b, from every rule's `compared_with`: the primary test first, then in the order the
-    later of the two arms was registered."""
-    return tuple(sorted(_pairs, key=lambda p: p != PRIMARY))
-
-
-def control_arms() -> tuple[str, ...]:
-    return tuple(r.arm for r in RULES.values() if r.control)
-
-
-def control_comparisons() -> tuple[tuple[str, str], ...]:
-    """The comparisons that involve a control arm."""
-    control = set(control_arms())
-    return tuple(p for p in comparisons() if control & set(p))
-
-
-register_rule(Rule("all", "grpo", "GRPO", None, None, needs_omega=False, color="tab:green"))
-register_rule(Rule("entropy", "ets", "ETS", "entropy", _entropy_score, needs_omega=False, color="tab:blue",
-                   compared_with=("grpo",)))
-register_rule(Rule("gmts", "gmts", "GMTS", "|entropy x omega|", gmts_scores, needs_omega=True, color="tab:orange",
-                   compared_with=("ets", "grpo", "ets_nz"), tie_break=_entropy_tie_break))
-register_rule(Rule("entropy_nonzero_omega", "ets_nz", "ETS-nz", "entropy, omega != 0 first", ets_nonzero_omega_scores,
-                   needs_omega=True, color="tab:purple", compared_with=("ets",), control=True))
+register_rule(Rule("all", None, needs_omega=False))
+register_rule(Rule("entropy", _entropy_score, needs_omega=False, overlap_with="gmts"))
+register_rule(Rule("gmts", gmts_scores, needs_omega=True, tie_break=_entropy_tie_break, overlap_with="entropy"))
+register_rule(Rule("entropy_nonzero_omega", ets_nonzero_omega_scores, needs_omega=True, overlap_with="entropy"))

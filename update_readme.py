@@ -27,13 +27,13 @@ import sys
 from pathlib import Path
 
 from gmts_recipe import posthoc
+from gmts_recipe.arms import ARMS, PRIMARY, arm_named, arms, control_comparisons, short_name
 from gmts_recipe.plots import seed_deltas, setting_scores
 from gmts_recipe.records import json_file
 from gmts_recipe.stats import seed_t_interval, signed
-from gmts_recipe.sweep.deviations import _runs, arm_processes, deviations
+from gmts_recipe.sweep.deviations import arm_processes, deviations, seed_runs
 from gmts_recipe.sweep.summary import CLAIMED
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, rules_arguments, take_rules
-from selection import PRIMARY, RULES, arms, control_comparisons, rule_named, short_name
 
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
@@ -51,13 +51,13 @@ _RULES: list[str] = []  # this run's --rules options (main), passed on to those 
 
 def _name(arm: str) -> str:
     """The arm's label in a markdown table (a pipe escaped)."""
-    return rule_named(arm).label().replace("|", "\\|")
+    return arm_named(arm).label().replace("|", "\\|")
 
 
 def headline_comparisons() -> tuple[tuple[str, str], ...]:
     """The comparisons the analysis plan names (the primary test, the control's), then each arm against plain GRPO
     (the rule without a score)."""
-    plain = [r.arm for r in RULES.values() if r.score is None]
+    plain = [a.name for a in ARMS.values() if a.ranks_by is None]
     against = tuple((a, b) for b in plain for a in arms() if a not in plain)
     return tuple(dict.fromkeys((PRIMARY, *control_comparisons(), *against)))
 
@@ -359,7 +359,7 @@ def interim(summary: dict, root: Path) -> str:
                 f"{threshold}.\n")
     n, low, high, mean = best
     return (f"In seed order, the interval lay above {threshold} at {len(above)} of the {len(deltas) - 2} interim seed "
-            f"counts (2 to {len(deltas) - 1}): at {_runs(above)} seeds; highest at {n} seeds, {_points(mean)} points, "
+            f"counts (2 to {len(deltas) - 1}): at {seed_runs(above)} seeds; highest at {n} seeds, {_points(mean)} points, "
             f"t {_bracket(low, high)}. With all {len(deltas)}: {_points(p['delta'])}, t {_bracket(p['t_low'], p['t_high'])}.\n")
 
 

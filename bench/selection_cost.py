@@ -6,7 +6,7 @@
 
 Model: Qwen2.5-1.5B's config (vocab 151936) with random weights, LoRA r=32, bf16, gradient checkpointing.
 Parts, all in one run, each written to the results file as soon as it is measured:
-1. update: scoring + loss + backward + optimizer step of one batch through GMTSTrainer.compute_loss, for no selection,
+1. update: scoring + loss + backward + optimizer step of one batch through FastGMTSTrainer.compute_loss, no selection,
    ETS and GMTS in each scope (batch and group use generation-time entropy; "batch+pass" forces the fused no-grad
    scoring pass, the fallback), and the old method (an extra no-grad forward with a float32 log_softmax over the full
    vocabulary). Median of --reps after a warm-up; peak memory; ratios to no selection.
@@ -75,7 +75,8 @@ def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwarg
     from peft import LoraConfig
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from gmts_trainer import GMTSConfig, GMTSTrainer
+    from gmts_recipe.fast_config import FastGMTSConfig
+    from gmts_recipe.fast_trainer import FastGMTSTrainer
 
     torch.manual_seed(0)
     tok = word_tokenizer(cfg["vocab_size"])
@@ -83,7 +84,7 @@ def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwarg
     with torch.device(device):
         model = Qwen2ForCausalLM(config).to(torch.bfloat16 if device.type == "cuda" else torch.float32)
     bf16 = device.type == "cuda"
-    args = GMTSConfig(
+    args = FastGMTSConfig(
         output_dir="/tmp/gmts-bench", per_device_train_batch_size=rows, num_generations=min(8, rows),
         gradient_accumulation_steps=1, max_completion_length=completion, learning_rate=1e-5, max_steps=3,
         report_to=[], save_strategy="no", logging_steps=1, bf16=bf16, use_cpu=device.type != "cuda",
@@ -94,8 +95,9 @@ def make_trainer(cfg: dict, device, rows: int, completion: int, generation_kwarg
     prompts = Dataset.from_list([{"prompt": " ".join(f"t{7 + (i * 31 + j) % 5000}"
                                                      for j in range(low + (i * 37) % (high - low + 1)))}
                                  for i in range(64)])
-    trainer = GMTSTrainer(model=model, reward_funcs=length_reward, args=args, train_dataset=prompts,
-                          processing_class=tok, peft_config=LoraConfig(r=32, lora_alpha=64, target_modules="all-linear"))
+    trainer = FastGMTSTrainer(model=model, reward_funcs=length_reward, args=args, train_dataset=prompts,
+                              processing_class=tok,
+                              peft_config=LoraConfig(r=32, lora_alpha=64, target_modules="all-linear"))
     trainer.create_optimizer()
     trainer.current_gradient_accumulation_steps = 1
     # Trainer.train() turns gradient checkpointing on; the update part calls compute_loss directly, so do it here
@@ -152,11 +154,11 @@ def one_update(trainer, batch, variant: str) -> None:
         ent = old_method_entropy(trainer, batch)
         inputs["selection_mask"] = select_top_fraction(ets_scores(ent), batch["completion_mask"], 0.2)
     elif variant.endswith("+pass"):
-        trainer._select_generation_batch(inputs, recorder=None, captured=None)  # fused no-grad scoring pass
+        trainer._select_generation_batch(inputs)  # fused no-grad scoring pass (nothing recorded)
     elif variant.split("/")[-1] in ("batch", "group"):
         # entropy recorded during generation (its per-step cost is measured separately): stand-in values here
-        recorder = _FakeRecorder(batch["completion_mask"].float().mul(3.0))
-        trainer._select_generation_batch(inputs, recorder=recorder, captured=None)
+        trainer._entropy_found = (_FakeRecorder(batch["completion_mask"].float().mul(3.0)), None)  # as if recorded
+        trainer._select_generation_batch(inputs)
     trainer.model.train()
     loss = trainer.compute_loss(trainer.model, inputs)
     trainer.accelerator.backward(loss)

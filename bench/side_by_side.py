@@ -44,13 +44,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+from gmts_recipe.arms import arms  # noqa: E402
 from gmts_recipe.records import json_file  # noqa: E402
-from selection import arms  # noqa: E402
 
 PATHS = {"trl": "(a) TRL's generation", "vllm": "(b) TRL + vLLM, colocate", "ours": "(c) this recipe's generation"}
 REFERENCE = "ours"  # the ratios are path / ours (of the same arm)
 ARM = "gmts"  # the default --arm, and the arm of every entry in files from before --arm
-ARM_ORDER = arms()  # the rules' arms (selection.RULES), in the table's order
+ARM_ORDER = arms()  # the arms (gmts_recipe/arms.py), in the table's order
 # What a path's entry keeps of trainer.state.log_history per step: this recipe's selection metrics and TRL's vLLM
 # importance-sampling ones (sampling/importance_sampling_ratio/{min,mean,max}, the weight over valid tokens, and
 # sampling/sampling_logp_difference/{mean,max}, |trainer - vLLM| log-prob), which TRL logs with use_vllm only.
@@ -58,11 +58,11 @@ LOGGED_PREFIXES = ("selection/", "sampling/importance_sampling_ratio/", "samplin
 IS_METRICS = tuple(f"sampling/importance_sampling_ratio/{k}" for k in ("min", "mean", "max"))
 OMEGA_TOLERANCE = 1e-5  # relative: omega as ranked vs advantage x weight recomputed here (float32 products)
 PAPER = ROOT / "configs" / "paper.yaml"  # where (c)'s generation levers are read from
-# GMTSConfig's generation fields (recipe.GENERATION_OPTIONS minus the training-side ones, which every path shares)
+# FastGMTSConfig's generation fields (recipe.GENERATION_OPTIONS minus the training-side ones, which every path shares)
 SHARED_OPTIONS = ("use_cpu", "cudnn_attention", "lora_autocast_inputs", "training_compile", "deterministic_kernels",
-                  "gradient_checkpointing")
+                  "gradient_checkpointing", "counter_noise_version")
 # The generation fields that act on transformers' generate (compile it, or replace it by the compiled step), which
-# GMTSConfig refuses beside use_vllm; path (b) keeps them at their defaults
+# FastGMTSConfig refuses beside use_vllm; path (b) keeps them at their defaults
 VLLM_REPLACED = ("generation_compile", "generation_decode_loop", "generation_compile_regions",
                  "generation_fused_projections")
 # vllm_gpu_memory_utilization: the weights (3 GB in bf16), vLLM's 4096-token profiling pass (its logits over 152k
@@ -108,15 +108,15 @@ def vllm_share(total_bytes: int | None = None) -> float:
 
 def path_options(path: str, vllm_memory: float) -> dict:
     """The settings a path adds to the shared command line: (c) configs/paper.yaml's value of every generation field;
-    (a) GMTSConfig's defaults for them (this recipe's generation off); (b) vLLM in colocate mode with paper.yaml's
+    (a) FastGMTSConfig's defaults for them (this recipe's generation off); (b) vLLM in colocate mode with paper.yaml's
     values of the fields that still act beside it (VLLM_REPLACED at their defaults): vLLM generates the rollouts
     either way, so they change only how the recipe's evaluations decode, which vLLM does not do."""
     import dataclasses
 
-    from gmts_recipe.config import GMTSConfig
+    from gmts_recipe.fast_config import FastGMTSConfig
     from gmts_recipe.records import read_yaml_mapping
 
-    defaults = {f.name: f.default for f in dataclasses.fields(GMTSConfig)}
+    defaults = {f.name: f.default for f in dataclasses.fields(FastGMTSConfig)}
     fields = generation_fields()
     if path == "trl":
         return {k: defaults[k] for k in fields}
@@ -238,9 +238,10 @@ def selection_check(record: dict, path: str, arm: str) -> dict:
     """What a path's steps show about the selection, computed from its record (selection: the logged metrics,
     selection_probe: SelectionProbe's rows): each claim "ok", "failed: why" or "not verified: why"; ok is True when
     nothing failed. Old records without these keys: every claim not verified."""
-    from selection import RULES, kept_count
+    from gmts_recipe.arms import ARMS
+    from selection import kept_count
 
-    rule = next((r.name for r in RULES.values() if r.arm == arm), None)
+    rule = ARMS[arm].rule if arm in ARMS else None
     logged, probe = record.get("selection") or {}, record.get("selection_probe") or []
     ratio, scope = record.get("selection_ratio"), record.get("selection_scope")
     claims: dict[str, str] = {}

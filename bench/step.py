@@ -533,7 +533,7 @@ def counters_delta(before: dict, after: dict) -> dict:
 
 
 def static_cache_length(trainer, prompt_ids: list[list[int]]) -> int | None:
-    """The static KV cache length GMTSTrainer._generate_single_turn decodes these prompts with (generation_compile or
+    """The static KV cache length FastGMTSTrainer._generate_single_turn decodes these prompts with (generation_compile or
     generation_decode_loop="compiled_step"), None where generation has no static cache."""
     from gmts_recipe.generation.fast import compile_cache_length
 
@@ -545,7 +545,7 @@ def static_cache_length(trainer, prompt_ids: list[list[int]]) -> int | None:
 
 @contextlib.contextmanager
 def generation_length(trainer, new_tokens: int):
-    """TRL's generation_config with fewer new tokens; GMTSTrainer sizes the static cache from max_completion_length,
+    """TRL's generation_config with fewer new tokens; FastGMTSTrainer sizes the static cache from max_completion_length,
     so the compiled decoder keeps its shapes."""
     saved = trainer.generation_config.max_new_tokens
     trainer.generation_config.max_new_tokens = new_tokens

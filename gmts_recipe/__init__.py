@@ -1,9 +1,19 @@
-"""The recipe's supporting modules: data, models, rewards, evaluation, statistics, plots, the training console
-(progress.py), a config file's values against their fields' types (field_types.py), the generation speed code
-(generation/), the results files' model (records.py, samples.py: no torch, for check.py and sweep.py) and their
-tables (tables.py), the recipe's configuration (recipe_config.py: its fields, parser and checks) and what a run sets
-up around it (run_setup.py: tasks, model, records), which recipe.py and eval.py's command share, and the sweep's parts
-(sweep/). The trainer itself is the top-level module `gmts_trainer` (`from gmts_trainer import GMTSTrainer,
-GMTSConfig`): the package imports no module above it, so `import gmts_recipe` (and its torch-free modules) does not
-import torch.
+"""The recipe's supporting modules. Two top-level modules sit beside the package: selection.py (the selection math,
+which the package imports: arms.py and config.py read its rules) and gmts_trainer.py (GMTSTrainer, the method alone,
+built from config.py, field_types.py and grad_hooks.py). fast_trainer.py, which subclasses GMTSTrainer, is the one
+module of the package that imports gmts_trainer; none imports the commands (recipe.py, check.py, sweep.py,
+update_readme.py) or eval.py. This file imports nothing.
+
+- The method: config.py (GMTSConfig and the refusals of the method), grad_hooks.py (transformers' input-grad hooks
+  kept to one), field_types.py (a config file's values against their fields' types; the fields' help as docstrings).
+- The speed options, around the method: speed_options.py (their fields; no torch), fast_config.py (FastGMTSConfig),
+  fast_trainer.py (FastGMTSTrainer, which recipe.py builds), generation/ (decoding speed and the counter noise's
+  keys), training_speed.py, determinism.py.
+- The experiment: arms.py (the arms table), recipe_config.py (the recipe's fields, parser and checks; no torch),
+  config_reference.py (docs/config.md from the fields), run_setup.py (tasks, model, records), data.py, models.py,
+  rewards.py and rewards_v1.py, heldout.py, progress.py (the training console), gpu_memory.py, worker.py (a warm
+  process for a sweep's cells).
+- The results: records.py and samples.py (a results file, its verification and its samples), tables.py, stats.py,
+  plots.py, mechanism.py, posthoc.py, sweep/ (the grid, its runners, merge, summary, report). check.py verifies with
+  these and arms.py without importing torch.
 """

@@ -1,7 +1,18 @@
-"""GMTSConfig: `GRPOConfig` plus the token-selection fields and the speed options (speed_options.py), and the checks that refuse, with the
-reason, every setting where selection would be silently wrong or meaningless (`check_selection_config`: run when the
-config is built, and again by GMTSTrainer; `check_decode_loop_generation`, which needs the model: by GMTSTrainer).
-The trainer is gmts_trainer.py, which re-exports GMTSConfig.
+"""GMTSConfig: `GRPOConfig` plus the token-selection fields, and the checks that refuse, with the reason, every setting
+where selection would be silently wrong or meaningless (`check_selection_config`: run when the config is built, and
+again by GMTSTrainer). The trainer is gmts_trainer.py, which re-exports GMTSConfig; the speed options are
+FastGMTSConfig's (fast_config.py).
+
+What is refused, and why:
+- for the rules that rank with omega (Rule.needs_omega: GMTS and the control entropy_nonzero_omega): per-answer length
+  normalizations (grpo, sapo, luspo: omega has no 1/length factor; ETS is exact there, TRL multiplies each token's
+  loss by the mask), non-clipped losses and off_policy_mask_threshold (a live-policy factor omega does not model);
+- for every scored rule: importance_sampling_level="sequence" (GSPO: the sequence ratio carries every token's
+  log-prob, so a dropped token would still get gradient through it) and TRL's own top_entropy_quantile < 1;
+- token_selection="all" with top_entropy_quantile < 1 (plain GRPO would quietly train on TRL's entropy selection);
+- in "batch" and "group" scope, loss_type="bnpo" for the omega rules and a generation batch spanning several
+  optimizer steps (`check_selection_span`);
+- a sampler or clip range that leaves nothing honest to select from (`check_sampling_and_clipping`).
 """
 
 from __future__ import annotations
@@ -10,25 +21,20 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-from transformers import GenerationConfig
 from trl import GRPOConfig
 
-from gmts_recipe.generation.attention import KERNELS
-from gmts_recipe.generation.decode_loop import check_supported, check_supported_config, resolved_generation_config
-from gmts_recipe.speed_options import DECODE_LOOPS, SAMPLING_NOISES, SpeedOptions, field_docs
+from gmts_recipe.field_types import field_docs
 from gmts_recipe.value_checks import check_values
 from selection import RULES
 
 SELECTION_SCOPES = ("batch", "microbatch", "group")
 SELECTION_NORMALIZERS = ("all_tokens", "kept_tokens")
-ENTROPY_SOURCES = ("auto", "scoring_pass")
 PER_SEQUENCE_LOSSES = ("grpo", "sapo", "luspo")  # divide each answer by its own length: omega lacks that factor
 PPO_CLIP_LOSSES = ("dapo", "bnpo", "dr_grpo")  # where omega = A r 1[unclipped] (+ KL) is the gradient coefficient
 
 
 @dataclass
-class GMTSConfig(SpeedOptions, GRPOConfig):
+class GMTSConfig(GRPOConfig):
     # the docstring, with every field's help text, is built below from the fields' metadata
 
     token_selection: str = field(
@@ -51,12 +57,6 @@ class GMTSConfig(SpeedOptions, GRPOConfig):
         metadata={"help": "Loss denominator: 'all_tokens' (TRL's, every completion token; same for every arm) or "
                           "'kept_tokens' (kept count; loss_type 'dapo' only).", "choices": list(SELECTION_NORMALIZERS)},
     )
-    selection_entropy_source: str = field(
-        default="auto",
-        metadata={"help": "'auto': entropy recorded while generating when exact, else from a scoring pass; "
-                          "'scoring_pass': always a fused no-grad pass (for benchmarks).",
-                  "choices": list(ENTROPY_SOURCES)},
-    )
 
     def __post_init__(self):
         check_generation_counts(self)  # before GRPOConfig's own arithmetic with them (num_generations 0: % by zero)
@@ -65,31 +65,27 @@ class GMTSConfig(SpeedOptions, GRPOConfig):
         check_selection_config(self)
 
 
-_SELECTION_FIELDS = [f for f in dataclasses.fields(GMTSConfig) if f.name in GMTSConfig.__annotations__]
+SELECTION_FIELDS = [f for f in dataclasses.fields(GMTSConfig) if f.name in GMTSConfig.__annotations__]
 GMTSConfig.__doc__ = (
-    "`GRPOConfig` plus the token-selection fields (defaults: GMTS, 20% of tokens, one threshold per batch) and the "
-    "speed options (gmts_recipe/speed_options.py), which change how a run executes, never which tokens it keeps.\n\n"
-    "Selection fields:\n" + field_docs(GMTSConfig, _SELECTION_FIELDS) + "\n\nSpeed options:\n" + field_docs(SpeedOptions))
+    "`GRPOConfig` plus the token-selection fields (defaults: GMTS, 20% of tokens, one threshold per batch). The speed "
+    "options, which change how a run executes and never which tokens it keeps, are FastGMTSConfig's "
+    "(gmts_recipe/fast_config.py).\n\nSelection fields:\n" + field_docs(GMTSConfig, SELECTION_FIELDS))
 
 
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """One line naming the field, its value and what it takes, for a field of named choices."""
     if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, allowed))}")
 
 
 def check_selection_config(args: GMTSConfig) -> None:
     """Refuse, with a reason, every configuration where selection would be silently wrong or meaningless."""
-    _choice("token_selection", args.token_selection, tuple(RULES))
-    _choice("selection_scope", args.selection_scope, SELECTION_SCOPES)
-    _choice("selection_normalizer", args.selection_normalizer, SELECTION_NORMALIZERS)
-    _choice("selection_entropy_source", args.selection_entropy_source, ENTROPY_SOURCES)
-    _choice("generation_decode_kernel", args.generation_decode_kernel, tuple(KERNELS))
-    _choice("generation_decode_loop", args.generation_decode_loop, DECODE_LOOPS)
-    _choice("sampling_noise", args.sampling_noise, SAMPLING_NOISES)
+    check_choice("token_selection", args.token_selection, tuple(RULES))
+    check_choice("selection_scope", args.selection_scope, SELECTION_SCOPES)
+    check_choice("selection_normalizer", args.selection_normalizer, SELECTION_NORMALIZERS)
     r = args.selection_ratio
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 < r <= 1.0:
         raise ValueError(f"selection_ratio={r!r} must be in (0, 1]: it is the ratio of kept tokens")
-    check_generation_config(args)
     check_sampling_and_clipping(args)
     rule = RULES[args.token_selection]
     if rule.score is None:  # plain GRPO: TRL's own entropy mask would quietly train on fewer tokens than "all"
@@ -129,6 +125,20 @@ def check_selection_config(args: GMTSConfig) -> None:
         raise ValueError("selection_normalizer='kept_tokens' needs loss_type='dapo' and a 'batch' or 'group' scope, "
                          "where the kept count is one number for the whole generation batch.")
     check_selection_span(args)
+
+
+def check_served(config: Any, served: type, trainer: str) -> None:
+    """Refuse args that are not a `served` config (the trainer's config class; TRL would build a GRPOConfig itself),
+    or that set a field `served` does not declare: a subclass's field (FastGMTSConfig's speed options) that `trainer`
+    would not run, rather than train without it."""
+    if not isinstance(config, served):
+        raise TypeError(f"{trainer} needs args={served.__name__}(...), got {type(config).__name__}")
+    declared = {f.name for f in dataclasses.fields(served)}
+    unserved = [f.name for f in dataclasses.fields(config) if f.name not in declared and getattr(config, f.name) != (
+        f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)]
+    if unserved:
+        raise TypeError(f"{trainer} does not run {', '.join(unserved)} ({type(config).__name__}'s); use the trainer "
+                        f"of that config")
 
 
 def check_generation_counts(args: GMTSConfig) -> None:
@@ -185,64 +195,3 @@ def omega_is_modeled(args: GMTSConfig) -> bool:
             and args.off_policy_mask_threshold is None)
 
 
-def check_generation_config(args: GMTSConfig) -> None:
-    """The generation options apply to transformers' `generate`, the path TRL takes without vLLM or batching."""
-    if args.generation_compile_regions and args.generation_decode_loop != "compiled_step":
-        raise ValueError("generation_compile_regions (on in configs/paper.yaml) compiles the decoder layers of "
-                         "decode_loop's compiled step: with generation_decode_loop="
-                         f"'{args.generation_decode_loop}' also pass --generation_compile_regions false, or keep "
-                         "generation_decode_loop='compiled_step'.")
-    if args.generation_fused_projections and args.generation_decode_loop != "compiled_step":
-        raise ValueError("generation_fused_projections fuses the projections inside decode_loop's compiled step: "
-                         f"with generation_decode_loop='{args.generation_decode_loop}' also pass "
-                         "--generation_fused_projections false, or set generation_decode_loop='compiled_step'.")
-    if args.sampling_noise == "counter" and (args.use_vllm or args.use_transformers_continuous_batching):
-        other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
-        raise ValueError(f"sampling_noise='counter' sets the noise of transformers' generate or the compiled step, "
-                         f"which {other}=True does not use; drop one of them.")
-    if args.generation_decode_loop == "compiled_step":
-        if args.use_vllm or args.use_transformers_continuous_batching:
-            other = "use_vllm" if args.use_vllm else "use_transformers_continuous_batching"
-            raise ValueError(f"generation_decode_loop='compiled_step' replaces transformers' generate, which "
-                             f"{other}=True does not use; drop one of them.")
-        check_decode_loop_sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repetition_penalty)
-    if args.generation_compile:
-        other = "use_vllm" if args.use_vllm else (
-            "use_transformers_continuous_batching" if args.use_transformers_continuous_batching else None)
-        if other:
-            raise ValueError(f"generation_compile compiles transformers' generate, which {other}=True does not use; "
-                             f"drop one of them.")
-        if isinstance(args.pad_to_multiple_of, int) and args.pad_to_multiple_of > 1:
-            raise ValueError(f"generation_compile with pad_to_multiple_of={args.pad_to_multiple_of}: sampling met "
-                             f"NaN probabilities on an H200 (bench/results-h200.json, merged_compiled_pad64); "
-                             f"drop one of them.")
-        cache = (args.generation_kwargs or {}).get("cache_implementation", args.cache_implementation)
-        if cache not in (None, "static"):
-            raise ValueError(f"generation_compile needs a static KV cache; cache_implementation={cache!r} is not one.")
-
-
-def check_decode_loop_sampling(temperature: float, top_k, top_p, min_p, repetition_penalty) -> None:
-    """decode_loop.check_supported, its one-line refusal naming this trainer's option."""
-    try:
-        check_supported(temperature, "exponential", top_k, top_p, min_p, repetition_penalty)
-    except ValueError as err:
-        raise ValueError(f"generation_decode_loop='compiled_step': {err}") from None
-
-
-def check_decode_loop_generation(model: torch.nn.Module, config: GenerationConfig, temperature: float) -> None:
-    """Refuse generation_decode_loop='compiled_step' where the settings transformers' generate would use (TRL's
-    config with generation_kwargs, completed from the checkpoint's generation_config and transformers' defaults:
-    decode_loop.resolved_generation_config) hold one the loop would drop (decode_loop.check_supported_config, the
-    check sample_with_config repeats at every call), or a temperature other than the training's: the entropy the
-    loop computes while sampling is the one selection ranks by."""
-    resolved = resolved_generation_config(model, config)
-    sampled = 1.0 if resolved.temperature is None else resolved.temperature
-    if sampled != temperature:
-        raise ValueError(f"generation_decode_loop='compiled_step' would sample at temperature {sampled} "
-                         f"(generation_kwargs or the model's generation_config), not the training's {temperature}; "
-                         f"unset it or use generation_decode_loop='transformers'.")
-    try:
-        check_supported_config(resolved)
-    except ValueError as err:
-        raise ValueError(f"generation_decode_loop='compiled_step' (generation_kwargs or the model's "
-                         f"generation_config): {err}") from None

@@ -4,8 +4,9 @@ generated from the dataclasses themselves so that the reference cannot drift fro
     python -m gmts_recipe.config_reference           # write docs/config.md
     python -m gmts_recipe.config_reference --check   # exit 1 if docs/config.md is not what the code gives
 
-Why walk the classes rather than list them: recipe.py parses (RecipeArgs, GMTSConfig, ModelConfig), and GMTSConfig is
-GRPOConfig plus fields declared here, possibly spread over several dataclasses it inherits from. Each field is put
+Why walk the classes rather than list them: recipe.py parses (RecipeArgs, FastGMTSConfig, ModelConfig), and
+FastGMTSConfig is GRPOConfig plus fields declared here, spread over the dataclasses it inherits from (GMTSConfig,
+SpeedOptions). Each field is put
 under the class that declares it (the first class of the MRO whose own annotations name it), and only fields
 declared by this repository's classes are listed: TRL's and transformers' own (GRPOConfig, TrainingArguments,
 ModelConfig) are documented by those libraries. Moving fields into a new dataclass moves their section, nothing else.
@@ -126,12 +127,12 @@ def _library_bases(parsed: typing.Sequence[type]) -> list[type]:
 
 
 def recipe_reference() -> str:
-    """The reference of what recipe.py parses (recipe_config._parser's dataclasses)."""
+    """The reference of what recipe.py parses (recipe_config.config_parser's dataclasses)."""
     if str(ROOT) not in sys.path:  # the trainer's config and the selection rules: top-level modules of the clone
         sys.path.insert(0, str(ROOT))
-    from gmts_recipe.recipe_config import _parser
+    from gmts_recipe.recipe_config import config_parser
 
-    return reference(_parser().dataclass_types)
+    return reference(config_parser().dataclass_types)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ attention_backward.cu: the memory-efficient backward, which the padded training 
 `num_splits_key = 1` instead of accumulating the query gradient over key splits with atomics, and flash attention
 passes `deterministic=true`; with warn_only both only warn once and keep their split kernels; cuDNN attention has no
 deterministic backward and is not dispatched to in strict mode, sdp_utils.cpp `check_cudnn_deterministic`). So
-GMTSTrainer runs its training step strict (`strict`), and TRL's generation and scoring inside it back in warn_only
+FastGMTSTrainer runs its training step strict (`strict`), and TRL's generation and scoring inside it back in warn_only
 mode (`warn_only`): the mode the evaluation's compiled graphs were traced in (dynamo's global-state guard checks
 warn_only too: another mode would compile the decode step again), and where an op without a deterministic
 implementation only warns. In the strict step such an op raises

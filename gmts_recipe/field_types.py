@@ -9,6 +9,8 @@ A value fits when argparse would turn it into the field's type, or when it alrea
 wherever argparse converts strings (an int, a float, true/false), so YAML's `1e-4` (a string to PyYAML) passes.
 A list field also takes a bare string, as TRL passes one through (`lora_target_modules: all-linear`). A type this
 check does not know passes; the config classes check it when they are built.
+
+`field_docs`: the fields' help texts as the docstring of the config class that declares them (what `help()` shows).
 """
 
 from __future__ import annotations
@@ -101,3 +103,10 @@ def misfits(config: dict, classes: tuple[type, ...]) -> list[tuple[str, Any, str
             if not fits(value, hint):
                 out.append((f.name, value, describe(hint)))
     return out
+
+
+def field_docs(cls: type, fields: list[dataclasses.Field] | None = None) -> str:
+    """One paragraph per field, "name (default): help", from the fields' metadata: what `help()` shows of a config
+    class whose docstring is built with it (its help texts, kept in one place)."""
+    fields = dataclasses.fields(cls) if fields is None else fields
+    return "\n".join(f"    {f.name} ({f.default!r}): {f.metadata.get('help', '')}" for f in fields)

@@ -54,9 +54,9 @@ def variable_name(arm: str | None, key: str) -> str:
 
 def variable_label(arm: str | None, key: str) -> str:
     """What a reader sees: 'ETS: share of kept tokens in zero-advantage answers'."""
-    from selection import rule_of_arm  # the arm's short name
+    from gmts_recipe.arms import short_name
 
-    return LABELS[key] if arm is None else f"{rule_of_arm(arm).short}: {LABELS[key]}"
+    return LABELS[key] if arm is None else f"{short_name(arm)}: {LABELS[key]}"
 
 
 def step_mean(train_log: Sequence[dict], key: str) -> tuple[float | None, int]:

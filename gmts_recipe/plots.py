@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from gmts_recipe.arms import ARMS, DEFAULT_RATIO, PRIMARY, arm_named, arms, control_comparisons, short_name
 from gmts_recipe.mechanism import MechanismError, grid_analysis, value_of
 from gmts_recipe.records import ResultsError, read_results, write_json
 from gmts_recipe.stats import seed_t_interval
 from gmts_recipe.sweep.summary import CLAIMED
-from selection import DEFAULT_RATIO, PRIMARY, RULES, arms, control_comparisons, rule_of_arm, short_name
 
 BASE_NAME, BASE_COLOR = "base (untrained)", "0.45"
 # Training curves beside the result (curves.png), then the method's internals (the second figure): (log key, panel
@@ -51,19 +51,19 @@ INTERNALS_SUFFIX = "-selection"  # curves.png -> curves-selection.png, beside it
 
 
 def _known(arm: str) -> bool:
-    return any(arm == r.arm for r in RULES.values())
+    return arm in ARMS
 
 
 def color(arm: str) -> str:
-    """The arm's one color (selection.RULES), the same in every figure."""
-    return rule_of_arm(arm).color if _known(arm) else "0.3"
+    """The arm's one color (arms.ARMS), the same in every figure."""
+    return arm_named(arm).color if _known(arm) else "0.3"
 
 
 def arm_name(arm: str, results: dict | None = None) -> str:
     """The arm's label at the ratio of kept tokens the results file records (the config holds it only when set)."""
     if not _known(arm):
         return arm
-    return rule_of_arm(arm).label(((results or {}).get("config") or {}).get("selection_ratio", DEFAULT_RATIO))
+    return arm_named(arm).label(((results or {}).get("config") or {}).get("selection_ratio", DEFAULT_RATIO))
 
 
 def arms_in(results: dict) -> list[str]:
@@ -226,7 +226,7 @@ def save_png(fig, path: str | Path, dpi: int = 64) -> Path:
 
 # ---------------------------------------------------------------------------- the sweep's headline figure
 def headline_pairs() -> tuple[tuple[str, str], ...]:
-    """The primary test, then the comparisons of the control arms (selection.comparisons)."""
+    """The primary test, then the comparisons of the control arms (arms.comparisons)."""
     return (PRIMARY, *(p for p in control_comparisons() if p != PRIMARY))
 
 

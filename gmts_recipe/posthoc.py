@@ -193,8 +193,8 @@ def seed_records(summary: dict, root: Path) -> dict:
 
 # ---------------------------------------------------------------------------- text
 def _label(comparison: str) -> str:
-    """gmts - ets -> GMTS - ETS (the rules' short names, selection.RULES)."""
-    from gmts_recipe.plots import short_name
+    """gmts - ets -> GMTS - ETS (the arms' short names, gmts_recipe/arms.py)."""
+    from gmts_recipe.arms import short_name
 
     return " - ".join(short_name(arm) for arm in comparison.split(" - "))
 

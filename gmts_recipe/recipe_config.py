@@ -1,4 +1,4 @@
-"""The recipe's configuration: its own fields (RecipeArgs), the parser that reads them with GMTSConfig's and TRL's
+"""The recipe's configuration: its own fields (RecipeArgs), the parser that reads them with FastGMTSConfig's and TRL's
 ModelConfig's from a YAML file and the command line (`parse`), every check that refuses a bad value in one line before
 the model loads, and the field lists that decide what a config hash and an evaluation record hold.
 
@@ -24,23 +24,23 @@ from gmts_recipe.field_types import misfits
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root
 from gmts_recipe.records import BASE_EVAL_SEEDS, read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
+from gmts_recipe.arms import ARMS, arms, learning_rate_fields
 from gmts_recipe.user_rules import RULES_HELP, RULES_HINT
 from gmts_recipe.value_checks import check_arm_list, check_values
-from selection import RULES, arms
 
-if TYPE_CHECKING:  # annotations only: the config classes load with the libraries (_parser)
-    from gmts_recipe.config import GMTSConfig
+if TYPE_CHECKING:  # annotations only: the config classes load with the libraries (config_parser)
+    from gmts_recipe.fast_config import FastGMTSConfig
 
 
 def arm_names() -> tuple[str, ...]:
-    """What --arm takes, read from the rule registry (selection.RULES) when the command line is parsed: base, every
-    rule's arm, all."""
+    """What --arm takes, read from the arms table (arms.ARMS) when the command line is parsed: base, every arm,
+    all."""
     return ("base", *arms(), "all")
 
 
 def all_arms() -> tuple[str, ...]:
-    """What --arm all trains (after base): every rule's arm but the controls (ets_nz), which train only when named."""
-    return tuple(r.arm for r in RULES.values() if not r.control)
+    """What --arm all trains (after base): every arm but the controls (ets_nz), which train only when named."""
+    return tuple(a.name for a in ARMS.values() if not a.control)
 
 
 # The evaluation settings that, with the model fields, the held-out tasks and the device kind, decide a base evaluation.
@@ -56,12 +56,12 @@ LOADED_MODEL_FIELDS = ("model_name_or_path", "model_revision", "dtype", "attn_im
 DEFAULT_CONFIG = "configs/paper.yaml"
 # Fields that name where or how a run is executed, not what it computes: left out of the config hash. The speed
 # options' part comes from their fields' metadata (speed_options.unhashed_fields).
-NOT_HASHED = {"arm", "resume", "keep_checkpoints", "figures", "results_dir", "experiment", "output_dir", "logging_dir", "run_name", "token_selection",
-              "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
-              "math_path",
-              "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
-              "ets_nz_learning_rate", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
-              "ddp_find_unused_parameters", "ddp_timeout"} | unhashed_fields()
+# The per-arm learning rates' part comes from the arms table (arms.learning_rate_fields).
+NOT_HASHED = {"arm", "resume", "keep_checkpoints", "figures", "results_dir", "experiment", "output_dir", "logging_dir",
+              "run_name", "token_selection", "learning_rate", "report_to", "logging_steps", "save_steps",
+              "save_total_limit", "disable_tqdm", "gsm8k_path", "math_path", "dataloader_num_workers", "use_cpu",
+              "eval_batch_size", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
+              "ddp_find_unused_parameters", "ddp_timeout"} | unhashed_fields() | set(learning_rate_fields().values())
 NOT_HASHED |= {"project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"}  # where logs go
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -72,11 +72,28 @@ RENAMED = {"gradient_checkpointing": "activation_checkpointing",
 GENERATION_OPTIONS = ("use_cpu", "cudnn_attention", "gradient_checkpointing") + recorded_per_arm()
 
 
-@dataclass
-class RecipeArgs:
-    """The experiment's own fields (the trainer's are GMTSConfig's, the model's are TRL's ModelConfig)."""
+def with_arm_learning_rates(cls: type) -> type:
+    """One `<arm>_learning_rate` field per arm of the table (arms.learning_rate_fields), after base_eval_seeds: each
+    arm's own learning rate, unset: learning_rate."""
+    annotations = {}
+    for name, hint in cls.__annotations__.items():
+        annotations[name] = hint
+        if name == "base_eval_seeds":
+            for arm, lr_field in learning_rate_fields().items():
+                annotations[lr_field] = "float | None"
+                who = f"control arm {arm}'s" if ARMS[arm].control else f"{ARMS[arm].short} arm's"
+                setattr(cls, lr_field, field(default=None, metadata={"help": f"{who} lr (unset: learning_rate)"}))
+    cls.__annotations__ = annotations
+    return cls
 
-    arm: str = field(default="all", metadata={"help": "base, an arm of selection.RULES (grpo, ets, gmts, ets_nz), all, "
+
+@dataclass
+@with_arm_learning_rates
+class RecipeArgs:
+    """The experiment's own fields (the trainer's are FastGMTSConfig's, the model's are TRL's ModelConfig)."""
+
+    arm: str = field(default="all", metadata={"help": "base, an arm of gmts_recipe/arms.py (grpo, ets, gmts, ets_nz), "
+                                                      "all, "
                                                       "or a comma list (ets,gmts); all = base and every arm but the "
                                                       "controls (ets_nz: ETS with omega != 0 tokens ranked first; name "
                                                       "it)"})
@@ -105,11 +122,6 @@ class RecipeArgs:
                 "decoding (the first evaluation compiles); the same sampler either way (eval.decoding_plan)"})
     base_eval_seeds: list[int] = field(default_factory=lambda: list(BASE_EVAL_SEEDS),
                                        metadata={"help": "sampling seeds of the base evals; arms use the first"})
-    grpo_learning_rate: float | None = field(default=None, metadata={"help": "GRPO arm's lr (unset: learning_rate)"})
-    ets_learning_rate: float | None = field(default=None, metadata={"help": "ETS arm's lr (unset: learning_rate)"})
-    gmts_learning_rate: float | None = field(default=None, metadata={"help": "GMTS arm's lr (unset: learning_rate)"})
-    ets_nz_learning_rate: float | None = field(default=None, metadata={
-        "help": "control arm ets_nz's lr (unset: learning_rate)"})
     save_minutes: float = field(default=5.0, metadata={
         "help": "also save a checkpoint when this many minutes passed since the last one (0: steps only), so an "
                 "interrupted run resumes (--resume) losing at most that much work"})
@@ -131,38 +143,40 @@ class RecipeError(Exception):
 
 
 # ---------------------------------------------------------------------------- configuration
-def _parser():
+def config_parser():
+    """The parser of recipe.py's config files and command line: RecipeArgs, FastGMTSConfig and TRL's ModelConfig,
+    each of its errors one line (RecipeError)."""
     from trl import ModelConfig, TrlParser
 
-    from gmts_trainer import GMTSConfig
+    from gmts_recipe.fast_config import FastGMTSConfig
 
     class OneLineParser(TrlParser):
         def error(self, message):  # argparse prints usage + error and exits; we want one line
             raise RecipeError(message)
 
-    return OneLineParser((RecipeArgs, GMTSConfig, ModelConfig))
+    return OneLineParser((RecipeArgs, FastGMTSConfig, ModelConfig))
 
 
 def field_names(parser=None) -> list[str]:
-    """Every key a config file or the command line may set: the fields of RecipeArgs, GMTSConfig and ModelConfig,
-    and config (sweep.py checks a grid's variants against them before any cell runs). `parser`: one _parser()
+    """Every key a config file or the command line may set: the fields of RecipeArgs, FastGMTSConfig and ModelConfig,
+    and config (sweep.py checks a grid's variants against them before any cell runs). `parser`: one config_parser()
     already built (building it takes the three config classes' ~400 fields again). Kept for known_field_names."""
-    names = sorted({a.dest for a in (parser or _parser())._actions if a.dest != "help"} | {"config"})
+    names = sorted({a.dest for a in (parser or config_parser())._actions if a.dest != "help"} | {"config"})
     _keep_field_names(names)
     return names
 
 
 FIELD_LIBRARIES = ("trl", "transformers", "peft")  # whose config classes (with ours) make the field list
-# The package's files that define our config classes: RecipeArgs (this module), GMTSConfig (config.py) and its speed
-# options (speed_options.py).
-FIELD_SOURCES = ("recipe_config.py", "config.py", "speed_options.py")
+# The package's files that define our config classes: RecipeArgs (this module), GMTSConfig (config.py),
+# FastGMTSConfig (fast_config.py) and its speed options (speed_options.py).
+FIELD_SOURCES = ("recipe_config.py", "config.py", "fast_config.py", "speed_options.py")
 
 
-def _field_list_file() -> Path | None:
+def field_list_file() -> Path | None:
     """Where this environment's field list is kept once a run has built it: named by the versions of the libraries
-    whose config classes it lists and by the bytes of the files that define ours (FIELD_SOURCES), so a list is read
-    back only where it is the one _parser() would give. None where a version or a file cannot be read: then nothing
-    is kept."""
+    whose config classes it lists, by the bytes of the files that define ours (FIELD_SOURCES) and by RecipeArgs'
+    field names (its per-arm learning rates come from the arms table), so a list is read back only where it is the
+    one config_parser() would give. None where a version or a file cannot be read: then nothing is kept."""
 
     digest = hashlib.sha256()
     try:
@@ -170,15 +184,16 @@ def _field_list_file() -> Path | None:
             digest.update(f"{library}=={importlib.metadata.version(library)}\n".encode())
         for source in FIELD_SOURCES:
             digest.update((Path(__file__).parent / source).read_bytes())
+        digest.update(" ".join(f.name for f in dataclasses.fields(RecipeArgs)).encode())  # its per-arm fields too
     except (importlib.metadata.PackageNotFoundError, OSError):
         return None
     return cache_root() / "fields" / f"{digest.hexdigest()[:20]}.json"
 
 
 def known_field_names() -> list[str] | None:
-    """field_names() as a run in this environment kept it (_field_list_file), without the seconds of importing
+    """field_names() as a run in this environment kept it (field_list_file), without the seconds of importing
     transformers and TRL: a typo in a key is refused before they load. None where no run has kept it yet."""
-    return _read_field_list(_field_list_file())
+    return _read_field_list(field_list_file())
 
 
 def _read_field_list(path: Path | None) -> list[str] | None:
@@ -191,7 +206,7 @@ def _read_field_list(path: Path | None) -> list[str] | None:
 
 def _keep_field_names(names: list[str]) -> None:
     """Keep the field list for known_field_names; a cache only, so a folder that cannot be written is no error."""
-    path = _field_list_file()
+    path = field_list_file()
     if path is None or _read_field_list(path) == names:
         return
     try:
@@ -203,18 +218,18 @@ def _keep_field_names(names: list[str]) -> None:
         pass
 
 
-def _print_help() -> None:
+def print_help() -> None:
     """argparse's help with a short usage line: its own lists all ~400 fields before the first explanation, and
     --config (read by TrlParser, not a field) would appear nowhere."""
-    parser = _parser()
+    parser = config_parser()
     parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--rules FILE.py] [--FIELD VALUE ...]"
     parser.description = (
         "Every field below with its help, default and choices, as a table: docs/config.md. "
         f"--config FILE: a YAML file of 'field: value' lines (default {DEFAULT_CONFIG}; the others are in configs/); "
         f"--rules FILE.py: {RULES_HELP}; "
         "a --FIELD on the command line overrides the file's value. The fields below: the recipe's own first (--arm "
-        "to --cudnn_attention), then GMTSConfig's (TRL's GRPOConfig and the selection fields; token_selection is "
-        "set by --arm), then TRL's ModelConfig's.")
+        "to --cudnn_attention), then FastGMTSConfig's (TRL's GRPOConfig, the selection fields and the speed "
+        "options; token_selection is set by --arm), then TRL's ModelConfig's.")
     parser.print_help()
 
 
@@ -242,7 +257,7 @@ def _check_keys(config: dict, argv: list[str], allowed: list[str], path: Path) -
             raise _unknown_key(key, "command line", allowed)
     for where, keys in ((f"config file {path}", config), ("command line", on_command_line)):
         if "token_selection" in keys:
-            rules = ", ".join(f"{r.arm}: {r.name}" for r in RULES.values())
+            rules = ", ".join(f"{a.name}: {a.rule}" for a in ARMS.values())
             raise RecipeError(f"token_selection in the {where}: the recipe sets it from the arm ({rules}); drop it "
                               f"and name the arms with --arm")
 
@@ -253,11 +268,11 @@ def _check_types(config: dict, argv: list[str], path: Path) -> None:
     line also sets is checked there instead."""
     from trl import ModelConfig
 
-    from gmts_trainer import GMTSConfig
+    from gmts_recipe.fast_config import FastGMTSConfig
 
     on_command_line = cli_values(argv)
     from_file = {k: v for k, v in config.items() if k not in on_command_line}
-    for key, value, needs in misfits(from_file, (RecipeArgs, GMTSConfig, ModelConfig)):
+    for key, value, needs in misfits(from_file, (RecipeArgs, FastGMTSConfig, ModelConfig)):
         shown = "null" if value is None else json.dumps(value) if not isinstance(value, str) else repr(value)
         raise RecipeError(f"{key}: {shown} in the config file {path}: must be {needs}")
 
@@ -402,14 +417,14 @@ def _switched_on(field: str, config: dict, argv: list[str]) -> bool:
 
 
 def parse(argv: list[str], hub: bool = False):
-    """(RecipeArgs, GMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides; `hub`: also
+    """(RecipeArgs, FastGMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides; `hub`: also
     refuse a run that needs the Hugging Face Hub where it cannot be reached (check_hub)."""
     _NOTES.clear()
     argv, config_path, config = _read_config(argv)
     known = known_field_names()
     if known is not None:  # kept by an earlier run here: a typo in a key answers before the libraries load
         _check_keys(config, argv, known, config_path)
-    parser = _parser()  # the first import of the libraries (seconds): every check above answers before it
+    parser = config_parser()  # the first import of the libraries (seconds): every check above answers before it
     allowed = field_names(parser)
     _check_keys(config, argv, allowed, config_path)
     _check_types(config, argv, config_path)
@@ -447,8 +462,8 @@ def _read_config(argv: list[str]) -> tuple[list[str], Path, dict]:
     """(the command line with --config FILE in it, the config file, its mapping): what parse reads before any library
     loads, so --help, a mistyped arm and a missing or malformed config file answer at once."""
     argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
-    if "-h" in argv or "--help" in argv:  # every field of RecipeArgs, GMTSConfig and ModelConfig, with its help
-        _print_help()
+    if "-h" in argv or "--help" in argv:  # every field of RecipeArgs, FastGMTSConfig and ModelConfig, with its help
+        print_help()
         raise SystemExit(0)
     for i, a in enumerate(argv):  # the arm first: its error is the one a typo deserves, before any config check
         arm = a.split("=", 1)[1] if a.startswith("--arm=") else argv[i + 1] if a == "--arm" and i + 1 < len(argv) else None
@@ -507,7 +522,7 @@ def _check_parsed(recipe: RecipeArgs, train, model) -> None:
                           "through the fast path only: set eval_fast true or generation_decode_loop 'transformers'")
 
 
-def _default(f: dataclasses.Field):
+def field_default(f: dataclasses.Field):
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
@@ -515,7 +530,7 @@ POSITIVE_COUNTS = ("num_iterations", "num_generations", "max_completion_length",
                    "gradient_accumulation_steps", "steps_per_generation")
 
 
-def check_counts(train: GMTSConfig) -> None:
+def check_counts(train: FastGMTSConfig) -> None:
     """Counts TRL takes as given: num_iterations 0 ran a whole experiment here without a word. One line instead."""
     for name in POSITIVE_COUNTS:
         value = getattr(train, name, None)
@@ -525,7 +540,7 @@ def check_counts(train: GMTSConfig) -> None:
         raise RecipeError(f"learning_rate={train.learning_rate}: must be >= 0")
 
 
-def check_training_length(train: GMTSConfig) -> None:
+def check_training_length(train: FastGMTSConfig) -> None:
     """A run that trains no step would still evaluate the arm and compare it as trained: max_steps 0 (or, with the
     default -1, num_train_epochs 0) is refused. transformers reads any max_steps <= 0 as "count epochs" instead."""
     if train.max_steps == 0 or train.max_steps < -1:
@@ -584,7 +599,7 @@ def check_model_fields(model_args, train_args) -> None:
     for f in dataclasses.fields(model_args):
         if f.name in LOADED_MODEL_FIELDS or f.name in PEFT_FIELDS or f.name.startswith("lora_"):
             continue
-        if getattr(model_args, f.name) != _default(f):
+        if getattr(model_args, f.name) != field_default(f):
             why = ("4/8-bit loading (bitsandbytes) is not supported here: generation_merge_adapter could not restore "
                    "quantized weights exactly" if "bit" in f.name or "bnb" in f.name else "this recipe does not pass it "
                    "to the model")

@@ -2,14 +2,15 @@
 recipe.py, merged and pooled by sweep.py, checked by check.py. Both take it from here, so the imports run one way:
 check.py -> gmts_recipe.sweep -> gmts_recipe.records (check.py reads a sweep's summary through gmts_recipe.sweep).
 
-Nothing here imports torch or transformers (selection.py, the rule registry, imports torch only inside its
-functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid files, PyYAML.
+Nothing here imports torch or transformers (the arms table, arms.py, and the rule registry it reads, selection.py,
+import torch only inside functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid
+files, PyYAML.
 
 - The formats (FORMATS): format 2 is written today (`seal`, `write_results`: an evaluation with a samples file stores
   no per-task records, `stored`); `current_record` is the one converter of every earlier format, and of a format-2
   file's records (rebuilt from its samples); `check_format` checks what a file's own format allows.
-- The arms a file may hold, their names and the pairs compared come from the rule registry (selection.RULES:
-  selection.arms(), selection.comparisons()); sweep.py pools the same.
+- The arms a file may hold, their names and the pairs compared come from the arms table (gmts_recipe/arms.py:
+  arms(), comparisons()); sweep.py pools the same.
 - `load`: read a file of any format (`read_results`: digest, format, conversion), check what it says about itself
   (check_self), recompute every summary number from the per-task records; one-line `ResultsError`
   otherwise. `seal`: add the summary and the digest (the last step of writing a file).
@@ -17,7 +18,7 @@ functions): verifying a file needs only the standard library, numpy (stats.py) a
 - `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line;
   `read_json`: the same for a JSON file (`load`'s), and `json_file`, it as an argparse type.
 - `config_hash`: the hash of a config record.
-- `_close`, `_first_difference`: numbers equal up to rounding, and the first that is not, as a path.
+- `numbers_close`, `first_difference`: numbers equal up to rounding, and the first that is not, as a path.
 See check.py's docstring for what the digest proves and what it does not.
 """
 
@@ -32,11 +33,12 @@ import statistics
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from gmts_recipe.arms import arm_named, arms, comparisons, short_name
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
 from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
-from selection import arms, comparisons, rule_of_arm
+from selection import RULES
 
-# The arms (selection.arms()) and the pairs compared (selection.comparisons(): (a, b), delta = a - b, for the pairs a
+# The arms (arms.arms()) and the pairs compared (arms.comparisons(): (a, b), delta = a - b, for the pairs a
 # file holds; sweep.py pools the same pairs over seeds). GMTS - ETS-nz: the |advantage| weighting at one kept count
 # without zero-omega slots; ETS-nz - ETS: what skipping the zero-omega slots (a larger effective step) alone does.
 
@@ -382,7 +384,7 @@ def task_scores(evaluation: dict, where: str) -> dict[str, float]:
             raise ResultsError(f"{where}: task {h} has a score outside [0, 1]: {s}")
         scores[h] = statistics.fmean(s)
     stored, own = evaluation["pass@1"], pass_at_1(evaluation["records"])
-    if not _close(stored, own):
+    if not numbers_close(stored, own):
         raise ResultsError(f"{where}: pass@1 is {stored!r} but its records give {own!r}")
     return scores
 
@@ -457,27 +459,27 @@ def summarize(results: dict) -> dict:
             "learning_rate": entry.get("learning_rate"),
         }
     summary["comparisons"] = {
-        f"{a}_vs_{b}": compare(arm_scores[a], arm_scores[b], floor, names=(rule_of_arm(a).short, rule_of_arm(b).short),
+        f"{a}_vs_{b}": compare(arm_scores[a], arm_scores[b], floor, names=(short_name(a), short_name(b)),
                                collapsed=tuple(summary["arms"][x]["verdict"] == "collapsed" for x in (a, b)))
         for a, b in comparisons() if a in arm_scores and b in arm_scores}
     return summary
 
 
-def _close(a: Any, b: Any) -> bool:
+def numbers_close(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(numbers_close(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(numbers_close(x, y) for x, y in zip(a, b))
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
     return a == b
 
 
-def _first_difference(a: Any, b: Any, path: str = "summary") -> str:
+def first_difference(a: Any, b: Any, path: str = "summary") -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
-            if k not in a or k not in b or not _close(a[k], b[k]):
-                return _first_difference(a.get(k), b.get(k), f"{path}.{k}")
+            if k not in a or k not in b or not numbers_close(a[k], b[k]):
+                return first_difference(a.get(k), b.get(k), f"{path}.{k}")
     return f"{path} is {b!r} in the file but {a!r} recomputed from the records"
 
 
@@ -545,7 +547,7 @@ def _check_arms(results: dict) -> None:
     if results.get("kind") == "evaluation" and held:
         raise ResultsError(f"arms: an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(held)}")
     for arm, entry in held.items():
-        rule = rule_of_arm(arm)
+        rule = RULES[arm_named(arm).rule]
         if entry.get("token_selection") != rule.name:
             raise ResultsError(f"arms.{arm}.token_selection is {entry.get('token_selection')!r}: arm {arm}'s rule is "
                                f"{rule.name!r} (an arm's entry filed under another arm?)")
@@ -619,7 +621,7 @@ def _check_train_log(results: dict, arm: str, entry: dict) -> None:
         if isinstance(lr, (int, float)) and isinstance(logged, (int, float)) and logged > lr * (1 + 1e-6):
             raise ResultsError(f"arms.{arm}.train_log: learning rate {logged:g} at step {row['step']}, above the "
                                f"arm's learning_rate {lr:g}")
-    if rule_of_arm(arm).score is None:
+    if RULES[arm_named(arm).rule].score is None:
         kept = [row["selection/kept_fraction"] for row in log
                 if isinstance(row.get("selection/kept_fraction"), (int, float))
                 and not isinstance(row.get("selection/kept_fraction"), bool)]
@@ -659,8 +661,8 @@ def load(path: str | Path) -> dict:
         raise ResultsError(f"{p}: {e}") from None
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, statistics.StatisticsError) as e:
         raise ResultsError(f"{p}: malformed records ({type(e).__name__}: {e})") from None
-    if not _close(recomputed, results.get("summary")):
-        raise ResultsError(f"{p}: {_first_difference(recomputed, results.get('summary') or {})}")
+    if not numbers_close(recomputed, results.get("summary")):
+        raise ResultsError(f"{p}: {first_difference(recomputed, results.get('summary') or {})}")
     return results
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from gmts_recipe.data import DataError, arithmetic_task, arithmetic_test_pool, load_gsm8k, split_tasks
 from gmts_recipe.models import resolve_model
 from gmts_recipe.recipe_config import (EVAL_FIELDS, NOT_HASHED, PEFT_FIELDS, RENAMED, SAMPLING_FIELDS, RecipeArgs,
-                                       RecipeError, _default)
+                                       RecipeError, field_default)
 from gmts_recipe.rewards import REWARD_VERSION, task_reward  # recorded with every evaluation (standard library only)
 from gmts_recipe.samples import write_samples
 from gmts_recipe.speed_options import eval_record_entries
@@ -29,7 +29,7 @@ def _plain(value):
     """JSON for a field value; a nested config (e.g. accelerator_config) by its own non-default fields."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if getattr(value, f.name) != _default(f)}
+                if getattr(value, f.name) != field_default(f)}
     if isinstance(value, enum.Enum):
         return _plain(value.value)
     if isinstance(value, (int, float, str, bool, type(None))):
@@ -47,7 +47,7 @@ def config_record(recipe: RecipeArgs, train, model) -> dict:
     Library defaults, and fields a newer library adds, stay out: a library update does not make a run "another
     configuration" (results.json records the versions instead)."""
     out = {f.name: _plain(getattr(recipe, f.name)) for f in dataclasses.fields(recipe)
-           if f.name not in NOT_HASHED and getattr(recipe, f.name) != _default(f)}
+           if f.name not in NOT_HASHED and getattr(recipe, f.name) != field_default(f)}
     for obj in (model, train):
         for f in dataclasses.fields(obj):
             if f.name in recipe.set_fields and f.name not in NOT_HASHED and f.name not in RENAMED.values():
@@ -219,7 +219,7 @@ KNOWN_LOG_LINES = (
 )
 
 
-def _drop_known_log_lines(record) -> bool:
+def drop_known_log_lines(record) -> bool:
     return not any(record.name == name and record.getMessage().startswith(start) for name, start in KNOWN_LOG_LINES)
 
 
@@ -230,8 +230,8 @@ def quiet_known_warnings() -> None:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
     for name, _ in KNOWN_LOG_LINES:
         logger = logging.getLogger(name)
-        if _drop_known_log_lines not in logger.filters:
-            logger.addFilter(_drop_known_log_lines)
+        if drop_known_log_lines not in logger.filters:
+            logger.addFilter(drop_known_log_lines)
 
 
 def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "", questions: bool = True) -> dict:

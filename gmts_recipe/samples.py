@@ -133,14 +133,14 @@ def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int]
 
 def verify(path: str | Path, done: dict | None = None, gsm8k_path: str | None = None,
            allow_unsampled: bool = False) -> tuple[dict, dict]:
-    """`load` (digest, records, summaries), then the held-out tasks and every evaluation's samples (_samples_of):
+    """`load` (digest, records, summaries), then the held-out tasks and every evaluation's samples (samples_of):
     (results, report). Every refusal is a ResultsError naming the file."""
     results = load(path)
-    return results, _samples_of(path, results, done, gsm8k_path, allow_unsampled)
+    return results, samples_of(path, results, done, gsm8k_path, allow_unsampled)
 
 
-def _samples_of(path: str | Path, results: dict, done: dict | None = None, gsm8k_path: str | None = None,
-                allow_unsampled: bool = False) -> dict:
+def samples_of(path: str | Path, results: dict, done: dict | None = None, gsm8k_path: str | None = None,
+               allow_unsampled: bool = False) -> dict:
     """Every evaluation holds the run's held-out tasks (heldout.check_heldout), whose keys and gold answers are the
     dataset's where it is at hand (heldout.dataset_golds), and its samples re-score to its records."""
     from gmts_recipe.heldout import check_heldout, dataset_golds, heldout_pool

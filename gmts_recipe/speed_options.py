@@ -1,10 +1,13 @@
-"""SpeedOptions: how generation and the update are executed, never which tokens GMTS selects. GMTSConfig inherits them
-(its own fields are the selection's); evaluation takes the same object (eval.generate_samples, evaluate_pass_at_1).
+"""SpeedOptions: how generation and the update are executed, never which tokens GMTS selects. FastGMTSConfig
+(fast_config.py) inherits them with GMTSConfig's selection fields; evaluation takes the same object
+(eval.generate_samples, evaluate_pass_at_1).
 
 Each field's metadata says where it counts, so the lists the recipe needs are derived here, not kept by hand:
 - "hashed": False for a field that computes the same thing (same tokens, the same distribution, or other rounding):
   left out of the config hash (`unhashed_fields`) and recorded with each arm instead (`recorded_per_arm`). A field
-  that changes which random numbers are drawn (sampling_noise) is hashed.
+  that changes which random numbers are drawn (sampling_noise) is hashed. counter_noise_version changes them too
+  (with sampling_noise "counter"), but a config does not set it (its default is the current scheme): it is recorded
+  with each arm, where runs of either version say which they ran.
 - "evaluation": the recipe's evaluation runs with it too (`evaluation_options`).
 - "eval_record": the key under which the base evaluation's record holds it, when it changes which samples an
   evaluation draws; present only away from its default, so records made before the field existed keep their key
@@ -19,10 +22,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from gmts_recipe.field_types import field_docs
+
 DECODE_LOOPS = ("transformers", "compiled_step")  # transformers' generate, or decode_loop.sample (eval.py, the trainer)
 # Where a generation's sampling noise comes from: "stream", torch's generator; "counter", a function of (seed, stream,
 # row, column, token) (decode_loop.noise_keys, decode_loop.counter_noise).
 SAMPLING_NOISES = ("stream", "counter")
+# How "counter" noise keys each of the trainer's generations (generation/noise.py): 1, stream arithmetic; 2, a hash of
+# the whole (seed, training or evaluation, step, generation) tuple.
+NOISE_KEY_VERSIONS = (1, 2)
 DECODE_KERNELS = ("sdpa", "matmul")  # attention.KERNELS' names: the folded decoding call's formulation
 
 
@@ -38,7 +46,7 @@ class _Metadata(dict):
 
 
 def _option(default: Any, help: str, hashed: bool = False, evaluation: bool = False, eval_record: str | None = None,
-            choices: tuple[str, ...] | None = None) -> Any:
+            choices: tuple | None = None) -> Any:
     metadata = _Metadata(help=help, hashed=hashed, evaluation=evaluation)
     if eval_record is not None:
         metadata["eval_record"] = eval_record
@@ -106,6 +114,13 @@ class SpeedOptions:
                   "are equal), which couples them and makes a run repeat whatever ran before it in the process. Also "
                   "used by the recipe's evaluation.", hashed=True, evaluation=True, eval_record="sampling_noise",
         choices=SAMPLING_NOISES)
+    counter_noise_version: int = _option(
+        2, "How sampling_noise 'counter' keys each of the trainer's generations (gmts_recipe/generation/noise.py): 2, a "
+           "64-bit hash of (seed, training or evaluation, step, generation), so no two generations share a stream; 1, "
+           "the step's stream XOR the generation's index shifted by 24 bits, under which an evaluation during training "
+           "reaches a training generation's stream from its 193rd generation on. 1 repeats the runs made with it. Each "
+           "arm records the version it ran (an arm that records none ran 1). The recipe's own evaluation (eval.py) "
+           "keys its samples alike under both.", choices=NOISE_KEY_VERSIONS)
     lora_autocast_inputs: bool = _option(
         True, "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's float32, which "
               "autocast then copies back (two elementwise copies per LoRA layer in the forward, the checkpoint "
@@ -127,15 +142,8 @@ class SpeedOptions:
 
     @classmethod
     def of(cls, config: Any) -> SpeedOptions:
-        """The speed options of any object that has these fields (a GMTSConfig), as a SpeedOptions of its own."""
+        """The speed options of any object that has these fields (a FastGMTSConfig), as a SpeedOptions of its own."""
         return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
-
-
-def field_docs(cls: type, fields: list[dataclasses.Field] | None = None) -> str:
-    """One paragraph per field, "name (default): help", from the fields' metadata: what `help()` shows of a config
-    class whose docstring is built with it (its help texts, kept in one place)."""
-    fields = dataclasses.fields(cls) if fields is None else fields
-    return "\n".join(f"    {f.name} ({f.default!r}): {f.metadata.get('help', '')}" for f in fields)
 
 
 SpeedOptions.__doc__ = ("How generation and the update are executed: same tokens, the same distribution, or other "
@@ -169,3 +177,9 @@ def eval_record_entries(config: Any) -> dict[str, Any]:
         if key is not None and value != f.default:
             out[key] = value
     return out
+
+
+def recorded_noise_version(options: dict) -> int:
+    """The counter_noise_version an arm ran with, from its recorded generation_options: the value it records, else 1
+    (an arm records the field since version 2 exists; before, version 1 was the only scheme)."""
+    return options.get("counter_noise_version", 1)

@@ -5,9 +5,9 @@ its file's table without importing a script.
 
 from __future__ import annotations
 
+from gmts_recipe.arms import ARMS, DEFAULT_RATIO, arm_named, short_name
 from gmts_recipe.records import ResultsError, agreement_line, task_scores
 from gmts_recipe.stats import mean_interval
-from selection import DEFAULT_RATIO, RULES, rule_named, short_name
 
 
 def _pct(x: float | None) -> str:
@@ -26,9 +26,9 @@ def _verdict_text(entry: dict) -> str:
 
 def _label(arm: str, results: dict) -> str:
     """The arm's label at the file's ratio of kept tokens (the config records it only when set)."""
-    if not any(arm == r.arm for r in RULES.values()):
+    if arm not in ARMS:
         return arm
-    return rule_named(arm).label(results.get("config", {}).get("selection_ratio", DEFAULT_RATIO))
+    return arm_named(arm).label(results.get("config", {}).get("selection_ratio", DEFAULT_RATIO))
 
 
 NOT_RESCORED = " (not re-scored)"

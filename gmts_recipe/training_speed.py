@@ -2,7 +2,7 @@
 (`lora_autocast_blockers`, `lora_input_casting`) and with the decoder layers compiled for the loss forward, the
 checkpoint recompute and the backward (`repeated_layers`, `compiled_forward`, `layer_forwards`).
 
-The trainer's options (`GMTSTrainer.training_step`):
+The trainer's options (`FastGMTSTrainer.training_step`):
 - Speed only, same numbers (`lora_autocast_inputs`, on by default): under bf16/fp16 autocast, `training_step` runs
   with PEFT's cast of each LoRA layer's input to the adapter's float32 turned off (`lora_input_casting`), a copy that
   autocast copies straight back, in the forward, the checkpoint recompute and the backward; generation, which runs

@@ -281,10 +281,10 @@ def _stand_in_vllm_record(tmp_path, arm: str, drop_weight: bool = False) -> dict
     measure_steps records a path (its probe and selection metrics)."""
     from test_vllm_selection import make_trainer
 
-    from selection import rule_named
+    from gmts_recipe.arms import arm_named
 
     trainer = make_trainer(tmp_path, "token_truncate", noise=0.6, max_steps=2, logging_steps=1,
-                           token_selection=rule_named(arm).name)
+                           token_selection=arm_named(arm).rule)
     if drop_weight:  # a trainer whose omega forgot TRL's weight: what the check is there to catch
         import torch
 

@@ -12,9 +12,13 @@ from pathlib import Path
 import pytest
 
 import check
+from gmts_recipe.arms import arm_named
+from gmts_recipe.records import ResultsError, digest, evaluations, load, read_samples, seal, write_json
 from gmts_recipe.rewards import REWARD_VERSION
+from gmts_recipe.samples import check_samples, samples_bytes, write_samples
+from gmts_recipe.stats import pass_at_1, verdict
+from gmts_recipe.tables import DIGEST_NOTE, render
 from results_files import rehash, seal_format_1
-from selection import rule_of_arm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,14 +31,14 @@ def sealed(base_scores: list[list[list[float]]], arm_scores: dict[str, list[list
     def evaluation(eval_seed, tasks):
         records = [{"task": i, "hash": f"{i:016x}", "scores": s, "lengths": [10 + eval_seed] * len(s)}
                    for i, s in enumerate(tasks)]
-        return {"seed": eval_seed, "k": len(tasks[0]), "pass@1": check.pass_at_1(records), "records": records}
+        return {"seed": eval_seed, "k": len(tasks[0]), "pass@1": pass_at_1(records), "records": records}
 
     n = len(base_scores[0])
     results = {"config_name": "unit", "config": {"model_name_or_path": "tiny"},
                "data": {"task": "gsm8k", "heldout": [[i, f"{i:016x}"] for i in range(n)]},
                "base": {"evals": [evaluation(s, tasks) for s, tasks in enumerate(base_scores)]},
                "arms": {arm: {"eval": evaluation(0, tasks), "learning_rate": 1e-4,
-                              "token_selection": rule_of_arm(arm).name,
+                              "token_selection": arm_named(arm).rule,
                               "train_log": [{"step": 1, "grad_norm": 0.5, "selection/overlap": 0.6}]}
                         for arm, tasks in arm_scores.items()}}
     return seal_format_1(rehash(results))
@@ -85,7 +89,7 @@ def test_edited_summary_number_fails(tmp_path, capsys):
     r["summary"]["arms"]["gmts"]["pass@1"] += 0.1
     assert check.main([write(tmp_path, r)]) == 2
     assert "digest mismatch" in capsys.readouterr().err
-    r["digest"] = check.digest(r)  # a tamperer who also recomputes the digest
+    r["digest"] = digest(r)  # a tamperer who also recomputes the digest
     assert check.main([write(tmp_path, r)]) == 2
     assert "summary.arms.gmts.pass@1" in capsys.readouterr().err
 
@@ -94,11 +98,11 @@ def test_edited_record_fails(tmp_path, capsys):
     r = fake_results()
     r["arms"]["gmts"]["eval"]["records"][0]["scores"][0] = 1.0 - r["arms"]["gmts"]["eval"]["records"][0]["scores"][0]
     assert check.main([write(tmp_path, r)]) == 2
-    r["digest"] = check.digest(r)
+    r["digest"] = digest(r)
     assert check.main([write(tmp_path, r)]) == 2
     assert "but its records give" in capsys.readouterr().err  # the eval's own pass@1 is checked
-    r["arms"]["gmts"]["eval"]["pass@1"] = check.pass_at_1(r["arms"]["gmts"]["eval"]["records"])
-    r["digest"] = check.digest(r)
+    r["arms"]["gmts"]["eval"]["pass@1"] = pass_at_1(r["arms"]["gmts"]["eval"]["records"])
+    r["digest"] = digest(r)
     assert check.main([write(tmp_path, r)]) == 2
     assert "recomputed from the records" in capsys.readouterr().err
 
@@ -106,29 +110,29 @@ def test_edited_record_fails(tmp_path, capsys):
 def test_records_with_missing_fields_are_malformed(tmp_path, capsys):
     r = fake_results()
     del r["arms"]["ets"]["eval"]["records"][3]["scores"]
-    r["digest"] = check.digest(r)
+    r["digest"] = digest(r)
     assert check.main([write(tmp_path, r)]) == 2
     assert "malformed" in capsys.readouterr().err
 
 
 def test_verdicts_need_the_same_evidence_in_both_directions():
     floor = 0.05
-    assert check.verdict({"delta": 0.10, "low": 0.03, "high": 0.17}, floor) == ("moved", [])
-    assert check.verdict({"delta": 0.04, "low": 0.01, "high": 0.07}, floor) == ("flat", [])  # within floor
-    assert check.verdict({"delta": 0.10, "low": -0.01, "high": 0.2}, floor) == ("flat", [])  # CI covers 0
-    assert check.verdict({"delta": -0.10, "low": -0.17, "high": -0.03}, floor) == ("collapsed", [])
-    assert check.verdict({"delta": -0.10, "low": -0.17, "high": -0.03}, floor, down="regressed") == ("regressed", [])
+    assert verdict({"delta": 0.10, "low": 0.03, "high": 0.17}, floor) == ("moved", [])
+    assert verdict({"delta": 0.04, "low": 0.01, "high": 0.07}, floor) == ("flat", [])  # within floor
+    assert verdict({"delta": 0.10, "low": -0.01, "high": 0.2}, floor) == ("flat", [])  # CI covers 0
+    assert verdict({"delta": -0.10, "low": -0.17, "high": -0.03}, floor) == ("collapsed", [])
+    assert verdict({"delta": -0.10, "low": -0.17, "high": -0.03}, floor, down="regressed") == ("regressed", [])
     # a dip with only one of the two pieces of evidence is a flag, not a verdict
-    assert check.verdict({"delta": -0.10, "low": -0.2, "high": 0.01}, floor) == ("flat", ["dip"])  # CI covers 0
-    assert check.verdict({"delta": -0.04, "low": -0.06, "high": -0.01}, floor) == ("flat", ["dip"])  # within floor
-    assert check.verdict({"delta": -0.02, "low": -0.05, "high": 0.01}, 0.01) == ("flat", ["dip"])  # a dip
-    assert check.verdict({"delta": -0.01, "low": -0.05, "high": 0.03}, floor) == ("flat", [])
+    assert verdict({"delta": -0.10, "low": -0.2, "high": 0.01}, floor) == ("flat", ["dip"])  # CI covers 0
+    assert verdict({"delta": -0.04, "low": -0.06, "high": -0.01}, floor) == ("flat", ["dip"])  # within floor
+    assert verdict({"delta": -0.02, "low": -0.05, "high": 0.01}, 0.01) == ("flat", ["dip"])  # a dip
+    assert verdict({"delta": -0.01, "low": -0.05, "high": 0.03}, floor) == ("flat", [])
 
 
 def test_a_collapsed_arm_never_reads_like_a_null_result_and_a_small_dip_is_not_a_collapse():
     r = fake_results(shift=-0.25)
     assert r["summary"]["arms"]["gmts"]["verdict"] == "collapsed"
-    assert "collapsed" in check.render(r)
+    assert "collapsed" in render(r)
     assert fake_results(shift=0.4)["summary"]["arms"]["ets"]["verdict"] == "moved"
     half = [[1.0, 1.0, 0.0, 0.0]] * 60  # noise floor 0: three identical base evals
     dip = [[0.0] * 4] * 2 + [[1.0] * 4] + half[3:]  # two tasks lost, one gained: -0.8 points, interval covers 0
@@ -142,7 +146,7 @@ def test_when_both_arms_collapse_the_comparison_says_which_collapsed_less():
     arms, gmts_vs_ets = r["summary"]["arms"], r["summary"]["comparisons"]["gmts_vs_ets"]
     assert arms["ets"]["verdict"] == arms["gmts"]["verdict"] == "collapsed"
     assert gmts_vs_ets["low"] > 0 and gmts_vs_ets["verdict"] == "both collapsed; GMTS less"
-    assert "both collapsed; GMTS less" in check.render(r) and "moved" not in check.render(r)
+    assert "both collapsed; GMTS less" in render(r) and "moved" not in render(r)
     one = fake_results(shifts={"ets": -0.55, "gmts": 0.0}, base_p=0.6, n=120)["summary"]["comparisons"]["gmts_vs_ets"]
     assert one["verdict"] == "moved" and one["flags"] == ["ETS collapsed"]
 
@@ -158,7 +162,7 @@ def test_three_arms_every_comparison_recomputed_and_rendered(tmp_path, capsys):
     for text in ("| GRPO (all tokens) |", "| comparison |", "| ETS vs GRPO |", "| GMTS vs GRPO |", "| GMTS vs ETS |"):
         assert text in out
     r["summary"]["comparisons"]["ets_vs_grpo"]["verdict"] = "flat"
-    r["digest"] = check.digest(r)
+    r["digest"] = digest(r)
     assert check.main([write(tmp_path, r)]) == 2
     assert "summary.comparisons.ets_vs_grpo" in capsys.readouterr().err
 
@@ -167,7 +171,7 @@ def test_records_are_paired_by_task_not_by_position():
     r = fake_results(shift=0.1)
     shuffled = copy.deepcopy(r)
     random.Random(5).shuffle(shuffled["arms"]["gmts"]["eval"]["records"])
-    check.seal(shuffled)  # a re-ordered, re-sealed file pairs the same tasks: the same summary
+    seal(shuffled)  # a re-ordered, re-sealed file pairs the same tasks: the same summary
     assert shuffled["summary"] == r["summary"]
 
 
@@ -192,26 +196,26 @@ def test_a_forged_then_resealed_file_is_refused(tmp_path, capsys, forge, reason)
     forge(r)
     if "pass@1" not in reason:  # a careful forger keeps each evaluation's pass@1 consistent with its records
         for e in [*r["base"]["evals"], *(entry["eval"] for entry in r["arms"].values())]:
-            e["pass@1"] = check.pass_at_1(e["records"])
-    with pytest.raises(check.ResultsError, match=re.escape(reason)):
-        check.seal(r)
-    r["digest"] = check.digest(r)  # sealed by hand with a stale summary: still refused, for the same reason
+            e["pass@1"] = pass_at_1(e["records"])
+    with pytest.raises(ResultsError, match=re.escape(reason)):
+        seal(r)
+    r["digest"] = digest(r)  # sealed by hand with a stale summary: still refused, for the same reason
     assert check.main([write(tmp_path, r)]) == 2
     err = capsys.readouterr().err.strip()
     assert reason in err and "\n" not in err
 
 
 def test_the_digest_claims_only_what_it_proves(capsys):
-    for text in (check.__doc__, check.DIGEST_NOTE):
+    for text in (check.__doc__, DIGEST_NOTE):
         assert "SHA-256" in text and "recompute" in text and "not" in text
-    assert "not that the records came from a run" in check.DIGEST_NOTE
+    assert "not that the records came from a run" in DIGEST_NOTE
 
 
 def test_write_json_keeps_each_record_on_one_line_and_the_file_valid(tmp_path, capsys):
     """The repository's results files: the same JSON, half the bytes of indent=1, one line per task record."""
     results = fake_results(seed=3, n=40)
     path = tmp_path / "results.json"
-    check.write_json(path, results)
+    write_json(path, results)
     text = path.read_text()
     assert json.loads(text) == results
     lines = {line.strip().rstrip(",") for line in text.splitlines()}
@@ -321,7 +325,7 @@ def with_samples(results: dict, folder: Path, base_folder: Path | None = None, p
 
     if reward is not None:
         results["data"].setdefault("task_key", "question+gold")
-    for where, ev in check.evaluations(results):
+    for where, ev in evaluations(results):
         tasks = ([pool[r["task"]] for r in ev["records"]] if pool is not None else
                  [{"question": f"q{r['task']}", "answer": "#### 7"} for r in ev["records"]])
         texts = [[text_scoring(s, t["answer"].rsplit("#### ", 1)[1]) for s in r["scores"]]
@@ -334,7 +338,7 @@ def with_samples(results: dict, folder: Path, base_folder: Path | None = None, p
         base = where.startswith("base") and base_folder is not None
         stem = (f"{results['base'].get('eval_hash', 'base')[:16]}-seed{ev['seed']}" if where.startswith("base") else
                 f"samples-{where[4:]}-seed{ev['seed']}")
-        path, sha = check.write_samples(base_folder if base else folder, stem, log)
+        path, sha = write_samples(base_folder if base else folder, stem, log)
         ev["samples"] = {"path": (f"../{base_folder.name}/" if base else "") + path.name, "sha256": sha,
                          **({"reward": reward} if reward is not None else {})}
     return seal_format_1(results)
@@ -352,16 +356,16 @@ def run_dir(tmp_path: Path, results: dict | None = None) -> Path:
 def reseal(path: Path, edit) -> None:
     results = json.loads(path.read_text())
     edit(results)
-    for _, ev in check.evaluations(results):
-        ev["pass@1"] = check.pass_at_1(ev["records"])
+    for _, ev in evaluations(results):
+        ev["pass@1"] = pass_at_1(ev["records"])
     path.write_text(json.dumps(seal_format_1(results)))
 
 
 def samples_of(path: Path, where: str) -> tuple[Path, list[dict], dict]:
     results = json.loads(path.read_text())
-    ev = dict(check.evaluations(results))[where]
+    ev = dict(evaluations(results))[where]
     file = path.parent / ev["samples"]["path"]
-    return file, check.read_samples(file, None, where), results
+    return file, read_samples(file, None, where), results
 
 
 def rewrite_samples(path: Path, where: str, edit, record_sha: bool = True) -> None:
@@ -369,7 +373,7 @@ def rewrite_samples(path: Path, where: str, edit, record_sha: bool = True) -> No
     names it), records that, and re-seals."""
     file, log, _ = samples_of(path, where)
     edit(log)
-    data = check.samples_bytes(log)
+    data = samples_bytes(log)
     if not record_sha:
         file.write_bytes(data)
         return
@@ -379,7 +383,7 @@ def rewrite_samples(path: Path, where: str, edit, record_sha: bool = True) -> No
     renamed.write_bytes(data)
 
     def record(r):
-        ref = dict(check.evaluations(r))[where]["samples"]
+        ref = dict(evaluations(r))[where]["samples"]
         ref.update(sha256=sha, path=ref["path"].rsplit("/", 1)[0] + "/" + renamed.name if "/" in ref["path"]
                    else renamed.name)
 
@@ -406,7 +410,7 @@ def test_a_file_with_samples_is_re_scored_and_says_so(tmp_path, capsys):
 
 def test_flipped_scores_resealed_are_refused(tmp_path, capsys):
     """The attack a digest cannot stop: flip sample scores in one evaluation's records, keep its pass@1 consistent
-    and re-seal with check.seal. The samples file still holds the texts and their scores: refused, in one line naming
+    and re-seal with seal. The samples file still holds the texts and their scores: refused, in one line naming
     the file, the evaluation, the task and the sample."""
     path = run_dir(tmp_path)
     rng = random.Random(20)
@@ -418,7 +422,7 @@ def test_flipped_scores_resealed_are_refused(tmp_path, capsys):
             scores[j] = 1.0 - scores[j]
 
     reseal(path, flip)
-    assert check.load(path)["digest"] == check.digest(json.loads(path.read_text()))  # the digest and summaries pass
+    assert load(path)["digest"] == digest(json.loads(path.read_text()))  # the digest and summaries pass
     t, j = flips[0]
     refused(path, capsys, str(path), "arm gmts", f"task {t}:{t:016x} sample {j}:", "(13 sample score(s) differ")
 
@@ -494,11 +498,11 @@ def test_samples_files_are_deterministic_and_named_by_their_hash(tmp_path):
 
     log = [{"task": i, "hash": f"{i:016x}", "gold": "7", "samples": ["\u00e9t\u00e9 \\boxed{7}", ""], "scores": [1.0, 0.0]}
            for i in range(30)]
-    first, sha = check.write_samples(tmp_path / "a", "samples-ets-seed0", log)
-    again, sha2 = check.write_samples(tmp_path / "b", "samples-ets-seed0", [dict(r) for r in log])
+    first, sha = write_samples(tmp_path / "a", "samples-ets-seed0", log)
+    again, sha2 = write_samples(tmp_path / "b", "samples-ets-seed0", [dict(r) for r in log])
     assert sha == sha2 == hashlib.sha256(first.read_bytes()).hexdigest() and first.name == again.name
     assert first.name == f"samples-ets-seed0-{sha[:12]}.jsonl.xz" and first.read_bytes() == again.read_bytes()
-    assert check.read_samples(first, sha, "x") == log  # round trip, unicode kept
+    assert read_samples(first, sha, "x") == log  # round trip, unicode kept
     assert lzma.decompress(first.read_bytes()).decode().count("\n") == 30  # one JSON line per task
     assert [p.name for p in (tmp_path / "a").iterdir()] == [first.name]  # no temporary file left
 
@@ -510,7 +514,7 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "task 7 (question hash 0000000000000007), gold answer 7"
     assert out.count("\n=== ") == 5 and "=== arm gmts (eval seed 0): " in out
-    for where, ev in check.evaluations(results):
+    for where, ev in evaluations(results):
         scores = ev["records"][7]["scores"]
         block = out.split(f"=== {where} ")[1].split("\n=== ")[0]
         assert block.startswith(f"(eval seed {ev['seed']}): {sum(scores):g} of 4 right")
@@ -540,7 +544,7 @@ def arithmetic_run(tmp_path: Path, questions: bool = True) -> Path:
     rehash(results)
     results["data"] = {"task": "arithmetic", "task_key": "question+gold",
                        "heldout": [[i, task_key(pool[i])] for i in range(8)]}
-    for _, ev in check.evaluations(results):
+    for _, ev in evaluations(results):
         for r in ev["records"]:
             r["hash"] = task_key(pool[r["task"]])
     folder = tmp_path / "run"
@@ -561,9 +565,9 @@ def test_show_prints_the_tasks_question_from_its_line_or_from_the_dataset(tmp_pa
     assert capsys.readouterr().out.splitlines()[1] == f"question: {question}"
     results = json.loads(path.read_text())
     sample_file = path.parent / results["arms"]["gmts"]["eval"]["samples"]["path"]
-    lines = check.read_samples(sample_file, None, "x")
+    lines = read_samples(sample_file, None, "x")
     lines[3]["question"] = lines[3]["question"].replace("marbles", "apples", 1) + " "
-    edited, sha = check.write_samples(path.parent, "samples-gmts-seed0", lines)
+    edited, sha = write_samples(path.parent, "samples-gmts-seed0", lines)
     reseal(path, lambda r: r["arms"]["gmts"]["eval"]["samples"].update(path=edited.name, sha256=sha))
     assert check.main([str(path)]) == 2
     assert re.search(r"arm gmts: samples-gmts-seed0-\w+.jsonl.xz: task 3:\w+: the question in the samples file is not "
@@ -586,18 +590,18 @@ def test_re_scoring_is_the_recipes_own_scoring(tmp_path):
     log = evaluation.sample_log(samples, tasks, records)
     assert [line["gold"] for line in log] == [str(i) for i in range(6)]
     ev = {"k": 2, "records": records}
-    path, sha = check.write_samples(tmp_path, "s", log)
+    path, sha = write_samples(tmp_path, "s", log)
     ev["samples"] = {"path": path.name, "sha256": sha, "reward": 1}
-    assert check.check_samples(path, ev, "arm ets") == 12
+    assert check_samples(path, ev, "arm ets") == 12
     lenient = [dict(line, scores=[1.0, 1.0]) for line in log]
     for r in records:
         r["scores"] = [1.0, 1.0]
-    path, sha = check.write_samples(tmp_path, "s", lenient)
+    path, sha = write_samples(tmp_path, "s", lenient)
     ev["samples"] = {"path": path.name, "sha256": sha, "reward": 1}
     with pytest.raises(check.ResultsError, match=r"task 0:\w+ sample 1: scored 1.0 in the results file, 1.0 in the "
                                                  r"samples file, 0.0 by the reward now \(6 sample score\(s\) differ "
                                                  r"in this evaluation, re-scored by reward version 1:"):
-        check.check_samples(path, ev, "arm ets")
+        check_samples(path, ev, "arm ets")
 
 
 def test_each_samples_file_is_re_scored_by_the_reward_version_it_records(tmp_path):
@@ -611,19 +615,19 @@ def test_each_samples_file_is_re_scored_by_the_reward_version_it_records(tmp_pat
     samples = [["so \\boxed{\\text{7}}", "so \\boxed{7 km}", "so \\boxed{7}"]]
     old = [{"task": 0, "hash": task_key(tasks[0]), "scores": [0.0, 0.0, 1.0], "lengths": [len(t) for t in samples[0]]}]
     log = evaluation.sample_log(samples, tasks, old)
-    path, sha = check.write_samples(tmp_path, "s", log)
+    path, sha = write_samples(tmp_path, "s", log)
     ev = {"k": 3, "records": old, "samples": {"path": path.name, "sha256": sha, "reward": 1}}
-    assert check.check_samples(path, ev, "arm ets") == 3
+    assert check_samples(path, ev, "arm ets") == 3
     ev["samples"]["reward"] = REWARD_VERSION
-    with pytest.raises(check.ResultsError, match=rf"sample 0: scored 0.0 in the results file, 0.0 in the samples "
+    with pytest.raises(ResultsError, match=rf"sample 0: scored 0.0 in the results file, 0.0 in the samples "
                                                  rf"file, 1.0 by the reward now \(2 sample score\(s\) differ in this "
                                                  rf"evaluation, re-scored by reward version {REWARD_VERSION}:"):
-        check.check_samples(path, ev, "arm ets")
+        check_samples(path, ev, "arm ets")
     for version in (0, REWARD_VERSION + 1, "2", True):
         ev["samples"]["reward"] = version
         with pytest.raises(check.ResultsError, match=rf"arm ets: samples scored by reward version {version!r}, "
                                                      rf"which this recipe does not know"):
-            check.check_samples(path, ev, "arm ets")
+            check_samples(path, ev, "arm ets")
 
 
 def test_a_file_from_before_gradient_checkpointing_moved_reads_as_recipe_writes_it_today():
@@ -657,7 +661,7 @@ def gsm8k_run(tmp_path: Path, key: str) -> Path:
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in pool))
     keys = [data.task_hash(t["question"]) if key == "question" else data.task_key(t, key) for t in pool]
     results = fake_results()
-    for _, ev in check.evaluations(results):
+    for _, ev in evaluations(results):
         for r in ev["records"]:
             r["hash"] = keys[r["task"]]
     results["config"]["gsm8k_path"] = str(folder)
@@ -686,7 +690,7 @@ def rewrite_gold(path: Path, where: str, gold: str) -> None:
 
     rewrite_samples(path, where, edit)
     reseal(path, lambda r: [rec.update(scores=rescored[rec["task"]])
-                            for rec in dict(check.evaluations(r))[where]["records"]])
+                            for rec in dict(evaluations(r))[where]["records"]])
 
 
 @pytest.mark.parametrize("key", ["question", "question+gold"])
@@ -697,9 +701,9 @@ def test_rewritten_gold_answers_are_refused_against_the_dataset(tmp_path, capsys
     path = gsm8k_run(tmp_path, key)
     assert check.main([str(path)]) == 0
     assert "are the dataset's (GSM8K at " in capsys.readouterr().out
-    before = check.load(path)["summary"]["arms"]["gmts"]["pass@1"]
+    before = load(path)["summary"]["arms"]["gmts"]["pass@1"]
     rewrite_gold(path, "arm gmts", "8")
-    assert check.load(path)["summary"]["arms"]["gmts"]["pass@1"] == pytest.approx(1 - before)  # the forged result
+    assert load(path)["summary"]["arms"]["gmts"]["pass@1"] == pytest.approx(1 - before)  # the forged result
     refused(path, capsys, str(path), "arm gmts:", "gold answer '8' in the samples file, '7' in the dataset")
 
 
@@ -714,12 +718,12 @@ def test_a_gold_answer_rewritten_with_its_key_is_refused(tmp_path, capsys):
 
     def rekey(r):
         r["data"]["heldout"] = [[i, new[i]] for i, _ in r["data"]["heldout"]]
-        for _, ev in check.evaluations(r):
+        for _, ev in evaluations(r):
             for rec in ev["records"]:
                 rec["hash"] = new[rec["task"]]
 
     reseal(path, rekey)
-    for where, _ in check.evaluations(json.loads(path.read_text())):
+    for where, _ in evaluations(json.loads(path.read_text())):
         rewrite_samples(path, where, lambda log: [line.update(hash=new[line["task"]]) for line in log])
     refused(path, capsys, f"held-out task 0:{new[0]}: the dataset's task 0 has another question and gold answer")
     (tmp_path / "gsm8k" / "test.jsonl").unlink()  # without the dataset it passes, and says what was not compared
@@ -743,7 +747,7 @@ def test_an_evaluation_whose_samples_reference_was_deleted_is_refused(tmp_path, 
     for flags in ([], ["--allow-unsampled"]):
         assert check.main([str(path), *flags]) == 2
         assert "arms.gmts.eval.samples: missing, where base.evals[0] keeps one" in capsys.readouterr().err
-    reseal(path, lambda r: [ev.pop("samples", None) for _, ev in check.evaluations(r)])
+    reseal(path, lambda r: [ev.pop("samples", None) for _, ev in evaluations(r)])
     assert check.main([str(path), "--allow-unsampled"]) == 2
     assert "base.evals[0].samples: no evaluation keeps samples, but data.task_key is recorded" in \
         capsys.readouterr().err
@@ -755,11 +759,11 @@ def test_tasks_dropped_from_every_evaluation_are_refused(tmp_path, capsys):
     path = run_dir(tmp_path)
     drop = set(random.Random(3).sample(range(60), 20))
     reseal(path, lambda r: [ev.update(records=[x for x in ev["records"] if x["task"] not in drop])
-                            for _, ev in check.evaluations(r)])
-    for where, _ in check.evaluations(json.loads(path.read_text())):
+                            for _, ev in evaluations(r)])
+    for where, _ in evaluations(json.loads(path.read_text())):
         rewrite_samples(path, where, lambda log: log.__setitem__(slice(None),
                                                                  [x for x in log if x["task"] not in drop]))
-    assert check.load(path)  # digest and summaries pass
+    assert load(path)  # digest and summaries pass
     refused(path, capsys, str(path), "base eval 0: holds 40 of the run's 60 held-out tasks (data.heldout) and 0 "
                                      "other(s), e.g. missing")
 

@@ -47,7 +47,7 @@ def test_fields_are_grouped_by_the_class_that_declares_them_and_library_fields_a
 
 
 def test_the_committed_reference_is_current_and_recipe_help_points_to_it(capsys):
-    import recipe
+    from gmts_recipe import recipe_config
 
     assert REFERENCE.read_text() == config_reference.recipe_reference(), \
         "docs/config.md is stale: run python -m gmts_recipe.config_reference"
@@ -55,6 +55,6 @@ def test_the_committed_reference_is_current_and_recipe_help_points_to_it(capsys)
     for name in ("arm", "eval_samples", "token_selection", "selection_ratio", "selection_scope"):
         assert f"| `{name}` |" in text
     assert "| `learning_rate` |" not in text and "| `lora_r` |" not in text  # TRL's and transformers' own
-    recipe._print_help()
+    recipe_config.print_help()
     first = capsys.readouterr().out.splitlines()[:6]
     assert any("docs/config.md" in line for line in first), first

@@ -153,3 +153,68 @@ def test_counter_keys_refused_where_they_do_not_fit(tiny, bad, match):
     with pytest.raises(ValueError, match=match):
         decode_loop.sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=4, temperature=1.0,
                            eos_token_ids=[1], pad_token_id=0, compiled=False, **bad)
+
+
+# ---------------------------------------------------------------- the trainer's generations: which keys each draws
+from gmts_recipe.generation import noise  # noqa: E402
+
+
+def _version_1_keys(seed: int, step: int, rows: torch.Tensor, generation: int, train: bool) -> torch.Tensor:
+    """Version 1 as the runs that recorded it computed it: the step's stream XOR the generation shifted by 24 bits."""
+    stream = decode_loop.train_stream(step) if train else (1 << 30) + step
+    return decode_loop.noise_keys(seed, stream ^ (generation << 24), rows)
+
+
+@pytest.mark.parametrize("seed,step,generation,train", [(0, 0, 0, True), (17, 3, 1, True), (5, 1, 192, False),
+                                                         (200, 39, 0, False)])
+def test_version_1_keys_are_those_the_recorded_runs_drew(seed, step, generation, train):
+    got = noise.rollout_noise_keys(seed, step, 4, process_index=1, generation=generation, train=train, version=1)
+    assert torch.equal(got, _version_1_keys(seed, step, torch.arange(4, 8), generation, train))
+    assert noise.generator_seed(seed, step, 1, generation, train, version=1) == int(
+        _version_1_keys(seed, step, torch.tensor([1]), generation, train))
+
+
+def test_version_1_gives_an_evaluation_a_training_generations_stream_and_version_2_does_not():
+    """The wrap version 2 removes: under version 1 an evaluation's generation 192 during training, at step 1, draws
+    training step 1's first generation's keys (and so do the generators of transformers' generate)."""
+    def keys(version, generation, train):
+        return noise.rollout_noise_keys(0, 1, 64, generation=generation, train=train, version=version)
+
+    assert torch.equal(keys(1, 192, False), keys(1, 0, True))
+    assert noise.generator_seed(0, 1, 0, 192, False, version=1) == noise.generator_seed(0, 1, 0, 0, True, version=1)
+    assert not set(keys(2, 192, False).tolist()) & set(keys(2, 0, True).tolist())
+    assert noise.generator_seed(0, 1, 0, 192, False) != noise.generator_seed(0, 1, 0, 0, True)
+
+
+def test_version_2_streams_do_not_collide_over_a_large_range():
+    """Every generation of 2 seeds x training and evaluation x 500 steps x 128 generations a step (256,000): no two
+    share their 64-bit stream, and no two draw the same keys for their first two rows (each row's key mixes both
+    halves of the stream); within a generation, every row has a key of its own."""
+    streams = [noise.noise_stream(seed, step, generation, train) for seed in (0, 17) for train in (True, False)
+               for step in range(500) for generation in range(128)]
+    assert len(set(streams)) == len(streams) == 256_000
+    s = torch.tensor([x - (1 << 64) if x >= 1 << 63 else x for x in streams], dtype=torch.long)  # as int64 bits
+    low, high = s & noise.MASK32, (s >> 32) & noise.MASK32
+    keys = decode_loop.hash32(decode_loop.hash32(low[:, None] ^ torch.arange(2)[None, :]) ^ high[:, None])
+    # the function's own keys: index ((seed, mode) block x 500 + step) x 128 + generation
+    assert torch.equal(keys[464 * 128 + 64], noise.rollout_noise_keys(0, 464, 2, generation=64))
+    assert torch.equal(keys[3 * 64_000 + 5 * 128 + 7], noise.rollout_noise_keys(17, 5, 2, generation=7, train=False))
+    assert torch.unique((keys[:, 0] << 32) | keys[:, 1]).numel() == len(streams)
+    assert torch.unique(noise.rollout_noise_keys(3, 7, 100_000)).numel() == 100_000
+
+
+def test_version_2_keys_are_a_function_of_the_generation_and_the_global_row():
+    """Process p's rollouts are rows p x rows + r of the generation's global batch: two processes of 4 rows draw the
+    keys one process of 8 does; every part of the tuple changes them."""
+    whole = noise.rollout_noise_keys(5, 3, 8, generation=1)
+    parts = [noise.rollout_noise_keys(5, 3, 4, process_index=p, generation=1) for p in (0, 1)]
+    assert torch.equal(torch.cat(parts), whole)
+    assert torch.equal(whole, noise.rollout_noise_keys(5, 3, 8, generation=1))  # nothing else decides them
+    for other in ({"seed": 6}, {"step": 4}, {"generation": 2}, {"train": False}):
+        place = {"seed": 5, "step": 3, "generation": 1, "train": True, **other}
+        changed = noise.rollout_noise_keys(place.pop("seed"), place.pop("step"), 8, **place)
+        assert not set(changed.tolist()) & set(whole.tolist()), other
+    seeds = {noise.generator_seed(5, 3, p, g, t) for p in range(4) for g in range(4) for t in (True, False)}
+    assert len(seeds) == 32 and all(0 <= x < 1 << 64 for x in seeds)
+    with pytest.raises(ValueError, match="counter_noise_version=3 is not one of 1, 2"):
+        noise.rollout_noise_keys(5, 3, 8, version=3)

@@ -336,8 +336,8 @@ def test_a_complete_runs_decode_steps_compile_once(tmp_path, monkeypatch, region
                                generation_compile_regions=regions)
         assert trainer.args.gradient_checkpointing
         recorded = []
-        original = trainer._batch_entropy
-        trainer._batch_entropy = lambda *a: recorded.append(a) or original(*a)
+        original = trainer.generation_entropy
+        trainer.generation_entropy = lambda *a: recorded.append(a) or original(*a)
         trainer.train()
         assert recorded and trainer.entropy_source_used == "generation"  # the step's entropy, at 8 rows
         evaluate(trainer.model)

@@ -8,8 +8,11 @@ import pytest
 
 import check
 import eval as evaluation
-import recipe
 from gmts_recipe import run_setup
+from gmts_recipe.records import load, read_samples, seal
+from gmts_recipe.samples import write_samples
+from gmts_recipe.stats import pass_at_1
+import recipe
 from tiny import tiny_model, tiny_tokenizer, write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,10 +43,10 @@ def save_adapter(folder: Path, base: Path) -> Path:
 def test_the_base_model_evaluates_as_the_recipe_evaluates_it(tiny_config, tmp_path, capsys):
     """The same tasks, samples and scores as recipe.py's base evaluations of the same config: one evaluation."""
     assert recipe.main(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path / "runs")]) == 0
-    run = check.load(tmp_path / "runs" / "tiny" / "results.json")
+    run = load(tmp_path / "runs" / "tiny" / "results.json")
     out = tmp_path / "model-eval.json"
     assert evaluate(tiny_config.parent / "model", "--config", tiny_config, "--out", out) == 0
-    results = check.load(out)
+    results = load(out)
     assert results["kind"] == "evaluation" and results["arms"] == {}
     assert results["data"]["heldout"] == run["data"]["heldout"]  # it names its held-out split, as a run does
     assert [ev["records"] for ev in results["base"]["evals"]] == [ev["records"] for ev in run["base"]["evals"]]
@@ -65,15 +68,15 @@ def test_an_adapter_is_evaluated_on_its_base_and_a_tampered_file_is_refused(tiny
     out = tmp_path / "adapter-eval.json"
     assert evaluate(adapter, "--config", tiny_config, "--out", out, "--base_eval_seeds", "0", "--eval_samples",
                     "3") == 0
-    results = check.load(out)
+    results = load(out)
     assert results["model"]["adapter"] == str(adapter) and results["model"]["base"] == str(tiny_config.parent / "model")
     assert len(results["model"]["adapter_sha256"]) == 64
     assert [ev["k"] for ev in results["base"]["evals"]] == [3]
     base_out = tmp_path / "base-eval.json"
     assert evaluate(tiny_config.parent / "model", "--config", tiny_config, "--out", base_out, "--base_eval_seeds",
                     "0", "--eval_samples", "3") == 0
-    base = check.load(base_out)
-    texts = [check.read_samples(p.parent / ev["samples"]["path"], None, "") for p, ev in
+    base = load(base_out)
+    texts = [read_samples(p.parent / ev["samples"]["path"], None, "") for p, ev in
              ((out, results["base"]["evals"][0]), (base_out, base["base"]["evals"][0]))]
     assert texts[0] != texts[1]  # the adapter changes what the model writes: it was applied
     capsys.readouterr()
@@ -84,16 +87,16 @@ def test_an_adapter_is_evaluated_on_its_base_and_a_tampered_file_is_refused(tiny
     # reward re-scores the text and check.py refuses the file in one line
     from gmts_recipe.records import write_results
 
-    forged = check.load(out)
+    forged = load(out)
     ev = forged["base"]["evals"][0]
-    lines = check.read_samples(out.parent / ev["samples"]["path"], None, "")
+    lines = read_samples(out.parent / ev["samples"]["path"], None, "")
     lines[0]["scores"][0] = 1.0 - lines[0]["scores"][0]
-    path, sha = check.write_samples(out.parent, f"{out.stem}-seed0", lines)
+    path, sha = write_samples(out.parent, f"{out.stem}-seed0", lines)
     ev["samples"].update(path=path.name, sha256=sha)
     ev["records"] = [{"task": r["task"], "hash": r["hash"], "scores": r["scores"],
                       "lengths": [len(t) for t in r["samples"]]} for r in lines]
-    ev["pass@1"] = check.pass_at_1(ev["records"])
-    write_results(out, check.seal(forged))
+    ev["pass@1"] = pass_at_1(ev["records"])
+    write_results(out, seal(forged))
     assert check.main([str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sample 0: scored" in err and "by the reward now" in err
@@ -165,7 +168,7 @@ def test_the_quick_start_model_by_its_name(tmp_path, capsys, monkeypatch):
     out = tmp_path / "smollm2-eval.json"
     assert evaluate("smollm2-135m-instruct", "--config", "configs/quickstart.yaml", "--out", out, "--n_heldout", "3",
                     "--eval_samples", "2", "--eval_max_new_tokens", "12", "--base_eval_seeds", "0") == 0
-    results = check.load(out)
+    results = load(out)
     assert results["model"] == {"name": "smollm2-135m-instruct", "base": "smollm2-135m-instruct", "adapter": None}
     assert len(results["base"]["evals"][0]["records"]) == 3
     capsys.readouterr()
@@ -179,10 +182,10 @@ def test_a_recipe_arms_checkpoint_evaluates_to_the_arms_own_evaluation(tiny_conf
     runs = tmp_path / "runs"
     assert recipe.main(["--arm", "gmts", "--config", str(tiny_config), "--results_dir", str(runs),
                         "--keep_checkpoints", "true"]) == 0
-    run = check.load(runs / "tiny" / "results.json")
+    run = load(runs / "tiny" / "results.json")
     out = tmp_path / "gmts-eval.json"
     assert evaluate(runs / "tiny" / "arm-gmts", "--config", tiny_config, "--out", out, "--base_eval_seeds", "0") == 0
-    results = check.load(out)
+    results = load(out)
     assert results["base"]["evals"][0]["records"] == run["arms"]["gmts"]["eval"]["records"]
 
 
@@ -203,10 +206,10 @@ def test_an_evaluation_file_with_trained_arms_is_refused(tiny_config, tmp_path, 
     assert evaluate(tiny_config.parent / "model", "--config", tiny_config, "--out", out, "--base_eval_seeds", "0") == 0
     from gmts_recipe.records import write_results
 
-    results = check.load(out)
+    results = load(out)
     ev = results["base"]["evals"][0]
     results["arms"] = {"gmts": {"eval": dict(ev), "train_log": [], "learning_rate": 1e-3, "token_selection": "gmts"}}
-    write_results(out, check.seal(results))
+    write_results(out, seal(results))
     capsys.readouterr()
     assert check.main([str(out)]) == 2
     assert "holds trained arms: gmts" in capsys.readouterr().err

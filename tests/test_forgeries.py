@@ -30,7 +30,9 @@ import pytest
 import check
 from gmts_recipe.records import (config_hash, current_record, digest, load, seal, summarize, write_json,
                                  write_results)
+from gmts_recipe.records import evaluations
 from gmts_recipe.samples import samples_bytes, write_samples
+from gmts_recipe.stats import pass_at_1
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "results" / "quickstart-cpu"
@@ -158,7 +160,7 @@ def test_a_base_evaluations_texts_compressed_again_are_refused(committed, capsys
         ev = r["base"]["evals"][1]
         ev["samples"] = {**ev["samples"], "path": f"../base-evals/{target.name}", "sha256": sha}
         ev["records"] = [dict(rec) for rec in r["base"]["evals"][0]["records"]][::-1]
-        ev["pass@1"] = check.pass_at_1(ev["records"])
+        ev["pass@1"] = pass_at_1(ev["records"])
 
     reseal(committed, forge)
     refused(committed, capsys, "base.evals[1].records are base.evals[0]'s", "zeroes the noise floor")
@@ -175,7 +177,7 @@ def test_mixed_unknown_or_unrecorded_reward_versions_are_refused(committed, caps
     reseal(committed, lambda r: r["arms"]["gmts"]["eval"]["samples"].update(reward=1))
     refused(committed, capsys, "arms.gmts.eval.samples.reward is 1, base.evals[0].samples.reward is 2: one reward "
                                "version per file")
-    reseal(committed, lambda r: [ev["samples"].update(reward=REWARD_VERSION + 1) for _, ev in check.evaluations(r)])
+    reseal(committed, lambda r: [ev["samples"].update(reward=REWARD_VERSION + 1) for _, ev in evaluations(r)])
     refused(committed, capsys, f"samples.reward is {REWARD_VERSION + 1}; this recipe knows reward versions 1 to")
     raw = json.loads(committed.read_text())
     for ev in [*raw["base"]["evals"], *(e["eval"] for e in raw["arms"].values())]:
@@ -190,7 +192,7 @@ def test_mixed_unknown_or_unrecorded_reward_versions_are_refused(committed, caps
 
 def test_a_recorded_version_1_is_not_format_1s(tmp_path, capsys):
     path = committed_copy(tmp_path, 1)
-    reseal(path, lambda r: [ev["samples"].update(reward=1) for _, ev in check.evaluations(r)])
+    reseal(path, lambda r: [ev["samples"].update(reward=1) for _, ev in evaluations(r)])
     refused(path, capsys, "base.evals[0].samples.reward is 1 in a format-1 file (format 1 records versions from 2 on")
 
 
@@ -198,7 +200,7 @@ def test_samples_stripped_from_a_file_that_kept_them_are_refused_with_allow_unsa
     """Every samples reference deleted and every arm's scores raised: the file records what came after samples were
     kept (format 1: its task keys' version, the pool, each arm's provenance), or is of a format that keeps them."""
     def forge(r):
-        for _, ev in check.evaluations(r):
+        for _, ev in evaluations(r):
             ev.pop("samples")
         for entry in r["arms"].values():
             entry["eval"]["records"] = [dict(rec, scores=[1.0] * len(rec["scores"]))
@@ -264,7 +266,7 @@ def test_edited_samples_in_a_format_2_file_are_re_scored(tmp_path, capsys):
         ev = r["arms"]["ets"]["eval"]
         ev["samples"].update(path=target.name, sha256=sha)
         ev["records"][4]["scores"] = lines[4]["scores"]
-        ev["pass@1"] = check.pass_at_1(ev["records"])
+        ev["pass@1"] = pass_at_1(ev["records"])
 
     reseal(path, forge)
     assert load(path)["arms"]["ets"]["eval"]["records"][4]["scores"] == lines[4]["scores"]
@@ -323,7 +325,7 @@ def test_still_possible_samples_stripped_from_the_first_format_that_kept_them(tm
     reads as a file of before samples, which --allow-unsampled accepts (its numbers marked "not re-scored")."""
     path = tmp_path / "results.json"
     raw = json.loads((ROOT / "results" / "coupled" / "coupled-lr0.0001-s100" / "results.json").read_text())
-    for _, ev in check.evaluations(raw):
+    for _, ev in evaluations(raw):
         ev.pop("samples")
     gmts = raw["arms"]["gmts"]["eval"]
     gmts["records"] = [dict(rec, scores=[1.0] * len(rec["scores"])) for rec in gmts["records"]]

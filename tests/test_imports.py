@@ -111,3 +111,151 @@ def test_the_graph_sees_circles_and_relative_imports(tmp_path):
     assert cycle is not None and cycle[0] == cycle[-1] and "script" in cycle and f"{PACKAGE}.other" in cycle
     (tmp_path / PACKAGE / "other.py").write_text("x = 1\n")
     assert find_cycle(import_graph(tmp_path)) is None
+
+
+# ---------------------------------------------------------------- what importing the method loads
+# The modules `import gmts_trainer` may load: the method and what it is built from, nothing of the speed options.
+METHOD_MODULES = {"gmts_trainer", "selection", "gmts_recipe", "gmts_recipe.config", "gmts_recipe.field_types",
+                  "gmts_recipe.grad_hooks"}
+SPEED_MODULES = {"gmts_recipe.speed_options", "gmts_recipe.fast_config", "gmts_recipe.fast_trainer",
+                 "gmts_recipe.training_speed", "gmts_recipe.determinism", "gmts_recipe.generation"}
+
+
+def loaded_modules(statement: str) -> dict[str, Path]:
+    """The repository's modules a fresh Python process holds after `statement` (name -> file)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r})\n{statement}\n"
+            "print(json.dumps({n: getattr(m, '__file__', None) for n, m in list(sys.modules.items())}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    return {n: Path(f) for n, f in found.items() if f and Path(f).is_absolute() and Path(f).is_relative_to(ROOT)}
+
+
+def test_importing_the_method_loads_the_method_alone():
+    """`import gmts_trainer` (the README's `from gmts_trainer import GMTSConfig, GMTSTrainer`) loads six files of this
+    repository, none of the speed options: the method reads in one sitting."""
+    loaded = loaded_modules("from gmts_trainer import GMTSConfig, GMTSTrainer")
+    assert set(loaded) == METHOD_MODULES and len(loaded) == 6
+    assert not {m for m in loaded for s in SPEED_MODULES if m == s or m.startswith(s + ".")}
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in loaded.values())
+    assert lines < 1500, f"the method's {len(loaded)} files hold {lines} lines"
+
+
+def test_the_method_file_lists_each_override_and_stays_short():
+    """gmts_trainer.py: every TRL method GMTSTrainer overrides is named in its docstring's list, and the file reads
+    in one sitting (as TRL's experimental trainers do)."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    from gmts_trainer import GMTSTrainer
+
+    overrides = [name for name in vars(GMTSTrainer) if callable(getattr(GRPOTrainer, name, None))]
+    assert sorted(overrides) == sorted(["__init__", "_generate_and_score_completions", "get_high_entropy_mask",
+                                        "_compute_loss", "_get_per_token_logps_and_entropies", "log"])
+    doc = inspect.getdoc(GMTSTrainer)
+    for name in overrides:
+        assert f"`{name}`" in doc, name
+    assert len((ROOT / "gmts_trainer.py").read_text(encoding="utf-8").splitlines()) <= 260
+
+
+# ---------------------------------------------------------------- layering
+def private_crossings(root: Path = ROOT) -> list[str]:
+    """Where a product module or a bench script imports another module's private name (a leading underscore), or
+    reads one as an attribute of an imported module."""
+    modules = product_modules(root)
+    files = {**modules, **{f"bench.{p.stem}": p for p in (root / "bench").glob("*.py")}}
+    found = []
+    for name, path in sorted(files.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = _package_of(name, path).split(".")
+                    base = ".".join([*package[: len(package) - (node.level - 1)], *([base] if base else [])])
+                if base not in modules:
+                    continue
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{name}: from {base} import {alias.name}")
+                    if f"{base}.{alias.name}" in modules:
+                        aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules:
+                        aliases[alias.asname or alias.name] = alias.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_private_name_crosses_modules():
+    """A name with a leading underscore is its module's own: shared names are public."""
+    found = private_crossings()
+    assert not found, "; ".join(found)
+
+
+def test_the_check_finds_a_private_name_imported_across_modules(tmp_path):
+    (tmp_path / PACKAGE).mkdir()
+    (tmp_path / PACKAGE / "__init__.py").write_text("")
+    (tmp_path / PACKAGE / "a.py").write_text("def _scale():\n    pass\n\n\ndef _own():\n    _scale()\n")
+    (tmp_path / "script.py").write_text("from gmts_recipe.a import _scale\nfrom gmts_recipe import a\na._scale()\n")
+    assert private_crossings(tmp_path) == ["script: from gmts_recipe.a import _scale", "script: gmts_recipe.a._scale"]
+
+
+def test_check_py_defines_and_imports_only_names_it_uses():
+    """check.py is a command, not a façade: every name it imports or defines at module level is used in it (a caller
+    imports a name from the module that defines it)."""
+    tree = ast.parse((ROOT / "check.py").read_text(encoding="utf-8"))
+    bound = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, "module", None) != "__future__":
+            bound.update({(a.asname or a.name).split(".")[0]: node.lineno for a in node.names})
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound[node.name] = node.lineno
+        elif isinstance(node, ast.Assign):
+            bound.update({t.id: node.lineno for t in node.targets if isinstance(t, ast.Name)})
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unused = sorted(name for name in bound if name not in used and name != "main")
+    assert not unused, f"check.py binds names it does not use: {', '.join(unused)}"
+
+
+def test_recipe_config_reads_the_configs_without_the_trainer():
+    """recipe_config (the recipe's parser) imports the config classes from the package, never gmts_trainer."""
+    assert "gmts_trainer" not in import_graph()["gmts_recipe.recipe_config"]
+
+
+def test_the_package_docstring_holds():
+    """gmts_recipe/__init__.py says what the package imports and what not: it names every module, imports nothing
+    itself, fast_trainer is its one module that imports gmts_trainer, and check.py, recipe_config and speed_options
+    load without torch."""
+    init = ROOT / PACKAGE / "__init__.py"
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    assert len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr)  # the docstring, nothing else
+    doc = " ".join(ast.get_docstring(tree).split())
+    for path in (ROOT / PACKAGE).rglob("*.py"):
+        parts = path.relative_to(ROOT / PACKAGE).parts
+        if path.name != "__init__.py":
+            assert (parts[0] + "/" if len(parts) > 1 else path.name) in doc, path
+    graph = import_graph()
+    assert {m for m, targets in graph.items() if m.startswith(PACKAGE) and "gmts_trainer" in targets} == {
+        f"{PACKAGE}.fast_trainer"}
+    assert not {m for m, targets in graph.items() if m.startswith(PACKAGE) and "eval" in targets}
+    for statement in ("import check", "import gmts_recipe.recipe_config", "import gmts_recipe.speed_options"):
+        assert not _loads_torch(statement), statement
+
+
+def _loads_torch(statement: str) -> bool:
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r})\n{statement}\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return out.stdout.strip().splitlines()[-1] == "True"

@@ -9,9 +9,10 @@ from peft import LoraConfig, get_peft_model
 from torch.profiler import profile
 
 import recipe
-from gmts_recipe import speed
+from gmts_recipe import fast_trainer
+from gmts_recipe.fast_config import FastGMTSConfig
+from gmts_recipe.fast_trainer import FastGMTSTrainer
 from gmts_recipe.training_speed import lora_autocast_blockers, lora_input_casting
-from gmts_trainer import GMTSConfig, GMTSTrainer
 from tiny import tiny_dataset, tiny_model, tiny_tokenizer
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # the paper config's
@@ -95,15 +96,15 @@ def test_the_cast_is_kept_where_skipping_it_could_change_the_numbers(autocast, l
 
 
 # ---------------------------------------------------------------- through the trainer
-def bf16_trainer(tmp_path, lora_autocast_inputs: bool, lora=None, **overrides) -> GMTSTrainer:
+def bf16_trainer(tmp_path, lora_autocast_inputs: bool, lora=None, **overrides) -> FastGMTSTrainer:
     """bf16 base weights, float32 LoRA on every linear module, bf16 autocast (accelerate's), checkpointing."""
     tok = tiny_tokenizer()
     kw = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
               gradient_accumulation_steps=2, max_completion_length=12, max_steps=2, learning_rate=1e-2,
               logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, seed=5, temperature=1.0, bf16=True,
               gradient_checkpointing=True, lora_autocast_inputs=lora_autocast_inputs) | overrides
-    return GMTSTrainer(
-        model=tiny_model(tok).to(torch.bfloat16), args=GMTSConfig(**kw), train_dataset=tiny_dataset(16),
+    return FastGMTSTrainer(
+        model=tiny_model(tok).to(torch.bfloat16), args=FastGMTSConfig(**kw), train_dataset=tiny_dataset(16),
         reward_funcs=lambda completions, **_: [float(sum(map(ord, c)) % 3) for c in completions],  # varied rewards
         processing_class=tok, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=ALL_LINEAR, **(lora or {})),
     )
@@ -146,7 +147,7 @@ def test_trainer_steps_are_bit_identical_and_skip_the_cast_only_in_the_autocast_
 def test_trainer_keeps_the_cast_and_says_why_where_the_option_does_not_engage(tmp_path, monkeypatch, overrides, lora,
                                                                               blocker):
     said = []
-    monkeypatch.setattr(speed.logger, "info", said.append)
+    monkeypatch.setattr(fast_trainer.logger, "info", said.append)
     trainer = bf16_trainer(tmp_path, True, lora=lora, **overrides)
     assert trainer.lora_autocast_inputs_on is False
     assert len(said) == 1 and blocker in said[0] and "PEFT casts LoRA inputs" in said[0]

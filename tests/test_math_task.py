@@ -16,6 +16,7 @@ import recipe
 from gmts_recipe import heldout, math_data
 from gmts_recipe.rewards_math import REWARD_NAME
 from math_like import write_math_like
+from gmts_recipe.records import load, read_samples
 from tiny import save_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def run(tiny, tmp_path_factory):
 
 def test_a_math_run_holds_math500_and_minerva_apart_both_verified(run, capsys):
     runs, data = run
-    main, apart = check.load(runs / "math" / "results.json"), check.load(runs / "math-ocw" / "results.json")
+    main, apart = load(runs / "math" / "results.json"), load(runs / "math-ocw" / "results.json")
     assert main["data"]["heldout_set"] == "math500" and apart["data"]["heldout_set"] == "ocw"
     assert main["data"]["train"] == apart["data"]["train"] and main["config_hash"] == apart["config_hash"]
     assert [len(r["data"]["heldout"]) for r in (main, apart)] == [2, 2] and set(apart["arms"]) == {"gmts"}
@@ -78,7 +79,7 @@ def test_a_math_runs_rewritten_gold_is_refused_against_the_data(run, tmp_path, c
     results = json.loads(path.read_text())
     ev = results["arms"]["gmts"]["eval"]
     file = path.parent / ev["samples"]["path"]
-    log = check.read_samples(file, None, "")
+    log = read_samples(file, None, "")
     for line in log:
         line.pop("question", None)  # an arm's lines keep none
         line["gold"] = "7"
@@ -114,7 +115,7 @@ def test_eval_task_math_writes_math500_and_minerva_apart(tiny, tmp_path, capsys)
     assert f"wrote {out};" in printed and f"wrote {tmp_path / 'tiny-eval-ocw.json'};" in printed
     assert bars.count("eval (seed 0, 4 samples)") >= 2 and "token steps" in bars  # a bar over each set's answers
     for name, set_name in (("tiny-eval.json", "math500"), ("tiny-eval-ocw.json", "ocw")):
-        results = check.load(tmp_path / name)
+        results = load(tmp_path / name)
         assert results["config_name"] == "math" and results["data"]["heldout_set"] == set_name
         assert results["config"]["system_prompt"] == "boxed" and results["config"]["eval_max_new_tokens"] == 4
         assert check.main([str(tmp_path / name), "--math_path", str(data)]) == 0
@@ -180,7 +181,7 @@ def test_recipe_all_arms_with_configs_math_on_the_offline_model(tmp_path):
     assert "math-ocw, the same arms on another held-out set" in done.stdout
     for name in ("math", "math-ocw"):
         path = runs / name / "results.json"
-        assert set(check.load(path)["arms"]) == {"grpo", "ets", "gmts"}
+        assert set(load(path)["arms"]) == {"grpo", "ets", "gmts"}
         verified = subprocess.run([sys.executable, "check.py", str(path), "--math_path", str(data)], cwd=ROOT,
                                   capture_output=True, text=True, timeout=600)
         assert verified.returncode == 0, verified.stderr

@@ -5,8 +5,8 @@ import copy
 import pytest
 from test_check import fake_results
 
-import check
 from gmts_recipe import plots
+from gmts_recipe.records import seal
 
 
 def with_arms(arms: tuple[str, ...]) -> dict:
@@ -20,7 +20,7 @@ def with_arms(arms: tuple[str, ...]) -> dict:
                                       "selection/kept_fraction": 0.2001 + 0.0004 * (s % 2) + i * 1e-5}
                                      for s in range(1, 6)]
     r["arms"] = {a: trained[a] for a in arms}
-    return check.seal(r)
+    return seal(r)
 
 
 def _texts(ax) -> str:

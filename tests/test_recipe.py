@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 import check
+from gmts_recipe.arms import arm_named
+from gmts_recipe.records import evaluations, load, read_samples
+from gmts_recipe.samples import verify
+from gmts_recipe.tables import render
 import recipe
 from results_files import seal_format_1
-from selection import rule_named
 from tiny import free_port, write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,11 +32,11 @@ def run(*argv) -> int:
 def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, capsys):
     assert run("--arm", "all", "--config", tiny_config, "--results_dir", tmp_path) == 0
     path = tmp_path / "tiny" / "results.json"
-    results = check.load(path)  # digest and recomputed summaries hold
+    results = load(path)  # digest and recomputed summaries hold
     assert set(results["arms"]) == {"grpo", "ets", "gmts"} and len(results["base"]["evals"]) == 3
     assert results["data"]["train_kept"] + results["data"]["decontamination_dropped"] == 8
     assert {a: results["arms"][a]["token_selection"] for a in results["arms"]} == {
-        a: rule_named(a).name for a in ("grpo", "ets", "gmts")}  # all: not the control ets_nz
+        a: arm_named(a).rule for a in ("grpo", "ets", "gmts")}  # all: not the control ets_nz
     for arm in ("grpo", "ets", "gmts"):
         entry = results["arms"][arm]
         assert [row["step"] for row in entry["train_log"]] == [1, 2]
@@ -49,7 +52,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
                                                "training_compile": False, "generation_compile_regions": False,
                                                "deterministic_kernels": False,
                                                "generation_fused_projections": False,
-                                               "gradient_checkpointing": True}
+                                               "gradient_checkpointing": True, "counter_noise_version": 2}
     assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
     assert results["versions"]["trl"].startswith("1.16")
     for arm in ("grpo", "ets", "gmts"):  # where each arm ran, outside the config record (and so its hash)
@@ -64,7 +67,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
 
     # every evaluation keeps its samples, re-scored by check.py: the arms' beside results.json, the base's once in
     # the shared base-evals folder
-    _, report = check.verify(path)
+    _, report = verify(path)
     assert report == {"evaluations": 6, "with_samples": 6, "samples": 6 * 6 * 2, "without": [], "no_dataset": None,
                       "dataset": "the generated task, rebuilt from its seed"}  # held-out keys and golds compared
     assert sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "tiny").glob("*.jsonl.xz")) == [
@@ -74,9 +77,9 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     # format 2: no per-task records beside a samples file (load rebuilt them); the arms' lines keep no question (the
     # base's, of the same keys, do)
     stored = json.loads(path.read_text())
-    assert stored["schema"] == 2 and not any("records" in ev for _, ev in check.evaluations(stored))
-    for _, ev in check.evaluations(results):
-        lines = check.read_samples((path.parent / ev["samples"]["path"]).resolve(), ev["samples"]["sha256"], "")
+    assert stored["schema"] == 2 and not any("records" in ev for _, ev in evaluations(stored))
+    for _, ev in evaluations(results):
+        lines = read_samples((path.parent / ev["samples"]["path"]).resolve(), ev["samples"]["sha256"], "")
         assert all(("question" in line) == ev["samples"]["path"].startswith("../") for line in lines)
     assert check.main([str(path)]) == 0
     out = capsys.readouterr().out
@@ -92,7 +95,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     assert after["base"] == before["base"] and after["arms"]["gmts"] == before["arms"]["gmts"]
     assert "reusing 3" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "tiny").glob("samples-ets-*")) == [named.name]  # the replaced one gone
-    assert check.verify(path)[1]["with_samples"] == 6
+    assert verify(path)[1]["with_samples"] == 6
 
     # --resume keeps finished arms
     assert run("--arm", "all", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
@@ -100,7 +103,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
 
     # the control arm joins the finished run as a 4th arm (what the sweep's resume does to an existing cell)
     assert run("--arm", "ets,gmts,ets_nz", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
-    results = check.load(path)
+    results = load(path)
     assert {a: json.loads(path.read_text())["arms"][a] for a in ("grpo", "ets", "gmts")} == after["arms"]
     control = results["arms"]["ets_nz"]
     assert control["token_selection"] == "entropy_nonzero_omega" and [r["step"] for r in control["train_log"]] == [1, 2]
@@ -108,7 +111,7 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     assert 0.2 <= control["train_log"][0]["selection/kept_fraction"] < 0.3
     assert "selection/zero_advantage_kept_share" in control["train_log"][0]
     assert {"gmts_vs_ets_nz", "ets_nz_vs_ets", "gmts_vs_ets"} <= set(results["summary"]["comparisons"])
-    assert "ETS-nz vs ETS" in check.render(results)
+    assert "ETS-nz vs ETS" in render(results)
     capsys.readouterr()  # its training's progress bars
 
     # another configuration never mixes into this run directory
@@ -136,7 +139,7 @@ def test_every_phase_records_its_compile_seconds(tiny_config, tmp_path, monkeypa
         assert run("--arm", "gmts", "--config", tiny_config, "--results_dir", tmp_path, "--training_compile", "true") == 0
     finally:
         fresh()
-    results = check.load(tmp_path / "tiny" / "results.json")
+    results = load(tmp_path / "tiny" / "results.json")
     assert [e["compile_seconds"] for e in results["base"]["evals"]] == [0.0, 0.0, 0.0]
     gmts = results["arms"]["gmts"]
     assert gmts["eval"]["compile_seconds"] == 0.0 and gmts["train_compile_seconds"] > 0
@@ -224,13 +227,15 @@ def test_a_field_list_is_read_back_only_where_it_was_built(tmp_path, monkeypatch
     a cache folder that cannot be written costs only the speed."""
     import importlib.metadata
 
+    from gmts_recipe import recipe_config
+
     monkeypatch.setenv("GMTS_CACHE", str(tmp_path / "cache"))
     names = recipe.field_names()
     version = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda lib: "0.0.1" if lib == "trl" else version(lib))
     assert recipe.known_field_names() is None
     monkeypatch.setattr(importlib.metadata, "version", version)
-    kept = recipe._field_list_file()
+    kept = recipe_config.field_list_file()
     kept.write_text('["learning_rate"')  # cut short
     assert recipe.known_field_names() is None
     assert recipe.field_names() == names and recipe.known_field_names() == names
@@ -247,8 +252,8 @@ def test_the_field_list_is_named_by_every_file_that_declares_our_fields():
 
     from gmts_recipe import recipe_config
 
-    ours = {Path(inspect.getfile(k)).resolve() for cls in recipe._parser().dataclass_types for k in cls.__mro__
-            if k.__module__.split(".")[0] not in ("trl", "transformers", "peft", "builtins")}
+    ours = {Path(inspect.getfile(k)).resolve() for cls in recipe_config.config_parser().dataclass_types
+            for k in cls.__mro__ if k.__module__.split(".")[0] not in ("trl", "transformers", "peft", "builtins")}
     assert ours == {(Path(recipe_config.__file__).parent / f).resolve() for f in recipe_config.FIELD_SOURCES}
 
 
@@ -270,9 +275,9 @@ def test_shipped_configs_parse(monkeypatch):
 
 
 def test_an_interrupted_arm_resumes_from_its_last_checkpoint(tiny_config, tmp_path, monkeypatch, capsys):
-    import gmts_trainer
+    from gmts_recipe.fast_trainer import FastGMTSTrainer
 
-    original = gmts_trainer.GMTSTrainer.training_step
+    original = FastGMTSTrainer.training_step
     calls = {"n": 0}
 
     def interrupted(self, *args, **kwargs):
@@ -281,17 +286,17 @@ def test_an_interrupted_arm_resumes_from_its_last_checkpoint(tiny_config, tmp_pa
             raise KeyboardInterrupt
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", interrupted)
+    monkeypatch.setattr(FastGMTSTrainer, "training_step", interrupted)
     assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path) == 130
     assert "--resume" in capsys.readouterr().err
     assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-1").is_dir()
-    assert check.load(tmp_path / "tiny" / "results.json")["arms"] == {}  # base evals kept, the arm not yet
+    assert load(tmp_path / "tiny" / "results.json")["arms"] == {}  # base evals kept, the arm not yet
 
-    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", original)
+    monkeypatch.setattr(FastGMTSTrainer, "training_step", original)
     assert run("--arm", "ets", "--resume", "--config", tiny_config, "--results_dir", tmp_path) == 0
     out = capsys.readouterr().out
     assert "resuming from the last checkpoint" in out and "reusing 3" in out
-    log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
+    log = load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
     assert not (tmp_path / "tiny" / "arm-ets" / "checkpoints").exists()  # sealed in results.json: removed
 
@@ -353,8 +358,8 @@ def test_sweep_cells_share_the_base_evals(tiny_config, tmp_path, capsys, monkeyp
     second = recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
                                     "--experiment", "cell-b", "--seed", "5", "--learning_rate", "3e-3"])
     assert f"reusing 3 from {cached[0]}" in capsys.readouterr().out
-    assert second["base"] == first["base"] and check.load(tmp_path / "cell-b" / "results.json")
-    assert check.verify(tmp_path / "cell-b" / "results.json")[1]["with_samples"] == 3  # the cache's samples, re-scored
+    assert second["base"] == first["base"] and load(tmp_path / "cell-b" / "results.json")
+    assert verify(tmp_path / "cell-b" / "results.json")[1]["with_samples"] == 3  # the cache's samples, re-scored
     monkeypatch.undo()
     recipe.run_experiment(["--arm", "base", "--config", str(tiny_config), "--results_dir", str(tmp_path),
                            "--experiment", "cell-c", "--eval_temperature", "0.5"])
@@ -373,17 +378,17 @@ def test_two_processes_training_different_arms_at_once_keep_both(tiny_config, tm
                               stderr=subprocess.PIPE, text=True) for arm in ("ets", "gmts")]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
-    results = check.load(tmp_path / "tiny" / "results.json")
+    results = load(tmp_path / "tiny" / "results.json")
     assert set(results["arms"]) == {"ets", "gmts"}
     assert sum("base eval seed" in out for out, _ in outs) == 1  # evaluated by one process, reused by the other
     assert len(list((tmp_path / "base-evals").glob("*.json"))) == 1
 
 
 def test_model_fields_reach_both_the_evaluation_and_the_trainer(tiny_config, tmp_path, monkeypatch):
-    import gmts_trainer
+    from gmts_recipe.fast_trainer import FastGMTSTrainer
 
     seen = []
-    evaluate, train = recipe.Run._evaluate, gmts_trainer.GMTSTrainer.train
+    evaluate, train = recipe.Run._evaluate, FastGMTSTrainer.train
 
     def spy_evaluate(self, model, *args, **kwargs):
         seen.append(("eval", model.config._attn_implementation))
@@ -394,7 +399,7 @@ def test_model_fields_reach_both_the_evaluation_and_the_trainer(tiny_config, tmp
         return train(self, *args, **kwargs)
 
     monkeypatch.setattr(recipe.Run, "_evaluate", spy_evaluate)
-    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "train", spy_train)
+    monkeypatch.setattr(FastGMTSTrainer, "train", spy_train)
     assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path, "--attn_implementation", "eager",
                "--base_eval_seeds", "0") == 0
     assert seen == [("eval", "eager"), ("train", "eager"), ("eval", "eager")]
@@ -425,7 +430,7 @@ def test_two_data_parallel_processes_one_writer(tiny_config, tmp_path):
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
-    results = check.load(tmp_path / "tiny" / "results.json")
+    results = load(tmp_path / "tiny" / "results.json")
     assert set(results["arms"]) == {"ets"} and [r["step"] for r in results["arms"]["ets"]["train_log"]] == [1, 2]
     assert out.count("held-out tasks, config") == 1 and "x 2 processes)" in out  # two processes ran, one spoke
     assert "find_unused_parameters=True" not in out  # DDP does not search a LoRA model for unused weights
@@ -442,12 +447,12 @@ def test_config_hash_ignores_a_field_a_newer_library_adds(monkeypatch):
 
     import trl
 
-    import gmts_trainer
+    from gmts_recipe import fast_config
 
     argv = ["--config", "configs/paper.yaml"]
     r, train, model, _ = recipe.parse(argv)
     before = recipe.config_record(r, train, model)
-    base = gmts_trainer.GMTSConfig
+    base = fast_config.FastGMTSConfig
 
     def post_init(self):  # transformers 5.24's handling of the renamed field
         if self.activation_checkpointing is None and self.gradient_checkpointing is not None:
@@ -462,7 +467,7 @@ def test_config_hash_ignores_a_field_a_newer_library_adds(monkeypatch):
         bases=(base,), namespace={"__post_init__": post_init})
     newer_model = dataclasses.make_dataclass("NewerModel", [("future_flag", bool, dataclasses.field(default=False))],
                                              bases=(trl.ModelConfig,))
-    monkeypatch.setattr(gmts_trainer, "GMTSConfig", newer_train)
+    monkeypatch.setattr(fast_config, "FastGMTSConfig", newer_train)
     monkeypatch.setattr(trl, "ModelConfig", newer_model)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
@@ -534,9 +539,9 @@ def test_a_config_value_of_the_wrong_type_is_one_line(tmp_path, monkeypatch, cap
 def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkeypatch, capsys):
     """save_steps far away, save_minutes tiny: the checkpoint an interrupted run resumes from came from the time rule;
     after the first step the run says when it will finish."""
-    import gmts_trainer
+    from gmts_recipe.fast_trainer import FastGMTSTrainer
 
-    original = gmts_trainer.GMTSTrainer.training_step
+    original = FastGMTSTrainer.training_step
     calls = {"n": 0}
 
     def interrupted(self, *args, **kwargs):
@@ -547,16 +552,16 @@ def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkey
 
     argv = ["--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path, "--save_steps", "100",
             "--save_minutes", "1e-6"]
-    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", interrupted)
+    monkeypatch.setattr(FastGMTSTrainer, "training_step", interrupted)
     assert run(*argv) == 130
     out = capsys.readouterr().out
     assert "ets step 1/2: reward" in out and "training done ~" in out
     assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-1").is_dir()
-    monkeypatch.setattr(gmts_trainer.GMTSTrainer, "training_step", original)
+    monkeypatch.setattr(FastGMTSTrainer, "training_step", original)
     assert run(*argv, "--resume", "--keep_checkpoints", "true") == 0
     assert "resuming from the last checkpoint" in capsys.readouterr().out
     assert (tmp_path / "tiny" / "arm-ets" / "checkpoints" / "checkpoint-2").is_dir()  # kept when asked
-    log = check.load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
+    log = load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
     results = tmp_path / "tiny" / "results.json"
     assert run(*argv[:-4]) == 0  # without --resume the finished arm is trained again, and the run says so
@@ -628,50 +633,104 @@ def test_gradient_checkpointing_is_recorded_with_each_arm_and_a_file_from_before
     argv = ["--config", tiny_config, "--results_dir", tmp_path]
     assert run("--arm", "ets", *argv, "--gradient_checkpointing", "true") == 0
     path = tmp_path / "tiny" / "results.json"
-    today = check.load(path)
+    today = load(path)
     assert "gradient_checkpointing" not in today["config"]
     assert today["arms"]["ets"]["generation_options"]["gradient_checkpointing"] is True
-    old = check.load(path)  # the same run as recipe.py wrote it (format 1) before the field moved
+    old = load(path)  # the same run as recipe.py wrote it (format 1) before the field moved
     old["config"]["gradient_checkpointing"] = True
     old["config_hash"] = config_hash(old["config"])
     del old["arms"]["ets"]["generation_options"]["gradient_checkpointing"]
     path.write_text(json.dumps(seal_format_1(old)))
     assert run("--arm", "ets,gmts", "--resume", *argv, "--gradient_checkpointing", "false") == 0
-    results = check.load(path)
+    results = load(path)
     assert results["config"] == today["config"] and results["config_hash"] == today["config_hash"]
     assert results["arms"]["ets"] == today["arms"]["ets"]  # kept, its option moved back into its own record
     assert results["arms"]["gmts"]["generation_options"]["gradient_checkpointing"] is False
 
 
-def test_a_rule_registered_here_runs_through_the_recipe_its_summary_plots_and_check(tiny_config, tmp_path, capsys):
-    """A new rule (|omega| alone) is one register_rule call: the recipe's --arm, the trainer, the results file's summary
-    and comparisons, the figure and check.py all read it from selection.RULES; no other file is edited."""
-    from gmts_recipe import plots
-    from selection import Rule, register_rule, unregister_rule
+# A rule and its arm defined outside the repository, registered when their module is imported: all a user writes.
+USER_RULES = """
+from gmts_recipe.arms import Arm, register_arm
+from selection import Rule, register_rule
 
-    assert run("--arm", "omega_only", "--config", tiny_config, "--results_dir", tmp_path) == 2  # not a rule yet
+register_rule(Rule("abs_omega", lambda entropy, omega: omega.abs(), needs_omega=True, overlap_with="gmts"))
+register_arm(Arm("omega_only", "abs_omega", "|omega|", "|omega|", "tab:brown", compared_with=("gmts",)))
+"""
+# What a user's process runs after importing them: check.py's verification and the figure, reported as one JSON line.
+USER_CHECK = """
+import json, sys
+import user_rules
+import check
+from gmts_recipe import plots
+from gmts_recipe.records import load
+
+path = sys.argv[1]
+code = check.main([path])
+fig = plots.figure(load(path))
+print(json.dumps({"check": code, "legend": [t.get_text() for t in fig.legends[0].get_texts()],
+                  "colors": [line.get_color() for line in fig.legends[0].get_lines()]}))
+"""
+
+
+def test_a_rule_registered_outside_the_repository_runs_through_the_recipe_check_and_figure(tiny_config, tmp_path,
+                                                                                          capsys):
+    """A new rule (|omega| alone) and its arm, registered by a module of the user's at import (selection.register_rule,
+    arms.register_arm): in a fresh process the recipe's --arm trains it, the results file's summary compares it,
+    check.py verifies it and the figure draws it in its colour; no file of the repository is edited."""
+    import os
+
+    assert run("--arm", "omega_only", "--config", tiny_config, "--results_dir", tmp_path) == 2  # not an arm here
     assert "unknown arm 'omega_only'" in capsys.readouterr().err
-    register_rule(Rule("abs_omega", "omega_only", "|omega|", "|omega|", lambda entropy, omega: omega.abs(),
-                       needs_omega=True, color="tab:brown", compared_with=("gmts",)))
-    try:
-        assert recipe.trained_arms("all") == ["grpo", "ets", "gmts", "omega_only"]
-        assert run("--arm", "gmts,omega_only", "--config", tiny_config, "--results_dir", tmp_path) == 0
-        path = tmp_path / "tiny" / "results.json"
-        results = check.load(path)  # digest and the recomputed summary, with the new arm
-        entry = results["arms"]["omega_only"]
-        assert entry["token_selection"] == "abs_omega" and [r["step"] for r in entry["train_log"]] == [1, 2]
-        assert 0.2 <= entry["train_log"][0]["selection/kept_fraction"] < 0.3  # ceil(0.2 x valid tokens)
-        assert "selection/overlap" in entry["train_log"][0]  # against its first scored comparison, GMTS
-        assert set(results["summary"]["comparisons"]) == {"omega_only_vs_gmts"}
-        assert entry["train_log"][0]["reward"] == results["arms"]["gmts"]["train_log"][0]["reward"]  # same rollouts
-        capsys.readouterr()
-        assert check.main([str(path)]) == 0
-        out = capsys.readouterr().out
-        assert "|omega| (top-20% by |omega|)" in out and "|omega| vs GMTS" in out
-        fig = plots.figure(results)
-        legend = [t.get_text() for t in fig.legends[0].get_texts()]
-        assert legend == ["GMTS (top-20% by |entropy x omega|)", "|omega| (top-20% by |omega|)"]
-        assert [line.get_color() for line in fig.legends[0].get_lines()] == ["tab:orange", "tab:brown"]
-        assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
-    finally:
-        unregister_rule("abs_omega")
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "user_rules.py").write_text(USER_RULES)
+    (user / "user_check.py").write_text(USER_CHECK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(user), str(ROOT)]), "OMP_NUM_THREADS": "1",
+           "CUDA_VISIBLE_DEVICES": ""}
+    train = ("import sys, user_rules, recipe; print(recipe.trained_arms('all')); "
+             "sys.exit(recipe.main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", train, "--arm", "gmts,omega_only", "--config", str(tiny_config),
+                           "--results_dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "['grpo', 'ets', 'gmts', 'omega_only']" in done.stdout  # --arm all: every arm but the controls
+    path = tmp_path / "tiny" / "results.json"
+    results = json.loads(path.read_text())
+    entry = results["arms"]["omega_only"]
+    assert entry["token_selection"] == "abs_omega" and [r["step"] for r in entry["train_log"]] == [1, 2]
+    assert 0.2 <= entry["train_log"][0]["selection/kept_fraction"] < 0.3  # ceil(0.2 x valid tokens)
+    assert "selection/overlap" in entry["train_log"][0]  # against Rule.overlap_with, GMTS
+    assert set(results["summary"]["comparisons"]) == {"omega_only_vs_gmts"}
+    assert entry["train_log"][0]["reward"] == results["arms"]["gmts"]["train_log"][0]["reward"]  # same rollouts
+    checked = subprocess.run([sys.executable, str(user / "user_check.py"), str(path)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    out = checked.stdout
+    assert "|omega| (top-20% by |omega|)" in out and "|omega| vs GMTS" in out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["check"] == 0
+    assert report["legend"] == ["GMTS (top-20% by |entropy x omega|)", "|omega| (top-20% by |omega|)"]
+    assert report["colors"] == ["tab:orange", "tab:brown"]
+    assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
+
+
+def test_arms_that_drew_counter_noise_by_another_key_scheme_are_not_mixed_into_a_file():
+    """A results file's arms with sampling_noise 'counter' are coupled by their keys: a run whose counter_noise_version
+    differs from the one the kept arms recorded (none recorded: version 1) is refused in one line, before anything
+    loads; arms it retrains, other noise, or the same version pass."""
+    from types import SimpleNamespace
+
+    old = {"arms": {"ets": {"generation_options": {"sampling_noise": "counter"}},  # recorded before the field
+                    "gmts": {"generation_options": {"counter_noise_version": 1}}}}
+    new = SimpleNamespace(sampling_noise="counter", counter_noise_version=2)
+    with pytest.raises(recipe.RecipeError, match=r"the arms this run keeps \(ets, gmts\) drew 'counter' noise keyed by "
+                                                 r"counter_noise_version 1, this run's is 2: add --counter_noise_version "
+                                                 r"1 to draw as they did"):
+        recipe.check_noise_version(old, new, ["ets_nz"], resume=False)
+    with pytest.raises(recipe.RecipeError, match=r"keeps \(ets, gmts\)"):
+        recipe.check_noise_version(old, new, ["ets", "gmts"], resume=True)  # --resume keeps the finished arms
+    recipe.check_noise_version(old, new, ["ets", "gmts"], resume=False)  # both trained again: nothing kept
+    recipe.check_noise_version(old, SimpleNamespace(sampling_noise="counter", counter_noise_version=1), ["ets_nz"],
+                               resume=False)
+    recipe.check_noise_version(old, SimpleNamespace(sampling_noise="stream", counter_noise_version=2), ["ets_nz"],
+                               resume=False)

@@ -6,7 +6,7 @@ import re
 import warnings
 
 import recipe
-from gmts_recipe import recipe_config  # where check_hub asks hub_reachable
+from gmts_recipe import recipe_config, run_setup  # recipe_config: where check_hub asks hub_reachable
 from test_recipe import run, tiny_config  # noqa: F401 - the tiny model's config (a module fixture)
 
 STEP_LINE = re.compile(r"^\[recipe\] (\w+) step (\d+)/(\d+): reward \d\.\d\d, kept (?:\d\.\d{3}|-), \d+\.\d s", re.M)
@@ -49,7 +49,7 @@ def test_the_known_tokenizer_log_line_is_dropped_and_no_other(caplog):
     recipe.quiet_known_warnings()
     recipe.quiet_known_warnings()  # twice: one filter
     logger = logging.getLogger("transformers.tokenization_utils_tokenizers")
-    assert logger.filters.count(recipe._drop_known_log_lines) == 1
+    assert logger.filters.count(run_setup.drop_known_log_lines) == 1
     with caplog.at_level(logging.WARNING, logger=logger.name):
         logger.warning("Ignoring clean_up_tokenization_spaces=True for BPE tokenizer Qwen2Tokenizer. The ...")
         logger.warning("Something else about the tokenizer")

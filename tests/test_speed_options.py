@@ -1,5 +1,6 @@
-"""The speed options (gmts_recipe/speed_options.py) drive the recipe's lists from their fields' metadata, GMTSConfig
-and GMTSTrainer explain themselves in help(), and the trainer refuses a plain GRPOConfig before the model loads."""
+"""The speed options (gmts_recipe/speed_options.py) drive the recipe's lists from their fields' metadata, the configs
+and trainers explain themselves in help(), and each trainer refuses a config it does not serve before the model
+loads."""
 
 from __future__ import annotations
 
@@ -71,14 +72,16 @@ def test_help_texts_say_what_and_why_without_measurements():
 
 
 def test_help_shows_every_field_and_names_the_rules():
+    from gmts_recipe.fast_config import FastGMTSConfig
     from gmts_trainer import GMTSConfig, GMTSTrainer
 
-    config_help = " ".join(pydoc.render_doc(GMTSConfig).split())
-    ours = [f for f in dataclasses.fields(GMTSConfig) if f.name in SPEED_FIELDS or f.name.startswith(("selection_",
+    for config, speed in ((GMTSConfig, False), (FastGMTSConfig, True)):
+        config_help = " ".join(pydoc.render_doc(config).split())
+        ours = [f for f in dataclasses.fields(config) if f.name in SPEED_FIELDS or f.name.startswith(("selection_",
                                                                                                        "token_"))]
-    assert len(ours) == len(SPEED_FIELDS) + 5
-    for f in ours:
-        assert " ".join(f.metadata["help"].split()) in config_help, f.name
+        assert len(ours) == (len(SPEED_FIELDS) + 5 if speed else 4)  # the entropy source is the fast trainer's
+        for f in ours:
+            assert " ".join(f.metadata["help"].split()) in config_help, f.name
     trainer_help = " ".join(pydoc.render_doc(GMTSTrainer).split())
     assert '"entropy" (ETS' in trainer_help
     for name in ("selection_ratio", "selection_scope", "token_selection"):
@@ -106,11 +109,27 @@ def test_a_plain_grpo_config_is_refused_before_the_model_loads(tmp_path):
         GMTSTrainer(model=NoModel("no/such-model"), reward_funcs=lambda **kw: [])
 
 
-def test_no_module_of_the_package_imports_the_trainer():
-    """gmts_recipe is what gmts_trainer is built from: importing every module of it loads no gmts_trainer (the
-    package's lazy `gmts_recipe.GMTSTrainer` attribute aside)."""
+def test_each_trainer_refuses_a_config_it_does_not_serve_before_the_model_loads(tmp_path):
+    """GMTSTrainer does not run the speed options: a FastGMTSConfig that sets one is refused, naming it, rather
+    than trained without it; at their defaults it trains as a GMTSConfig. FastGMTSTrainer needs a FastGMTSConfig."""
+    from gmts_recipe.fast_config import FastGMTSConfig
+    from gmts_recipe.fast_trainer import FastGMTSTrainer
+    from gmts_trainer import GMTSConfig, GMTSTrainer
+
+    kw = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], per_device_train_batch_size=8)
+    with pytest.raises(TypeError, match=r"GMTSTrainer does not run generation_merge_adapter, sampling_noise "
+                                        r"\(FastGMTSConfig's\)"):
+        GMTSTrainer(model="no/such-model", reward_funcs=lambda **k: [],
+                    args=FastGMTSConfig(**kw, generation_merge_adapter=True, sampling_noise="counter"))
+    with pytest.raises(TypeError, match="FastGMTSTrainer needs args=FastGMTSConfig"):
+        FastGMTSTrainer(model="no/such-model", reward_funcs=lambda **k: [], args=GMTSConfig(**kw))
+
+
+def test_no_module_of_the_package_imports_the_trainer_but_its_fast_subclass():
+    """gmts_recipe is what gmts_trainer is built from: importing every module of it but fast_trainer (which
+    subclasses GMTSTrainer) loads no gmts_trainer."""
     modules = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "gmts_recipe").rglob("*.py")
-                     if p.name != "__init__.py")
+                     if p.name not in ("__init__.py", "fast_trainer.py"))
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import importlib\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
             "print('gmts_trainer' in sys.modules)")
@@ -118,28 +137,36 @@ def test_no_module_of_the_package_imports_the_trainer():
     assert out.stdout.strip() == "False"
 
 
-def test_counter_noise_is_new_for_every_generation_of_a_step_and_for_evaluation(tmp_path, monkeypatch):
+@pytest.mark.parametrize("version", [1, 2])
+def test_counter_noise_is_new_for_every_generation_of_a_step_and_for_evaluation(tmp_path, monkeypatch, version):
     """With gradient_accumulation_steps 2 and steps_per_generation 1, TRL generates twice per optimizer step, and an
-    evaluation at the same step generates once more: each gets its own "counter" keys, and the step's first training
-    generation keeps train_stream(step)'s (what the coupled runs recorded)."""
+    evaluation at the same step generates once more: each gets its own "counter" keys, noise.rollout_noise_keys of
+    its (step, generation, training or evaluation) under the run's counter_noise_version. Under version 1 the step's
+    first training generation keeps train_stream(step)'s (what the coupled runs recorded)."""
     from test_trainer import make_trainer
     from tiny import tiny_dataset
 
-    from gmts_recipe import speed
+    from gmts_recipe import fast_trainer
     from gmts_recipe.generation.decode_loop import noise_keys, train_stream
+    from gmts_recipe.generation.noise import rollout_noise_keys
 
     seen = []
-    original = speed.with_decode_loop
-    monkeypatch.setattr(speed, "with_decode_loop", lambda model, cache_len, recorder, regions, keys, fused:
+    original = fast_trainer.with_decode_loop
+    monkeypatch.setattr(fast_trainer, "with_decode_loop", lambda model, cache_len, recorder, regions, keys, fused:
                         seen.append((keys.clone(), model.training)) or original(model, cache_len, recorder, regions,
                                                                                 keys, fused))
     trainer = make_trainer(tmp_path, sampling_noise="counter", generation_decode_loop="compiled_step",
                            steps_per_generation=1, eval_dataset=tiny_dataset(4), eval_strategy="steps", eval_steps=1,
-                           per_device_eval_batch_size=4)
+                           per_device_eval_batch_size=4, counter_noise_version=version)
     trainer.train()
     train_keys = [k for k, training in seen if training]
     eval_keys = [k for k, training in seen if not training]
     assert len(train_keys) == 2 and eval_keys
-    assert torch.equal(train_keys[0], noise_keys(trainer.args.seed, train_stream(0), torch.arange(4)))
+    seed = trainer.args.seed
+    assert torch.equal(train_keys[0], rollout_noise_keys(seed, 0, 4, version=version))
+    assert torch.equal(train_keys[1], rollout_noise_keys(seed, 0, 4, generation=1, version=version))
+    assert torch.equal(eval_keys[0], rollout_noise_keys(seed, 1, 4, train=False, version=version))
+    if version == 1:
+        assert torch.equal(train_keys[0], noise_keys(seed, train_stream(0), torch.arange(4)))
     distinct = {tuple(k.tolist()) for k in train_keys + eval_keys}
     assert len(distinct) == len(train_keys) + len(eval_keys)

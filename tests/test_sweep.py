@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import sweep
+from gmts_recipe.samples import verify as verify_results
 from gmts_recipe.sweep.cells import Recorded, check_together, recorded
 from gmts_recipe.sweep.grid import Cell, SweepError, by_cell, cell_command, jobs, load_grid
 from gmts_recipe.sweep.local import expand_workers, mps_running, parse_gpus, run, shares_gpus
@@ -20,8 +21,8 @@ from gmts_recipe.sweep.ray_tasks import CellFailed
 from gmts_recipe.sweep.report import FEW_SEEDS, render, secondary_line, write_summary
 from gmts_recipe.sweep.schedule import TIMING, arms_that_fit, recorded_pace, seconds_per_arm, time_left
 from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, summarize, training_reward_fell, verify
+from gmts_recipe.arms import arm_named
 from results_files import rehash, seal_format_1
-from selection import rule_of_arm
 
 
 def seal(results: dict) -> dict:
@@ -188,7 +189,7 @@ def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: 
     results = {"config_name": name, "config": config, "base": {"evals": base_evals(base_seed)},
                "data": {"task": "gsm8k", "heldout": [[i, h] for i, h in enumerate(TASKS)]},
                "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": lr,
-                              "token_selection": rule_of_arm(arm).name,
+                              "token_selection": arm_named(arm).rule,
                               "train_log": [{"step": i, "loss": 0.0, "reward": r} for i, r in enumerate(rewards, 1)]}
                         for arm, p in arms.items()}}
     (root / name).mkdir(parents=True)
@@ -532,7 +533,7 @@ def files(root: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def test_merge_adds_the_incoming_arms_and_the_file_verifies(tmp_path, capsys):
-    from check import load
+    from gmts_recipe.records import load
 
     grid_path, local, incoming = trees(tmp_path)
     assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
@@ -560,7 +561,7 @@ def test_merge_adds_the_incoming_arms_and_the_file_verifies(tmp_path, capsys):
 
 
 def test_merge_pairs_a_recomputed_base_with_the_shared_cache_and_records_it(tmp_path, capsys):
-    from check import load
+    from gmts_recipe.records import load
 
     grid_path, local, incoming = trees(tmp_path)
     replaced = [e["pass@1"] for e in base_evals(7)]
@@ -863,7 +864,7 @@ def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsy
     assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
     for name, arms in (("paper-lr0.0001-s1", ["ets", "gmts"]), ("paper-lr0.0002-s1", ["ets", "gmts", "grpo"]),
                        ("paper-lr0.0001-s2", ["ets", "gmts"])):
-        results, report = check.verify(local / name / "results.json")
+        results, report = verify_results(local / name / "results.json")
         assert {k: report[k] for k in ("evaluations", "with_samples", "samples", "without")} == {
             "evaluations": 3 + len(arms), "with_samples": 3 + len(arms), "samples": 160 * (3 + len(arms)), "without": []}
         assert sorted(p.name.split("-")[1] for p in (local / name).glob("*.jsonl.xz")) == arms
@@ -924,7 +925,7 @@ def test_a_merge_without_local_cache_copies_the_incoming_base_samples(tmp_path):
     shutil.rmtree(local)
     merge(load_grid(grid_path), incoming)
     for name in ("paper-lr0.0001-s1", "paper-lr0.0001-s2", "paper-lr0.0002-s1"):
-        assert check.verify(local / name / "results.json")[1]["with_samples"] > 3
+        assert verify_results(local / name / "results.json")[1]["with_samples"] > 3
     assert len(list((local / "base-evals").glob("*.jsonl.xz"))) == 6  # two incoming bases (base seeds 0 and 7)
 
 

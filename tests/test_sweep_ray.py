@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import sweep
+from gmts_recipe.records import load
 from gmts_recipe.sweep.grid import cell_command
 from gmts_recipe.sweep.ray_tasks import ray_init_kwargs
 from gmts_recipe.sweep.summary import verify
+import sweep
 from test_sweep import write_grid
 
 # `pip install -e ".[test]"` has no Ray: the skip says which extra brings it, so a skipped module is not mistaken for
@@ -156,7 +157,7 @@ def test_the_tiny_model_through_ray_and_the_local_pool(tmp_path, cluster):
     assert sweep.main([str(local)]) == 0
     assert sweep.main([str(remote), "--ray"]) == 0
     names = ["paper-lr0.0001-s1", "paper-lr0.0001-s2"]
-    a, b = ({n: check.load(f / "results" / "demo" / n / "results.json") for n in names}
+    a, b = ({n: load(f / "results" / "demo" / n / "results.json") for n in names}
             for f in (tmp_path / "local", tmp_path / "ray"))
     for n in names:
         assert a[n]["config"] == b[n]["config"] and a[n]["config_hash"] == b[n]["config_hash"]

@@ -1,4 +1,6 @@
-"""GMTSTrainer on a tiny random model: refusals, scopes, equal counts, entropy sources, seeding, gradients."""
+"""GMTSTrainer on a tiny random model: refusals, scopes, equal counts, entropy sources, seeding, gradients. The
+trainer built here is the recipe's, FastGMTSTrainer (`fast=False`: GMTSTrainer alone, the method without the speed
+options)."""
 
 import math
 
@@ -6,6 +8,8 @@ import pytest
 import torch
 from peft import LoraConfig
 
+from gmts_recipe.fast_config import FastGMTSConfig
+from gmts_recipe.fast_trainer import FastGMTSTrainer
 from gmts_trainer import GMTSConfig, GMTSTrainer
 from selection import gmts_omega as selection_gmts_omega
 from selection import ets_nonzero_omega_scores, gmts_scores, kept_count, select_top_fraction
@@ -15,20 +19,21 @@ from tiny import digit_reward, prepared_batch, tiny_dataset, tiny_model, tiny_to
 LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
 
 
-def make_config(tmp_path, **overrides) -> GMTSConfig:
+def make_config(tmp_path, fast=True, **overrides) -> GMTSConfig:
     kw = dict(
         output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=2,
         max_completion_length=12, max_steps=1, learning_rate=1e-2, logging_steps=1, report_to=[],
         save_strategy="no", use_cpu=True, seed=5, temperature=1.0, token_selection="gmts",
     )
     kw.update(overrides)
-    return GMTSConfig(**kw)
+    return (FastGMTSConfig if fast else GMTSConfig)(**kw)
 
 
-def make_trainer(tmp_path, seed_model=0, peft=True, eval_dataset=None, reward=digit_reward, **overrides) -> GMTSTrainer:
+def make_trainer(tmp_path, seed_model=0, peft=True, eval_dataset=None, reward=digit_reward, fast=True,
+                 **overrides) -> GMTSTrainer:
     tok = tiny_tokenizer()
-    return GMTSTrainer(
-        model=tiny_model(tok, seed=seed_model), reward_funcs=reward, args=make_config(tmp_path, **overrides),
+    return (FastGMTSTrainer if fast else GMTSTrainer)(
+        model=tiny_model(tok, seed=seed_model), reward_funcs=reward, args=make_config(tmp_path, fast, **overrides),
         train_dataset=tiny_dataset(16), eval_dataset=eval_dataset, processing_class=tok,
         peft_config=LoraConfig(**LORA) if peft else None,
     )
@@ -149,6 +154,27 @@ def test_ets_and_gmts_keep_the_same_number_of_tokens_on_one_batch(tmp_path):
     assert not torch.equal(outs["entropy"]["selection_mask"], outs["gmts"]["selection_mask"])  # only *which* differs
 
 
+def test_the_method_alone_trains_as_the_recipes_trainer_does_from_the_same_entropy(tmp_path):
+    """GMTSTrainer (no speed option) takes its entropy from its own fused scoring pass; the recipe's FastGMTSTrainer,
+    told to take it from that pass too, keeps the same tokens and makes the same update, bit for bit: the speed
+    options change where entropy comes from and how the batch is generated, never what is selected."""
+    logs, weights = {}, {}
+    varied = lambda completions, **kwargs: [float(sum(map(ord, c)) % 3) for c in completions]  # noqa: E731
+    for fast in (False, True):
+        extra = {"selection_entropy_source": "scoring_pass"} if fast else {}
+        trainer = make_trainer(tmp_path / str(fast), fast=fast, reward=varied, **extra)  # GMTS, one update
+        assert type(trainer) is (FastGMTSTrainer if fast else GMTSTrainer)
+        trainer.train()
+        assert trainer.entropy_source_used == "extra_scoring_pass"
+        logs[fast] = [{k: v for k, v in row.items() if "time" not in k and "runtime" not in k and "per_second" not in k}
+                      for row in trainer.state.log_history]
+        weights[fast] = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+    assert logs[False] == logs[True] and any("selection/kept_tokens" in row for row in logs[False])
+    assert weights[False].keys() == weights[True].keys()
+    assert all(torch.equal(weights[False][n], weights[True][n]) for n in weights[False])
+    assert any(w.abs().sum() > 0 for n, w in weights[False].items() if "lora_B" in n)  # an update was made
+
+
 def test_gmts_mask_is_the_top_of_entropy_times_advantage(tmp_path):
     trainer = make_trainer(tmp_path, selection_entropy_source="scoring_pass")
     out = generation_batch(trainer)
@@ -173,13 +199,13 @@ def test_generation_entropy_equals_training_forward_entropy_with_left_padding(tm
     prompts = ["1+2=", "12+345=", "123456+78=", "9="]  # different lengths: the shorter ones are left-padded
     examples = [{"prompt": p, "answer": "0"} for p in prompts[:2] for _ in range(4)]
     recorded = {}
-    batch_entropy = trainer._batch_entropy
+    batch_entropy = trainer.generation_entropy
 
     def spy(*args):
         recorded["entropy"], logps = batch_entropy(*args)
         return recorded["entropy"], logps
 
-    trainer._batch_entropy = spy
+    trainer.generation_entropy = spy
     trainer.model.train()
     torch.manual_seed(0)
     out = trainer._generate_and_score_completions(examples)
@@ -269,7 +295,7 @@ def test_compute_loss_on_a_multi_group_prepared_batch_in_every_scope(tmp_path, r
     trainer = make_trainer(tmp_path, token_selection=rule, selection_scope=scope, per_device_train_batch_size=16)
     batch = prepared_batch(len(trainer.processing_class), groups=4, group_size=4)
     if scope != "microbatch":
-        trainer._select_generation_batch(batch, recorder=None, captured=None)
+        trainer._select_generation_batch(batch)
     masks = []
     hook = trainer.get_high_entropy_mask
     trainer.get_high_entropy_mask = lambda e, m, t: masks.append(hook(e, m, t)) or masks[-1]
@@ -723,13 +749,13 @@ def test_compiled_step_loop_generates_what_generate_does_and_feeds_the_recorder(
     out, entropy = {}, {}
     for loop in ("transformers", "compiled_step"):
         trainer = make_trainer(tmp_path, temperature=0.7, generation_decode_loop=loop)
-        batch_entropy = trainer._batch_entropy
+        batch_entropy = trainer.generation_entropy
 
         def spy(*args, loop=loop, batch_entropy=batch_entropy):
             entropy[loop], logps = batch_entropy(*args)
             return entropy[loop], logps
 
-        trainer._batch_entropy = spy
+        trainer.generation_entropy = spy
         out[loop] = generation_batch(trainer)
         assert trainer.entropy_source_used == "generation"
     assert len(calls) == 1 and calls[0]["return_entropy"]  # the loop decoded, once, with the entropy buffer
@@ -763,7 +789,7 @@ def test_compiled_step_loop_restores_generate_and_refuses_other_inputs(tmp_path)
     ({"top_p": 0.9}, "top_p=0.9 unsupported"),
     ({"min_p": 0.1}, "min_p=0.1 unsupported"),
     ({"repetition_penalty": 1.1}, "repetition_penalty=1.1 unsupported"),
-    ({"temperature": 0.0}, "temperature 0.0 unsupported"),
+    ({"temperature": 0.0}, "temperature=0.0: must be > 0"),  # the method's refusal, before the speed options'
 ])
 def test_compiled_step_loop_refuses_at_config_what_it_cannot_sample(tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match) as err:
@@ -804,8 +830,8 @@ def test_compiled_step_loop_refuses_a_checkpoint_generation_config_it_would_drop
         model = tiny_model(tok)
         setattr(model.generation_config, name, value)
         with pytest.raises(ValueError, match=match):
-            GMTSTrainer(model=model, reward_funcs=digit_reward, processing_class=tok, train_dataset=tiny_dataset(16),
-                        args=make_config(tmp_path, generation_decode_loop="compiled_step"))
+            FastGMTSTrainer(model=model, reward_funcs=digit_reward, processing_class=tok, train_dataset=tiny_dataset(16),
+                            args=make_config(tmp_path, generation_decode_loop="compiled_step"))
 
 
 @pytest.mark.parametrize("rule, bf16", [("entropy", False), ("gmts", True)])

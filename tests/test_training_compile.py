@@ -18,7 +18,7 @@ from transformers import TrainerCallback
 import recipe
 from gmts_recipe import training_speed
 from gmts_recipe.training_speed import layer_forwards, repeated_layers
-from gmts_trainer import GMTSTrainer
+from gmts_recipe.fast_trainer import FastGMTSTrainer
 from test_trainer import LORA, make_config, make_trainer
 from tiny import prepared_batch, tiny_model, tiny_tokenizer
 
@@ -106,12 +106,12 @@ def test_one_step_compiled_matches_eager_and_saves_the_same_adapter(tmp_path, ch
         torch.equal(p, dict(loaded.named_parameters())[n]) for n, p in lora.items())
 
 
-def varied_prompt_trainer(tmp_path, max_steps: int, **overrides) -> GMTSTrainer:
+def varied_prompt_trainer(tmp_path, max_steps: int, **overrides) -> FastGMTSTrainer:
     tok = tiny_tokenizer()
     prompts = Dataset.from_list([{"prompt": "1" * k + "=", "answer": "1"} for k in range(1, 17)])  # 2 to 17 tokens
     args = make_config(tmp_path, training_compile=True, max_steps=max_steps, gradient_checkpointing=False, **overrides)
-    return GMTSTrainer(model=tiny_model(tok), reward_funcs=varied_reward, train_dataset=prompts, args=args,
-                       processing_class=tok, peft_config=LoraConfig(**LORA))
+    return FastGMTSTrainer(model=tiny_model(tok), reward_funcs=varied_reward, train_dataset=prompts, args=args,
+                           processing_class=tok, peft_config=LoraConfig(**LORA))
 
 
 def test_the_first_step_compiles_every_graph_and_the_next_arm_compiles_none(tmp_path):

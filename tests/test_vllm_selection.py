@@ -10,7 +10,8 @@ import torch
 from peft import LoraConfig
 
 from selection import ets_nonzero_omega_scores, gmts_omega, gmts_scores, kept_count, select_top_fraction
-from gmts_trainer import GMTSConfig, GMTSTrainer
+from gmts_recipe.fast_config import FastGMTSConfig
+from gmts_recipe.fast_trainer import FastGMTSTrainer
 from loss_probe import loss_coefficients
 from tiny import tiny_dataset, tiny_model, tiny_tokenizer
 
@@ -27,7 +28,7 @@ class FakeVLLM:
     with the trainer's model and returns each token's log-prob plus N(0, noise) (vLLM's logprobs of a token differ
     from the trainer's forward by its kernels' rounding; here by more, so truncation and masking happen)."""
 
-    def __init__(self, trainer: GMTSTrainer, noise: float, seed: int = 0):
+    def __init__(self, trainer: FastGMTSTrainer, noise: float, seed: int = 0):
         self.trainer, self.noise, self.synced = trainer, noise, 0
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -54,17 +55,17 @@ class FakeVLLM:
         return prompts, completions, logprobs, None
 
 
-def make_trainer(tmp_path, mode: str, noise: float, **overrides) -> GMTSTrainer:
-    """A GMTSTrainer built without vLLM, then switched onto TRL's vLLM branch with FakeVLLM as its engine."""
+def make_trainer(tmp_path, mode: str, noise: float, **overrides) -> FastGMTSTrainer:
+    """The recipe's trainer (FastGMTSTrainer) built without vLLM, then switched onto TRL's vLLM branch with FakeVLLM as its engine."""
     kw = dict(output_dir=str(tmp_path), per_device_train_batch_size=ROWS, num_generations=4,
               gradient_accumulation_steps=1, max_completion_length=10, max_steps=1, learning_rate=1e-2,
               report_to=[], save_strategy="no", use_cpu=True, seed=5, temperature=1.0, token_selection="gmts",
               vllm_importance_sampling_mode=mode, vllm_importance_sampling_clip_min=0.5)
     kw.update(overrides)
     tok = tiny_tokenizer()
-    trainer = GMTSTrainer(model=tiny_model(tok), reward_funcs=varied_reward, args=GMTSConfig(**kw),
-                          train_dataset=tiny_dataset(16), processing_class=tok,
-                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    trainer = FastGMTSTrainer(model=tiny_model(tok), reward_funcs=varied_reward, args=FastGMTSConfig(**kw),
+                              train_dataset=tiny_dataset(16), processing_class=tok,
+                              peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
     trainer.use_vllm = True  # TRL's vLLM branch of generation, scoring and loss; the engine is the stand-in
     trainer.vllm_generation, trainer._last_loaded_step = FakeVLLM(trainer, noise), -1
     assert trainer.vllm_importance_sampling_correction and trainer.vllm_importance_sampling_mode == mode

@@ -1,14 +1,14 @@
-"""Generation speed for the trainer and the recipe's evaluation: what `GMTSTrainer._generate_single_turn` and
+"""Generation speed for the trainer and the recipe's evaluation: what `FastGMTSTrainer._generate_single_turn` and
 `eval.generate_samples` put around transformers' `generate`. The static KV cache length of compiled decoding
 (`compile_cache_length`, `static_compile_config`), decoding with the LoRA adapter merged (`merged_lora`),
-transformers' input-grad hooks lifted while decoding and kept to one (`without_input_grad_hooks`,
-`drop_duplicate_input_grad_hooks`), and TRL's `generate` call replaced inside a block (`generate_replaced`): served by
+transformers' input-grad hooks lifted while decoding (`without_input_grad_hooks`; grad_hooks.py keeps them to one),
+and TRL's `generate` call replaced inside a block (`generate_replaced`): served by
 decode_loop's compiled step (`with_decode_loop`), or with the trainer's entropy recorder added to its logits
 processors (`with_logits_processor`). Same tokens (the compiled step: the same distribution), fewer kernels and host
 waits. `EntropyRecorder`: the entropy of each decoding step for the trainer's selection, recorded while generating
 (by a logits processor, or handed over whole by the compiled step), so that no scoring pass computes it again.
 
-The trainer's generation options (`GMTSTrainer._generate_single_turn`):
+The trainer's generation options (`FastGMTSTrainer._generate_single_turn`, gmts_recipe/fast_trainer.py):
 - Optional (`generation_merge_adapter`): `_generate_single_turn` generates with the LoRA adapter folded into the
   weights and restores the exact base weights afterwards.
 - Optional (`generation_compile`): transformers' compiled decoding (static KV cache, torch.compile with CUDA graphs),
@@ -30,9 +30,9 @@ The trainer's generation options (`GMTSTrainer._generate_single_turn`):
   dropped. Its sampler is torch.multinomial's own algorithm (argmax(p / Exp(1))), but compiled on CUDA it draws other
   random numbers, so completions differ from generate's at the same seed: the same distribution (eager on the CPU
   they are equal, tested). The entropy for the batch and group scopes is computed inside the step
-  (`decode_loop.token_entropy`, the recorder's formula) and handed to the recorder: source (a) of GMTSTrainer's
-  item 3, with no processor outside the graph. `generation_deferred_stop` is for generate: the loop never waits for
-  the GPU on its all-rows-finished flag anyway (a non-blocking copy read `decode_loop.CHECK_EVERY` steps later).
+  (`decode_loop.token_entropy`, the recorder's formula) and handed to the recorder, with no processor outside the
+  graph. `generation_deferred_stop` is for generate: the loop never waits for the GPU on its all-rows-finished flag
+  anyway (a non-blocking copy read `decode_loop.CHECK_EVERY` steps later).
 - Optional (`generation_fused_projections`, with the compiled step): each decoder layer's q/k/v projections as one
   matrix product and gate/up as one while generating (fused.py), restored after the call.
 """
@@ -47,6 +47,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from gmts_recipe.generation.decode_loop import sample_with_config, token_entropy
+from gmts_recipe.grad_hooks import input_grad_hook_keys
 
 COMPILE_CACHE_BUCKET = 256  # static KV cache length granularity with generation_compile (one compile per bucket)
 
@@ -93,11 +94,6 @@ def merged_lora(model: torch.nn.Module):
                 m.merged_adapters.clear()
 
 
-def _input_grad_hook_keys(emb: torch.nn.Module) -> list[int]:
-    """The forward-hook ids of transformers' `make_inputs_require_grads` on an embedding, oldest first (by name)."""
-    return [k for k, h in emb._forward_hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"]
-
-
 @contextlib.contextmanager
 def without_input_grad_hooks(model: torch.nn.Module):
     """Lift transformers' `make_inputs_require_grads` hooks off the input embeddings while generating.
@@ -107,27 +103,13 @@ def without_input_grad_hooks(model: torch.nn.Module):
     decoding step is split in two graphs. Matched by name; a renamed hook stays on (slower, still correct).
     """
     emb = model.get_input_embeddings()
-    lifted = {k: emb._forward_hooks[k] for k in _input_grad_hook_keys(emb)}
+    lifted = {k: emb._forward_hooks[k] for k in input_grad_hook_keys(emb)}
     for k in lifted:
         del emb._forward_hooks[k]
     try:
         yield
     finally:
         emb._forward_hooks.update(lifted)
-
-
-def drop_duplicate_input_grad_hooks(model: torch.nn.Module) -> None:
-    """Keep one `make_inputs_require_grads` hook on the input embeddings. TRL turns gradient checkpointing off and on
-    around every generation; transformers' enable registers another hook each time, and for a PEFT-wrapped model its
-    disable removes none, so without this the hooks pile up, one more per step, each run by every forward."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    emb = model.get_input_embeddings()
-    keys = _input_grad_hook_keys(emb)
-    current = {h.id for h in getattr(base, "_require_grads_hooks", None) or []}
-    keep = next((k for k in keys if k in current), keys[-1] if keys else None)  # the one transformers would remove
-    for k in keys:
-        if k != keep:
-            del emb._forward_hooks[k]
 
 
 class EntropyRecorder(LogitsProcessor):
@@ -166,7 +148,7 @@ def with_decode_loop(model: torch.nn.Module, cache_len: int, recorder: EntropyRe
     """Serve every `model.generate(input_ids=, attention_mask=, generation_config=)` inside the block (TRL's call)
     with decode_loop.sample_with_config, compiled on CUDA (`compile_regions`: its decoder layers as nested compile
     regions); the recorder, if any, takes the entropy computed inside the step. Other inputs (a VLM's pixel values)
-    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`rollout_noise_keys`).
+    are refused: the loop decodes token ids only. `keys`: the rows' "counter" noise keys (`noise.rollout_noise_keys`).
     `fused_projections`: q/k/v and gate/up as one matrix product each (fused.py)."""
 
     def generate(input_ids, attention_mask, generation_config, **other):

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gmts_recipe.records import _close
+from gmts_recipe.records import numbers_close
 from gmts_recipe.sweep.grid import Cell, SweepError
 
 
@@ -71,11 +71,12 @@ _ABSENT = _Absent()
 def _same_setting(recorded_value: Any, given: Any) -> bool:
     """A variant's value as recipe.py records it: the grid's YAML value, or its text as the command line parsed it
     (Cell.recipe_args passes strings as they are: '1e-4' in YAML is a string that the recipe reads as a number)."""
-    if _close(recorded_value, json.loads(json.dumps(given))):
+    if numbers_close(recorded_value, json.loads(json.dumps(given))):
         return True
     if isinstance(given, str):
         try:
-            return _close(recorded_value, json.loads(given.lower() if given.lower() in ("true", "false") else given))
+            return numbers_close(recorded_value,
+                                 json.loads(given.lower() if given.lower() in ("true", "false") else given))
         except ValueError:
             return str(recorded_value) == given
     return False
@@ -92,7 +93,7 @@ def check_together(cells: list[Recorded], where: str = "") -> None:
         for key in sorted(keys - own - {"seed"}):
             value = c.config.get(key, _ABSENT)
             first, first_value = shared.setdefault(key, (c, value))
-            if not _close(first_value, value):
+            if not numbers_close(first_value, value):
                 raise SweepError(f"{where}{c.cell.name}: results.json records {key} = {value!r} where "
                                  f"{first.cell.name} records {first_value!r} (cells differ only in the training "
                                  f"seed and their variant's settings)")

@@ -8,8 +8,8 @@ import json
 import re
 from pathlib import Path
 
+from gmts_recipe.arms import short_name
 from gmts_recipe.records import read_results
-from selection import short_name
 
 
 LOG_START = re.compile(r"^=== (\d{4})-(\d\d-\d\d \d\d:\d\d)", re.M)  # a process's first line in a cell's log
@@ -28,7 +28,7 @@ def arm_processes(logs: Path, cell: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _runs(seeds: list[int]) -> str:
+def seed_runs(seeds: list[int]) -> str:
     """Seeds as runs of consecutive ones: 201-212, 298-299."""
     runs, start = [], None
     for i, seed in enumerate(seeds):
@@ -65,7 +65,7 @@ def deviations(summary: dict, root: Path) -> str:
             said = (f"{k} {o[k]}" if k in o else f"{k} not recorded (the option did not exist yet)" for k in varying)
             groups.setdefault(", ".join(said), []).append(seed)
         lines.append("- Execution options changed between cells (the recorded options of the "
-                     f"{short_name(b)} arm): " + "; ".join(f"{text} for seed{'s' if len(seeds) > 1 else ''} {_runs(seeds)}"
+                     f"{short_name(b)} arm): " + "; ".join(f"{text} for seed{'s' if len(seeds) > 1 else ''} {seed_runs(seeds)}"
                                              for text, seeds in groups.items()))
     for seed, arms in mixed:
         lines.append(f"- Seed {seed}: the {', '.join(short_name(x) for x in arms)} arm ran with other execution "
@@ -79,5 +79,5 @@ def deviations(summary: dict, root: Path) -> str:
         missing = [c["seed"] for c in summary["cells"] if c["cell"] not in timed and c["seed"] in p["seeds"]]
         if missing:
             lines.append(f"- Not in the timing log (logs/timing.jsonl): seed{'s' if len(missing) > 1 else ''} "
-                         f"{_runs(sorted(missing))}")
+                         f"{seed_runs(sorted(missing))}")
     return "\n".join(lines or ["- none found in the records"]) + "\n"

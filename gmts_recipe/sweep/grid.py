@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
 from gmts_recipe.records import ResultsError, load, read_yaml_mapping
 from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
-from selection import arms as rule_arms, comparisons as rule_comparisons
 
 
 class SweepError(ValueError):

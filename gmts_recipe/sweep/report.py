@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gmts_recipe.arms import arm_named, arms as rule_arms, comparisons as rule_comparisons, control_arms
 from gmts_recipe.records import write_json
 from gmts_recipe.stats import signed
 from gmts_recipe.sweep.grid import Grid
 from gmts_recipe.sweep.plan import record as plan_record
 from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, summarize, with_plan
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
-from selection import arms as rule_arms, comparisons as rule_comparisons, control_arms, rule_of_arm
 
 
 def _seed_span(seeds: list[int]) -> str:
@@ -120,10 +120,10 @@ def plot(summary: dict, out: Path) -> None:
             pts = sorted((c["learning_rate"], c["arms"][arm]["pass@1"]) for c in mine if arm in c["arms"])
             if not pts:
                 continue
-            ax.scatter(*zip(*pts), color=rule_of_arm(arm).color, s=14, alpha=0.6)
+            ax.scatter(*zip(*pts), color=arm_named(arm).color, s=14, alpha=0.6)
             lrs = sorted({lr for lr, _ in pts})
             means = [sum(v for x, v in pts if x == lr) / sum(1 for x, _ in pts if x == lr) for lr in lrs]
-            ax.plot(lrs, means, color=rule_of_arm(arm).color, marker="o", label=f"{arm} (seed mean)")
+            ax.plot(lrs, means, color=arm_named(arm).color, marker="o", label=f"{arm} (seed mean)")
         ax.set_xscale("log")
         ax.set_xlabel("learning rate")
         ax.set_ylabel("pass@1 (held-out)")
@@ -213,7 +213,7 @@ def render(summary: dict, markdown: bool = False) -> str:
             seeds = ", ".join(f"{_pct(r['pass@1'])}" + ("*" if r["verdict"] == "collapsed" else "") for _, r in runs)
             row.append(f"{_pct(mean)} ({seeds})")
         rows1.append(row)
-    head1 = ["variant", "lr", *(rule_of_arm(a).label() for a in columns)]
+    head1 = ["variant", "lr", *(arm_named(a).label() for a in columns)]
     rows2 = []
     for p in summary["pooled"]:
         lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \

@@ -7,13 +7,13 @@ import json
 import statistics
 from pathlib import Path
 
-from gmts_recipe.records import _close, _first_difference, digest, load, task_scores
 from gmts_recipe import sequential
+from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
+from gmts_recipe.records import digest, first_difference, load, numbers_close, task_scores
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
 from gmts_recipe.sweep.cells import check_together, recorded
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
-from selection import arms as rule_arms, comparisons as rule_comparisons
 
 SCHEMA = 1
 
@@ -299,6 +299,6 @@ def verify(path: str | Path) -> dict:
     grid = load_grid(grid_path)
     grid.results_dir = str(p.parent.parent)
     recomputed = with_plan(summarize(grid), summary.get("plan"))  # the plan itself: sweep.plan.check
-    if not _close(recomputed, summary):
-        raise SweepError(f"{p}: {_first_difference(recomputed, summary, 'sweep')}")
+    if not numbers_close(recomputed, summary):
+        raise SweepError(f"{p}: {first_difference(recomputed, summary, 'sweep')}")
     return summary
