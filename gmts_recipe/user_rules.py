@@ -1,8 +1,8 @@
 """A user's own selection rules in a fresh process: `--rules SPEC` on every command (recipe.py, eval.py, check.py,
 sweep.py, update_readme.py), read by one function, `take_rules`.
 
-A rule exists in a process once the code that registers it has run (`register_rule` at the import of the user's
-module). A process that never imported that module (check.py run as a command, a sweep's cell, a worker) knows no
+A rule and its arm exist in a process once the code that registers them has run (`selection.register_rule` and
+`arms.register_arm` at the import of the user's module). A process that never imported that module (check.py run as a command, a sweep's cell, a worker) knows no
 such rule and refuses its arm as unknown. `--rules SPEC` imports the module first: SPEC is the path of a .py file
 (my_rules.py, ../lab/rules.py) or a module name found on the import path or in the current folder (my_rules,
 lab.rules); several are given by repeating the option or with commas. Nothing here reads where the rules table
@@ -23,8 +23,8 @@ from pathlib import Path
 from types import ModuleType
 
 RULES_OPTION = "--rules"
-RULES_HELP = ("a module name or .py file that registers your own selection rules when imported (selection."
-              "register_rule); repeat it, or separate several with commas")
+RULES_HELP = ("a module name or .py file that registers your own selection rules and their arms when imported "
+              "(selection.register_rule, gmts_recipe.arms.register_arm); repeat it, or separate several with commas")
 RULES_HINT = f"a rule of your own: load it with {RULES_OPTION} FILE.py"  # said beside "unknown arm"
 
 _loaded: dict[str, ModuleType] = {}  # SPEC as resolved (a file's absolute path, a module's name) -> its module

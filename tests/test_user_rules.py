@@ -16,15 +16,17 @@ import sweep
 import update_readme
 from gmts_recipe import user_rules
 from gmts_recipe.user_rules import load_rules, rules_arguments, take_rules
+from gmts_recipe.arms import ARMS, unregister_arm
 from selection import RULES, unregister_rule
 from tiny import write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 RULE_FILE = """
+from gmts_recipe.arms import Arm, register_arm
 from selection import Rule, register_rule
 
-register_rule(Rule("abs_omega", "omega_only", "|omega|", "|omega|", lambda entropy, omega: omega.abs(),
-                   needs_omega=True, color="tab:brown", compared_with=("gmts",)))
+register_rule(Rule("abs_omega", lambda entropy, omega: omega.abs(), needs_omega=True))
+register_arm(Arm("omega_only", "abs_omega", "|omega|", "|omega|", "tab:brown", compared_with=("gmts",)))
 """
 
 
@@ -33,8 +35,10 @@ def rules_file(tmp_path_factory):
     """my_rules.py in a folder outside the repository; the rule it registers is removed again after the test."""
     path = tmp_path_factory.mktemp("lab") / "my_rules.py"
     path.write_text(RULE_FILE)
-    before, loaded = set(RULES), dict(user_rules._loaded)
+    before, arms_before, loaded = set(RULES), set(ARMS), dict(user_rules._loaded)
     yield path
+    for name in set(ARMS) - arms_before:
+        unregister_arm(name)
     for name in set(RULES) - before:
         unregister_rule(name)
     user_rules._loaded.clear()
@@ -73,9 +77,9 @@ def test_a_rule_from_a_file_outside_the_repository_trains_and_verifies_in_a_fres
 
 def test_take_rules_loads_each_spec_once_and_leaves_the_rest_of_the_command_line(rules_file, tmp_path):
     other = tmp_path / "other_rules.py"
-    other.write_text("from selection import Rule, register_rule\n"
-                     "register_rule(Rule('half_entropy', 'half', 'Half', 'entropy / 2', lambda e, w: e / 2, "
-                     "needs_omega=False, color='tab:gray'))\n")
+    other.write_text("from gmts_recipe.arms import Arm, register_arm\nfrom selection import Rule, register_rule\n"
+                     "register_rule(Rule('half_entropy', lambda e, w: e / 2, needs_omega=False))\n"
+                     "register_arm(Arm('half', 'half_entropy', 'Half', 'entropy / 2', 'tab:gray'))\n")
     argv = ["results.json", "--rules", str(rules_file), f"--rules={rules_file},{other}", "--markdown", "--",
             "--rules", "x.py"]
     assert take_rules(argv) == ["results.json", "--markdown", "--", "--rules", "x.py"]  # after --: another command's
@@ -92,7 +96,7 @@ def test_a_module_name_is_found_in_the_current_folder(rules_file, tmp_path, monk
     (tmp_path / "lab_rules_here.py").write_text(RULE_FILE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    assert "omega_only" not in {r.arm for r in RULES.values()}
+    assert "omega_only" not in ARMS
     assert take_rules(["--rules", "lab_rules_here"]) == [] and "abs_omega" in RULES
     assert sys.path[-1] == str(tmp_path)
     sys.modules.pop("lab_rules_here")
