@@ -21,6 +21,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gmts_recipe.markdown import fill  # noqa: E402 - the documentation's wrapped prose
+
 HEADER = re.compile(r"^== commit (?P<commit>\S+), (?P<date>[^,]+), (?P<cores>\d+) cores")
 PHASE = re.compile(r"^== (?P<name>.+?) \(after (?P<after>\d+)s\)$")
 NAME = re.compile(r"ci-run-(?P<date>\d{4}-\d{2}-\d{2})-(?P<commit>[0-9a-f]{7,40})\.log$")
@@ -107,12 +110,12 @@ def readme(runs: list[dict]) -> str:
     cores = sorted({r["cores"] for r in runs if r["cores"]})
     dates = sorted({r["date"][:10] for r in runs if r["date"]})
     where = ", ".join(f"{c}: {k} test{'s' if k > 1 else ''}" for c, k in failing)
-    return (f"`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): {span} min for "
+    return fill(f"`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): {span} min for "
             f"{n} tests{' on ' + '/'.join(map(str, cores)) + ' cores' if cores else ''} over {len(runs)} `.ci/run`s on "
             f"clean clones{' (' + ', '.join(dates) + ')' if dates else ''}, "
             f"{'none failing' if not failing else f'failing in {len(failing)} of them ({where})'}"
             f"{_last_passing(runs) if failing else ''}; every phase in "
-            f"[bench/README.md](bench/README.md#the-test-suites-time).")
+            f"[bench/docs/cpu-times.md](bench/docs/cpu-times.md#the-test-suites-time).")
 
 
 def _last_passing(runs: list[dict]) -> str:

@@ -45,10 +45,12 @@ def test_the_table_and_the_readme_sentence_say_the_span_the_count_and_the_failur
     a = write(tmp_path, "a.log", LOG.format(unit=PASSING))
     b = write(tmp_path, "b.log", LOG.format(unit=FAILING))
     assert ci_times.main(["--readme", str(a), str(b)]) == 0
-    assert capsys.readouterr().out == (
+    out = capsys.readouterr().out
+    assert out.replace("\n", " ") == (  # wrapped as the documentation's prose (gmts_recipe.markdown)
         "`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): 8.0-9.0 min for "
         "898-900 tests on 2 cores over 2 `.ci/run`s on clean clones (2026-12-02), failing in 1 of them (1a2b3c4: 2 "
-        "tests); every phase in [bench/README.md](bench/README.md#the-test-suites-time).\n")
+        "tests); every phase in [bench/docs/cpu-times.md](bench/docs/cpu-times.md#the-test-suites-time). ")
+    assert max(len(line) for line in out.splitlines()) <= 118
     assert ci_times.main(["--markdown", str(a), str(b)]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     assert rows == ["| a.log | 1a2b3c4 | 2026-12-02 03:10 UTC | 2 | 1.5 | 900 passed in 8.0 min | 7 passed in 2.0 min "
@@ -72,7 +74,8 @@ def test_a_run_stopped_by_failing_unit_tests_is_a_run_that_failed_there(tmp_path
     assert "over 2 `.ci/run`s on clean clones (2026-12-02), failing in 1 of them (72b76b3: 1 test);" in (
         capsys.readouterr().out)  # the last given failed: no "passing" claim
     assert ci_times.main(["--readme", str(path), str(passing)]) == 0
-    assert "failing in 1 of them (72b76b3: 1 test), the last (1a2b3c4) passing;" in capsys.readouterr().out
+    assert "failing in 1 of them (72b76b3: 1 test), the last (1a2b3c4) passing;" in capsys.readouterr().out.replace(
+        "\n", " ")
 
 
 @pytest.mark.parametrize("text, reason", [
@@ -99,7 +102,7 @@ def test_a_folder_reads_every_ci_run_log_in_it_oldest_first(tmp_path, capsys):
     rows = capsys.readouterr().out.splitlines()[2:]
     assert [row.split(" | ")[1] for row in rows] == ["bbbbbbb", "fffffff", "0aaaaaa"]
     assert ci_times.main(["--readme", str(tmp_path)]) == 0
-    assert ", the last (0aaaaaa) passing;" in capsys.readouterr().out
+    assert ", the last (0aaaaaa) passing;" in capsys.readouterr().out.replace("\n", " ")
 
 
 def test_a_folder_without_ci_logs_is_refused_in_one_line(tmp_path, capsys):
