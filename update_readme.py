@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from gmts_recipe import posthoc
-from gmts_recipe.markdown import fill, fill_lines, item
+from gmts_recipe.markdown import README_WIDTH, fill, fill_lines, item
 from gmts_recipe.plots import seed_deltas, setting_scores
 from gmts_recipe.records import json_file
 from gmts_recipe.stats import seed_t_interval, signed
@@ -259,15 +259,13 @@ def glossary(summary: dict) -> str:
     refuted = signed(p["refuted_below_points"])
     why = ("the paper's smallest claimed gain" if abs(p["refuted_below_points"] - 100 * low) < 1e-9 else
            f"not the paper's smallest claimed gain ({_points(low)})")
-    items = ["**omega**: the scalar in front of grad log-prob in a token's policy-gradient term; here (on-policy, "
-             "beta 0) its answer's advantage, 0 in a group whose rewards are all equal. **ETS-nz**: the control, ETS "
-             "with those omega = 0 tokens ranked last, the same kept count.",
-             f"**reproduced / refuted**: the interval lies above {signed(p['reproduced_above_points'])} / below "
-             f"{refuted}, {why} (it claims {_claimed_range()} points): below it, no gain the paper reports fits.",
-             "**moved / flat** (check.py): moved if an interval lies above 0 and its delta exceeds the noise floor "
-             "(the base model's spread over sampling seeds); collapsed (against the base) or regressed (between "
-             "arms) if both lie below; flat otherwise."]
-    return "\n".join(item(x) for x in items) + "\n"
+    items = ["**omega**: the scalar in front of grad log-prob; here (on-policy, beta 0) the answer's advantage. "
+             "**ETS-nz**: ETS with the omega = 0 tokens ranked last.",
+             f"**refuted**: the interval below {refuted}, {why} (of {_claimed_range()} points), so no gain it "
+             f"reports fits; **reproduced**: above {signed(p['reproduced_above_points'])}.",
+             "**moved** (check.py): interval above 0 and delta past the noise floor (the base's spread over "
+             "sampling seeds); **collapsed**: both below; **flat**: else."]
+    return "\n".join(item(x, README_WIDTH) for x in items) + "\n"  # one line each
 
 
 def _claimed_range() -> str:

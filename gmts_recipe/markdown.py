@@ -11,6 +11,7 @@ import re
 import textwrap
 
 WIDTH = 118  # a wrapped line of prose
+README_WIDTH = 155  # the README's own prose: a block only the README shows wraps as its text around it does
 LINE_LIMIT = 200  # no generated line longer: a table row included
 _GLUE = "\x01"  # a space textwrap does not break at (its whitespace is ASCII's), restored after wrapping
 # A wrapped line must not begin with what markdown reads as a block of its own: a list item ("GMTS - ETS" broken

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gmts_recipe.markdown import fill, item as _item
+from gmts_recipe.markdown import README_WIDTH, fill, item as _item
 from gmts_recipe.stats import seed_t_interval, seeds_for_power, signed
 from gmts_recipe.sweep.summary import CLAIMED, EARLY, LATE, POWER, training_reward_fell
 
@@ -607,9 +607,7 @@ def section(tests: list[tuple[str, dict]], pilot: tuple[str, dict] | None, mecha
 
 def reading(summary: dict, mechanism: dict) -> str:
     """The README's lines on what the mechanism results allow: the control's comparisons and the question
-    variable's confound, each as a wrapped list item, and where the post-hoc estimates are."""
+    variable's confound, each as a wrapped list item."""
     items = [x for x in (_control_text(controls(summary)), _confound_text(confound(mechanism, summary),
                                                                             len(primary_rows(summary)[1]))) if x]
-    items.append("Estimates beyond the plans (pooled, robust, without the collapsed seed), never a decision: "
-                 "[docs/results.md](docs/results.md#beyond-the-plan-post-hoc-never-a-decision).")
-    return "\n".join(_item(x) for x in items) + "\n"
+    return "\n".join(_item(x, README_WIDTH) for x in items) + "\n"

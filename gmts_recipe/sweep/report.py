@@ -228,11 +228,15 @@ def render(summary: dict, markdown: bool = False) -> str:
                 row.append(f"{_pct(mean)} ({seeds})")
         rows1.append(row)
     head1 = ["variant", "lr", *(rule_of_arm(a).label() for a in columns)]
-    rows2, below2 = [], []
+    rows2, below2, notes2 = [], [], {}
     for p in summary["pooled"]:
         lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \
             ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
         seeds = seeds_label(len(p["seeds"]))
+        if markdown and ": " in seeds:  # "3 (few: why)": the why once below the table, the cell short
+            short, why = seeds[:-1].split(" (", 1)[1].split(": ", 1)
+            notes2[short] = why
+            seeds = f"{len(p['seeds'])} ({short})"
         t = "-" if p.get("t_low") is None else _bracket(p["t_low"], p["t_high"]) + " pts"
         need = p.get("seeds_for_power") or {}
         power = " / ".join(f"{f'>{MAX_SEEDS}' if n is None else n} at {e}" for e, n in need.items()) or "-"
@@ -272,6 +276,7 @@ def render(summary: dict, markdown: bool = False) -> str:
     if not markdown:
         return "\n\n".join([*primary, table1, table2, note, mechanism])
     table1 += "\n\nEach seed's pass@1:\n\n" + "\n".join(below1) if below1 else ""
+    table2 += ("\n\n" + fill("Seeds: " + "; ".join(f"{k}: {v}" for k, v in notes2.items()) + ".")) if notes2 else ""
     table2 += "\n\nEach seed's delta (points):\n\n" + "\n".join(below2) if below2 else ""
     return "\n\n".join([*(fill(x) for x in primary), table1, table2, fill(note), mechanism])
 
