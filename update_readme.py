@@ -13,7 +13,9 @@ tests/test_readme.py fails when a block differs from what its command prints, so
     python update_readme.py --mechanism results/qwen/mechanism.json results/coupled/mechanism.json  # delta vs updates
     python update_readme.py --posthoc First=results/qwen/sweep.json Confirmatory=results/confirm/sweep.json \
         --pilot results/coupled/sweep.json                         # beyond the plan: pooled, robust, why undecided
-    python update_readme.py --posthoc-line First=results/qwen/sweep.json Confirmatory=results/confirm/sweep.json
+    python update_readme.py --reading results/confirm/sweep.json  # the control and the mechanism, for the README
+    python update_readme.py --reward-falls results/confirm/sweep.json  # each run whose training reward fell
+    python update_readme.py --glossary results/confirm/sweep.json  # the README's words: omega, ETS-nz, the verdicts
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from gmts_recipe import posthoc
 from gmts_recipe.arms import ARMS, PRIMARY, arm_named, arms, control_comparisons, short_name
+from gmts_recipe.markdown import README_WIDTH, fill, fill_lines, item
 from gmts_recipe.plots import seed_deltas, setting_scores
 from gmts_recipe.records import json_file
 from gmts_recipe.stats import seed_t_interval, signed
@@ -37,7 +40,10 @@ from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, rules_a
 
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
-PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
+PAGES = ("README.md", "docs/results.md", "bench/README.md", *(f"bench/docs/{name}.md" for name in (
+    "speed-options", "selection-cost", "step", "side-by-side", "scaling", "offline-task", "repeat", "reward-versions",
+    "math-estimate", "cpu-times")),
+    "results/LOG.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --tests FIGURE_TESTS --out FIGURE
 FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep.json"  # the larger test first
@@ -240,16 +246,32 @@ def decisions(tests: list[tuple[str, dict]], folders: list[Path] | None = None) 
         head = f"**{'Both' if len(tests) == 2 else 'All'} {verdicts.pop()}**"
     else:
         head = "**Decisions**"
-    out = f"{head} (the paper claims {_claimed_range()} points; {rule}):\n" + "\n".join(lines) + "\n"
     if folders:
         settings = {setting(json.loads((folder / summary["cells"][0]["path"]).read_text()))
                     for folder, (_, summary) in zip(folders, tests) if summary.get("cells")}
         if len(settings) == 1:
             both = {1: "the test", 2: "both tests"}.get(len(tests), "the tests")
-            out += f"- Setting of {both}: {settings.pop()}; {PAPER_SETTING}.\n"
+            lines.append(f"- Setting of {both}: {settings.pop()}; {PAPER_SETTING}.")
         elif settings:
-            out += "- Settings: " + "; ".join(sorted(settings)) + f"; {PAPER_SETTING}.\n"
-    return out
+            lines.append("- Settings: " + "; ".join(sorted(settings)) + f"; {PAPER_SETTING}.")
+    return fill_lines(f"{head} (the paper claims {_claimed_range()} points; {rule}):\n" + "\n".join(lines)) + "\n"
+
+
+def glossary(summary: dict) -> str:
+    """The README's words, three items: omega and the control ETS-nz; the planned test's two thresholds and why the
+    upper one is the paper's smallest claimed gain; check.py's verdicts (stats.verdict)."""
+    p = summary["primary"]
+    low, _ = CLAIMED[p["comparison"]]
+    refuted = signed(p["refuted_below_points"])
+    why = ("the paper's smallest claimed gain" if abs(p["refuted_below_points"] - 100 * low) < 1e-9 else
+           f"not the paper's smallest claimed gain ({_points(low)})")
+    items = ["**omega**: the scalar in front of grad log-prob; here (on-policy, beta 0) the answer's advantage. "
+             "**ETS-nz**: ETS with the omega = 0 tokens ranked last.",
+             f"**refuted**: the interval below {refuted}, {why} (of {_claimed_range()} points), so no gain it "
+             f"reports fits; **reproduced**: above {signed(p['reproduced_above_points'])}.",
+             "**moved** (check.py): interval above 0 and delta past the noise floor (the base's spread over "
+             "sampling seeds); **collapsed**: both below; **flat**: else."]
+    return "\n".join(item(x, README_WIDTH) for x in items) + "\n"  # one line each
 
 
 def _claimed_range() -> str:
@@ -294,27 +316,31 @@ def provenance(summary: dict, root: Path) -> str:
     p = summary["primary"]
     a, b = p["comparison"].split(" - ")
     arms = ["grpo", "ets", "gmts", "ets_nz"]
-    lines = ["| seed | " + " | ".join(f"{short_name(x)} trained (process start)" for x in arms) + " | what the records show |",
-             "|---|" + "---|" * (len(arms) + 1)]
-    apart, together = [], []
+    lines = ["| seed | " + " | ".join(f"{short_name(x)} trained (process start)" for x in arms) + " |",
+             "|---|" + "---|" * len(arms)]
+    apart, together, shown = [], [], {}
     for cell in summary["cells"]:
         if (cell["variant"], cell["learning_rate"]) != (p["variant"], p["learning_rate"]) or cell["seed"] not in p["seeds"]:
             continue
         results = json.loads((root / cell["path"]).read_text())
         procs = arm_processes(root / "logs", cell["cell"])
-        notes = _record_differences(results, b, [x for x in arms if x != b and x in results["arms"]])
+        for note in _record_differences(results, b, [x for x in arms if x != b and x in results["arms"]]):
+            shown.setdefault(note, []).append(cell["seed"])
         split = a in procs and b in procs and procs[a][1] != procs[b][1]
         if split:
             (together if procs[a][0] == procs[b][0] else apart).append(cell["seed"])
         lines.append(f"| {cell['seed']} | " + " | ".join(
             (procs[x][0] + (f" ({procs[x][1]})" if split and x in (a, b) else "")
-             if x in procs else ("?" if x in results["arms"] else "-")) for x in arms)
-            + f" | {'; '.join(notes) or '-'} |")
+             if x in procs else ("?" if x in results["arms"] else "-")) for x in arms) + " |")
     said = (f"{short_name(a)} and {short_name(b)} ran in processes started at different times for seeds "
             f"{', '.join(map(str, apart)) or 'none'}; in two processes started together for seeds "
             f"{', '.join(map(str, together)) or 'none'}; in one process for the others (?: the log of the process that "
             f"made a merged arm is not in the repository).")
-    return "\n".join(lines) + f"\n\nTimes: each process's start (month-day, the GPU machine's clock) from results/qwen/logs/. {said}\n"
+    records = [item(f"Seed{'s' * (len(seeds) > 1)} {seed_runs(seeds)}: {note}.") for note, seeds in shown.items()]
+    return ("\n".join(lines) + "\n\n" + fill(f"Times: each process's start (month-day, the GPU machine's clock) from "
+                                             f"{(root / 'logs').as_posix()}/. {said}")
+            + "\n\nWhat the records show against the " + short_name(b) + " arm of the same seed:\n\n"
+            + ("\n".join(records) if records else "- nothing: every arm records what it does.") + "\n")
 
 
 def _record_differences(results: dict, reference: str, others: list[str]) -> list[str]:
@@ -355,12 +381,13 @@ def interim(summary: dict, root: Path) -> str:
             best = (n, low, high, sum(deltas[:n]) / n)
     threshold = _points(p["reproduced_above_points"] / 100).replace("+0.0", "0")
     if not above:
-        return (f"At no interim count of seeds (2 to {len(deltas) - 1}, in seed order) did the interval lie above "
-                f"{threshold}.\n")
+        return fill(f"At no interim count of seeds (2 to {len(deltas) - 1}, in seed order) did the interval lie above "
+                    f"{threshold}.") + "\n"
     n, low, high, mean = best
-    return (f"In seed order, the interval lay above {threshold} at {len(above)} of the {len(deltas) - 2} interim seed "
-            f"counts (2 to {len(deltas) - 1}): at {seed_runs(above)} seeds; highest at {n} seeds, {_points(mean)} points, "
-            f"t {_bracket(low, high)}. With all {len(deltas)}: {_points(p['delta'])}, t {_bracket(p['t_low'], p['t_high'])}.\n")
+    return fill(f"In seed order, the interval lay above {threshold} at {len(above)} of the {len(deltas) - 2} interim "
+                f"seed counts (2 to {len(deltas) - 1}): at {seed_runs(above)} seeds; highest at {n} seeds, "
+                f"{_points(mean)} points, t {_bracket(low, high)}. With all {len(deltas)}: {_points(p['delta'])}, t "
+                f"{_bracket(p['t_low'], p['t_high'])}.") + "\n"
 
 
 def versions(results: dict) -> str:
@@ -399,7 +426,7 @@ def mechanism(analyses: list[dict]) -> str:
                      f"0 for {len(apart)} of {len(drawn)} variables" + (f" ({'; '.join(apart)})" if apart else "")
                      + ".")
     interval = analyses[0]["interval"] if analyses else ""
-    return "\n".join(lines) + "\n\n" + " ".join(notes) + f" Intervals: {interval}.\n"
+    return "\n".join(lines) + "\n\n" + "\n".join(item(n) for n in [*notes, f"Intervals: {interval}."]) + "\n"
 
 
 # ---------------------------------------------------------------------------- the sequential extension
@@ -438,7 +465,7 @@ def design_table(d: dict) -> str:
                      f"{cell('gpu_minutes', lambda v: '-' if v is None else f'{v:.0f}')} |")
     lines += ["", f"GPU-minutes at {d['minutes_per_seed']:.2f} a seed: the median over the continued test's seeds of "
                   f"what their two arms' records say (training and evaluation, without start-up or model transfer)."]
-    return "\n".join(lines) + "\n"
+    return fill_lines("\n".join(lines)) + "\n"
 
 
 def sequential_block(summary: dict) -> str:
@@ -478,13 +505,8 @@ def named_sweep(item: str) -> tuple[str, str]:
     return name, json_file(path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:  # the user's own rules (--rules FILE): for the tables here and the commands of the generated blocks
-        _RULES[:], argv = rules_arguments(argv), take_rules(argv)
-    except RulesError as e:
-        print(f"update_readme.py: {e}", file=sys.stderr)
-        return 2
+def parser() -> argparse.ArgumentParser:
+    """Each block's option; none given: rewrite every page."""
     ap = argparse.ArgumentParser(description="Regenerate the documentation's generated blocks and headline figure.")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
     ap.add_argument("--headline", metavar="SWEEP_JSON", type=json_file, help="print the README's headline table")
@@ -512,17 +534,28 @@ def main(argv: list[str] | None = None) -> int:
                     help="print a sequential plan's boundaries and outcomes (python -m gmts_recipe.sequential)")
     ap.add_argument("--sequential", metavar="SWEEP_JSON", type=json_file,
                     help="print where a sequential plan stands and its caveat")
-    ap.add_argument("--posthoc-line", metavar="NAME=SWEEP_JSON", nargs="+", type=named_sweep,
-                    help="print the one labelled line of the pooled post-hoc estimate for the README")
-    ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by take_rules above; here for --help
-    args = ap.parse_args(argv)
-    if args.posthoc or args.posthoc_line:
-        named = args.posthoc or args.posthoc_line
+    ap.add_argument("--reading", metavar="SWEEP_JSON", type=json_file,
+                    help="print what the control and the mechanism allow (its mechanism.json beside it), for the README")
+    ap.add_argument("--reward-falls", metavar="SWEEP_JSON", type=json_file,
+                    help="print each run of the primary test whose training reward fell, by how much, and how")
+    ap.add_argument("--glossary", metavar="SWEEP_JSON", type=json_file,
+                    help="print the README's glossary, its thresholds read from a planned test's sweep.json")
+    ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by take_rules in main; here for --help
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:  # the user's own rules (--rules FILE): for the tables here and the commands of the generated blocks
+        _RULES[:], argv = rules_arguments(argv), take_rules(argv)
+    except RulesError as e:
+        print(f"update_readme.py: {e}", file=sys.stderr)
+        return 2
+    args = parser().parse_args(argv)
+    if args.posthoc:
+        named = args.posthoc
         tests = [(name, json.loads(Path(path).read_text())) for name, path in named]
         roots = [Path(path).parent for _, path in named]
-        if args.posthoc_line:
-            print(posthoc.first_screen_line(tests, roots), end="")
-            return 0
         pilot = None
         if args.pilot:
             summary = json.loads(Path(args.pilot).read_text())
@@ -531,8 +564,12 @@ def main(argv: list[str] | None = None) -> int:
         print(posthoc.section(tests, pilot, json.loads(mechanism_path.read_text()), roots), end="")
         return 0
     for option, show in ((args.headline, headline), (args.plan, plan), (args.task_intervals, task_intervals),
-                         (args.provenance, provenance), (args.deviations, deviations),
+                         (args.provenance, provenance),
+                         (args.deviations, lambda summary, root: fill_lines(deviations(summary, root).rstrip("\n")) + "\n"),
                          (args.interim, interim), (args.design, lambda d, _: design_table(d)),
+                         (args.reading, lambda summary, root: posthoc.reading(
+                             summary, json.loads((root / "mechanism.json").read_text()))),
+                         (args.reward_falls, posthoc.falls_block), (args.glossary, lambda summary, _: glossary(summary)),
                          (args.sequential, lambda summary, _: sequential_block(summary))):
         if option:
             path = Path(option)

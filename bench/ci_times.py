@@ -2,7 +2,7 @@
 
     bash .ci/run 2>&1 | tee bench/logs/ci-run-DATE-COMMIT.log
     python bench/ci_times.py --markdown bench/logs     # one row per run: each phase, each suite's count
-    python bench/ci_times.py --readme bench/logs       # the README's line on the unit suite's time
+    python bench/ci_times.py --summary bench/logs      # one sentence on the unit suite's time, above the table
 
 A folder stands for every ci-run-*.log in it, oldest run first: in name order, then stably by each run's date (its
 header's date and time), since the names of one day sort by commit, not by time. Files are read in the order given.
@@ -20,6 +20,9 @@ import argparse
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gmts_recipe.markdown import fill  # noqa: E402 - the documentation's wrapped prose
 
 HEADER = re.compile(r"^== commit (?P<commit>\S+), (?P<date>[^,]+), (?P<cores>\d+) cores")
 PHASE = re.compile(r"^== (?P<name>.+?) \(after (?P<after>\d+)s\)$")
@@ -96,8 +99,8 @@ def markdown(runs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def readme(runs: list[dict]) -> str:
-    """The README's sentence: the unit suite's time over the runs given, with its test count, and any failure."""
+def summary(runs: list[dict]) -> str:
+    """One sentence: the unit suite's time over the runs given, with its test count, and any failure."""
     unit = [r["suites"]["unit"] for r in runs]
     low, high = min(s["seconds"] for s in unit), max(s["seconds"] for s in unit)
     span = _minutes(low) if _minutes(low) == _minutes(high) else f"{_minutes(low)}-{_minutes(high)}"
@@ -107,12 +110,11 @@ def readme(runs: list[dict]) -> str:
     cores = sorted({r["cores"] for r in runs if r["cores"]})
     dates = sorted({r["date"][:10] for r in runs if r["date"]})
     where = ", ".join(f"{c}: {k} test{'s' if k > 1 else ''}" for c, k in failing)
-    return (f"`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): {span} min for "
+    return fill(f"`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): {span} min for "
             f"{n} tests{' on ' + '/'.join(map(str, cores)) + ' cores' if cores else ''} over {len(runs)} `.ci/run`s on "
             f"clean clones{' (' + ', '.join(dates) + ')' if dates else ''}, "
             f"{'none failing' if not failing else f'failing in {len(failing)} of them ({where})'}"
-            f"{_last_passing(runs) if failing else ''}; every phase in "
-            f"[bench/README.md](bench/README.md#the-test-suites-time).")
+            f"{_last_passing(runs) if failing else ''}.")
 
 
 def _last_passing(runs: list[dict]) -> str:
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--markdown", action="store_true", help="one table row per log")
-    what.add_argument("--readme", action="store_true", help="the README's sentence on the unit suite's time")
+    what.add_argument("--summary", action="store_true", help="one sentence on the unit suite's time over the runs")
     ap.add_argument("logs", nargs="+", type=Path,
                     help="logs of `bash .ci/run` (stdout and stderr), or a folder of ci-run-*.log files")
     args = ap.parse_args(argv)
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, CiLogError) as e:
         print(f"ci_times.py: {e}", file=sys.stderr)
         return 2
-    print(markdown(runs) if args.markdown else readme(runs))
+    print(markdown(runs) if args.markdown else summary(runs))
     return 0
 
 

@@ -196,9 +196,11 @@ def readme(path: Path) -> str:
     setting = next((r["command"].split("export ", 1)[1] for r in rows if r["command"].startswith("export ")), "")
     each = "; ".join(f"`{r['command']}` {_minutes(r['seconds']) if r['seconds'] >= 1 else 'under 1 s'}"
                      for r in rows if not r["command"].startswith("export "))
-    return (f"The block as written took {_minutes(data['total_s'])} on a fresh clone ({m['cores']} idle cores, load "
-            f"average {m['load_before']:.1f} before it; {m['date'][:10]}, commit {m['commit']}, `{setting}`; "
-            f"[its console]({data['log']})): {each}.\n")
+    from gmts_recipe.markdown import README_WIDTH, fill  # the README's wrapped prose
+
+    return fill(f"The block as written took {_minutes(data['total_s'])} on a fresh clone ({m['cores']} idle cores, "
+                f"load average {m['load_before']:.1f} before it; {m['date'][:10]}, commit {m['commit']}, `{setting}`; "
+                f"[its console]({data['log']})): {each}.", README_WIDTH) + "\n"
 
 
 def markdown(path: Path) -> str:

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from gmts_recipe.records import current_record  # noqa: E402 - a file of any format, as today's holds it
 from gmts_recipe.records import json_file  # noqa: E402
+from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
 from complete_run import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
 WALL_CLOCK = ("runtime", "per_second", "time", "seconds")  # a training log's timing fields: not expected to repeat
@@ -126,14 +127,20 @@ def markdown(comparison: dict) -> str:
     in training it starts (training steps numbered from 1; wall-clock times are never compared)."""
     rows = ["| run | vs | base evaluations: tasks differing | training steps differing | rollout steps differing | "
             "evaluation tasks differing | identical | where a difference starts |", "|---|---|---|---|---|---|---|---|"]
+    starts = []  # listed below the table: a cell of them outgrows a page's line
     for label, c in comparison["compared"].items():
         base = ", ".join(str(v["tasks_differing"]) for v in c["base"].values())
         arms = c["arms"]
         per_arm = lambda key: ", ".join(f"{a} {v[key]}" for a, v in arms.items()) or "(base only)"  # noqa: E731
+        where = "; ".join(_where_it_starts(a, v) for a, v in arms.items() if not v.get("missing")) or "-"
+        if len(where) > 40:
+            starts.append(f"- {label} vs {comparison['reference']}: {where}")
+            where = "below"
         rows.append(f"| {label} | {comparison['reference']} | {base} | {per_arm('train_steps_differing')} | "
                     f"{per_arm('rollout_steps_differing')} | {per_arm('eval_tasks_differing')} | "
-                    f"{'yes' if c['identical'] else 'no'} | "
-                    f"{'; '.join(_where_it_starts(a, v) for a, v in arms.items() if not v.get('missing')) or '-'} |")
+                    f"{'yes' if c['identical'] else 'no'} | {where} |")
+    if starts:
+        rows += ["", "Where a difference starts:", "", *starts]
     times = comparison.get("step_time_s")
     if times:  # files from before this field have none
         rows.append("")
@@ -171,19 +178,22 @@ def determinism_markdown(paths: list[str]) -> str:
     rows = ["| file | deterministic_kernels | measured | median step alone (s) | median step, two at once (s) | "
             "shared-1 vs alone | shared-2 vs alone | failed run |", "|---|---|---|---|---|---|---|---|"]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
+    reasons = []
     for path in paths:
         result = json.loads(Path(path).read_text())
         for setting, runs in result["runs"].items():
             comparison = result.get("comparison", {}).get(setting, {})
             failed = [r.get("reason", "") for r in [runs.get("alone"), *runs.get("shared", [])]
                       if r and r.get("status") != "ok"]
+            if failed:  # the reason below the table: a cell of it outgrows a page's line
+                reasons.append(f"- {Path(path).name}, {setting}: {failed[0][:160]}"
+                               + (f" ({len(failed)} runs)" if len(failed) > 1 else ""))
             rows.append(f"| {Path(path).name} | {setting} | {result['measured']} | "
                         f"{fmt(_mean_median_step_s(runs.get('alone')))} | "
                         f"{fmt(_mean_median_step_s(runs.get('shared')))} | "
                         f"{_verdict(comparison.get('shared-1 vs alone', {}))} | "
-                        f"{_verdict(comparison.get('shared-2 vs alone', {}))} | "
-                        f"{(failed[0][:160] + (f' ({len(failed)} runs)' if len(failed) > 1 else '')) if failed else '-'} |")
-    return "\n".join(rows)
+                        f"{_verdict(comparison.get('shared-2 vs alone', {}))} | {'below' if failed else '-'} |")
+    return "\n".join(rows + (["", "Failed runs:", "", *reasons] if reasons else []))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,10 +206,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the table of deterministic_kernels files (bench/determinism-h200*.json)")
     args = parser.parse_args(argv)
     if args.determinism:
-        print(determinism_markdown(args.determinism))
+        print(fill_lines(determinism_markdown(args.determinism)))
         return 0
     if args.markdown:
-        print(markdown(json.loads(Path(args.markdown).read_text())))
+        print(fill_lines(markdown(json.loads(Path(args.markdown).read_text()))))
         return 0
     if not args.out:
         print("repeat.py: give --out FILE and the runs, or --markdown FILE", file=sys.stderr)

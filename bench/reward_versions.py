@@ -10,7 +10,7 @@ recorded version, and at every version, against this file).
 
     python bench/reward_versions.py                       # writes bench/reward-versions.json, prints the summary
     python bench/reward_versions.py --results DIR --out FILE --jobs 2
-    python bench/reward_versions.py --markdown            # bench/README.md's table, from the committed file
+    python bench/reward_versions.py --markdown            # bench/docs/reward-versions.md's table, from the committed file
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
 
 QWEN_1_5B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                  num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
@@ -459,7 +460,7 @@ def main() -> None:
     ap.add_argument("--table", default=None, help="print the README table of a results file and exit")
     a = ap.parse_args()
     if a.table:
-        print(table(json.loads(Path(a.table).read_text())))
+        print(fill_lines(table(json.loads(Path(a.table).read_text()))))
         return
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() and not a.small else "cpu"))
     cfg = SMALL if a.small else QWEN_1_5B

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from gmts_recipe.arms import arms  # noqa: E402
 from gmts_recipe.records import json_file  # noqa: E402
+from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
 
 PATHS = {"trl": "(a) TRL's generation", "vllm": "(b) TRL + vLLM, colocate", "ours": "(c) this recipe's generation"}
 REFERENCE = "ours"  # the ratios are path / ours (of the same arm)
@@ -636,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         return run_one(args.one, Path(args.record), rest)
     if args.markdown:  # read as JSON already by its argparse type: a missing or broken file is argparse's error
-        print(markdown(json.loads(Path(args.markdown).read_text())))
+        print(fill_lines(markdown(json.loads(Path(args.markdown).read_text()))))
         return 0
     if not args.out:
         ap.error("--out is required (or --markdown FILE)")

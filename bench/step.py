@@ -65,6 +65,7 @@ from transformers import TrainerCallback
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from gmts_recipe.records import read_json  # noqa: E402
+from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
 _spec = importlib.util.spec_from_file_location("bench_selection", ROOT / "bench" / "selection_cost.py")
 bench_selection = importlib.util.module_from_spec(_spec)  # by path: the name `selection` is the root's ranking math
 _spec.loader.exec_module(bench_selection)
@@ -1029,9 +1030,8 @@ def compare(paths: list[str]) -> str:
     runs = [(Path(p).name, read_json(p, ValueError)) for p in paths]  # a missing or broken file: one ValueError line
     first = _options(runs[0][1])
     lengths = _completion_lengths(runs[0][1])
-    lines = ["| file | options changed from the first row | median step (s) | generation (s) | training ms per token "
-             "step | GPU busy per token step (ms) | kernels per token step | forward (s) | backward (s) | "
-             "evaluation ms per token step | first step (s) | steps whose mean completion length is the first row's |",
+    lines = ["| file | options changed | median step (s) | generation (s) | training ms/tok | GPU busy ms/tok | "
+             "kernels/tok | forward (s) | backward (s) | evaluation ms/tok | first step (s) | same lengths |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in runs:
         s, per = r["step"], r["generation_profile"]["per_token_step"]
@@ -1047,8 +1047,13 @@ def compare(paths: list[str]) -> str:
     r0 = runs[0][1]
     lines.append(f"\n{r0['device']}; torch {r0['versions']['torch']}; {r0['model']}, arm {r0['arm']}, "
                  f"{r0['step']['rows']} rows per step; median over the steps after the first (which compiles); "
-                 "every part CUDA-synchronized at both ends.")
-    return "\n".join(lines)
+                 "every part CUDA-synchronized at both ends. Options changed: from the first row's. /tok: per token "
+                 "step of the decode (training: the step's generation; GPU busy and kernels: the profiled decode; "
+                 "evaluation: an evaluation batch). Same lengths: the steps whose mean completion length is the "
+                 "first row's.")
+    from gmts_recipe.markdown import fill_lines  # the documentation's wrapped prose
+
+    return fill_lines("\n".join(lines))
 
 
 # ---------------------------------------------------------------------------- tables of single measurements
@@ -1115,7 +1120,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"step.py: {flag} needs one results file", file=sys.stderr)
                 return 2
             try:
-                print(table(read_json(argv[1], ValueError)))
+                print(fill_lines(table(read_json(argv[1], ValueError))))
             except ValueError as err:
                 print(f"step.py: {flag}: {err}", file=sys.stderr)
                 return 2

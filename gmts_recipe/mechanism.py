@@ -5,7 +5,11 @@ trainer logged about each arm's update, and the association of the two across se
 The variable the question is about is ETS's share of kept tokens in zero-advantage answers: there omega is 0 and the
 token moves nothing, so a seed where ETS spent more of its 20% there took a smaller effective step. GMTS ranks those
 tokens last, so its share is 0 except on steps where fewer than 20% of the batch's tokens carry a nonzero advantage;
-it is kept per seed but not correlated (a correlation would rest on the few seeds where it is not 0). Beside it: the
+it is kept per seed but not correlated (a correlation would rest on the few seeds where it is not 0). The share is
+also an outcome of the arm's own run: the more groups of a batch whose rewards are all equal (TRL's
+`frac_reward_zero_std`, kept per seed and arm too), the more zero-advantage tokens there are to keep, so a link
+between the share and the gap may be one between how the run went and the gap (gmts_recipe.posthoc.share_confound
+holds that fixed). Beside it: the
 effective answers the kept tokens spread over, the top answer's share of the kept |omega|, the gradient norm (each
 per arm), and, where both arms recorded their rollouts' digests (the coupled grid), how long the two arms drew the
 same completions (records.rollout_agreement).
@@ -31,8 +35,9 @@ ZERO = "selection/zero_advantage_kept_share"
 EFFECTIVE = "selection/effective_answers"
 TOP = "selection/top_answer_weight_share"
 GRAD = "grad_norm"
+ZERO_SPREAD = "frac_reward_zero_std"  # TRL's share of groups whose rewards are all equal: their answers' omega is 0
 AGREEMENT = "rollout_agreement"
-PER_ARM = (ZERO, EFFECTIVE, TOP, GRAD)  # the per-step means kept for every seed and arm
+PER_ARM = (ZERO, EFFECTIVE, TOP, GRAD, ZERO_SPREAD)  # the per-step means kept for every seed and arm
 # (arm, key) of each variable the per-seed delta is set against; arm None: a quantity of the pair (its rollouts).
 VARIABLES = (("ets", ZERO), ("ets", EFFECTIVE), ("gmts", EFFECTIVE), ("ets", TOP), ("gmts", TOP), ("ets", GRAD),
              ("gmts", GRAD), (None, AGREEMENT))

@@ -134,4 +134,8 @@ def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = (
     if agreement:
         lines.append(agreement)
     lines.append(DIGEST_NOTE)
+    if markdown:  # the documentation's prose lines wrapped (gmts_recipe.markdown); a table row stays one line
+        from gmts_recipe.markdown import fill_lines
+
+        return fill_lines("\n".join(lines))
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""bench/ci_times.py on hand-written `.ci/run` logs: phases, suite counts and the README's sentence, exactly."""
+"""bench/ci_times.py on hand-written `.ci/run` logs: phases, suite counts and the summary sentence, exactly."""
 
 import pytest
 
@@ -41,14 +41,16 @@ def test_a_log_without_the_header_takes_date_and_commit_from_its_name(tmp_path):
     assert (run["commit"], run["date"], run["cores"]) == ("bed9889", "2026-12-01", None)
 
 
-def test_the_table_and_the_readme_sentence_say_the_span_the_count_and_the_failures(tmp_path, capsys):
+def test_the_table_and_the_summary_sentence_say_the_span_the_count_and_the_failures(tmp_path, capsys):
     a = write(tmp_path, "a.log", LOG.format(unit=PASSING))
     b = write(tmp_path, "b.log", LOG.format(unit=FAILING))
-    assert ci_times.main(["--readme", str(a), str(b)]) == 0
-    assert capsys.readouterr().out == (
+    assert ci_times.main(["--summary", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert out.replace("\n", " ") == (  # wrapped as the documentation's prose (gmts_recipe.markdown)
         "`python -m pytest -q` (the unit suite; the slow end-to-end tests are left to `-m slow`): 8.0-9.0 min for "
         "898-900 tests on 2 cores over 2 `.ci/run`s on clean clones (2026-12-02), failing in 1 of them (1a2b3c4: 2 "
-        "tests); every phase in [bench/README.md](bench/README.md#the-test-suites-time).\n")
+        "tests). ")
+    assert max(len(line) for line in out.splitlines()) <= 118
     assert ci_times.main(["--markdown", str(a), str(b)]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     assert rows == ["| a.log | 1a2b3c4 | 2026-12-02 03:10 UTC | 2 | 1.5 | 900 passed in 8.0 min | 7 passed in 2.0 min "
@@ -68,11 +70,12 @@ def test_a_run_stopped_by_failing_unit_tests_is_a_run_that_failed_there(tmp_path
         "| ci-run-2026-12-02-72b76b3.log | 72b76b3 | 2026-12-02 03:10 UTC | 2 | 1.5 | 899 passed, 1 failed in 7.8 min "
         "| not run (the unit tests failed) | not run | stopped: unit tests failing |")
     passing = write(tmp_path, "a.log", LOG.format(unit=PASSING))
-    assert ci_times.main(["--readme", str(passing), str(path)]) == 0
-    assert "over 2 `.ci/run`s on clean clones (2026-12-02), failing in 1 of them (72b76b3: 1 test);" in (
+    assert ci_times.main(["--summary", str(passing), str(path)]) == 0
+    assert "over 2 `.ci/run`s on clean clones (2026-12-02), failing in 1 of them (72b76b3: 1 test)." in (
         capsys.readouterr().out)  # the last given failed: no "passing" claim
-    assert ci_times.main(["--readme", str(path), str(passing)]) == 0
-    assert "failing in 1 of them (72b76b3: 1 test), the last (1a2b3c4) passing;" in capsys.readouterr().out
+    assert ci_times.main(["--summary", str(path), str(passing)]) == 0
+    assert "failing in 1 of them (72b76b3: 1 test), the last (1a2b3c4) passing." in capsys.readouterr().out.replace(
+        "\n", " ")
 
 
 @pytest.mark.parametrize("text, reason", [
@@ -81,7 +84,7 @@ def test_a_run_stopped_by_failing_unit_tests_is_a_run_that_failed_there(tmp_path
 ])
 def test_an_unfinished_log_is_refused_in_one_line(tmp_path, capsys, text, reason):
     path = write(tmp_path, "c.log", text)
-    assert ci_times.main(["--readme", str(path)]) == 2
+    assert ci_times.main(["--summary", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"ci_times.py: {path}: {reason}") and len(err.splitlines()) == 1
 
@@ -98,10 +101,10 @@ def test_a_folder_reads_every_ci_run_log_in_it_oldest_first(tmp_path, capsys):
     assert ci_times.main(["--markdown", str(tmp_path)]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     assert [row.split(" | ")[1] for row in rows] == ["bbbbbbb", "fffffff", "0aaaaaa"]
-    assert ci_times.main(["--readme", str(tmp_path)]) == 0
-    assert ", the last (0aaaaaa) passing;" in capsys.readouterr().out
+    assert ci_times.main(["--summary", str(tmp_path)]) == 0
+    assert ", the last (0aaaaaa) passing." in capsys.readouterr().out.replace("\n", " ")
 
 
 def test_a_folder_without_ci_logs_is_refused_in_one_line(tmp_path, capsys):
-    assert ci_times.main(["--readme", str(tmp_path)]) == 2
+    assert ci_times.main(["--summary", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"ci_times.py: {tmp_path}: no ci-run-*.log in this folder\n"

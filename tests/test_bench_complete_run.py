@@ -144,5 +144,6 @@ def test_the_timed_runs_table_reads_every_number_off_the_files(tmp_path, capsys)
         "| warm.json | on | off | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 53.8 | +3.8 |",
         "| older.json | on | off | - | 7.27 | - | 30 | 122.5, 1.5 | -, - | 1.50, 1.50 | 50.0, 50.0 | +0.0 |",
         "| crashed.json | recipe.py exited 1: not a complete run |",
-        "| regions.json | off | on | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 53.8 | +3.8 |"]
+        "| regions.json | off | on | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 53.8 | +3.8 |",
+        "", mod.TABLE_NOTE]
     assert_refuses_bad_json_files(mod.main, "--table", tmp_path, capsys)

@@ -117,9 +117,11 @@ def test_the_table_says_where_a_difference_starts():
     other["arms"]["gmts"]["train_log"][0].update(grad_norm=0.10780801624, loss=0.51, reward=0.3, entropy=1.0)
     other["arms"]["gmts"]["rollout_digests"]["1"] = ["cc", "de"]
     comparison = {"reference": "alone", "compared": {"shared": repeat.compare(_run(), other)}}
-    row = repeat.markdown(comparison).splitlines()[2]
-    assert row.endswith("| no | ets -; gmts: metrics at step 1 (entropy None vs 1, grad_norm None vs 0.107808, "
-                        "loss 0.5 vs 0.51, 1 more); rollouts from step 2 |")
+    lines = repeat.markdown(comparison).splitlines()
+    assert lines[2].endswith("| no | below |")  # a long answer goes below the table, the row stays short
+    assert lines[3:6] == ["", "Where a difference starts:", ""]
+    assert lines[6] == ("- shared vs alone: ets -; gmts: metrics at step 1 (entropy None vs 1, grad_norm None vs "
+                        "0.107808, loss 0.5 vs 0.51, 1 more); rollouts from step 2")
     for v in comparison["compared"]["shared"]["arms"].values():  # a file written before these fields
         del v["first_train_step_differing"], v["first_rollout_step_differing"]
     assert repeat.markdown(comparison).splitlines()[2].endswith("| no | ets ?; gmts ? |")
@@ -143,4 +145,5 @@ def test_the_determinism_table_gives_each_setting_its_verdicts_step_times_and_fa
     assert lines[2] == ("| d.json | off | 2026-12-01 23:01 UTC | 1.00 | 1.50 | identical (2 steps) | differs from step 2 "
                         "(rollouts the same) | - |")
     assert lines[3] == ("| d.json | on | 2026-12-01 23:01 UTC | - | 1.00 | not compared (a run failed) | not compared "
-                        "(a run failed) | RecipeError: no |")
+                        "(a run failed) | below |")
+    assert lines[4:] == ["", "Failed runs:", "", "- d.json, on: RecipeError: no"]

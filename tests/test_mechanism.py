@@ -44,6 +44,9 @@ def test_seed_record_holds_each_arms_means_and_the_rollout_agreement():
     assert r["seed"] == 7 and r["delta_points"] == pytest.approx(-2.5)
     assert r["arms"]["ets"][m.ZERO] == pytest.approx(0.3) and r["arms"]["gmts"][m.EFFECTIVE] == 30.0
     assert r["arms"]["ets"][m.GRAD] == pytest.approx(0.1) and r["nonfinite_steps"] == {"ets grad_norm": 1}
+    assert r["arms"]["ets"][m.ZERO_SPREAD] is None  # not logged here; TRL's frac_reward_zero_std where it is
+    spread = m.seed_record(7, 0.0, {"ets": {"train_log": log(frac_reward_zero_std=0.25)}, "gmts": arm(0.0)})
+    assert spread["arms"]["ets"][m.ZERO_SPREAD] == 0.25
     assert r["rollout_agreement"] == [[0, 1.0], [1, 0.5], [2, 0.25]]
     assert r["rollout_agreement_mean"] == pytest.approx(1.75 / 3)
     without = m.seed_record(7, 0.0, {"ets": arm(0.3), "gmts": arm(0.0, digests={"0": ["a"]})})

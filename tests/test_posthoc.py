@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 from scipy import stats as scipy_stats
 
 from gmts_recipe import posthoc
 from gmts_recipe.stats import seeds_for_power
+from gmts_recipe.sweep.summary import training_reward_fell
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,6 +77,93 @@ def test_arms_correlation_and_seeds_to_decide():
     assert posthoc.seeds_to_decide(d, 0.013) == seeds_for_power(d, 0.0065, power=0.5)
 
 
+def test_robust_centres_on_hand_made_deltas():
+    # Huber: with [0, 1, 2, 3, 4, 100] the MAD is 1.5 around the median 2.5, so c s = 1.345 x 1.4826 x 1.5 clips
+    # only the runaway 100; the estimate solves (0 + 1 + 2 + 3 + 4 - 5 mu) + c s = 0
+    x = [0, 1, 2, 3, 4, 100]
+    cs = posthoc.HUBER_C * 1.482602218505602 * 1.5
+    assert posthoc.huber_location(x) == pytest.approx((10 + cs) / 5, abs=1e-9)
+    assert posthoc.huber_location([1, 2, 3, 4]) == pytest.approx(2.5)  # nothing clipped: the mean
+    assert posthoc.huber_location([5, 5, 5]) == 5  # no spread: the median
+    # Hodges-Lehmann: the Walsh averages of [0, 0, 10] are 0, 0, 0, 5, 5, 10
+    assert posthoc.hodges_lehmann([0, 0, 10]) == pytest.approx(2.5)
+    assert posthoc.hodges_lehmann([1, 2, 3]) == pytest.approx(2)
+    ten = list(range(10)) + [1000]  # 10% of 11 cut from each end: one value each side
+    assert posthoc.trimmed_mean(ten) == pytest.approx(np.mean(range(1, 10)))
+    rc = posthoc.robust_centres(x)
+    assert rc["mean"] == pytest.approx(110 / 6) and rc["n_seeds"] == 6 and rc["huber"] < rc["mean"]
+
+
+def test_partial_correlation_is_the_textbook_formula_with_n_minus_3_df():
+    rng = np.random.default_rng(7)
+    z = rng.normal(size=40)
+    x, y = z + rng.normal(size=40), z + 0.5 * rng.normal(size=40)
+    r = lambda a, b: np.corrcoef(a, b)[0, 1]  # noqa: E731
+    want = (r(x, y) - r(x, z) * r(y, z)) / np.sqrt((1 - r(x, z) ** 2) * (1 - r(y, z) ** 2))
+    out = posthoc.partial_correlation(x, y, z)
+    assert out["r"] == pytest.approx(want) and out["n"] == 40
+    t = want * np.sqrt(37 / (1 - want**2))
+    assert out["p"] == pytest.approx(2 * scipy_stats.t.sf(abs(t), 37))
+    with pytest.raises(ValueError):
+        posthoc.partial_correlation([1, 2, 3], [1, 2, 3], [1, 2, 3])
+
+
+def test_share_confound_reads_what_the_share_goes_with():
+    zero_spread = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    share = [2 * v for v in zero_spread]  # the share follows the run's zero-spread groups exactly
+    gap = [1.0, 0.5, 0.8, 0.1, 0.3, -0.2]
+    own = [0.5, 0.4, 0.6, 0.3, 0.2, 0.5]
+    out = posthoc.share_confound(share, [v + 0.01 * (-1) ** i for i, v in enumerate(zero_spread)], own, gap)
+    assert out["n"] == 6 and out["zero_spread"] > 0.99
+    assert out["gap"]["r"] == pytest.approx(scipy_stats.pearsonr(share, gap).statistic)
+    assert out["own_pass"] == pytest.approx(scipy_stats.pearsonr(share, own).statistic)
+    assert abs(out["gap_given_zero_spread"]["r"]) <= 1
+
+
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=40))
+def test_reward_fall_is_what_training_reward_fell_compares(rewards):
+    log = [{"step": i + 1, "reward": r} for i, r in enumerate(rewards)]
+    fall = posthoc.reward_fall(log)
+    assert fall["drop"] == pytest.approx(fall["early"] - fall["late"])
+    assert (fall["late"] < fall["early"]) == training_reward_fell(log)
+    assert posthoc.reward_fall([{"step": 1}]) is None
+
+
+def test_fall_story_finds_the_step_from_which_most_answers_hit_the_cap():
+    cut = [0.1, 0.2, 0.6, 0.3, 0.8, 0.9, 1.0]
+    reward = [0.5, 0.6, 0.4, 0.47, 0.2, 0.08, 0.39]
+    log = [{"step": i + 1, "reward": r, "completions/clipped_ratio": c} for i, (r, c) in enumerate(zip(reward, cut))]
+    st_ = posthoc.fall_story(log)
+    assert (st_["onset_step"], st_["before_step"], st_["before_reward"], st_["before_cut"]) == (5, 4, 0.47, 0.3)
+    assert (st_["reward_low"], st_["reward_high"], st_["cut_low"], st_["last_step"]) == (0.08, 0.39, 0.8, 7)
+    calm = [{**row, "completions/clipped_ratio": 0.1} for row in log]
+    st_ = posthoc.fall_story(calm)
+    assert st_["onset_step"] is None and st_["cut_max"] == 0.1 and st_["first_step"] == 1  # fewer than 10 steps
+
+
+def test_fall_line_names_each_fall_and_the_large_ones():
+    falls = [{"seed": 3, "arm": "ets", "drop": 0.2}, {"seed": 4, "arm": "ets", "drop": 0.002},
+             {"seed": 4, "arm": "gmts", "drop": 0.01}]
+    line = posthoc.fall_line({"seeds": [1, 2, 3, 4], "falls": falls}, ["gmts", "ets"])
+    assert "in 1 of 4 GMTS runs, by 0.010 (seed 4); in 2 of 4 ETS runs, by 0.200 (seed 3), 0.002 (seed 4)" in line
+    assert line.endswith("By more than 0.05: GMTS 0, ETS 1 (seed 3).")
+
+
+def test_a_fresh_test_of_seeds_to_decide_seeds_is_rarely_undecided():
+    """seeds_to_decide's docstring: at that many seeds the t interval rarely holds both thresholds; simulated with
+    normal deltas of the committed confirmatory test's spread, at true gaps between and at the thresholds."""
+    confirm = json.loads((ROOT / "results" / "confirm" / "sweep.json").read_text())
+    d = np.asarray(confirm["primary"]["per_seed"])
+    n = posthoc.seeds_to_decide(d, 0.013)
+    rng = np.random.default_rng(0)
+    crit = scipy_stats.t.ppf(0.975, n - 1)
+    for gap in (0.0, 0.0065, 0.013):
+        x = rng.normal(gap, d.std(ddof=1), (2000, n))
+        half = crit * x.std(axis=1, ddof=1) / np.sqrt(n)
+        undecided = np.mean((x.mean(axis=1) - half <= 0) & (x.mean(axis=1) + half >= 0.013))
+        assert undecided < 0.1, (gap, undecided)
+
+
 def test_collapsed_seeds_by_rule():
     cell = lambda seed, ets: {"variant": "v", "learning_rate": 1e-4, "seed": seed,  # noqa: E731
                               "arms": {"ets": {"verdict": ets}, "gmts": {"verdict": "moved"}}}
@@ -110,6 +199,30 @@ def test_the_committed_numbers(committed):
     records = committed["records"]
     assert round(posthoc.evaluation_noise_share(records["task_deltas"]), 2) == 0.03
     assert round(posthoc.arms_correlation(records["a"], records["b"]), 2) == 0.15
+
+
+def test_the_committed_numbers_of_the_write_up(committed):
+    """The numbers an independent review gave for the write-up: the pooled estimate without seed 227, the robust
+    centres, the confound of ETS's zero-advantage share, the control, and the size of every fall in training reward."""
+    without = committed["pooled_without_collapsed"]  # the fixed-effect pool, seed 227 out of the confirmatory test
+    assert [round(100 * without[k], 2) for k in ("delta", "low", "high")] == [0.87, 0.08, 1.65]
+    assert without["n_seeds"] == 118
+    rc = committed["robust"]
+    assert [round(100 * rc[k], 2) for k in ("trimmed_mean", "huber", "hodges_lehmann")] == [0.61, 0.60, 0.66]
+    c = committed["confound"]
+    assert (round(c["zero_spread"], 2), round(c["own_pass"], 2), round(c["gap"]["r"], 2)) == (0.90, 0.25, -0.27)
+    assert round(c["gap_given_zero_spread"]["r"], 2) == 0.09 and round(c["gap_given_zero_spread"]["p"], 2) == 0.37
+    controls = {e["comparison"]: e for e in committed["controls"]}
+    assert round(100 * controls["ets_nz - ets"]["delta"], 1) == 1.3 and round(100 * controls["gmts - ets_nz"]["delta"], 1) == -0.1
+    falls = committed["records"]["falls"]
+    large = sorted((f["arm"], f["seed"]) for f in falls if f["drop"] > posthoc.LARGE_FALL)
+    assert large == [("ets", 227), ("ets", 297)]
+    assert sorted(round(f["drop"], 3) for f in falls if f["drop"] <= 0.01) == [0.002, 0.006]
+    story = next(f["story"] for f in falls if (f["arm"], f["seed"]) == ("ets", 227))
+    assert (story["onset_step"], story["before_step"], story["last_step"]) == (33, 32, 40)
+    assert (round(story["reward_low"], 2), round(story["reward_high"], 2), round(story["before_reward"], 2)) == \
+        (0.08, 0.39, 0.47)
+    assert round(story["cut_low"], 2) == 0.80
 
 
 def test_check_power_prints_the_seeds_a_decision_needs():

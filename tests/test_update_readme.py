@@ -12,6 +12,19 @@ from gmts_recipe.sweep.summary import summarize
 ROOT = Path(__file__).resolve().parent.parent
 
 
+
+def logical(text: str) -> list[str]:
+    """A generated block's lines as written before wrapping (gmts_recipe.markdown): a list item's indented lines and
+    a paragraph's later lines joined to the line they continue."""
+    out: list[str] = []
+    for line in text.splitlines():
+        prose = lambda x: bool(x) and not x.startswith(("- ", "|"))  # noqa: E731
+        if out and line and (line.startswith("  ") or (prose(line) and prose(out[-1]))):
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
 def _log(folder, name: str, start: str, finished: list[str]) -> None:
     lines = [f"=== {start} python recipe.py --arm ..."] + [f"[recipe] {arm}: pass@1 0.500, trained 2.0 min"
                                                          for arm in finished]
@@ -61,9 +74,10 @@ def test_provenance_table_marks_the_pairs_made_apart(tmp_path):
     summary = {"cells": cells, "primary": {"variant": "paper", "learning_rate": 1e-4, "comparison": "gmts - ets",
                                            "seeds": [17, 18]}}
     text = update_readme.provenance(summary, tmp_path)
-    assert "different times for seeds 18;" in text
-    assert "| 18 | - | 11-30 15:00 (paper-lr0.0001-s18-ets+gmts.log) | 11-30 18:00 (paper-lr0.0001-s18-gmts.log) |" in text
-    assert "| 17 | - | 11-30 15:00 | 11-30 15:00 | - | - |" in text
+    assert "different times for seeds 18;" in text.replace("\n", " ")  # the note below the table, wrapped
+    assert "| 18 | - | 11-30 15:00 (paper-lr0.0001-s18-ets+gmts.log) | 11-30 18:00 (paper-lr0.0001-s18-gmts.log) | - |" in text
+    assert "| 17 | - | 11-30 15:00 | 11-30 15:00 | - |" in text
+    assert text.endswith("- nothing: every arm records what it does.\n")  # the records' differences, listed below
 
 
 def test_task_intervals_range_over_the_primary_cells(tmp_path):
@@ -133,7 +147,7 @@ def test_mechanism_table_says_interim_and_counts_the_intervals_that_exclude_zero
          "status": "interim", "interval": "Fisher z",
          "associations": [_association("d", 0, None, None, None, "not logged for these seeds")]},
     ]
-    text = update_readme.mechanism(analyses)
+    text = "\n".join(logical(update_readme.mechanism(analyses)))
     assert ("| full (complete) | ETS: a \\|b\\| | 5 (1-5) | +0.90 [+0.10, +0.99] | +0.90 [+0.10, +0.99] | +12.3 | "
             "0.25 to 0.375 |") in text
     assert "| pilot (interim) | d | 0 (not logged for these seeds) | - | - | - | - |" in text
@@ -224,13 +238,13 @@ def test_decisions_give_each_planned_test_one_line_and_pool_nothing(tmp_path):
     grid = write_grid(tmp_path, three)
     running = summarize(load_grid(grid))  # the same cells, a third seed planned and not run
     p = done["primary"]
-    text = update_readme.decisions([("First", done), ("Confirmatory", running)]).splitlines()
+    text = logical(update_readme.decisions([("First", done), ("Confirmatory", running)]))
     assert text[0].startswith("**Decisions** (the paper claims +1.3 to +3.4 points; each reproduced if the interval")
     assert text[1] == (f"- First test, seeds 1, 2 at lr 0.0001: GMTS - ETS {100 * p['delta']:+.1f} points, t "
                        f"[{100 * p['t_low']:+.1f}, {100 * p['t_high']:+.1f}] over 2 seeds: **{p['decision']}**")
     assert text[2].startswith("- Confirmatory test, seeds 1-3")
     assert text[2].endswith("over 2 of 3 planned seeds: **interim**")
-    same = update_readme.decisions([("First", done), ("Second", done)]).splitlines()
+    same = logical(update_readme.decisions([("First", done), ("Second", done)]))
     assert same[0].startswith(f"**Both {p['decision']}** (the paper claims") and len(same) == 3
 
 
@@ -239,7 +253,7 @@ def test_decisions_option_refuses_an_item_without_a_name(capsys):
         update_readme.main(["--decisions", "results/qwen/sweep.json"])
     assert exit_.value.code == 2 and "is not NAME=SWEEP_JSON" in capsys.readouterr().err
     assert update_readme.main(["--decisions", "First=results/qwen/sweep.json"]) == 0
-    one = capsys.readouterr().out.splitlines()
+    one = logical(capsys.readouterr().out)
     assert len(one) == 3 and one[0].startswith("**Decision** (the paper claims") and one[1].startswith("- First test")
     # then what the test ran, read from its first cell, beside what the paper ran
     assert one[2].startswith("- Setting of the test: Qwen2.5-Coder-1.5B-Instruct (dequantized from its Q4_K_M GGUF), LoRA")

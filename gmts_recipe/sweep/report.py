@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gmts_recipe.arms import arm_named, arms as rule_arms, comparisons as rule_comparisons, control_arms
+from gmts_recipe.arms import arm_named, arms as rule_arms, comparisons as rule_comparisons, control_arms, short_name
 from gmts_recipe.records import write_json
 from gmts_recipe.stats import signed
 from gmts_recipe.sweep.grid import Grid
@@ -195,12 +195,21 @@ def _interval(p: dict) -> str:
     return f"{100 * p['delta']:+.1f} {_bracket(p['low'], p['high'])}"
 
 
+# In markdown (the documentation's tables), a cell lists its seeds only up to this many; longer lists go below the
+# table, wrapped, so that no table row outgrows a page (gmts_recipe.markdown.LINE_LIMIT).
+INLINE_SEEDS = 5
+
+
 def render(summary: dict, markdown: bool = False) -> str:
     """The sweep's tables: pass@1 per (variant, learning rate) and arm with every seed, then each pooled comparison
-    with its two-level interval and the comparison it is (shared learning rate, or each arm at its own best)."""
+    with its two-level interval and the comparison it is (shared learning rate, or each arm at its own best). In
+    markdown, a cell of more than INLINE_SEEDS seeds gives their count and its seeds follow the table, and the prose
+    is wrapped."""
+    from gmts_recipe.markdown import fill, item
+
     cells = summary["cells"]
     columns = [a for a in rule_arms() if a not in control_arms() or any(a in c["arms"] for c in cells)]
-    rows1 = []
+    rows1, below1 = [], []
     for variant, lr in sorted({(c["variant"], c["learning_rate"]) for c in cells}):
         mine = sorted((c for c in cells if (c["variant"], c["learning_rate"]) == (variant, lr)), key=lambda c: c["seed"])
         row = [variant, f"{lr:g}"]
@@ -211,25 +220,38 @@ def render(summary: dict, markdown: bool = False) -> str:
                 continue
             mean = sum(r["pass@1"] for _, r in runs) / len(runs)
             seeds = ", ".join(f"{_pct(r['pass@1'])}" + ("*" if r["verdict"] == "collapsed" else "") for _, r in runs)
-            row.append(f"{_pct(mean)} ({seeds})")
+            if markdown and len(runs) > INLINE_SEEDS:
+                row.append(f"{_pct(mean)} ({len(runs)} seeds, below)")
+                below1.append(item(f"{short_name(arm)}, {variant} lr {lr:g}, seeds "
+                                   f"{_seed_span([s for s, _ in runs])}: {seeds}"))
+            else:
+                row.append(f"{_pct(mean)} ({seeds})")
         rows1.append(row)
     head1 = ["variant", "lr", *(arm_named(a).label() for a in columns)]
-    rows2 = []
+    rows2, below2, notes2 = [], [], {}
     for p in summary["pooled"]:
         lr = f"{p['learning_rate']:g}" if p["learning_rate"] is not None else \
             ", ".join(f"{a} {v:g}" for a, v in p["learning_rates"].items())
         seeds = seeds_label(len(p["seeds"]))
+        if markdown and ": " in seeds:  # "3 (few: why)": the why once below the table, the cell short
+            short, why = seeds[:-1].split(" (", 1)[1].split(": ", 1)
+            notes2[short] = why
+            seeds = f"{len(p['seeds'])} ({short})"
         t = "-" if p.get("t_low") is None else _bracket(p["t_low"], p["t_high"]) + " pts"
         need = p.get("seeds_for_power") or {}
         power = " / ".join(f"{f'>{MAX_SEEDS}' if n is None else n} at {e}" for e, n in need.items()) or "-"
         sd = p.get("per_seed_sd")
         sd = "-" if sd is None else f"{100 * sd['sd']:.1f} [{100 * sd['low']:.1f}, {100 * sd['high']:.1f}]"
+        per_seed = ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))
+        if markdown and len(p.get("per_seed", [])) > INLINE_SEEDS:
+            below2.append(item(f"{p['comparison']}, {p['variant']} lr {lr}, seeds {_seed_span(p['seeds'])}: "
+                               f"{per_seed}"))
+            per_seed = "below"
         rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
-                      _interval(p) + " pts", t,
-                      ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", [])), sd, power])
-    head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95% CI, seeds then tasks)",
-             "95% CI, t over seeds", "per seed", "per-seed SD (95% CI, pts)",
-             f"seeds for {POWER:.0%} power at the paper's gain (pts)"]
+                      _interval(p) + " pts", t, per_seed, sd, power])
+    head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95%, seeds then tasks)",
+             "t over seeds (95%)", "per seed", "per-seed SD (95% CI, pts)",
+             f"seeds for {POWER:.0%} power at the paper's gains"]
     rows3 = []
     for c in sorted(cells, key=lambda c: (c["variant"], c["learning_rate"], c["seed"])):
         for arm in rule_arms():
@@ -250,7 +272,13 @@ def render(summary: dict, markdown: bool = False) -> str:
     primary = [primary_line(summary["primary"])] if "primary" in summary else []
     primary += [secondary_line(s) for s in summary.get("secondary", [])]
     primary += [sequential_line(summary["sequential"])] if "sequential" in summary else []
-    return "\n\n".join([*primary, _table(head1, rows1, markdown), _table(head2, rows2, markdown), note, mechanism])
+    table1, table2 = _table(head1, rows1, markdown), _table(head2, rows2, markdown)
+    if not markdown:
+        return "\n\n".join([*primary, table1, table2, note, mechanism])
+    table1 += "\n\nEach seed's pass@1:\n\n" + "\n".join(below1) if below1 else ""
+    table2 += ("\n\n" + fill("Seeds: " + "; ".join(f"{k}: {v}" for k, v in notes2.items()) + ".")) if notes2 else ""
+    table2 += "\n\nEach seed's delta (points):\n\n" + "\n".join(below2) if below2 else ""
+    return "\n\n".join([*(fill(x) for x in primary), table1, table2, fill(note), mechanism])
 
 
 def collapse_counts(cells: list[dict], arms: list[str]) -> str:
