@@ -363,7 +363,7 @@ EVAL_OVERRIDES = ("task", "gsm8k_path", "difficulty", "n_train", "n_heldout", "t
                   "model_revision", "trust_remote_code", "use_cpu", "cudnn_attention", "generation_grouped_attention",
                   "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
                   "generation_compile_regions", "generation_fused_projections", "sampling_noise",
-                  "deterministic_kernels")
+                  "deterministic_kernels", "gpu_memory_cap_gib")
 ADAPTER_CONFIG = "adapter_config.json"
 
 
@@ -537,6 +537,7 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
         [*config, *fields, "--model_name_or_path", target.base])
     _hub_check(recipe, target)
     run_setup.deterministic_kernels(train)
+    run_setup.cap_gpu_memory(recipe, train)
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"

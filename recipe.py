@@ -68,8 +68,8 @@ from gmts_recipe.recipe_config import (  # noqa: F401
 from gmts_recipe.records import config_hash, current_record
 from gmts_recipe.rewards import math_equal_reward
 from gmts_recipe.run_setup import (  # noqa: F401
-    HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, _drop_known_log_lines, config_record, deterministic_kernels,
-    eval_record, hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs, quiet_known_warnings,
+    HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, _drop_known_log_lines, cap_gpu_memory, config_record,
+    deterministic_kernels, eval_record, hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs, quiet_known_warnings,
     versions)
 from gmts_recipe.tables import render
 from selection import rule_named
@@ -355,6 +355,7 @@ def _run_experiment(argv: list[str]) -> dict:
     recipe, train, model, name = parse(argv, hub=True)
     deterministic_kernels(train)  # before Run: its process state may be the first CUDA work
     run = Run(recipe, train, model, name)
+    cap_gpu_memory(recipe, train)  # after Run: its process state picks this process's card
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"

@@ -36,7 +36,7 @@ from selection import PRIMARY, RULES, arms, control_comparisons, rule_named, sho
 
 ROOT = Path(__file__).resolve().parent
 # Every page that holds generated blocks (commands run from the repository root, whatever the page's folder).
-PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md")
+PAGES = ("README.md", "docs/results.md", "bench/README.md", "results/LOG.md", "docs/guides/gpu-memory.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --tests FIGURE_TESTS --out FIGURE
 FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep.json"  # the larger test first

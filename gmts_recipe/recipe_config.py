@@ -58,7 +58,7 @@ NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", 
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "ets_nz_learning_rate", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
-              "ddp_find_unused_parameters", "ddp_timeout"} | unhashed_fields()
+              "ddp_find_unused_parameters", "ddp_timeout", "gpu_memory_cap_gib"} | unhashed_fields()
 NOT_HASHED |= {"project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"}  # where logs go
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -113,6 +113,11 @@ class RecipeArgs:
     cudnn_attention: bool = field(default=True, metadata={
         "help": "let PyTorch use cuDNN attention; it builds a plan for each new sequence length, so with lengths "
                 "that change every step false is faster (bench/README.md)"})
+    gpu_memory_cap_gib: float | None = field(default=None, metadata={
+        "help": "the most GPU memory torch may allocate in this process, GiB (torch.cuda.set_per_process_memory_"
+                "fraction): a run that needs more stops with CUDA's out-of-memory error, so a config can be checked "
+                "against a smaller card (e.g. 44 for a 48 GB card: CUDA's context and the allocator's cache take "
+                "the rest); no effect without a GPU; unset: the whole card"})
 
 
 class RecipeError(Exception):
@@ -524,6 +529,13 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
                           f"seeds")
     if recipe.save_minutes < 0:
         raise RecipeError(f"save_minutes={recipe.save_minutes}: must be >= 0 (0: checkpoints by steps only)")
+    if recipe.gpu_memory_cap_gib is not None:
+        from gmts_recipe.gpu_memory import check_cap
+
+        try:
+            check_cap(recipe.gpu_memory_cap_gib)
+        except ValueError as e:
+            raise RecipeError(str(e)) from None
     for arm in arms():  # a rule registered at run time has no <arm>_learning_rate field
         lr = getattr(recipe, f"{arm}_learning_rate", None)
         if lr is not None and lr < 0:
