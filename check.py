@@ -2,7 +2,7 @@
 
     python check.py runs/quickstart/results.json              # the tables; exit 0 on a valid file
     python check.py runs/quickstart/results.json --markdown   # the README tables
-    python check.py results/offline/results.json --allow-unsampled  # a file from before evaluations kept samples
+    python check.py results/offline/results.json              # from before evaluations kept samples: not re-scored
     python check.py runs/quickstart/results.json --show 3     # task 3's question, what the model wrote, each score
     python check.py --power results/confirm/sweep.json        # why a sweep could not decide; the seeds one needs
 
@@ -24,11 +24,13 @@ re-scores every text with the recipe's reward (rewards.sample_scores, at the rew
 the run's held-out tasks (data.heldout), and where the run's test pool is at hand (the generated task is rebuilt
 from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path) each task's key (question and gold answer; files
 written before: the question) and each samples file's gold answer must be the dataset's. An evaluation without
-samples is refused, unless --allow-unsampled (files written before evaluations kept them): the table then marks its
-numbers "(not re-scored)". Any mismatch is one line naming file, evaluation, task and sample. What remains possible:
+samples is refused where others of its file keep theirs, unless --allow-unsampled; a file none of whose evaluations
+keeps samples (written before evaluations kept them) passes, its table marking the numbers "(not re-scored)" and its
+last line saying how many. Any mismatch is one line naming file, evaluation, task and sample. What remains possible:
 a forger who writes new completions that earn the scores (texts anyone can read with --show), who reruns with
-another seed or another model and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites
-gold answers and keys together (said in the output: not compared). Nothing here shows that the texts came from the
+another seed or another model and keeps the run they like, who drops every samples file of a file (it then reads
+"not re-scored", as a file from before samples does), or, for GSM8K without the dataset at hand, who rewrites gold
+answers and keys together (said in the output: not compared). Nothing here shows that the texts came from the
 trained model: that takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat").
 Provenance (each arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is
 printed as recorded, not verified.
@@ -70,6 +72,7 @@ from selection import short_name  # the arms' short names (the rule registry; no
 from gmts_recipe.tables import (DIGEST_NOTE, NOT_RESCORED, _delta, _label, _pct, _table,  # noqa: F401
                                 _verdict_text, comparison_rows, evaluation_rows, render, render_evaluation,
                                 table_rows)  # the result tables, shared with eval.py
+from gmts_recipe.tables import fit_text, output_width  # the default output fitted to the terminal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                          "its split (the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question "
                          "hash")
     ap.add_argument("--allow-unsampled", action="store_true",
-                    help="accept evaluations that keep no samples (files written before evaluations kept their "
-                         "completions); the table marks their numbers as not re-scored")
+                    help="accept a file where some evaluations keep samples and others none (a file none of whose "
+                         "evaluations keeps any, written before evaluations kept their completions, passes without "
+                         "it); the table marks the numbers not re-scored")
     ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
                     help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
                          "run are compared with them (the generated task is rebuilt from its seed)")
@@ -99,43 +103,74 @@ def main(argv: list[str] | None = None) -> int:
     if args.power:
         return _power(args.results)
     if _is_sweep(args.results):
-        try:
-            summary = sweep_summary.verify(args.results)
-            report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled) \
-                if args.show is None else None
-        except (ResultsError, SweepError) as e:
-            print(f"check.py: {e}", file=sys.stderr)
-            return 2
-        if args.show is not None:
-            print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
-                  f"results.json)", file=sys.stderr)
-            return 2
-        print(render_sweep(summary, markdown=args.markdown))
-        try:
-            planned = plan_report(Path(args.results), summary)
-        except SweepError as e:
-            print(f"check.py: {e}", file=sys.stderr)
-            return 2
-        for line in (samples_line(report), dataset_line(report), *planned):
-            print(line, file=sys.stderr if args.markdown else sys.stdout)
-        if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
-            print("Where the planned test's cells departed from its plan (records and logs):\n"
-                  + deviations(summary, Path(args.results).parent).rstrip("\n"),
-                  file=sys.stderr if args.markdown else sys.stdout)
-        return 0
+        return _check_sweep(args)
+    width = None if args.markdown else output_width()
     try:
-        results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled)
-        text = render(results, markdown=args.markdown, unsampled=tuple(report["without"])) if args.show is None \
-            else show(results, Path(args.results).parent, args.show, args.gsm8k_path)
+        results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=True)
+        refuse_mixed(args.results, report, args.allow_unsampled)
+        text = render(results, markdown=args.markdown, unsampled=tuple(report["without"]), width=width) \
+            if args.show is None else show(results, Path(args.results).parent, args.show, args.gsm8k_path)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     print(text)
     if args.show is None:  # the README's tables (--markdown) stay the tables: these lines go to stderr there
-        for line in (samples_line(report), dataset_line(report), *provenance_lines(results),
-                     *memory_lines(results)):
-            print(line, file=sys.stderr if args.markdown else sys.stdout)
+        lines = (samples_line(report), dataset_line(report), *provenance_lines(results), *memory_lines(results))
+        print(fit_text("\n".join(lines), width), file=sys.stderr if args.markdown else sys.stdout)
+        print(verified_line(args.results, report, arms=len(results.get("arms", {}))),  # one line, however long
+              file=sys.stderr if args.markdown else sys.stdout)
     return 0
+
+
+def _check_sweep(args) -> int:
+    """check.py on a sweep.json: the summary recomputed from every cell, every cell's samples re-scored, the plan
+    held against git; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
+    if args.show is not None:
+        print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
+              f"results.json)", file=sys.stderr)
+        return 2
+    width = None if args.markdown else output_width()
+    try:
+        summary = sweep_summary.verify(args.results)
+        report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled)
+        planned = plan_report(Path(args.results), summary)
+    except (ResultsError, SweepError) as e:
+        print(f"check.py: {e}", file=sys.stderr)
+        return 2
+    print(render_sweep(summary, markdown=args.markdown, width=width))
+    lines = [samples_line(report), dataset_line(report), *planned]
+    if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
+        lines.append("Where the planned test's cells departed from its plan (records and logs):\n"
+                     + deviations(summary, Path(args.results).parent).rstrip("\n"))
+    plan = "; plan as committed" if any(line.startswith("Plan: ") and " as committed" in line for line in planned) \
+        else "; plan not compared with git"
+    print(fit_text("\n".join(lines), width), file=sys.stderr if args.markdown else sys.stdout)
+    print(verified_line(args.results, report, cells=len(summary["cells"]), plan=plan),  # one line, however long
+          file=sys.stderr if args.markdown else sys.stdout)
+    return 0
+
+
+def refuse_mixed(path, report: dict, allow_unsampled: bool) -> None:
+    """A file none of whose evaluations keeps a samples file was written before evaluations kept their completions:
+    check.py verifies the rest and says plainly that its scores were not re-scored (samples_line, the table's "not
+    re-scored", verified_line). A file where some evaluations keep samples and others none is refused, unless
+    --allow-unsampled: a samples file missing there is not the file's age."""
+    if report["without"] and report["with_samples"] and not allow_unsampled:
+        raise ResultsError(f"{path}: {report['without'][0]} keeps no samples where {report['with_samples']} "
+                           f"evaluation(s) of the file do, so its scores cannot be re-scored (--allow-unsampled "
+                           f"accepts it, its numbers marked not re-scored)")
+
+
+def verified_line(path: str, report: dict, arms: int | None = None, cells: int | None = None, plan: str = "") -> str:
+    """The last line of check.py's output: what was verified, in one line (the lines above say how)."""
+    what = [f"{cells} cell{'s' * (cells != 1)}"] if cells is not None else \
+        [f"{arms} trained arm{'s' * (arms != 1)}"] if arms else ["an evaluation only"]
+    what.append(f"{report['evaluations']} evaluation{'s' * (report['evaluations'] != 1)}")
+    what.append(f"{report['samples']:,} samples re-scored")
+    without = len(report["without"])
+    if without:
+        what[-1] += f" ({without} evaluation{'s' * (without != 1)} keep none: not re-scored)"
+    return f"Verified: {path}: {', '.join(what)}{plan}."
 
 
 def _power(path: str) -> int:
@@ -171,7 +206,8 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
         results = json.loads(results_path.read_text(encoding="utf-8"))
         if digest(results) != cell["digest"]:
             raise ResultsError(f"{results_path}: changed while it was being checked")
-        report = _samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
+        report = _samples_of(results_path, results, done, gsm8k_path, allow_unsampled=True)
+        refuse_mixed(results_path, report, allow_unsampled)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
         total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]
@@ -181,7 +217,8 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
 
 def provenance_lines(results: dict) -> list[str]:
     """One compact block: where each arm ran (recipe.provenance: commit, uncommitted changes, times, host, GPUs,
-    libraries, execution options), or the file-wide versions of a file written before arms recorded it."""
+    libraries, execution options), or the file-wide versions of a file whose arms record none (written before they
+    did) or that has no arms (an evaluation-only file: eval.py records the versions alone)."""
     arms = results.get("arms", {})
     lines = []
     for arm, entry in arms.items():
@@ -202,7 +239,8 @@ def provenance_lines(results: dict) -> list[str]:
     if isinstance(v, dict):
         libs = ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("gpu", "gpus"))
         gpu = f"{v.get('gpus', 0)} x {v['gpu']}" if v.get("gpu") else "CPU"
-        return [f"Provenance: the arms record none (written before they did); the file's versions: {gpu}; {libs}."]
+        whose = "the arms record none" if arms else "the file records no commit, host or times"
+        return [f"Provenance: {whose}; the file's versions: {gpu}; {libs}."]
     return []
 
 
