@@ -1,16 +1,19 @@
 """Evaluation: pass@1 over held-out tasks with k seeded samples per task, per-task scores and stored samples.
 
-    python eval.py smollm2-135m-instruct --config configs/quickstart.yaml   # a known offline model
-    python eval.py runs/quickstart/arm-gmts/checkpoints/checkpoint-12 --config configs/quickstart.yaml  # an adapter
-    python eval.py Qwen/Qwen2.5-1.5B-Instruct --gsm8k_path DIR --eval_samples 8 --out qwen.json
+    python eval.py smollm2-135m-instruct                         # the Quick start's held-out tasks, no hub
+    python eval.py runs/quickstart/arm-gmts                      # an arm's kept adapter (recipe.py, keep_adapter)
+    python -m eval smollm2-135m-instruct                         # the same, installed (pip install .), anywhere
+    python eval.py Qwen/Qwen2.5-1.5B-Instruct --config configs/paper.yaml --gsm8k_path DIR --eval_samples 8
 
 MODEL: a model id or folder, a .gguf file, a known offline name (gmts_recipe.models), or a saved LoRA adapter
 (a folder with adapter_config.json: its base model is loaded, then the adapter; --base_model names another base),
-a recipe arm's checkpoints folder (its last checkpoint-N). The held-out tasks, system prompt, sampler and seeds are
-the recipe's, read from a recipe config (--config, default configs/paper.yaml) with the evaluation fields
-overridable (EVAL_OVERRIDES). One evaluation per seed of base_eval_seeds, as recipe.py evaluates its base model, each
-with a samples file beside the results file: a results file with these evaluations and no trained arms
-(kind "evaluation"), which `python check.py FILE` verifies and re-scores as any other.
+a recipe arm's folder (its kept adapter, else its last checkpoint-N). The held-out tasks, system prompt, sampler and
+seeds are the recipe's, read from a recipe config (--config, default configs/quickstart.yaml: generated tasks and a
+model that need no hub; the configs ship with the package, so configs/NAME.yaml is found outside a clone too) with the
+evaluation fields overridable (EVAL_OVERRIDES). One evaluation per seed of base_eval_seeds, as recipe.py evaluates its
+base model, each with a samples file beside the results file (default runs/eval/<model>-eval.json, under the folder
+the command runs in): a results file with these evaluations and no trained arms (kind "evaluation"), which
+`python check.py FILE` verifies and re-scores as any other.
 
 recipe.py evaluates through `evaluate_with_config` too: the same call for the base model, every arm and this command.
 The reward lives in rewards.py, the statistics (pass@1, paired deltas, noise floor, hack scan) in stats.py.
@@ -365,6 +368,8 @@ EVAL_OVERRIDES = ("task", "gsm8k_path", "difficulty", "n_train", "n_heldout", "t
                   "generation_compile_regions", "generation_fused_projections", "sampling_noise",
                   "deterministic_kernels", "gpu_memory_cap_gib")
 ADAPTER_CONFIG = "adapter_config.json"
+DEFAULT_CONFIG = "configs/quickstart.yaml"  # needs no hub: generated tasks (and, by default, the offline model)
+OUT_FOLDER = Path("runs") / "eval"  # where results files go unless --out says: a clone's runs/ is git-ignored
 
 
 class EvalError(Exception):
@@ -388,8 +393,11 @@ def _known_models() -> tuple[str, ...]:
 
 
 def _last_checkpoint(folder: Path) -> Path | None:
-    """The adapter of a recipe arm's last checkpoint: folder/checkpoint-N or folder/checkpoints/checkpoint-N, largest
-    N (what --resume would resume from)."""
+    """The adapter of a recipe arm's folder: its kept final adapter (folder/adapter, recipe.py's keep_adapter), else its
+    last checkpoint, folder/checkpoint-N or folder/checkpoints/checkpoint-N, largest N (what --resume would resume
+    from)."""
+    if (folder / "adapter" / ADAPTER_CONFIG).is_file():
+        return folder / "adapter"
     found = [*folder.glob(f"checkpoint-*/{ADAPTER_CONFIG}"), *folder.glob(f"checkpoints/checkpoint-*/{ADAPTER_CONFIG}")]
     steps = [(int(f.parent.name.split("-", 1)[1]), f.parent) for f in found if f.parent.name.split("-", 1)[1].isdigit()]
     return max(steps)[1] if steps else None
@@ -424,8 +432,8 @@ def locate(model: str, base_model: str | None = None) -> Target:
         if adapter is None and not (path / "config.json").is_file():
             adapter = _last_checkpoint(path)
             if adapter is None:
-                raise EvalError(f"{path} holds no model (config.json), adapter ({ADAPTER_CONFIG}) or checkpoint-N "
-                                f"folder")
+                raise EvalError(f"{path} holds no model (config.json), adapter ({ADAPTER_CONFIG}, adapter/) or "
+                                f"checkpoint-N folder (recipe.py keeps an arm's adapter unless --keep_adapter false)")
         if adapter is not None:
             return Target(model, _adapter_base(adapter, base_model), adapter)
         target = Target(model, str(path))
@@ -451,12 +459,15 @@ def locate(model: str, base_model: str | None = None) -> Target:
 
 
 def default_out(model: str) -> Path:
-    """<model-name>-eval.json in the current folder: the model's last path part (a checkpoint's with its arm's)."""
+    """runs/eval/<model-name>-eval.json under the current folder: the model's last path part (a checkpoint's with its
+    arm's, an arm's kept adapter by its arm)."""
     path = Path(model.rstrip("/"))
     name = path.name.removesuffix(".gguf")
     if name.startswith("checkpoint-") and path.parent.name == "checkpoints":
         name = f"{path.parent.parent.name}-{name}"
-    return Path(f"{name}-eval.json")
+    elif name == "adapter" and path.parent.name.startswith("arm-"):
+        name = path.parent.name
+    return OUT_FOLDER / f"{name}-eval.json"
 
 
 def _parse_command(argv: list[str]):
@@ -473,9 +484,9 @@ def _parse_command(argv: list[str]):
         + ", ".join(f"--{f}" for f in EVAL_OVERRIDES) + "."))
     ap.add_argument("model", metavar="MODEL", help="a model id or folder, a .gguf file, a known offline name ("
                     + ", ".join(_known_models()) + "), or a LoRA adapter / checkpoint folder")
-    ap.add_argument("--config", default=None, help="the recipe config whose tasks, prompt, sampler and seeds are used "
-                                                   "(default configs/paper.yaml)")
-    ap.add_argument("--out", default=None, help="results file to write (default <model-name>-eval.json)")
+    ap.add_argument("--config", default=DEFAULT_CONFIG, help="the recipe config whose tasks, prompt, sampler and seeds "
+                    f"are used (default {DEFAULT_CONFIG}: no hub needed; configs/NAME.yaml is found outside a clone)")
+    ap.add_argument("--out", default=None, help=f"results file to write (default {OUT_FOLDER}/<model-name>-eval.json)")
     ap.add_argument("--base_model", default=None, help="an adapter's base model, where its adapter_config.json names "
                                                        "one that is not here")
     args, fields = ap.parse_known_args(argv)
@@ -501,7 +512,8 @@ def _hub_check(recipe, target: Target) -> None:
         needs.append(base)
     if needs and not hub_reachable():
         raise EvalError(f"this evaluation needs the Hugging Face Hub ({', '.join(needs)}), which this machine cannot "
-                        f"reach; offline: python eval.py {_known_models()[0]} --config configs/quickstart.yaml")
+                        f"reach; offline: python eval.py {_known_models()[0]} (its default config, {DEFAULT_CONFIG}, "
+                        f"needs none)")
 
 
 def _adapter_digest(adapter: Path) -> str:
@@ -532,9 +544,8 @@ def evaluate_model(argv: list[str]) -> tuple[dict, Path]:
     from gmts_recipe.records import config_hash, seal, write_json
 
     run_setup.quiet_known_warnings()
-    config = [] if args.config is None else ["--config", args.config]
     recipe, train, model_args, config_name = parse(
-        [*config, *fields, "--model_name_or_path", target.base])
+        ["--config", args.config, *fields, "--model_name_or_path", target.base])
     _hub_check(recipe, target)
     run_setup.deterministic_kernels(train)
     run_setup.cap_gpu_memory(recipe, train)

@@ -58,7 +58,8 @@ NOT_HASHED = {"arm", "resume", "keep_checkpoints", "results_dir", "experiment", 
               "learning_rate", "report_to", "logging_steps", "save_steps", "save_total_limit", "disable_tqdm", "gsm8k_path",
               "dataloader_num_workers", "use_cpu", "eval_batch_size", "grpo_learning_rate", "ets_learning_rate", "gmts_learning_rate",
               "ets_nz_learning_rate", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
-              "ddp_find_unused_parameters", "ddp_timeout", "gpu_memory_cap_gib"} | unhashed_fields()
+              "ddp_find_unused_parameters", "ddp_timeout", "gpu_memory_cap_gib", "keep_adapter", "overwrite"
+              } | unhashed_fields()
 NOT_HASHED |= {"project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"}  # where logs go
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -105,6 +106,14 @@ class RecipeArgs:
     save_minutes: float = field(default=5.0, metadata={
         "help": "also save a checkpoint when this many minutes passed since the last one (0: steps only), so an "
                 "interrupted run resumes (--resume) losing at most that much work"})
+    keep_adapter: bool = field(default=True, metadata={
+        "help": "keep each arm's trained LoRA adapter in arm-<arm>/adapter (its weights, adapter_config.json and "
+                "tokenizer; no optimizer state) once its results are recorded, for python eval.py "
+                "runs/<name>/arm-<arm>; false: no trained weights are kept (sweep.py's cells pass false)"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "train an arm again that this run folder already holds (its results, samples and adapter replaced "
+                "when it finishes) or whose checkpoints an interrupted run left (started over); without it, or "
+                "--resume, such a rerun is refused before the model loads"})
     keep_checkpoints: bool = field(default=False, metadata={
         "help": "keep each arm's last checkpoint (adapter and optimizer state: ~430 MB an arm for the 1.5B model) after "
                 "its results are recorded; off, it is removed then, so a sweep of many cells does not fill the disk"})
@@ -426,13 +435,46 @@ def _read_config(argv: list[str]) -> tuple[list[str], Path, dict]:
     if "--config" not in argv:
         argv = ["--config", DEFAULT_CONFIG, *argv]
     i = argv.index("--config") + 1
-    configs = ", ".join(sorted(str(p) for p in Path("configs").glob("*.yaml")))
+    configs = ", ".join(f"configs/{p.name}" for p in shipped_configs())
     if i >= len(argv) or argv[i].startswith("--"):
         raise RecipeError(f"--config needs a file (configs: {configs})")
-    config_path = Path(argv[i])
-    if not config_path.is_file():
-        raise RecipeError(f"config file {config_path} not found (configs: {configs})")
+    config_path = find_config(argv[i])
+    if config_path is None:
+        raise RecipeError(f"config file {argv[i]} not found (configs: {configs})")
+    argv[i] = str(config_path)
     return argv, config_path, read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
+
+
+def _config_folders() -> tuple[Path, ...]:
+    """Where a config named as the README names it (configs/NAME.yaml) is found when it is not a file here: the
+    package's own copy (gmts_recipe/configs, installed from the clone's configs/: pyproject.toml), or the configs/
+    folder beside the package (a clone run from another folder)."""
+    package = Path(__file__).resolve().parent
+    return package / "configs", package.parent / "configs"
+
+
+def shipped_configs() -> list[Path]:
+    """The config files find_config knows by name, from the first folder that has any."""
+    for folder in (Path("configs"), *_config_folders()):
+        found = sorted(folder.glob("*.yaml"))
+        if found:
+            return found
+    return []
+
+
+def find_config(name: str) -> Path | None:
+    """The config file `name` names: a file at that path, else, for configs/NAME.yaml (or NAME.yaml, NAME), the one
+    shipped with the package, so eval.py (installed) finds configs/quickstart.yaml outside a clone; None if none."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    if path.parent not in (Path("."), Path("configs")):
+        return None
+    for folder in _config_folders():
+        candidate = folder / f"{path.name.removesuffix('.yaml')}.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def _completed_argv(parser, config: dict, argv: list[str]) -> tuple[list[str], set[str]]:

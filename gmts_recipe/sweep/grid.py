@@ -302,8 +302,11 @@ def by_cell(todo: list[tuple[Cell, str]]) -> list[tuple[Cell, tuple[str, ...]]]:
 
 
 def cell_command(grid: Grid, cell: Cell, arms: tuple[str, ...], extra: list[str]) -> list[str]:
+    """A cell's recipe.py command: resumed, and without the arms' adapters (a grid's hundreds of arms would fill the
+    disk; `-- --keep_adapter true` keeps them)."""
     return [sys.executable, "recipe.py", "--config", grid.config, "--arm", ",".join(arms), "--experiment", cell.name,
-            "--results_dir", str(Path(grid.results_dir) / grid.name), "--resume", *cell.recipe_args(), *extra]
+            "--results_dir", str(Path(grid.results_dir) / grid.name), "--resume", "--keep_adapter", "false",
+            *cell.recipe_args(), *extra]
 
 
 def log_name(cell: Cell, arms: tuple[str, ...]) -> str:
