@@ -504,7 +504,7 @@ def _parse_command(argv: list[str]):
 
 def _hub_check(recipe, target: Target) -> None:
     """One line, before anything loads, where the model or GSM8K needs the hub and the hub cannot be reached."""
-    from gmts_recipe.recipe_config import hub_reachable
+    from gmts_recipe.models import hub_reachable
 
     needs = ["GSM8K (or --gsm8k_path DIR)"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
     base = target.base

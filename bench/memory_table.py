@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 KEY = "gpu_peak_memory_gib"
 # The options that move a phase's peak, as a row names them when on (absent: off or not recorded); gradient
 # checkpointing has its own column.
-SHOWN = {"generation_decode_loop": "compiled step", "generation_fused_projections": "fused projections",
-         "use_vllm": "vLLM", "training_compile": "training compile"}
+SHOWN = {"generation_decode_loop": "compiled step", "generation_fused_projections": "fused", "use_vllm": "vLLM",
+         "training_compile": "training compile"}
 
 
 def _gib(x: float | None) -> str:
@@ -71,7 +71,7 @@ def bench_rows(path: Path, bench: dict) -> list[list[str]]:
             continue
         rows.append([f"`{path.relative_to(ROOT).as_posix()}` {name}", _card(card.get("gpus"), card.get("gpu", "?")),
                      Path(config).stem, _checkpointing({checkpointing}), _options(p.get("options", {})),
-                     f"side_by_side.py: {p['steps'].get('rows', '?')} rows a step", "-", _gib(peak), "-"])
+                     f"steps of {p['steps'].get('rows', '?')} rows", "-", _gib(peak), "-"])
     return rows
 
 
@@ -90,6 +90,7 @@ def rows(root: Path = ROOT) -> list[list[str]]:
 
 HEADER = ["file", "card", "config", "gradient checkpointing", "options on", "what ran", "base evaluation",
           "training", "evaluation"]
+# "what ran": recipe.py's complete run, or bench/side_by_side.py's training steps (their rows each)
 
 
 def table(found: list[list[str]]) -> str:

@@ -14,14 +14,12 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from gmts_recipe.field_types import misfits
-from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root
+from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root, hub_reachable
 from gmts_recipe.records import read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
 from selection import RULES, arms
@@ -290,24 +288,6 @@ def cli_values(argv: list[str]) -> dict[str, str]:
 
 
 _NOTES: list[str] = []  # what parse says about the run, printed once every check has passed (a refusal is one line)
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub's endpoint accepts a connection: asked once, before a run that needs the hub, so
-    that a machine without it gets one line at once instead of a minute of the libraries' retries. True behind a
-    proxy (the libraries reach the hub through it, a direct connection would not) and in offline mode (the user chose
-    the local cache: the loads then fail at once, each with its own line)."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
-                                                                     "all_proxy")):
-        return True
-    url = urlparse(constants.ENDPOINT)
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
-    except OSError:
-        return False
-    return True
 
 
 def check_hub(recipe: RecipeArgs, model, config_path: Path) -> None:

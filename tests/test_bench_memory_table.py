@@ -54,8 +54,7 @@ def test_only_files_with_peaks_are_rows_and_bench_paths_count_their_training_ste
     _write(tmp_path / "bench" / "other.json", {"update": [{"peak_gib": 4.2}]})  # no side-by-side paths: not a row
     found = table.rows(tmp_path)
     assert [r[0] for r in found] == ["`results/new/results.json`", "`bench/side.json` ours"]
-    assert found[1][1:] == ["H200", "qwen", "off", "fused projections", "side_by_side.py: 64 rows a step", "-",
-                            "41.4", "-"]
+    assert found[1][1:] == ["H200", "qwen", "off", "fused", "steps of 64 rows", "-", "41.4", "-"]
 
 
 def test_the_table_holds_every_committed_results_file_that_recorded_a_peak():

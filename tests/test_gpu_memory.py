@@ -193,7 +193,8 @@ def test_cap_memory_sets_the_fraction_on_a_card(monkeypatch):
     card = StandInCard(monkeypatch)
     line = gpu_memory.cap_memory(44)
     assert card.set == [(pytest.approx(0.55), 0)]
-    assert line == "[gpu memory] torch may allocate at most 44 GiB of NVIDIA H100 80GB HBM3's 80.0 GiB (gpu_memory_cap_gib)"
+    assert line == ("[gpu memory] torch may allocate at most 44 GiB of NVIDIA H100 80GB HBM3's 80.0 GiB "
+                    "(gpu_memory_cap_gib)")
     assert gpu_memory.cap_memory(None) is None and card.set == [(pytest.approx(0.55), 0)]  # unset: the whole card
 
 

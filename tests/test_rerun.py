@@ -91,4 +91,5 @@ def test_a_sweeps_cells_keep_no_adapter_and_always_resume():
     command = cell_command(grid, cell, ("ets", "gmts"), ["--keep_adapter", "true"])
     assert "--resume" in command and command[command.index("--keep_adapter") + 1] == "false"
     assert command[-2:] == ["--keep_adapter", "true"]  # a user's own flag (sweep.py GRID -- ...) comes last, and wins
-    assert parse(["--config", "configs/smoke.yaml", "--keep_adapter", "false", "--keep_adapter", "true"])[0].keep_adapter
+    recipe_args = parse(["--config", "configs/smoke.yaml", "--keep_adapter", "false", "--keep_adapter", "true"])[0]
+    assert recipe_args.keep_adapter
