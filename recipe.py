@@ -13,17 +13,20 @@ the slots that move nothing, e.g. the answers of a group with equal rewards), is
 ets,gmts,ets_nz`), not by `all`: GMTS - ets_nz isolates the |advantage| weighting, ets_nz - ETS the slots ETS spends
 on tokens that move nothing (a smaller effective step under TRL's all-token normalizer).
 
-One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/,
-so a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs (report_to's loggers: one run per arm, TensorBoard's
-events in arm-<arm>/tensorboard) and checkpoints (an arm's removed once its results are recorded, unless --keep_checkpoints), curves.png, and each arm's samples file (samples-<arm>-seed<k>-<sha>.jsonl.xz: every completion with the
-score it got, its SHA-256 recorded in results.json, so check.py re-scores it; the base evaluations' samples are stored
-once, beside the base-eval cache). Task math evaluates the same arms on a second held-out set, Minerva OCW, in a
-run directory beside it, runs/<run_name>-ocw/, that check.py verifies as any run's. `--resume` keeps finished arms
-and resumes an unfinished arm from its last checkpoint. A
-results.json written by a different configuration is never mixed in: the config hash is checked. The hash covers what
-the config file and the command line set (as the config classes parsed it, CPU fallback included) and the recipe's own
-fields away from their defaults (see config_record): a newer library that adds a field leaves it unchanged, and the
-library versions are recorded beside it (results.json "versions").
+One run directory per config name, runs/<run_name>/ (git-ignored; the committed reference results live in results/, so
+a user's run never lands on them), holds results.json (all arms merged as they finish), per-arm logs (report_to's
+loggers: one run per arm, TensorBoard's events in arm-<arm>/tensorboard) and checkpoints (an arm's removed once its
+results are recorded, unless --keep_checkpoints; its final adapter kept in arm-<arm>/adapter, unless --keep_adapter
+false), curves.png, and each arm's samples file (samples-<arm>-seed<k>-<sha>.jsonl.xz: every completion with the score
+it got, its SHA-256 recorded in results.json, so check.py re-scores it; the base evaluations' samples are stored once,
+beside the base-eval cache). Task math evaluates the same arms on a second held-out set, Minerva OCW, in a run
+directory beside it, runs/<run_name>-ocw/, that check.py verifies as any run's. `--resume` keeps finished arms and
+resumes an unfinished arm from its last checkpoint; without it a rerun that would replace a finished arm or an
+unfinished arm's checkpoints is refused (`--overwrite` replaces them). A results.json written by a different
+configuration is never mixed in: the config hash is checked. The hash covers what the config file and the command line
+set (as the config classes parsed it, CPU fallback included) and the recipe's own fields away from their defaults (see
+config_record): a newer library that adds a field leaves it unchanged, and the library versions are recorded beside it
+(results.json "versions").
 
 Concurrency: results.json is written under a file lock (re-read, merge this arm, write atomically), so processes that
 train different arms of one experiment at once (one per GPU: `CUDA_VISIBLE_DEVICES=0 ... --arm ets` and `=1 ... --arm
@@ -71,8 +74,9 @@ from gmts_recipe.records import load as load_results
 from gmts_recipe.rewards import math_equal_reward  # noqa: F401 - importable from here, as before
 from gmts_recipe.rewards import reward_function, task_reward  # the task's reward (MATH: its own)
 from gmts_recipe.run_setup import (  # noqa: F401
-    HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, code_commit, config_record, deterministic_kernels, eval_record,
-    hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs, provenance, quiet_known_warnings,
+    HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, cap_gpu_memory, code_commit, config_record, deterministic_kernels,
+    eval_record, hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs, provenance,
+    quiet_known_warnings,
     versions)
 from gmts_recipe.run_setup import second_heldout  # MATH: Minerva OCW, evaluated apart
 from gmts_recipe.speed_options import recorded_noise_version
@@ -87,6 +91,9 @@ def locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         yield
+
+
+ADAPTER_DIR = "adapter"  # arm-<arm>/adapter: the arm's final LoRA adapter (keep_adapter), what eval.py evaluates
 
 
 # ---------------------------------------------------------------------------- the run
@@ -237,6 +244,10 @@ class Run:
         import torch
 
         arm_dir = self.dir / f"arm-{arm}"
+        if self.recipe.overwrite and self.state.is_main_process:  # started over: no old checkpoint or adapter left
+            for folder in (arm_dir / "checkpoints", arm_dir / ADAPTER_DIR):
+                shutil.rmtree(folder, ignore_errors=True)
+        self.state.wait_for_everyone()
         trainer, args = self.build_trainer(arm, train_tasks)
         checkpoint = None
         if self.recipe.resume and any(arm_dir.glob("checkpoints/checkpoint-*")):
@@ -248,6 +259,8 @@ class Run:
             trainer.train(resume_from_checkpoint=checkpoint)
         train_minutes, train_compile_s = (time.time() - t0) / 60, compile_seconds() - compiled_before
         release_vllm_engine(trainer)  # colocate mode: the next arm builds its own engine on this card
+        if self.recipe.keep_adapter:  # the trained weights, for eval.py (the main process writes; the others wait)
+            trainer.save_model(str(arm_dir / ADAPTER_DIR))
         if self.state.is_main_process:
             self._evaluate_arm(arm, trainer, args, heldout, t0, train_minutes, train_compile_s)
             for apart, tasks in self.apart:  # before its checkpoint is gone: the trained model is in memory
@@ -340,6 +353,26 @@ def log_into_arm_folder(trainer, arm_dir: Path) -> None:
             callback.logging_dir = str(arm_dir / "tensorboard")
 
 
+def check_rerun(run: Run, arms: list[str]) -> None:
+    """Refuse, in one line before the model loads, a rerun that would replace what this run folder holds: an arm it
+    has finished (results, samples, adapter) or an arm's checkpoints from an interrupted run. --resume keeps and
+    continues them, --overwrite trains them again; a new --experiment NAME is a new folder."""
+    recipe = run.recipe
+    if recipe.resume and recipe.overwrite:
+        raise RecipeError("--resume keeps what the run folder holds and --overwrite replaces it: pass one of them")
+    if recipe.resume or recipe.overwrite:
+        return
+    finished = [a for a in arms if a in run.results.get("arms", {})]
+    if finished:
+        raise RecipeError(f"{run.path} already holds the finished arm(s) {', '.join(finished)}: --resume keeps them "
+                          f"(and trains what is missing), --overwrite trains them again and replaces them, "
+                          f"--experiment NAME starts another run folder")
+    started = [a for a in arms if any((run.dir / f"arm-{a}" / "checkpoints").glob("checkpoint-*"))]
+    if started:
+        raise RecipeError(f"{run.dir / f'arm-{started[0]}' / 'checkpoints'} holds the checkpoints of an interrupted "
+                          f"run of {started[0]}: --resume continues it, --overwrite starts it over")
+
+
 def run_experiment(argv: list[str]) -> dict:
     """One experiment, as `python recipe.py ARGV` runs it: base evals (shared through the cache), then each arm of
     --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
@@ -381,6 +414,8 @@ def _run_experiment(argv: list[str]) -> dict:
     deterministic_kernels(train)  # before Run: its process state may be the first CUDA work
     run = Run(recipe, train, model, name)
     check_noise_version(run.results, train, trained_arms(recipe.arm), recipe.resume)
+    check_rerun(run, trained_arms(recipe.arm))
+    cap_gpu_memory(recipe, train)  # after Run: its process state picks this process's card
     import torch
 
     device = "cuda" if torch.cuda.is_available() and not train.use_cpu else "cpu"
@@ -404,9 +439,9 @@ def _run_experiment(argv: list[str]) -> dict:
                     print(f"[recipe] {arm}: not evaluated in {apart.path}; to fill it, train the arm again "
                           f"(without --resume)")
             continue
-        if arm in run.results["arms"] and run.state.is_main_process:
+        if arm in run.results["arms"] and run.state.is_main_process:  # --overwrite (check_rerun)
             print(f"[recipe] {arm}: finished in {run.path} (lr {run.results['arms'][arm]['learning_rate']:g}); "
-                  f"trained again, and replaced when done (--resume keeps it)")
+                  f"trained again (--overwrite), and replaced when done")
         run.train_arm(arm, train_tasks, heldout, device)
     if not run.state.is_main_process:
         return load_results(run.path)  # what the main process wrote

@@ -1,4 +1,5 @@
-"""GPU memory between a run's phases: the peak each phase allocates, and the vLLM engine an arm leaves behind.
+"""GPU memory between a run's phases: the peak each phase allocates, the vLLM engine an arm leaves behind, and a cap on
+what torch may allocate (`gpu_memory_cap_gib`), so a config can be checked against a smaller card than the one at hand.
 
 recipe.py trains its arms one after another in one process. Two things follow from that, both here:
 - a phase's peak (base evaluation, an arm's training, its evaluation) is only its own if the peak counter is reset
@@ -12,9 +13,49 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 from collections.abc import Iterator
 
 GIB = 2**30
+
+
+def check_cap(cap_gib: float) -> None:
+    """Refuse a cap that no card could honour (ValueError, one line): zero, negative, not a number or infinite."""
+    if isinstance(cap_gib, bool) or not isinstance(cap_gib, (int, float)) or not math.isfinite(cap_gib) \
+            or cap_gib <= 0:
+        raise ValueError(f"gpu_memory_cap_gib={cap_gib!r}: must be a positive number of GiB (e.g. 44 to check a "
+                         f"48 GB card), or unset for the whole card")
+
+
+def memory_fraction(cap_gib: float, total_bytes: int, card: str = "this GPU") -> float:
+    """The share of the card that `cap_gib` is, for torch.cuda.set_per_process_memory_fraction; a cap above the card's
+    memory is refused (it would cap nothing, and the check the user asked for would not happen)."""
+    check_cap(cap_gib)
+    total = total_bytes / GIB
+    if cap_gib > total:
+        raise ValueError(f"gpu_memory_cap_gib={cap_gib:g} is more than {card} has ({total:.1f} GiB): set at most "
+                         f"{total:.1f}, or unset it")
+    return cap_gib * GIB / total_bytes
+
+
+def cap_memory(cap_gib: float | None) -> str | None:
+    """Cap what torch's allocator may take on this process's current CUDA device at `cap_gib` GiB; beyond it an
+    allocation fails with CUDA's out-of-memory error, as on a card of that size (CUDA's own context, about 0.5 GiB, is
+    outside the cap: leave it room). Returns the line to print, or None where nothing was capped: no cap asked, or no
+    CUDA device (on a CPU the option is a no-op; its value is still checked, check_cap)."""
+    if cap_gib is None:
+        return None
+    check_cap(cap_gib)
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(device)
+    fraction = memory_fraction(cap_gib, props.total_memory, props.name)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return (f"[gpu memory] torch may allocate at most {cap_gib:g} GiB of {props.name}'s "
+            f"{props.total_memory / GIB:.1f} GiB (gpu_memory_cap_gib)")
 
 
 @contextlib.contextmanager

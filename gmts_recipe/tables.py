@@ -5,6 +5,10 @@ its file's table without importing a script.
 
 from __future__ import annotations
 
+import shutil
+import sys
+import textwrap
+
 from gmts_recipe.arms import ARMS, DEFAULT_RATIO, arm_named, short_name
 from gmts_recipe.records import ResultsError, agreement_line, task_scores
 from gmts_recipe.stats import mean_interval
@@ -66,13 +70,113 @@ def comparison_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def _table(header: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+def _table(header: list[str], rows: list[list[str]], markdown: bool, width: int | None = None) -> list[str]:
     if markdown:
         cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731 - a pipe inside a cell would split it
         return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                 *("| " + " | ".join(cell(x) for x in r) + " |" for r in rows)]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    return ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return fit_table(header, rows, width)
+
+
+# ---------------------------------------------------------------------------- text that fits the terminal
+MAX_WIDTH = 160  # the widest line of check.py's default output, even on a wider terminal: a table stays readable
+GAP = 2  # spaces between two columns
+MIN_COLUMN = 8  # a wrapped column is never narrower (unless its widest cell is)
+
+
+def output_width(stream=None) -> int:
+    """The width text printed to `stream` (stdout) should fit: the terminal's, at most MAX_WIDTH; MAX_WIDTH in a pipe
+    or a file (no terminal to ask)."""
+    stream = sys.stdout if stream is None else stream
+    if not getattr(stream, "isatty", lambda: False)():
+        return MAX_WIDTH
+    return max(40, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
+
+
+def _narrowed(widths: list[int], floors: list[int], room: int) -> list[int]:
+    """`widths` narrowed, the widest first, until they sum to `room` or each is at its floor."""
+    widths = list(widths)
+    while sum(widths) > room:
+        i = max(range(len(widths)), key=lambda j: widths[j] if widths[j] > floors[j] else -1)
+        if widths[i] <= floors[i]:
+            break
+        widths[i] -= 1
+    return widths
+
+
+def _column_widths(natural: list[int], body: list[int], floors: list[int], room: int) -> list[int] | None:
+    """Column widths summing to at most `room`, each between its floor and its natural width; None where even the
+    floors do not fit. Headers wrap first (a column wider than its cells: one more header line, no row longer), then
+    the widest columns."""
+    widths = _narrowed(natural, [max(f, b) for f, b in zip(floors, body)], room)
+    widths = _narrowed(widths, floors, room)
+    return widths if sum(widths) <= room else None
+
+
+def fit_table(header: list[str], rows: list[list[str]], width: int | None = None) -> list[str]:
+    """A plain-text table in `width` columns (None: as wide as its cells): as it is where it fits; else its cells
+    wrapped within narrower columns (a blank line between rows); else, with too many columns for that, one block per
+    row, a "column: value" line for each cell."""
+    table = [[str(x) for x in r] for r in [header, *rows]]
+    natural = [max(len(x) for x in col) for col in zip(*table)]
+    room = None if width is None else width - GAP * (len(header) - 1)
+    if room is None or sum(natural) <= room:
+        return [(" " * GAP).join(x.ljust(w) for x, w in zip(r, natural)).rstrip() for r in table]
+    longest_word = [max((len(word) for x in col for word in x.split()), default=0) for col in zip(*table)]
+    floors = [min(n, max(MIN_COLUMN, w)) for n, w in zip(natural, longest_word)]
+    body = [max((len(x) for x in col), default=0) for col in zip(*table[1:])] if rows else [0] * len(header)
+    widths = _column_widths(natural, body, floors, room)
+    if widths is None:
+        return _stacked(table[0], table[1:], width)
+    wrapped = [[_wrap_cell(x, w) for x, w in zip(r, widths)] for r in table]
+    apart = any(len(c) > 1 for cells in wrapped[1:] for c in cells)  # rows of several lines: a blank line between
+    lines: list[str] = []
+    for i, cells in enumerate(wrapped):
+        if apart and i > 1:
+            lines.append("")
+        for k in range(max(len(c) for c in cells)):
+            lines.append((" " * GAP).join((c[k] if k < len(c) else "").ljust(w) for c, w in zip(cells, widths))
+                         .rstrip())
+    return lines
+
+
+NBSP = "\u00a0"
+KEPT_WHOLE = (NOT_RESCORED.strip(),)  # marks a wrapped cell never splits (a reader searches for them whole)
+
+
+def _wrap_cell(text: str, width: int) -> list[str]:
+    for mark in KEPT_WHOLE:
+        text = text.replace(mark, mark.replace(" ", NBSP))
+    lines = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False)
+    return [line.replace(NBSP, " ") for line in lines] or [""]
+
+
+def _stacked(header: list[str], rows: list[list[str]], width: int) -> list[str]:
+    lines: list[str] = []
+    for r in rows:
+        if lines:
+            lines.append("")
+        lines += textwrap.wrap(f"{header[0]}: {r[0]}", width, subsequent_indent="  ")
+        for name, value in zip(header[1:], r[1:]):
+            lines += textwrap.wrap(f"{name}: {value}", width, initial_indent="  ", subsequent_indent="    ")
+    return lines
+
+
+def fit_text(text: str, width: int | None) -> str:
+    """Every line longer than `width` wrapped at spaces, its continuation indented under it (a list item's under its
+    text): for the prose lines around the tables (provenance, plan, deviations). Lines that fit are left alone."""
+    if width is None:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        hanging = indent + "  "  # under a list item's text, or one step in from a sentence's start
+        out += textwrap.wrap(line, width, subsequent_indent=hanging, break_long_words=True,
+                             break_on_hyphens=False, drop_whitespace=True) or [line]
+    return "\n".join(out)
 
 
 DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it shows the file was not edited by hand "
@@ -104,25 +208,27 @@ def _heldout(results: dict) -> str:
     return f"held-out tasks ({named})" if named else "held-out tasks"
 
 
-def render_evaluation(results: dict, markdown: bool = False) -> str:
+def render_evaluation(results: dict, markdown: bool = False, width: int | None = None) -> str:
     """The table of an eval-only file; one that also holds trained arms is not what eval.py writes, and is refused."""
     if results.get("arms"):
         raise ResultsError(f"an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(results['arms'])}")
     ev = results["base"]["evals"][0]
-    lines = _table(*evaluation_rows(results), markdown)
+    lines = _table(*evaluation_rows(results), markdown, width)
     about = (f"{results.get('config_name', '?')}: {len(ev['records'])} {_heldout(results)} x {ev.get('k')} samples "
              f"per seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.")
     lines += ["", about, DIGEST_NOTE]
     return "\n".join(lines)
 
 
-def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = ()) -> str:
+def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = (), width: int | None = None) -> str:
+    """The tables of a results file; `width`: the plain-text tables and lines fitted to it (None: as wide as they
+    are; check.py passes the terminal's, output_width)."""
     if results.get("kind") == "evaluation":  # eval.py's file: one model, no arms
-        return render_evaluation(results, markdown)
-    lines = _table(*table_rows(results, unsampled), markdown)
+        return fit_text(render_evaluation(results, markdown, width), None if markdown else width)
+    lines = _table(*table_rows(results, unsampled), markdown, width)
     header, rows = comparison_rows(results)
     if rows:
-        lines += ["", *_table(header, rows, markdown)]
+        lines += ["", *_table(header, rows, markdown, width)]
     n = results["summary"]["base"]
     tasks = len(results["base"]["evals"][0]["records"])
     k = results["base"]["evals"][0].get("k")
@@ -138,4 +244,4 @@ def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = (
         from gmts_recipe.markdown import fill_lines
 
         return fill_lines("\n".join(lines))
-    return "\n".join(lines)
+    return fit_text("\n".join(lines), width)

@@ -109,8 +109,12 @@ def test_an_arms_checkpoints_folder_evaluates_its_last_checkpoint(tiny_config, t
     target = evaluation.locate(str(tmp_path / "arm-gmts"))
     assert target.adapter == checkpoints / "checkpoint-10" and target.base == str(tiny_config.parent / "model")
     assert evaluation.locate(str(checkpoints)).adapter == checkpoints / "checkpoint-10"
-    assert evaluation.default_out(str(checkpoints / "checkpoint-10")) == Path("arm-gmts-checkpoint-10-eval.json")
-    assert evaluation.default_out("Qwen/Qwen2.5-1.5B-Instruct") == Path("Qwen2.5-1.5B-Instruct-eval.json")
+    assert evaluation.default_out(str(checkpoints / "checkpoint-10")) == Path(
+        "runs/eval/arm-gmts-checkpoint-10-eval.json")
+    assert evaluation.default_out("Qwen/Qwen2.5-1.5B-Instruct") == Path("runs/eval/Qwen2.5-1.5B-Instruct-eval.json")
+    kept = save_adapter(tmp_path / "arm-gmts" / "adapter", tiny_config.parent / "model")  # recipe.py's keep_adapter
+    assert evaluation.locate(str(tmp_path / "arm-gmts")).adapter == kept  # the final adapter before any checkpoint
+    assert evaluation.default_out(str(kept)) == Path("runs/eval/arm-gmts-eval.json")
 
 
 def _adapter_without_base(tmp_path, base) -> Path:
@@ -132,7 +136,7 @@ def _adapter_without_base(tmp_path, base) -> Path:
     ("file:{tmp}/notes.txt", [], "/notes.txt is a file, not a model"),
     ("file:results.json", [], "results.json is a file, not a model: MODEL is a model or adapter folder, a .gguf file, "
                               "a known name or a hub id; to verify a results file: python check.py results.json"),
-    ("{tmp}", [], "holds no model (config.json), adapter (adapter_config.json) or checkpoint-N folder"),
+    ("{tmp}", [], "holds no model (config.json), adapter (adapter_config.json, adapter/) or checkpoint-N folder"),
     ("lost:/gone/gmts-recipe/smollm2-135m-instruct", [],
      ("its base model /gone/gmts-recipe/smollm2-135m-instruct is not here (it was converted from "
       "smollm2-135m-instruct: --base_model smollm2-135m-instruct); pass --base_model NAME")),
@@ -176,16 +180,18 @@ def test_the_quick_start_model_by_its_name(tmp_path, capsys, monkeypatch):
     assert "Samples: 6 in 1 evaluation(s) re-scored" in capsys.readouterr().out
 
 
-def test_a_recipe_arms_checkpoint_evaluates_to_the_arms_own_evaluation(tiny_config, tmp_path):
-    """A trained arm's kept checkpoint, evaluated by eval.py at the run's first seed, gives the records recipe.py
-    wrote for that arm: the checkpoint holds the trained adapter and both use one evaluation."""
+def test_a_recipe_arms_kept_adapter_evaluates_to_the_arms_own_evaluation(tiny_config, tmp_path, monkeypatch):
+    """A trained arm's adapter, kept by default (arm-<arm>/adapter, no checkpoint kept), evaluated by eval.py at the
+    run's first seed, gives the records recipe.py wrote for that arm: the same weights, one evaluation. Its default
+    results file lands under runs/eval/ of the folder it runs in."""
     runs = tmp_path / "runs"
-    assert recipe.main(["--arm", "gmts", "--config", str(tiny_config), "--results_dir", str(runs),
-                        "--keep_checkpoints", "true"]) == 0
+    assert recipe.main(["--arm", "gmts", "--config", str(tiny_config), "--results_dir", str(runs)]) == 0
     run = load(runs / "tiny" / "results.json")
-    out = tmp_path / "gmts-eval.json"
-    assert evaluate(runs / "tiny" / "arm-gmts", "--config", tiny_config, "--out", out, "--base_eval_seeds", "0") == 0
-    results = load(out)
+    assert (runs / "tiny" / "arm-gmts" / "adapter" / "adapter_config.json").is_file()
+    assert not (runs / "tiny" / "arm-gmts" / "checkpoints").exists()  # the optimizer's state is not kept
+    monkeypatch.chdir(tmp_path)
+    assert evaluate(runs / "tiny" / "arm-gmts", "--config", tiny_config, "--base_eval_seeds", "0") == 0
+    results = load(tmp_path / "runs" / "eval" / "arm-gmts-eval.json")
     assert results["base"]["evals"][0]["records"] == run["arms"]["gmts"]["eval"]["records"]
 
 

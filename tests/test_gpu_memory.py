@@ -160,3 +160,75 @@ def test_the_module_names_the_engine_where_trl_keeps_it():
     assert "self.vllm_generation = VLLMGeneration(" in inspect.getsource(grpo_trainer.GRPOTrainer.__init__)
     assert "self.llm = LLM(" in inspect.getsource(VLLMGeneration._init_vllm)
     assert gpu_memory.GIB == 2**30
+
+
+# ---------------------------------------------------------------------------- gpu_memory_cap_gib
+@pytest.mark.parametrize("bad", [0, -4, float("nan"), float("inf"), True, "44"])
+def test_a_cap_no_card_could_honour_is_refused(bad):
+    with pytest.raises(ValueError, match="gpu_memory_cap_gib=.*positive number of GiB"):
+        gpu_memory.check_cap(bad)
+
+
+def test_the_cap_is_its_share_of_the_card_and_never_more_than_the_card():
+    card = 80 * 2**30
+    assert gpu_memory.memory_fraction(44, card) == pytest.approx(0.55)
+    assert gpu_memory.memory_fraction(80, card) == 1.0
+    with pytest.raises(ValueError, match="more than NVIDIA H100 has \\(80.0 GiB\\)"):
+        gpu_memory.memory_fraction(81, card, "NVIDIA H100")
+
+
+class StandInCard:
+    """torch.cuda as cap_memory sees one card: its properties, and the fraction set on it."""
+
+    def __init__(self, monkeypatch, total_gib: float = 80):
+        self.set: list = []
+        props = types.SimpleNamespace(total_memory=int(total_gib * 2**30), name="NVIDIA H100 80GB HBM3")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+        monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                            lambda fraction, device=None: self.set.append((fraction, device)))
+
+
+def test_cap_memory_sets_the_fraction_on_a_card(monkeypatch):
+    card = StandInCard(monkeypatch)
+    line = gpu_memory.cap_memory(44)
+    assert card.set == [(pytest.approx(0.55), 0)]
+    assert line == ("[gpu memory] torch may allocate at most 44 GiB of NVIDIA H100 80GB HBM3's 80.0 GiB "
+                    "(gpu_memory_cap_gib)")
+    assert gpu_memory.cap_memory(None) is None and card.set == [(pytest.approx(0.55), 0)]  # unset: the whole card
+
+
+def test_cap_memory_is_a_no_op_without_cuda(monkeypatch):
+    """On a CPU there is no allocator to cap: nothing is set and nothing printed, but a bad value is still refused."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda *a, **k: pytest.fail("no CUDA: nothing to cap"))
+    assert gpu_memory.cap_memory(44) is None
+    with pytest.raises(ValueError):
+        gpu_memory.cap_memory(-1)
+
+
+def test_the_recipe_parses_the_cap_and_refuses_bad_values_in_one_line(tmp_path):
+    from gmts_recipe.recipe_config import NOT_HASHED, RecipeError, parse
+
+    recipe, train, _, _ = parse(["--config", "configs/smoke.yaml", "--gpu_memory_cap_gib", "44"])
+    assert recipe.gpu_memory_cap_gib == 44.0 and "gpu_memory_cap_gib" in NOT_HASHED  # how, not what: outside the hash
+    assert parse(["--config", "configs/smoke.yaml"])[0].gpu_memory_cap_gib is None
+    for bad in ("0", "-2", "nan", "inf"):
+        with pytest.raises(RecipeError, match="gpu_memory_cap_gib=.*positive number of GiB"):
+            parse(["--config", "configs/smoke.yaml", "--gpu_memory_cap_gib", bad])
+    with pytest.raises(RecipeError, match="gpu_memory_cap_gib"):
+        parse(["--config", "configs/smoke.yaml", "--gpu_memory_cap_gib", "lots"])
+
+
+def test_a_cap_larger_than_the_card_stops_the_run_in_one_line(monkeypatch):
+    from gmts_recipe.recipe_config import RecipeError
+    from gmts_recipe.run_setup import cap_gpu_memory
+
+    StandInCard(monkeypatch, total_gib=48)
+    recipe, train = types.SimpleNamespace(gpu_memory_cap_gib=60.0), types.SimpleNamespace(use_cpu=False)
+    with pytest.raises(RecipeError, match="more than NVIDIA H100 80GB HBM3 has \\(48.0 GiB\\)"):
+        cap_gpu_memory(recipe, train)
+    train.use_cpu = True  # a run on the CPU of a GPU machine: nothing to cap
+    cap_gpu_memory(recipe, train)

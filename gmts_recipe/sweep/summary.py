@@ -69,10 +69,13 @@ def training_reward_fell(train_log: list[dict]) -> bool:
 
 def summarize(grid: Grid) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
+    from tqdm.auto import tqdm
+
     root = Path(grid.results_dir) / grid.name
     cells, scores, seen, training, cards = [], {}, [], {}, {}
     base_hashes = set()
-    for cell in grid.cells():
+    # each cell's file verified (digest, records, summaries), the long part of a sweep's check: a bar on a terminal
+    for cell in tqdm(list(grid.cells()), desc="verifying cells", unit="cell", leave=False, disable=None):
         path = root / cell.name / "results.json"
         if not path.is_file():
             continue
