@@ -16,7 +16,7 @@ with one sealed summary that `check.py` verifies cell by cell.
     python sweep.py configs/sweeps/qwen.yaml --ray HEAD:6379      # cells on the workers of that Ray cluster
     python sweep.py configs/sweeps/qwen.yaml --commands           # one shell line per missing cell (Slurm job arrays)
     python sweep.py my_grid.yaml --rules my_rules.py              # arms of your own rules (each cell loads them too)
-    python check.py results/qwen/sweep.json                       # verify: every cell recomputed from its results.json
+    python check.py results/confirm/sweep.json                    # verify: every cell recomputed from its results.json
 
 A cell is one (setting variant, learning rate, training seed): its own run directory `<results_dir>/<name>/<cell>/`
 written by recipe.py, with one results.json that holds the cell's arms. Cells that two blocks share are run once.

@@ -16,6 +16,7 @@ check.py, sweep.py, update_readme.py) or eval.py. This file imports nothing.
   (--rules: a user's own rules in a fresh process), progress.py (the training console), gpu_memory.py, worker.py (a
   warm process for a sweep's cells).
 - The results: records.py and samples.py (a results file, its verification and its samples), tables.py, stats.py,
-  plots.py, mechanism.py, posthoc.py, sweep/ (the grid, its runners, merge, summary, report). check.py verifies with
+  sequential.py (a sequential plan's looks and boundaries), plots.py, mechanism.py, posthoc.py, markdown.py (the
+  documentation's wrapped prose), sweep/ (the grid, its runners, merge, summary, report). check.py verifies with
   these and arms.py without importing torch.
 """

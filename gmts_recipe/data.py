@@ -191,7 +191,7 @@ def choose_split(train_pool: list[dict], test_pool: list[dict], n_train: int, n_
     return ([dict(train_pool[i], index=i) for i in train_idx], [dict(test_pool[i], index=i) for i in heldout_idx])
 
 
-def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
     words = re.sub(r"[^\w\s]", " ", text.lower()).split()
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
@@ -199,8 +199,8 @@ def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
 def decontaminate(train: list[dict], heldout: list[dict], n: int = 13) -> tuple[list[dict], int]:
     """Drop every train prompt that shares a word n-gram (lowercase, punctuation stripped) with a held-out question.
     Returns the kept train prompts and how many were dropped."""
-    banned = set().union(*(_ngrams(t["question"], n) for t in heldout)) if heldout else set()
-    kept = [t for t in train if not (_ngrams(t["question"], n) & banned)]
+    banned = set().union(*(word_ngrams(t["question"], n) for t in heldout)) if heldout else set()
+    kept = [t for t in train if not (word_ngrams(t["question"], n) & banned)]
     return kept, len(train) - len(kept)
 
 

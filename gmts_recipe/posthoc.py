@@ -454,7 +454,7 @@ def confound(mechanism: dict, summary: dict) -> dict:
             and r["arms"][arm].get(ZERO_SPREAD) is not None]
     if len(rows) < 4:
         raise ValueError(f"{len(rows)} seeds of '{mechanism.get('grid', '?')}' log both {key} and {ZERO_SPREAD}: "
-                         f"4 or more are needed (mechanism.json written before it kept {ZERO_SPREAD}? run python -m "
+                         f"4 or more are needed (a mechanism.json without {ZERO_SPREAD}? run python -m "
                          f"gmts_recipe.plots mechanism on its sweep.json)")
     out = share_confound([r["arms"][arm][key] for r in rows], [r["arms"][arm][ZERO_SPREAD] for r in rows],
                          [cells[r["seed"]]["arms"][arm]["pass@1"] for r in rows], [r["delta_points"] for r in rows])

@@ -617,14 +617,14 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
         raise RecipeError(f"save_minutes={recipe.save_minutes}: must be >= 0 (0: checkpoints by steps only)")
     if any(s < 0 for s in recipe.base_eval_seeds):
         raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds}: a seed must be >= 0")
-    _check_values(recipe)  # the rest of its fields: nan, inf, a negative value (per-arm learning rates included)
-    if recipe.gpu_memory_cap_gib is not None:
+    if recipe.gpu_memory_cap_gib is not None:  # its own words (a positive number of GiB) before the generic check's
         from gmts_recipe.gpu_memory import check_cap
 
         try:
             check_cap(recipe.gpu_memory_cap_gib)
         except ValueError as e:
             raise RecipeError(str(e)) from None
+    _check_values(recipe)  # the rest of its fields: nan, inf, a negative value (per-arm learning rates included)
 
 
 def check_model_fields(model_args, train_args) -> None:

@@ -318,12 +318,13 @@ def reward_function(version: int | str = REWARD_VERSION) -> Callable[..., list[f
     """The reward of a given version (1 to REWARD_VERSION; REWARD_VERSION is `math_equal_reward`), so a results file
     scored by an older reading still re-scores as it was scored; a name ("math-1") is a MATH reward
     (`gmts_recipe.rewards_math`)."""
-    if isinstance(version, str):  # MATH's rewards are named, GSM8K's numbered: the two never mix
-        from gmts_recipe import rewards_math
+    from gmts_recipe import rewards_math  # standard library only
 
+    if isinstance(version, str) and version in rewards_math.REWARD_NAMES:  # MATH's are named, GSM8K's numbered
         return rewards_math.reward_function(version)
     if isinstance(version, bool) or version not in range(1, REWARD_VERSION + 1):
-        raise ValueError(f"reward version {version!r} is unknown: this recipe has versions 1 to {REWARD_VERSION}")
+        raise ValueError(f"reward version {version!r} is unknown: this recipe has versions 1 to {REWARD_VERSION} "
+                         f"and MATH's {', '.join(rewards_math.REWARD_NAMES)}")
     if version == REWARD_VERSION:
         return math_equal_reward
 

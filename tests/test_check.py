@@ -264,7 +264,8 @@ COMMITTED = sorted(set(str(p.relative_to(ROOT)) for pattern in ("results/*/resul
                        for p in ROOT.glob(pattern)) - _cells_of_sweeps()) + SWEEPS
 
 
-# Committed results written before evaluations kept their samples: they pass as "not re-scored", and only they.
+# Committed results of format 1 written before evaluations kept their samples: they pass with --allow-unsampled, as
+# "not re-scored", and only they.
 PREDATING_SAMPLES = ("results/offline/", "results/quickstart-cpu-tuning/",
                      "results/quickstart-gpu/", "results/qwen/", "results/qwen-accelerate/",
                      "results/smoke-h200-compiled/")
@@ -275,10 +276,11 @@ def test_every_committed_results_file_passes_check(path, capsys, monkeypatch, co
     """The README's numbers come from these files: each must still pass check.py under the current code (a summary
     format change re-seals them, records untouched). A sweep's cells are checked through its sweep.json (every cell
     loaded and its summaries recomputed; the samples of its first and last cell re-scored: the fixture), and its first
-    cell on its own too. Those written before evaluations kept samples pass as not re-scored, without a flag, and
-    every file's output ends with the one line of what was verified."""
+    cell on its own too. Those written before evaluations kept samples pass with --allow-unsampled (the README's lines
+    carry it), as not re-scored, and every file's output ends with the one line of what was verified."""
     monkeypatch.chdir(ROOT)
-    assert check.main([path]) == 0, capsys.readouterr().err
+    flags = ["--allow-unsampled"] if path.startswith(PREDATING_SAMPLES) else []
+    assert check.main([path, *flags]) == 0, capsys.readouterr().err
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
     assert last.startswith(f"Verified: {path}: ")
     assert ("not re-scored" in last) == path.startswith(PREDATING_SAMPLES), last
@@ -483,17 +485,19 @@ def test_a_changed_or_missing_samples_file_is_refused(tmp_path, capsys):
 
 
 def test_a_file_without_any_samples_passes_and_says_it_was_not_re_scored(tmp_path, capsys):
-    """A file none of whose evaluations keeps samples (written before they did) verifies without a flag, and says in
-    its samples line, its table and its last line what was not re-scored; a file where only some keep them is
-    refused unless --allow-unsampled."""
+    """A format-1 file none of whose evaluations keeps samples (written before they did) verifies with
+    --allow-unsampled, and says in its samples line, its table and its last line what was not re-scored; a file where
+    only some keep them is refused, flag or not."""
     path = write(tmp_path, fake_results())
     assert check.main([path]) == 2
     assert "base eval 0 keeps no samples, so its scores cannot be re-scored" in capsys.readouterr().err
     assert check.main([path, "--allow-unsampled"]) == 0
     out = capsys.readouterr().out
     assert "Scores not re-scored: none of the 5 evaluations keeps a samples file (a format-1 file); the digest, the "\
-           "recomputed summaries and the held-out tasks are all that was checked." in out
+           "recomputed summaries and the held-out tasks are all that was checked." in unwrapped(out)
     assert out.count("(not re-scored)") == 3  # the table marks every number that was not: base, ETS, GMTS
+    assert out.rstrip().splitlines()[-1] == (f"Verified: {path}: 2 trained arms, 5 evaluations, 0 samples re-scored "
+                                             f"(5 evaluations keep none: not re-scored).")
     path = run_dir(tmp_path)  # arms with samples over a base that keeps none: a file keeps them all or none
     reseal(path, lambda r: [ev.pop("samples") for ev in r["base"]["evals"]])
     for flags in ([], ["--allow-unsampled"]):

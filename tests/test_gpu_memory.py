@@ -123,8 +123,8 @@ def test_train_arm_frees_the_first_arms_engine_before_the_second_arms_trainer_is
     monkeypatch.setattr(recipe.Run, "build_trainer", build_trainer)
     monkeypatch.setattr(recipe.Run, "_evaluate_arm", lambda self, arm, trainer, *a: evaluated.append(arm))
     run = recipe.Run.__new__(recipe.Run)
-    run.recipe = types.SimpleNamespace(resume=False)
-    run.dir, run.peaks = tmp_path, {}
+    run.recipe = types.SimpleNamespace(resume=False, overwrite=False, keep_adapter=False)
+    run.dir, run.peaks, run.apart = tmp_path, {}, []
     run.state = types.SimpleNamespace(is_main_process=True, wait_for_everyone=lambda: None)
     for arm in ("ets", "gmts"):
         run.train_arm(arm, [], [], "cpu")

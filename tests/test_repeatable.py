@@ -3,7 +3,6 @@ before in the process, with sampling_noise 'counter' (decode_loop.counter_noise)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from test_recipe import run, tiny_config  # noqa: F401 - the fixture
 from test_decode_loop import sharpen
 from tiny import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 
+from gmts_recipe.records import load
 from gmts_recipe.speed_options import SpeedOptions
 
 import eval as evaluation
@@ -68,7 +68,7 @@ def test_an_arm_alone_equals_the_arm_trained_after_another(tiny_config, tmp_path
              "--eval_fast", "true"]
     assert run("--arm", "gmts", "--results_dir", tmp_path / "alone", *flags) == 0
     assert run("--arm", "ets,gmts", "--results_dir", tmp_path / "after", *flags) == 0
-    alone, after = (json.loads((tmp_path / d / "tiny" / "results.json").read_text()) for d in ("alone", "after"))
+    alone, after = (load(tmp_path / d / "tiny" / "results.json") for d in ("alone", "after"))  # records rebuilt
     assert _repeatable_fields(alone["arms"]["gmts"]) == _repeatable_fields(after["arms"]["gmts"])
     digests = alone["arms"]["gmts"]["rollout_digests"]
     assert sorted(digests) == ["0", "1"] and all(len(d) == 8 for d in digests.values())
@@ -134,6 +134,6 @@ def test_a_warm_workers_second_cell_equals_the_cell_in_a_fresh_process(tiny_conf
     finally:
         worker.close()
     assert worker.started == 1 and (tmp_path / "warm.log").read_text().count("held-out tasks, config") == 2
-    a, b = (json.loads((tmp_path / d / "cell" / "results.json").read_text()) for d in ("fresh", "warm"))
+    a, b = (load(tmp_path / d / "cell" / "results.json") for d in ("fresh", "warm"))  # records rebuilt
     assert _repeatable_fields(a["arms"]["gmts"]) == _repeatable_fields(b["arms"]["gmts"])
     assert a["base"]["evals"][0]["records"] == b["base"]["evals"][0]["records"]

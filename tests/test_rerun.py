@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import check
 import recipe
 from gmts_recipe import run_setup
+from gmts_recipe.records import load
 from tiny import write_tiny_config
 
 
@@ -56,7 +56,7 @@ def test_a_rerun_is_refused_before_the_model_loads_and_the_adapter_is_kept(tiny_
     adapter = arm / "adapter" / "adapter_model.safetensors"
     assert (arm / "adapter" / "adapter_config.json").is_file() and adapter.is_file()
     assert not (arm / "checkpoints").exists()
-    first = check.load(tmp_path / "tiny" / "results.json")["arms"]["gmts"]["eval"]["records"]
+    first = load(tmp_path / "tiny" / "results.json")["arms"]["gmts"]["eval"]["records"]
     capsys.readouterr()
     with monkeypatch.context() as m:
         m.setattr(run_setup, "load_model", lambda *a: pytest.fail("the model loaded"))
@@ -70,7 +70,7 @@ def test_a_rerun_is_refused_before_the_model_loads_and_the_adapter_is_kept(tiny_
     assert recipe.main([*argv, "--overwrite"]) == 0
     assert "trained again (--overwrite)" in capsys.readouterr().out
     assert adapter.stat().st_mtime_ns != before  # the adapter of the new run replaced the old one
-    assert check.load(tmp_path / "tiny" / "results.json")["arms"]["gmts"]["eval"]["records"] == first  # same seed
+    assert load(tmp_path / "tiny" / "results.json")["arms"]["gmts"]["eval"]["records"] == first  # same seed
 
 
 def test_keep_adapter_false_keeps_no_weights(tiny_config, tmp_path):
