@@ -36,10 +36,10 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run(tiny, tmp_path_factory):
-    """One arm of configs/math.yaml on the tiny slice: (run folder, data folder)."""
+    """`recipe.py --arm all --config configs/math.yaml` on the tiny slice: (run folder, data folder)."""
     model, data = tiny
     runs = tmp_path_factory.mktemp("runs")
-    argv = ["--arm", "gmts", "--config", "configs/math.yaml", "--results_dir", str(runs), "--model_name_or_path",
+    argv = ["--arm", "all", "--config", "configs/math.yaml", "--results_dir", str(runs), "--model_name_or_path",
             model, "--math_path", str(data), "--base_eval_seeds", "0", *TINY_SLICE]
     assert recipe.main(argv) == 0
     return runs, data
@@ -50,16 +50,18 @@ def test_a_math_run_holds_math500_and_minerva_apart_both_verified(run, capsys):
     main, apart = load(runs / "math" / "results.json"), load(runs / "math-ocw" / "results.json")
     assert main["data"]["heldout_set"] == "math500" and apart["data"]["heldout_set"] == "ocw"
     assert main["data"]["train"] == apart["data"]["train"] and main["config_hash"] == apart["config_hash"]
-    assert [len(r["data"]["heldout"]) for r in (main, apart)] == [2, 2] and set(apart["arms"]) == {"gmts"}
+    assert [len(r["data"]["heldout"]) for r in (main, apart)] == [2, 2]
+    assert set(main["arms"]) == set(apart["arms"]) == {"grpo", "ets", "gmts"}
     for results in (main, apart):
-        evals = [*results["base"]["evals"], results["arms"]["gmts"]["eval"]]
-        assert [ev["samples"]["reward"] for ev in evals] == [REWARD_NAME] * 2
-    assert apart["arms"]["gmts"]["train_log"] == main["arms"]["gmts"]["train_log"]  # the same trained arm
+        evals = [*results["base"]["evals"], *(entry["eval"] for entry in results["arms"].values())]
+        assert [ev["samples"]["reward"] for ev in evals] == [REWARD_NAME] * 4
+    for arm in ("grpo", "ets", "gmts"):  # each the same trained arm, evaluated on both sets
+        assert apart["arms"][arm]["train_log"] == main["arms"][arm]["train_log"]
     capsys.readouterr()
     for name, set_name in (("math", "MATH-500"), ("math-ocw", "Minerva OCW")):
         assert check.main([str(runs / name / "results.json"), "--math_path", str(data)]) == 0
         out = unwrapped(capsys.readouterr().out)  # check.py wraps its lines to the terminal
-        assert "Samples: 8 in 2 evaluation(s) re-scored" in out  # 2 tasks x 2 samples x (base + arm)
+        assert "Samples: 16 in 4 evaluation(s) re-scored" in out  # 2 tasks x 2 samples x (base + 3 arms)
         assert f"are the dataset's ({set_name} in {data})" in out and f"held-out tasks ({set_name})" in out
 
 
