@@ -17,7 +17,7 @@ _GLUE = "\x01"  # a space textwrap does not break at (its whitespace is ASCII's)
 # A wrapped line must not begin with what markdown reads as a block of its own: a list item ("GMTS - ETS" broken
 # before "- ETS"), an ordered one ("in 2. Then"), a heading or a quote; such a mark stays on the line of the word
 # before it.
-_MARKERS = re.compile(r" ([-+*>]|#{1,6}|\d+[.)])(?= )")
+_MARKERS = re.compile(r" ([-+*>]|#{1,6}|\d+[.)])(?= |$)")  # at the end too: "2." alone is an item
 
 
 def _wrap(text: str, width: int, first: str = "", later: str = "") -> str:

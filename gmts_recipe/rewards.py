@@ -162,8 +162,9 @@ _VALUE_WORDS = frozenset(
     "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
     "lakhs crore crores k bn squared cubed power powers root half halves tenth tenths hundredth hundredths "
     "thousandth thousandths point minus negative twice double triple thrice".split())
-# Two numbers with only space between them: '72 73', '72.5 .5', '\frac{1}{2} 3' (not '5 \frac{1}{2}', a mixed number)
-_SIDE_BY_SIDE = re.compile(r"[0-9}]\s+\.?[0-9]")
+# Two numbers with only space between them: '72 73', '72.5 .5', '0 -1' (a sign with a digit right after it is the
+# second number's, not a minus: '5 - 3' is not matched), '\frac{1}{2} 3' (not '5 \frac{1}{2}', a mixed number)
+_SIDE_BY_SIDE = re.compile(r"[0-9}]\s+[+-]?\.?[0-9]")
 _DIGIT_GROUPS = re.compile(r"[+-]?[1-9][0-9]{0,2}(?: [0-9]{3})+(?:\.[0-9]+)?")  # 1 000 000: spaces that group thousands
 _DECIMAL = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits: no exponent, no unicode digits
 _EXACT = re.compile(rf"(?P<sign>[+-]?)\s*(?:(?P<value>{_DECIMAL})|\\[dt]?frac\{{(?P<num>{_DECIMAL})\}}"
