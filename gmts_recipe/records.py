@@ -510,7 +510,7 @@ def check_self(results: dict) -> None:
       every token (selection/kept_fraction 1). The logged values themselves are read as recorded (CURVES_NOTE)."""
     unknown = sorted(set(results.get("arms") or {}) - set(arms()))
     if unknown:
-        raise ResultsError(f"unknown arm {unknown[0]!r} (known: {', '.join(arms())})")
+        raise ResultsError(f"unknown arm {unknown[0]!r} (known: {', '.join(arms())}; {RULES_HINT})")
     _check_task(results)
     _check_base_seeds(results)
     _check_arms(results)

@@ -97,6 +97,9 @@ def _install_cell(grid: Grid, root: Path, cell: Cell, files: dict[str, bytes]) -
     own beside the cells), verified there as any incoming cell is (plan_merge), then written file by file atomically.
     A refused cell stays in the staging folder, named in the SweepError, and the grid is untouched."""
     staging = root / ".incoming" / f"{cell.name}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    if (root / "base-evals").is_dir():  # the shared base evaluations the cell's records name (../base-evals/)
+        (staging / "base-evals").symlink_to((root / "base-evals").resolve(), target_is_directory=True)
     for rel, data in files.items():
         if rel.startswith(f"{cell.name}/"):
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
