@@ -22,8 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gmts_recipe.markdown import fill  # noqa: E402 - the documentation's wrapped prose
-from gmts_recipe.records import (ResultsError, current_record, load, read_samples, seal,  # noqa: E402
-                                 write_results)
+from gmts_recipe.records import ResultsError, current_record, read_samples, seal, write_results  # noqa: E402
 from gmts_recipe.samples import verify, write_samples  # noqa: E402
 
 MB = 1e6
@@ -40,8 +39,9 @@ def committed_bytes(cell: Path) -> dict[str, int]:
     return sizes
 
 
-def rewritten_bytes(cell: Path, out: Path) -> dict[str, int]:
-    """The cell rewritten into `out` as recipe.py writes one today (module docstring), verified; its bytes by kind."""
+def rewritten_bytes(cell: Path, out: Path) -> tuple[dict[str, int], list[str]]:
+    """The cell rewritten into `out` as recipe.py writes one today (module docstring), verified: its bytes by kind,
+    and its arms."""
     raw = json.loads((cell / "results.json").read_text())
     results = current_record(raw, cell)  # format 2 in memory: per-task records rebuilt from the samples
     out.mkdir()
@@ -53,8 +53,8 @@ def rewritten_bytes(cell: Path, out: Path) -> dict[str, int]:
         ev["samples"] = {**ev["samples"], "path": path.name, "sha256": sha}
     write_results(out / "results.json", seal(results))
     verify(str(out / "results.json"))  # the rewritten cell checks as a committed one does
-    return {"results.json": (out / "results.json").stat().st_size,
-            "samples": sum(f.stat().st_size for f in out.glob("*.jsonl.xz")), "figures": 0}
+    return ({"results.json": (out / "results.json").stat().st_size,
+             "samples": sum(f.stat().st_size for f in out.glob("*.jsonl.xz")), "figures": 0}, sorted(results["arms"]))
 
 
 def measure(folder: Path, every: int) -> dict:
@@ -68,9 +68,8 @@ def measure(folder: Path, every: int) -> dict:
         for cell in chosen:
             t0 = time.time()
             before = committed_bytes(cell)
-            after = rewritten_bytes(cell, Path(tmp) / folder.name / cell.name)
-            rows.append({"cell": cell.name, "committed": before, "today": after,
-                         "arms": sorted(json.loads((cell / "results.json").read_text())["arms"])})
+            after, arms = rewritten_bytes(cell, Path(tmp) / folder.name / cell.name)
+            rows.append({"cell": cell.name, "committed": before, "today": after, "arms": arms})
             print(f"[cell_size] {cell.name}: {sum(before.values()) / MB:.2f} -> {sum(after.values()) / MB:.2f} MB "
                   f"({time.time() - t0:.0f} s)", file=sys.stderr)
     base = sum(f.stat().st_size for f in (folder / "base-evals").glob("*")) if (folder / "base-evals").is_dir() else 0
