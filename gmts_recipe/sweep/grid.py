@@ -72,6 +72,21 @@ class Grid:
         """Every cell of the grid, once."""
         return list(dict.fromkeys(cell for cell, _ in self.jobs_in_order()))
 
+    @property
+    def whole_seeds(self) -> bool:
+        """Whether each cell runs whole, its arms in one process on one card: so a sequential plan's seeds do, since
+        its comparison is read per seed between arms that must share everything but the rule. A cell cut after some
+        of its arms (a machine taken back) runs again whole, never resumed elsewhere; the next run starts with it
+        (`jobs`), so a cut leaves no gap in the plan's order once the same command runs again."""
+        return self.sequential is not None
+
+    def planned_arms(self) -> dict[Cell, list[str]]:
+        """Each cell's arms, in the grid's order."""
+        arms: dict[Cell, list[str]] = {}
+        for cell, arm in self.jobs_in_order():
+            arms.setdefault(cell, []).append(arm)
+        return arms
+
 
 _INTS = lambda v: [int(x) for x in v]  # noqa: E731 - a list of seeds
 PRIMARY_KEYS = {"fixed_on": str, "variant": str, "comparison": str, "learning_rate": float, "seeds": _INTS,
@@ -287,10 +302,13 @@ def _finished_arms(results_path: Path) -> set[str]:
 
 
 def jobs(grid: Grid, only: str | None = None) -> list[tuple[Cell, str]]:
-    """The (cell, arm) jobs still to run, in the grid's order."""
+    """The (cell, arm) jobs still to run, in the grid's order; under `whole_seeds` a cell that holds only some of its
+    arms runs all of them again."""
     root = Path(grid.results_dir) / grid.name
     done = {cell: _finished_arms(root / cell.name / "results.json") for cell in grid.cells()}
-    return [(cell, arm) for cell, arm in grid.jobs_in_order(only) if arm not in done[cell]]
+    order = grid.jobs_in_order(only)
+    cut = {cell for cell, arm in order if done[cell] and arm not in done[cell]} if grid.whole_seeds else set()
+    return [(cell, arm) for cell, arm in order if arm not in done[cell] or cell in cut]
 
 
 def by_cell(todo: list[tuple[Cell, str]]) -> list[tuple[Cell, tuple[str, ...]]]:
@@ -304,10 +322,12 @@ def by_cell(todo: list[tuple[Cell, str]]) -> list[tuple[Cell, tuple[str, ...]]]:
 
 
 def cell_command(grid: Grid, cell: Cell, arms: tuple[str, ...], extra: list[str]) -> list[str]:
-    """A cell's recipe.py command: resumed, without figures (python -m gmts_recipe.plots CELL_DIR draws them) and
-    without the arms' adapters (a grid's hundreds of arms would fill the disk; `-- --keep_adapter true` keeps them)."""
+    """A cell's recipe.py command: resumed (under `whole_seeds`: started over, so a cut cell's arms run again together),
+    without figures (python -m gmts_recipe.plots CELL_DIR draws them) and without the arms' adapters (a grid's
+    hundreds of arms would fill the disk; `-- --keep_adapter true` keeps them)."""
     return [sys.executable, "recipe.py", "--config", grid.config, "--arm", ",".join(arms), "--experiment", cell.name,
-            "--results_dir", str(Path(grid.results_dir) / grid.name), "--resume", "--figures", "false",
+            "--results_dir", str(Path(grid.results_dir) / grid.name),
+            "--overwrite" if grid.whole_seeds else "--resume", "--figures", "false",
             "--keep_adapter", "false",
             *cell.recipe_args(), *extra]
 

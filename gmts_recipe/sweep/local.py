@@ -128,12 +128,14 @@ class LocalPool:
         return self.warm is not None and self.trained_in.get(slot) != self.warm[slot].started
 
     def arms_to_start(self, cell: Cell, arms: tuple[str, ...], slot: int, t0: float) -> tuple[str, ...]:
-        """The arms of the cell that end before the deadline (all without one); the others go to `left`, with one
-        line for the cells not started (not one per cell). Called under the lock."""
+        """The arms of the cell that end before the deadline (all without one; under Grid.whole_seeds all or none);
+        the others go to `left`, with one line for the cells not started (not one per cell). Called under the lock."""
         if self.deadline is None:
             return arms
         pace = self.pace.before_start(self.first_in_process(slot))
         n = arms_that_fit(len(arms), pace, self.deadline - t0)
+        if self.grid.whole_seeds and n < len(arms):  # a part would run again whole: start none of it
+            n = 0
         if n == len(arms):
             return arms
         if self.left is not None:

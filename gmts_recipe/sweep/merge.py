@@ -36,8 +36,9 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
         raise SweepError(f"--merge {incoming}: no such folder (give another tree's sweep folder, e.g. results/qwen)")
     root = Path(grid.results_dir) / grid.name
     caches = {p.stem: _cache(p) for p in (root / "base-evals").glob("*.json")}
-    plans = [_merge_cell(cell, incoming, root, caches) for cell in grid.cells()
-             if (incoming / cell.name / "results.json").is_file()]
+    planned = grid.planned_arms()
+    plans = [_merge_cell(cell, incoming, root, caches, planned[cell] if grid.whole_seeds else None)
+             for cell in grid.cells() if (incoming / cell.name / "results.json").is_file()]
     merged = {m.cell: m.results for m in plans if m.results is not None}
     try:  # the tree as it would be: every cell's file, merged or local (summarize verifies the local ones)
         check_together([recorded(cell, merged[cell] if cell in merged else read_results(root / cell.name /
@@ -55,12 +56,14 @@ def _cache(path: Path) -> dict:
     return {**cache, "evals": current_evaluations(cache["evals"], path.parent.parent / "cell")}
 
 
-def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict]) -> Merge:
+def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict], whole: list[str] | None = None) \
+        -> Merge:
     """One cell: the incoming arms added to the local ones, paired with this tree's base evaluation. The shared
     cache is the base every local cell carries, so it wins; an incoming base computed again elsewhere (bf16 differs
     run to run) is replaced, and its pass@1 recorded in the file's `merges`. The arms never read the base (recipe.py
     trains after, and independently of, the base evaluation), so this is the cell the sweep would have written had
-    the cache travelled."""
+    the cache travelled. `whole`: the cell's arms where it runs whole (Grid.whole_seeds): a cell that ran only some of
+    them is left out, to run again whole."""
     def refuse(reason: str) -> SweepError:  # one line, and the way to bring in the other cells
         return SweepError(f"--merge: {cell.name}: {reason}; nothing merged (to merge the other cells, move "
                           f"{incoming / cell.name} out of {incoming})")
@@ -103,6 +106,10 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict])
     if not new["arms"]:  # a cell process stopped before its first arm ended: its results file holds the base only
         return Merge(cell, None, logs, f"{cell.name}: no finished arm there (a run stopped before its first arm "
                                        f"ended), nothing merged{copied}")
+    if whole is not None and set(new["arms"]) != set(whole):
+        return Merge(cell, None, [], f"{cell.name}: ran in part ({', '.join(new['arms'])} of {', '.join(whole)}): a "
+                                     f"seed of this plan runs whole, on one card; nothing merged (the next run runs it "
+                                     f"again whole)")
     if not added:
         return Merge(cell, None, logs, f"{cell.name}: unchanged{copied}")
     replaced = new["base"]["evals"] != kept
