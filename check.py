@@ -140,17 +140,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_sweep(args) -> int:
-    """check.py on a sweep.json: the summary recomputed from every cell, every cell's samples re-scored, the plan
-    held against git; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
+    """check.py on a sweep.json: the plan held against git (its history, a sequential plan's design, continued test
+    and cards), then the summary recomputed from every cell and every cell's samples re-scored; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
     if args.show is not None:
         print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
               f"results.json)", file=sys.stderr)
         return 2
     width = None if args.markdown else output_width()
-    try:
+    try:  # the plan first (git, seconds): a plan that moved is refused before its cells are read
+        planned = plan_report(Path(args.results))
         summary = sweep_summary.verify(args.results)
         report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled)
-        planned = plan_report(Path(args.results), summary)
     except (ResultsError, SweepError) as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
