@@ -104,7 +104,7 @@ def test_an_edited_plan_committed_under_a_new_name_is_refused(tmp_path, capsys):
     reseal(sweep, summary)
     commit(repo, "summary")
     refused(sweep, capsys, "plan configs/sweeps/confirm-final.yaml: changed its primary after the sweep's first cell",
-            "reproduced_above_points differ, against configs/sweeps/confirm.yaml at")
+            "reproduced_above_points differ, against results/confirm/grid.yaml at e3a066580f")
 
 
 def test_the_pilots_worst_cells_dropped_with_their_seeds_are_refused(tmp_path, capsys):

@@ -3,6 +3,7 @@ from its grid are refused, whether the committed plan was left alone, edited wit
 after the sweep's cells; a plan without a repository is said to be uncompared; every planned cell is present or named."""
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -143,3 +144,102 @@ def test_without_a_repository_only_the_hash_is_compared(repo, tmp_path_factory):
 def test_an_uncommitted_plan_is_recorded_without_a_commit(repo):
     (repo / "configs/sweeps/demo.yaml").write_text(GRID.format(seeds="1, 2"))
     assert plan.record(repo / "configs/sweeps/demo.yaml")["commit"] is None
+
+
+GROWN = GRID.replace("primary:", "  - {{name: more, arms: [ets, gmts, grpo], learning_rates: [1.0e-4, 2.0e-4], "
+                     "seeds: [7, 8]}}\nprimary:")
+
+
+def regrid(root: Path, text: str, name: str = "configs/sweeps/demo.yaml") -> dict:
+    """The plan rewritten in `name` and copied to the sweep folder, committed; the summary's record of it."""
+    for p in {name, "results/demo/grid.yaml"}:
+        (root / p).write_text(text)
+    commit(root, f"plan {name}")
+    return {**summary_of(root), "plan": plan.record(root / name)}
+
+
+def test_a_plan_that_grows_passes(repo):
+    grown = GRID.replace("blocks:\n", "variants:\n  more: {{max_steps: 2}}\nblocks:\n")
+    grown = grown.replace("seeds: [{seeds}]}}", "seeds: [{seeds}, 4]}}\n  - {{name: more, variant: more, arms: [ets], "
+                          "learning_rates: [1.0e-4], seeds: [1]}}")
+    lines = plan.check(repo / "results/demo/sweep.json", regrid(repo, grown.format(seeds=SEEDS)))
+    assert "decision rules unchanged since that cell" in lines[0]
+
+
+def test_a_plan_committed_under_a_new_name_keeps_its_history(repo):
+    forged = GRID.format(seeds=SEEDS).replace("reproduced_above_points: 0.0", "reproduced_above_points: -0.5")
+    s = regrid(repo, forged, "configs/sweeps/demo-final.yaml")
+    with pytest.raises(SweepError, match=r"plan configs/sweeps/demo-final.yaml: changed its primary after the "
+                                         r"sweep's first cell \(\w+\): reproduced_above_points differ"):
+        plan.check(repo / "results/demo/sweep.json", s)
+
+
+def test_a_plan_recorded_as_the_folders_own_copy_keeps_its_history(repo):
+    forged = GRID.format(seeds=SEEDS).replace("refuted_below_points: 1.3", "refuted_below_points: 5.0")
+    s = regrid(repo, forged, "results/demo/grid.yaml")
+    with pytest.raises(SweepError, match="changed its primary after the sweep's first cell"):
+        plan.check(repo / "results/demo/sweep.json", s)
+
+
+def test_cells_dropped_with_their_seeds_are_refused(repo):
+    """A block's seed and its cell removed together, the rules left alone (the plan has no primary seed there)."""
+    text = GROWN.format(seeds=SEEDS)
+    s = regrid(repo, text)
+    (repo / "results/demo" / cell(7)).mkdir()
+    (repo / "results/demo" / cell(7) / "results.json").write_text("{}")
+    commit(repo, "cell 7")
+    s = regrid(repo, text.replace("seeds: [7, 8]", "seeds: [8]"))
+    shutil.rmtree(repo / "results/demo" / cell(7))
+    commit(repo, "cell 7 gone")
+    with pytest.raises(SweepError, match=r"dropped 6 planned run\(s\) after the sweep's first cell \(\w+\): seed\(s\) "
+                                         r"7 of block\(s\) more"):
+        plan.check(repo / "results/demo/sweep.json", s)
+
+
+@pytest.mark.parametrize("edit, what", [
+    (lambda t: t.replace("max_steps: 1", "max_steps: 5"), "changed variant 'v'"),
+    (lambda t: t.replace("config: configs/demo.yaml", "config: configs/other.yaml"), "changed its config"),
+    (lambda t: t.replace("arms: [ets, gmts], learning_rates: [1.0e-4], seeds: [1, 2, 3]",
+                         "arms: [gmts], learning_rates: [1.0e-4], seeds: [1, 2, 3]"), "dropped 3 planned run(s)"),
+])
+def test_growth_refuses_what_is_not_growth(edit, what):
+    before = GRID.format(seeds=SEEDS).replace("blocks:\n", "variants:\n  v: {max_steps: 1}\nblocks:\n")
+    assert plan.growth(plan._mapping(before), plan._mapping(before)) is None
+    assert plan.growth(plan._mapping(before), plan._mapping(edit(before)))[0] == what
+
+
+def test_cells_without_a_plan_committed_with_them_are_refused(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs/demo.yaml").write_text("max_steps: 1\n")
+    for seed in (1, 2, 3):
+        (tmp_path / "results/demo" / cell(seed)).mkdir(parents=True)
+        (tmp_path / "results/demo" / cell(seed) / "results.json").write_text("{}")
+    commit(tmp_path, "cells")
+    (tmp_path / "configs/sweeps").mkdir()
+    for p in ("configs/sweeps/demo.yaml", "results/demo/grid.yaml"):
+        (tmp_path / p).write_text(GRID.format(seeds=SEEDS))
+    commit(tmp_path, "a plan after the cells")
+    s = {"name": "demo", "cells": [{"cell": cell(s)} for s in (1, 2, 3)],
+         "plan": plan.record(tmp_path / "configs/sweeps/demo.yaml")}
+    with pytest.raises(SweepError, match="no plan committed with or before the sweep's first cell"):
+        plan.check(tmp_path / "results/demo/sweep.json", s)
+
+
+@pytest.mark.parametrize("cards, problem", [
+    ({"300": ["NVIDIA H200"], "301": ["NVIDIA H100 80GB HBM3"]}, None),
+    ({"300": ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]}, "seed 300's arms ran on 2 cards"),
+    ({"300": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]}, "seed 300's arms ran on 2 cards"),
+    ({"300": ["NVIDIA GH200 480GB"]}, "seed 300 ran on 'NVIDIA GH200 480GB', not a card the plan names (H100, H200"),
+    ({"300": ["NVIDIA A100-SXM4-80GB"]}, "seed 300 ran on 'NVIDIA A100-SXM4-80GB'"),
+    ({"300": ["NVIDIA H100 PCIe"]}, "seed 300 ran on 'NVIDIA H100 PCIe'"),
+    ({"300": ["CPU"]}, "seed 300 ran on 'CPU'"),
+])
+def test_cards_are_read_by_their_exact_names(cards, problem):
+    found = plan.card_problem(["H100", "H200"], cards)
+    assert found == problem if problem is None else found.startswith(problem)
+
+
+def test_a_card_the_plan_names_exactly_passes():
+    assert plan.card_problem(["NVIDIA H100 PCIe"], {"300": ["NVIDIA H100 PCIe"]}) is None
+    assert plan.card_problem(["H100 PCIe"], {"300": ["NVIDIA H100 PCIe"]}).startswith("seed 300 ran on")
