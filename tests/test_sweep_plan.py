@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gmts_recipe.sweep import plan
-from gmts_recipe.sweep.grid import SweepError
+from gmts_recipe.sweep.grid import SweepError, load_grid
 
 GRID = """name: demo
 config: configs/demo.yaml
@@ -243,3 +243,25 @@ def test_cards_are_read_by_their_exact_names(cards, problem):
 def test_a_card_the_plan_names_exactly_passes():
     assert plan.card_problem(["NVIDIA H100 PCIe"], {"300": ["NVIDIA H100 PCIe"]}) is None
     assert plan.card_problem(["H100 PCIe"], {"300": ["NVIDIA H100 PCIe"]}).startswith("seed 300 ran on")
+
+
+def test_a_sequential_sweeps_cells_on_a_card_the_plan_does_not_name_are_refused(tmp_path, capsys):
+    """A sequential plan naming H100 and H200, its first new seeds run on a CPU (the card recorded: "CPU"): check.py
+    refuses the sweep in one line before its cells are read; a plan naming that card exactly passes the card check."""
+    import check
+    from gmts_recipe.sweep.report import write_summary
+    from test_sweep import fake_cell, sequential_trees
+
+    path = sequential_trees(tmp_path)
+    for seed in (5, 6):
+        fake_cell(tmp_path / "results/more", f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": 0.9}, seed=seed)
+    sweep = write_summary(load_grid(path), path)
+    with pytest.raises(SweepError, match=r"sequential: cards: seed 5 ran on 'CPU', not a card the plan names"):
+        plan.report(sweep)
+    assert check.main([str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "cards: seed 5 ran on 'CPU'" in err
+    path.write_text(path.read_text().replace("cards: [H100, H200]", "cards: [CPU]"))
+    sweep = write_summary(load_grid(path), path)
+    with pytest.raises(SweepError, match="design file none.json is missing"):  # past the cards: its design next
+        plan.report(sweep)

@@ -320,6 +320,9 @@ def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
     file, its cards. Each disagreement one SweepError line; returns the lines to print."""
     spec, folder = summary["sequential"], sweep_path.parent
     where = f"{sweep_path}: sequential"
+    problem = card_problem(spec["cards"], spec["cell_cards"])
+    if problem:
+        raise SweepError(f"{where}: cards: {problem}")
     design_path = grid.path(spec["design"])
     try:
         design_text = design_path.read_text(encoding="utf-8")
@@ -329,9 +332,6 @@ def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
     problem = design_problem(spec, design)
     if problem:
         raise SweepError(f"{where}: the design file {spec['design']}: {problem}")
-    problem = card_problem(spec["cards"], spec["cell_cards"])
-    if problem:
-        raise SweepError(f"{where}: cards: {problem}")
     root = repository(folder)
     if root is None:
         return [f"Sequential plan: its design file agrees with it (recorded fields; the simulation is not rerun); "
@@ -370,7 +370,8 @@ def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
                          f"from HEAD or are not committed (e.g. {dirty[0]}): look 0 reads its cells as committed")
     lines = [f"Sequential plan: its design file {design_rel} as committed agrees with it (critical values, simulation "
              f"settings, looks, the first stage; the simulation itself is not rerun); "
-             f"{len(spec['cell_cards'])} new seed(s) each on one card it names."]
+             + (f"{len(spec['cell_cards'])} new seed(s), each on one card it names." if spec["cell_cards"]
+                else "no new seed counted yet.")]
     continued_sweep = continued_folder / "sweep.json"
     said = f"Look 0: {continued_rel} and {continued_cells} as committed"
     if continued_sweep.is_file():  # that sweep's own plan checks (its history, stray cells), without its cells
