@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_sweep(args) -> int:
     """check.py on a sweep.json: the plan held against git (its history, a sequential plan's design, continued test
-    and cards), then the summary recomputed from every cell and every cell's samples re-scored; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
+    and cards), then the summary recomputed from every cell and every cell's samples re-scored; the tables, then the
+    lines (to stderr with --markdown, whose output is the tables alone)."""
     if args.show is not None:
         print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
               f"results.json)", file=sys.stderr)

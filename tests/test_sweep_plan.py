@@ -1,6 +1,7 @@
 """A sweep's plan held against git (gmts_recipe.sweep.plan): the forgeries that re-seal a summary after dropping a seed
-from its grid are refused, whether the committed plan was left alone, edited without a commit, or edited and committed
-after the sweep's cells; a plan without a repository is said to be uncompared; every planned cell is present or named."""
+from its grid are refused, whether the committed plan was left alone, edited without a commit, edited and committed
+after the sweep's cells, or committed under a new name; a plan may only grow; a plan without a repository is said to
+be uncompared; every planned cell is present or named; a sequential plan's cards are read by their exact names."""
 
 import json
 import shutil

@@ -92,11 +92,6 @@ def _mapping(text: str | None) -> dict | None:
     return raw if isinstance(raw, dict) else None
 
 
-def _rules(text: str) -> dict:
-    raw = _mapping(text) or {}
-    return {k: raw.get(k) for k in RULES}
-
-
 def _jobs(raw: dict) -> dict[tuple[str, float, int, str], str]:
     """Every (variant, learning rate, seed, arm) a plan's blocks run, each with its block's name."""
     out: dict = {}
@@ -122,12 +117,12 @@ def _differing(before, after) -> str:
 
 def growth(before: dict, after: dict) -> tuple[str, str] | None:
     """Why the plan `after` is not the plan `before` grown as a plan may grow, as (what changed, how), None where it
-    is. Grown: the same name,
-    config and results_dir; every variant `before` defines with the same settings (its cells computed with them);
-    every (variant, learning rate, seed, arm) `before` plans still planned (no cell, seed or arm dropped: a result
-    one dislikes cannot leave with its seed); every decision rule `before` has unchanged (primary, secondary,
-    sequential: read once cells ran, a threshold, seed or look moved after the fact decides another question).
-    New blocks, seeds, arms, learning rates, variants and rules are allowed: they add runs or a rule not yet read."""
+    is. Grown: the same name, config and results_dir; every variant `before` defines with the same settings (its
+    cells computed with them); every (variant, learning rate, seed, arm) `before` plans still planned (no cell, seed
+    or arm dropped: a result one dislikes cannot leave with its seed); every decision rule `before` has unchanged
+    (primary, secondary, sequential: read once cells ran; a threshold, seed, look or boundary moved after the fact
+    decides another question). New blocks, seeds, arms, learning rates, variants and rules are allowed: they add
+    runs, or a rule not yet read (reported with its fixed_on)."""
     for key in RULES:
         if before.get(key) is not None and after.get(key) != before.get(key):
             return f"changed its {key}", f"{_differing(before[key], after.get(key) or {})} differ"
@@ -172,12 +167,6 @@ class _History:
         """Paths under `rel` that differ from HEAD or that git does not track (ignored files aside)."""
         out = _git(self.root, "status", "--porcelain", "--untracked-files=all", "--", rel).stdout
         return [line[3:] for line in out.splitlines() if line.strip()]
-
-
-def _first_cell_commit(root: Path, folder: str) -> str | None:
-    """The oldest commit that added a results.json of a cell in `folder` (relative to the repository)."""
-    log = _git(root, "log", "--diff-filter=A", "--format=%H", "--", f"{folder}/*/results.json").stdout.split()
-    return log[-1] if log else None
 
 
 def _versions_since(history: _History, paths: list[str], cell_commits: list[str]) -> list[tuple[str, str]]:
@@ -353,10 +342,13 @@ def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
     cell_commits = list(reversed(history.commits("--diff-filter=A", "--", f"{cells}/*/results.json")))
     if cell_commits:
         for path, commit in _versions_since(history, [design_rel], cell_commits):
-            text = history.text(commit, path)
-            if text is not None and json.loads(text) != design:
+            try:
+                then = None if (text := history.text(commit, path)) is None else json.loads(text)
+            except ValueError:
+                then = text  # not JSON then: not this design either
+            if then is not None and then != design:
                 raise SweepError(f"{where}: the design file {design_rel} at {commit[:10]} is not the one of the "
-                                 f"sweep's first cell ({cell_commits[0][:10]}) on: a design never changes once cells ran")
+                                 f"sweep's first cell ({cell_commits[0][:10]}): a design never changes once cells ran")
     if _mapping(history.text("HEAD", continued_rel)) != continued_plan:
         raise SweepError(f"{where}: {continued_rel}, the test it continues, differs from its committed plan (git show "
                          f"HEAD:{continued_rel}): look 0 is that test as committed")
