@@ -266,3 +266,20 @@ def test_a_sequential_sweeps_cells_on_a_card_the_plan_does_not_name_are_refused(
     sweep = write_summary(load_grid(path), path)
     with pytest.raises(SweepError, match="design file none.json is missing"):  # past the cards: its design next
         plan.report(sweep)
+
+
+def test_the_summary_notes_cards_by_the_same_exact_names(tmp_path):
+    """sweep.py's note on a sequential sweep's cards reads them as check.py does: a GH200 is no H200, two cards for
+    one seed are noted, an H100 and an H200 are not."""
+    from gmts_recipe.sweep.report import sequential_parts, write_summary
+    from test_sweep import fake_cell, sequential_trees
+
+    path = sequential_trees(tmp_path)
+    for seed in (5, 6):
+        fake_cell(tmp_path / "results/more", f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": 0.9}, seed=seed)
+    q = json.loads(write_summary(load_grid(path), path).read_text())["sequential"]
+    q["cell_cards"] = {"5": ["NVIDIA H200"], "6": ["NVIDIA H100 80GB HBM3"]}
+    assert sequential_parts(q)["notes"] == []
+    q["cell_cards"] = {"5": ["NVIDIA GH200 480GB"], "6": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]}
+    assert sequential_parts(q)["notes"] == ["Cells on a card the plan does not name: seed 5 NVIDIA GH200 480GB; seed 6 "
+                                            "NVIDIA H200, NVIDIA H100 80GB HBM3."]
