@@ -283,3 +283,22 @@ def test_the_summary_notes_cards_by_the_same_exact_names(tmp_path):
     q["cell_cards"] = {"5": ["NVIDIA GH200 480GB"], "6": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]}
     assert sequential_parts(q)["notes"] == ["Cells on a card the plan does not name: seed 5 NVIDIA GH200 480GB; seed 6 "
                                             "NVIDIA H200, NVIDIA H100 80GB HBM3."]
+
+
+def test_a_sweep_folder_moved_keeps_its_plans_history(repo):
+    """results/demo moved to results/demo2 with a plan of that name whose threshold moved: the cells' first commit
+    (followed through the rename) is the original one, and so is the plan they ran under."""
+    git(repo, "mv", "results/demo", "results/demo2")
+    forged = GRID.format(seeds=SEEDS).replace("name: demo", "name: demo2").replace(
+        "reproduced_above_points: 0.0", "reproduced_above_points: -0.5")
+    (repo / "configs/sweeps/demo2.yaml").write_text(forged)
+    (repo / "results/demo2/grid.yaml").write_text(forged)
+    commit(repo, "the sweep under a new name")
+    s = {**summary_of_folder(repo, "demo2"), "name": "demo2", "plan": plan.record(repo / "configs/sweeps/demo2.yaml")}
+    with pytest.raises(SweepError, match=r"changed its primary after the sweep's first cell \(\w+\): "
+                                         r"reproduced_above_points differ, against configs/sweeps/demo.yaml at"):
+        plan.check(repo / "results/demo2/sweep.json", s)
+
+
+def summary_of_folder(root: Path, name: str) -> dict:
+    return json.loads((root / "results" / name / "sweep.json").read_text())

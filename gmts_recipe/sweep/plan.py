@@ -163,6 +163,16 @@ class _History:
             self._ancestor[sha] = _git(self.root, "merge-base", "--is-ancestor", first, sha).returncode == 0
         return self._ancestor[sha]
 
+    def origins(self, folder: Path, rel: str) -> list[str]:
+        """The folders (relative) a sweep's cells were first committed in, where git followed one of them there by
+        rename (a sweep folder moved keeps its history: its first cell is the one first committed elsewhere)."""
+        tracked = _git(self.root, "ls-files", "--", f"{rel}/*/results.json").stdout.split()
+        if not tracked:
+            return []
+        first = sorted(tracked)[0]
+        names = _git(self.root, "log", "--follow", "--format=", "--name-only", "--", first).stdout.split()
+        return [str(Path(names[-1]).parent.parent.as_posix())] if names and names[-1] != first else []
+
     def dirty(self, rel: str) -> list[str]:
         """Paths under `rel` that differ from HEAD or that git does not track (ignored files aside)."""
         out = _git(self.root, "status", "--porcelain", "--untracked-files=all", "--", rel).stdout
@@ -179,10 +189,11 @@ def _versions_since(history: _History, paths: list[str], cell_commits: list[str]
     return list(dict.fromkeys(out))
 
 
-def _history_lines(where: str, history: _History, plan: dict, paths: list[str], cells: str, rel: str,
+def _history_lines(where: str, history: _History, plan: dict, paths: list[str], folders: list[str], rel: str,
                    last: str) -> list[str]:
-    """The plan against every version of it from the sweep's first cell on (`growth`), whichever path held it."""
-    cell_commits = list(reversed(history.commits("--diff-filter=A", "--", f"{cells}/*/results.json")))
+    """The plan against every version of it from the sweep's first cell on (`growth`), whichever path held it; the
+    cells are those of `folders` (the sweep's folder, then any it was moved from)."""
+    cell_commits = list(reversed(history.commits("--diff-filter=A", "--", *(f"{f}/*/results.json" for f in folders))))
     if not cell_commits:
         return [f"Plan: {rel} as committed (last changed {last}); no cell of it is committed yet."]
     first = cell_commits[0]
@@ -237,8 +248,11 @@ def check(sweep_path: Path, summary: dict) -> list[str]:
     plan = _mapping(grid_text)
     if plan is None:
         raise SweepError(f"{where}: grid.yaml is not a YAML mapping")
-    paths = list(dict.fromkeys([f"{cells}/grid.yaml", f"configs/sweeps/{summary['name']}.yaml", rel]))
-    return _history_lines(where, _History(root), plan, paths, cells, rel, last)
+    history = _History(root)
+    folders = list(dict.fromkeys([cells, *history.origins(folder, cells)]))
+    paths = list(dict.fromkeys([*(f"{f}/grid.yaml" for f in folders), f"configs/sweeps/{summary['name']}.yaml",
+                                *(f"configs/sweeps/{Path(f).name}.yaml" for f in folders[1:]), rel]))
+    return _history_lines(where, history, plan, paths, folders, rel, last)
 
 
 CARDS = {"NVIDIA H100 80GB HBM3": "H100", "NVIDIA H200": "H200"}  # the name torch reports: the card a plan names
