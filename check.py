@@ -50,6 +50,13 @@ with --allow-unsampled, marked not re-scored). Nothing here shows that the texts
 takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat"). Provenance (each arm's commit,
 uncommitted changes, times, host, GPUs, library versions, execution options) is printed as recorded, not verified.
 
+A sweep.json is held against its plan before any cell is read (gmts_recipe.sweep.plan): grid.yaml is the committed
+plan, and every version git holds of it from the sweep's first cell on, under whatever name, is contained in it (a plan
+only grows: new blocks, seeds, arms, variants, a rule not there yet; never a rule, a variant's settings or a planned run
+changed or dropped); a sequential plan agrees with its design file (recorded fields: the simulation is not rerun), the
+test it continues is read as committed, and each new seed's arms ran on one card the plan names, by its exact name.
+Then the summary is recomputed from every cell and every cell's samples re-scored. Run from any directory.
+
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz
 and ETS-nz vs ETS):
@@ -140,17 +147,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_sweep(args) -> int:
-    """check.py on a sweep.json: the summary recomputed from every cell, every cell's samples re-scored, the plan
-    held against git; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
+    """check.py on a sweep.json: the plan held against git (its history, a sequential plan's design, continued test
+    and cards), then the summary recomputed from every cell and every cell's samples re-scored; the tables, then the
+    lines (to stderr with --markdown, whose output is the tables alone)."""
     if args.show is not None:
         print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
               f"results.json)", file=sys.stderr)
         return 2
     width = None if args.markdown else output_width()
-    try:
+    try:  # the plan first (git, seconds): a plan that moved is refused before its cells are read
+        planned = plan_report(Path(args.results))
         summary = sweep_summary.verify(args.results)
         report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled)
-        planned = plan_report(Path(args.results), summary)
     except (ResultsError, SweepError) as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2

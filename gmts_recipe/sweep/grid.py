@@ -53,6 +53,12 @@ class Grid:
     primary: dict | None = None  # the analysis plan's one primary test (PRIMARY_KEYS), fixed before its cells ran
     secondary: list[dict] = field(default_factory=list)  # its secondary comparisons (SECONDARY_KEYS): intervals only
     sequential: dict | None = None  # a planned test's sequential continuation (SEQUENTIAL_KEYS), fixed before its seeds
+    base: Path = field(default_factory=Path)  # where the file's relative paths (config, continues, design) lie
+
+    def path(self, name: str) -> Path:
+        """A path the grid names (its config, the test it continues, its design file), as a file: relative paths are
+        the repository's, found from the grid file's folder whatever the current directory."""
+        return self.base / name
 
     def jobs_in_order(self, only: str | None = None) -> list[tuple[Cell, str]]:
         """Every (cell, arm) in the grid's order (block by block, seed-major), each once even when blocks share it."""
@@ -191,7 +197,7 @@ def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
     finite = [k for k, v in numbers.items() if not math.isfinite(v)]
     if finite:
         raise SweepError(f"{where}: {', '.join(finite)} must be finite")
-    continued = load_grid(out["continues"])
+    continued = load_grid(grid.path(out["continues"]))
     c = continued.primary
     if c is None:
         raise SweepError(f"{where}: continues {out['continues']}, which has no primary test")
@@ -220,6 +226,17 @@ def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
     return out
 
 
+def base_of(grid_path: Path, config: str) -> Path:
+    """The folder a grid's relative paths start from: the nearest folder above the grid file that holds its config
+    (the repository's top for configs/sweeps/X.yaml and results/X/grid.yaml alike), else the current directory (a
+    grid kept elsewhere, run from the repository). check.py on a sweep thereby reads the same files from anywhere."""
+    if config and not Path(config).is_absolute():
+        for folder in grid_path.resolve().parents:
+            if (folder / config).is_file():
+                return folder
+    return Path()
+
+
 def load_grid(path: str | Path) -> Grid:
     """Read and check a sweep file; every mistake is a one-line SweepError."""
     p = Path(path)
@@ -233,8 +250,8 @@ def load_grid(path: str | Path) -> Grid:
                          f"blocks, variants, primary, secondary, sequential")
     grid = Grid(name=str(raw.get("name", p.stem)), config=str(raw.get("config", "")),
                 results_dir=str(raw.get("results_dir", "results")), blocks=list(raw.get("blocks") or []),
-                variants=dict(raw.get("variants") or {}))
-    if not Path(grid.config).is_file():
+                variants=dict(raw.get("variants") or {}), base=base_of(p, str(raw.get("config", ""))))
+    if not grid.path(grid.config).is_file():
         raise SweepError(f"{p}: config {grid.config!r} not found")
     if not grid.blocks:
         raise SweepError(f"{p}: no blocks")

@@ -1,23 +1,45 @@
-"""A sweep's plan, held against git: the grid file a sweep.json was made from must be the committed plan, its decision
-rules (primary, secondary, sequential) never changed once a cell of the sweep was committed, and every planned cell
-present or named as missing.
+"""A sweep's plan, held against git: the grid file a sweep.json was made from must be the committed plan, the plan its
+first cell ran under only grown since (whatever file holds it now), a sequential plan the one its design file and the
+test it continues say, and every planned cell present or named as missing.
 
 sweep.py records the plan beside the summary (`record`: the grid file's path in the repository, its SHA-256 and the
-commit it was last changed in); check.py (`check`) compares the sweep folder's grid.yaml with that record and, where the
-repository is at hand, with git: the file at HEAD and at the recorded commit, and the history of its decision rules
-against the commits that added the sweep's cells. Without a repository only the SHA-256 can be compared, and
-check.py says so. A summary that records no plan names its plan by convention
-(configs/sweeps/<name>.yaml) and is held against git the same way.
+commit it was last changed in); check.py (`report`, before any cell is read) compares the sweep folder's grid.yaml
+with that record and, where the repository is at hand, with git:
+
+- the file at HEAD and at the recorded commit;
+- the plan's history, by content rather than by name: every version of the plan that git holds from the sweep's first
+  cell on (the sweep folder's grid.yaml, configs/sweeps/<name>.yaml and the recorded file, at each commit that added a
+  cell and at each later commit that changed one of them) must be contained in the plan as it stands (`growth`). A
+  plan grows only by what adds runs without touching a run already made or a rule already read: new blocks, new
+  seeds, arms or learning rates in a block, new variants, and a decision rule that was not there yet (reported with
+  its fixed_on). Its name, config and results_dir, a variant's settings, every planned (variant, learning rate, seed,
+  arm) and every decision rule once present (primary, secondary, sequential: thresholds, seeds, looks, boundaries)
+  never change. A plan renamed, copied into the sweep folder or committed under a new name is held against the same
+  history, so an edit cannot start a history of its own;
+- a sequential plan (`sequential_lines`): the test it continues (its plan file and its sweep folder) exactly as
+  committed, its plan file as at the extension plan's recorded commit, its sweep passing these same checks (look 0 is
+  that test as committed, never an edit in the working tree); its design file committed and unchanged since the
+  first cell, and agreeing with the plan (`design_problem`); each counted seed's arms on one card the plan names,
+  by the exact name the card reports (`card_problem`).
+
+Without a repository only the SHA-256 (and the design file and cards, which need no git) can be compared, and check.py
+says so. A summary that records no plan names its plan by convention (configs/sweeps/<name>.yaml) and is held against
+git the same way. Every disagreement is one SweepError line naming the file and what differs.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
+import math
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import yaml
 
+from gmts_recipe import sequential
 from gmts_recipe.sweep.grid import SweepError
 
 RULES = ("primary", "secondary", "sequential")  # the keys whose content decides; blocks only say what runs
@@ -57,33 +79,143 @@ def record(grid_path: str | Path) -> dict:
     return {"file": str(grid_path), "sha256": sha256(text), "commit": None}
 
 
-def _rules(text: str) -> dict:
-    raw = yaml.safe_load(text) or {}
-    return {k: raw.get(k) for k in RULES} if isinstance(raw, dict) else {}
+@functools.lru_cache(maxsize=256)
+def _mapping(text: str | None) -> dict | None:
+    """A plan's YAML as a mapping (None: no such file then, or not a mapping: it never ran a cell); each text parsed
+    once (a plan's versions repeat over the commits that added cells). Read only: the mapping is shared."""
+    if text is None:
+        return None
+    try:
+        raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return None
+    return raw if isinstance(raw, dict) else None
 
 
-def _first_cell_commit(root: Path, folder: str) -> str | None:
-    """The oldest commit that added a results.json of a cell in `folder` (relative to the repository)."""
-    log = _git(root, "log", "--diff-filter=A", "--format=%H", "--", f"{folder}/*/results.json").stdout.split()
-    return log[-1] if log else None
+def _jobs(raw: dict) -> dict[tuple[str, float, int, str], str]:
+    """Every (variant, learning rate, seed, arm) a plan's blocks run, each with its block's name."""
+    out: dict = {}
+    for block in raw.get("blocks") or []:
+        try:
+            for seed in block["seeds"]:
+                for lr in block["learning_rates"]:
+                    for arm in block["arms"]:
+                        out.setdefault((str(block.get("variant", "paper")), float(lr), int(seed), str(arm)),
+                                       str(block.get("name", "?")))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # a block no loader accepts ran nothing
+    return out
 
 
-def _rule_history(root: Path, rel: str, first_cell: str) -> tuple[list[str], list[str]]:
-    """How the decision rules of the plan file `rel` moved once a cell was committed (the first cell commit an ancestor
-    of the change): the changes, each one line naming the commit and the rule (refused), and the rules added then (the
-    plan's own fixed_on says when; reported)."""
-    commits = _git(root, "log", "--reverse", "--format=%H", "--", rel).stdout.split()
-    changed, added, before = [], [], None
-    for sha in commits:
-        rules = _rules(_git(root, "show", f"{sha}:{rel}").stdout)
-        if before is not None and _git(root, "merge-base", "--is-ancestor", first_cell, sha).returncode == 0:
-            for k in RULES:
-                if before.get(k) is not None and rules.get(k) != before.get(k):
-                    changed.append(f"{sha[:10]} changed its {k} after the sweep's first cell ({first_cell[:10]})")
-                elif before.get(k) is None and rules.get(k) is not None:
-                    added.append(k)
-        before = rules
-    return changed, added
+def _differing(before, after) -> str:
+    """The keys of a rule that differ, for the refusal's line (the whole rule where it is not a mapping)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = [k for k in dict.fromkeys([*before, *after]) if before.get(k) != after.get(k)]
+        return ", ".join(map(str, keys))
+    return "its content"
+
+
+def growth(before: dict, after: dict) -> tuple[str, str] | None:
+    """Why the plan `after` is not the plan `before` grown as a plan may grow, as (what changed, how), None where it
+    is. Grown: the same name, config and results_dir; every variant `before` defines with the same settings (its
+    cells computed with them); every (variant, learning rate, seed, arm) `before` plans still planned (no cell, seed
+    or arm dropped: a result one dislikes cannot leave with its seed); every decision rule `before` has unchanged
+    (primary, secondary, sequential: read once cells ran; a threshold, seed, look or boundary moved after the fact
+    decides another question). New blocks, seeds, arms, learning rates, variants and rules are allowed: they add
+    runs, or a rule not yet read (reported with its fixed_on)."""
+    for key in RULES:
+        if before.get(key) is not None and after.get(key) != before.get(key):
+            return f"changed its {key}", f"{_differing(before[key], after.get(key) or {})} differ"
+    for key in ("name", "config", "results_dir"):
+        if before.get(key) != after.get(key):
+            return f"changed its {key}", f"{before.get(key)!r} became {after.get(key)!r}"
+    was, now = before.get("variants") or {}, after.get("variants") or {}
+    changed = [v for v in was if now.get(v) != was[v]]
+    if changed:
+        return f"changed variant {changed[0]!r}", f"{_differing(was[changed[0]], now.get(changed[0]) or {})} differ"
+    planned, kept = _jobs(before), _jobs(after)
+    dropped = [job for job in planned if job not in kept]
+    if dropped:
+        seeds = sorted({s for _, _, s, _ in dropped})
+        blocks = sorted({planned[job] for job in dropped})
+        return (f"dropped {len(dropped)} planned run(s)", f"seed(s) {', '.join(map(str, seeds[:8]))}"
+                f"{' ...' if len(seeds) > 8 else ''} of block(s) {', '.join(blocks)}")
+    return None
+
+
+class _History:
+    """Files as git holds them at given commits, each read once."""
+
+    def __init__(self, root: Path):
+        self.root, self._texts, self._ancestor = root, {}, {}
+
+    def text(self, commit: str, rel: str) -> str | None:
+        if (commit, rel) not in self._texts:
+            out = _git(self.root, "show", f"{commit}:{rel}")
+            self._texts[(commit, rel)] = out.stdout if out.returncode == 0 else None
+        return self._texts[(commit, rel)]
+
+    def commits(self, *args: str) -> list[str]:
+        return _git(self.root, "log", "--format=%H", *args).stdout.split()
+
+    def descends(self, first: str, sha: str) -> bool:
+        if sha not in self._ancestor:
+            self._ancestor[sha] = _git(self.root, "merge-base", "--is-ancestor", first, sha).returncode == 0
+        return self._ancestor[sha]
+
+    def origins(self, folder: Path, rel: str) -> list[str]:
+        """The folders (relative) a sweep's cells were first committed in, where git followed one of them there by
+        rename (a sweep folder moved keeps its history: its first cell is the one first committed elsewhere)."""
+        tracked = _git(self.root, "ls-files", "--", f"{rel}/*/results.json").stdout.split()
+        if not tracked:
+            return []
+        first = sorted(tracked)[0]
+        names = _git(self.root, "log", "--follow", "--format=", "--name-only", "--", first).stdout.split()
+        return [str(Path(names[-1]).parent.parent.as_posix())] if names and names[-1] != first else []
+
+    def dirty(self, rel: str) -> list[str]:
+        """Paths under `rel` that differ from HEAD or that git does not track (ignored files aside)."""
+        out = _git(self.root, "status", "--porcelain", "--untracked-files=all", "--", rel).stdout
+        return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def _versions_since(history: _History, paths: list[str], cell_commits: list[str]) -> list[tuple[str, str]]:
+    """(path, commit) of every plan version that counts once the first cell was committed: each path at each commit
+    that added a cell, then at each later commit that changed it (the first cell's commit an ancestor)."""
+    first = cell_commits[0]
+    out = [(rel, c) for c in cell_commits for rel in paths]
+    for rel in paths:
+        out += [(rel, c) for c in reversed(history.commits("--", rel)) if history.descends(first, c)]
+    return list(dict.fromkeys(out))
+
+
+def _history_lines(where: str, history: _History, plan: dict, paths: list[str], folders: list[str], rel: str,
+                   last: str) -> list[str]:
+    """The plan against every version of it from the sweep's first cell on (`growth`), whichever path held it; the
+    cells are those of `folders` (the sweep's folder, then any it was moved from)."""
+    cell_commits = list(reversed(history.commits("--diff-filter=A", "--", *(f"{f}/*/results.json" for f in folders))))
+    if not cell_commits:
+        return [f"Plan: {rel} as committed (last changed {last}); no cell of it is committed yet."]
+    first = cell_commits[0]
+    at_first = {p: _mapping(history.text(first, p)) for p in paths}
+    at_first = {p: m for p, m in at_first.items() if m is not None}
+    if not at_first:
+        raise SweepError(f"{where}: no plan committed with or before the sweep's first cell ({first[:10]}: none of "
+                         f"{', '.join(paths)})")
+    for path, commit in _versions_since(history, paths, cell_commits):
+        before = _mapping(history.text(commit, path))
+        reason = None if before is None else growth(before, plan)
+        if reason:
+            raise SweepError(f"{where}: {reason[0]} after the sweep's first cell ({first[:10]}): {reason[1]}, against "
+                             f"{path} at {commit[:10]}; a plan only grows (new blocks, seeds, arms, learning rates, "
+                             f"variants, rules)")
+    order = ("before" if _git(history.root, "merge-base", "--is-ancestor", last.split()[0], first).returncode == 0
+             else "after")
+    added = [k for k in RULES if plan.get(k) is not None and all(m.get(k) is None for m in at_first.values())]
+    rules = (f"its {' and '.join(added)} added after that cell (the plan's fixed_on says when), unchanged since"
+             if added else "its decision rules unchanged since that cell")
+    return [f"Plan: {rel} as committed (last changed {last}, {order} the first of its cells was committed, "
+            f"{first[:10]}); {rules}."]
 
 
 def check(sweep_path: Path, summary: dict) -> list[str]:
@@ -113,18 +245,146 @@ def check(sweep_path: Path, summary: dict) -> list[str]:
         cells = folder.resolve().relative_to(root).as_posix()
     except ValueError:  # the sweep folder lies outside the plan's repository
         return [f"Plan: {rel} as committed (last changed {last}); its cells are outside the repository."]
-    first = _first_cell_commit(root, cells)
-    if first is None:
-        return [f"Plan: {rel} as committed (last changed {last}); no cell of it is committed yet."]
-    changed, added = _rule_history(root, rel, first)
-    if changed:
-        raise SweepError(f"{where}: {changed[0]}")
-    order = ("before" if _git(root, "merge-base", "--is-ancestor", last.split()[0], first).returncode == 0
-             else "after")
-    rules = (f"its {' and '.join(added)} added after that cell (the plan's fixed_on says when), unchanged since"
-             if added else "its decision rules unchanged since that cell")
-    return [f"Plan: {rel} as committed (last changed {last}, {order} the first of its cells was committed, "
-            f"{first[:10]}); {rules}."]
+    plan = _mapping(grid_text)
+    if plan is None:
+        raise SweepError(f"{where}: grid.yaml is not a YAML mapping")
+    history = _History(root)
+    folders = list(dict.fromkeys([cells, *history.origins(folder, cells)]))
+    paths = list(dict.fromkeys([*(f"{f}/grid.yaml" for f in folders), f"configs/sweeps/{summary['name']}.yaml",
+                                *(f"configs/sweeps/{Path(f).name}.yaml" for f in folders[1:]), rel]))
+    return _history_lines(where, history, plan, paths, folders, rel, last)
+
+
+CARDS = {"NVIDIA H100 80GB HBM3": "H100", "NVIDIA H200": "H200"}  # the name torch reports: the card a plan names
+
+
+def card_problem(allowed: list[str], cell_cards: dict[str, list[str]]) -> str | None:
+    """Why the counted seeds' cards break a sequential plan's `cards` (None: they do not). A seed's two arms ran on
+    one card (its delta is one card's, never a difference between cards), and that card is one the plan names: the
+    recorded name (torch.cuda.get_device_name) itself, or the card type CARDS maps that exact name to. No substring:
+    an "NVIDIA GH200 480GB" is no H200, an A100 beside an H100 no H100."""
+    for seed, names in cell_cards.items():
+        if len(names) != 1:
+            return (f"seed {seed}'s arms ran on {len(names)} cards ({', '.join(names) or 'none recorded'}): both arms "
+                    f"of a seed run on one card")
+        if names[0] not in allowed and CARDS.get(names[0]) not in allowed:
+            known = "; ".join(f"{CARDS[n]}: {n}" for n in CARDS if CARDS[n] in allowed)
+            return (f"seed {seed} ran on {names[0]!r}, not a card the plan names ({', '.join(allowed)}; recorded as "
+                    f"{known or 'no known name'})")
+    return None
+
+
+def design_problem(spec: dict, design: dict) -> str | None:
+    """Why a sequential plan and its design file disagree (None: they agree), from the fields the design records:
+    the plan's critical values are the design's; the design's simulation settings, error and looks are the plan's,
+    the looks led by the continued test's seed count; its first look's critical value is that test's t quantile; its
+    observed first stage (seeds, mean, SD, decision) is the continued test's per-seed deltas as the cells give them;
+    each adopted critical value is the larger of its direction's simulated boundaries rounded up to 2 decimals; and
+    every error it records stays within the plan's error per direction. What is not recomputed here: that the
+    boundaries are what the simulation yields from its seed (4 million paths; `python -m gmts_recipe.sweep.design
+    PLAN --out FILE` writes the file again, bit for bit, and tests/test_sequential.py does so)."""
+    n = len(spec["continued_seeds"])
+    observed = [100 * v for v in spec["per_seed"][:n]]
+    try:
+        c0 = sequential.first_critical(n)
+        first = sequential.look(observed, c0, c0, spec["reproduced_above_points"], spec["refuted_below_points"])
+        sd = float(np.std(observed, ddof=1))
+        checks = [
+            ("critical", design["critical"] == spec["critical"], f"{spec['critical']} in the plan"),
+            ("simulation", design["simulation"] == spec["simulation"], f"{spec['simulation']} in the plan"),
+            ("error_per_direction", design["error_per_direction"] == spec["error_per_direction"],
+             f"{spec['error_per_direction']} in the plan"),
+            ("looks", design["looks"] == [n, *spec["looks"]], f"{[n, *spec['looks']]} by the plan"),
+            ("first_critical", math.isclose(design["first_critical"], c0, rel_tol=1e-9), f"t quantile {c0:.4f}"),
+            ("observed", design["observed"]["seeds"] == n and math.isclose(design["observed"]["mean"], first["mean"],
+                                                                           rel_tol=1e-9, abs_tol=1e-12)
+             and math.isclose(design["observed"]["sd"], sd, rel_tol=1e-9)
+             and design["observed"]["decision"] == first["decision"],
+             f"the continued test's {n} deltas: mean {first['mean']:+.4f}, SD {sd:.4f}"),
+        ]
+        for direction, found in design["boundaries"].items():
+            adopted = math.ceil(max(found.values()) * 100) / 100
+            checks.append((f"critical.{direction}", design["critical"][direction] == adopted,
+                           f"{adopted} from its boundaries {found}"))
+        worst = max(e for per in design["errors"].values() for e in per.values())
+        checks.append(("errors", worst <= spec["error_per_direction"],
+                       f"at most {spec['error_per_direction']} per direction"))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return f"cannot be read as a design ({type(e).__name__}: {e})"
+    bad = [(field, expected) for field, ok, expected in checks if not ok]
+    if bad:
+        field, expected = bad[0]
+        return f"{field} {design.get(field.split('.')[0])} disagrees ({expected})"
+    return None
+
+
+def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
+    """A sequential plan's own checks (see the module's docstring): the test it continues as committed, its design
+    file, its cards. Each disagreement one SweepError line; returns the lines to print."""
+    spec, folder = summary["sequential"], sweep_path.parent
+    where = f"{sweep_path}: sequential"
+    problem = card_problem(spec["cards"], spec["cell_cards"])
+    if problem:
+        raise SweepError(f"{where}: cards: {problem}")
+    design_path = grid.path(spec["design"])
+    try:
+        design_text = design_path.read_text(encoding="utf-8")
+        design = json.loads(design_text)
+    except (OSError, ValueError):
+        raise SweepError(f"{where}: design file {spec['design']} is missing or not JSON") from None
+    problem = design_problem(spec, design)
+    if problem:
+        raise SweepError(f"{where}: the design file {spec['design']}: {problem}")
+    root = repository(folder)
+    if root is None:
+        return [f"Sequential plan: its design file agrees with it (recorded fields; the simulation is not rerun); "
+                f"the continued test {spec['continues']} not compared with git (no repository at hand)."]
+    history = _History(root)
+    rel = lambda p: Path(p).resolve().relative_to(root.resolve()).as_posix()  # noqa: E731
+    try:
+        design_rel, continued_rel = rel(design_path), rel(grid.path(spec["continues"]))
+        continued_plan = _mapping(grid.path(spec["continues"]).read_text(encoding="utf-8")) or {}
+        continued_folder = folder.parent / str(continued_plan.get("name", Path(spec["continues"]).stem))
+        continued_cells = rel(continued_folder)
+    except (ValueError, OSError):
+        raise SweepError(f"{where}: the design file, the continued test's plan and its cells must lie in the "
+                         f"repository of {sweep_path}") from None
+    if history.text("HEAD", design_rel) != design_text:
+        raise SweepError(f"{where}: the design file {design_rel} differs from the committed one (git show "
+                         f"HEAD:{design_rel})")
+    cells = folder.resolve().relative_to(root.resolve()).as_posix()
+    cell_commits = list(reversed(history.commits("--diff-filter=A", "--", f"{cells}/*/results.json")))
+    if cell_commits:
+        for path, commit in _versions_since(history, [design_rel], cell_commits):
+            try:
+                then = None if (text := history.text(commit, path)) is None else json.loads(text)
+            except ValueError:
+                then = text  # not JSON then: not this design either
+            if then is not None and then != design:
+                raise SweepError(f"{where}: the design file {design_rel} at {commit[:10]} is not the one of the "
+                                 f"sweep's first cell ({cell_commits[0][:10]}): a design never changes once cells ran")
+    if _mapping(history.text("HEAD", continued_rel)) != continued_plan:
+        raise SweepError(f"{where}: {continued_rel}, the test it continues, differs from its committed plan (git show "
+                         f"HEAD:{continued_rel}): look 0 is that test as committed")
+    recorded = (summary.get("plan") or {}).get("commit")
+    if recorded is not None and _mapping(history.text(recorded, continued_rel)) != continued_plan:
+        raise SweepError(f"{where}: {continued_rel} is not the plan it continued at the plan's commit "
+                         f"({recorded[:10]}): look 0 is that test as the plan was fixed")
+    dirty = history.dirty(continued_cells)
+    if dirty:
+        raise SweepError(f"{where}: {continued_cells}, the test it continues, has {len(dirty)} file(s) that differ "
+                         f"from HEAD or are not committed (e.g. {dirty[0]}): look 0 reads its cells as committed")
+    lines = [f"Sequential plan: its design file {design_rel} as committed agrees with it (critical values, simulation "
+             f"settings, looks, the first stage; the simulation itself is not rerun); "
+             + (f"{len(spec['cell_cards'])} new seed(s), each on one card it names." if spec["cell_cards"]
+                else "no new seed counted yet.")]
+    continued_sweep = continued_folder / "sweep.json"
+    said = f"Look 0: {continued_rel} and {continued_cells} as committed"
+    if continued_sweep.is_file():  # that sweep's own plan checks (its history, stray cells), without its cells
+        inner = report(continued_sweep)[0]
+        said += f"; its plan: {inner.removeprefix('Plan: ')}"
+    lines.append(said + ("" if said.endswith(".") else "."))
+    return lines
 
 
 def missing_cells(summary: dict, planned: list[str]) -> list[str]:
@@ -139,13 +399,25 @@ def stray_cells(folder: Path, planned: list[str]) -> list[str]:
     return sorted(p.parent.name for p in folder.glob("*/results.json") if p.parent.name not in set(planned))
 
 
-def report(sweep_path: Path, summary: dict) -> list[str]:
-    """check.py's lines on a verified sweep's plan: `check`, then the planned cells that have not run (named, never
-    silently left out) and a refusal for a cell folder the plan does not list."""
+def report(sweep_path: Path, summary: dict | None = None) -> list[str]:
+    """check.py's lines on a sweep's plan, before any of its cells is read (`summary`: sweep.json as read, or read
+    here with its digest compared): `check`, then a refusal for a cell folder the plan does not list, the planned
+    cells that have not run (named, never silently left out), and a sequential plan's own checks."""
     from gmts_recipe.sweep.grid import load_grid
+    from gmts_recipe.sweep.summary import digest
 
+    if summary is None:
+        try:
+            summary = json.loads(sweep_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise SweepError(f"{sweep_path}: not a readable sweep summary (JSON)") from None
+        if not isinstance(summary, dict) or summary.get("digest") != digest(summary):
+            raise SweepError(f"{sweep_path}: digest mismatch: the file was edited after sweep.py wrote it")
+    if not (sweep_path.parent / "grid.yaml").is_file():
+        raise SweepError(f"{sweep_path}: the grid it was made from ({sweep_path.parent / 'grid.yaml'}) is missing")
     lines = check(sweep_path, summary)
-    planned = [cell.name for cell in load_grid(sweep_path.parent / "grid.yaml").cells()]
+    grid = load_grid(sweep_path.parent / "grid.yaml")
+    planned = [cell.name for cell in grid.cells()]
     stray = stray_cells(sweep_path.parent, planned)
     if stray:
         raise SweepError(f"{sweep_path}: cell folder(s) the plan does not list: {', '.join(stray[:5])}")
@@ -153,4 +425,6 @@ def report(sweep_path: Path, summary: dict) -> list[str]:
     lines.append(f"Planned cells: {len(planned) - len(missing)} of {len(planned)} have a results file"
                  + (f"; not yet: {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more." if len(missing) > 3
                                                              else ".") if missing else "."))
+    if summary.get("sequential"):
+        lines += sequential_lines(sweep_path, summary, grid)
     return lines

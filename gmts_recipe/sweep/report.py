@@ -9,7 +9,7 @@ from gmts_recipe.records import write_json
 from gmts_recipe.stats import signed
 from gmts_recipe.tables import fit_table, fit_text
 from gmts_recipe.sweep.grid import Grid
-from gmts_recipe.sweep.plan import record as plan_record
+from gmts_recipe.sweep.plan import card_problem, record as plan_record
 from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, summarize, with_plan
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
 
@@ -79,7 +79,7 @@ def sequential_parts(q: dict) -> dict:
     notes = []
     if q["seeds_waiting"]:
         notes.append(f"Seeds run out of order, waiting for an earlier one: {', '.join(map(str, q['seeds_waiting']))}.")
-    off = {s: c for s, c in q["cell_cards"].items() if not any(a in " ".join(c) for a in q["cards"])}
+    off = {s: c for s, c in q["cell_cards"].items() if card_problem(q["cards"], {s: c})}  # as check.py reads them
     if off:
         notes.append("Cells on a card the plan does not name: " + "; ".join(f"seed {s} {', '.join(c)}"
                                                                           for s, c in off.items()) + ".")

@@ -158,7 +158,7 @@ def continued_test(grid: Grid) -> dict:
     results_dir): it must be complete, since its seeds are the first look."""
     from gmts_recipe.sweep.grid import load_grid
 
-    continued = load_grid(grid.sequential["continues"])
+    continued = load_grid(grid.path(grid.sequential["continues"]))
     continued.results_dir = grid.results_dir
     primary = summarize(continued).get("primary")
     if primary is None or len(primary["seeds_done"]) != len(primary["seeds"]):
@@ -173,7 +173,7 @@ def seed_minutes(grid: Grid) -> float | None:
     sequential plan costs."""
     from gmts_recipe.sweep.grid import load_grid
 
-    continued = load_grid(grid.sequential["continues"])
+    continued = load_grid(grid.path(grid.sequential["continues"]))
     arms = grid.sequential["comparison"].split(" - ")
     per_seed = []
     for cell in continued.cells():
