@@ -40,7 +40,7 @@ def run(tiny, tmp_path_factory):
     model, data = tiny
     runs = tmp_path_factory.mktemp("runs")
     argv = ["--arm", "all", "--config", "configs/math.yaml", "--results_dir", str(runs), "--model_name_or_path",
-            model, "--math_path", str(data), "--base_eval_seeds", "0", *TINY_SLICE]
+            model, "--math_path", str(data), "--base_eval_seeds", "0", "1", *TINY_SLICE]
     assert recipe.main(argv) == 0
     return runs, data
 
@@ -54,7 +54,7 @@ def test_a_math_run_holds_math500_and_minerva_apart_both_verified(run, capsys):
     assert set(main["arms"]) == set(apart["arms"]) == {"grpo", "ets", "gmts"}
     for results in (main, apart):
         evals = [*results["base"]["evals"], *(entry["eval"] for entry in results["arms"].values())]
-        assert [ev["samples"]["reward"] for ev in evals] == [REWARD_NAME] * 4
+        assert [ev["samples"]["reward"] for ev in evals] == [REWARD_NAME] * 5
     for arm in ("grpo", "ets", "gmts"):  # each the same trained arm, evaluated on both sets
         assert apart["arms"][arm]["train_log"] == main["arms"][arm]["train_log"]
     capsys.readouterr()
