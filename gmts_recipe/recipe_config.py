@@ -154,7 +154,10 @@ class RecipeArgs:
                 "the rest); no effect without a GPU; unset: the whole card"})
 
     def __post_init__(self):
-        check_list_values(self)  # base_eval_seeds: ["0", "1"] (text) is one line here, not a TypeError at a comparison
+        """A script's RecipeArgs(...) refuses what parse would: a list of seeds holding text (one line, not a TypeError
+        at a comparison later), an evaluation temperature or system prompt that cannot give an honest pass@1."""
+        check_list_values(self)
+        check_evaluation_values(self)
 
 
 class RecipeError(Exception):
@@ -635,6 +638,27 @@ EVAL_TEMPERATURE_WHY = {
             "distribution"}
 
 
+def check_evaluation_values(recipe: RecipeArgs) -> None:
+    """ValueError, one line, for an evaluation setting that cannot give an honest pass@1: an eval_temperature of 0 or
+    below (greedy: every sample the same) or outside EVAL_TEMPERATURES, a system_prompt that reads like a mistyped
+    preset name (value_checks.prompt_name_problem). Run by RecipeArgs(...) itself and by check_recipe_values."""
+    temperature = recipe.eval_temperature
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):  # a string: check_values says so
+        if not temperature > 0:
+            raise ValueError(f"eval_temperature={temperature}: must be > 0 (pass@1 is over sampled answers; 0 would "
+                             f"be greedy decoding, every sample the same)")
+        low, high = EVAL_TEMPERATURES
+        if not low <= temperature <= high:
+            raise ValueError(f"eval_temperature={temperature}: must be in [{low}, {high}] ("
+                             f"{EVAL_TEMPERATURE_WHY['low' if temperature < low else 'high']})")
+    if isinstance(recipe.system_prompt, str):
+        from gmts_recipe.data import SYSTEM_PROMPTS
+
+        problem = prompt_name_problem(recipe.system_prompt, SYSTEM_PROMPTS)
+        if problem is not None:
+            raise ValueError(f"system_prompt={recipe.system_prompt!r} {problem}")
+
+
 def check_noise_floor_seeds(recipe: RecipeArgs) -> None:
     """A run's noise floor is the spread of its base evaluations over base_eval_seeds: with one seed it is 0 by
     construction (as with repeated seeds, check_recipe_values), and every difference would read as beyond it."""
@@ -659,19 +683,10 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
             raise RecipeError(f"{name}={value}: must be a positive count ({what})")
     if recipe.difficulty not in (0, 1, 2, 3):
         raise RecipeError(f"difficulty={recipe.difficulty}: must be 0, 1, 2 or 3")
-    if not recipe.eval_temperature > 0:
-        raise RecipeError(f"eval_temperature={recipe.eval_temperature}: must be > 0 (pass@1 is over sampled answers; "
-                          f"0 would be greedy decoding, every sample the same)")
-    low, high = EVAL_TEMPERATURES
-    if not low <= recipe.eval_temperature <= high:
-        raise RecipeError(f"eval_temperature={recipe.eval_temperature}: must be in [{low}, {high}] ("
-                          f"{EVAL_TEMPERATURE_WHY['low' if recipe.eval_temperature < low else 'high']})")
-    if recipe.system_prompt is not None:
-        from gmts_recipe.data import SYSTEM_PROMPTS
-
-        problem = prompt_name_problem(recipe.system_prompt, SYSTEM_PROMPTS)
-        if problem is not None:
-            raise RecipeError(f"system_prompt={recipe.system_prompt!r} {problem}")
+    try:
+        check_evaluation_values(recipe)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
     repeated = sorted({s for s in recipe.base_eval_seeds if recipe.base_eval_seeds.count(s) > 1})
     if repeated:
         raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds} repeats {', '.join(map(str, repeated))}: the base "

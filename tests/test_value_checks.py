@@ -278,13 +278,22 @@ def test_seeds_written_as_text_in_yaml_are_refused_in_one_line(tiny_config, tmp_
 
 
 def test_lists_of_numbers_are_checked_in_a_users_own_config_classes(tmp_path):
-    """RecipeArgs(...) and GMTSConfig(...) built in a script: a list of numbers holding text is one ValueError."""
+    """RecipeArgs(...) and GMTSConfig(...) built in a script: a list of numbers holding text is one ValueError; so are
+    RecipeArgs' evaluation temperature out of its range and a system prompt that reads like a mistyped preset."""
     with pytest.raises(ValueError, match=re.escape("base_eval_seeds=['0', '1']: must be a list of integers ('0' is "
                                                    "text: write it without quotes)")):
         RecipeArgs(base_eval_seeds=["0", "1"])
     with pytest.raises(ValueError, match=r"^base_eval_seeds=5: must be a list of integers$"):
         RecipeArgs(base_eval_seeds=5)
     assert RecipeArgs(base_eval_seeds=[0, 1]).base_eval_seeds == [0, 1]
+    with pytest.raises(ValueError, match=re.escape("eval_temperature=1e-30: must be in [0.05, 5.0] (below 0.05")):
+        RecipeArgs(eval_temperature=1e-30)
+    with pytest.raises(ValueError, match=re.escape("eval_temperature=0: must be > 0")):
+        RecipeArgs(eval_temperature=0)
+    with pytest.raises(ValueError, match=re.escape("system_prompt='two-examples' is no preset name but reads like "
+                                                   "two_examples")):
+        RecipeArgs(system_prompt="two-examples")
+    assert RecipeArgs(system_prompt="Solve", eval_temperature=0.7).system_prompt == "Solve"
     with pytest.raises(ValueError, match=re.escape("reward_weights=['1.0']: must be a list of numbers")):
         _gmts_config(tmp_path, reward_weights=["1.0"])
     with pytest.raises(ValueError, match=re.escape("reward_weights=[nan]: must be a list of numbers (finite)")):
