@@ -56,8 +56,8 @@ def fits(value: Any, hint: Any) -> bool:
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return isinstance(value, str) and value in {e.value for e in hint}
     if origin in (list, tuple) or hint in (list, tuple):
-        if isinstance(value, str):  # argparse converts a string default as one item: a list of it only for strings
-            return not args or args[0] is str
+        if isinstance(value, str):  # argparse converts a string default as one item: "7" becomes 7, not [7]
+            return not args or args[0] not in (int, float)
         return isinstance(value, list) and (not args or all(_item_fits(v, args[0]) for v in value))
     if origin is dict or hint is dict:
         return isinstance(value, dict)
