@@ -563,7 +563,8 @@ def evaluate_model(argv: list[str]) -> list[tuple[dict, Path]]:
     run_setup.quiet_known_warnings()
     config = args.config or (MATH_CONFIG if cli_values(fields).get("task") == "math" else DEFAULT_CONFIG)
     recipe, train, model_args, config_name = parse(
-        ["--config", config, *fields, "--model_name_or_path", target.base])
+        ["--config", config, *fields, "--model_name_or_path", target.base],
+        noise_floor=False)  # one model evaluated: one seed is a whole evaluation
     _hub_check(recipe, target)
     run_setup.deterministic_kernels(train)
     run_setup.cap_gpu_memory(recipe, train)

@@ -57,7 +57,9 @@ class GMTSTrainer(GRPOTrainer):
     process, the paper's; "group": each prompt's group; "microbatch": each loss microbatch). The args must be a
     GMTSConfig, none of a subclass's fields set (`config_class`): anything else is refused before the model loads.
     A subclass that makes the generation batch otherwise (FastGMTSTrainer) overrides `generate_and_score` and
-    `generation_entropy`.
+    `generation_entropy`; an entropy from elsewhere (FastGMTSTrainer's, recorded during generation) is the same
+    quantity in other rounding, so it keeps these tokens except where two scores lie within that rounding at the
+    threshold (tests/test_entropy_sources.py).
 
     What differs from `trl.GRPOTrainer` (TRL 1.16), and nothing else:
     - `__init__`: refuses what `check_selection_config` refuses, turns TRL's entropy-mask hook on

@@ -68,7 +68,7 @@ class GMTSConfig(GRPOConfig):
 SELECTION_FIELDS = [f for f in dataclasses.fields(GMTSConfig) if f.name in GMTSConfig.__annotations__]
 GMTSConfig.__doc__ = (
     "`GRPOConfig` plus the token-selection fields (defaults: GMTS, 20% of tokens, one threshold per batch). The speed "
-    "options, which change how a run executes and never which tokens it keeps, are FastGMTSConfig's "
+    "options, which change how a run executes and never the rule that keeps tokens, are FastGMTSConfig's "
     "(gmts_recipe/fast_config.py).\n\nSelection fields:\n" + field_docs(GMTSConfig, SELECTION_FIELDS))
 
 

@@ -1,5 +1,6 @@
 """FastGMTSConfig: GMTSConfig plus the speed options (speed_options.SpeedOptions), which change how a run generates
-and updates, never which tokens it keeps, and `selection_entropy_source`; and the checks that refuse a speed option
+and updates, never the rule that keeps tokens, and `selection_entropy_source` (the same entropy in other rounding,
+which can trade a token at the threshold: fast_trainer.py's docstring); and the checks that refuse a speed option
 where it cannot serve (`check_fast_config`: run when the config is built, and again by FastGMTSTrainer;
 `check_decode_loop_generation`, which needs the model: by FastGMTSTrainer). The trainer is fast_trainer.py's
 FastGMTSTrainer, which recipe.py builds; the method's own config and refusals are config.py's.
@@ -29,7 +30,10 @@ class FastGMTSConfig(SpeedOptions, GMTSConfig):
     selection_entropy_source: str = field(
         default="auto",
         metadata={"help": "'auto': entropy recorded while generating when exact, else from a scoring pass; "
-                          "'scoring_pass': always a fused no-grad pass (for benchmarks).",
+                          "'scoring_pass': always a fused no-grad pass, GMTSTrainer's (for benchmarks). The same "
+                          "entropy in other rounding: where two tokens' scores lie within it at the threshold they "
+                          "trade places (2 of 24 tiny float32 batches, one token each: tests/test_entropy_sources.py); "
+                          "'scoring_pass' keeps GMTSTrainer's tokens bit for bit.",
                   "choices": list(ENTROPY_SOURCES)},
     )
 
@@ -40,7 +44,9 @@ class FastGMTSConfig(SpeedOptions, GMTSConfig):
 
 FastGMTSConfig.__doc__ = (
     "GMTSConfig (`GRPOConfig` plus the token-selection fields), the speed options (gmts_recipe/speed_options.py) "
-    "and where the selection's entropy comes from: they change how a run executes, never which tokens it keeps."
+    "and where the selection's entropy comes from: they change how a run executes, never the rule that keeps tokens "
+    "(the same score, tie-break and count); other rounding of the entropy can trade two tokens whose scores lie "
+    "within it at the threshold (selection_entropy_source)."
     "\n\nSelection fields:\n"
     + field_docs(FastGMTSConfig, [*SELECTION_FIELDS, *(f for f in dataclasses.fields(FastGMTSConfig)
                                                        if f.name in FastGMTSConfig.__annotations__)])

@@ -1,6 +1,14 @@
 """FastGMTSTrainer: GMTSTrainer with the speed options (FastGMTSConfig, fast_config.py), which recipe.py builds. They
-change how GRPO generates and updates, never which tokens it selects: the same tokens, the same distribution, or other
-rounding. The code each option runs lives beside it: generation/fast.py (what generation runs inside),
+change how GRPO generates and updates, never the rule that selects (the same score, tie-break and count): the same
+tokens, the same distribution, or other rounding. Not always the same kept tokens: with its default entropy source
+(recorded during generation, below) the selection ranks on the entropy GMTSTrainer recomputes in a scoring pass, in
+other rounding (~6e-5 nats apart in float32 on the tiny model), so two tokens whose scores lie closer than that at the
+top-k threshold can trade places. Exact ties cannot: they are equal in both sources and broken alike. Measured on the
+CPU (tests/test_entropy_sources.py): 2 of 24 tiny float32 batches, 2 of 422 kept tokens (0.5%), each one token traded;
+an option that changes the rounding of generation (a bf16 kernel) can trade tokens the same way.
+`selection_entropy_source="scoring_pass"` keeps GMTSTrainer's tokens bit for bit; the committed runs ranked on the
+recorded entropy (results.json's entropy_source_used), which stays the default. The code each option runs lives
+beside it: generation/fast.py (what generation runs inside),
 generation/noise.py (the "counter" noise's keys), training_speed.py (what the update runs inside), determinism.py.
 
 What it puts around GMTSTrainer, each with what it changes:

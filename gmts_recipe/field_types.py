@@ -7,7 +7,9 @@ config class is built, and the first that does not fit its field is one line nam
 
 A value fits when argparse would turn it into the field's type, or when it already is one: a string is accepted
 wherever argparse converts strings (an int, a float, true/false), so YAML's `1e-4` (a string to PyYAML) passes.
-A list field also takes a bare string, as TRL passes one through (`lora_target_modules: all-linear`). A type this
+A list field of strings also takes a bare string, as TRL passes one through (`lora_target_modules: all-linear`); a list
+field's items are never converted (argparse converts a default that is a string, not the items of a list), so a list
+of numbers takes numbers only: `base_eval_seeds: ["0", "1"]` and `base_eval_seeds: "0"` are refused. A type this
 check does not know passes; the config classes check it when they are built.
 
 `field_docs`: the fields' help texts as the docstring of the config class that declares them (what `help()` shows).
@@ -54,12 +56,20 @@ def fits(value: Any, hint: Any) -> bool:
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return isinstance(value, str) and value in {e.value for e in hint}
     if origin in (list, tuple) or hint in (list, tuple):
-        if isinstance(value, str):
-            return True
-        return isinstance(value, list) and (not args or all(fits(v, args[0]) for v in value))
+        if isinstance(value, str):  # argparse converts a string default as one item: "7" becomes 7, not [7]
+            return not args or args[0] not in (int, float)
+        return isinstance(value, list) and (not args or all(_item_fits(v, args[0]) for v in value))
     if origin is dict or hint is dict:
         return isinstance(value, dict)
     return True  # a type this check does not know
+
+
+def _item_fits(value: Any, hint: Any) -> bool:
+    """Whether a list item from YAML is of type `hint` as it stands: argparse converts a string default, never the items
+    of a list one, so base_eval_seeds: ["0", "1"] would reach the run as strings."""
+    if hint in (int, float) and isinstance(value, str):
+        return False
+    return fits(value, hint)
 
 
 def describe(hint: Any) -> str:

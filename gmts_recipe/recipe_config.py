@@ -14,6 +14,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from gmts_recipe.records import BASE_EVAL_SEEDS, read_yaml_mapping
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
 from gmts_recipe.arms import ARMS, arms, learning_rate_fields
 from gmts_recipe.user_rules import RULES_HELP, RULES_HINT
-from gmts_recipe.value_checks import check_arm_list, check_values
+from gmts_recipe.value_checks import check_arm_list, check_list_values, check_values, prompt_name_problem
 
 if TYPE_CHECKING:  # annotations only: the config classes load with the libraries (config_parser)
     from gmts_recipe.fast_config import FastGMTSConfig
@@ -111,16 +112,19 @@ class RecipeArgs:
     task_seed: int = field(default=17, metadata={"help": "seed of the task choice (and of the generated task)"})
     system_prompt: str | None = field(default=None, metadata={
         "help": "system message: a preset of data.SYSTEM_PROMPTS (steps, example, two_examples, boxed) or literal text "
-                "(unset: steps; boxed for task math)"})
+                "(unset: steps; boxed for task math); a text of one or two words that reads like a preset's name "
+                "mistyped is refused (value_checks.prompt_name_problem)"})
     eval_samples: int = field(default=4, metadata={"help": "samples per held-out task (pass@1 over them)"})
     eval_max_new_tokens: int = field(default=256, metadata={"help": "completion budget at evaluation"})
-    eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature at evaluation"})
+    eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature at evaluation, in "
+                                                                   "[0.05, 5] (EVAL_TEMPERATURES)"})
     eval_batch_size: int = field(default=64, metadata={"help": "sequences per generate call at evaluation"})
     eval_fast: bool = field(default=True, metadata={
         "help": "evaluate with the adapter folded into the weights, and on a GPU with a static KV cache and compiled "
                 "decoding (the first evaluation compiles); the same sampler either way (eval.decoding_plan)"})
     base_eval_seeds: list[int] = field(default_factory=lambda: list(BASE_EVAL_SEEDS),
-                                       metadata={"help": "sampling seeds of the base evals; arms use the first"})
+                                       metadata={"help": "sampling seeds of the base evals, at least two (their "
+                                                         "spread is the noise floor); arms use the first"})
     save_minutes: float = field(default=5.0, metadata={
         "help": "also save a checkpoint when this many minutes passed since the last one (0: steps only), so an "
                 "interrupted run resumes (--resume) losing at most that much work"})
@@ -148,6 +152,12 @@ class RecipeArgs:
                 "fraction): a run that needs more stops with CUDA's out-of-memory error, so a config can be checked "
                 "against a smaller card (e.g. 44 for a 48 GB card: CUDA's context and the allocator's cache take "
                 "the rest); no effect without a GPU; unset: the whole card"})
+
+    def __post_init__(self):
+        """A script's RecipeArgs(...) refuses what parse would: a list of seeds holding text (one line, not a TypeError
+        at a comparison later), an evaluation temperature or system prompt that cannot give an honest pass@1."""
+        check_list_values(self)
+        check_evaluation_values(self)
 
 
 class RecipeError(Exception):
@@ -410,9 +420,11 @@ def _switched_on(field: str, config: dict, argv: list[str]) -> bool:
         return False
 
 
-def parse(argv: list[str], hub: bool = False):
+def parse(argv: list[str], hub: bool = False, noise_floor: bool = True):
     """(RecipeArgs, FastGMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides; `hub`: also
-    refuse a run that needs the Hugging Face Hub where it cannot be reached (check_hub)."""
+    refuse a run that needs the Hugging Face Hub where it cannot be reached (check_hub); `noise_floor`: the run
+    measures the noise floor from its base evaluations, so base_eval_seeds needs two seeds (recipe.py; eval.py, which
+    evaluates one model, passes False)."""
     _NOTES.clear()
     argv, config_path, config = _read_config(argv)
     known = known_field_names()
@@ -436,7 +448,10 @@ def parse(argv: list[str], hub: bool = False):
         if strings:  # a stray value (the keys were checked above)
             raise _unknown_key(_first_key(strings), where, allowed)
     recipe.set_fields = frozenset(set_fields - {"config"})
+    model.lora_target_modules = module_list(model.lora_target_modules)
     _check_parsed(recipe, train, model)
+    if noise_floor:
+        check_noise_floor_seeds(recipe)
     if recipe.task == "math" and recipe.system_prompt is None:  # MATH's answers are boxed (rewards_math): its prompt
         recipe.system_prompt = "boxed"
     if train.ddp_find_unused_parameters is None:
@@ -521,6 +536,17 @@ def _completed_argv(parser, config: dict, argv: list[str]) -> tuple[list[str], s
     return argv, set_fields
 
 
+def module_list(target_modules):
+    """lora_target_modules as PEFT should read it: TRL's ModelConfig turns a one-item list into its item (["q_proj"]
+    becomes "q_proj", whether from a YAML list or `--lora_target_modules q_proj`), and PEFT reads a string as a
+    regular expression matched against a module's whole dotted name, which "q_proj" never is: no module was adapted
+    and the run stopped at the first arm, after the base evaluations. A string that is a module name (letters,
+    digits, '_' and '.') is the one-item list it was written as; "all-linear" and a regular expression stay strings."""
+    if isinstance(target_modules, str) and target_modules != "all-linear" and re.fullmatch(r"[\w.]+", target_modules):
+        return [target_modules]
+    return target_modules
+
+
 def _check_parsed(recipe: RecipeArgs, train, model) -> None:
     """The checks of values only the parsed config classes hold, each a one-line refusal before the model loads."""
     _check_arm(recipe.arm)  # an arm set in the config file
@@ -585,6 +611,14 @@ RECIPE_COUNTS = {"n_train": (1, "train prompts"), "eval_samples": (1, "samples p
                  "eval_batch_size": (1, "sequences per generate call at evaluation")}
 
 
+def _check_lists(config) -> None:
+    """value_checks.check_list_values (a list of numbers holding text, or no list), as a RecipeError."""
+    try:
+        check_list_values(config)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
+
+
 def _check_values(config) -> None:
     """value_checks.check_values (nan, inf, a negative, a string for a bool, the ranges), as a RecipeError."""
     try:
@@ -593,10 +627,54 @@ def _check_values(config) -> None:
         raise RecipeError(str(e)) from None
 
 
+# The evaluation temperatures a run may set, and why no other: pass@1 is a mean over sampled answers.
+EVAL_TEMPERATURES = (0.05, 5.0)
+EVAL_TEMPERATURE_WHY = {
+    "low": "below 0.05 sampling is greedy decoding in effect: a token whose logit is 1 below the top one is drawn "
+           "e^-20 as often, so the eval_samples answers to a task are one answer repeated and pass@1 over them "
+           "measures nothing the greedy answer does not",
+    "high": "above 5 softmax(logits / T) flattens toward the uniform distribution over the vocabulary (a 20-nat gap "
+            "becomes 4), so every answer is mostly noise and every arm scores near 0; 1.0 is the policy's own "
+            "distribution"}
+
+
+def check_evaluation_values(recipe: RecipeArgs) -> None:
+    """ValueError, one line, for an evaluation setting that cannot give an honest pass@1: an eval_temperature of 0 or
+    below (greedy: every sample the same) or outside EVAL_TEMPERATURES, a system_prompt that reads like a mistyped
+    preset name (value_checks.prompt_name_problem). Run by RecipeArgs(...) itself and by check_recipe_values."""
+    temperature = recipe.eval_temperature
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):  # a string: check_values says so
+        if not temperature > 0:
+            raise ValueError(f"eval_temperature={temperature}: must be > 0 (pass@1 is over sampled answers; 0 would "
+                             f"be greedy decoding, every sample the same)")
+        low, high = EVAL_TEMPERATURES
+        if not low <= temperature <= high:
+            raise ValueError(f"eval_temperature={temperature}: must be in [{low}, {high}] ("
+                             f"{EVAL_TEMPERATURE_WHY['low' if temperature < low else 'high']})")
+    if isinstance(recipe.system_prompt, str):
+        from gmts_recipe.data import SYSTEM_PROMPTS
+
+        problem = prompt_name_problem(recipe.system_prompt, SYSTEM_PROMPTS)
+        if problem is not None:
+            raise ValueError(f"system_prompt={recipe.system_prompt!r} {problem}")
+
+
+def check_noise_floor_seeds(recipe: RecipeArgs) -> None:
+    """A run's noise floor is the spread of its base evaluations over base_eval_seeds: with one seed it is 0 by
+    construction (as with repeated seeds, check_recipe_values), and every difference would read as beyond it."""
+    if len(set(recipe.base_eval_seeds)) < 2:
+        raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds} names one seed: the base evaluations' spread is "
+                          f"the noise floor, 0 by construction with one; name at least two (e.g. [0, 1]; eval.py "
+                          f"evaluates a model on one)")
+
+
 def check_recipe_values(recipe: RecipeArgs) -> None:
     """Refuse recipe values that cannot give an honest run, before the model loads: a count of 0 (eval_samples 0
     made pass@1 NaN, found only when results.json was written), a sampling temperature of 0 (greedy: transformers'
-    refusal at the first generation), repeated base seeds (the noise floor, their spread, 0 by construction)."""
+    refusal at the first generation) or one outside EVAL_TEMPERATURES, repeated base seeds (the noise floor, their
+    spread, 0 by construction), a list of seeds that is not one of integers, a system prompt that reads like a
+    mistyped preset name (value_checks.prompt_name_problem)."""
+    _check_lists(recipe)
     for name, (lowest, what) in RECIPE_COUNTS.items():
         value = getattr(recipe, name)
         if name == "n_train" and recipe.task == "math" and value == 0:  # MATH: 0 is every problem of the 12k split
@@ -605,9 +683,10 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
             raise RecipeError(f"{name}={value}: must be a positive count ({what})")
     if recipe.difficulty not in (0, 1, 2, 3):
         raise RecipeError(f"difficulty={recipe.difficulty}: must be 0, 1, 2 or 3")
-    if not recipe.eval_temperature > 0:
-        raise RecipeError(f"eval_temperature={recipe.eval_temperature}: must be > 0 (pass@1 is over sampled answers; "
-                          f"0 would be greedy decoding, every sample the same)")
+    try:
+        check_evaluation_values(recipe)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
     repeated = sorted({s for s in recipe.base_eval_seeds if recipe.base_eval_seeds.count(s) > 1})
     if repeated:
         raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds} repeats {', '.join(map(str, repeated))}: the base "

@@ -1,6 +1,7 @@
-"""SpeedOptions: how generation and the update are executed, never which tokens GMTS selects. FastGMTSConfig
-(fast_config.py) inherits them with GMTSConfig's selection fields; evaluation takes the same object
-(eval.generate_samples, evaluate_pass_at_1).
+"""SpeedOptions: how generation and the update are executed, never the rule by which GMTS selects tokens (an option
+that rounds the entropy otherwise can trade two tokens whose scores lie within that rounding at the threshold, as the
+entropy source does: fast_trainer.py's docstring). FastGMTSConfig (fast_config.py) inherits them with GMTSConfig's
+selection fields; evaluation takes the same object (eval.generate_samples, evaluate_pass_at_1).
 
 Each field's metadata says where it counts, so the lists the recipe needs are derived here, not kept by hand:
 - "hashed": False for a field that computes the same thing (same tokens, the same distribution, or other rounding):
@@ -147,7 +148,9 @@ class SpeedOptions:
 
 
 SpeedOptions.__doc__ = ("How generation and the update are executed: same tokens, the same distribution, or other "
-                        "rounding; never which tokens are selected. The fields:\n\n" + field_docs(SpeedOptions))
+                        "rounding; never the rule that selects tokens (other rounding of the entropy can trade two "
+                        "tokens whose scores lie within it at the threshold). The fields:\n\n"
+                        + field_docs(SpeedOptions))
 
 
 def unhashed_fields() -> frozenset[str]:

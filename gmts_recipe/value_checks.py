@@ -8,22 +8,27 @@ someone thought of: it must be a number (an int where an int is declared; never 
 not negative unless a negative value means something there (NEGATIVE_MEANS). Every field declared as a bool must be
 a bool: `GMTSConfig(bf16="false")` would read as on. A few fields have a range instead of the sign (RANGES: the
 counts, probabilities, the adapter's rank); a few keep a check of their own elsewhere (OWN_CHECKS). GMTSConfig runs
-these before GRPOConfig's own arithmetic with the values.
+these before GRPOConfig's own arithmetic with the values. A field declared as a list of numbers (base_eval_seeds,
+reward_weights) holds numbers of that kind, finite (`check_list_values`): YAML's `["0", "1"]` is a list of strings,
+which argparse leaves as they are and a comparison with a seed later fails on.
 
-Also here: an arm named twice on --arm (`check_arm_list`), and a YAML mapping with a key given twice
+Also here: an arm named twice on --arm (`check_arm_list`), a system prompt that is no preset name yet reads like one
+(`prompt_name_problem`), and a YAML mapping with a key given twice
 (`load_unique_yaml`: PyYAML keeps the last one silently). Standard library only (and PyYAML where a file is read).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import numbers
+import re
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Union
 
 # Numeric fields where a negative value has a meaning: left out of the sign check (their own checks still apply)
@@ -81,6 +86,24 @@ def scalar_fields(cls: type) -> dict[str, tuple[type, ...]]:
     return {f.name: kinds for f in dataclasses.fields(cls) if f.init and (kinds := _declared(hints[f.name]))}
 
 
+@functools.lru_cache(maxsize=None)
+def list_fields(cls: type) -> dict[str, tuple[type, ...]]:
+    """Every init field of a config dataclass declared as a list of numbers (`list[int]`, `list[float] | None`): name
+    -> the types its items take."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if typing.get_origin(hint) in (Union, types.UnionType):
+            inner = [a for a in typing.get_args(hint) if a is not type(None)]
+            hint = inner[0] if len(inner) == 1 else None
+        if f.init and typing.get_origin(hint) is list and typing.get_args(hint):
+            kinds = _declared(typing.get_args(hint)[0])
+            if kinds and kinds != (bool,):
+                out[f.name] = kinds
+    return out
+
+
 def numpy_bool() -> type:
     """numpy's bool scalar where numpy is loaded (it is no Python bool, nor an Integral), else bool."""
     numpy = sys.modules.get("numpy")
@@ -109,12 +132,76 @@ def value_problem(name: str, value: Any, kinds: tuple[type, ...]) -> str | None:
 
 def check_values(config: Any) -> None:
     """Refuse the first bool or numeric field of a config dataclass (GMTSConfig, the recipe's fields, TRL's
-    ModelConfig) whose value is degenerate (module docstring): ValueError "field=value: must be ...". """
+    ModelConfig) whose value is degenerate (module docstring), then the first list of numbers that is not one
+    (check_list_values): ValueError "field=value: must be ...". """
     for name, kinds in scalar_fields(type(config)).items():
         value = getattr(config, name)
         problem = value_problem(name, value, kinds)
         if problem is not None:
             raise ValueError(f"{name}={value!r}: {problem}")
+    check_list_values(config)
+
+
+def items_problem(value: Any, kinds: tuple[type, ...]) -> str | None:
+    """What is wrong with `value` for a field declared as a list of `kinds` (None: nothing), in words: it is a list
+    (or tuple), and each item is a finite number of that kind (an item in quotes is text: argparse converts only a
+    command line's strings, never a config file's list items)."""
+    if value is None:
+        return None
+    what = "a list of integers" if kinds == (int,) else "a list of numbers"
+    if not isinstance(value, (list, tuple)):
+        return f"must be {what}"
+    number = numbers.Integral if kinds == (int,) else numbers.Real
+    for item in value:  # the kind and finiteness only: what a value means (a seed >= 0) is its field's own check
+        if isinstance(item, str):
+            return f"must be {what} ({item!r} is text: write it without quotes)"
+        if isinstance(item, (bool, numpy_bool())) or not isinstance(item, number):
+            return f"must be {what}"
+        if not math.isfinite(item):
+            return f"must be {what} (finite)"
+    return None
+
+
+def check_list_values(config: Any) -> None:
+    """Refuse the first field of a config dataclass declared as a list of numbers whose value is not one (a string
+    item, a bare number, nan): ValueError "field=value: must be a list of integers"."""
+    for name, kinds in list_fields(type(config)).items():
+        value = getattr(config, name)
+        problem = items_problem(value, kinds)
+        if problem is not None:
+            raise ValueError(f"{name}={value!r}: {problem}")
+
+
+# A system prompt of at most this many words is compared with the preset names (prompt_name_problem); a longer one is
+# literal text whatever it says.
+PROMPT_NAME_WORDS = 2
+PROMPT_NAME_CUTOFF = 0.8  # difflib's similarity ratio from which a short text reads as a preset name mistyped
+
+
+def prompt_name_problem(text: str, names: Iterable[str]) -> str | None:
+    """What is wrong with a system prompt (`text`, a preset name or literal text) that is no preset name yet reads like
+    one (None: a preset name, or text). A mistyped name ("step", "two-examples", "boxd") would otherwise be sent to
+    the model as the whole system message and train and evaluate a run on it without a word.
+
+    The rule, which never refuses a sentence: a text of more than PROMPT_NAME_WORDS words is text. A shorter one is
+    refused when, lowercased, its outer punctuation stripped and its spaces and hyphens read as '_', it is a preset
+    name or within PROMPT_NAME_CUTOFF of one (difflib's ratio: "step" 0.89 of "steps", "exmaple" 0.86 of "example";
+    "Solve" is at most 0.4 from any, "Sample" 0.77), or when it is one word joined by '_' (a name's spelling, never a
+    prompt's: "three_examples"). The answer names the closest preset."""
+    names = list(names)
+    if text in names or len(text.split()) > PROMPT_NAME_WORDS:
+        return None
+    key = "_".join(w.strip(".,;:!?'\"").lower() for w in re.split(r"[\s-]+", text.strip()) if w)
+    near = difflib.get_close_matches(key, names, n=1, cutoff=PROMPT_NAME_CUTOFF)
+    presets = ", ".join(names)
+    if near:
+        return (f"is no preset name but reads like {near[0]}: did you mean {near[0]}? (presets: {presets}; a literal "
+                f"prompt of {PROMPT_NAME_WORDS} words or fewer this close to a name is refused, write it as a sentence)")
+    if re.fullmatch(r"\w+_\w+", text.strip()):
+        closest = difflib.get_close_matches(key, names, n=1, cutoff=0.0)
+        return (f"is no preset name, and a word joined by '_' is a name's spelling, not a prompt: use one of {presets}"
+                + (f" (closest: {closest[0]})" if closest else ""))
+    return None
 
 
 def check_arm_list(names: list[str]) -> None:

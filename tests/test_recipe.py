@@ -401,8 +401,8 @@ def test_model_fields_reach_both_the_evaluation_and_the_trainer(tiny_config, tmp
     monkeypatch.setattr(recipe.Run, "_evaluate", spy_evaluate)
     monkeypatch.setattr(FastGMTSTrainer, "train", spy_train)
     assert run("--arm", "ets", "--config", tiny_config, "--results_dir", tmp_path, "--attn_implementation", "eager",
-               "--base_eval_seeds", "0") == 0
-    assert seen == [("eval", "eager"), ("train", "eager"), ("eval", "eager")]
+               "--base_eval_seeds", "0", "1") == 0
+    assert seen == [("eval", "eager"), ("eval", "eager"), ("train", "eager"), ("eval", "eager")]
 
 
 @pytest.mark.parametrize("extra,message", [

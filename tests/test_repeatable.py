@@ -120,7 +120,7 @@ def test_a_warm_workers_second_cell_equals_the_cell_in_a_fresh_process(tiny_conf
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     flags = ["--config", str(tiny_config), "--sampling_noise", "counter", "--generation_decode_loop", "compiled_step",
-             "--eval_fast", "true", "--base_eval_seeds", "0"]
+             "--eval_fast", "true", "--base_eval_seeds", "0", "1"]
     cell = ["--arm", "gmts", "--experiment", "cell", "--seed", "18"]
     fresh = subprocess.run([sys.executable, "recipe.py", *cell, "--results_dir", str(tmp_path / "fresh"), *flags],
                            cwd=root, env=env, capture_output=True, text=True, timeout=600)

@@ -191,3 +191,135 @@ def test_a_string_where_a_bool_belongs_is_refused_from_yaml_and_in_a_script(tiny
     assert message.startswith("eval_fast: 'maybe' in the config file") and "must be true or false" in message
     with pytest.raises(ValueError, match=r"^bf16='no': must be true or false"):
         _gmts_config(tmp_path, bf16="no")
+
+
+# ---------------------------------------------------------------- values that passed the checks above and broke a run
+def _parsed(argv: list[str], **kwargs):
+    return recipe.parse(argv, **kwargs)
+
+
+def _with(tiny_config, tmp_path, name: str, **settings):
+    """A copy of the tiny config with `settings` (YAML as PyYAML writes the Python values)."""
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(yaml.safe_dump({**yaml.safe_load(tiny_config.read_text()), **settings}))
+    return ["--config", str(config), "--results_dir", str(tmp_path)]
+
+
+def test_a_one_item_lora_target_list_adapts_that_module(tiny_config, tmp_path):
+    """TRL's ModelConfig turns ["q_proj"] into "q_proj", which PEFT reads as a regular expression over whole module
+    names: nothing matched, and the run stopped at the first arm after the base evaluations. From YAML and from a flag
+    the one-item list is the list it was written as, and the adapter wraps every q_proj."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl import get_peft_config
+
+    from gmts_recipe.recipe_config import module_list
+
+    base = ["--config", str(tiny_config), "--results_dir", str(tmp_path)]
+    for argv in (_with(tiny_config, tmp_path, "one-target", lora_target_modules=["q_proj"]),
+                 [*base, "--lora_target_modules", "q_proj"]):
+        _, _, model_args, _ = _parsed(argv)
+        assert model_args.lora_target_modules == ["q_proj"]
+        model = AutoModelForCausalLM.from_pretrained(str(tiny_config.parent / "model"))
+        adapted = get_peft_model(model, get_peft_config(model_args))
+        wrapped = [n for n, m in adapted.named_modules() if hasattr(m, "lora_A") and n.endswith("q_proj")]
+        assert len(wrapped) == 2 and not any(n.endswith("v_proj") for n, m in adapted.named_modules()
+                                             if hasattr(m, "lora_A"))
+    assert module_list("all-linear") == "all-linear" and module_list(r".*\.q_proj") == r".*\.q_proj"
+    assert module_list(["q_proj", "v_proj"]) == ["q_proj", "v_proj"] and module_list("self_attn.q_proj") == [
+        "self_attn.q_proj"]
+
+
+def test_one_base_eval_seed_is_refused_where_a_noise_floor_is_measured(tiny_config, tmp_path):
+    """One base seed makes the noise floor 0 by construction, as repeated seeds do: refused from a flag and from YAML
+    for a run (recipe.py); eval.py, which evaluates one model, takes one seed."""
+    message = _refusal(["--config", str(tiny_config), "--results_dir", str(tmp_path), "--base_eval_seeds", "3"])
+    assert message.startswith("base_eval_seeds=[3] names one seed: the base evaluations' spread is the noise floor")
+    assert _refusal(_with(tiny_config, tmp_path, "one-seed", base_eval_seeds=[0])).startswith(
+        "base_eval_seeds=[0] names one seed")
+    assert _refusal(_with(tiny_config, tmp_path, "one-seed-twice", base_eval_seeds=[4, 4])).startswith(
+        "base_eval_seeds=[4, 4] repeats 4")
+    one, _, _, _ = _parsed(["--config", str(tiny_config), "--results_dir", str(tmp_path), "--base_eval_seeds", "0"],
+                           noise_floor=False)
+    assert one.base_eval_seeds == [0]
+
+
+@pytest.mark.parametrize("value, message", [
+    (1e-30, "eval_temperature=1e-30: must be in [0.05, 5.0] (below 0.05 sampling is greedy decoding in effect"),
+    (0.04, "eval_temperature=0.04: must be in [0.05, 5.0] (below 0.05"),
+    (1e30, "eval_temperature=1e+30: must be in [0.05, 5.0] (above 5 softmax(logits / T) flattens"),
+    (5.5, "eval_temperature=5.5: must be in [0.05, 5.0] (above 5"),
+    (0.05, None), (0.7, None), (1.0, None), (5.0, None),
+])
+def test_eval_temperature_is_refused_where_sampling_is_greedy_or_noise(tiny_config, tmp_path, value, message):
+    """Flags and YAML alike: 1e-30 samples the argmax (pass@1 over k samples of one answer), 1e30 uniform noise."""
+    flag = ["--config", str(tiny_config), "--results_dir", str(tmp_path), "--eval_temperature", repr(value)]
+    from_file = _with(tiny_config, tmp_path, "temperature", eval_temperature=value)
+    for argv in (flag, from_file):
+        if message is None:
+            assert _parsed(argv)[0].eval_temperature == value
+        else:
+            refused = _refusal(argv)
+            assert refused.startswith(message) and "\n" not in refused, refused
+
+
+@pytest.mark.parametrize("seeds, message", [
+    (["0", "1"], 'base_eval_seeds: ["0", "1"] in the config file'),
+    ("0", "base_eval_seeds: '0' in the config file"),
+    ("0 1", "base_eval_seeds: '0 1' in the config file"),
+    (7, "base_eval_seeds: 7 in the config file"),
+    ([0, 1.5], "base_eval_seeds: [0, 1.5] in the config file"),
+])
+def test_seeds_written_as_text_in_yaml_are_refused_in_one_line(tiny_config, tmp_path, seeds, message):
+    """PyYAML reads ["0", "1"] as text and argparse never converts a list's items: a TypeError traceback at the
+    first comparison of a seed before; now one line naming the field and the file."""
+    refused = _refusal(_with(tiny_config, tmp_path, "text-seeds", base_eval_seeds=seeds))
+    assert refused.startswith(message) and refused.endswith("must be a list of integers") and "\n" not in refused
+
+
+def test_lists_of_numbers_are_checked_in_a_users_own_config_classes(tmp_path):
+    """RecipeArgs(...) and GMTSConfig(...) built in a script: a list of numbers holding text is one ValueError; so are
+    RecipeArgs' evaluation temperature out of its range and a system prompt that reads like a mistyped preset."""
+    with pytest.raises(ValueError, match=re.escape("base_eval_seeds=['0', '1']: must be a list of integers ('0' is "
+                                                   "text: write it without quotes)")):
+        RecipeArgs(base_eval_seeds=["0", "1"])
+    with pytest.raises(ValueError, match=r"^base_eval_seeds=5: must be a list of integers$"):
+        RecipeArgs(base_eval_seeds=5)
+    assert RecipeArgs(base_eval_seeds=[0, 1]).base_eval_seeds == [0, 1]
+    with pytest.raises(ValueError, match=re.escape("eval_temperature=1e-30: must be in [0.05, 5.0] (below 0.05")):
+        RecipeArgs(eval_temperature=1e-30)
+    with pytest.raises(ValueError, match=re.escape("eval_temperature=0: must be > 0")):
+        RecipeArgs(eval_temperature=0)
+    with pytest.raises(ValueError, match=re.escape("system_prompt='two-examples' is no preset name but reads like "
+                                                   "two_examples")):
+        RecipeArgs(system_prompt="two-examples")
+    assert RecipeArgs(system_prompt="Solve", eval_temperature=0.7).system_prompt == "Solve"
+    with pytest.raises(ValueError, match=re.escape("reward_weights=['1.0']: must be a list of numbers")):
+        _gmts_config(tmp_path, reward_weights=["1.0"])
+    with pytest.raises(ValueError, match=re.escape("reward_weights=[nan]: must be a list of numbers (finite)")):
+        _gmts_config(tmp_path, reward_weights=[NAN])
+    assert _gmts_config(tmp_path, reward_weights=[1, 0.5]).reward_weights == [1, 0.5]
+
+
+@pytest.mark.parametrize("text, near", [
+    ("step", "steps"), ("Steps", "steps"), ("steps.", "steps"), ("boxd", "boxed"), ("exmaple", "example"),
+    ("two-examples", "two_examples"), ("two examples", "two_examples"), ("two_example", "two_examples"),
+    ("three_examples", "two_examples"), ("Example:", "example"),
+])
+def test_a_system_prompt_that_reads_like_a_mistyped_preset_name_is_refused(tiny_config, tmp_path, text, near):
+    """"step" was sent to the model as the whole system message: now one line suggesting the preset, from a flag and
+    from YAML."""
+    for argv in (["--config", str(tiny_config), "--results_dir", str(tmp_path), "--system_prompt", text],
+                 _with(tiny_config, tmp_path, "prompt", system_prompt=text)):
+        refused = _refusal(argv)
+        assert refused.startswith(f"system_prompt={text!r} is no preset name") and near in refused, refused
+        assert "\n" not in refused
+
+
+@pytest.mark.parametrize("text", ["Solve", "Sample", "Explain", "Show steps", "Answer briefly.", "Be concise.",
+                                  "Think step by step.", "two examples, then the answer", "steps", "boxed"])
+def test_a_real_prompt_text_or_a_preset_name_is_accepted(tiny_config, tmp_path, text):
+    """The rule never refuses a sentence (more than two words), nor a short text unlike every name (the tiny config's
+    own "Solve")."""
+    recipe_args = _parsed(["--config", str(tiny_config), "--results_dir", str(tmp_path), "--system_prompt", text])[0]
+    assert recipe_args.system_prompt == text
