@@ -302,7 +302,8 @@ def design(spec: dict, observed: Sequence[float], minutes_per_seed: float | None
         for size in SENSITIVITY_JUMPS:
             t = -contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, size)
             row = rates({"refuted": t})["refuted"]  # jumps up against "refuted"; "reproduced" mirrors it
-            sensitivity.append({"rate": rate, "jump_sds": size, **row, "spent_by_first_look": row["first_look"] >= error})
+            sensitivity.append({"rate": rate, "jump_sds": size, **row,
+                                "spent_by_first_look": row["first_look"] >= error})
     outcomes = [operating_characteristics(observed, d, g, sim["outcome_paths"], rng, resample=r)
                 for g in GAPS for r in (False, True)]
     for row in outcomes:
