@@ -1521,7 +1521,9 @@ def test_a_failed_arm_counts_as_the_plan_says_and_never_stalls_later_looks(tmp_p
     base = task_scores(results["base"]["evals"][0], "base")
     ets = task_scores(results["arms"]["ets"]["eval"], "ets")
     assert q["per_seed"][4] == pytest.approx(sum(base[k] - ets[k] for k in base) / len(base))
-    assert "scored as the base model (the plan's failures): seed 5 gmts" in " ".join(render(summarize(grid)).split())
+    flat = " ".join(render(summarize(grid)).split())
+    assert "scored as the base model (the plan's failures): seed 5 gmts" in flat
+    assert "new seeds by card: CPU" in flat and "by commit: unrecorded" in flat  # the sensitivity comparison
     (root / "paper-lr0.0001-s5" / "failure.json").write_text('{"seed": 5}')
     with pytest.raises(SweepError, match="failure.json: a failure record holds seed"):
         summarize(grid)
