@@ -173,6 +173,33 @@ def headline(summary: dict, root: Path) -> str:
     return f"{table}\n\n{note}\n"
 
 
+def result(summary: dict, root: Path, extension: dict) -> str:
+    """The README's result table: the confirmatory test's (`headline`: every arm, each planned comparison with its
+    interval and what the plan says), then one row for its sequential extension where it stands (the last planned
+    look reached, its interval at that look's boundaries, the next look and the decision rule)."""
+    q = extension["sequential"]
+    st, looks = q["state"], q["looks"]
+    lk = st["looks"][-1]
+    where = f"{st['seeds_done']} of {looks[-1]}" + ("" if st["next_look"] is None else
+                                                   f"; next look {st['next_look']} "
+                                                   f"({st['seeds_done'] - lk['seeds']} of "
+                                                   f"{st['next_look'] - lk['seeds']} new)")
+    says = (f"**{st['decision'] or 'continue'}**: reproduced if (mean - {q['reproduced_above_points']:g}) / se > "
+            f"{q['critical']['reproduced']:.2f}, refuted if (mean - {q['refuted_below_points']:g}) / se < "
+            f"-{q['critical']['refuted']:.2f}")
+    row = (f"| {_label(q['comparison'])}, continued | {_points(lk['mean'] / 100)} | "
+           f"{_bracket(lk['low'] / 100, lk['high'] / 100)} at look {lk['look']} | {where} | {says} |")
+    table, note = headline(summary, root).split("\n\n", 1)
+    # the planned secondary comparisons are intervals without a decision: docs/results.md lists them
+    secondary = [line for line in table.splitlines() if "(secondary)" in line]
+    table = "\n".join(line for line in table.splitlines() if line not in secondary)
+    more = (f" Its {len(secondary)} secondary comparisons (intervals, no decision): "
+            f"[docs/results.md](docs/results.md#the-confirmatory-test-its-result).") if secondary else ""
+    first = summary["cells"][0]["path"] if summary.get("cells") else None
+    ran = f" Setting: {setting(json.loads((root / first).read_text()))}; {PAPER_SETTING}." if first else ""
+    return fill_lines(f"{table}\n{row}\n\n{note.rstrip()}{more}{ran}") + "\n"
+
+
 def plan(summary: dict, root: Path) -> str:
     """A confirmatory test where it stands: one row for its primary test and one per secondary comparison, each over
     its own planned seeds that have run (sweep.json's primary and secondary entries), the same rows from the first
@@ -431,26 +458,49 @@ def mechanism(analyses: list[dict]) -> str:
 
 # ---------------------------------------------------------------------------- the sequential extension
 def design_table(d: dict) -> str:
-    """A sequential plan's design file (gmts_recipe.sequential.design) as the plan's page shows it: the boundaries
-    each direction needs under both kinds of null path, the error the adopted ones give, and the outcomes given the
-    seeds already observed at each true gap."""
-    n, c = d["looks"], d["critical"]
-    both = lambda v: f"{v['normal']:.3f} (normal) / {v['resampled']:.3f} (resampled)"  # noqa: E731
+    """A sequential plan's design file (gmts_recipe.sequential.design) as the plan's page shows it: the boundary each
+    direction needs under the two models fixed a priori, the one adopted, its error under them and, never adopted,
+    under the first stage's own shape (resampled, its largest outlier added back) and under other contamination
+    models; each share with its Monte Carlo error; then the outcomes given the seeds already observed at each true
+    gap."""
+    n, c, sim, model, o = d["looks"], d["critical"], d["simulation"], d["contamination"], d["observed"]
+    never = lambda v: "never (the first look spent it)" if v is None else f"{v:.3f}"  # noqa: E731
+    err = lambda e: f"{e['error']:.3f} ± {e['mc_error']:.4f} (first look {e['first_look']:.3f})"  # noqa: E731
     lines = [f"Looks at {', '.join(map(str, n))} seeds; the first (the continued test) at its t quantile "
-             f"{d['first_critical']:.3f}, the later ones at the boundaries below ({d['simulation']['paths']:,} normal "
-             f"and {d['simulation']['resampled_paths']:,} resampled null paths, seed {d['simulation']['seed']}).", "",
-             "| direction | boundary needed | adopted | error over the whole sequence | the first look's share |",
-             "|---|---|---|---|---|"]
-    for direction in ("reproduced", "refuted"):
-        lines.append(f"| {direction} | {both(d['boundaries'][direction])} | {c[direction]:.2f} | "
-                     f"{both(d['errors'][direction])} | {both(d['first_look_errors'][direction])} |")
-    one = d["errors_with_one_constant"]
-    lines += ["", f"One constant {one['critical']:.2f} for both directions would give a false \"refuted\" "
-                  f"{one['refuted']['normal']:.3f} (normal) / {one['refuted']['resampled']:.3f} (resampled): the "
-                  f"observed deltas are skewed, so each direction has its own boundary.", "",
-              f"Given the {d['observed']['seeds']} seeds observed (mean {d['observed']['mean']:+.2f}, SD "
-              f"{d['observed']['sd']:.1f} points), new seeds drawn normal / resampled around each true gap "
-              f"({d['simulation']['outcome_paths']:,} paths each):", "",
+             f"{d['first_critical']:.3f}, the later ones at the boundaries below. Models fixed a priori: normal deltas "
+             f"({sim['paths']:,} null paths) and contaminated ones ({sim['contaminated_paths']:,}): a share "
+             f"{model['rate']:g} of seeds carries an arm's collapse of {model['jump_sds']:g} clean SDs, down against "
+             f"\"reproduced\", up against \"refuted\". Seed {sim['seed']}; ± is the Monte Carlo standard error.", "",
+             "| direction | boundary needed: normal / contaminated | adopted | error: normal | error: contaminated | "
+             "error, not adopted: the first 100 seeds resampled |", "|---|---|---|---|---|---|"]
+    for dr in ("reproduced", "refuted"):
+        b = d["boundaries"][dr]
+        lines.append(f"| {dr} | {never(b['normal'])} / {never(b['contaminated'])} | "
+                     f"{'never' if c[dr] is None else f'{c[dr]:.2f}'} | {err(d['errors']['normal'][dr])} | "
+                     f"{err(d['errors']['contaminated'][dr])} | {err(d['errors']['resampled'][dr])} |")
+    big = o["largest_outlier"]
+    rb = d["resampled_boundaries"]
+    lines += ["", f"Beside the plan, never adopted: resampling the first {o['seeds']} seeds' residuals "
+                  f"({sim['resampled_paths']:,} paths) would need {never(rb['reproduced'])} / "
+                  f"{never(rb['refuted'])}; its skew is one seed's (delta {big['delta']:+.1f} points; the other "
+                  f"{o['seeds'] - 1}: mean {big['rest_mean']:+.2f}, SD {big['rest_sd']:.2f}). That seed added back to "
+                  f"the other {o['seeds'] - 1} at a rate p ({sim['sensitivity_paths']:,} paths each), the adopted "
+                  f"boundary's false \"{d['outlier_sensitivity'][0]['direction']}\": "
+                  + "; ".join(f"p {100 * r['rate']:g}%: {err(r)}" + (" (the first look alone spends 0.05)"
+                                                                     if r["spent_by_first_look"] else "")
+                              for r in d["outlier_sensitivity"]) + ".", "",
+              f"Other contamination models, the adopted boundary's error per direction ({sim['sensitivity_paths']:,} "
+              f"paths each; * the first look alone spends {d['error_per_direction']:g}, which no later boundary can "
+              f"undo):", "",
+              "| collapse rate | " + " | ".join(f"{j:g} SDs" for j in sorted({r["jump_sds"] for r in
+                                                                             d["contamination_sensitivity"]})) + " |",
+              "|---|" + "---|" * len({r["jump_sds"] for r in d["contamination_sensitivity"]})]
+    by_rate: dict = {}
+    for r in d["contamination_sensitivity"]:
+        by_rate.setdefault(r["rate"], []).append(f"{r['error']:.3f}" + ("*" if r["spent_by_first_look"] else ""))
+    lines += [f"| {100 * rate:g}% | " + " | ".join(v) + " |" for rate, v in by_rate.items()]
+    lines += ["", f"Given the {o['seeds']} seeds observed (mean {o['mean']:+.2f}, SD {o['sd']:.1f} points), new seeds "
+                  f"drawn normal / resampled around each true gap ({sim['outcome_paths']:,} paths each):", "",
               "| true gap (points) | reproduced | refuted | smaller than claimed | undecided at the last look | "
               "new seeds (mean) | GPU-minutes (mean) |", "|---|---|---|---|---|---|---|"]
     rows = {}
@@ -469,21 +519,19 @@ def design_table(d: dict) -> str:
 
 
 def sequential_block(summary: dict) -> str:
-    """The README's lines on the sequential extension, wrapped: where it stands (sweep.report.sequential_parts: the
-    state first, then the rule and each look) and the caveat its plan publishes with every look, from its design."""
+    """The README's lines on the sequential extension, wrapped: where it stands and the next look in points with its
+    command (sweep.report.sequential_parts), what a verdict means (computed, its chance of a false "reproduced" given
+    the seeds seen from the design's simulation), notes and the sensitivity comparison."""
     import textwrap
 
     from gmts_recipe.sweep.report import sequential_parts
 
     q = summary["sequential"]
-    d = json.loads((ROOT / q["design"]).read_text(encoding="utf-8"))
-    null = [row["reproduced"] for row in d["outcomes"] if row["gap"] == q["reproduced_above_points"]]
-    parts = sequential_parts(q)
-    caveat = (f"Caveat: given the favourable first {d['observed']['seeds']} seeds, the chance of \"reproduced\" with "
-              f"no real gain is {min(null):.2f}-{max(null):.2f} (the design's simulation); the error of "
-              f"{d['error_per_direction']:g} per direction holds over repetitions of the whole procedure from its "
-              f"first seed, not given the seeds already seen.")
-    items = [f"**Now:** {parts['now']}", *parts["looks"], parts["rule"], *parts["notes"], caveat]
+    parts = sequential_parts(q, (summary.get("plan") or {}).get("file"))
+    # the rule and the last look reached are the result table's row (--result): here where it stands and what it means
+    items = [f"**Now:** {parts['now']} {parts['next']}".strip(),
+             parts["meaning"][:-1] + ", over repetitions of the whole procedure, not given the seeds seen.",
+             *parts["notes"]]  # the sensitivity comparison: check.py and docs/results.md
     return "\n".join(textwrap.fill(item, 118, initial_indent="- ", subsequent_indent="  ") for item in items) + "\n"
 
 
@@ -532,6 +580,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pilot", metavar="SWEEP_JSON", type=json_file, help="with --posthoc: a pilot pooled in too")
     ap.add_argument("--design", metavar="DESIGN_JSON", type=json_file,
                     help="print a sequential plan's boundaries and outcomes (python -m gmts_recipe.sequential)")
+    ap.add_argument("--result", metavar=("SWEEP_JSON", "EXTENSION_SWEEP_JSON"), nargs=2, type=json_file,
+                    help="print the README's result table: a planned test's arms and comparisons, then where its "
+                         "sequential extension stands")
     ap.add_argument("--sequential", metavar="SWEEP_JSON", type=json_file,
                     help="print where a sequential plan stands and its caveat")
     ap.add_argument("--reading", metavar="SWEEP_JSON", type=json_file,
@@ -575,6 +626,10 @@ def main(argv: list[str] | None = None) -> int:
             path = Path(option)
             print(show(json.loads(path.read_text()), path.parent), end="")
             return 0
+    if args.result:
+        main_path, ext_path = map(Path, args.result)
+        print(result(json.loads(main_path.read_text()), main_path.parent, json.loads(ext_path.read_text())), end="")
+        return 0
     if args.decisions:
         print(decisions([(name, json.loads(Path(path).read_text())) for name, path in args.decisions],
                         [Path(path).parent for _, path in args.decisions]), end="")

@@ -414,7 +414,7 @@ def fall_stories(records: dict) -> list[str]:
                 + (", collapsed below the base" if f["verdict"] == COLLAPSED else "") + f"): training reward "
                 f"{f['early']:.2f} over the first {EARLY.stop} steps, {f['late']:.2f} over the last {-LATE.start}")
         if st["onset_step"] is not None:
-            tail = (f"from step {st['onset_step']} on, at least {100 * st['cut_low']:.0f}% of its completions ran to "
+            tail = (f"from step {st['onset_step']} on, at least {100 * st['cut_low']:.1f}% of its completions ran to "
                     f"{cap} at every step (step {st['before_step']}: {100 * st['before_cut']:.0f}%), and its reward "
                     f"lay at {st['reward_low']:.2f}-{st['reward_high']:.2f} over steps {st['onset_step']}-"
                     f"{st['last_step']} (step {st['before_step']}: {st['before_reward']:.2f}).")

@@ -54,7 +54,7 @@ class Design:
             raise ValueError("a sequential design needs both critical values for each of at least two looks")
         if any(b <= a for a, b in zip(self.looks, self.looks[1:])) or self.looks[0] < 2:
             raise ValueError(f"looks must be increasing seed totals from 2 on, got {list(self.looks)}")
-        if not all(math.isfinite(c) and c > 0 for c in (*self.reproduced_critical, *self.refuted_critical)):
+        if not all(c > 0 for c in (*self.reproduced_critical, *self.refuted_critical)):  # inf: never (spent)
             raise ValueError("critical values must be positive numbers")
         if not self.reproduced_above < self.refuted_below:
             raise ValueError("reproduced_above must lie below refuted_below")
@@ -147,13 +147,38 @@ def resampled_paths(residuals: Sequence[float], looks: Sequence[int], paths: int
 def boundary(t: np.ndarray, first_critical: float, error: float) -> float:
     """The constant c for every look after the first such that, over these null paths (paths, looks), the share that
     crosses first_critical at the first look or c at any later one is `error`: the smallest such c, read off the
-    paths that do not cross at the first look."""
+    paths that do not cross at the first look. Where the first look alone already spends the whole error (a world
+    whose deltas make the fixed-size test's own quantile too loose), nothing is left for later looks: math.inf, the
+    direction can no longer be decided after the first look (never an exception: a simulation over many such worlds
+    goes on)."""
     first = t[:, 0] > first_critical
     rest = t[~first, 1:].max(axis=1)
     spare = error * t.shape[0] - int(first.sum())  # paths still allowed to cross later
     if spare <= 0:
-        raise ValueError(f"the first look alone spends {first.mean():.4f} of the error {error}: nothing left")
+        return math.inf
     return float(np.sort(rest)[::-1][int(spare)])  # the (spare+1)-th largest: exactly `spare` paths lie above it
+
+
+def contaminated_paths(looks: Sequence[int], paths: int, rng: np.random.Generator, rate: float, jump: float,
+                       clean: Sequence[float] | None = None, chunk: int = 20_000) -> np.ndarray:
+    """(paths, looks) t statistics of per-seed deltas with mean 0 that are clean (standard normal, or with `clean`
+    given, drawn with replacement from those values' residuals) and, with probability `rate` each, moved by `jump`
+    (in clean SDs for normal deltas, in the clean values' units otherwise): an arm's rare collapse in one direction.
+    The mixture is centred, so its mean is 0. The upper tail of -t is the lower tail of t: one set of paths serves
+    both directions (a jump down for "reproduced", up for "refuted")."""
+    n = np.asarray(looks, dtype=int)
+    at = n - 1
+    sizes = n.astype(float)
+    r = None if clean is None else np.asarray(clean, dtype=float) - float(np.mean(clean))
+    out = np.empty((paths, n.size))
+    for start in range(0, paths, chunk):
+        m = min(chunk, paths - start)
+        x = rng.standard_normal((m, n[-1])) if r is None else r[rng.integers(0, r.size, (m, n[-1]))]
+        x += jump * (rng.random((m, n[-1])) < rate) - rate * jump
+        total, squares = np.cumsum(x, axis=1)[:, at], np.cumsum(x * x, axis=1)[:, at]
+        mean = total / sizes
+        out[start:start + m] = mean / np.sqrt((squares - sizes * mean**2) / (sizes - 1) / sizes)
+    return out
 
 
 def crossing_rate(t: np.ndarray, critical: Sequence[float]) -> float:
@@ -202,41 +227,95 @@ def first_critical(seeds: int, confidence: float = 0.95) -> float:
 
 
 GAPS = (0.0, 0.65, 0.9, 1.3, 2.0)  # true gaps (points) at which the design's outcomes are simulated
+SENSITIVITY_RATES = (0.01, 0.02, 0.05)  # collapse rates and sizes (clean SDs) at which the adopted boundaries' error
+SENSITIVITY_JUMPS = (4.0, 6.0, 8.0)  # is published beside the model the plan fixed
+OUTLIER_RATES = (0.01, 0.02, 0.03, 0.05)  # the first stage's largest outlier added back at these rates
+
+
+def mc_error(share: float, paths: int) -> float:
+    """The Monte Carlo standard error of a share estimated over `paths` independent paths."""
+    return math.sqrt(share * (1 - share) / paths)
+
+
+def _finite(c: float) -> float | None:
+    return None if math.isinf(c) else c
 
 
 def design(spec: dict, observed: Sequence[float], minutes_per_seed: float | None = None) -> dict:
     """Everything the plan's boundaries rest on, from the plan's `sequential` keys (looks, error_per_direction,
-    thresholds, simulation seed and sizes) and the continued test's per-seed deltas (points), reproducible from the
-    seed. For each direction ("reproduced": the upper tail of t when the true gap is the lower threshold; "refuted":
-    the lower tail when it is the upper threshold) the boundary under normal deltas and under the observed deltas'
-    residuals resampled; the plan adopts the larger of the two, rounded up to 2 decimals, and the error each gives is
-    recomputed over both kinds of null path. Then the outcomes given the observed deltas at each of GAPS, with the
-    GPU-minutes that many new seeds take."""
+    thresholds, the error model fixed a priori, simulation seed and sizes) and the continued test's per-seed deltas
+    (points), reproducible from the seed.
+
+    For each direction ("reproduced": the upper tail of t when the true gap is the lower threshold; "refuted": the
+    lower tail when it is the upper threshold) the boundary under two models fixed before the new seeds, neither
+    fitted to the first stage's outliers: normal deltas, and normal deltas of which a share `contamination.rate`
+    carries an arm's collapse of `contamination.jump_sds` SDs in the direction that direction fears (down for
+    "reproduced", up for "refuted"). The plan adopts the larger, rounded up to 2 decimals, so the boundary does not
+    move with the first stage's draws. Beside it, never adopted: the error of the adopted boundaries with the observed
+    deltas' residuals resampled (the first stage's own shape, outliers included), with the first stage's largest
+    outlier added back at OUTLIER_RATES, and under the contamination model at each of SENSITIVITY_RATES x
+    SENSITIVITY_JUMPS (a model under which the first look alone spends the whole error is marked: no boundary after
+    it can hold the error there). Every share with its Monte Carlo standard error. Then the outcomes given the
+    observed deltas at each of GAPS, with the GPU-minutes that many new seeds take."""
     looks = [len(observed), *spec["looks"]]
-    sim, error = spec["simulation"], spec["error_per_direction"]
+    sim, error, model = spec["simulation"], spec["error_per_direction"], spec["contamination"]
     c0 = first_critical(looks[0])
     rng = np.random.default_rng(sim["seed"])
-    nulls = {"normal": null_paths(looks, sim["paths"], rng),
-             "resampled": resampled_paths(observed, looks, sim["resampled_paths"], rng)}
     signs = {"reproduced": 1.0, "refuted": -1.0}  # "refuted" crosses when t < -c: the upper tail of -t
-    found = {d: {k: boundary(sign * t, c0, error) for k, t in nulls.items()} for d, sign in signs.items()}
-    chosen = {d: math.ceil(max(found[d].values()) * 100) / 100 for d in signs}
+    normal = null_paths(looks, sim["paths"], rng)
+    # jumps up: the upper tail of -t is "refuted"'s; by symmetry the upper tail of t under jumps down is the same
+    contaminated = contaminated_paths(looks, sim["contaminated_paths"], rng, model["rate"], model["jump_sds"])
+    fitted = {"normal": {d: normal * sign for d, sign in signs.items()},
+              "contaminated": {d: -contaminated for d in signs}}
+    found = {d: {k: _finite(boundary(fitted[k][d], c0, error)) for k in fitted} for d in signs}
+    needed = {d: max(math.inf if v is None else v for v in found[d].values()) for d in signs}
+    # a direction whose first look alone spent the error under a model: never decided after it (math.inf, null)
+    chosen = {d: math.inf if math.isinf(v) else math.ceil(v * 100) / 100 for d, v in needed.items()}
     later = len(spec["looks"])
-    d = Design(tuple(looks), (c0, *[chosen["reproduced"]] * later), (c0, *[chosen["refuted"]] * later),
-               spec["reproduced_above_points"], spec["refuted_below_points"])
-    crit = {"reproduced": d.reproduced_critical, "refuted": d.refuted_critical}
-    errors = {dr: {k: crossing_rate(sign * t, crit[dr]) for k, t in nulls.items()} for dr, sign in signs.items()}
-    first = {dr: {k: float((sign * t[:, 0] > c0).mean()) for k, t in nulls.items()} for dr, sign in signs.items()}
-    one = (c0, *[chosen["reproduced"]] * later)  # what one constant for both directions would have allowed
-    one_constant = {dr: {k: crossing_rate(sign * t, one) for k, t in nulls.items()} for dr, sign in signs.items()}
+    crit = {dr: (c0, *[chosen[dr]] * later) for dr in signs}
+    d = Design(tuple(looks), crit["reproduced"], crit["refuted"], spec["reproduced_above_points"],
+               spec["refuted_below_points"])
+
+    def rates(t: dict) -> dict:
+        n = next(iter(t.values())).shape[0]
+        return {dr: {"error": crossing_rate(t[dr], crit[dr]), "first_look": float((t[dr][:, 0] > c0).mean()),
+                     "mc_error": mc_error(crossing_rate(t[dr], crit[dr]), n)} for dr in t}
+
+    errors = {k: rates(t) for k, t in fitted.items()}
+    x = np.asarray(observed, dtype=float)
+    resampled = resampled_paths(x, looks, sim["resampled_paths"], rng)
+    errors["resampled"] = rates({dr: resampled * sign for dr, sign in signs.items()})
+    resampled_needed = {dr: _finite(boundary(resampled * sign, c0, error)) for dr, sign in signs.items()}
+    far = int(np.argmax(np.abs(x - np.median(x))))
+    rest = np.delete(x, far)
+    jump = float(x[far] - rest.mean())  # the largest outlier's distance from the other deltas' mean
+    outlier = []
+    for rate in OUTLIER_RATES:
+        t = contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, jump, clean=rest)
+        dr = "refuted" if jump > 0 else "reproduced"
+        t = -t if jump > 0 else t
+        row = rates({dr: t})[dr]
+        outlier.append({"rate": rate, "direction": dr, **row,
+                        "spent_by_first_look": row["first_look"] >= error})
+    sensitivity = []
+    for rate in SENSITIVITY_RATES:
+        for size in SENSITIVITY_JUMPS:
+            t = -contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, size)
+            row = rates({"refuted": t})["refuted"]  # jumps up against "refuted"; "reproduced" mirrors it
+            sensitivity.append({"rate": rate, "jump_sds": size, **row,
+                                "spent_by_first_look": row["first_look"] >= error})
     outcomes = [operating_characteristics(observed, d, g, sim["outcome_paths"], rng, resample=r)
                 for g in GAPS for r in (False, True)]
     for row in outcomes:
         row["gpu_minutes"] = None if minutes_per_seed is None else row["new_seeds"] * minutes_per_seed
     first_look = look(observed, c0, c0, spec["reproduced_above_points"], spec["refuted_below_points"])
-    return {"looks": looks, "first_critical": c0, "error_per_direction": error, "boundaries": found,
-            "critical": chosen, "errors": errors, "first_look_errors": first,
-            "errors_with_one_constant": {"critical": chosen["reproduced"], **one_constant}, "simulation": sim,
-            "observed": {"seeds": len(observed), "mean": first_look["mean"], "sd": float(np.std(observed, ddof=1)),
-                         "decision": first_look["decision"]},
+    mad_sd = float(1.4826 * np.median(np.abs(x - np.median(x))))
+    return {"looks": looks, "first_critical": c0, "error_per_direction": error, "contamination": model,
+            "boundaries": found, "critical": {k: _finite(v) for k, v in chosen.items()}, "errors": errors,
+            "resampled_boundaries": resampled_needed, "simulation": sim,
+            "observed": {"seeds": len(observed), "mean": first_look["mean"], "sd": float(np.std(x, ddof=1)),
+                         "robust_sd": mad_sd, "decision": first_look["decision"],
+                         "largest_outlier": {"delta": float(x[far]), "rest_mean": float(rest.mean()),
+                                             "rest_sd": float(np.std(rest, ddof=1))}},
+            "outlier_sensitivity": outlier, "contamination_sensitivity": sensitivity,
             "minutes_per_seed": minutes_per_seed, "outcomes": outcomes}

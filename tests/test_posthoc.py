@@ -257,3 +257,14 @@ def test_headline_figure_marks_the_collapsed_seed(tmp_path):
     assert plots.main(["--tests", f"Confirmatory={ROOT}/results/confirm/sweep.json",
                        f"First={ROOT}/results/qwen/sweep.json", "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000
+
+
+def test_a_falls_share_at_the_cap_is_printed_as_it_is_never_rounded_up_past_a_bound():
+    """Seed 227's ETS run: from step 33 on, at least 51 of 64 answers (79.7%) ran to the cap, which "at least 80%"
+    overstated."""
+    story = {"onset_step": 33, "cut_low": 51 / 64, "before_step": 32, "before_cut": 0.48, "reward_low": 0.08,
+             "reward_high": 0.39, "last_step": 40, "before_reward": 0.47}
+    fall = {"seed": 227, "arm": "ets", "pass@1": 0.254, "verdict": "collapsed", "early": 0.48, "late": 0.26,
+            "cap": 256, "story": story}
+    (line,) = posthoc.fall_stories({"falls": [fall]})
+    assert "at least 79.7% of its completions ran to the 256-token cap" in line and "80%" not in line

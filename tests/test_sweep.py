@@ -3,8 +3,10 @@
 import copy
 import hashlib
 import json
+import math
 import random
 import re
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -1428,8 +1430,12 @@ sequential:
   reproduced_above_points: 0.0
   refuted_below_points: 1.3
   cards: [H100, H200]
+  contamination: {{rate: 0.02, jump_sds: 6.0}}
+  failures: {{machine_fault_retries: 1, arm_failure: base}}
+  sensitivity: [card, commit, day]
   design: none.json
-  simulation: {{seed: 1, paths: 10, resampled_paths: 10, outcome_paths: 10}}
+  simulation: {{seed: 1, paths: 10, contaminated_paths: 10, resampled_paths: 10, sensitivity_paths: 10,
+               outcome_paths: 10}}
 """
 
 
@@ -1467,6 +1473,74 @@ def test_a_sequential_summary_counts_new_seeds_in_order_and_reads_decisions_only
     assert "Look 1 of 2 at 6 seeds" in line and "Cells on a card the plan does not name" in line
     written = write_summary(grid, path)
     assert verify(written)["sequential"] == summarize(grid)["sequential"]
+
+
+def test_a_sequential_line_says_what_its_verdicts_mean_and_what_to_run_next(tmp_path):
+    """Every printed verdict carries its meaning (computed), the next look's boundaries in points and the command that
+    runs its seeds; a sweep with no finished cell prints no empty table."""
+    path = sequential_trees(tmp_path)
+    summary = summarize(load_grid(path))
+    q = summary["sequential"]
+    m = q["meaning"]
+    assert m["continued_error"] == pytest.approx(0.025) and m["error_per_direction"] == 0.05
+    sd = statistics.stdev(100 * d for d in q["per_seed"])
+    assert m["sd"] == pytest.approx(sd) and m["smaller_needs_seeds"] == math.ceil((sd * 5.5 / 1.3) ** 2) + 1
+    assert not m["smaller_possible"] and m["null_reproduced"] is None  # no design file here
+    text = render(summary)
+    se = sd / 6 ** 0.5
+    assert f"reproduced if the mean exceeds {2.5 * se:+.2f} points, refuted if it lies below {1.3 - 3.0 * se:+.2f}" \
+        in text.replace("\n", " ")
+    flat = " ".join(text.split())
+    assert "Next: `python sweep.py" in flat and "seeds 5-6 reach it" in flat
+    assert '"reproduced" = a gain above 0 points, its size not shown' in flat and "it cannot happen by 8" in flat
+    assert "over the whole sequence (the confirmatory plan's 0.025)" in flat
+    old = 100 * statistics.fmean(q["per_seed"])
+    assert f"Sensitivity (planned, never a decision): old seeds 1-4 {old:+.1f} points" in flat
+    assert "GRPO (all tokens)" not in text and "Per training step" not in text  # no empty table
+
+
+def test_a_failed_arm_counts_as_the_plan_says_and_never_stalls_later_looks(tmp_path):
+    """An arm's own failure is an outcome: scored as the base model, the seed counts and the seeds after it count;
+    a machine fault waits for its one retry, then counts as the arm's own."""
+    from gmts_recipe.records import task_scores
+    from gmts_recipe.sweep import failures
+
+    path = sequential_trees(tmp_path)
+    grid = load_grid(path)
+    root = tmp_path / "results" / "more"
+    fake_cell(root, "paper-lr0.0001-s5", {"ets": 0.5}, seed=5)  # gmts failed; ets ran
+    fake_cell(root, "paper-lr0.0001-s6", {"ets": 0.5, "gmts": 0.9}, seed=6)
+    failures.record(root / "paper-lr0.0001-s5", 5, "gmts", "machine", "NVIDIA H100 80GB HBM3", "ECC error")
+    q = summarize(grid)["sequential"]
+    assert q["retrying"] == [5] and q["seeds_done"] == [] and q["seeds_waiting"] == [6]
+    assert "waiting for their retry: seed 5" in render(summarize(grid))
+    failures.record(root / "paper-lr0.0001-s5", 5, "gmts", "machine", "NVIDIA H200", "ECC error")  # it recurred
+    q = summarize(grid)["sequential"]
+    assert q["retrying"] == [] and q["seeds_done"] == [5, 6] and q["scored_as_base"] == {"5": "gmts"}
+    results = json.loads((root / "paper-lr0.0001-s5" / "results.json").read_text())
+    base = task_scores(results["base"]["evals"][0], "base")
+    ets = task_scores(results["arms"]["ets"]["eval"], "ets")
+    assert q["per_seed"][4] == pytest.approx(sum(base[k] - ets[k] for k in base) / len(base))
+    flat = " ".join(render(summarize(grid)).split())
+    assert "scored as the base model (the plan's failures): seed 5 gmts" in flat
+    assert "new seeds by card: CPU" in flat and "by commit: unrecorded" in flat  # the sensitivity comparison
+    (root / "paper-lr0.0001-s5" / "failure.json").write_text('{"seed": 5}')
+    with pytest.raises(SweepError, match="failure.json: a failure record holds seed"):
+        summarize(grid)
+
+
+@pytest.mark.parametrize("old, new, match", [
+    ("arm_failure: base", "arm_failure: zero", "failures.arm_failure must be one of base"),
+    ("sensitivity: [card, commit, day]", "sensitivity: [gpu]", "sensitivity must list"),
+    ("contamination: {rate: 0.02, jump_sds: 6.0}", "contamination: {rate: 0.7, jump_sds: 6.0}",
+     "contamination.rate must lie in"),
+    ("contamination: {rate: 0.02, jump_sds: 6.0}", "contamination: {rate: 0.02}", "contamination of rate, jump_sds"),
+])
+def test_a_sequential_plan_fixes_its_error_model_failures_and_sensitivity(tmp_path, old, new, match):
+    path = sequential_trees(tmp_path)
+    path.write_text(path.read_text().replace(old, new))
+    with pytest.raises(SweepError, match=match):
+        load_grid(path)
 
 
 def test_a_sequential_grid_must_continue_a_finished_test_of_the_same_comparison(tmp_path):

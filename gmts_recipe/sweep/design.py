@@ -1,6 +1,8 @@
 """A sequential plan's design, computed and written: `python -m gmts_recipe.sweep.design PLAN.yaml --out DESIGN.json`
 reads the plan's `sequential:` keys and the per-seed deltas of the test it continues (recomputed from that test's
-cells), and writes gmts_recipe.sequential.design's boundaries and outcomes, reproducible from the plan's seed."""
+cells), and writes gmts_recipe.sequential.design's boundaries and outcomes, reproducible from the plan's seed (bit for
+bit: one numpy Generator seeded from the plan, its draws in a fixed order). On 2 shared cores it takes a few minutes,
+most of it reading the continued test's 100 cells and the 4,000,000 normal null paths."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     out = sequential.design(grid.sequential, [100 * v for v in continued["per_seed"]], minutes)
     write_json(Path(args.out), out)
     print(json.dumps({k: out[k] for k in ("looks", "first_critical", "boundaries", "critical", "errors",
-                                          "first_look_errors", "minutes_per_seed")}))
+                                          "minutes_per_seed")}))
     return 0
 
 

@@ -161,11 +161,15 @@ def _check_secondary(secondary: Any, grid: Grid, p: Path) -> list[dict]:
     return out
 
 
-SIMULATION_KEYS = {"seed": int, "paths": int, "resampled_paths": int, "outcome_paths": int}
+SIMULATION_KEYS = {"seed": int, "paths": int, "contaminated_paths": int, "resampled_paths": int,
+                   "sensitivity_paths": int, "outcome_paths": int}
+CONTAMINATION_KEYS = {"rate": float, "jump_sds": float}  # the error model fixed a priori (gmts_recipe.sequential)
+ARM_FAILURE_SCORES = ("base",)  # what an arm's own failure scores: the untrained base model's pass@1
+SENSITIVITY_BY = ("card", "commit", "day")  # what old seeds are compared with new by: printed, never a decision
 SEQUENTIAL_KEYS = {"fixed_on": str, "continues": str, "variant": str, "comparison": str, "learning_rate": float,
                    "seeds": _INTS, "looks": _INTS, "error_per_direction": float, "critical": dict,
                    "reproduced_above_points": float, "refuted_below_points": float, "cards": list, "design": str,
-                   "simulation": dict}
+                   "contamination": dict, "failures": dict, "sensitivity": list, "simulation": dict}
 
 
 def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
@@ -183,6 +187,12 @@ def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
     try:  # critical: ~ until the design is computed (python -m gmts_recipe.sweep.design)
         out = {k: None if (k, v) == ("critical", None) else SEQUENTIAL_KEYS[k](v) for k, v in sequential.items()}
         out["simulation"] = {k: SIMULATION_KEYS[k](out["simulation"][k]) for k in SIMULATION_KEYS}
+        out["contamination"] = {k: CONTAMINATION_KEYS[k](out["contamination"][k]) for k in CONTAMINATION_KEYS}
+        out["failures"] = {"machine_fault_retries": int(out["failures"]["machine_fault_retries"]),
+                           "arm_failure": str(out["failures"]["arm_failure"])}
+        if len(sequential["simulation"]) != len(SIMULATION_KEYS) or len(sequential["contamination"]) != 2 \
+                or len(sequential["failures"]) != 2:
+            raise KeyError
         if out["critical"] is not None:
             out["critical"] = {k: float(out["critical"][k]) for k in ("reproduced", "refuted")}
             if len(sequential["critical"]) != 2:
@@ -190,7 +200,17 @@ def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
     except (TypeError, ValueError, KeyError):
         raise SweepError(f"{where}: seeds and looks must be lists of integers, learning_rate, error_per_direction "
                          f"and the thresholds numbers, critical a mapping of reproduced and refuted (numbers), "
-                         f"simulation a mapping of {', '.join(SIMULATION_KEYS)} (integers)") from None
+                         f"simulation a mapping of {', '.join(SIMULATION_KEYS)} (integers), contamination of "
+                         f"{', '.join(CONTAMINATION_KEYS)} (numbers), failures of machine_fault_retries (an integer) "
+                         f"and arm_failure") from None
+    if not 0 <= out["contamination"]["rate"] < 0.5 or out["contamination"]["jump_sds"] < 0:
+        raise SweepError(f"{where}: contamination.rate must lie in [0, 0.5) and jump_sds be at least 0")
+    if out["failures"]["arm_failure"] not in ARM_FAILURE_SCORES or out["failures"]["machine_fault_retries"] < 0:
+        raise SweepError(f"{where}: failures.arm_failure must be one of {', '.join(ARM_FAILURE_SCORES)} and "
+                         f"machine_fault_retries at least 0")
+    if not out["sensitivity"] or any(k not in SENSITIVITY_BY for k in out["sensitivity"]):
+        raise SweepError(f"{where}: sensitivity must list what old seeds are compared with new by: "
+                         f"{', '.join(SENSITIVITY_BY)}")
     numbers = {k: out[k] for k in ("learning_rate", "error_per_direction", "reproduced_above_points",
                                    "refuted_below_points")}
     numbers.update({f"critical.{k}": v for k, v in (out["critical"] or {}).items()})

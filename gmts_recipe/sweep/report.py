@@ -51,16 +51,56 @@ def _look_numbers(lk: dict) -> str:
             f"{lk['reproduced_critical']:.2f} se, mean + {lk['refuted_critical']:.2f} se)")
 
 
-def sequential_line(q: dict) -> str:
-    """One paragraph: the sequential plan as it states it, each look reached with its numbers, and where the test
-    stands: a decision (only at a planned look), or the next look and the seeds it still needs."""
-    parts = sequential_parts(q)
-    return " ".join([parts["rule"], *parts["looks"], parts["now"], *parts["notes"]])
+def sequential_line(q: dict, plan: str | None = None) -> str:
+    """One paragraph: the sequential plan as it states it, each look reached with its numbers, where the test stands (a
+    decision, only at a planned look, or the next look with its boundaries in points and the command that runs its
+    seeds), what a verdict means, and the planned sensitivity comparison."""
+    parts = sequential_parts(q, plan)
+    return " ".join([parts["rule"], *parts["looks"], parts["now"], parts["next"], parts["meaning"], *parts["notes"],
+                     parts["sensitivity"]]).replace("  ", " ").strip()
 
 
-def sequential_parts(q: dict) -> dict:
-    """sequential_line's sentences: the rule, each look reached, where the test stands (`now`), and `notes`: any seed
-    waiting for an earlier one and any cell on a card the plan does not name."""
+def _points(v: float) -> str:
+    return f"{v:+.2f}"
+
+
+def meaning_line(q: dict) -> str:
+    """What the plan's verdicts mean (summary.verdict_meaning's numbers, computed, never typed)."""
+    m, n_last = q["meaning"], q["looks"][-1]
+    null = m["null_reproduced"]
+    chance = ("" if not null else
+              f"; given the first {len(q['continued_seeds'])} seeds, the chance of \"reproduced\" with no real gain: "
+              + (f"{min(null):.2f}-{max(null):.2f}" if len(null) > 1 else f"{null[0]:.2f}")
+              + " (the design's simulation)")
+    smaller = (f"needs ~{m['smaller_needs_seeds']} seeds at SD {m['sd']:.1f}: "
+               + (f"it cannot happen by {n_last}" if not m["smaller_possible"] else "possible by the last look"))
+    return (f"What a verdict means: \"reproduced\" = a gain above {q['reproduced_above_points']:g} points, its size "
+            f"not shown; \"refuted\" = below {q['refuted_below_points']:g}; \"a gain smaller than claimed\" (both) "
+            f"{smaller}; the error is {m['error_per_direction']:g} per direction over the whole sequence (the "
+            f"confirmatory plan's {m['continued_error']:.3f}){chance}.")
+
+
+def next_look_line(q: dict, plan: str | None = None) -> str:
+    """The next look's boundaries in points (at the spread so far: the mean a decision needs there) and the command
+    that runs its seeds; "" once the test has decided or passed its last look."""
+    st = q["state"]
+    if st["decision"] is not None or st["next_look"] is None:
+        return ""
+    n, sd = st["next_look"], q["meaning"]["sd"]
+    i = q["looks"].index(n)
+    se = sd / n ** 0.5
+    need = [s for s in q["seeds"] if s not in q["seeds_done"]][:st["seeds_to_next_look"]]
+    cmd = f"python sweep.py {plan or 'configs/sweeps/<name>.yaml'} --gpus 0 --warm_workers -- --gsm8k_path DIR"
+    return (f"At look {i + 1}, with the spread so far (SD {sd:.1f} points, se {se:.2f} at {n} seeds): reproduced if "
+            f"the mean exceeds {_points(q['reproduced_above_points'] + q['critical']['reproduced'] * se)} points, "
+            f"refuted if it lies below {_points(q['refuted_below_points'] - q['critical']['refuted'] * se)}. Next: "
+            f"`{cmd}` (resumes; seeds {_seed_span(need)} reach it).")
+
+
+def sequential_parts(q: dict, plan: str | None = None) -> dict:
+    """sequential_line's sentences: the rule, each look reached, where the test stands (`now`), the next look in points
+    with its command (`next`), what a verdict means (`meaning`), `notes` (seeds waiting for an earlier one, failed arms
+    scored as the plan says, cells on a card the plan does not name) and the planned `sensitivity` comparison."""
     looks, st = q["looks"], q["state"]
     rule = (f"Sequential extension (plan fixed {q['fixed_on']}): {q['comparison']} at lr {q['learning_rate']:g} "
             f"({q['variant']}), the {len(q['continued_seeds'])} seeds of {q['continues']} then new seeds "
@@ -79,11 +119,34 @@ def sequential_parts(q: dict) -> dict:
     notes = []
     if q["seeds_waiting"]:
         notes.append(f"Seeds run out of order, waiting for an earlier one: {', '.join(map(str, q['seeds_waiting']))}.")
+    if q.get("retrying"):
+        notes.append(f"Machine faults waiting for their retry: seed {', '.join(map(str, q['retrying']))}.")
+    if q.get("scored_as_base"):
+        notes.append("Arms that failed on their own, scored as the base model (the plan's failures): "
+                     + ", ".join(f"seed {s} {a}" for s, a in q["scored_as_base"].items()) + ".")
     off = {s: c for s, c in q["cell_cards"].items() if card_problem(q["cards"], {s: c})}  # as check.py reads them
     if off:
         notes.append("Cells on a card the plan does not name: " + "; ".join(f"seed {s} {', '.join(c)}"
                                                                           for s, c in off.items()) + ".")
-    return {"rule": rule, "looks": reached, "now": now, "notes": notes}
+    return {"rule": rule, "looks": reached, "now": now, "next": next_look_line(q, plan), "meaning": meaning_line(q),
+            "notes": notes, "sensitivity": sensitivity_line(q)}
+
+
+def sensitivity_line(q: dict) -> str:
+    """The plan's sensitivity comparison as one sentence, said to be none of the decision."""
+    rows = q.get("sensitivity_rows") or []
+    if not rows:
+        return ""
+    old = rows[0]
+    text = (f"Sensitivity (planned, never a decision): old {old['group']} {old['mean']:+.1f} points (SD "
+            f"{old['sd']:.1f}, {old['seeds']} seeds)")
+    new = rows[1:]
+    if not new:
+        return text + f"; new seeds by {', '.join(q['sensitivity'])}: none has run yet."
+    by: dict[str, list[str]] = {}
+    for r in new:
+        by.setdefault(r["by"], []).append(f"{r['group']} {r['mean']:+.1f} ({r['seeds']} seed{'s' * (r['seeds'] != 1)})")
+    return text + "; new seeds " + "; ".join(f"by {k}: {', '.join(v)}" for k, v in by.items()) + "."
 
 
 def write_summary(grid: Grid, grid_path: str | Path) -> Path:
@@ -254,15 +317,7 @@ def render(summary: dict, markdown: bool = False, width: int | None = None) -> s
     head2 = ["variant", "comparison", "which comparison", "lr", "seeds", "pooled delta (95%, seeds then tasks)",
              "t over seeds (95%)", "per seed", "per-seed SD (95% CI, pts)",
              f"seeds for {POWER:.0%} power at the paper's gains"]
-    rows3 = []
-    for c in sorted(cells, key=lambda c: (c["variant"], c["learning_rate"], c["seed"])):
-        for arm in rule_arms():
-            if arm in c["arms"] and "mechanism" in c["arms"][arm]:
-                m = c["arms"][arm]["mechanism"]
-                rows3.append([c["variant"], f"{c['learning_rate']:g}", str(c["seed"]), arm,
-                              *("-" if m[k] is None else f"{m[k]:.3g}" for k in MECHANISM)])
-    head3 = ["variant", "lr", "seed", "arm", "effective answers (of the batch)", "top answer's share of kept |omega|",
-             "kept tokens in zero-advantage answers", "cosine with the previous update", "grad norm"]
+    rows3, head3 = _mechanism_rows(cells)
     base = cells[0] if cells else None
     note = (f"{summary['name']}: {len(cells)} cells; base pass@1 {_pct(base['base_mean'])} (noise floor "
             f"{100 * base['noise_floor']:.1f} pts); per arm: mean over seeds (each seed); * = collapsed below the "
@@ -273,14 +328,33 @@ def render(summary: dict, markdown: bool = False, width: int | None = None) -> s
     mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown, width)
     primary = [primary_line(summary["primary"])] if "primary" in summary else []
     primary += [secondary_line(s) for s in summary.get("secondary", [])]
-    primary += [sequential_line(summary["sequential"])] if "sequential" in summary else []
+    primary += [sequential_line(summary["sequential"], (summary.get("plan") or {}).get("file"))] \
+        if "sequential" in summary else []
     table1, table2 = _table(head1, rows1, markdown, width), _table(head2, rows2, markdown, width)
+    if markdown:
+        table1 += "\n\nEach seed's pass@1:\n\n" + "\n".join(below1) if below1 else ""
+        table2 += ("\n\n" + fill("Seeds: " + "; ".join(f"{k}: {v}" for k, v in notes2.items()) + ".")) \
+            if notes2 else ""
+        table2 += "\n\nEach seed's delta (points):\n\n" + "\n".join(below2) if below2 else ""
+    # a table without rows is left out (a sweep whose cells have not run yet prints its plan and its note only)
+    parts = [*([table1] if rows1 else []), *([table2] if rows2 else [])]
     if not markdown:
-        return fit_text("\n\n".join([*primary, table1, table2, note, mechanism]), width)
-    table1 += "\n\nEach seed's pass@1:\n\n" + "\n".join(below1) if below1 else ""
-    table2 += ("\n\n" + fill("Seeds: " + "; ".join(f"{k}: {v}" for k, v in notes2.items()) + ".")) if notes2 else ""
-    table2 += "\n\nEach seed's delta (points):\n\n" + "\n".join(below2) if below2 else ""
-    return "\n\n".join([*(fill(x) for x in primary), table1, table2, fill(note), mechanism])
+        return fit_text("\n\n".join([*primary, *parts, note, *([mechanism] if rows3 else [])]), width)
+    return "\n\n".join([*(fill(x) for x in primary), *parts, fill(note), *([mechanism] if rows3 else [])])
+
+
+def _mechanism_rows(cells: list[dict]) -> tuple[list[list[str]], list[str]]:
+    """Each cell's arms' per-step medians of how concentrated the update was (summary.MECHANISM), and the header."""
+    rows = []
+    for c in sorted(cells, key=lambda c: (c["variant"], c["learning_rate"], c["seed"])):
+        for arm in rule_arms():
+            if arm in c["arms"] and "mechanism" in c["arms"][arm]:
+                m = c["arms"][arm]["mechanism"]
+                rows.append([c["variant"], f"{c['learning_rate']:g}", str(c["seed"]), arm,
+                             *("-" if m[k] is None else f"{m[k]:.3g}" for k in MECHANISM)])
+    head = ["variant", "lr", "seed", "arm", "effective answers (of the batch)", "top answer's share of kept |omega|",
+            "kept tokens in zero-advantage answers", "cosine with the previous update", "grad norm"]
+    return rows, head
 
 
 def collapse_counts(cells: list[dict], arms: list[str]) -> str:

@@ -4,6 +4,7 @@ rates, the analysis plan's primary and secondary tests; and their verification f
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
 from gmts_recipe.records import digest, first_difference, load, numbers_close, task_scores
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
 from gmts_recipe.sweep.cells import check_together, recorded
+from gmts_recipe.sweep.failures import outcome as failure_outcome, read as failure_record
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
 
@@ -72,19 +74,25 @@ def summarize(grid: Grid) -> dict:
     from tqdm.auto import tqdm
 
     root = Path(grid.results_dir) / grid.name
-    cells, scores, seen, training, cards = [], {}, [], {}, {}
-    base_hashes = set()
+    cells, scores, seen, training, cards, origins = [], {}, [], {}, {}, {}
+    base_hashes, base_scores, failed = set(), None, {}
     # each cell's file verified (digest, records, summaries), the long part of a sweep's check: a bar on a terminal
     for cell in tqdm(list(grid.cells()), desc="verifying cells", unit="cell", leave=False, disable=None):
         path = root / cell.name / "results.json"
+        if grid.sequential is not None:
+            rec = failure_record(root / cell.name)
+            if rec is not None:
+                failed[cell.seed] = rec
         if not path.is_file():
             continue
         results = load(path)
         seen.append(recorded(cell, results))
         s = results["summary"]
-        base_hashes.add(json.dumps(sorted(task_scores(results["base"]["evals"][0], f"{cell.name} base").items())))
+        base_scores = task_scores(results["base"]["evals"][0], f"{cell.name} base")
+        base_hashes.add(json.dumps(sorted(base_scores.items())))
         arms = {}
         cards[cell.seed] = recorded_cards(results)
+        origins[cell.seed] = cell_origin(results)
         for arm, entry in results.get("arms", {}).items():
             scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = task_scores(entry["eval"], f"{cell.name} {arm}")
             training[(cell.variant, cell.learning_rate, cell.seed, arm)] = entry.get("train_log", [])
@@ -136,7 +144,8 @@ def summarize(grid: Grid) -> dict:
     if grid.secondary:
         out["secondary"] = [secondary_test(spec, grid.primary, scores) for spec in grid.secondary]
     if grid.sequential is not None:
-        out["sequential"] = sequential_test(grid.sequential, scores, cards, continued_test(grid))
+        out["sequential"] = sequential_test(grid.sequential, scores, cards, continued_test(grid), failed, base_scores,
+                                            origins)
     out["digest"] = digest(out)
     return out
 
@@ -151,6 +160,56 @@ def recorded_cards(results: dict) -> list[str]:
         if name not in names:
             names.append(name)
     return names
+
+
+def cell_origin(results: dict) -> dict[str, str]:
+    """Where and when a cell ran, as its arms record it (run_setup.provenance): card(s), commit, day; "unrecorded"
+    where a file records none (cells written before provenance was kept)."""
+    prov = [e["provenance"] for e in results.get("arms", {}).values() if isinstance(e.get("provenance"), dict)]
+    commits = sorted({str(p.get("commit") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
+    days = sorted({str(p.get("started") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
+    return {"card": ", ".join(recorded_cards(results)), "commit": ", ".join(commits), "day": ", ".join(days)}
+
+
+def verdict_meaning(spec: dict, per_seed_points: list[float], design: sequential.Design) -> dict:
+    """What the plan's verdicts mean, computed (never typed): "reproduced" says a gain above reproduced_above, not its
+    size; "a gain smaller than claimed" needs an interval (c_r + c_f) se wide to fit between the two thresholds, so
+    the seeds it takes at the spread so far (None past every planned look: it cannot happen); the error per direction
+    over the whole sequence beside the continued test's own; and, from the design file's simulation, the chance of
+    "reproduced" with no real gain given the seeds already seen (normal and resampled new deltas)."""
+    from scipy import stats as scipy_stats
+
+    sd = float(statistics.stdev(per_seed_points))
+    width = design.reproduced_critical[-1] + design.refuted_critical[-1]
+    gap = design.refuted_below - design.reproduced_above
+    smaller = math.ceil((sd * width / gap) ** 2) + 1
+    n0 = design.looks[0]
+    path = Path(spec["design"])
+    null = None
+    if path.is_file():
+        rows = json.loads(path.read_text(encoding="utf-8")).get("outcomes", [])
+        null = [r[sequential.REPRODUCED] for r in rows if math.isclose(r["gap"], design.reproduced_above)] or None
+    return {"error_per_direction": spec["error_per_direction"],
+            "continued_error": float(scipy_stats.t.sf(design.reproduced_critical[0], n0 - 1)),
+            "smaller_needs_seeds": smaller, "smaller_possible": smaller <= design.looks[-1], "sd": sd,
+            "null_reproduced": null}
+
+
+def sensitivity_rows(spec: dict, counted: list[int], deltas: list[float], continued: dict,
+                     origins: dict[int, dict]) -> list[dict]:
+    """The plan's sensitivity comparison, never a decision: the continued test's seeds against the new ones grouped
+    by each of the plan's `sensitivity` keys (card, commit, day), each group's seeds, mean and SD (points)."""
+    def group(label: str, values: list[float]) -> dict:
+        return {"group": label, "seeds": len(values), "mean": 100 * statistics.fmean(values),
+                "sd": 100 * statistics.stdev(values) if len(values) > 1 else None}
+
+    rows = [{"by": "old", **group(f"seeds {continued['seeds'][0]}-{continued['seeds'][-1]}", continued["per_seed"])}]
+    for key in spec["sensitivity"]:
+        values: dict[str, list[float]] = {}
+        for seed, d in zip(counted, deltas):
+            values.setdefault((origins.get(seed) or {}).get(key, "unrecorded"), []).append(d)
+        rows += [{"by": key, **group(v, xs)} for v, xs in sorted(values.items())]
+    return rows
 
 
 def continued_test(grid: Grid) -> dict:
@@ -198,10 +257,28 @@ def sequential_design(spec: dict, continued_seeds: int) -> sequential.Design:
                              spec["refuted_below_points"])
 
 
-def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], continued: dict) -> dict:
+def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], continued: dict,
+                    failed: dict[int, dict] | None = None, base_scores: dict | None = None,
+                    origins: dict[int, dict] | None = None) -> dict:
     """A sequential plan where it stands: the continued test's per-seed deltas, then the new seeds' in the planned
     order, counted only up to the first planned seed that has not run both arms (a later seed waits for it: no seed is
-    skipped), and the look they reach (sequential.state: a decision is read only at a planned look)."""
+    skipped), and the look they reach (sequential.state: a decision is read only at a planned look). A seed whose arm
+    failed on its own (`failed`: the cells' failure records, gmts_recipe.sweep.failures) counts as the plan's
+    `failures` say: that arm scored as the base model (`base_scores`, the base's first sampling seed per task), so it
+    never stalls the looks after it; a machine fault with a retry left waits for its retry."""
+    failed = failed or {}
+    scores = dict(scores)
+    key = (spec["variant"], spec["learning_rate"])
+    a, b = spec["comparison"].split(" - ")
+    scored_as_base, retrying = {}, []
+    for seed, rec in sorted(failed.items()):
+        if seed not in spec["seeds"] or rec["arm"] not in (a, b):
+            continue
+        if failure_outcome(rec, spec["failures"]["machine_fault_retries"]) == "retry":
+            retrying.append(seed)
+        elif base_scores is not None:  # the arm's own failure: an outcome, scored as the base
+            scores[(*key, seed, rec["arm"])] = base_scores
+            scored_as_base[str(seed)] = rec["arm"]
     new = _planned_comparison(spec["comparison"], spec["variant"], spec["learning_rate"], spec["seeds"], scores)
     done = set(new["seeds_done"])
     counted = []
@@ -209,15 +286,15 @@ def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], conti
         if seed not in done:
             break
         counted.append(seed)
-    a, b = spec["comparison"].split(" - ")
-    key = (spec["variant"], spec["learning_rate"])
     deltas = [seed_delta(*_paired(scores[(*key, s, a)], scores[(*key, s, b)])) for s in counted]
     per_seed = [*continued["per_seed"], *deltas]
     design = sequential_design(spec, len(continued["seeds"]))
     return {**spec, "continued_seeds": continued["seeds"], "seeds_done": counted,
             "seeds_waiting": [s for s in new["seeds_done"] if s not in counted],
             "first_critical": design.reproduced_critical[0], "per_seed": per_seed,
-            "cell_cards": {str(s): cards[s] for s in counted},
+            "cell_cards": {str(s): cards.get(s, []) for s in counted}, "scored_as_base": scored_as_base,
+            "retrying": retrying, "sensitivity_rows": sensitivity_rows(spec, counted, deltas, continued, origins or {}),
+            "meaning": verdict_meaning(spec, [100 * d for d in per_seed], design),
             "state": sequential.state([100 * d for d in per_seed], design)}
 
 
