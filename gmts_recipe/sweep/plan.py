@@ -279,8 +279,9 @@ def design_problem(spec: dict, design: dict) -> str | None:
     the plan's critical values are the design's; the design's simulation settings, error and looks are the plan's,
     the looks led by the continued test's seed count; its first look's critical value is that test's t quantile; its
     observed first stage (seeds, mean, SD, decision) is the continued test's per-seed deltas as the cells give them;
-    each adopted critical value is the larger of its direction's simulated boundaries rounded up to 2 decimals; and
-    every error it records stays within the plan's error per direction. What is not recomputed here: that the
+    its contamination model is the plan's; each adopted critical value is the larger of its direction's simulated
+    boundaries rounded up to 2 decimals; and every error it records under the plan's models stays within the plan's
+    error per direction (the sensitivity rows it publishes beside them need not). What is not recomputed here: that the
     boundaries are what the simulation yields from its seed (4 million paths; `python -m gmts_recipe.sweep.design
     PLAN --out FILE` writes the file again, bit for bit, and tests/test_sequential.py does so)."""
     n = len(spec["continued_seeds"])
@@ -306,7 +307,10 @@ def design_problem(spec: dict, design: dict) -> str | None:
             adopted = math.ceil(max(found.values()) * 100) / 100
             checks.append((f"critical.{direction}", design["critical"][direction] == adopted,
                            f"{adopted} from its boundaries {found}"))
-        worst = max(e for per in design["errors"].values() for e in per.values())
+        if "contamination" in spec or "contamination" in design:
+            checks.append(("contamination", design.get("contamination") == spec.get("contamination"),
+                           f"{spec.get('contamination')} in the plan"))
+        worst = max(e["error"] if isinstance(e, dict) else e for per in design["errors"].values() for e in per.values())
         checks.append(("errors", worst <= spec["error_per_direction"],
                        f"at most {spec['error_per_direction']} per direction"))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
