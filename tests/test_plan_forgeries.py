@@ -11,6 +11,7 @@ summary is re-sealed with its digest, not recomputed from cells, since the plan 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -147,9 +148,16 @@ def extension_forged(repo: Path, edit) -> Path:
     return sweep
 
 
+def lower_reproduced(text: str) -> str:
+    """The plan's reproduced boundary lowered to 1.50, whatever the committed one is."""
+    forged, n = re.subn(r"reproduced: [0-9.]+", "reproduced: 1.50", text, count=1)
+    assert n == 1
+    return forged
+
+
 def test_a_boundary_lowered_before_any_cell_is_refused_by_the_design_file(tmp_path, capsys):
     repo = clone(tmp_path)
-    sweep = extension_forged(repo, lambda t: t.replace("reproduced: 2.12", "reproduced: 1.50"))
+    sweep = extension_forged(repo, lower_reproduced)
     refused(sweep, capsys, "the design file configs/sweeps/confirm-extension-design.json: critical",
             "'reproduced': 1.5")
 
@@ -160,8 +168,9 @@ def test_a_boundary_lowered_in_the_plan_and_its_design_file_is_refused(tmp_path,
     forged = json.loads(design.read_text())
     forged["critical"]["reproduced"] = 1.5
     design.write_text(json.dumps(forged, indent=1))
-    sweep = extension_forged(repo, lambda t: t.replace("reproduced: 2.12", "reproduced: 1.50"))
-    refused(sweep, capsys, "critical.reproduced", "2.12 from its boundaries")
+    sweep = extension_forged(repo, lower_reproduced)
+    adopted = json.loads((ROOT / "configs/sweeps/confirm-extension-design.json").read_text())["critical"]["reproduced"]
+    refused(sweep, capsys, "critical.reproduced", f"{adopted} from its boundaries")
 
 
 def test_an_uncommitted_edit_of_the_continued_plan_is_refused(tmp_path, capsys):

@@ -14,31 +14,10 @@ import pytest
 from gmts_recipe.sweep.grid import cell_command, jobs, load_grid
 from gmts_recipe.sweep.local import run
 from gmts_recipe.sweep.merge import merge
-from test_sweep import CONFIG, CONTINUED, tree_cell
+from test_sweep import CONTINUED, EXTENSION, tree_cell
 
 SEEDS = list(range(5, 41))
-PLAN = f"""
-name: more
-config: {CONFIG}
-results_dir: RESULTS
-blocks:
-  - {{name: main, arms: [ets, gmts], learning_rates: [1.0e-4], seeds: {SEEDS}}}
-sequential:
-  fixed_on: "after the first test"
-  continues: CONTINUED
-  variant: paper
-  comparison: gmts - ets
-  learning_rate: 1.0e-4
-  seeds: {SEEDS}
-  looks: [20, 40]
-  error_per_direction: 0.05
-  critical: {{reproduced: 2.5, refuted: 3.0}}
-  reproduced_above_points: 0.0
-  refuted_below_points: 1.3
-  cards: [H100, H200]
-  design: none.json
-  simulation: {{seed: 1, paths: 10, resampled_paths: 10, outcome_paths: 10}}
-"""
+PLAN = EXTENSION.replace("seeds: [5, 6, 7, 8]", f"seeds: {SEEDS}").replace("looks: [6, 8]", "looks: [20, 40]")
 
 
 def plan(tmp_path: Path, results: str = "results") -> Path:
