@@ -38,14 +38,22 @@ except digit groups of three ('1 000' is 1000) and a mixed number ('5 \\frac{1}{
 counts in multiples is refused too ('5 dozen' answering "how many dozens"), since the reward does not read the
 question.
 
-REWARD_VERSION names this reading. Every evaluation records the version that scored it, and check.py re-scores a
-samples file with the version it names, by this module's `sample_scores(texts, gold, version)`: each version is a
-reading kept exactly, one code path with the version's branches (`_clean`, `answers_equal`):
+An unboxed answer is read alike (version 4): the number after '####', or the last number, comes with what stands
+beside it (`final_answer`, `_beside`): up to 4 words or \\text{} macros after it, and a second number right after or
+before it across space, 'or', 'and' or 'to'. So '#### 72 thousand', '#### 72 73', '#### 72 or 73' and 'The answer is
+72 thousand.' are no number, as in a box, while '#### 72 apples', 'The answer is 72.' and '12 seconds to speak 10
+words' (a number after a word is the sentence going on) stay 72 and 12; punctuation or a line break ends the answer.
+
+REWARD_VERSIONS lists the readings, the newest last; REWARD_VERSION (the newest) is what new evaluations record.
+Every evaluation records the version that scored it, and check.py re-scores a samples file with the version it
+names, by this module's `sample_scores(texts, gold, version)`: each version is a reading kept exactly, one code path
+with the version's branches (`final_answer`, `_clean`, `answers_equal`):
 - 1: a \\text, \\mbox or \\mathrm macro is removed with its content; parentheses (not braces) around the whole
   answer are dropped; a percent sign may stand in an expression math-verify reads ('72\\%' equals both 72 and 0.72);
   an expression math-verify leaves unevaluated ('0/0') is compared as it is.
 - 2: the decoration above (`_strip_decoration`), braces like parentheses, percent as a unit, only finite values.
-- 3: version 2, and what changes the number is never dropped (the paragraph above).
+- 3: version 2, and what changes the number is never dropped (the paragraph above), inside a \\boxed{}.
+- 4: version 3, and the same outside a box: after '####' and as the last number (the paragraph above).
 """
 
 from __future__ import annotations
@@ -58,7 +66,10 @@ from typing import Any
 
 MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
 MAX_ANSWER_CHARS = 64  # a final answer longer than this is not a number the gold could equal
-REWARD_VERSION = 3  # what new evaluations record; check.py re-scores a samples file with the version it names
+# Every GSM8K reading this recipe keeps, the newest last: what new evaluations record (REWARD_VERSION) and what a
+# samples file may name (check.py re-scores it with the version it names). The one list of known versions.
+REWARD_VERSIONS = (1, 2, 3, 4)
+REWARD_VERSION = REWARD_VERSIONS[-1]
 # An unboxed number: digits with commas inside (not after: '72,' is 72), an optional decimal part, or a bare decimal
 # part ('.5' is 0.5, not 5). A comma run that is not thousands grouping ('1,2,3') is kept whole, so that `_normalize`
 # sees a list, not the last digit or 123.
@@ -90,19 +101,50 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def final_answer(text: str) -> str | None:
+def final_answer(text: str, version: int = REWARD_VERSION) -> str | None:
     """The model's final answer: the last \\boxed{...}, else the number after the last '####', else the last number
-    (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4)."""
+    (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4). From version 4 an
+    unboxed number comes with what stands beside it (`_beside`), so that it is read as a boxed one is."""
     text = text[-MAX_TAIL_CHARS:].replace("\u2212", "-")
     boxed = _last_boxed(text)
     if boxed is not None:
         return boxed
     if "####" in text:
-        after = _FINAL.search(text[text.rfind("####") :])
+        after = _FINAL.search(text, text.rfind("####"))
         if after:
-            return after.group(0)
-    numbers = _FINAL.findall(text)
-    return numbers[-1] if numbers else None
+            return after.group(0) if version < 4 else _beside(text, after, None)
+    numbers = list(_FINAL.finditer(text))
+    if not numbers:
+        return None
+    return numbers[-1].group(0) if version < 4 else _beside(text, numbers[-1], numbers[-2] if len(numbers) > 1 else None)
+
+
+# What may stand between an unboxed number and the words or number beside it: spaces, LaTeX's spaces, math delimiters
+_SEPARATOR = r"(?:[ \t~]|\\[ ,;:!]|\\[()\[\]]|(?<!\\)\$)+"
+_BESIDE_MACRO = r"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox)\s*\{[^{}]*\}"
+# After the number (version 4): a second number right after it ('72 73', '72 or 73', '7 and 8', '7 to 8'), then at
+# most 4 words or
+# formatting macros, each after a separator (a macro also right after the number): '72 thousand', '72 and a half',
+# '72 \\text{ thousand}'. Punctuation ends it ('72, half of which' is 72), and a number after a word ('12 seconds to
+# speak 10 words' is 12).
+_CONJUNCTION = r"(?:or|and|to|\\(?:text|mbox|mathrm)\s*\{\s*(?:or|and|to)\s*\})"  # 'or', '\text{ or }'
+_AFTER = re.compile(rf"(?:(?:{_SEPARATOR}(?:{_CONJUNCTION}{_SEPARATOR})?|(?:{_SEPARATOR})?{_CONJUNCTION}(?:{_SEPARATOR})?)"
+                    rf"(?:{_FINAL.pattern})(?!\w|\.\d))?"
+                    rf"(?:(?:{_SEPARATOR})?{_BESIDE_MACRO}|{_SEPARATOR}[A-Za-z][A-Za-z'-]*(?:/[A-Za-z]+)*)" + "{0,4}")
+_BEFORE = re.compile(rf"{_SEPARATOR}(?:{_CONJUNCTION}{_SEPARATOR})?|(?:{_SEPARATOR})?{_CONJUNCTION}(?:{_SEPARATOR})?")  # '72 73', '72 or 73': the number before
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
+
+
+def _beside(text: str, number: re.Match, previous: re.Match | None) -> str:
+    """An unboxed final number with what stands beside it (version 4), to be read as a boxed answer is: the words,
+    macros or numbers right after it (`_AFTER`: a word that changes the number, '72 thousand', or a second number,
+    '72 73', '72 or 73', then leave no number), and the number right before it when only space or 'or' stands between
+    them ('72 73' and '72 or 73' answer neither; '5\\,000' and '1 000' are one number). Math delimiters become
+    spaces. Linear in the length: one anchored match each way."""
+    start, end = number.start(), _AFTER.match(text, number.end()).end()
+    if previous is not None and _BEFORE.fullmatch(text, previous.end(), start):
+        start = previous.start()
+    return " ".join(_MATH_DELIMITER.sub(" ", text[start:end]).split())
 
 
 def gold_answer(answer: str) -> str:
@@ -309,22 +351,24 @@ def _scores(completions: list, answer: list[str], version: int) -> list[float]:
     rewards = []
     for completion, gold in zip(completions, answer, strict=True):
         try:
-            rewards.append(float(answers_equal(gold_answer(str(gold)), final_answer(_text(completion)), version)))
+            answer = final_answer(_text(completion), version)
+            rewards.append(float(answers_equal(gold_answer(str(gold)), answer, version)))
         except Exception:  # noqa: BLE001 - a reward must never stop training; garbage scores 0
             rewards.append(0.0)
     return rewards
 
 
 def reward_function(version: int | str = REWARD_VERSION) -> Callable[..., list[float]]:
-    """The reward of a given version (1 to REWARD_VERSION; REWARD_VERSION is `math_equal_reward`), so a results file
+    """The reward of a given version (REWARD_VERSIONS; REWARD_VERSION is `math_equal_reward`), so a results file
     scored by an older reading still re-scores as it was scored; a name ("math-1") is a MATH reward
     (`gmts_recipe.rewards_math`)."""
     from gmts_recipe import rewards_math  # standard library only
 
     if isinstance(version, str) and version.startswith("math"):  # MATH's are named ("math-1"), GSM8K's numbered
         return rewards_math.reward_function(version)  # refuses a name it does not know
-    if isinstance(version, bool) or version not in range(1, REWARD_VERSION + 1):
-        raise ValueError(f"reward version {version!r} is unknown: this recipe has versions 1 to {REWARD_VERSION} "
+    if isinstance(version, bool) or version not in REWARD_VERSIONS:
+        raise ValueError(f"reward version {version!r} is unknown: this recipe has versions {REWARD_VERSIONS[0]} to "
+                         f"{REWARD_VERSION} "
                          f"and MATH's {', '.join(rewards_math.REWARD_NAMES)}")
     if version == REWARD_VERSION:
         return math_equal_reward

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmts_recipe.rewards import (_VALUE_WORDS, REWARD_VERSION, bounded_expression, exact_value, final_answer,
+from gmts_recipe.rewards import (_VALUE_WORDS, REWARD_VERSION, REWARD_VERSIONS, bounded_expression, exact_value, final_answer,
                                   math_equal_reward, reward_function, sample_scores)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,7 +185,22 @@ def test_answer_forms_a_gsm8k_model_writes(completion, gold, reward):
     ("\\boxed{1{,}000}", "1{,}000"),
 ])
 def test_final_answer_reads_the_last_number_whole(text, answer):
-    assert final_answer(text) == answer
+    assert final_answer(text, 3) == answer
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("so it is .5", ".5"), ("so it is 72, done", "72"), ("it is -\\dfrac{1}{2} now", "-\\dfrac{1}{2} now"),
+    ("#### 72 thousand", "72 thousand"), ("#### 72 73", "72 73"), ("#### 72 or 73", "72 or 73"),
+    ("#### 7 and 8", "7 and 8"), ("The answer is 72 thousand.", "72 thousand"), ("So it is 72 73.", "72 73"),
+    ("So it is 72 or 73.", "72 or 73"), ("He has $72$ apples.", "72 apples"), ("It is \\(72\\) thousand.", "72 thousand"),
+    ("#### 72 \\text{ thousand}\nDone", "72 \\text{ thousand}"), ("It took 12 seconds to speak 10 words", "10 words"),
+    ("#### 12 seconds to speak 10 words", "12 seconds to speak"), ("72, half of which", "72"),
+    ("It is 5\\,000 now", "5\\,000 now"), ("The answer is 1 000.", "1 000"), ("\\boxed{72} thousand", "72"),
+])
+def test_version_4_reads_an_unboxed_number_with_what_stands_beside_it(text, answer):
+    """The words (at most 4), macros or second number after it, the number before it across space, 'or', 'and' or
+    'to'; punctuation ends it; a box is read as before."""
+    assert final_answer(text, 4) == answer
 
 
 def test_a_signed_answer_is_its_number():
@@ -308,13 +323,67 @@ BY_VERSION = [
     ("\\boxed{72\\%}", "72", (1.0, 1.0, 1.0)),
     ("\\boxed{72\\%}", "0.72", (1.0, 0.0, 0.0)),
     ("\\boxed{\\text{72}}", "72", (0.0, 1.0, 1.0)),
-    ("So the answer is 72 thousand", "72", (1.0, 1.0, 1.0)),  # unboxed: the last number, as every version reads it
+    ("So the answer is 72 thousand", "72", (1.0, 1.0, 1.0)),  # unboxed: the last number, as versions 1 to 3 read it
 ]
 
 
 @pytest.mark.parametrize("completion, gold, scores", BY_VERSION)
 def test_each_version_scores_these_answers_exactly(completion, gold, scores):
     assert tuple(sample_scores([completion], gold, v)[0] for v in (1, 2, 3)) == scores
+    if completion.startswith("\\boxed"):  # version 4 reads a box as version 3 does
+        assert sample_scores([completion], gold, 4) == [scores[2]]
+
+
+# (completion, gold, versions 3 and 4): version 4 reads an unboxed final number as version 3 reads a boxed one
+UNBOXED = [
+    ("#### 72 thousand", "72", (1.0, 0.0)),
+    ("#### 72 thousand", "72000", (0.0, 0.0)),  # refused, not rescaled
+    ("#### 72 73", "72", (1.0, 0.0)),
+    ("#### 72 73", "73", (0.0, 0.0)),
+    ("#### 72 or 73", "72", (1.0, 0.0)),
+    ("#### 72 or 73", "73", (0.0, 0.0)),
+    ("The answer is 72 thousand.", "72", (1.0, 0.0)),
+    ("So the answer is 72 73", "73", (1.0, 0.0)),
+    ("So the answer is 72 or 73.", "73", (1.0, 0.0)),
+    ("So the answer is 72 or 73.", "72", (0.0, 0.0)),
+    ("So she has 72 and a half apples.", "72", (1.0, 0.0)),
+    ("The total is $72 \\text{ thousand}$.", "72", (1.0, 0.0)),
+    ("#### 7 dozen", "7", (1.0, 0.0)),  # a unit that counts in multiples: refused, as in a box
+    ("#### 1 000", "1000", (0.0, 1.0)),  # digit groups are one number
+    ("The farm has 5\\,000 chickens.", "5000", (0.0, 1.0)),
+    # what stays
+    ("#### 72", "72", (1.0, 1.0)),
+    ("#### 72 apples\nThe end.", "72", (1.0, 1.0)),
+    ("#### 72 is the answer", "72", (1.0, 1.0)),
+    ("The answer is 72.", "72", (1.0, 1.0)),
+    ("He has $72$ apples left.", "72", (1.0, 1.0)),
+    ("She pays \\$72 per week.", "72", (1.0, 1.0)),
+    ("So 70 + 2 = 72", "72", (1.0, 1.0)),
+    ("It is 72 or more.", "72", (1.0, 1.0)),
+    ("It is 72, half of the 144.", "144", (1.0, 1.0)),
+    ("#### 12 seconds to speak 10 words", "12", (1.0, 1.0)),
+    ("The answer is \\frac{3}{4} cup.", "0.75", (1.0, 1.0)),
+]
+
+
+@pytest.mark.parametrize("completion, gold, scores", UNBOXED)
+def test_version_4_refuses_words_and_numbers_beside_an_unboxed_number(completion, gold, scores):
+    assert tuple(sample_scores([completion], gold, v)[0] for v in (3, 4)) == scores
+
+
+def test_the_versions_are_one_tuple_newest_last():
+    """REWARD_VERSIONS is the one list of known GSM8K versions: the newest is what new evaluations record, every one
+    has a reward function, and records.py knows exactly these."""
+    from gmts_recipe import records
+
+    assert REWARD_VERSIONS == (1, 2, 3, 4) and REWARD_VERSION == REWARD_VERSIONS[-1]
+    assert reward_function(REWARD_VERSION) is math_equal_reward
+    assert [reward_function(v).__name__ for v in REWARD_VERSIONS[:-1]] == [f"math_equal_reward_v{v}" for v in (1, 2, 3)]
+    assert tuple(records.known_reward_versions()) == REWARD_VERSIONS
+    assert all(records.is_known_reward_version(v) for v in REWARD_VERSIONS)
+    assert not any(records.is_known_reward_version(v) for v in (0, 5, "4", True, 4.0))
+    with pytest.raises(ValueError, match="reward version 5 is unknown"):
+        reward_function(5)
 
 
 VALUE_WORDS = sorted(_VALUE_WORDS)
@@ -349,6 +418,34 @@ def test_a_unit_that_counts_still_passes(number, unit):
     for form in ("{n} {u}", "{n} \\text{{ {u}}}", "{n}\\ \\text{{{u}}}"):
         answer = "\\boxed{" + form.format(n=number, u=unit) + "}"
         assert sample_scores([answer], number.replace(",", "")) == [1.0], answer
+
+
+UNBOXED_FORMS = ["#### {a}", "The answer is {a}.", "So the total is ${a}$.\n", "#### {a}\nThat is all."]
+
+
+@settings(max_examples=300, deadline=None)
+@given(NUMBERS, st.sampled_from(VALUE_WORDS), st.sampled_from(["{n} {w}", "{n} \\text{{ {w}}}", "{n} {W}",
+                                                                  "{n} and a {w}"]), st.sampled_from(UNBOXED_FORMS))
+def test_version_4_an_unboxed_word_that_changes_the_value_never_passes(number, word, form, where):
+    answer = where.format(a=form.format(n=number, w=word, W=word.capitalize()))
+    assert sample_scores([answer], number.replace(",", ""), 4) == [0.0], answer
+
+
+@settings(max_examples=300, deadline=None)
+@given(NUMBERS, NUMBERS, st.sampled_from(["{a} {b}", "{a} or {b}", "{a}~{b}", "{a} \\text{{ or }} {b}"]),
+       st.sampled_from(UNBOXED_FORMS))
+def test_version_4_two_unboxed_numbers_side_by_side_answer_neither(a, b, form, where):
+    answer = where.format(a=form.format(a=a, b=b))
+    for gold in (a, b):
+        assert sample_scores([answer], gold.replace(",", ""), 4) == [0.0], (answer, gold)
+
+
+@settings(max_examples=200, deadline=None)
+@given(NUMBERS, st.sampled_from(["apples", "km", "dollars", "km/h", "pairs", "times", "cookies per day", "S'mores"]),
+       st.sampled_from(UNBOXED_FORMS))
+def test_version_4_an_unboxed_unit_that_counts_still_passes(number, unit, where):
+    answer = where.format(a=f"{number} {unit}")
+    assert sample_scores([answer], number.replace(",", ""), 4) == [1.0], answer
 
 
 GOLDS = ROOT / "results" / "coupled" / "base-evals" / "9862d13807ad5c2d-seed0-a0096a53ad2b.jsonl.xz"  # GSM8K test
