@@ -68,6 +68,11 @@ HOSTILE = [
     ("#### " + "9" * 100_000, 0.0),
     ("#### 72" + "\n" * 1_000_000, 0.0),  # only the last MAX_TAIL_CHARS are read
     ("x" * 1_000_000 + "#### 72", 1.0),
+    ("#### 72" + " apples" * 500, 1.0),  # version 4 reads at most 4 words after an unboxed number
+    ("So 72" + " ~" * 1900 + " thousand", 0.0),
+    ("1 " * 1999 + "72", 0.0),  # the number before the last across space
+    ("72" + " or" * 1300 + " 73", 0.0),
+    ("#### 72" + " \\text{" * 500 + "thousand", 1.0),  # a macro left open is no word
     ("\x00\x01\x02\x1b[31m" * 100_000, 0.0),
     ("\\boxed{72\x00}", 0.0),
     ("\\boxed{\x1c72}", 0.0),
