@@ -116,31 +116,32 @@ def final_answer(text: str, version: int = REWARD_VERSION) -> str | None:
     numbers = list(_FINAL.finditer(text))
     if not numbers:
         return None
-    return numbers[-1].group(0) if version < 4 else _beside(text, numbers[-1], numbers[-2] if len(numbers) > 1 else None)
+    if version < 4:
+        return numbers[-1].group(0)
+    return _beside(text, numbers[-1], numbers[-2] if len(numbers) > 1 else None)
 
 
 # What may stand between an unboxed number and the words or number beside it: spaces, LaTeX's spaces, math delimiters
 _SEPARATOR = r"(?:[ \t~]|\\[ ,;:!]|\\[()\[\]]|(?<!\\)\$)+"
 _BESIDE_MACRO = r"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox)\s*\{[^{}]*\}"
 # After the number (version 4): a second number right after it ('72 73', '72 or 73', '7 and 8', '7 to 8'), then at
-# most 4 words or
-# formatting macros, each after a separator (a macro also right after the number): '72 thousand', '72 and a half',
-# '72 \\text{ thousand}'. Punctuation ends it ('72, half of which' is 72), and a number after a word ('12 seconds to
-# speak 10 words' is 12).
+# most 4 words or formatting macros, each after a separator (a macro also right after the number): '72 thousand',
+# '72 and a half', '72 \\text{ thousand}'. Punctuation ends it ('72, half of which' is 72), and so does a number after
+# a word ('12 seconds to speak 10 words' is 12).
 _CONJUNCTION = r"(?:or|and|to|\\(?:text|mbox|mathrm)\s*\{\s*(?:or|and|to)\s*\})"  # 'or', '\text{ or }'
-_AFTER = re.compile(rf"(?:(?:{_SEPARATOR}(?:{_CONJUNCTION}{_SEPARATOR})?|(?:{_SEPARATOR})?{_CONJUNCTION}(?:{_SEPARATOR})?)"
-                    rf"(?:{_FINAL.pattern})(?!\w|\.\d))?"
+_BETWEEN = rf"{_SEPARATOR}(?:{_CONJUNCTION}{_SEPARATOR})?|(?:{_SEPARATOR})?{_CONJUNCTION}(?:{_SEPARATOR})?"
+_AFTER = re.compile(rf"(?:(?:{_BETWEEN})(?:{_FINAL.pattern})(?!\w|\.\d))?"
                     rf"(?:(?:{_SEPARATOR})?{_BESIDE_MACRO}|{_SEPARATOR}[A-Za-z][A-Za-z'-]*(?:/[A-Za-z]+)*)" + "{0,4}")
-_BEFORE = re.compile(rf"{_SEPARATOR}(?:{_CONJUNCTION}{_SEPARATOR})?|(?:{_SEPARATOR})?{_CONJUNCTION}(?:{_SEPARATOR})?")  # '72 73', '72 or 73': the number before
+_BEFORE = re.compile(_BETWEEN)  # '72 73', '72 or 73': what may stand between the last number and the one before
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
 
 
 def _beside(text: str, number: re.Match, previous: re.Match | None) -> str:
     """An unboxed final number with what stands beside it (version 4), to be read as a boxed answer is: the words,
     macros or numbers right after it (`_AFTER`: a word that changes the number, '72 thousand', or a second number,
-    '72 73', '72 or 73', then leave no number), and the number right before it when only space or 'or' stands between
-    them ('72 73' and '72 or 73' answer neither; '5\\,000' and '1 000' are one number). Math delimiters become
-    spaces. Linear in the length: one anchored match each way."""
+    '72 73', '72 or 73', then leave no number), and the number right before it when only space, 'or', 'and' or 'to'
+    stands between them ('72 73' and '72 or 73' answer neither; '5\\,000' and '1 000' are one number). Math
+    delimiters become spaces. Linear in the length: one anchored match each way."""
     start, end = number.start(), _AFTER.match(text, number.end()).end()
     if previous is not None and _BEFORE.fullmatch(text, previous.end(), start):
         start = previous.start()

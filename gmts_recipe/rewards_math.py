@@ -235,7 +235,7 @@ def _as_set(value: Any) -> Any:
 
 
 def _open_bounded(value: Any) -> bool:
-    """An open interval with two finite ends, '(2, 4)': MATH writes a point so too, so an inequality never answers it."""
+    """An open interval with two finite ends, '(2, 4)': MATH writes a point so too, so no inequality answers it."""
     import sympy
 
     return isinstance(value, sympy.Interval) and value.left_open and value.right_open and \

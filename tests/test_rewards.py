@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmts_recipe.rewards import (_VALUE_WORDS, REWARD_VERSION, REWARD_VERSIONS, bounded_expression, exact_value, final_answer,
-                                  math_equal_reward, reward_function, sample_scores)
+from gmts_recipe.rewards import (_VALUE_WORDS, REWARD_VERSION, REWARD_VERSIONS, bounded_expression, exact_value,
+                                  final_answer, math_equal_reward, reward_function, sample_scores)
 
 ROOT = Path(__file__).resolve().parent.parent
 NEST = 30
@@ -197,7 +197,8 @@ def test_final_answer_reads_the_last_number_whole(text, answer):
     ("so it is .5", ".5"), ("so it is 72, done", "72"), ("it is -\\dfrac{1}{2} now", "-\\dfrac{1}{2} now"),
     ("#### 72 thousand", "72 thousand"), ("#### 72 73", "72 73"), ("#### 72 or 73", "72 or 73"),
     ("#### 7 and 8", "7 and 8"), ("The answer is 72 thousand.", "72 thousand"), ("So it is 72 73.", "72 73"),
-    ("So it is 72 or 73.", "72 or 73"), ("He has $72$ apples.", "72 apples"), ("It is \\(72\\) thousand.", "72 thousand"),
+    ("So it is 72 or 73.", "72 or 73"), ("He has $72$ apples.", "72 apples"),
+    ("It is \\(72\\) thousand.", "72 thousand"),
     ("#### 72 \\text{ thousand}\nDone", "72 \\text{ thousand}"), ("It took 12 seconds to speak 10 words", "10 words"),
     ("#### 12 seconds to speak 10 words", "12 seconds to speak"), ("72, half of which", "72"),
     ("It is 5\\,000 now", "5\\,000 now"), ("The answer is 1 000.", "1 000"), ("\\boxed{72} thousand", "72"),
