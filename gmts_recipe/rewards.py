@@ -39,10 +39,13 @@ counts in multiples is refused too ('5 dozen' answering "how many dozens"), sinc
 question.
 
 An unboxed answer is read alike (version 4): the number after '####', or the last number, comes with what stands
-beside it (`final_answer`, `_beside`): up to 4 words or \\text{} macros after it, and a second number right after or
-before it across space, 'or', 'and' or 'to'. So '#### 72 thousand', '#### 72 73', '#### 72 or 73' and 'The answer is
-72 thousand.' are no number, as in a box, while '#### 72 apples', 'The answer is 72.' and '12 seconds to speak 10
-words' (a number after a word is the sentence going on) stay 72 and 12; punctuation or a line break ends the answer.
+beside it (`final_answer`, `_beside`): up to 4 words that change the number after it ('thousand', 'and a half', or a
+\\text{} macro that begins with one), and a second number right after or before it across space, 'or', 'and' or
+'to'. So '#### 72 thousand', '#### 72 73', '#### 72 or 73' and 'The answer is 72 thousand.' are no number, as in a
+box. Any other word ends the answer, as punctuation or a line break does: the sentence goes on ('#### 72 apples',
+'15 hours to clean one-half' and '12 seconds to speak 10 words' are 72, 15 and 12). From version 4 a dozen counts,
+as a pair does ('7 dozens' is 7, boxed or not): of the committed answers version 4 would otherwise have refused, most
+said 'N dozens' to a question asked in dozens, with the gold N (bench/docs/reward-versions.md).
 
 REWARD_VERSIONS lists the readings, the newest last; REWARD_VERSION (the newest) is what new evaluations record.
 Every evaluation records the version that scored it, and check.py re-scores a samples file with the version it
@@ -53,7 +56,8 @@ with the version's branches (`final_answer`, `_clean`, `answers_equal`):
   an expression math-verify leaves unevaluated ('0/0') is compared as it is.
 - 2: the decoration above (`_strip_decoration`), braces like parentheses, percent as a unit, only finite values.
 - 3: version 2, and what changes the number is never dropped (the paragraph above), inside a \\boxed{}.
-- 4: version 3, and the same outside a box: after '####' and as the last number (the paragraph above).
+- 4: version 3, and the same outside a box: after '####' and as the last number; a dozen counts (the paragraph
+  above).
 """
 
 from __future__ import annotations
@@ -77,6 +81,15 @@ _NUMBER = re.compile(r"-?\$?(?:\d(?:[\d,]*\d)?(?:\.\d+)?|\.\d+)")
 # An unboxed final answer: a \frac{a}{b} or a/b of plain numbers (the value, not its denominator), else a number.
 _FINAL = re.compile(r"-?\\[dt]?frac\{[^{}]*\}\{[^{}]*\}|-?\d+(?:\.\d+)?\s*/\s*\d+(?:\.\d+)?(?![\d,]|\.\d)|"
                     + _NUMBER.pattern)
+# Words that scale or transform the number they stand by (version 3): never dropped as a unit is. Counted things
+# ('pairs', 'quarters', 'times') and units of measure are not among them: '72 pairs' answers "how many pairs".
+_VALUE_WORDS = frozenset(
+    "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
+    "lakhs crore crores k bn squared cubed power powers root half halves tenth tenths hundredth hundredths "
+    "thousandth thousandths point minus negative twice double triple thrice".split())
+# From version 4 a dozen counts, as a pair does: the committed unboxed answers that say '7 dozens' answer a question
+# asked in dozens (bench/docs/reward-versions.md), and '72 dozen' for 864 eggs is no 864 either
+_COUNTED_FROM_4 = frozenset({"dozen", "dozens"})
 
 
 def _text(completion: Any) -> str:
@@ -123,15 +136,17 @@ def final_answer(text: str, version: int = REWARD_VERSION) -> str | None:
 
 # What may stand between an unboxed number and the words or number beside it: spaces, LaTeX's spaces, math delimiters
 _SEPARATOR = r"(?:[ \t~]|\\[ ,;:!]|\\[()\[\]]|(?<!\\)\$)+"
-_BESIDE_MACRO = r"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox)\s*\{[^{}]*\}"
-# After the number (version 4): a second number right after it ('72 73', '72 or 73', '7 and 8', '7 to 8'), then at
-# most 4 words or formatting macros, each after a separator (a macro also right after the number): '72 thousand',
-# '72 and a half', '72 \\text{ thousand}'. Punctuation ends it ('72, half of which' is 72), and so does a number after
-# a word ('12 seconds to speak 10 words' is 12).
+# After the number (version 4): a second number right after it ('72 73', '72 or 73', '7 and 8', '7 to 8'), then up
+# to 4 words that change the number, each after a separator, or \\text{} macros that begin with one: '72 thousand',
+# '72 and a half', '72 \\text{ thousand}'. Any other word ends it, as punctuation does: the sentence goes on ('15 hours
+# to clean one-half' is 15, '72 apples, half of which' is 72, '12 seconds to speak 10 words' is 12).
 _CONJUNCTION = r"(?:or|and|to|\\(?:text|mbox|mathrm)\s*\{\s*(?:or|and|to)\s*\})"  # 'or', '\text{ or }'
 _BETWEEN = rf"{_SEPARATOR}(?:{_CONJUNCTION}{_SEPARATOR})?|(?:{_SEPARATOR})?{_CONJUNCTION}(?:{_SEPARATOR})?"
+_SCALE = "(?i:" + "|".join(sorted(_VALUE_WORDS - _COUNTED_FROM_4, key=len, reverse=True)) + r")(?![A-Za-z])"
+_BRIDGE = "(?i:and|a|an|one)"  # '72 and a half', '72 and one half'
+_SCALE_MACRO = rf"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox)\s*\{{\s*(?:{_BRIDGE}\s+)*{_SCALE}[^{{}}]*\}}"
 _AFTER = re.compile(rf"(?:(?:{_BETWEEN})(?:{_FINAL.pattern})(?!\w|\.\d))?"
-                    rf"(?:(?:{_SEPARATOR})?{_BESIDE_MACRO}|{_SEPARATOR}[A-Za-z][A-Za-z'-]*(?:/[A-Za-z]+)*)" + "{0,4}")
+                    rf"(?:{_SEPARATOR}(?:{_BRIDGE}{_SEPARATOR})*{_SCALE}|(?:{_SEPARATOR})?{_SCALE_MACRO})" + "{0,4}")
 _BEFORE = re.compile(_BETWEEN)  # '72 73', '72 or 73': what may stand between the last number and the one before
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
 
@@ -199,12 +214,6 @@ _UNIT_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*(?:/[A-Za-z]+)*[.,]?")  # km, apple
 _ENDS_A_NUMBER = re.compile(r"[0-9}%]$")  # what unit words may follow: a number, a \frac{}{}, a percent
 _PERCENT = re.compile(r"\s*\\?%$")
 _END_PUNCTUATION = re.compile(r"(?<!\\)[.,]+$")  # a sentence's end; not the comma of LaTeX's thin space \,
-# Words that scale or transform the number they stand by (version 3): never dropped as a unit is. Counted things
-# ('pairs', 'quarters', 'times') and units of measure are not among them: '72 pairs' answers "how many pairs".
-_VALUE_WORDS = frozenset(
-    "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
-    "lakhs crore crores k bn squared cubed power powers root half halves tenth tenths hundredth hundredths "
-    "thousandth thousandths point minus negative twice double triple thrice".split())
 # Two numbers with only space between them: '72 73', '72.5 .5', '0 -1' (a sign with a digit right after it is the
 # second number's, not a minus: '5 - 3' is not matched), '\frac{1}{2} 3' (not '5 \frac{1}{2}', a mixed number)
 _SIDE_BY_SIDE = re.compile(r"[0-9}]\s+[+-]?\.?[0-9]")
@@ -217,9 +226,17 @@ _BOUNDED_WITH_PERCENT = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|
 _POWER = re.compile(r"\*\s*\*")  # '**' (a power in sympy's syntax), also with spaces in between
 
 
-def _changes_value(text: str) -> bool:
-    """True when `text` holds a word of _VALUE_WORDS ('thousand', 'Dozen.', 'minus')."""
-    return any(word.lower() in _VALUE_WORDS for word in re.findall(r"[A-Za-z]+", text))
+
+
+def _value_words(version: int) -> frozenset[str]:
+    """The words that change the number, as reward version `version` reads them."""
+    return _VALUE_WORDS - _COUNTED_FROM_4 if version >= 4 else _VALUE_WORDS
+
+
+def _changes_value(text: str, version: int = REWARD_VERSION) -> bool:
+    """True when `text` holds a word that changes the number ('thousand', 'Million.', 'minus'; _value_words)."""
+    words = _value_words(version)
+    return any(word.lower() in words for word in re.findall(r"[A-Za-z]+", text))
 
 
 def _strip_decoration(answer: str, version: int = REWARD_VERSION) -> str:
@@ -238,7 +255,7 @@ def _strip_decoration(answer: str, version: int = REWARD_VERSION) -> str:
     while units > 1 and _UNIT_WORD.fullmatch(words[units - 1]):
         units -= 1
     if units < len(words) and _ENDS_A_NUMBER.search(words[units - 1]) and \
-            not (version >= 3 and _changes_value(" ".join(words[units:]))):  # 72 km, 72 apples; not 21 - x
+            not (version >= 3 and _changes_value(" ".join(words[units:]), version)):  # 72 km, 72 apples; not 21 - x
         words = words[:units]
     return _PERCENT.sub("", _END_PUNCTUATION.sub("", " ".join(words)))  # 60%. is 60%, then 60
 
@@ -250,7 +267,7 @@ def _macro_content(content: str, version: int) -> str:
     ('\\text{ thousand}', '\\text{minus }'): the answer is then read, or refused, as any other words are."""
     if not re.search(r"[A-Za-z]", content):
         return f" {content} "
-    if version >= 3 and (re.search(r"[0-9]", content) or _changes_value(content)):
+    if version >= 3 and (re.search(r"[0-9]", content) or _changes_value(content, version)):
         return f" {content} "
     return " "
 

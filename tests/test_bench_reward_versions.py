@@ -31,7 +31,7 @@ def _evaluation(folder: Path, stem: str, texts: list[str], gold: str, version: i
 
 
 def test_the_counts_on_hand_written_samples(tmp_path):
-    texts = ["\\boxed{72}", "\\boxed{\\text{72}}", "\\boxed{72 dozen}", "\\boxed{70 \\text{ or } 72}",
+    texts = ["\\boxed{72}", "\\boxed{\\text{72}}", "\\boxed{72 squared}", "\\boxed{70 \\text{ or } 72}",
              "#### 72 thousand"]
     # versions 1, 2, 3, 4 score them: 1 1 1 1 | 0 1 1 1 | 0 1 0 0 | 1 1 0 0 | 1 1 1 0
     run = tmp_path / "run"
@@ -59,7 +59,7 @@ def test_the_counts_on_hand_written_samples(tmp_path):
     assert rows == [(base, 1, 1, [0.0, 1.0, 1.0, 1.0]), (base, 2, 1, [0.0, 1.0, 0.0, 0.0]),
                     (base, 3, 1, [1.0, 1.0, 0.0, 0.0]), (base, 4, 1, [1.0, 1.0, 1.0, 0.0]),
                     (gmts, 1, 2, [0.0, 1.0, 1.0, 1.0])]
-    assert [summary["differ"][i]["answer"] for i in (1, 3)] == ["72 dozen", "72 thousand"]
+    assert [summary["differ"][i]["answer"] for i in (1, 3)] == ["72 squared", "72 thousand"]
     assert "7 samples in 2 files (recorded version: 1: 5, 2: 2, 3: 0, 4: 0)" in reward_versions.text(summary)
     table = reward_versions.markdown(summary).splitlines()
     assert table[0] == "7 committed samples in 2 samples files (5 scored by version 1, 2 scored by version 2);"
@@ -71,7 +71,7 @@ def test_the_counts_on_hand_written_samples(tmp_path):
         "The 2 committed sample(s) that version 3 scores otherwise than version 2:",
         "The 3 committed sample(s) that version 2 scores otherwise than version 1:"]
     assert table[sections[0] + 4] == f"| {base} | 0 | `72 thousand` | 72 | 1 | 0 |"
-    assert table[sections[1] + 4:sections[1] + 6] == [f"| {base} | 0 | `72 dozen` | 72 | 1 | 0 |",
+    assert table[sections[1] + 4:sections[1] + 6] == [f"| {base} | 0 | `72 squared` | 72 | 1 | 0 |",
                                                       f"| {base} | 0 | `70 \\text{{ or }} 72` | 72 | 1 | 0 |"]
 
 
