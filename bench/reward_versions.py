@@ -27,15 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gmts_recipe.records import evaluations  # noqa: E402
-from gmts_recipe.rewards import REWARD_VERSION, final_answer, sample_scores  # noqa: E402
+from gmts_recipe.rewards import REWARD_VERSION, REWARD_VERSIONS, final_answer, sample_scores  # noqa: E402
 
 OUT = ROOT / "bench" / "reward-versions.json"
-VERSIONS = tuple(range(1, REWARD_VERSION + 1))
+VERSIONS = REWARD_VERSIONS
 
 
 def samples_files(results_dir: Path) -> dict[str, int]:
     """Every samples file a results file under `results_dir` names (its path from `results_dir`, '/'-separated)
-    -> the reward version its evaluation records. A file two evaluations name with two versions is refused."""
+    -> the GSM8K reward version its evaluation records (a MATH evaluation, its reward named, is passed over). A file
+    two evaluations name with two versions is refused."""
     found: dict[str, int] = {}
     for path in sorted(results_dir.rglob("*.json")):
         try:
@@ -49,6 +50,8 @@ def samples_files(results_dir: Path) -> dict[str, int]:
                 continue
             name = Path(os.path.relpath((path.parent / ref["path"]).resolve(), results_dir.resolve())).as_posix()
             version = ref.get("reward", 1)
+            if isinstance(version, str):
+                continue  # MATH's reward (named): not GSM8K's readings (tests/test_rewards_math_forms.py counts them)
             if found.setdefault(name, version) != version:
                 raise ValueError(f"{name}: named with reward versions {found[name]} and {version}")
     return found
@@ -122,8 +125,8 @@ def text(summary: dict) -> str:
 
 def markdown(summary: dict) -> str:
     """The README's table (read-only, from the summary file): each version's score changes against the recorded
-    scores and against the version before it, then every committed sample the newest version scores otherwise than
-    the one before it."""
+    scores and against the version before it, then, for each version from the newest back, every committed sample it
+    scores otherwise than the one before it."""
     versions = summary["versions"]
     scored = ", ".join(f"{n:,} scored by version {v}" for v, n in summary["samples_by_recorded_version"].items() if n)
     out = [f"{summary['samples']:,} committed samples in {summary['samples_files']} samples files ({scored});",
@@ -133,14 +136,14 @@ def markdown(summary: dict) -> str:
     for v in versions:
         before = summary["between_versions"].get(f"{v - 1}->{v}")
         out.append(f"| {v} | {_moved(summary['against_recorded'][str(v)])} | {_moved(before) if before else '-'} |")
-    last, previous = versions[-1], versions[-2]
-    changed = [d for d in summary["differ"] if d["scores"][last - 1] != d["scores"][previous - 1]]
-    out += ["", f"The {len(changed)} committed sample(s) that version {last} scores otherwise than version "
-                f"{previous}:", "", f"| samples file | task | final answer | gold | version {previous} | "
-                                    f"version {last} |", "|---|---|---|---|---|---|"]
-    for d in changed:
-        out.append(f"| {d['file']} | {d['task'].split(':')[0]} | `{d['answer']}` | {d['gold']} | "
-                   f"{d['scores'][previous - 1]:g} | {d['scores'][last - 1]:g} |")
+    for previous, last in reversed(list(zip(versions, versions[1:]))):
+        changed = [d for d in summary["differ"] if d["scores"][last - 1] != d["scores"][previous - 1]]
+        out += ["", f"The {len(changed)} committed sample(s) that version {last} scores otherwise than version "
+                    f"{previous}:", "", f"| samples file | task | final answer | gold | version {previous} | "
+                                        f"version {last} |", "|---|---|---|---|---|---|"]
+        for d in changed:
+            out.append(f"| {d['file']} | {d['task'].split(':')[0]} | `{d['answer']}` | {d['gold']} | "
+                       f"{d['scores'][previous - 1]:g} | {d['scores'][last - 1]:g} |")
     return "\n".join(out) + "\n"
 
 

@@ -110,11 +110,12 @@ def stored(results: dict) -> dict:
     return out
 
 
-def known_reward_versions() -> range:
-    """The reward versions this recipe can score with (gmts_recipe.rewards: REWARD_VERSION and every earlier one)."""
-    from gmts_recipe.rewards import REWARD_VERSION  # standard library only
+def known_reward_versions() -> tuple[int, ...]:
+    """The GSM8K reward versions this recipe can score with, the newest last (gmts_recipe.rewards.REWARD_VERSIONS,
+    the one list)."""
+    from gmts_recipe.rewards import REWARD_VERSIONS  # standard library only
 
-    return range(1, REWARD_VERSION + 1)
+    return REWARD_VERSIONS
 
 
 def is_known_reward_version(version: Any) -> bool:

@@ -38,14 +38,26 @@ except digit groups of three ('1 000' is 1000) and a mixed number ('5 \\frac{1}{
 counts in multiples is refused too ('5 dozen' answering "how many dozens"), since the reward does not read the
 question.
 
-REWARD_VERSION names this reading. Every evaluation records the version that scored it, and check.py re-scores a
-samples file with the version it names, by this module's `sample_scores(texts, gold, version)`: each version is a
-reading kept exactly, one code path with the version's branches (`_clean`, `answers_equal`):
+An unboxed answer is read alike (version 4): the number after '####', or the last number, comes with what stands
+beside it (`final_answer`, `_beside`): up to 4 words that change the number after it ('thousand', 'and a half', or a
+\\text{} macro that begins with one), and a second number right after or before it across space, 'or', 'and' or
+'to'. So '#### 72 thousand', '#### 72 73', '#### 72 or 73' and 'The answer is 72 thousand.' are no number, as in a
+box. Any other word ends the answer, as punctuation or a line break does: the sentence goes on ('#### 72 apples',
+'15 hours to clean one-half' and '12 seconds to speak 10 words' are 72, 15 and 12). From version 4 a dozen counts,
+as a pair does ('7 dozens' is 7, boxed or not): of the committed answers version 4 would otherwise have refused, most
+said 'N dozens' to a question asked in dozens, with the gold N (bench/docs/reward-versions.md).
+
+REWARD_VERSIONS lists the readings, the newest last; REWARD_VERSION (the newest) is what new evaluations record.
+Every evaluation records the version that scored it, and check.py re-scores a samples file with the version it
+names, by this module's `sample_scores(texts, gold, version)`: each version is a reading kept exactly, one code path
+with the version's branches (`final_answer`, `_clean`, `answers_equal`):
 - 1: a \\text, \\mbox or \\mathrm macro is removed with its content; parentheses (not braces) around the whole
   answer are dropped; a percent sign may stand in an expression math-verify reads ('72\\%' equals both 72 and 0.72);
   an expression math-verify leaves unevaluated ('0/0') is compared as it is.
 - 2: the decoration above (`_strip_decoration`), braces like parentheses, percent as a unit, only finite values.
-- 3: version 2, and what changes the number is never dropped (the paragraph above).
+- 3: version 2, and what changes the number is never dropped (the paragraph above), inside a \\boxed{}.
+- 4: version 3, and the same outside a box: after '####' and as the last number; a dozen counts (the paragraph
+  above).
 """
 
 from __future__ import annotations
@@ -58,7 +70,10 @@ from typing import Any
 
 MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
 MAX_ANSWER_CHARS = 64  # a final answer longer than this is not a number the gold could equal
-REWARD_VERSION = 3  # what new evaluations record; check.py re-scores a samples file with the version it names
+# Every GSM8K reading this recipe keeps, the newest last: what new evaluations record (REWARD_VERSION) and what a
+# samples file may name (check.py re-scores it with the version it names). The one list of known versions.
+REWARD_VERSIONS = (1, 2, 3, 4)
+REWARD_VERSION = REWARD_VERSIONS[-1]
 # An unboxed number: digits with commas inside (not after: '72,' is 72), an optional decimal part, or a bare decimal
 # part ('.5' is 0.5, not 5). A comma run that is not thousands grouping ('1,2,3') is kept whole, so that `_normalize`
 # sees a list, not the last digit or 123.
@@ -66,6 +81,15 @@ _NUMBER = re.compile(r"-?\$?(?:\d(?:[\d,]*\d)?(?:\.\d+)?|\.\d+)")
 # An unboxed final answer: a \frac{a}{b} or a/b of plain numbers (the value, not its denominator), else a number.
 _FINAL = re.compile(r"-?\\[dt]?frac\{[^{}]*\}\{[^{}]*\}|-?\d+(?:\.\d+)?\s*/\s*\d+(?:\.\d+)?(?![\d,]|\.\d)|"
                     + _NUMBER.pattern)
+# Words that scale or transform the number they stand by (version 3): never dropped as a unit is. Counted things
+# ('pairs', 'quarters', 'times') and units of measure are not among them: '72 pairs' answers "how many pairs".
+_VALUE_WORDS = frozenset(
+    "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
+    "lakhs crore crores k bn squared cubed power powers root half halves tenth tenths hundredth hundredths "
+    "thousandth thousandths point minus negative twice double triple thrice".split())
+# From version 4 a dozen counts, as a pair does: the committed unboxed answers that say '7 dozens' answer a question
+# asked in dozens (bench/docs/reward-versions.md), and '72 dozen' for 864 eggs is no 864 either
+_COUNTED_FROM_4 = frozenset({"dozen", "dozens"})
 
 
 def _text(completion: Any) -> str:
@@ -90,19 +114,53 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
-def final_answer(text: str) -> str | None:
+def final_answer(text: str, version: int = REWARD_VERSION) -> str | None:
     """The model's final answer: the last \\boxed{...}, else the number after the last '####', else the last number
-    (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4)."""
+    (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4). From version 4 an
+    unboxed number comes with what stands beside it (`_beside`), so that it is read as a boxed one is."""
     text = text[-MAX_TAIL_CHARS:].replace("\u2212", "-")
     boxed = _last_boxed(text)
     if boxed is not None:
         return boxed
     if "####" in text:
-        after = _FINAL.search(text[text.rfind("####") :])
+        after = _FINAL.search(text, text.rfind("####"))
         if after:
-            return after.group(0)
-    numbers = _FINAL.findall(text)
-    return numbers[-1] if numbers else None
+            return after.group(0) if version < 4 else _beside(text, after, None)
+    numbers = list(_FINAL.finditer(text))
+    if not numbers:
+        return None
+    if version < 4:
+        return numbers[-1].group(0)
+    return _beside(text, numbers[-1], numbers[-2] if len(numbers) > 1 else None)
+
+
+# What may stand between an unboxed number and the words or number beside it: spaces, LaTeX's spaces, math delimiters
+_SEPARATOR = r"(?:[ \t~]|\\[ ,;:!]|\\[()\[\]]|(?<!\\)\$)+"
+# After the number (version 4): a second number right after it ('72 73', '72 or 73', '7 and 8', '7 to 8'), then up
+# to 4 words that change the number, each after a separator, or \\text{} macros that begin with one: '72 thousand',
+# '72 and a half', '72 \\text{ thousand}'. Any other word ends it, as punctuation does: the sentence goes on ('15 hours
+# to clean one-half' is 15, '72 apples, half of which' is 72, '12 seconds to speak 10 words' is 12).
+_CONJUNCTION = r"(?:or|and|to|\\(?:text|mbox|mathrm)\s*\{\s*(?:or|and|to)\s*\})"  # 'or', '\text{ or }'
+_BETWEEN = rf"{_SEPARATOR}(?:{_CONJUNCTION}{_SEPARATOR})?|(?:{_SEPARATOR})?{_CONJUNCTION}(?:{_SEPARATOR})?"
+_SCALE = "(?i:" + "|".join(sorted(_VALUE_WORDS - _COUNTED_FROM_4, key=len, reverse=True)) + r")(?![A-Za-z])"
+_BRIDGE = "(?i:and|a|an|one)"  # '72 and a half', '72 and one half'
+_SCALE_MACRO = rf"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox)\s*\{{\s*(?:{_BRIDGE}\s+)*{_SCALE}[^{{}}]*\}}"
+_AFTER = re.compile(rf"(?:(?:{_BETWEEN})(?:{_FINAL.pattern})(?!\w|\.\d))?"
+                    rf"(?:{_SEPARATOR}(?:{_BRIDGE}{_SEPARATOR})*{_SCALE}|(?:{_SEPARATOR})?{_SCALE_MACRO})" + "{0,4}")
+_BEFORE = re.compile(_BETWEEN)  # '72 73', '72 or 73': what may stand between the last number and the one before
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
+
+
+def _beside(text: str, number: re.Match, previous: re.Match | None) -> str:
+    """An unboxed final number with what stands beside it (version 4), to be read as a boxed answer is: the words,
+    macros or numbers right after it (`_AFTER`: a word that changes the number, '72 thousand', or a second number,
+    '72 73', '72 or 73', then leave no number), and the number right before it when only space, 'or', 'and' or 'to'
+    stands between them ('72 73' and '72 or 73' answer neither; '5\\,000' and '1 000' are one number). Math
+    delimiters become spaces. Linear in the length: one anchored match each way."""
+    start, end = number.start(), _AFTER.match(text, number.end()).end()
+    if previous is not None and _BEFORE.fullmatch(text, previous.end(), start):
+        start = previous.start()
+    return " ".join(_MATH_DELIMITER.sub(" ", text[start:end]).split())
 
 
 def gold_answer(answer: str) -> str:
@@ -156,12 +214,6 @@ _UNIT_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*(?:/[A-Za-z]+)*[.,]?")  # km, apple
 _ENDS_A_NUMBER = re.compile(r"[0-9}%]$")  # what unit words may follow: a number, a \frac{}{}, a percent
 _PERCENT = re.compile(r"\s*\\?%$")
 _END_PUNCTUATION = re.compile(r"(?<!\\)[.,]+$")  # a sentence's end; not the comma of LaTeX's thin space \,
-# Words that scale or transform the number they stand by (version 3): never dropped as a unit is. Counted things
-# ('pairs', 'quarters', 'times') and units of measure are not among them: '72 pairs' answers "how many pairs".
-_VALUE_WORDS = frozenset(
-    "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
-    "lakhs crore crores k bn squared cubed power powers root half halves tenth tenths hundredth hundredths "
-    "thousandth thousandths point minus negative twice double triple thrice".split())
 # Two numbers with only space between them: '72 73', '72.5 .5', '0 -1' (a sign with a digit right after it is the
 # second number's, not a minus: '5 - 3' is not matched), '\frac{1}{2} 3' (not '5 \frac{1}{2}', a mixed number)
 _SIDE_BY_SIDE = re.compile(r"[0-9}]\s+[+-]?\.?[0-9]")
@@ -174,9 +226,17 @@ _BOUNDED_WITH_PERCENT = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|
 _POWER = re.compile(r"\*\s*\*")  # '**' (a power in sympy's syntax), also with spaces in between
 
 
-def _changes_value(text: str) -> bool:
-    """True when `text` holds a word of _VALUE_WORDS ('thousand', 'Dozen.', 'minus')."""
-    return any(word.lower() in _VALUE_WORDS for word in re.findall(r"[A-Za-z]+", text))
+
+
+def _value_words(version: int) -> frozenset[str]:
+    """The words that change the number, as reward version `version` reads them."""
+    return _VALUE_WORDS - _COUNTED_FROM_4 if version >= 4 else _VALUE_WORDS
+
+
+def _changes_value(text: str, version: int = REWARD_VERSION) -> bool:
+    """True when `text` holds a word that changes the number ('thousand', 'Million.', 'minus'; _value_words)."""
+    words = _value_words(version)
+    return any(word.lower() in words for word in re.findall(r"[A-Za-z]+", text))
 
 
 def _strip_decoration(answer: str, version: int = REWARD_VERSION) -> str:
@@ -195,7 +255,7 @@ def _strip_decoration(answer: str, version: int = REWARD_VERSION) -> str:
     while units > 1 and _UNIT_WORD.fullmatch(words[units - 1]):
         units -= 1
     if units < len(words) and _ENDS_A_NUMBER.search(words[units - 1]) and \
-            not (version >= 3 and _changes_value(" ".join(words[units:]))):  # 72 km, 72 apples; not 21 - x
+            not (version >= 3 and _changes_value(" ".join(words[units:]), version)):  # 72 km, 72 apples; not 21 - x
         words = words[:units]
     return _PERCENT.sub("", _END_PUNCTUATION.sub("", " ".join(words)))  # 60%. is 60%, then 60
 
@@ -207,7 +267,7 @@ def _macro_content(content: str, version: int) -> str:
     ('\\text{ thousand}', '\\text{minus }'): the answer is then read, or refused, as any other words are."""
     if not re.search(r"[A-Za-z]", content):
         return f" {content} "
-    if version >= 3 and (re.search(r"[0-9]", content) or _changes_value(content)):
+    if version >= 3 and (re.search(r"[0-9]", content) or _changes_value(content, version)):
         return f" {content} "
     return " "
 
@@ -309,22 +369,24 @@ def _scores(completions: list, answer: list[str], version: int) -> list[float]:
     rewards = []
     for completion, gold in zip(completions, answer, strict=True):
         try:
-            rewards.append(float(answers_equal(gold_answer(str(gold)), final_answer(_text(completion)), version)))
+            answer = final_answer(_text(completion), version)
+            rewards.append(float(answers_equal(gold_answer(str(gold)), answer, version)))
         except Exception:  # noqa: BLE001 - a reward must never stop training; garbage scores 0
             rewards.append(0.0)
     return rewards
 
 
 def reward_function(version: int | str = REWARD_VERSION) -> Callable[..., list[float]]:
-    """The reward of a given version (1 to REWARD_VERSION; REWARD_VERSION is `math_equal_reward`), so a results file
+    """The reward of a given version (REWARD_VERSIONS; REWARD_VERSION is `math_equal_reward`), so a results file
     scored by an older reading still re-scores as it was scored; a name ("math-1") is a MATH reward
     (`gmts_recipe.rewards_math`)."""
     from gmts_recipe import rewards_math  # standard library only
 
     if isinstance(version, str) and version.startswith("math"):  # MATH's are named ("math-1"), GSM8K's numbered
         return rewards_math.reward_function(version)  # refuses a name it does not know
-    if isinstance(version, bool) or version not in range(1, REWARD_VERSION + 1):
-        raise ValueError(f"reward version {version!r} is unknown: this recipe has versions 1 to {REWARD_VERSION} "
+    if isinstance(version, bool) or version not in REWARD_VERSIONS:
+        raise ValueError(f"reward version {version!r} is unknown: this recipe has versions {REWARD_VERSIONS[0]} to "
+                         f"{REWARD_VERSION} "
                          f"and MATH's {', '.join(rewards_math.REWARD_NAMES)}")
     if version == REWARD_VERSION:
         return math_equal_reward

@@ -6,6 +6,7 @@ library only (the reward, imported where samples exist, needs no torch)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import lzma
@@ -215,7 +216,8 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
     out = [f"task {first['task']} (question hash {first['hash']}), gold answer {first['gold']}",
            show_question(results, asked, gsm8k_path)]
     for where, ev, path, line in found:
-        read = boxed_answer if ev["samples"].get("reward") in REWARD_NAMES else final_answer
+        version = ev["samples"].get("reward", 1)  # the reading that scored it reads its final answer
+        read = boxed_answer if version in REWARD_NAMES else functools.partial(final_answer, version=version)
         out.append(f"\n=== {where} (eval seed {ev['seed']}): {sum(line['scores']):g} of {len(line['scores'])} right  "
                    f"[{path}]")
         for j, (text, score) in enumerate(zip(line["samples"], line["scores"])):

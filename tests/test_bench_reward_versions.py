@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench_scripts import load_bench
-from gmts_recipe.rewards import REWARD_VERSION, final_answer, sample_scores
+from gmts_recipe.rewards import REWARD_VERSION, REWARD_VERSIONS, final_answer, sample_scores
 from gmts_recipe.samples import write_samples
 
 reward_versions = load_bench("reward_versions", "bench_reward_versions")
@@ -31,33 +31,48 @@ def _evaluation(folder: Path, stem: str, texts: list[str], gold: str, version: i
 
 
 def test_the_counts_on_hand_written_samples(tmp_path):
-    texts = ["\\boxed{72}", "\\boxed{\\text{72}}", "\\boxed{72 dozen}", "\\boxed{70 \\text{ or } 72}"]
-    # versions 1, 2, 3 score them: 1 1 1 | 0 1 1 | 0 1 0 | 1 1 0
+    texts = ["\\boxed{72}", "\\boxed{\\text{72}}", "\\boxed{72 squared}", "\\boxed{70 \\text{ or } 72}",
+             "#### 72 thousand"]
+    # versions 1, 2, 3, 4 score them: 1 1 1 1 | 0 1 1 1 | 0 1 0 0 | 1 1 0 0 | 1 1 1 0
     run = tmp_path / "run"
     results = {"base": {"evals": [_evaluation(run, "base", texts, "72", None)]},
                "arms": {"gmts": {"eval": _evaluation(run, "gmts", texts[:2], "72", 2)}}}
     (run / "results.json").write_text(json.dumps(results))
     (tmp_path / "notes.json").write_text("[1, 2]")  # not a results file: passed over
+    math = tmp_path / "math"  # a MATH evaluation (its reward named): not GSM8K's readings, passed over
+    (math / "results.json").parent.mkdir()
+    (math / "results.json").write_text(json.dumps({"base": {"evals": [
+        _evaluation(math, "base", ["\\boxed{7}"], "7", None) | {"samples": {"path": "x", "sha256": "0",
+                                                                        "reward": "math-2"}}]}}))
     summary = reward_versions.measure(tmp_path)
-    assert (summary["samples_files"], summary["samples"], summary["not_as_stored"]) == (2, 6, 0)
-    assert summary["samples_by_recorded_version"] == {"1": 4, "2": 2, "3": 0}
-    # base (version 1 stored 1 0 0 1): version 2 moves two up; version 3 one up, one down. gmts (version 2 stored
-    # 1 1): version 1 moves one down
+    assert (summary["samples_files"], summary["samples"], summary["not_as_stored"]) == (2, 7, 0)
+    assert summary["samples_by_recorded_version"] == {"1": 5, "2": 2, "3": 0, "4": 0}
+    # base (version 1 stored 1 0 0 1 1): version 2 moves two up; version 3 one up, one down; version 4 one up, two
+    # down. gmts (version 2 stored 1 1): version 1 moves one down
     assert summary["against_recorded"] == {"1": {"up": 0, "down": 1}, "2": {"up": 2, "down": 0},
-                                           "3": {"up": 1, "down": 1}}
-    assert summary["between_versions"] == {"1->2": {"up": 3, "down": 0}, "2->3": {"up": 0, "down": 2}}
+                                           "3": {"up": 1, "down": 1}, "4": {"up": 1, "down": 2}}
+    assert summary["between_versions"] == {"1->2": {"up": 3, "down": 0}, "2->3": {"up": 0, "down": 2},
+                                           "3->4": {"up": 0, "down": 1}}
     rows = [(d["file"], d["sample"], d["recorded"], d["scores"]) for d in summary["differ"]]
     base, gmts = sorted({d["file"] for d in summary["differ"]})
     assert base.startswith("run/base-") and gmts.startswith("run/gmts-")
-    assert rows == [(base, 1, 1, [0.0, 1.0, 1.0]), (base, 2, 1, [0.0, 1.0, 0.0]), (base, 3, 1, [1.0, 1.0, 0.0]),
-                    (gmts, 1, 2, [0.0, 1.0, 1.0])]
-    assert summary["differ"][1]["answer"] == "72 dozen"
-    assert "6 samples in 2 files (recorded version: 1: 4, 2: 2, 3: 0)" in reward_versions.text(summary)
+    assert rows == [(base, 1, 1, [0.0, 1.0, 1.0, 1.0]), (base, 2, 1, [0.0, 1.0, 0.0, 0.0]),
+                    (base, 3, 1, [1.0, 1.0, 0.0, 0.0]), (base, 4, 1, [1.0, 1.0, 1.0, 0.0]),
+                    (gmts, 1, 2, [0.0, 1.0, 1.0, 1.0])]
+    assert [summary["differ"][i]["answer"] for i in (1, 3)] == ["72 squared", "72 thousand"]
+    assert "7 samples in 2 files (recorded version: 1: 5, 2: 2, 3: 0, 4: 0)" in reward_versions.text(summary)
     table = reward_versions.markdown(summary).splitlines()
-    assert table[0] == "6 committed samples in 2 samples files (4 scored by version 1, 2 scored by version 2);"
-    assert table[5:8] == ["| 1 | 0 up, 1 down | - |", "| 2 | 2 up, 0 down | 3 up, 0 down |",
-                          "| 3 | 1 up, 1 down | 0 up, 2 down |"]
-    assert table[-2:] == [f"| {base} | 0 | `72 dozen` | 72 | 1 | 0 |", f"| {base} | 0 | `70 \\text{{ or }} 72` | 72 | 1 | 0 |"]
+    assert table[0] == "7 committed samples in 2 samples files (5 scored by version 1, 2 scored by version 2);"
+    assert table[5:9] == ["| 1 | 0 up, 1 down | - |", "| 2 | 2 up, 0 down | 3 up, 0 down |",
+                          "| 3 | 1 up, 1 down | 0 up, 2 down |", "| 4 | 1 up, 2 down | 0 up, 1 down |"]
+    sections = [i for i, line in enumerate(table) if line.startswith("The ")]
+    assert [table[i] for i in sections] == [
+        "The 1 committed sample(s) that version 4 scores otherwise than version 3:",
+        "The 2 committed sample(s) that version 3 scores otherwise than version 2:",
+        "The 3 committed sample(s) that version 2 scores otherwise than version 1:"]
+    assert table[sections[0] + 4] == f"| {base} | 0 | `72 thousand` | 72 | 1 | 0 |"
+    assert table[sections[1] + 4:sections[1] + 6] == [f"| {base} | 0 | `72 squared` | 72 | 1 | 0 |",
+                                                      f"| {base} | 0 | `70 \\text{{ or }} 72` | 72 | 1 | 0 |"]
 
 
 def test_a_samples_file_named_with_two_versions_is_refused(tmp_path):
@@ -84,7 +99,7 @@ def test_the_committed_output_is_this_codes_and_covers_every_committed_samples_f
     assert COMMITTED["reward_version"] == REWARD_VERSION and COMMITTED["not_as_stored"] == 0
     files = reward_versions.samples_files(RESULTS)
     assert COMMITTED["samples_files"] == len(files)
-    assert set(COMMITTED["samples_by_recorded_version"]) == {str(v) for v in range(1, REWARD_VERSION + 1)}
+    assert set(COMMITTED["samples_by_recorded_version"]) == {str(v) for v in REWARD_VERSIONS}
     assert all(files[d["file"]] == d["recorded"] for d in COMMITTED["differ"])
 
 
@@ -100,7 +115,7 @@ def test_every_sample_whose_score_differs_between_versions_re_scores_as_listed()
         for d in rows:
             line = lines[d["task"]]
             text = line["samples"][d["sample"]]
-            again = [sample_scores([text], line["gold"], v)[0] for v in range(1, REWARD_VERSION + 1)]
+            again = [sample_scores([text], line["gold"], v)[0] for v in REWARD_VERSIONS]
             assert again == d["scores"] and final_answer(text) == d["answer"], (name, d)
             assert again[d["recorded"] - 1] == line["scores"][d["sample"]], (name, d)
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmts_recipe.rewards import (_VALUE_WORDS, REWARD_VERSION, bounded_expression, exact_value, final_answer,
-                                  math_equal_reward, reward_function, sample_scores)
+from gmts_recipe.rewards import (_COUNTED_FROM_4, _VALUE_WORDS, REWARD_VERSION, REWARD_VERSIONS, bounded_expression,
+                                  exact_value, final_answer, math_equal_reward, reward_function, sample_scores)
 
 ROOT = Path(__file__).resolve().parent.parent
 NEST = 30
@@ -68,6 +68,11 @@ HOSTILE = [
     ("#### " + "9" * 100_000, 0.0),
     ("#### 72" + "\n" * 1_000_000, 0.0),  # only the last MAX_TAIL_CHARS are read
     ("x" * 1_000_000 + "#### 72", 1.0),
+    ("#### 72" + " apples" * 500, 1.0),  # version 4 reads at most 4 words after an unboxed number
+    ("So 72" + " ~" * 1900 + " thousand", 0.0),
+    ("1 " * 1999 + "72", 0.0),  # the number before the last across space
+    ("72" + " or" * 1300 + " 73", 0.0),
+    ("#### 72" + " \\text{" * 500 + "thousand", 1.0),  # a macro left open is no word
     ("\x00\x01\x02\x1b[31m" * 100_000, 0.0),
     ("\\boxed{72\x00}", 0.0),
     ("\\boxed{\x1c72}", 0.0),
@@ -185,7 +190,26 @@ def test_answer_forms_a_gsm8k_model_writes(completion, gold, reward):
     ("\\boxed{1{,}000}", "1{,}000"),
 ])
 def test_final_answer_reads_the_last_number_whole(text, answer):
-    assert final_answer(text) == answer
+    assert final_answer(text, 3) == answer
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("so it is .5", ".5"), ("so it is 72, done", "72"), ("it is -\\dfrac{1}{2} now", "-\\dfrac{1}{2}"),
+    ("#### 72 thousand", "72 thousand"), ("#### 72 73", "72 73"), ("#### 72 or 73", "72 or 73"),
+    ("#### 7 and 8", "7 and 8"), ("The answer is 72 thousand.", "72 thousand"), ("So it is 72 73.", "72 73"),
+    ("So it is 72 or 73.", "72 or 73"), ("He has $72$ apples.", "72"),
+    ("It is \\(72\\) thousand.", "72 thousand"),
+    ("#### 72 \\text{ thousand}\nDone", "72 \\text{ thousand}"), ("It took 12 seconds to speak 10 words", "10"),
+    ("#### 12 seconds to speak 10 words", "12"), ("72, half of which", "72"),
+    ("It is 5\\,000 now", "5\\,000"), ("#### 72 \\text{ Million dollars}", "72 \\text{ Million dollars}"),
+    ("So 72 and one half", "72 and one half"), ("15 hours to clean one-half", "15"),
+    ("The answer is 1 000.", "1 000"), ("\\boxed{72} thousand", "72"),
+])
+def test_version_4_reads_an_unboxed_number_with_what_stands_beside_it(text, answer):
+    """The words that change the number (at most 4), macros that begin with one, or a second number after it, the
+    number before it across space, 'or', 'and' or 'to'; any other word or punctuation ends it; a box is read as
+    before."""
+    assert final_answer(text, 4) == answer
 
 
 def test_a_signed_answer_is_its_number():
@@ -308,16 +332,75 @@ BY_VERSION = [
     ("\\boxed{72\\%}", "72", (1.0, 1.0, 1.0)),
     ("\\boxed{72\\%}", "0.72", (1.0, 0.0, 0.0)),
     ("\\boxed{\\text{72}}", "72", (0.0, 1.0, 1.0)),
-    ("So the answer is 72 thousand", "72", (1.0, 1.0, 1.0)),  # unboxed: the last number, as every version reads it
+    ("So the answer is 72 thousand", "72", (1.0, 1.0, 1.0)),  # unboxed: the last number, as versions 1 to 3 read it
 ]
 
 
 @pytest.mark.parametrize("completion, gold, scores", BY_VERSION)
 def test_each_version_scores_these_answers_exactly(completion, gold, scores):
     assert tuple(sample_scores([completion], gold, v)[0] for v in (1, 2, 3)) == scores
+    if completion.startswith("\\boxed") and "dozen" not in completion:  # version 4 reads a box as version 3
+        assert sample_scores([completion], gold, 4) == [scores[2]]
 
 
-VALUE_WORDS = sorted(_VALUE_WORDS)
+# (completion, gold, versions 3 and 4): version 4 reads an unboxed final number as version 3 reads a boxed one
+UNBOXED = [
+    ("#### 72 thousand", "72", (1.0, 0.0)),
+    ("#### 72 thousand", "72000", (0.0, 0.0)),  # refused, not rescaled
+    ("#### 72 73", "72", (1.0, 0.0)),
+    ("#### 72 73", "73", (0.0, 0.0)),
+    ("#### 72 or 73", "72", (1.0, 0.0)),
+    ("#### 72 or 73", "73", (0.0, 0.0)),
+    ("The answer is 72 thousand.", "72", (1.0, 0.0)),
+    ("So the answer is 72 73", "73", (1.0, 0.0)),
+    ("So the answer is 72 or 73.", "73", (1.0, 0.0)),
+    ("So the answer is 72 or 73.", "72", (0.0, 0.0)),
+    ("So she has 72 and a half apples.", "72", (1.0, 0.0)),
+    ("The total is $72 \\text{ thousand}$.", "72", (1.0, 0.0)),
+    ("#### 1 000", "1000", (0.0, 1.0)),  # digit groups are one number
+    ("The farm has 5\\,000 chickens.", "5000", (0.0, 1.0)),
+    # what stays, or passes now: a dozen counts (as a pair does), a sentence that goes on is no answer's word
+    ("#### 7 dozen", "7", (1.0, 1.0)),
+    ("\\boxed{7 dozens}", "7", (0.0, 1.0)),
+    ("\\boxed{72 \\text{ dozen}}", "72", (0.0, 1.0)),
+    ("It takes 15 hours to clean one-half", "15", (1.0, 1.0)),
+    ("#### 2 gallons of root beer", "2", (1.0, 1.0)),
+    ("#### 82\\, \\text{degrees} from the ground", "82", (1.0, 1.0)),
+    ("#### 72", "72", (1.0, 1.0)),
+    ("#### 72 apples\nThe end.", "72", (1.0, 1.0)),
+    ("#### 72 is the answer", "72", (1.0, 1.0)),
+    ("The answer is 72.", "72", (1.0, 1.0)),
+    ("He has $72$ apples left.", "72", (1.0, 1.0)),
+    ("She pays \\$72 per week.", "72", (1.0, 1.0)),
+    ("So 70 + 2 = 72", "72", (1.0, 1.0)),
+    ("It is 72 or more.", "72", (1.0, 1.0)),
+    ("It is 72, half of the 144.", "144", (1.0, 1.0)),
+    ("#### 12 seconds to speak 10 words", "12", (1.0, 1.0)),
+    ("The answer is \\frac{3}{4} cup.", "0.75", (1.0, 1.0)),
+]
+
+
+@pytest.mark.parametrize("completion, gold, scores", UNBOXED)
+def test_version_4_refuses_words_and_numbers_beside_an_unboxed_number(completion, gold, scores):
+    assert tuple(sample_scores([completion], gold, v)[0] for v in (3, 4)) == scores
+
+
+def test_the_versions_are_one_tuple_newest_last():
+    """REWARD_VERSIONS is the one list of known GSM8K versions: the newest is what new evaluations record, every one
+    has a reward function, and records.py knows exactly these."""
+    from gmts_recipe import records
+
+    assert REWARD_VERSIONS == (1, 2, 3, 4) and REWARD_VERSION == REWARD_VERSIONS[-1]
+    assert reward_function(REWARD_VERSION) is math_equal_reward
+    assert [reward_function(v).__name__ for v in REWARD_VERSIONS[:-1]] == [f"math_equal_reward_v{v}" for v in (1, 2, 3)]
+    assert tuple(records.known_reward_versions()) == REWARD_VERSIONS
+    assert all(records.is_known_reward_version(v) for v in REWARD_VERSIONS)
+    assert not any(records.is_known_reward_version(v) for v in (0, 5, "4", True, 4.0))
+    with pytest.raises(ValueError, match="reward version 5 is unknown"):
+        reward_function(5)
+
+
+VALUE_WORDS = sorted(_VALUE_WORDS - _COUNTED_FROM_4)  # version 4's; a dozen counts
 NUMBERS = st.one_of(st.integers(-10**9, 10**9).map(str), st.decimals(-10**6, 10**6, places=2).map(str),
                     st.integers(1, 10**9).map(lambda n: f"{n:,}"))
 WORDS = st.text(alphabet=string.ascii_letters, min_size=1, max_size=12)
@@ -343,12 +426,40 @@ def test_words_or_space_between_two_numbers_never_pass(a, b, word, form):
 
 
 @settings(max_examples=200, deadline=None)
-@given(NUMBERS, st.sampled_from(["apples", "km", "dollars", "km/h", "hrs.", "pairs", "times", "cookies per day",
-                                 "S'mores", "Apples."]))
+@given(NUMBERS, st.sampled_from(["apples", "km", "dollars", "km/h", "hrs.", "pairs", "dozens", "times",
+                                 "cookies per day", "S'mores", "Apples."]))
 def test_a_unit_that_counts_still_passes(number, unit):
     for form in ("{n} {u}", "{n} \\text{{ {u}}}", "{n}\\ \\text{{{u}}}"):
         answer = "\\boxed{" + form.format(n=number, u=unit) + "}"
         assert sample_scores([answer], number.replace(",", "")) == [1.0], answer
+
+
+UNBOXED_FORMS = ["#### {a}", "The answer is {a}.", "So the total is ${a}$.\n", "#### {a}\nThat is all."]
+
+
+@settings(max_examples=300, deadline=None)
+@given(NUMBERS, st.sampled_from(VALUE_WORDS), st.sampled_from(["{n} {w}", "{n} \\text{{ {w}}}", "{n} {W}",
+                                                                  "{n} and a {w}"]), st.sampled_from(UNBOXED_FORMS))
+def test_version_4_an_unboxed_word_that_changes_the_value_never_passes(number, word, form, where):
+    answer = where.format(a=form.format(n=number, w=word, W=word.capitalize()))
+    assert sample_scores([answer], number.replace(",", ""), 4) == [0.0], answer
+
+
+@settings(max_examples=300, deadline=None)
+@given(NUMBERS, NUMBERS, st.sampled_from(["{a} {b}", "{a} or {b}", "{a}~{b}", "{a} \\text{{ or }} {b}"]),
+       st.sampled_from(UNBOXED_FORMS))
+def test_version_4_two_unboxed_numbers_side_by_side_answer_neither(a, b, form, where):
+    answer = where.format(a=form.format(a=a, b=b))
+    for gold in (a, b):
+        assert sample_scores([answer], gold.replace(",", ""), 4) == [0.0], (answer, gold)
+
+
+@settings(max_examples=200, deadline=None)
+@given(NUMBERS, st.sampled_from(["apples", "km", "dollars", "km/h", "pairs", "times", "cookies per day", "S'mores"]),
+       st.sampled_from(UNBOXED_FORMS))
+def test_version_4_an_unboxed_unit_that_counts_still_passes(number, unit, where):
+    answer = where.format(a=f"{number} {unit}")
+    assert sample_scores([answer], number.replace(",", ""), 4) == [1.0], answer
 
 
 GOLDS = ROOT / "results" / "coupled" / "base-evals" / "9862d13807ad5c2d-seed0-a0096a53ad2b.jsonl.xz"  # GSM8K test
@@ -362,9 +473,10 @@ def test_the_false_positives_fail_against_every_gsm8k_gold():
     golds = [json.loads(line)["gold"] for line in lzma.decompress(GOLDS.read_bytes()).decode().splitlines()]
     assert len(golds) == 1319
     for gold in golds:
-        wrong = [f"\\boxed{{{gold} thousand}}", f"\\boxed{{{gold} dozen}}", f"\\boxed{{{gold} squared}}",
-                 f"\\boxed{{2 \\text{{ times }} {gold}}}"]
-        assert sample_scores(wrong, gold) == [0.0] * 4, gold
+        wrong = [f"\\boxed{{{gold} thousand}}", f"\\boxed{{{gold} squared}}", f"\\boxed{{2 \\text{{ times }} {gold}}}",
+                 f"#### {gold} thousand", f"The answer is {gold} or {gold}1."]
+        assert sample_scores(wrong, gold) == [0.0] * 5, gold
+        assert sample_scores([f"\\boxed{{{gold} dozen}}"], gold, 3) == [0.0], gold  # version 4: a dozen counts
         after = str(int(gold) + 1) if gold.lstrip("-").isdigit() else gold + "1"
         assert sample_scores([f"\\boxed{{{gold} \\text{{ or }} {after}}}"], after) == [0.0], gold
         assert sample_scores([f"\\boxed{{{gold} apples}}", f"\\boxed{{{gold}}}"], gold) == [1.0, 1.0], gold

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gmts_recipe import rewards
-from gmts_recipe.rewards_math import (REWARD_NAME, bounded_answer, last_boxed, math_boxed_reward, parse_answer,
+from gmts_recipe.rewards_math import (REWARD_NAME, REWARD_NAMES, bounded_answer, last_boxed, math_boxed_reward, parse_answer,
                                       reading, reward_function)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,12 +125,15 @@ def test_false_positive_probes_score_0(gold, answer):
 
 
 def test_the_reward_is_named_and_dispatched_by_task():
-    assert rewards.task_reward("math") == REWARD_NAME == "math-1"
+    assert rewards.task_reward("math") == REWARD_NAME == REWARD_NAMES[-1] == "math-2"
+    assert REWARD_NAMES == ("math-1", "math-2")
     assert rewards.task_reward("gsm8k") == rewards.task_reward("arithmetic") == rewards.REWARD_VERSION
-    assert rewards.reward_function("math-1") is math_boxed_reward is reward_function()
-    assert rewards.sample_scores(["\\boxed{\\dfrac{1}{2}}", "\\boxed{0.4}"], "\\frac{1}{2}", "math-1") == [1.0, 0.0]
-    with pytest.raises(ValueError, match="reward 'math-2' is unknown"):
-        rewards.reward_function("math-2")
+    assert rewards.reward_function("math-2") is math_boxed_reward is reward_function()
+    assert rewards.reward_function("math-1").__name__ == "math_boxed_reward_math_1"
+    for name in REWARD_NAMES:
+        assert rewards.sample_scores(["\\boxed{\\dfrac{1}{2}}", "\\boxed{0.4}"], "\\frac{1}{2}", name) == [1.0, 0.0]
+    with pytest.raises(ValueError, match="reward 'math-3' is unknown"):
+        rewards.reward_function("math-3")
 
 
 def test_readings_before_math_verify():
