@@ -312,7 +312,7 @@ def verify(path: str | Path) -> dict:
     if not numbers_close(recomputed, summary):
         raise SweepError(f"{p}: {first_difference(recomputed, summary, 'sweep')}")
     try:
-        check_apart([*index, *sweeps_beside(p)])
+        check_apart([*sweeps_beside(p), *index])  # a refusal names this sweep's evaluation first
     except SweepError as e:
         raise SweepError(f"{p}: {e}") from None
     return summary
