@@ -164,3 +164,42 @@ def test_a_cell_copied_into_another_sweep_under_another_seed_is_refused(tmp_path
                                                                      "coupled/coupled-lr0.0001-s105 arms.",
             "an evaluation belongs to one cell")
     refused(results / "coupled" / "sweep.json", capsys, "holds the evaluation of more-seeds/coupled-lr0.0001-s30")
+
+
+def test_which_evaluations_may_share_texts():
+    """check_apart's rule: a base evaluation belongs to its evaluation hash and seed (every cell of that base shares
+    it); an arm may match its own cell's base or another arm of its cell (where training changed nothing, as in a
+    tiny run), never an evaluation of another cell, nor a base evaluation of another hash."""
+    from gmts_recipe.sweep.cells import check_apart, evaluations_of
+
+    def cell(sweep, name, base_keys, arm_keys, eval_hash="h"):
+        ev = lambda key: {"seed": 0, "records": [], "samples": {"sha256": key * 64}}  # noqa: E731
+        return evaluations_of(sweep, name, {"base": {"eval_hash": eval_hash, "evals": [ev(k) for k in base_keys]},
+                                            "arms": {arm: {"eval": ev(k)} for arm, k in arm_keys.items()}})
+
+    check_apart([*cell("a", "c1", "b", {"ets": "x", "gmts": "x"}), *cell("b", "c2", "b", {"ets": "b", "gmts": "y"})])
+    with pytest.raises(SweepError, match="a/c2 arms.gmts.eval holds the evaluation of a/c1 arms.ets.eval"):
+        check_apart([*cell("a", "c1", "b", {"ets": "x"}), *cell("a", "c2", "b", {"ets": "z", "gmts": "x"})])
+    with pytest.raises(SweepError, match=r"b/c2 base.evals\[0\] holds the evaluation of a/c1 base.evals\[0\]"):
+        check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "b", {}, eval_hash="other")])
+    with pytest.raises(SweepError, match="b/c2 arms.ets.eval holds the evaluation of a/c1 base.evals"):
+        check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "q", {"ets": "b"}, eval_hash="other")])
+
+
+def test_a_math_runs_heldout_tasks_are_its_seeded_split():
+    """MATH's held-out tasks recomputed without its files at hand, from the held-out set's size, task_seed and
+    n_heldout (0: all of them), as math_data.split chooses them; one dropped is refused."""
+    from gmts_recipe import math_data
+    from gmts_recipe.heldout import check_heldout, seeded_heldout
+    from gmts_recipe.records import ResultsError
+
+    chosen = math_data.heldout_indices(500, 100, 17)
+    results = {"config": {"task": "math", "n_heldout": 100}, "base": {"evals": []},
+               "data": {"task": "math", "test_pool": 500, "task_key": "question+gold",
+                        "heldout": [[i, f"{i:016x}"] for i in chosen]}}
+    assert seeded_heldout(results, None) == chosen and check_heldout(results) == 100
+    assert seeded_heldout({**results, "config": {"task": "math", "n_heldout": 0}}, None) == list(range(500))
+    results["data"]["heldout"] = results["data"]["heldout"][1:]
+    with pytest.raises(ResultsError, match=f"data.heldout lists 99 tasks, the seeded split .* chooses 100: task "
+                                           f"{chosen[0]} missing"):
+        check_heldout(results)
