@@ -45,13 +45,13 @@ class Evaluation:
         return f"{self.sweep}/{self.cell} {self.where}"
 
 
-TEXTS = "the same texts task by task (each task's lengths and scores)"
+TEXTS = "the same texts task by task (each task's lengths and score)"
 
 
 def evaluation_keys(ev: dict) -> tuple[str, ...]:
     """What identifies an evaluation's samples, within one process: the SHA-256 of its samples file (the same bytes),
-    and its texts task by task as its records hold them (each task's key and its samples' lengths with their scores,
-    in any order within the task: a hash of them, TEXTS), which the same texts give however their lines are ordered,
+    and its texts task by task as its records hold them (each task's index, its samples' lengths in any order and
+    their scores' sum: a hash of them, TEXTS), which the same texts give however their lines are ordered,
     edited around the texts or compressed again (samples.check_samples holds the lengths and scores to the texts).
     Records without lengths (the earliest files) give no second key: scores alone coincide on small sets."""
     keys = []
@@ -60,9 +60,8 @@ def evaluation_keys(ev: dict) -> tuple[str, ...]:
         keys.append(f"its samples file, SHA-256 {ref['sha256'][:12]}...")
     records = ev.get("records") or []
     if records and all(isinstance(r.get("lengths"), list) for r in records):
-        texts = frozenset((str(r["task"]), str(r["hash"]), tuple(sorted(zip(r["lengths"], map(float, r["scores"])))))
-                          for r in records)
-        keys.append(f"{TEXTS} {hash(texts) & 0xFFFFFFFFFFFF:012x}")  # a process's own hash: the index lives in one
+        texts = sorted((str(r["task"]), *sorted(r["lengths"]), sum(r["scores"])) for r in records)
+        keys.append(f"{TEXTS} {hash(tuple(texts)) & 0xFFFFFFFFFFFF:012x}")  # a process's own hash: one process's index
     return tuple(keys)
 
 
