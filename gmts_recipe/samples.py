@@ -203,10 +203,11 @@ def dataset_line(report: dict) -> str:
     if not report["evaluations"]:
         return "Held-out tasks: no evaluation yet."
     if report.get("dataset"):
-        return (f"Held-out tasks: every evaluation holds exactly the run's; their keys and the samples' gold answers "
-                f"are the dataset's ({report['dataset']}).")
-    return (f"Held-out tasks: every evaluation holds exactly the run's; keys and gold answers not compared with a "
-            f"dataset: {report.get('no_dataset') or 'none at hand'}.")
+        return (f"Held-out tasks: the run's seeded split, recomputed, and every evaluation holds exactly them; their "
+                f"keys and the samples' gold answers are the dataset's ({report['dataset']}).")
+    return (f"Held-out tasks: the run's seeded split, recomputed from the recorded pool sizes, and every evaluation "
+            f"holds exactly them, with one gold answer per task; keys and gold answers not compared with a dataset: "
+            f"{report.get('no_dataset') or 'none at hand'}.")
 
 
 def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) -> str:

@@ -510,3 +510,13 @@ def test_still_possible_a_card_relabelled(committed, capsys):
     reseal(committed, lambda r: [entry["provenance"].update(gpu="NVIDIA H200", gpus=1)
                                  for entry in r["arms"].values()])
     assert "1 x NVIDIA H200" in passes(committed, capsys)
+
+
+def test_still_possible_the_rollout_history_rewritten(committed, capsys):
+    """Each arm's rollout digests (a digest of every completion of every training step) rewritten: read as recorded,
+    as the training curves are (test_still_possible_edited_training_curves). A rerun compares both step by step
+    (bench/repeat.py)."""
+    reseal(committed, lambda r: [entry["rollout_digests"].update({step: ["0" * 16] * len(digests)
+                                                                  for step, digests in entry["rollout_digests"].items()})
+                                 for entry in r["arms"].values()])
+    passes(committed, capsys)
