@@ -160,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_sweep(args) -> int:
-    """check.py on a sweep.json: the summary recomputed from every cell, every cell's samples re-scored, the plan
-    held against git; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
+    """check.py on a sweep.json: the summary recomputed from every cell, each evaluation held against every other
+    cell of it and of the sweeps beside it (sweep_summary.verify), every cell's samples re-scored, the plan held
+    against git; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
     if args.show is not None:
         print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
               f"results.json)", file=sys.stderr)
