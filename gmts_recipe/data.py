@@ -185,10 +185,17 @@ def choose_split(train_pool: list[dict], test_pool: list[dict], n_train: int, n_
     if n_train > len(train_pool) or n_heldout > len(test_pool):
         raise DataError(f"asked for {n_train} train / {n_heldout} held-out tasks; the pools hold "
                         f"{len(train_pool)} / {len(test_pool)}")
-    rng = random.Random(seed)
-    train_idx = sorted(rng.sample(range(len(train_pool)), n_train))
-    heldout_idx = sorted(rng.sample(range(len(test_pool)), n_heldout))
+    train_idx, heldout_idx = split_indices(len(train_pool), len(test_pool), n_train, n_heldout, seed)
     return ([dict(train_pool[i], index=i) for i in train_idx], [dict(test_pool[i], index=i) for i in heldout_idx])
+
+
+def split_indices(train_size: int, test_size: int, n_train: int, n_heldout: int, seed: int) -> tuple[list[int],
+                                                                                                     list[int]]:
+    """choose_split's seeded choice as indices into pools of these sizes (the train prompts drawn first): what
+    check.py recomputes a GSM8K run's held-out tasks from, with or without the dataset at hand."""
+    rng = random.Random(seed)
+    train_idx = sorted(rng.sample(range(train_size), n_train))
+    return train_idx, sorted(rng.sample(range(test_size), n_heldout))
 
 
 def word_ngrams(text: str, n: int) -> set[tuple[str, ...]]:
@@ -216,6 +223,18 @@ PROBLEM_OF_TASK = {"arithmetic": (arithmetic_problem, "the calculation: the answ
 NGRAM = 13
 
 
+def distinct_problems(test_pool: list[dict], n_heldout: int, rng: random.Random, problem) -> list[int]:
+    """The held-out tasks of a task held out by problem (split_tasks), in the seeded order: the first `n_heldout`
+    distinct problems of one seeded shuffle of the test pool (`rng` draws it, then split_tasks draws the train prompts
+    from it); fewer where the pool holds fewer. check.py recomputes the generated task's held-out tasks with it."""
+    heldout_idx, held = [], set()
+    for i in rng.sample(range(len(test_pool)), len(test_pool)):
+        if len(heldout_idx) < n_heldout and problem(test_pool[i]) not in held:
+            heldout_idx.append(i)
+            held.add(problem(test_pool[i]))
+    return heldout_idx
+
+
 def split_tasks(task: str, pools: dict[str, list[dict]], n_train: int, n_heldout: int, seed: int,
                 ngram: int = NGRAM) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (stored as results["data"]).
@@ -232,11 +251,8 @@ def split_tasks(task: str, pools: dict[str, list[dict]], n_train: int, n_heldout
         train, heldout = choose_split(train_pool, test_pool, n_train, n_heldout, seed)
     else:
         rng = random.Random(seed)
-        heldout_idx, held = [], set()
-        for i in rng.sample(range(len(test_pool)), len(test_pool)):
-            if len(heldout_idx) < n_heldout and problem(test_pool[i]) not in held:
-                heldout_idx.append(i)
-                held.add(problem(test_pool[i]))
+        heldout_idx = distinct_problems(test_pool, n_heldout, rng, problem)
+        held = {problem(test_pool[i]) for i in heldout_idx}
         if len(heldout_idx) < n_heldout:
             raise DataError(f"the {task} test pool holds {len(held)} distinct problems, fewer than n_heldout="
                             f"{n_heldout}: lower --n_heldout or raise --difficulty")

@@ -40,9 +40,73 @@ def heldout_keys(results: dict) -> list[str]:
     return keys
 
 
-def check_heldout(results: dict) -> int:
-    """Every evaluation holds exactly the run's held-out tasks (data.heldout), each once. Returns their number."""
+def seeded_heldout(results: dict, pool: list[dict] | None) -> list[int]:
+    """The indices of the held-out tasks the run's seeded split chooses, recomputed as the recipe chose them
+    (run_setup.load_tasks) from the config's task_seed, n_heldout (0: the whole test split) and, for GSM8K, whose
+    train prompts are drawn first, n_train: the generated task's from its pool rebuilt from its seed (problem by
+    problem, data.distinct_problems, where data.decontamination records the problem; by index otherwise, as GSM8K's),
+    GSM8K's (data.split_indices) and MATH's (math_data.heldout_indices) from the test pool at hand (`pool`) or, where
+    it is not, from the pool sizes the data report records."""
+    import random
+
+    from gmts_recipe.data import DataError, PROBLEM_OF_TASK, distinct_problems, split_indices
+    from gmts_recipe.math_data import heldout_indices
+    from gmts_recipe.records import setting
+
+    data, config = results["data"], results["config"]
+    task, seed, n_heldout = data["task"], setting(config, "task_seed"), setting(config, "n_heldout")
+    test_size = _pool_size(data, "test_pool", pool)
+    if task == "math":
+        return heldout_indices(test_size, n_heldout, seed)
+    if task == "arithmetic":
+        recorded = data["pool"]  # the generated pool's settings (records.current_record), which drew `pool`
+        for key in ("n_heldout", "task_seed", "difficulty"):
+            if recorded.get(key) != setting(config, key):
+                raise ResultsError(f"data.pool.{key} is {recorded.get(key)!r}, the config's {key} is "
+                                   f"{setting(config, key)!r} (the generated pool is the run's)")
+        if isinstance((data.get("decontamination") or {}).get("problem"), dict):  # held out by problem
+            problem = PROBLEM_OF_TASK[task][0]
+            return sorted(distinct_problems(pool, n_heldout, random.Random(seed), problem))
+    n = n_heldout or test_size  # 0: the whole test split
+    if n == test_size:
+        return list(range(test_size))
+    try:
+        return split_indices(_pool_size(data, "train_pool", None), test_size, setting(config, "n_train"), n, seed)[1]
+    except ValueError as e:  # a sample larger than its pool: no run chose so
+        raise ResultsError(f"the seeded split cannot be drawn from the recorded pools ({e}): data.train_pool "
+                           f"{data.get('train_pool')!r}, data.test_pool {test_size}, n_train "
+                           f"{setting(config, 'n_train')!r}, n_heldout {n_heldout!r}") from None
+    except DataError as e:
+        raise ResultsError(str(e)) from None
+
+
+def _pool_size(data: dict, key: str, pool: list[dict] | None) -> int:
+    """The size of a pool the split drew from: data.<key> as recorded, which must be the pool's at hand."""
+    size = data.get(key)
+    if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0):
+        raise ResultsError(f"data.{key} is {size!r}, not a pool size: the held-out split is recomputed from it")
+    if pool is not None and size != len(pool):
+        raise ResultsError(f"data.{key} is {size:,}, the test pool at hand holds {len(pool):,} tasks")
+    return size
+
+
+def check_heldout(results: dict, pool: list[dict] | None = None) -> int:
+    """The run's held-out tasks (data.heldout) are the ones its seeded split chooses (seeded_heldout; `pool`: the
+    test pool where it is at hand, heldout_pool), and every evaluation holds exactly them, each once. Returns their
+    number."""
     keys = heldout_keys(results)
+    chosen = seeded_heldout(results, pool)
+    recorded = [index for index, _ in results["data"]["heldout"]]
+    if recorded != chosen:
+        config = results["config"]
+        from gmts_recipe.records import setting
+
+        odd = sorted(set(chosen) ^ set(recorded))
+        example = (f"task {odd[0]} {'missing' if odd[0] in chosen else 'not chosen'}" if odd else
+                   "another order")
+        raise ResultsError(f"data.heldout lists {len(recorded):,} tasks, the seeded split (task_seed "
+                           f"{setting(config, 'task_seed')}, n_heldout {setting(config, 'n_heldout')}, a test pool of "
+                           f"{results['data']['test_pool']:,}) chooses {len(chosen):,}: {example}")
     wanted = set(keys)
     for where, ev in evaluations(results):
         held = {f"{r['task']}:{r['hash']}" for r in ev["records"]}

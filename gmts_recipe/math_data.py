@@ -154,6 +154,12 @@ def heldout_pool(sets: dict[str, list[dict]], name: str) -> list[dict]:
     return [to_task(r) for r in sets[name]]
 
 
+def heldout_indices(test_size: int, n_heldout: int, seed: int) -> list[int]:
+    """The held-out tasks `split` chooses from a held-out set of `test_size` tasks (seeded, in index order; 0: all of
+    them): what check.py recomputes a MATH run's held-out tasks from."""
+    return sorted(random.Random(seed).sample(range(test_size), n_heldout)) if n_heldout else list(range(test_size))
+
+
 def split(sets: dict[str, list[dict]], heldout_set: str, n_train: int, n_heldout: int, seed: int,
           ngram: int = NGRAM) -> tuple[list[dict], list[dict], dict]:
     """Train prompts, held-out tasks and the data report (results["data"]), as data.split_tasks gives them for the
@@ -173,8 +179,7 @@ def split(sets: dict[str, list[dict]], heldout_set: str, n_train: int, n_heldout
         if count > have:
             raise DataError(f"{field}={count}: there are {have:,} {what} (0: all of them)")
     train_idx = sorted(random.Random(seed).sample(candidates, n_train)) if n_train else candidates
-    held_idx = sorted(random.Random(seed).sample(range(len(test_pool)), n_heldout)) if n_heldout else \
-        list(range(len(test_pool)))
+    held_idx = heldout_indices(len(test_pool), n_heldout, seed)
     train = [dict(pool[i], index=i) for i in train_idx]
     heldout = [dict(test_pool[i], index=i) for i in held_idx]
     report = {

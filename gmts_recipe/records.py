@@ -63,9 +63,20 @@ SAMPLES_ERA_ARM = ("provenance", "gpu_peak_memory_gib")
 # gradient_checkpointing: the same gradients bit for bit on the CPU, checkpointing or not (tests/test_trainer.py); a
 # memory-for-time trade, as the speed options are.
 MOVED_TO_ARMS = ("gradient_checkpointing",)
+# The recipe's defaults (recipe_config.RecipeArgs) of the config fields the checks read: what a run whose config record
+# leaves a field out ran with (a record holds only the fields away from their defaults). Frozen here, as the files
+# were written: tests/test_formats.py holds them equal to RecipeArgs' (a changed default would reread old files).
+RECORD_DEFAULTS = {"task": "gsm8k", "n_train": 512, "n_heldout": 120, "task_seed": 17, "difficulty": 1,
+                   "eval_samples": 4}
 # The generated task's pool as a format-1 file without data.pool drew it: the recipe's defaults where its config
-# record leaves a field out (a record holds only the fields away from their defaults).
-POOL_DEFAULTS = {"n_heldout": 120, "task_seed": 17, "difficulty": 1}
+# record leaves a field out.
+POOL_DEFAULTS = {k: RECORD_DEFAULTS[k] for k in ("n_heldout", "task_seed", "difficulty")}
+
+
+def setting(config: dict, key: str) -> Any:
+    """A recipe setting as a run with this config record ran it: the record's value, else the default
+    (RECORD_DEFAULTS)."""
+    return config.get(key, RECORD_DEFAULTS[key])
 
 
 def digest(results: dict) -> str:
@@ -127,13 +138,29 @@ def is_known_reward_version(version: Any) -> bool:
     return isinstance(version, int) and not isinstance(version, bool) and version in known_reward_versions()
 
 
+def task_reward_versions(task: Any) -> tuple:
+    """The reward versions that read a task's answers: MATH's named ones (rewards_math.REWARD_NAMES: the last
+    \\boxed{} through math-verify) for task math, the numbered ones (rewards: the final number) for GSM8K and the
+    generated task. A GSM8K file re-scored by a MATH reading, or the reverse, scores answers by a rule the task was
+    never evaluated with."""
+    from gmts_recipe.rewards_math import REWARD_NAMES  # standard library only
+
+    return tuple(REWARD_NAMES) if task == "math" else tuple(known_reward_versions())
+
+
+def task_rewards_text(task: Any) -> str:
+    versions = task_reward_versions(task)
+    return (f"named ({', '.join(versions)})" if task == "math" else f"versions {versions[0]} to {versions[-1]}")
+
+
 def check_format(raw: dict) -> None:
     """What a file's own format allows, on the file as written (before `current_record` converts it); a ResultsError
     naming the field otherwise: its config hash is the one its config gives; its evaluations keep samples all or none,
     and none in a format-1 file only where it records nothing first written once samples were kept (such a file is
     the only kind `check.py --allow-unsampled` accepts; a format-2 file without samples, merged from format-1 cells,
     loads but samples.verify_samples refuses it); one reward version, known to the recipe, recorded where the format
-    records it (format 1 from version 2 on, in files whose keys cover question and gold answer; format 2 always)."""
+    records it (format 1 from version 2 on, in files whose keys cover question and gold answer; format 2 always), and
+    of the file's task (task_reward_versions: a MATH reading for task math, a numbered one otherwise)."""
     schema, config = raw["schema"], raw.get("config")
     if not isinstance(config, dict):
         raise ResultsError("config: no config record")
@@ -193,11 +220,15 @@ def _check_reward_versions(raw: dict, recorded: dict[str, Any]) -> None:
                                                             "covered the gold answer"))
     versions = {where: (1 if v is None else v) for where, v in recorded.items()}
     first = next(iter(versions))
+    task = (raw.get("data") or {}).get("task")
     for where, v in versions.items():
         if not is_known_reward_version(v):
             known = known_reward_versions()
             raise ResultsError(f"{where}.samples.reward is {v!r}; this recipe knows reward versions {known[0]} to "
                                f"{known[-1]}")
+        if v not in task_reward_versions(task):
+            raise ResultsError(f"{where}.samples.reward is {v!r}, {'a MATH' if isinstance(v, str) else 'a GSM8K'} "
+                               f"reward; data.task is {task!r}, whose rewards are {task_rewards_text(task)}")
         if v != versions[first]:
             raise ResultsError(f"{where}.samples.reward is {v!r}, {first}.samples.reward is {versions[first]!r}: one "
                                f"reward version per file (evaluations scored by different readings are not "
@@ -211,7 +242,8 @@ def current_record(results: dict, folder: str | Path | None = None) -> dict:
       not record it itself: it ran with the config's value), and the config hash is recomputed, so a file of every
       stage resumes, merges and pools with new ones;
     - data.task_key, absent before keys covered the gold answer, is "question"; data.pool of a generated task, absent
-      before it was recorded, is POOL_DEFAULTS updated with the config's values;
+      before it was recorded, is POOL_DEFAULTS updated with the config's values; data.decontamination of a generated
+      task, absent before its tasks were held out by problem (held out by index then), records no problem;
     - a samples file without a reward version was scored by version 1.
     From format 2: each evaluation's per-task records are rebuilt from its samples file (path relative to `folder`,
     the results file's folder; its SHA-256 checked), as eval.py made them (task, key, scores, each text's length).
@@ -262,10 +294,13 @@ def _from_format_1(results: dict) -> dict:
                 out["arms"][arm] = {**entry, "generation_options": options}
     data = results.get("data")
     pool = isinstance(data, dict) and data.get("task") == "arithmetic" and "pool" not in data
-    if isinstance(data, dict) and ("task_key" not in data or pool):
+    by_index = isinstance(data, dict) and data.get("task") == "arithmetic" and "decontamination" not in data
+    if isinstance(data, dict) and ("task_key" not in data or pool or by_index):
         data = {**data, "task_key": data.get("task_key", "question")}
         if pool:
             data["pool"] = {**POOL_DEFAULTS, **{k: config[k] for k in POOL_DEFAULTS if k in config}}
+        if by_index:  # held out by index, as GSM8K is, before the generated task was held out by problem
+            data["decontamination"] = {"problem": None}
         out = dict(out, data=data) if out is results else {**out, "data": data}
     return out
 
@@ -496,7 +531,9 @@ CURVES_NOTE = ("Training curves (each arm's train_log): read as recorded; check.
 def check_self(results: dict) -> None:
     """What a results file says about itself, checked against itself, on a file as current_record holds it (load runs
     it on every file); a ResultsError naming the field of the first disagreement:
-    - data.task is a task this recipe knows (data.TASKS): nothing is left "without a dataset to compare";
+    - data.task is a task this recipe knows (data.TASKS), the config's: nothing is left "without a dataset to
+      compare", and no task is relabelled to one whose dataset is not at hand;
+    - every evaluation draws the config's eval_samples samples per task (its k);
     - the base evaluations are exactly the config's base_eval_seeds (BASE_EVAL_SEEDS where the config record leaves
       them out), in order, each seed once;
     - an arm's entry is that arm's: the rule it recorded (token_selection) is its key's rule, its samples file is named
@@ -513,6 +550,7 @@ def check_self(results: dict) -> None:
     if unknown:
         raise ResultsError(f"unknown arm {unknown[0]!r} (known: {', '.join(arms())}; {RULES_HINT})")
     _check_task(results)
+    _check_samples_per_task(results)
     _check_base_seeds(results)
     _check_arms(results)
     _check_samples_files(results)
@@ -528,6 +566,20 @@ def _check_task(results: dict) -> None:
     if task not in TASKS:
         raise ResultsError(f"data.task is {task!r}, a task this recipe does not know (it knows "
                            f"{', '.join(TASKS)}): nothing ties the file's tasks to a dataset")
+    configured = setting(results["config"], "task")
+    if task != configured:  # a task relabelled (to one whose dataset is not at hand) is compared as the config's
+        raise ResultsError(f"data.task is {task!r}, the config's task is {configured!r} (the data report is the "
+                           f"config's run)")
+
+
+def _check_samples_per_task(results: dict) -> None:
+    """Every evaluation draws the config's eval_samples samples per task (an evaluation cut to its best samples
+    would still print the config's count)."""
+    k = setting(results["config"], "eval_samples")
+    for where, ev in evaluation_fields(results):
+        if ev.get("k") != k:
+            raise ResultsError(f"{where}.k is {ev.get('k')!r}, the config's eval_samples is {k!r} (every evaluation "
+                               f"draws eval_samples samples per task)")
 
 
 def _check_base_seeds(results: dict) -> None:

@@ -39,13 +39,16 @@ def write_samples(folder: Path, stem: str, log: list[dict]) -> tuple[Path, str]:
     return path, sha
 
 
-def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str] | None = None) -> int:
+def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str] | None = None,
+                  key_version: str | None = None, golds_out: dict[str, str] | None = None) -> int:
     """Refuse, in one line naming file, evaluation, task and sample, a samples file that does not hold exactly the
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
     recipe's reward (rewards.sample_scores, of the version the evaluation records) scores otherwise. Returns the number
     of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
     line's gold must be, where the dataset is at hand. A line's question, where it keeps one, must be one its key
-    covers (an arm's lines keep none: the base evaluation's lines of the same keys hold it).
+    covers (an arm's lines keep none: the base evaluation's lines of the same keys hold it), by the file's version of
+    the key where given (`key_version`, data.task_key; else either). `golds_out`: filled with each line's gold answer
+    ("index:key"), which verify_samples holds against the file's other evaluations.
 
     Re-scoring is fast for plain final numbers and slower where math-verify parses an expression (measurements:
     bench/README.md, "The test suite's time")."""
@@ -71,10 +74,13 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
                 and isinstance(scores, list) and len(scores) == k and isinstance(line.get("gold"), str)):
             raise ResultsError(f"{where}: task {key} needs a gold answer and {k} sample texts with {k} scores")
         question = line.get("question")  # an arm's lines keep none (the base's lines of the same keys hold it)
+        versions = TASK_KEYS if key_version is None else (key_version,)
         if question is not None and not (isinstance(question, str) and line["hash"] in
-                                         {question_key(question, line["gold"], v) for v in TASK_KEYS}):
+                                         {question_key(question, line["gold"], v) for v in versions}):
             raise ResultsError(f"{where}: task {key}: the question in the samples file is not the one its key covers "
-                               f"(key of question and gold answer)")
+                               f"(key of {' and '.join(v.replace('+', ' and ') for v in versions)})")
+        if golds_out is not None:
+            golds_out[key] = line["gold"]
         if golds is not None and line["gold"] != golds.get(key):
             raise ResultsError(f"{where}: task {key}: gold answer {line['gold']!r} in the samples file, "
                                f"{golds.get(key)!r} in the dataset")
@@ -107,11 +113,14 @@ def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int]
     {"evaluations", "with_samples", "samples", "without"}. An evaluation without samples is refused: its scores could
     be anything. `allow_unsampled` lets them through, listed in "without", in a format-1 file (records.check_format
     admits them there only where no evaluation keeps samples and the file records nothing that came after them); a
-    file of this format (`results["schema"]`, the file's) keeps every evaluation's samples. `done`: evaluations
-    already checked (by file SHA-256 and records), so the base evaluations a sweep's cells share are re-scored
-    once."""
+    file of this format (`results["schema"]`, the file's) keeps every evaluation's samples. Every evaluation holds one
+    gold answer per task, the first evaluation's (`_agree`), whether or not the dataset is at hand. `done`: evaluations
+    already checked (by file SHA-256 and records: the number of samples and each task's gold answer), so the base
+    evaluations a sweep's cells share are re-scored once."""
     done = {} if done is None else done
     out = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": []}
+    version = (results.get("data") or {}).get("task_key")
+    agreed: dict[str, tuple[str, str]] = {}  # each task's gold answer, and the first evaluation that holds it
     for where, ev in evaluations(results):
         out["evaluations"] += 1
         if "samples" not in ev:
@@ -126,10 +135,24 @@ def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int]
         key = (ev["samples"]["sha256"], hashlib.sha256(json.dumps([ev["k"], ev["records"]]).encode()).hexdigest(),
                golds is not None)
         if key not in done:
-            done[key] = check_samples(path, ev, where, golds)
+            own: dict[str, str] = {}
+            done[key] = (check_samples(path, ev, where, golds, version, own), own)
+        count, own = done[key]
+        _agree(agreed, own, f"{where}: {path.name}", where)
         out["with_samples"] += 1
-        out["samples"] += done[key]
+        out["samples"] += count
     return out
+
+
+def _agree(agreed: dict[str, tuple[str, str]], golds: dict[str, str], where: str, name: str) -> None:
+    """One gold answer per task across a file's evaluations: the first to hold a task (the base's first evaluation,
+    whose lines keep the question its key covers) fixes it. Without the dataset at hand this is what ties an arm's
+    gold answers (its lines keep no question) to the task's."""
+    for key, gold in golds.items():
+        first = agreed.setdefault(key, (gold, name))
+        if first[0] != gold:
+            raise ResultsError(f"{where}: task {key}: gold answer {gold!r}, {first[1]}'s samples file has "
+                               f"{first[0]!r} (every evaluation scores a task against one gold answer)")
 
 
 def verify(path: str | Path, done: dict | None = None, gsm8k_path: str | None = None,
@@ -147,8 +170,8 @@ def samples_of(path: str | Path, results: dict, done: dict | None = None, gsm8k_
     from gmts_recipe.heldout import check_heldout, dataset_golds, heldout_pool
 
     try:
-        check_heldout(results)
         pool, source = heldout_pool(results, gsm8k_path)
+        check_heldout(results, pool)
         golds = None if pool is None else dataset_golds(results, pool)
         report = verify_samples(results, Path(path).parent, done, golds, allow_unsampled)
         report["dataset"] = source if pool is not None else None
@@ -181,10 +204,11 @@ def dataset_line(report: dict) -> str:
     if not report["evaluations"]:
         return "Held-out tasks: no evaluation yet."
     if report.get("dataset"):
-        return (f"Held-out tasks: every evaluation holds exactly the run's; their keys and the samples' gold answers "
-                f"are the dataset's ({report['dataset']}).")
-    return (f"Held-out tasks: every evaluation holds exactly the run's; keys and gold answers not compared with a "
-            f"dataset: {report.get('no_dataset') or 'none at hand'}.")
+        return (f"Held-out tasks: the run's seeded split, recomputed, and every evaluation holds exactly them; their "
+                f"keys and the samples' gold answers are the dataset's ({report['dataset']}).")
+    return (f"Held-out tasks: the run's seeded split, recomputed from the recorded pool sizes, and every evaluation "
+            f"holds exactly them, with one gold answer per task; keys and gold answers not compared with a dataset: "
+            f"{report.get('no_dataset') or 'none at hand'}.")
 
 
 def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) -> str:

@@ -26,16 +26,19 @@ ROOT = Path(__file__).resolve().parent.parent
 def sealed(base_scores: list[list[list[float]]], arm_scores: dict[str, list[list[float]]]) -> dict:
     """A sealed results file of format 1 without samples (records in the file) from explicit per-task sample scores:
     three base evals (seeds 0, 1, 2; each its own text lengths, as samples of different seeds have) and the arms, on
-    GSM8K tasks with made-up keys (GSM8K is not at hand: the keys are not compared)."""
+    GSM8K tasks with made-up keys (GSM8K is not at hand: the keys are not compared), held out as the whole test split
+    of a pool of that many tasks (n_heldout 0), k samples each (the config's eval_samples)."""
 
     def evaluation(eval_seed, tasks):
         records = [{"task": i, "hash": f"{i:016x}", "scores": s, "lengths": [10 + eval_seed] * len(s)}
                    for i, s in enumerate(tasks)]
         return {"seed": eval_seed, "k": len(tasks[0]), "pass@1": pass_at_1(records), "records": records}
 
-    n = len(base_scores[0])
-    results = {"config_name": "unit", "config": {"model_name_or_path": "tiny"},
-               "data": {"task": "gsm8k", "heldout": [[i, f"{i:016x}"] for i in range(n)]},
+    n, k = len(base_scores[0]), len(base_scores[0][0])
+    results = {"config_name": "unit", "config": {"model_name_or_path": "tiny", "n_heldout": 0,
+                                                 **({"eval_samples": k} if k != 4 else {})},
+               "data": {"task": "gsm8k", "train_pool": n, "test_pool": n,
+                        "heldout": [[i, f"{i:016x}"] for i in range(n)]},
                "base": {"evals": [evaluation(s, tasks) for s, tasks in enumerate(base_scores)]},
                "arms": {arm: {"eval": evaluation(0, tasks), "learning_rate": 1e-4,
                               "token_selection": arm_named(arm).rule,
@@ -551,16 +554,17 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
 def arithmetic_run(tmp_path: Path, questions: bool = True) -> Path:
     """<tmp>/run/results.json of a run on the generated task (8 held-out tasks of its pool, the records' keys the
     pool's), its samples as format 1 wrote them; `questions=False`: no line keeps its question (as an arm's lines)."""
-    from gmts_recipe.data import arithmetic_test_pool, task_key
+    from gmts_recipe.data import arithmetic_task, arithmetic_test_pool, split_tasks, task_key
 
     pool = [dict(t, index=i) for i, t in enumerate(arithmetic_test_pool(8, 17, 0))]
     results = fake_results(n=8, k=2)
-    rehash(results)["config"].update(n_heldout=8, task_seed=17, difficulty=0)
+    results["config"].update(task="arithmetic", n_train=16, n_heldout=8, task_seed=17, difficulty=0)
     rehash(results)
-    results["data"] = {"task": "arithmetic", "task_key": "question+gold",
-                       "heldout": [[i, task_key(pool[i])] for i in range(8)]}
+    _, _, report = split_tasks("arithmetic", {"train": arithmetic_task(64, 17, 0), "test": pool}, 16, 8, 17)
+    results["data"] = {**report, "pool": {"n_heldout": 8, "task_seed": 17, "difficulty": 0}}
     for _, ev in evaluations(results):
         for r in ev["records"]:
+            r["task"] = report["heldout"][r["task"]][0]  # the seeded split's tasks, in index order
             r["hash"] = task_key(pool[r["task"]])
     folder = tmp_path / "run"
     folder.mkdir(parents=True, exist_ok=True)
@@ -574,9 +578,9 @@ def test_show_prints_the_tasks_question_from_its_line_or_from_the_dataset(tmp_pa
     refused), or where no line keeps it the dataset's task at that index (here rebuilt from its seed)."""
     from gmts_recipe.data import arithmetic_test_pool
 
-    question = arithmetic_test_pool(8, 17, 0)[3]["question"]
+    question = arithmetic_test_pool(8, 17, 0)[22]["question"]  # the 4th of the seeded split's tasks
     path = arithmetic_run(tmp_path)
-    assert check.main([str(path), "--show", "3"]) == 0
+    assert check.main([str(path), "--show", "22"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == f"question: {question}"
     results = json.loads(path.read_text())
     sample_file = path.parent / results["arms"]["gmts"]["eval"]["samples"]["path"]
@@ -585,10 +589,10 @@ def test_show_prints_the_tasks_question_from_its_line_or_from_the_dataset(tmp_pa
     edited, sha = write_samples(path.parent, "samples-gmts-seed0", lines)
     reseal(path, lambda r: r["arms"]["gmts"]["eval"]["samples"].update(path=edited.name, sha256=sha))
     assert check.main([str(path)]) == 2
-    assert re.search(r"arm gmts: samples-gmts-seed0-\w+.jsonl.xz: task 3:\w+: the question in the samples file is not "
+    assert re.search(r"arm gmts: samples-gmts-seed0-\w+.jsonl.xz: task 22:\w+: the question in the samples file is not "
                      r"the one its key covers", capsys.readouterr().err)
     older = arithmetic_run(tmp_path / "older", questions=False)
-    assert check.main([str(older), "--show", "3"]) == 0
+    assert check.main([str(older), "--show", "22"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == (f"question (the generated task, rebuilt from its seed): "
                                                         f"{question}")
 
@@ -680,7 +684,8 @@ def gsm8k_run(tmp_path: Path, key: str) -> Path:
         for r in ev["records"]:
             r["hash"] = keys[r["task"]]
     results["config"]["gsm8k_path"] = str(folder)
-    results["data"] = {"task": "gsm8k", "heldout": [[i, k] for i, k in enumerate(keys)]}
+    results["data"] = {"task": "gsm8k", "train_pool": 60, "test_pool": 60,
+                       "heldout": [[i, k] for i, k in enumerate(keys)]}
     if key != "question":
         results["data"].update(task_key=key, test_pool_sha256=data.pool_sha256(pool))
     folder = tmp_path / "run"
@@ -741,9 +746,27 @@ def test_a_gold_answer_rewritten_with_its_key_is_refused(tmp_path, capsys):
     for where, _ in evaluations(json.loads(path.read_text())):
         rewrite_samples(path, where, lambda log: [line.update(hash=new[line["task"]]) for line in log])
     refused(path, capsys, f"held-out task 0:{new[0]}: the dataset's task 0 has another question and gold answer")
-    (tmp_path / "gsm8k" / "test.jsonl").unlink()  # without the dataset it passes, and says what was not compared
+    (tmp_path / "gsm8k" / "test.jsonl").unlink()  # without the dataset: one arm's gold answers are not the base's
+    refused(path, capsys, "arm gmts: samples-gmts-seed0-", "gold answer '8', base eval 0's samples file has '7'")
+    for where in ("base eval 0", "base eval 1", "base eval 2", "arm ets"):
+        rewrite_gold(path, where, "8")  # every evaluation's: it passes, and says what was not compared
     assert check.main([str(path)]) == 0
-    assert "keys and gold answers not compared with a dataset: GSM8K is not at hand" in capsys.readouterr().out
+    assert "keys and gold answers not compared with a dataset: GSM8K is not at hand" in \
+        unwrapped(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("key", ["question", "question+gold"])
+def test_gold_answers_rewritten_in_one_arm_are_refused_without_the_dataset(tmp_path, capsys, key):
+    """Gold answers rewritten in one arm's samples file only (its lines keep no question, so no key ties them), the
+    scores re-scored, the dataset not at hand (the committed GSM8K cells' case without --gsm8k_path): every evaluation
+    of a file scores a task against the gold answer of the base's first evaluation, whose lines keep the question."""
+    path = gsm8k_run(tmp_path, key)
+    (tmp_path / "gsm8k" / "test.jsonl").unlink()
+    before = load(path)["summary"]["arms"]["gmts"]["pass@1"]
+    rewrite_gold(path, "arm gmts", "8")
+    assert load(path)["summary"]["arms"]["gmts"]["pass@1"] == pytest.approx(1 - before)  # the forged result
+    refused(path, capsys, str(path), "arm gmts: samples-gmts-seed0-", ": gold answer '8', base eval 0's samples file "
+                                     "has '7' (every evaluation scores a task against one gold answer)")
 
 
 def test_an_evaluation_whose_samples_reference_was_deleted_is_refused(tmp_path, capsys):

@@ -335,3 +335,188 @@ def test_still_possible_samples_stripped_from_the_first_format_that_kept_them(tm
     path.write_text(json.dumps(raw))
     refused(path, capsys, "keeps no samples")
     assert "100.0% (not re-scored)" in passes(path, capsys, "--allow-unsampled")
+
+
+# ---------------------------------------------------------------- the evaluations tied to their data and config
+def rewrite_evaluations(path: Path, edit_lines, edit_records=None) -> dict:
+    """The forger's rewrite of every evaluation: each samples file's lines edited (`edit_lines(where, lines)` returns
+    the new lines), written again under the name recipe.py gives it (its new SHA-256), the records made the lines'
+    (`edit_records(where, ev)` for any other field), the file re-sealed (reseal). Returns what was written."""
+    raw = json.loads(path.read_text())
+    rewritten = {}
+    for where, ev in evaluations(current_record(raw, path.parent)):
+        file = samples_file(path, ev)
+        lines = edit_lines(where, [json.loads(x) for x in lzma.decompress(file.read_bytes()).splitlines()])
+        target, sha = write_samples(file.parent, file.name.rsplit("-", 1)[0], lines)
+        prefix = ev["samples"]["path"].rsplit("/", 1)[0] + "/" if "/" in ev["samples"]["path"] else ""
+        rewritten[where] = (prefix + target.name, sha, lines)
+
+    def forge(r):
+        for where, ev in evaluations(r):
+            name, sha, lines = rewritten[where]
+            ev["samples"].update(path=name, sha256=sha)
+            ev["records"] = [{"task": x["task"], "hash": x["hash"], "scores": x["scores"],
+                              "lengths": [len(t) for t in x["samples"]]} for x in lines]
+            ev["pass@1"] = pass_at_1(ev["records"])
+            if edit_records is not None:
+                edit_records(where, ev)
+
+    return reseal(path, forge)
+
+
+def gmts_lost(path: Path) -> set:
+    """The held-out tasks on which the GMTS arm scored below ETS (the forger's choice of tasks to drop)."""
+    results = load(path)
+    ets = {r["task"]: sum(r["scores"]) for r in results["arms"]["ets"]["eval"]["records"]}
+    return {r["task"] for r in results["arms"]["gmts"]["eval"]["records"] if sum(r["scores"]) < ets[r["task"]]}
+
+
+def test_tasks_dropped_from_the_heldout_set_and_every_evaluation_are_refused(committed, capsys):
+    """The tasks GMTS lost dropped from data.heldout and from every evaluation (records and samples files alike):
+    GMTS vs ETS +28.3 would read higher on fewer tasks than the config's 30. The held-out tasks are recomputed from
+    the dataset (the generated pool, rebuilt), task_seed and n_heldout; the config's n_heldout edited to match draws
+    other tasks."""
+    lost = gmts_lost(committed)
+    assert lost
+    original = committed.read_text()
+
+    def drop(r):
+        r["data"]["heldout"] = [t for t in r["data"]["heldout"] if t[0] not in lost]
+
+    rewrite_evaluations(committed, lambda where, lines: [x for x in lines if x["task"] not in lost])
+    reseal(committed, drop)
+    forged = load(committed)
+    assert forged["summary"]["comparisons"]["gmts_vs_ets"]["delta"] > 0.2833 + 0.01  # the forged result
+    n = 30 - len(lost)
+    refused(committed, capsys, f"data.heldout lists {n} tasks, the seeded split (task_seed 17, n_heldout 30, a test "
+                               f"pool of 120) chooses 30: task {min(lost)} missing")
+    reseal(committed, lambda r: (r["config"].update(n_heldout=n), r["data"]["pool"].update(n_heldout=n),
+                                 r["data"].update(test_pool=4 * n), r.update(config_hash=config_hash(r["config"]))))
+    refused(committed, capsys, f"data.heldout lists {n} tasks, the seeded split (task_seed 17, n_heldout {n}, a test "
+                               f"pool of {4 * n}) chooses {n}: task ")
+    committed.write_text(original)
+    passes(committed, capsys)
+
+
+def test_an_arm_cut_to_its_best_samples_is_refused(committed, capsys):
+    """The GMTS arm keeps its better sample of each task's two (k 1 instead of the config's eval_samples 2): its
+    pass@1 rises while the table still says the config's count. Every evaluation draws eval_samples per task; the
+    config edited to match, the base evaluations' k differs."""
+    def best(where, lines):
+        if where != "arm gmts":
+            return lines
+        out = []
+        for x in lines:
+            j = max(range(len(x["scores"])), key=lambda i: x["scores"][i])
+            out.append({**x, "samples": [x["samples"][j]], "scores": [x["scores"][j]]})
+        return out
+
+    def k_of(where, ev):
+        if where == "arm gmts":
+            ev["k"] = 1
+
+    forged = rewrite_evaluations(committed, best, k_of)
+    assert forged["summary"]["arms"]["gmts"]["pass@1"] > 0.7  # the forged result (0.683 as run)
+    refused(committed, capsys, "arms.gmts.eval.k is 1, the config's eval_samples is 2 (every evaluation draws "
+                               "eval_samples samples per task)")
+    reseal(committed, lambda r: (r["config"].update(eval_samples=1), r.update(config_hash=config_hash(r["config"]))))
+    refused(committed, capsys, "base.evals[0].k is 2, the config's eval_samples is 1")
+
+
+def test_a_reward_version_of_another_task_is_refused(committed, capsys, tmp_path):
+    """A file of the generated task (as a GSM8K file) re-scored with MATH's reading, and a MATH file with a numbered
+    version: each task has its own reward versions."""
+    from gmts_recipe.rewards_math import REWARD_NAMES
+
+    original = committed.read_text()
+    reseal(committed, lambda r: [ev["samples"].update(reward=REWARD_NAMES[0]) for _, ev in evaluations(r)])
+    refused(committed, capsys, f"base.evals[0].samples.reward is {REWARD_NAMES[0]!r}, a MATH reward; data.task is "
+                               f"'arithmetic', whose rewards are versions 1 to")
+    committed.write_text(original)
+    reseal(committed, lambda r: (r["data"].update(task="math", heldout_set="math500"), r["config"].update(task="math"),
+                                 r.update(config_hash=config_hash(r["config"]))))
+    refused(committed, capsys, "base.evals[0].samples.reward is 2, a GSM8K reward; data.task is 'math', whose "
+                               f"rewards are named ({', '.join(REWARD_NAMES)})")
+    gsm8k = tmp_path / "gsm8k-copy" / "results.json"  # a GSM8K file (the refusal comes before its samples are read)
+    gsm8k.parent.mkdir()
+    shutil.copy(ROOT / "results" / "side-by-side-h100-ours" / "qwen" / "results.json", gsm8k)
+    reseal(gsm8k, lambda r: [ev["samples"].update(reward=REWARD_NAMES[0]) for _, ev in evaluations(r)])
+    refused(gsm8k, capsys, f"samples.reward is {REWARD_NAMES[0]!r}, a MATH reward; data.task is 'gsm8k'")
+
+
+def test_a_task_relabelled_to_one_without_its_dataset_is_refused(committed, capsys, tmp_path):
+    """The generated task relabelled GSM8K, whose dataset is not at hand without --gsm8k_path (the gold answers would
+    go uncompared): the data report is the config's run; the config relabelled too, the held-out tasks are not the
+    ones GSM8K's seeded split chooses, and with GSM8K at hand its pool is not the run's."""
+    original = committed.read_text()
+    reseal(committed, lambda r: r["data"].update(task="gsm8k"))
+    refused(committed, capsys, "data.task is 'gsm8k', the config's task is 'arithmetic'")
+    committed.write_text(original)
+
+    def relabel(r):
+        r["data"]["task"] = "gsm8k"
+        r["config"].pop("task")  # the default task: GSM8K
+        r["config_hash"] = config_hash(r["config"])
+
+    reseal(committed, relabel)
+    refused(committed, capsys, "data.heldout lists 30 tasks, the seeded split (task_seed 17, n_heldout 30, a test "
+                               "pool of 120) chooses 30: task ")
+    gsm8k = tmp_path / "gsm8k"  # a GSM8K copy at hand (its layout; 50 tasks)
+    gsm8k.mkdir()
+    for split in ("train", "test"):
+        (gsm8k / f"{split}.jsonl").write_text("".join(json.dumps({"question": f"q{i}", "answer": "#### 7"}) + "\n"
+                                                      for i in range(50)))
+    refused(committed, capsys, "data.test_pool is 120, the test pool at hand holds 50 tasks",
+            flags=("--gsm8k_path", str(gsm8k)))
+
+
+# ---------------------------------------------------------------- still possible: what only a rerun on a GPU catches
+def test_still_possible_base_seeds_0_and_1_swapped(committed, capsys):
+    """Base evaluations 0 and 1 swapped, each keeping its seed's label (samples files renamed to match): the arms are
+    paired with the other seed's samples. Nothing in a file tells which seed drew which texts; a rerun of the base
+    evaluation (bench/repeat.py against the committed cell) does."""
+    results = json.loads(committed.read_text())
+    zero, one = (current_record(results, committed.parent)["base"]["evals"][i] for i in (0, 1))
+    renamed = {}
+    for ev, seed in ((zero, 1), (one, 0)):  # each file under the other seed's name
+        source = samples_file(committed, ev)
+        target = source.with_name(source.name.replace(f"-seed{ev['seed']}-", f"-seed{seed}-"))
+        shutil.copy(source, target)
+        renamed[seed] = (f"../base-evals/{target.name}", ev)
+
+    def forge(r):
+        for i in (0, 1):
+            path, ev = renamed[i]
+            r["base"]["evals"][i] = {**copy.deepcopy(ev), "seed": i, "samples": {**ev["samples"], "path": path}}
+
+    before = load(committed)["summary"]["arms"]["gmts"]["vs_base"]["delta"]
+    forged = reseal(committed, forge)
+    assert forged["summary"]["arms"]["gmts"]["vs_base"]["delta"] != before
+    passes(committed, capsys)
+
+
+@pytest.mark.parametrize("field, value", [("model_name_or_path", "qwen2.5-coder-1.5b-instruct"),
+                                          ("eval_temperature", 1.0)])
+def test_still_possible_the_model_or_the_evaluation_temperature_relabelled(committed, capsys, field, value):
+    """The config says another model or another evaluation temperature (its hash recomputed): the base's evaluation
+    hash would differ, but it cannot be recomputed from the file. A rerun with the recorded config does."""
+    reseal(committed, lambda r: (r["config"].update({field: value}), r.update(config_hash=config_hash(r["config"]))))
+    passes(committed, capsys)
+
+
+def test_still_possible_a_card_relabelled(committed, capsys):
+    """Each arm's provenance names another GPU: provenance is printed as recorded, not verified. A rerun on the named
+    card repeats the committed numbers only where it ran there (bench/docs/repeat.md)."""
+    reseal(committed, lambda r: [entry["provenance"].update(gpu="NVIDIA H200", gpus=1)
+                                 for entry in r["arms"].values()])
+    assert "1 x NVIDIA H200" in passes(committed, capsys)
+
+
+def test_still_possible_the_rollout_history_rewritten(committed, capsys):
+    """Each arm's rollout digests (a digest of every completion of every training step) rewritten: read as recorded,
+    as the training curves are (test_still_possible_edited_training_curves). A rerun compares both step by step
+    (bench/repeat.py)."""
+    reseal(committed, lambda r: [entry["rollout_digests"].update({step: ["0" * 16] * len(digests)
+                                                                  for step, digests in entry["rollout_digests"].items()})
+                                 for entry in r["arms"].values()])
+    passes(committed, capsys)

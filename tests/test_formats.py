@@ -129,3 +129,17 @@ def test_no_module_but_the_converter_knows_what_earlier_formats_wrote():
     found = [f"{p.relative_to(ROOT)}:{i}" for p in product if str(p.relative_to(ROOT)) not in exempt
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
+
+
+def test_the_defaults_a_config_record_leaves_out_are_the_recipes():
+    """A config record holds only the fields away from their defaults: the checks read the others from
+    records.RECORD_DEFAULTS, frozen as the committed files were written. A default changed in RecipeArgs would make
+    those files read as runs of the new default: this fails first."""
+    import dataclasses
+
+    from gmts_recipe.recipe_config import RecipeArgs, field_default
+    from gmts_recipe.records import RECORD_DEFAULTS, setting
+
+    defaults = {f.name: field_default(f) for f in dataclasses.fields(RecipeArgs)}
+    assert {key: defaults[key] for key in RECORD_DEFAULTS} == RECORD_DEFAULTS
+    assert setting({"n_heldout": 0}, "n_heldout") == 0 and setting({}, "eval_samples") == 4

@@ -152,6 +152,7 @@ def test_gpu_lists_that_run(tmp_path, monkeypatch, capsys):
 
 # ---------------------------------------------------------------- summary from fake cells
 TASKS = [f"{i:016x}" for i in range(40)]
+POOLS = {"train_pool": 40, "test_pool": 40}  # the whole test split held out (the config's n_heldout 0)
 
 
 def evaluation(p: float, seed: int, rng: random.Random) -> dict:
@@ -175,7 +176,7 @@ def recorded_config(name: str) -> tuple[dict, float]:
     """The config record and learning rate recipe.py writes for the cell `name` (variant-lr<lr>-s<seed>) of GRID: the
     base config's fields, its variant's settings, the training seed (the learning rate is in each arm's entry)."""
     match = re.fullmatch(r"(?P<variant>.+)-lr(?P<lr>.+)-s(?P<seed>\d+)", name)
-    config = {"max_steps": 10, "per_device_train_batch_size": 8, **VARIANTS[match["variant"]],
+    config = {"max_steps": 10, "per_device_train_batch_size": 8, "n_heldout": 0, **VARIANTS[match["variant"]],
               "seed": int(match["seed"])}
     return config, float(match["lr"])
 
@@ -189,7 +190,7 @@ def fake_cell(root: Path, name: str, arms: dict[str, float], seed: int, reward: 
     rewards = rewards or [reward] * 10
     config["max_steps"] = max(config["max_steps"], len(rewards))  # a training log within its run's steps
     results = {"config_name": name, "config": config, "base": {"evals": base_evals(base_seed)},
-               "data": {"task": "gsm8k", "heldout": [[i, h] for i, h in enumerate(TASKS)]},
+               "data": {"task": "gsm8k", **POOLS, "heldout": [[i, h] for i, h in enumerate(TASKS)]},
                "arms": {arm: {"eval": evaluation(p, seed, rng), "learning_rate": lr,
                               "token_selection": arm_named(arm).rule,
                               "train_log": [{"step": i, "loss": 0.0, "reward": r} for i, r in enumerate(rewards, 1)]}
@@ -493,7 +494,7 @@ def tree_cell(root: Path, name: str, arms: dict[str, float], seed: int, base_see
     fake_cell(root, name, arms, seed, base_seed=base_seed)
     path = root / name / "results.json"
     results = json.loads(path.read_text())
-    results["data"], results["base"]["eval_hash"] = {"task": "gsm8k", "heldout": HELDOUT}, EVAL_HASH
+    results["data"], results["base"]["eval_hash"] = {"task": "gsm8k", **POOLS, "heldout": HELDOUT}, EVAL_HASH
     path.write_text(json.dumps(seal(results)))
     return results
 
@@ -581,7 +582,7 @@ def test_merge_pairs_a_recomputed_base_with_the_shared_cache_and_records_it(tmp_
         assert merged["merges"] == [{"arms": list(theirs["arms"]), "incoming_digest": theirs["digest"],
                                      "versions": None, "base": "shared cache", "replaced_base_pass@1": replaced}]
         assert merged["summary"]["base"]["pass@1"] == [e["pass@1"] for e in cache["evals"]]
-    assert load(local / "paper-lr0.0002-s1" / "results.json")["data"] == {"task": "gsm8k", "heldout": HELDOUT,
+    assert load(local / "paper-lr0.0002-s1" / "results.json")["data"] == {"task": "gsm8k", **POOLS, "heldout": HELDOUT,
                                                                            "task_key": "question"}
 
 
@@ -833,7 +834,7 @@ def test_summary_and_check_refuse_a_cell_whose_file_is_not_that_cell(tmp_path, c
     assert sweep.main([str(grid_path), "--summarize"]) == 2
     assert capsys.readouterr().err == f"sweep.py: {message}\n"
     with monkeypatch.context() as unchecked:  # the summary as it was sealed before these checks existed
-        unchecked.setattr("gmts_recipe.sweep.summary.recorded", lambda cell, results: Recorded(cell, {}, {}))
+        unchecked.setattr("gmts_recipe.sweep.summary.recorded", lambda cell, results, *_: Recorded(cell, {}, {}))
         path = write_summary(grid, grid_path)
     assert check.main([str(path)]) == 2
     assert capsys.readouterr().err == f"check.py: {message}\n"

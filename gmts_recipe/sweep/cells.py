@@ -1,13 +1,14 @@
 """Which cell a results file is: what the file records (seed, variant settings, learning rates) against the cell
-its folder names, and the cells of one grid checked as one experiment."""
+its folder names, the cells of one grid checked as one experiment, and each evaluation held by one cell only, across
+every sweep of a results folder (`Evaluation`, `check_apart`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 from gmts_recipe.records import numbers_close
 from gmts_recipe.sweep.grid import Cell, SweepError
@@ -22,9 +23,88 @@ class Recorded:
     cell: Cell
     config: dict
     arms: dict[str, str]
+    evaluations: list[Evaluation] = field(default_factory=list)
 
 
-def recorded(cell: Cell, results: dict) -> Recorded:
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation of one cell, as the index of a results folder's sweeps holds it (check_apart): where it is
+    (sweep, cell, field), whose it is (`owner`: the cell, for an arm; for a base evaluation, which every cell of a
+    base's evaluation hash shares, that hash and its seed), the owners it may share texts with (`kin`: its cell's own
+    base evaluations, which an arm matches where training changed nothing, as in a tiny run) and what it holds
+    (`keys`: its samples file's SHA-256, and its texts task by task, evaluation_keys)."""
+
+    sweep: str
+    cell: str
+    where: str
+    owner: tuple
+    kin: frozenset
+    keys: tuple[str, ...]
+
+    def name(self) -> str:
+        return f"{self.sweep}/{self.cell} {self.where}"
+
+
+TEXTS = "the same texts task by task (each task's lengths and score)"
+
+
+def evaluation_keys(ev: dict) -> tuple[str, ...]:
+    """What identifies an evaluation's samples, within one process: the SHA-256 of its samples file (the same bytes),
+    and its texts task by task as its records hold them (each task's index, its samples' lengths in any order and
+    their scores' sum: a hash of them, TEXTS), which the same texts give however their lines are ordered,
+    edited around the texts or compressed again (samples.check_samples holds the lengths and scores to the texts).
+    Records without lengths (the earliest files) give no second key: scores alone coincide on small sets."""
+    keys = []
+    ref = ev.get("samples")
+    if isinstance(ref, dict) and isinstance(ref.get("sha256"), str):
+        keys.append(f"its samples file, SHA-256 {ref['sha256'][:12]}...")
+    records = ev.get("records") or []
+    if records and all(isinstance(r.get("lengths"), list) for r in records):
+        texts = sorted((str(r["task"]), *sorted(r["lengths"]), sum(r["scores"])) for r in records)
+        keys.append(f"{TEXTS} {hash(tuple(texts)) & 0xFFFFFFFFFFFF:012x}")  # a process's own hash: one process's index
+    return tuple(keys)
+
+
+def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = None) -> list[Evaluation]:
+    """The evaluations of one cell's results file (records.current_record's form) for the index (check_apart).
+    `memo`: the keys of base evaluations already seen, by owner and samples file (a sweep's cells share them)."""
+    memo = {} if memo is None else memo
+    base = results.get("base") or {}
+    shared = str(base.get("eval_hash") or f"{sweep} base")  # without a hash: the sweep's cells share one base
+    bases = [(f"base.evals[{i}]", ev, ("base", shared, ev.get("seed"))) for i, ev in enumerate(base.get("evals", []))]
+    own = ("cell", sweep, cell)
+    kin = frozenset({own, *(owner for *_, owner in bases)})
+    arms = [(f"arms.{arm}.eval", entry["eval"], own) for arm, entry in (results.get("arms") or {}).items()]
+    out = []
+    for where, ev, owner in [*bases, *arms]:
+        sha = (ev.get("samples") or {}).get("sha256") if isinstance(ev.get("samples"), dict) else None
+        if owner[0] == "base" and sha is not None:  # the same file's records: the sweep's checks tie them to it
+            if (owner, sha) not in memo:
+                memo[(owner, sha)] = evaluation_keys(ev)
+            keys = memo[(owner, sha)]
+        else:
+            keys = evaluation_keys(ev)
+        out.append(Evaluation(sweep, cell, where, owner, kin, keys))
+    return out
+
+
+def check_apart(evaluations: Iterable[Evaluation]) -> None:
+    """No evaluation appears twice: a samples file, by its bytes or by its texts (evaluation_keys), belongs to one
+    evaluation of one cell (a base evaluation to its evaluation hash and seed, shared by the cells that evaluated that
+    base) across every sweep given. A GMTS evaluation copied into another cell (which keeps its own training log),
+    or a cell copied under another seed into another sweep, is refused naming both."""
+    index: dict[str, dict[tuple, Evaluation]] = {}
+    for ev in evaluations:
+        for key in ev.keys:
+            holders = index.setdefault(key, {})
+            for owner, other in holders.items():
+                if owner != ev.owner and owner not in ev.kin and ev.owner not in other.kin:
+                    raise SweepError(f"{ev.name()} holds the evaluation of {other.name()} ({key}): an evaluation "
+                                     f"belongs to one cell")
+            holders.setdefault(ev.owner, ev)
+
+
+def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = None) -> Recorded:
     """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
     training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
     none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). `results` as
@@ -57,7 +137,7 @@ def recorded(cell: Cell, results: dict) -> Recorded:
     fingerprints = {arm: hashlib.sha256(json.dumps([entry["eval"]["records"], entry.get("train_log", [])],
                                                    sort_keys=True).encode()).hexdigest()
                     for arm, entry in results.get("arms", {}).items()}
-    return Recorded(cell, config, fingerprints)
+    return Recorded(cell, config, fingerprints, evaluations_of(sweep, cell.name, results, memo))
 
 
 class _Absent:
@@ -85,7 +165,8 @@ def _same_setting(recorded_value: Any, given: Any) -> bool:
 def check_together(cells: list[Recorded], where: str = "") -> None:
     """The cells of one grid as one experiment: their configs agree on every field but the training seed and the
     variants' settings (a cell whose variant leaves a setting alone has the value the others that leave it alone
-    have), and no two cells hold the same arm data (a results file copied into another cell's folder)."""
+    have), and no two cells hold the same arm data (a results file copied into another cell's folder) or the same
+    evaluation (check_apart: an evaluation copied into another cell that keeps its own training log)."""
     keys = {key for c in cells for key in c.config} | {key for c in cells for key, _ in c.cell.overrides}
     shared: dict[str, tuple[Recorded, Any]] = {}
     for c in cells:
@@ -104,3 +185,4 @@ def check_together(cells: list[Recorded], where: str = "") -> None:
             if other[0] != c.cell:
                 raise SweepError(f"{where}{c.cell.name}: arm {arm} holds the same evaluation records and training "
                                  f"log as arm {other[1]} of {other[0].name} (a copied results file)")
+    check_apart(ev for c in cells for ev in c.evaluations)

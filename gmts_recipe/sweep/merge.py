@@ -42,7 +42,7 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
     merged = {m.cell: m.results for m in plans if m.results is not None}
     try:  # the tree as it would be: every cell's file, merged or local (summarize verifies the local ones)
         check_together([recorded(cell, merged[cell] if cell in merged else read_results(root / cell.name /
-                                                                                       "results.json"))
+                                                                                       "results.json"), grid.name)
                         for cell in grid.cells() if cell in merged or (root / cell.name / "results.json").is_file()])
     except (SweepError, ResultsError) as e:
         raise SweepError(f"--merge: {e}") from None

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from gmts_recipe import sequential
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
-from gmts_recipe.records import digest, first_difference, load, numbers_close, task_scores
+from gmts_recipe.records import current_record, digest, first_difference, load, numbers_close, task_scores
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
-from gmts_recipe.sweep.cells import check_together, recorded
+from gmts_recipe.sweep.cells import Evaluation, check_apart, check_together, evaluations_of, recorded
 from gmts_recipe.sweep.failures import outcome as failure_outcome, read as failure_record
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
@@ -69,12 +69,14 @@ def training_reward_fell(train_log: list[dict]) -> bool:
     return late is not None and late < early
 
 
-def summarize(grid: Grid) -> dict:
-    """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone."""
+def summarize(grid: Grid, index: list[Evaluation] | None = None) -> dict:
+    """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone;
+    `index`: extended with every evaluation of its cells (cells.Evaluation), for `verify` to hold against the sweeps
+    beside it."""
     from tqdm.auto import tqdm
 
     root = Path(grid.results_dir) / grid.name
-    cells, scores, seen, training, cards, origins = [], {}, [], {}, {}, {}
+    cells, scores, seen, training, cards, origins, memo = [], {}, [], {}, {}, {}, {}
     base_hashes, base_scores, failed = set(), None, {}
     # each cell's file verified (digest, records, summaries), the long part of a sweep's check: a bar on a terminal
     for cell in tqdm(list(grid.cells()), desc="verifying cells", unit="cell", leave=False, disable=None):
@@ -86,7 +88,7 @@ def summarize(grid: Grid) -> dict:
         if not path.is_file():
             continue
         results = load(path)
-        seen.append(recorded(cell, results))
+        seen.append(recorded(cell, results, grid.name, memo))
         s = results["summary"]
         base_scores = task_scores(results["base"]["evals"][0], f"{cell.name} base")
         base_hashes.add(json.dumps(sorted(base_scores.items())))
@@ -104,6 +106,8 @@ def summarize(grid: Grid) -> dict:
                       "seed": cell.seed, "path": str(path.relative_to(root)), "digest": results["digest"],
                       "base_mean": s["base"]["mean"], "noise_floor": s["base"]["noise_floor"], "arms": arms})
     check_together(seen)
+    if index is not None:
+        index.extend(ev for c in seen for ev in c.evaluations)
     if len(base_hashes) > 1:
         raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
     pooled = []
@@ -368,7 +372,9 @@ def with_plan(summary: dict, plan: dict | None) -> dict:
 
 
 def verify(path: str | Path) -> dict:
-    """Recompute a sweep.json from its grid and the cells' own results files; raise SweepError on any difference."""
+    """Recompute a sweep.json from its grid and the cells' own results files, and hold each of its evaluations against
+    every other cell of it and of the sweeps beside it (cells.check_apart, sweeps_beside); raise SweepError on any
+    difference."""
     p = Path(path)
     summary = json.loads(p.read_text(encoding="utf-8"))
     if summary.get("digest") != digest(summary):
@@ -378,7 +384,37 @@ def verify(path: str | Path) -> dict:
         raise SweepError(f"{p}: the grid it was made from ({grid_path}) is missing")
     grid = load_grid(grid_path)
     grid.results_dir = str(p.parent.parent)
-    recomputed = with_plan(summarize(grid), summary.get("plan"))  # the plan itself: sweep.plan.check
+    index: list[Evaluation] = []
+    recomputed = with_plan(summarize(grid, index), summary.get("plan"))  # the plan itself: sweep.plan.check
     if not numbers_close(recomputed, summary):
         raise SweepError(f"{p}: {first_difference(recomputed, summary, 'sweep')}")
+    try:
+        check_apart([*sweeps_beside(p), *index])  # a refusal names this sweep's evaluation first
+    except SweepError as e:
+        raise SweepError(f"{p}: {e}") from None
     return summary
+
+
+def sweeps_beside(path: Path) -> list[Evaluation]:
+    """The index of the other sweeps of a sweep's results folder (every <results_dir>/*/sweep.json but `path`; the
+    repository's results/ holds every committed sweep): the evaluations of each cell its summary names, read from the
+    cell's file as it is, without recomputing anything (each sweep's own check verifies its cells). About 2 s of
+    reading for the ~140 cells committed; a folder or file that is not a readable sweep is left out."""
+    out: list[Evaluation] = []
+    memo: dict = {}
+    for other in sorted(path.parent.parent.glob("*/sweep.json")):
+        if other.resolve() == path.resolve():
+            continue
+        try:
+            cells = json.loads(other.read_text(encoding="utf-8")).get("cells") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        for cell in cells:
+            try:
+                file = other.parent / cell["path"]
+                out += evaluations_of(other.parent.name, str(cell["cell"]),
+                                      current_record(json.loads(file.read_text(encoding="utf-8")), file.parent),
+                                      memo)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ResultsError is a ValueError
+                continue
+    return out

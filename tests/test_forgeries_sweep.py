@@ -1,0 +1,205 @@
+"""Forgeries of a sweep tried as a forger would: the committed pilot (results/coupled: ten cells of GMTS and ETS on
+GSM8K, every evaluation's samples kept) copied, a cell's evaluation copied into another cell or a cell copied into
+another sweep beside it, the cell re-sealed (records.seal's digest over the recomputed summary) and the sweep's summary
+written again by the recipe's own code.
+
+Refused here: an arm's evaluation copied into another cell, which keeps its own training log (the same samples file,
+or the same texts compressed again in another order), and a cell copied under another seed into a new sweep of the
+same results folder: an evaluation belongs to one cell across every sweep (gmts_recipe.sweep.cells.check_apart).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import lzma
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import check
+from gmts_recipe.records import config_hash, digest, summarize, write_json
+from gmts_recipe.samples import write_samples
+from gmts_recipe.sweep import summary as sweep_summary
+from gmts_recipe.sweep.grid import SweepError, load_grid
+
+ROOT = Path(__file__).resolve().parent.parent
+PILOT = ROOT / "results" / "coupled"
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """The committed samples files are read, never written: linked where the file system allows (60 MB otherwise)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy(source, target)
+
+
+def pilot_copy(results: Path, name: str = "coupled", seeds: dict[int, int] | None = None) -> Path:
+    """results/coupled copied into `results`/`name` (its grid, summary and cells; samples files linked); `seeds`:
+    only these cells, each under a new seed (old -> new: the config's seed and hash edited, the cell re-sealed), the
+    grid's seeds and name to match, and the summary written by the recipe's code (sweep.report's summarize)."""
+    folder = results / name
+    for source in PILOT.rglob("*"):
+        if source.is_file() and source.suffix in (".xz", ".json", ".yaml") and "logs" not in source.parts:
+            rel = source.relative_to(PILOT)
+            cell = rel.parts[0]
+            if seeds is not None and cell.startswith("coupled-lr") and int(cell.rsplit("-s", 1)[1]) not in seeds:
+                continue
+            if seeds is not None and cell.startswith("coupled-lr"):
+                rel = Path(cell.replace(cell.rsplit("-s", 1)[1], str(seeds[int(cell.rsplit("-s", 1)[1])])),
+                           *rel.parts[1:])
+            if source.suffix == ".xz":
+                link_or_copy(source, folder / rel)
+            else:
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(source, folder / rel)
+    if seeds is not None:
+        for old, new in seeds.items():
+            path = folder / f"coupled-lr0.0001-s{new}" / "results.json"
+            raw = json.loads(path.read_text())
+            raw["config"]["seed"] = new
+            raw["config_hash"] = config_hash(raw["config"])
+            reseal(path, raw)
+        text = (folder / "grid.yaml").read_text().replace("name: coupled", f"name: {name}")
+        text = text.replace("seeds: [100, 101, 102, 103, 104, 105, 106, 107, 108, 109]",
+                            f"seeds: {sorted(seeds.values())}")
+        (folder / "grid.yaml").write_text(text)
+        write_summary(folder / "sweep.json")
+    return folder / "sweep.json"
+
+
+def reseal(path: Path, raw: dict) -> None:
+    """A format-1 cell re-sealed as the recipe seals it: every summary number recomputed, the digest too."""
+    raw["summary"] = summarize(raw)
+    raw["digest"] = digest(raw)
+    write_json(path, raw)
+
+
+def write_summary(path: Path) -> None:
+    """sweep.json written again from the grid and its cells, keeping the plan it records (sweep.report does the same
+    with the plan's record): the forger's last step."""
+    grid = load_grid(path.parent / "grid.yaml")
+    grid.results_dir = str(path.parent.parent)
+    plan = json.loads(path.read_text()).get("plan") if path.is_file() else None
+    write_json(path, sweep_summary.with_plan(sweep_summary.summarize(grid), plan))
+
+
+def refused(path: Path, capsys, *parts: str) -> str:
+    assert check.main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and all(p in err for p in parts), err
+    return err
+
+
+def gmts_minus_ets(summary: dict) -> dict[str, float]:
+    return {c["cell"]: c["arms"]["gmts"]["pass@1"] - c["arms"]["ets"]["pass@1"] for c in summary["cells"]}
+
+
+@pytest.fixture
+def pilot(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(ROOT)  # the grid names its config by a path in the repository
+    path = pilot_copy(tmp_path / "results")
+    sweep_summary.verify(path)  # the copy as committed: every evaluation its own cell's
+    return path
+
+
+def copy_evaluation(pilot: Path, monkeypatch, reorder: bool = False) -> tuple[str, str]:
+    """The best cell's GMTS evaluation (its samples file, or its lines in reverse order compressed again: another
+    SHA-256) copied into the worst cell, which keeps its own ETS arm and training log; the cell re-sealed and the
+    summary written again (with the checks before this one: the recipe's summarize refuses it now)."""
+    deltas = gmts_minus_ets(json.loads(pilot.read_text()))
+    best, worst = max(deltas, key=deltas.get), min(deltas, key=deltas.get)
+    source = json.loads((pilot.parent / best / "results.json").read_text())["arms"]["gmts"]["eval"]
+    file = pilot.parent / best / source["samples"]["path"]
+    ev = copy.deepcopy(source)
+    if reorder:
+        lines = [json.loads(x) for x in lzma.decompress(file.read_bytes()).splitlines()][::-1]
+        target, sha = write_samples(pilot.parent / worst, "samples-gmts-seed0", lines)
+        ev["samples"] = {**ev["samples"], "path": target.name, "sha256": sha}
+        ev["records"] = ev["records"][::-1]
+    else:
+        link_or_copy(file, pilot.parent / worst / file.name)
+    path = pilot.parent / worst / "results.json"
+    raw = json.loads(path.read_text())
+    raw["arms"]["gmts"]["eval"] = ev
+    reseal(path, raw)
+    with monkeypatch.context() as unchecked:  # the summary as a forger writes it, the new check left out
+        unchecked.setattr("gmts_recipe.sweep.cells.check_apart", lambda evaluations: None)
+        write_summary(pilot)
+    return best, worst
+
+
+@pytest.mark.parametrize("reorder", [False, True], ids=["same-file", "compressed-again"])
+def test_an_evaluation_copied_into_another_cell_is_refused(pilot, capsys, monkeypatch, reorder):
+    """GMTS's evaluation of the pilot's best seed copied into its worst seed's cell: the worst seed's GMTS - ETS
+    becomes positive, the pooled delta rises. The same samples file, or the same texts in another file, belongs to one
+    cell."""
+    before = json.loads(pilot.read_text())
+    best, worst = copy_evaluation(pilot, monkeypatch, reorder)
+    after = json.loads(pilot.read_text())
+    assert gmts_minus_ets(after)[worst] > gmts_minus_ets(before)[worst]
+    assert after["pooled"][0]["delta"] > before["pooled"][0]["delta"]  # the forged result
+    what = "the same texts task by task" if reorder else "its samples file, SHA-256"
+    err = refused(pilot, capsys, " arms.gmts.eval holds the evaluation of coupled/", f" arms.gmts.eval ({what}",
+                  "an evaluation belongs to one cell")
+    assert f"coupled/{worst} " in err and f"coupled/{best} " in err
+    with pytest.raises(SweepError, match="an evaluation belongs to one cell"):  # sweep.py --summarize refuses it too
+        write_summary(pilot)
+
+
+def test_a_cell_copied_into_another_sweep_under_another_seed_is_refused(tmp_path, capsys, monkeypatch):
+    """Two pilot cells copied as seeds 300 and 301 of a new sweep beside it (the config's seed and hash edited, the
+    cells re-sealed, the new grid naming those seeds, its summary written by the recipe): alone the new sweep is
+    consistent; beside the sweep it was copied from, each evaluation belongs to one cell."""
+    monkeypatch.chdir(ROOT)
+    results = tmp_path / "results"
+    copied = pilot_copy(results, "more-seeds", seeds={105: 300, 108: 301})
+    sweep_summary.verify(copied)  # no sweep beside it: nothing to compare
+    pilot_copy(results)
+    refused(copied, capsys, "more-seeds/coupled-lr0.0001-s300 arms.", "holds the evaluation of "
+                                                                     "coupled/coupled-lr0.0001-s105 arms.",
+            "an evaluation belongs to one cell")
+    refused(results / "coupled" / "sweep.json", capsys, "holds the evaluation of more-seeds/coupled-lr0.0001-s30")
+
+
+def test_which_evaluations_may_share_texts():
+    """check_apart's rule: a base evaluation belongs to its evaluation hash and seed (every cell of that base shares
+    it); an arm may match its own cell's base or another arm of its cell (where training changed nothing, as in a
+    tiny run), never an evaluation of another cell, nor a base evaluation of another hash."""
+    from gmts_recipe.sweep.cells import check_apart, evaluations_of
+
+    def cell(sweep, name, base_keys, arm_keys, eval_hash="h"):
+        ev = lambda key: {"seed": 0, "records": [], "samples": {"sha256": key * 64}}  # noqa: E731
+        return evaluations_of(sweep, name, {"base": {"eval_hash": eval_hash, "evals": [ev(k) for k in base_keys]},
+                                            "arms": {arm: {"eval": ev(k)} for arm, k in arm_keys.items()}})
+
+    check_apart([*cell("a", "c1", "b", {"ets": "x", "gmts": "x"}), *cell("b", "c2", "b", {"ets": "b", "gmts": "y"})])
+    with pytest.raises(SweepError, match="a/c2 arms.gmts.eval holds the evaluation of a/c1 arms.ets.eval"):
+        check_apart([*cell("a", "c1", "b", {"ets": "x"}), *cell("a", "c2", "b", {"ets": "z", "gmts": "x"})])
+    with pytest.raises(SweepError, match=r"b/c2 base.evals\[0\] holds the evaluation of a/c1 base.evals\[0\]"):
+        check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "b", {}, eval_hash="other")])
+    with pytest.raises(SweepError, match="b/c2 arms.ets.eval holds the evaluation of a/c1 base.evals"):
+        check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "q", {"ets": "b"}, eval_hash="other")])
+
+
+def test_a_math_runs_heldout_tasks_are_its_seeded_split():
+    """MATH's held-out tasks recomputed without its files at hand, from the held-out set's size, task_seed and
+    n_heldout (0: all of them), as math_data.split chooses them; one dropped is refused."""
+    from gmts_recipe import math_data
+    from gmts_recipe.heldout import check_heldout, seeded_heldout
+    from gmts_recipe.records import ResultsError
+
+    chosen = math_data.heldout_indices(500, 100, 17)
+    results = {"config": {"task": "math", "n_heldout": 100}, "base": {"evals": []},
+               "data": {"task": "math", "test_pool": 500, "task_key": "question+gold",
+                        "heldout": [[i, f"{i:016x}"] for i in chosen]}}
+    assert seeded_heldout(results, None) == chosen and check_heldout(results) == 100
+    assert seeded_heldout({**results, "config": {"task": "math", "n_heldout": 0}}, None) == list(range(500))
+    results["data"]["heldout"] = results["data"]["heldout"][1:]
+    with pytest.raises(ResultsError, match=f"data.heldout lists 99 tasks, the seeded split .* chooses 100: task "
+                                           f"{chosen[0]} missing"):
+        check_heldout(results)
