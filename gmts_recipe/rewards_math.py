@@ -464,7 +464,7 @@ def answers_equal(gold: str, predicted: str | None, name: str = REWARD_NAME) -> 
 
 
 def _math2_agree(gold: str, predicted: str) -> bool:
-    """What math-2 asks of the two answers as written before math-verify compares them (answers_equal)."""
+    """What math-2 asks of the two answers as written, ahead of math-verify's comparison (answers_equal)."""
     gold_read, predicted_read = reading(gold, "math-1"), reading(predicted, "math-1")
     if _value_words(gold_read) != _value_words(predicted_read):
         return False

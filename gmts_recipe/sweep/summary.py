@@ -168,7 +168,7 @@ def recorded_cards(results: dict) -> list[str]:
 
 def cell_origin(results: dict) -> dict[str, str]:
     """Where and when a cell ran, as its arms record it (run_setup.provenance): card(s), commit, day; "unrecorded"
-    where a file records none (cells written before provenance was kept)."""
+    where a file records none (cells of the time before arms kept their provenance)."""
     prov = [e["provenance"] for e in results.get("arms", {}).values() if isinstance(e.get("provenance"), dict)]
     commits = sorted({str(p.get("commit") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
     days = sorted({str(p.get("started") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
