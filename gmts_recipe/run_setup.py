@@ -20,7 +20,8 @@ from gmts_recipe.data import DataError, arithmetic_task, arithmetic_test_pool, l
 from gmts_recipe.models import resolve_model
 from gmts_recipe.recipe_config import (EVAL_FIELDS, NOT_HASHED, PEFT_FIELDS, RENAMED, SAMPLING_FIELDS, RecipeArgs,
                                        RecipeError, field_default)
-from gmts_recipe.rewards import REWARD_VERSION, task_reward  # recorded with every evaluation (standard library only)
+from gmts_recipe.rewards import (REWARD_VERSION, run_reward,  # recorded with every evaluation (standard library only)
+                                 task_reward, task_reward_versions)
 from gmts_recipe.samples import write_samples
 from gmts_recipe.speed_options import eval_record_entries
 
@@ -52,7 +53,25 @@ def config_record(recipe: RecipeArgs, train, model) -> dict:
         for f in dataclasses.fields(obj):
             if f.name in recipe.set_fields and f.name not in NOT_HASHED and f.name not in RENAMED.values():
                 out[f.name] = _plain(getattr(obj, f.name))
+    version = reward_version(recipe)
+    if version not in hash_free_rewards(recipe.task):
+        out["reward_version"] = version
     return out
+
+
+def reward_version(recipe: RecipeArgs) -> int | str:
+    """The reward this run trains and scores with: its `reward_version`, else the task's newest (rewards.run_reward;
+    parse has refused a version the task does not have)."""
+    return run_reward(recipe.task, recipe.reward_version)
+
+
+def hash_free_rewards(task: str) -> tuple[int | str, ...]:
+    """The reward versions a config record leaves out (every other one is in it, so in the config hash): the task's
+    first, which every committed record that names no version was trained and scored with (GSM8K's version 1: the
+    confirmatory test's cells), and the newest, which a config that sets none runs today, so that the hash of every
+    committed config stays what it was. The arm's own record says which version it ran (recipe.py, "reward_version"),
+    and recipe.py refuses to join arms of two versions in one results file."""
+    return (task_reward_versions(task)[0], task_reward(task))
 
 
 def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) -> dict:
@@ -71,7 +90,7 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
             "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
             "device": device.split(":")[0], **eval_record_entries(train),
-            **({"reward": task_reward(recipe.task)} if task_reward(recipe.task) != 1 else {})}
+            **({"reward": reward_version(recipe)} if reward_version(recipe) != 1 else {})}
 
 
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
