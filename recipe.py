@@ -69,7 +69,8 @@ from gmts_recipe.recipe_config import (  # noqa: F401
     PEFT_FIELDS, POSITIVE_COUNTS, RECIPE_COUNTS, RENAMED, SAMPLING_FIELDS, RecipeArgs, RecipeError, all_arms,
     arm_names, check_counts, check_hub, check_model, check_model_fields, check_recipe_values, check_training_length,
     cli_values, field_names, hub_reachable, known_field_names, parse, trained_arms)
-from gmts_recipe.records import ResultsError, config_hash, current_evaluations, seal, write_json, write_results
+from gmts_recipe.records import (ResultsError, config_hash, current_evaluations, recorded_reward_version, seal,
+                                 write_json, write_results)
 from gmts_recipe.records import load as load_results
 from gmts_recipe.rewards import math_equal_reward  # noqa: F401 - importable from here, as before
 from gmts_recipe.rewards import reward_function  # the task's reward (MATH: its own)
@@ -420,14 +421,6 @@ def check_noise_version(results: dict, train, arms: list[str], resume: bool) -> 
                           f"counter_noise_version {version}, this run's is {train.counter_noise_version}: add "
                           f"--counter_noise_version {version} to draw as they did, or --experiment NAME for a new "
                           f"run directory")
-
-
-def recorded_reward_version(entry: dict) -> int | str:
-    """The reward an arm of a results file trained with: the version it records, else the one its evaluation was
-    scored with (its samples file's), else 1 (an arm made before reward versions were named)."""
-    if "reward_version" in entry:
-        return entry["reward_version"]
-    return ((entry.get("eval") or {}).get("samples") or {}).get("reward", 1)
 
 
 def check_reward_version(results: dict, recipe, arms: list[str], resume: bool) -> None:

@@ -1306,6 +1306,24 @@ def test_a_variant_lever_an_arm_ran_without_is_refused(per_arm, message):
     assert str(refused.value) == message
 
 
+PINNED_CELL = Cell("coupled", (("reward_version", 1), ("sampling_noise", "counter")), 1e-4, 300)
+
+
+def test_a_variant_s_reward_version_is_checked_in_every_arm_s_own_record():
+    """A pinned reward version is in no config record (version 1 is hash-free) and no generation_options: each
+    arm's "reward_version" (else its evaluation's reward) is the cell's, else the cell is refused in one line."""
+    def results(*versions):
+        return {"config": {"seed": 300, "sampling_noise": "counter"},
+                "arms": {arm: {"learning_rate": 1e-4, "eval": {"records": [], "samples": {"reward": v}},
+                               "train_log": [], "reward_version": v} for arm, v in zip(("ets", "gmts"), versions)}}
+
+    assert set(recorded(PINNED_CELL, results(1, 1)).arms) == {"ets", "gmts"}
+    with pytest.raises(SweepError) as refused:
+        recorded(PINNED_CELL, results(1, 3))
+    assert str(refused.value) == ("coupled-lr0.0001-s300: results.json: arm gmts trained with reward version 3, "
+                                  "variant coupled sets 1")
+
+
 def test_arms_that_fit_start_whole_arms_only():
     assert arms_that_fit(2, 90.0, 200.0) == 2
     assert arms_that_fit(2, 90.0, 179.9) == 1  # the second arm would end past the limit: left whole
