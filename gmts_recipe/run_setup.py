@@ -177,37 +177,60 @@ def load_model(model_args, train_args, device: str):
     return path, model, tokenizer
 
 
+# What runs write into the tree (reference results, a sweep's cells and logs, a user's runs): outputs, not the code that
+# ran, so never an uncommitted change of it (a sweep's second cell would otherwise see its first cell's files).
+OUTPUT_FOLDERS = ("results", "runs")
+
+
 def code_commit(folder: Path | None = None) -> tuple[str | None, bool | None]:
-    """The commit of the code that ran and whether tracked files differed from it (uncommitted changes); (None, None)
-    outside a git checkout (an installed copy) or without git."""
+    """The commit of the code that ran and whether the tree differed from it (uncommitted changes: a tracked file
+    changed, or a file git neither tracks nor ignores, which a copy of the tree carries and an import may read);
+    (None, None) outside a git checkout (an installed copy) or without git."""
+    commit, changed = _git_state(folder)
+    return commit, None if changed is None else bool(changed)
+
+
+def changed_files(folder: Path | None = None) -> list[str]:
+    """The paths that differ from the commit (git status: changed tracked files, then untracked files git does not
+    ignore), for a run's provenance: which code beside the commit ran. Empty outside a git checkout."""
+    return _git_state(folder)[1] or []
+
+
+def _git_state(folder: Path | None) -> tuple[str | None, list[str] | None]:
     import subprocess
 
     folder = folder or Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=30)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", ":/",
+                                 *(f":(top,exclude){p}" for p in OUTPUT_FOLDERS)], cwd=folder,
                                 capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None, None
     if commit.returncode != 0 or status.returncode != 0:
         return None, None
-    return commit.stdout.strip(), bool(status.stdout.strip())
+    return commit.stdout.strip(), [line[3:] for line in status.stdout.splitlines() if line.strip()]
 
 
 def provenance(started: float, finished: float, processes: int, options: dict) -> dict:
     """Where an arm (recipe.py) or an evaluation-only file's evaluations (eval.py) ran, recorded in the file and
-    printed by check.py: the code's commit (and whether it had uncommitted changes), start and end (UTC), host, GPU
-    name and count, library versions and the execution options. Not part of the config record, so not of the config
+    printed by check.py: the code's commit (whether it had uncommitted changes, and which paths), start and end (UTC),
+    host, GPU name and count, library versions and the execution options. Not part of the config record, so not of the config
     hash: the same configuration run elsewhere is the same run."""
     import datetime
     import socket
 
-    commit, dirty = code_commit()
+    commit, changed = _git_state(None)
     utc = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")  # noqa: E731
     v = versions()
-    return {"commit": commit, "dirty": dirty, "started": utc(started), "finished": utc(finished),
+    return {"commit": commit, "dirty": None if changed is None else bool(changed),
+            **({"changed_files": changed[:MAX_CHANGED_FILES]} if changed else {}),
+            "started": utc(started), "finished": utc(finished),
             "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
             "versions": v, "options": options}
+
+
+MAX_CHANGED_FILES = 50  # a provenance names at most this many changed paths (a whole tree uncommitted: its first 50)
 
 
 def versions() -> dict:

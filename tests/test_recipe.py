@@ -801,3 +801,27 @@ def test_arms_trained_with_another_reward_version_are_not_mixed_into_a_file():
         recipe.check_reward_version(old, new, ["ets_nz"], resume=False)
     recipe.check_reward_version(old, new, ["ets", "gmts", "grpo"], resume=False)  # all trained again
     recipe.check_reward_version(old, SimpleNamespace(task="gsm8k", reward_version="1"), ["ets_nz"], resume=False)
+
+
+def test_the_provenance_names_uncommitted_code_but_not_the_runs_outputs(tmp_path):
+    """A tree differs from its commit by a changed tracked file or by a file git neither tracks nor ignores (a copy
+    of the tree carries it to the GPU machine, and an import may read it); what runs write under results/ and runs/
+    is output, so a sweep's second cell is not "uncommitted" because of its first cell's files."""
+    from gmts_recipe.run_setup import changed_files, code_commit
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "recipe.py").write_text("x = 1\n")
+    git("add", "recipe.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    assert code_commit(tmp_path)[1] is False and changed_files(tmp_path) == []
+    (tmp_path / "results" / "cell").mkdir(parents=True)
+    (tmp_path / "results" / "cell" / "results.json").write_text("{}")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "log.txt").write_text("")
+    assert code_commit(tmp_path)[1] is False
+    (tmp_path / "helper.py").write_text("y = 2\n")
+    (tmp_path / "recipe.py").write_text("x = 2\n")
+    assert code_commit(tmp_path)[1] is True and changed_files(tmp_path) == ["recipe.py", "helper.py"]
