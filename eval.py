@@ -359,7 +359,7 @@ def evaluate_with_config(model, tokenizer, tasks: list[dict], recipe, train, see
                             max_new_tokens=recipe.eval_max_new_tokens, batch_size=recipe.eval_batch_size,
                             system_prompt=recipe.system_prompt, sampling=sampling(recipe, train),
                             fast=recipe.eval_fast, options=evaluation_options(train),
-                            reward=run_reward(recipe.task, recipe.reward_version))
+                            reward=run_reward(recipe.task, getattr(recipe, "reward_version", None)))
     ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
     return ev
 

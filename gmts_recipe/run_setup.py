@@ -62,7 +62,7 @@ def config_record(recipe: RecipeArgs, train, model) -> dict:
 def reward_version(recipe: RecipeArgs) -> int | str:
     """The reward this run trains and scores with: its `reward_version`, else the task's newest (rewards.run_reward;
     parse has refused a version the task does not have)."""
-    return run_reward(recipe.task, recipe.reward_version)
+    return run_reward(recipe.task, getattr(recipe, "reward_version", None))  # a bench script's namespace may lack it
 
 
 def hash_free_rewards(task: str) -> tuple[int | str, ...]:
