@@ -822,6 +822,6 @@ def test_the_provenance_names_uncommitted_code_but_not_the_runs_outputs(tmp_path
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "log.txt").write_text("")
     assert code_commit(tmp_path)[1] is False
-    (tmp_path / "helper.py").write_text("y = 2\n")
+    (tmp_path / "extra.py").write_text("y = 2\n")
     (tmp_path / "recipe.py").write_text("x = 2\n")
-    assert code_commit(tmp_path)[1] is True and changed_files(tmp_path) == ["recipe.py", "helper.py"]
+    assert code_commit(tmp_path)[1] is True and changed_files(tmp_path) == ["recipe.py", "extra.py"]
