@@ -1328,6 +1328,7 @@ def test_check_py_says_each_cells_commit_and_card_grouped():
     assert origin_lines(origins) == ["Where the cells ran (project commit, card):",
                                      "  commit not recorded, NVIDIA H200: seeds 200-202, 298-299 (5 cells)",
                                      "  5ebb121, NVIDIA H100 80GB HBM3: seeds 300-301, 303 (3 cells)"]
+    assert origin_lines([]) == []  # a sweep with no cell yet prints no empty heading
 
 
 PINNED_CELL = Cell("coupled", (("reward_version", 1), ("sampling_noise", "counter")), 1e-4, 300)

@@ -50,6 +50,8 @@ def cell_origin(results: dict) -> str:
 
 def origin_lines(origins: list[tuple[int, str]]) -> list[str]:
     """check.py's lines on where a sweep's cells ran: one per (commit, card), with its seeds, in the order first seen."""
+    if not origins:  # no cell yet: nothing to say, no empty heading
+        return []
     groups: dict[str, list[int]] = {}
     for seed, where in origins:
         groups.setdefault(where, []).append(seed)
