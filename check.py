@@ -104,7 +104,7 @@ from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recompute
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
-from gmts_recipe.sweep.report import render as render_sweep
+from gmts_recipe.sweep.report import cell_origin, origin_lines, render as render_sweep
 from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules
 
@@ -184,7 +184,7 @@ def _check_sweep(args) -> int:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     print(render_sweep(summary, markdown=args.markdown, width=width))
-    lines = [samples_line(report), dataset_line(report), *planned]
+    lines = [samples_line(report), dataset_line(report), *planned, *origin_lines(report.get("origins", []))]
     if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
         lines.append("Where the planned test's cells departed from its plan (records and logs):\n"
                      + deviations(summary, Path(args.results).parent).rstrip("\n"))
@@ -251,6 +251,7 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
             total[key] += report[key]
         total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]
         total["without"] += [f"{cell['cell']} {where}" for where in report["without"]]
+        total.setdefault("origins", []).append((results["config"]["seed"], cell_origin(results)))
     return total
 
 
@@ -278,7 +279,10 @@ def provenance_lines(results: dict) -> list[str]:
 
 def _provenance_text(p: dict, counter_noise: bool = False) -> str:
     """One run's provenance in a line; `counter_noise`: the run drew counter noise, whose key scheme is said."""
-    commit = str(p.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if p.get("dirty") else "")
+    changed = p.get("changed_files") or []
+    commit = str(p.get("commit") or "unknown")[:12] + (
+        f" (uncommitted changes: {', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})" if changed else
+        " (uncommitted changes)" if p.get("dirty") else "")
     gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
     libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
     recorded = dict(p.get("options") or {})

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gmts_recipe.recipe_config import SAMPLING_FIELDS  # the training sampler's fields evaluation takes over
-from gmts_recipe.rewards import REWARD_VERSION, gold_answer, math_equal_reward, sample_scores, task_reward
+from gmts_recipe.rewards import REWARD_VERSION, gold_answer, math_equal_reward, run_reward, sample_scores
 from gmts_recipe.speed_options import SpeedOptions
 from gmts_recipe.speed_options import evaluation_options
 from gmts_recipe.stats import hack_scan, pass_at_1
@@ -312,7 +312,7 @@ def evaluate_pass_at_1(model, tokenizer, tasks: list[dict], k: int = 4, seed: in
                        options: SpeedOptions | None = None, reward: int | str = REWARD_VERSION) -> dict:
     """pass@1 with k samples per task. Returns {"seed", "k", "pass@1", "records", "hack_scan", "seconds",
     "sample_log", "reward"}: `sample_log` (texts, `sample_log`) is what the recipe writes to the evaluation's samples
-    file, and never into results.json itself, with `reward` (the reward that scored them: rewards.task_reward) beside
+    file, and never into results.json itself, with `reward` (the reward that scored them: rewards.run_reward) beside
     it. `options`: the generation speed options (`generate_samples`)."""
     import time
 
@@ -359,7 +359,7 @@ def evaluate_with_config(model, tokenizer, tasks: list[dict], recipe, train, see
                             max_new_tokens=recipe.eval_max_new_tokens, batch_size=recipe.eval_batch_size,
                             system_prompt=recipe.system_prompt, sampling=sampling(recipe, train),
                             fast=recipe.eval_fast, options=evaluation_options(train),
-                            reward=task_reward(recipe.task))
+                            reward=run_reward(recipe.task, getattr(recipe, "reward_version", None)))
     ev["compile_seconds"] = compile_seconds() - compiled_before  # of its "seconds" (see compile_seconds)
     return ev
 
@@ -367,7 +367,7 @@ def evaluate_with_config(model, tokenizer, tasks: list[dict], recipe, train, see
 # ---------------------------------------------------------------------------- the command
 # The fields the command line may set: the task and its split, the evaluation's own fields, the sampler, how the
 # model loads and how it decodes. Training fields change nothing here and are refused, so a typo is not ignored.
-EVAL_OVERRIDES = ("task", "gsm8k_path", "math_path", "difficulty", "n_train", "n_heldout", "task_seed",
+EVAL_OVERRIDES = ("task", "gsm8k_path", "math_path", "difficulty", "n_train", "n_heldout", "task_seed", "reward_version",
                   "system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
                   "eval_fast", "base_eval_seeds", "top_p", "top_k", "min_p", "repetition_penalty", "dtype", "attn_implementation",
                   "model_revision", "trust_remote_code", "use_cpu", "cudnn_attention", "generation_grouped_attention",

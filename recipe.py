@@ -69,14 +69,15 @@ from gmts_recipe.recipe_config import (  # noqa: F401
     PEFT_FIELDS, POSITIVE_COUNTS, RECIPE_COUNTS, RENAMED, SAMPLING_FIELDS, RecipeArgs, RecipeError, all_arms,
     arm_names, check_counts, check_hub, check_model, check_model_fields, check_recipe_values, check_training_length,
     cli_values, field_names, hub_reachable, known_field_names, parse, trained_arms)
-from gmts_recipe.records import ResultsError, config_hash, current_evaluations, seal, write_json, write_results
+from gmts_recipe.records import (ResultsError, config_hash, current_evaluations, recorded_reward_version, seal,
+                                 write_json, write_results)
 from gmts_recipe.records import load as load_results
 from gmts_recipe.rewards import math_equal_reward  # noqa: F401 - importable from here, as before
-from gmts_recipe.rewards import reward_function, task_reward  # the task's reward (MATH: its own)
+from gmts_recipe.rewards import reward_function  # the task's reward (MATH: its own)
 from gmts_recipe.run_setup import (  # noqa: F401
     HUB_MODEL_FIX, KNOWN_LOG_LINES, KNOWN_WARNINGS, cap_gpu_memory, code_commit, config_record, deterministic_kernels,
     eval_record, hub_errors, keep_samples, load_model, load_tasks, model_dtype, model_load_kwargs, provenance,
-    quiet_known_warnings,
+    quiet_known_warnings, reward_version,
     versions)
 from gmts_recipe.run_setup import second_heldout  # MATH: Minerva OCW, evaluated apart
 from gmts_recipe.speed_options import recorded_noise_version
@@ -220,7 +221,7 @@ class Run:
         dataset = Dataset.from_list([{"prompt": to_prompt(t["question"], prompt), "answer": t["answer"]}
                                      for t in train_tasks])
         with hub_errors(f"model {path}", HUB_MODEL_FIX):
-            trainer = FastGMTSTrainer(model=path, reward_funcs=reward_function(task_reward(self.recipe.task)),
+            trainer = FastGMTSTrainer(model=path, reward_funcs=training_reward(reward_version(self.recipe)),
                                       args=args, train_dataset=dataset, peft_config=get_peft_config(self.model_args),
                                       callbacks=[self._console(arm, arm_dir),
                                                  SaveEveryMinutes(self.recipe.save_minutes, self.state)])
@@ -288,6 +289,7 @@ class Run:
         self.results["arms"][arm] = {
             "eval": ev, "train_log": log, "learning_rate": args.learning_rate, "token_selection": arm_named(arm).rule,
             "entropy_source": trainer.entropy_source_used, "rollout_digests": trainer.rollout_digests,
+            "reward_version": reward_version(self.recipe),  # the training reward's; its evaluation's samples too
             "train_minutes": train_minutes,
             "train_compile_seconds": train_compile_s, "eval_minutes": (time.time() - t1) / 60, "wall_minutes": wall,
             "gpu_minutes": wall * gpus, **({"gpu_peak_memory_gib": self.peaks} if self.peaks else {}),
@@ -340,6 +342,19 @@ class Run:
 
     def plot(self) -> None:
         plot_run(self.results, self.dir / "curves.png")
+
+
+def training_reward(version: int | str):
+    """The reward function the trainer calls, of reward version `version`. A GSM8K version trains under the name
+    every run has logged its reward by (TRL logs rewards/<name>/mean), whichever version it is: an older version's
+    train log then reads row for row like the runs made with it; the arm records the version ("reward_version")."""
+    reward = reward_function(version)
+    if isinstance(version, int) and reward.__name__ != "math_equal_reward":
+        def math_equal_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
+            return reward(completions, answer, **kwargs)
+
+        return math_equal_reward
+    return reward
 
 
 def log_into_arm_folder(trainer, arm_dir: Path) -> None:
@@ -408,12 +423,27 @@ def check_noise_version(results: dict, train, arms: list[str], resume: bool) -> 
                           f"run directory")
 
 
+def check_reward_version(results: dict, recipe, arms: list[str], resume: bool) -> None:
+    """The arms of one results file are compared on one reward: a run whose arms would train and be scored with
+    another reward version than the arms the file keeps is refused, in one line before the model loads."""
+    version = reward_version(recipe)
+    kept = {a: entry for a, entry in results.get("arms", {}).items() if resume or a not in arms}
+    other = {a: recorded_reward_version(entry) for a, entry in kept.items()}
+    other = {a: v for a, v in other.items() if v != version}
+    if other:
+        theirs = next(iter(other.values()))
+        raise RecipeError(f"the arms this run keeps ({', '.join(other)}) trained with reward version {theirs}, this "
+                          f"run's is {version}: add --reward_version {theirs} to train as they did, or --experiment "
+                          f"NAME for a new run directory")
+
+
 def _run_experiment(argv: list[str]) -> dict:
     quiet_known_warnings()
     recipe, train, model, name = parse(argv, hub=True)
     deterministic_kernels(train)  # before Run: its process state may be the first CUDA work
     run = Run(recipe, train, model, name)
     check_noise_version(run.results, train, trained_arms(recipe.arm), recipe.resume)
+    check_reward_version(run.results, recipe, trained_arms(recipe.arm), recipe.resume)
     check_rerun(run, trained_arms(recipe.arm))
     cap_gpu_memory(recipe, train)  # after Run: its process state picks this process's card
     import torch

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from gmts_recipe.field_types import misfits
 from gmts_recipe.models import OFFLINE_MODEL, QWEN_MODEL, cache_root, hub_reachable
 from gmts_recipe.records import BASE_EVAL_SEEDS, read_yaml_mapping
+from gmts_recipe.rewards import run_reward
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
 from gmts_recipe.arms import ARMS, arms, learning_rate_fields
 from gmts_recipe.user_rules import RULES_HELP, RULES_HINT
@@ -60,8 +61,9 @@ NOT_HASHED = {"arm", "resume", "keep_checkpoints", "figures", "results_dir", "ex
               "run_name", "token_selection", "learning_rate", "report_to", "logging_steps", "save_steps",
               "save_total_limit", "disable_tqdm", "gsm8k_path", "math_path", "dataloader_num_workers", "use_cpu",
               "eval_batch_size", "cudnn_attention", "save_minutes", "gradient_checkpointing", "set_fields",
-              "ddp_find_unused_parameters", "ddp_timeout", "gpu_memory_cap_gib", "keep_adapter", "overwrite"
-              } | unhashed_fields() | set(learning_rate_fields().values())
+              "ddp_find_unused_parameters", "ddp_timeout", "gpu_memory_cap_gib", "keep_adapter", "overwrite",
+              "reward_version"} | unhashed_fields() | set(learning_rate_fields().values())
+# reward_version is in NOT_HASHED as a field, and run_setup.config_record hashes it where it changes what is computed.
 NOT_HASHED |= {"project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id"}  # where logs go
 DDP_TIMEOUT_S = 6 * 3600  # process-group timeout unless a config sets ddp_timeout (see parse)
 # Newer transformers renames gradient_checkpointing* (the old names warn once per config object); both name one field.
@@ -110,6 +112,10 @@ class RecipeArgs:
     n_train: int = field(default=512, metadata={"help": "train prompts chosen from the train split (math: 0, all)"})
     n_heldout: int = field(default=120, metadata={"help": "held-out tasks chosen from the test split; 0: all of it"})
     task_seed: int = field(default=17, metadata={"help": "seed of the task choice (and of the generated task)"})
+    reward_version: str | None = field(default=None, metadata={
+        "help": "the reward the arms train with and every evaluation is scored with: a version of the task's reward "
+                "(GSM8K and arithmetic: 1, 2, ... of gmts_recipe/rewards.py; MATH: math-1, ...), unset: the newest. "
+                "An older version repeats runs made with it (bench/docs/reward-versions.md lists what each changed)"})
     system_prompt: str | None = field(default=None, metadata={
         "help": "system message: a preset of data.SYSTEM_PROMPTS (steps, example, two_examples, boxed) or literal text "
                 "(unset: steps; boxed for task math); a text of one or two words that reads like a preset's name "
@@ -427,6 +433,8 @@ def parse(argv: list[str], hub: bool = False, noise_floor: bool = True):
     evaluates one model, passes False)."""
     _NOTES.clear()
     argv, config_path, config = _read_config(argv)
+    if type(config.get("reward_version")) is int:  # a YAML number names a GSM8K version as "3" on the command line
+        config["reward_version"] = str(config["reward_version"])
     known = known_field_names()
     if known is not None:  # kept by an earlier run here: a typo in a key answers before the libraries load
         _check_keys(config, argv, known, config_path)
@@ -692,6 +700,10 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
         raise RecipeError(f"base_eval_seeds={recipe.base_eval_seeds} repeats {', '.join(map(str, repeated))}: the base "
                           f"evaluations' spread is the noise floor, 0 by construction with equal seeds; use distinct "
                           f"seeds")
+    try:  # a version the task does not have: GSM8K's numbers, MATH's names (rewards.task_reward_versions)
+        run_reward(recipe.task, recipe.reward_version)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
     if recipe.save_minutes < 0:
         raise RecipeError(f"save_minutes={recipe.save_minutes}: must be >= 0 (0: checkpoints by steps only)")
     if any(s < 0 for s in recipe.base_eval_seeds):

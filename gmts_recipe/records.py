@@ -129,6 +129,14 @@ def known_reward_versions() -> tuple[int, ...]:
     return REWARD_VERSIONS
 
 
+def recorded_reward_version(entry: dict) -> int | str:
+    """The reward an arm of a results file trained with: the version it records ("reward_version"), else the one its
+    evaluation was scored with (its samples file's), else 1 (an arm made before reward versions were named)."""
+    if "reward_version" in entry:
+        return entry["reward_version"]
+    return ((entry.get("eval") or {}).get("samples") or {}).get("reward", 1)
+
+
 def is_known_reward_version(version: Any) -> bool:
     """A GSM8K reward is numbered (known_reward_versions), a MATH reward named (rewards_math.REWARD_NAMES)."""
     from gmts_recipe.rewards_math import REWARD_NAMES  # standard library only

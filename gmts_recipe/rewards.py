@@ -413,3 +413,28 @@ def sample_scores(texts: list[str], gold: str, version: int | str = REWARD_VERSI
     re-scoring of a stored samples file call, so a stored score and its re-score can only differ when the score was
     edited. `version`: the reward version the evaluation records (check.py), this module's by default."""
     return reward_function(version)(texts, [gold] * len(texts))
+
+
+def task_reward_versions(task: str) -> tuple[int | str, ...]:
+    """The rewards a run of `task` may train and be scored with, oldest first: MATH's named readings
+    (rewards_math.REWARD_NAMES), else GSM8K's numbered versions (the generated task's too). The first is what a
+    results file that names no version was scored with; the newest is `task_reward(task)`."""
+    if task == "math":
+        from gmts_recipe.rewards_math import REWARD_NAMES
+
+        return tuple(REWARD_NAMES)
+    return tuple(range(1, REWARD_VERSION + 1))
+
+
+def run_reward(task: str, requested: int | str | None = None) -> int | str:
+    """The reward a run of `task` trains and is scored with: `requested` (a config's reward_version: 1, '3',
+    'math-1'), else the task's newest (`task_reward`). A version the task does not have raises ValueError, one line
+    naming the task's versions: GSM8K's numbers are not MATH's names (a reward version belongs to a task)."""
+    if requested is None or requested == "":
+        return task_reward(task)
+    known = task_reward_versions(task)
+    value = int(requested) if isinstance(requested, str) and requested.strip().isdigit() else requested
+    if isinstance(value, bool) or value not in known:
+        raise ValueError(f"reward_version={requested!r} is not a reward of task {task}: its versions are "
+                         f"{', '.join(map(str, known))} (unset: the newest, {task_reward(task)})")
+    return value

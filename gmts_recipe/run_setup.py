@@ -20,7 +20,8 @@ from gmts_recipe.data import DataError, arithmetic_task, arithmetic_test_pool, l
 from gmts_recipe.models import resolve_model
 from gmts_recipe.recipe_config import (EVAL_FIELDS, NOT_HASHED, PEFT_FIELDS, RENAMED, SAMPLING_FIELDS, RecipeArgs,
                                        RecipeError, field_default)
-from gmts_recipe.rewards import REWARD_VERSION, task_reward  # recorded with every evaluation (standard library only)
+from gmts_recipe.rewards import (REWARD_VERSION, run_reward,  # recorded with every evaluation (standard library only)
+                                 task_reward, task_reward_versions)
 from gmts_recipe.samples import write_samples
 from gmts_recipe.speed_options import eval_record_entries
 
@@ -52,7 +53,25 @@ def config_record(recipe: RecipeArgs, train, model) -> dict:
         for f in dataclasses.fields(obj):
             if f.name in recipe.set_fields and f.name not in NOT_HASHED and f.name not in RENAMED.values():
                 out[f.name] = _plain(getattr(obj, f.name))
+    version = reward_version(recipe)
+    if version not in hash_free_rewards(recipe.task):
+        out["reward_version"] = version
     return out
+
+
+def reward_version(recipe: RecipeArgs) -> int | str:
+    """The reward this run trains and scores with: its `reward_version`, else the task's newest (rewards.run_reward;
+    parse has refused a version the task does not have)."""
+    return run_reward(recipe.task, getattr(recipe, "reward_version", None))  # a bench script's namespace may lack it
+
+
+def hash_free_rewards(task: str) -> tuple[int | str, ...]:
+    """The reward versions a config record leaves out (every other one is in it, so in the config hash): the task's
+    first, which every committed record that names no version was trained and scored with (GSM8K's version 1: the
+    confirmatory test's cells), and the newest, which a config that sets none runs today, so that the hash of every
+    committed config stays what it was. The arm's own record says which version it ran (recipe.py, "reward_version"),
+    and recipe.py refuses to join arms of two versions in one results file."""
+    return (task_reward_versions(task)[0], task_reward(task))
 
 
 def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) -> dict:
@@ -71,7 +90,7 @@ def eval_record(recipe: RecipeArgs, model, train, heldout: list, device: str) ->
     return {"model": base_model, **{k: getattr(recipe, k) for k in EVAL_FIELDS},
             "sampling": {k: getattr(train, k) for k in SAMPLING_FIELDS}, "heldout": heldout,
             "device": device.split(":")[0], **eval_record_entries(train),
-            **({"reward": task_reward(recipe.task)} if task_reward(recipe.task) != 1 else {})}
+            **({"reward": reward_version(recipe)} if reward_version(recipe) != 1 else {})}
 
 
 def load_tasks(recipe: RecipeArgs) -> tuple[list[dict], list[dict], dict]:
@@ -158,37 +177,60 @@ def load_model(model_args, train_args, device: str):
     return path, model, tokenizer
 
 
+# What runs write into the tree (reference results, a sweep's cells and logs, a user's runs): outputs, not the code that
+# ran, so never an uncommitted change of it (a sweep's second cell would otherwise see its first cell's files).
+OUTPUT_FOLDERS = ("results", "runs")
+
+
 def code_commit(folder: Path | None = None) -> tuple[str | None, bool | None]:
-    """The commit of the code that ran and whether tracked files differed from it (uncommitted changes); (None, None)
-    outside a git checkout (an installed copy) or without git."""
+    """The commit of the code that ran and whether the tree differed from it (uncommitted changes: a tracked file
+    changed, or a file git neither tracks nor ignores, which a copy of the tree carries and an import may read);
+    (None, None) outside a git checkout (an installed copy) or without git."""
+    commit, changed = _git_state(folder)
+    return commit, None if changed is None else bool(changed)
+
+
+def changed_files(folder: Path | None = None) -> list[str]:
+    """The paths that differ from the commit (git status: changed tracked files, then untracked files git does not
+    ignore), for a run's provenance: which code beside the commit ran. Empty outside a git checkout."""
+    return _git_state(folder)[1] or []
+
+
+def _git_state(folder: Path | None) -> tuple[str | None, list[str] | None]:
     import subprocess
 
     folder = folder or Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=30)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", ":/",
+                                 *(f":(top,exclude){p}" for p in OUTPUT_FOLDERS)], cwd=folder,
                                 capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None, None
     if commit.returncode != 0 or status.returncode != 0:
         return None, None
-    return commit.stdout.strip(), bool(status.stdout.strip())
+    return commit.stdout.strip(), [line[3:] for line in status.stdout.splitlines() if line.strip()]
 
 
 def provenance(started: float, finished: float, processes: int, options: dict) -> dict:
     """Where an arm (recipe.py) or an evaluation-only file's evaluations (eval.py) ran, recorded in the file and
-    printed by check.py: the code's commit (and whether it had uncommitted changes), start and end (UTC), host, GPU
-    name and count, library versions and the execution options. Not part of the config record, so not of the config
+    printed by check.py: the code's commit (whether it had uncommitted changes, and which paths), start and end (UTC),
+    host, GPU name and count, library versions and the execution options. Not part of the config record, so not of the config
     hash: the same configuration run elsewhere is the same run."""
     import datetime
     import socket
 
-    commit, dirty = code_commit()
+    commit, changed = _git_state(None)
     utc = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")  # noqa: E731
     v = versions()
-    return {"commit": commit, "dirty": dirty, "started": utc(started), "finished": utc(finished),
+    return {"commit": commit, "dirty": None if changed is None else bool(changed),
+            **({"changed_files": changed[:MAX_CHANGED_FILES]} if changed else {}),
+            "started": utc(started), "finished": utc(finished),
             "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
             "versions": v, "options": options}
+
+
+MAX_CHANGED_FILES = 50  # a provenance names at most this many changed paths (a whole tree uncommitted: its first 50)
 
 
 def versions() -> dict:

@@ -30,8 +30,9 @@ DECODE_LOOPS = ("transformers", "compiled_step")  # transformers' generate, or d
 # row, column, token) (decode_loop.noise_keys, decode_loop.counter_noise).
 SAMPLING_NOISES = ("stream", "counter")
 # How "counter" noise keys each of the trainer's generations (generation/noise.py): 1, stream arithmetic; 2, a hash of
-# the whole (seed, training or evaluation, step, generation) tuple.
-NOISE_KEY_VERSIONS = (1, 2)
+# the whole (seed, training or evaluation, step, generation) tuple; 3, version 2 with 64-bit row keys. The last is the
+# default for new runs.
+NOISE_KEY_VERSIONS = (1, 2, 3)
 DECODE_KERNELS = ("sdpa", "matmul")  # attention.KERNELS' names: the folded decoding call's formulation
 
 
@@ -116,12 +117,14 @@ class SpeedOptions:
                   "used by the recipe's evaluation.", hashed=True, evaluation=True, eval_record="sampling_noise",
         choices=SAMPLING_NOISES)
     counter_noise_version: int = _option(
-        2, "How sampling_noise 'counter' keys each of the trainer's generations (gmts_recipe/generation/noise.py): 2, a "
-           "64-bit hash of (seed, training or evaluation, step, generation), so no two generations share a stream; 1, "
-           "the step's stream XOR the generation's index shifted by 24 bits, under which an evaluation during training "
-           "reaches a training generation's stream from its 193rd generation on. 1 repeats the runs made with it. Each "
-           "arm records the version it ran (an arm that records none ran 1). The recipe's own evaluation (eval.py) "
-           "keys its samples alike under both.", choices=NOISE_KEY_VERSIONS)
+        NOISE_KEY_VERSIONS[-1],
+        "How sampling_noise 'counter' keys each of the trainer's generations (gmts_recipe/generation/noise.py): 3, "
+        "version 2 with a 64-bit key per rollout (with 32 bits, about 10 of 300,000 rollouts share a key, hence "
+        "their noise); 2, a 64-bit hash of (seed, training or evaluation, step, generation), so no two generations "
+        "share a stream; 1, the step's stream XOR the generation's index shifted by 24 bits, under which an "
+        "evaluation during training reaches a training generation's stream from its 193rd generation on. 1 and 2 "
+        "repeat the runs made with them. Each arm records the version it ran (an arm that records none ran 1). The "
+        "recipe's own evaluation (eval.py) keys its samples alike under all three.", choices=NOISE_KEY_VERSIONS)
     lora_autocast_inputs: bool = _option(
         True, "Under bf16/fp16 autocast, skip PEFT's copy of each LoRA layer's input to the adapter's float32, which "
               "autocast then copies back (two elementwise copies per LoRA layer in the forward, the checkpoint "

@@ -197,24 +197,77 @@ def test_version_2_streams_do_not_collide_over_a_large_range():
     low, high = s & noise.MASK32, (s >> 32) & noise.MASK32
     keys = decode_loop.hash32(decode_loop.hash32(low[:, None] ^ torch.arange(2)[None, :]) ^ high[:, None])
     # the function's own keys: index ((seed, mode) block x 500 + step) x 128 + generation
-    assert torch.equal(keys[464 * 128 + 64], noise.rollout_noise_keys(0, 464, 2, generation=64))
-    assert torch.equal(keys[3 * 64_000 + 5 * 128 + 7], noise.rollout_noise_keys(17, 5, 2, generation=7, train=False))
+    assert torch.equal(keys[464 * 128 + 64], noise.rollout_noise_keys(0, 464, 2, generation=64, version=2))
+    assert torch.equal(keys[3 * 64_000 + 5 * 128 + 7],
+                       noise.rollout_noise_keys(17, 5, 2, generation=7, train=False, version=2))
     assert torch.unique((keys[:, 0] << 32) | keys[:, 1]).numel() == len(streams)
-    assert torch.unique(noise.rollout_noise_keys(3, 7, 100_000)).numel() == 100_000
+    assert torch.unique(noise.rollout_noise_keys(3, 7, 100_000, version=2)).numel() == 100_000
 
 
 def test_version_2_keys_are_a_function_of_the_generation_and_the_global_row():
     """Process p's rollouts are rows p x rows + r of the generation's global batch: two processes of 4 rows draw the
     keys one process of 8 does; every part of the tuple changes them."""
-    whole = noise.rollout_noise_keys(5, 3, 8, generation=1)
-    parts = [noise.rollout_noise_keys(5, 3, 4, process_index=p, generation=1) for p in (0, 1)]
+    whole = noise.rollout_noise_keys(5, 3, 8, generation=1, version=2)
+    parts = [noise.rollout_noise_keys(5, 3, 4, process_index=p, generation=1, version=2) for p in (0, 1)]
     assert torch.equal(torch.cat(parts), whole)
-    assert torch.equal(whole, noise.rollout_noise_keys(5, 3, 8, generation=1))  # nothing else decides them
+    assert torch.equal(whole, noise.rollout_noise_keys(5, 3, 8, generation=1, version=2))  # nothing else decides them
     for other in ({"seed": 6}, {"step": 4}, {"generation": 2}, {"train": False}):
         place = {"seed": 5, "step": 3, "generation": 1, "train": True, **other}
-        changed = noise.rollout_noise_keys(place.pop("seed"), place.pop("step"), 8, **place)
+        changed = noise.rollout_noise_keys(place.pop("seed"), place.pop("step"), 8, version=2, **place)
         assert not set(changed.tolist()) & set(whole.tolist()), other
     seeds = {noise.generator_seed(5, 3, p, g, t) for p in range(4) for g in range(4) for t in (True, False)}
     assert len(seeds) == 32 and all(0 <= x < 1 << 64 for x in seeds)
-    with pytest.raises(ValueError, match="counter_noise_version=3 is not one of 1, 2"):
-        noise.rollout_noise_keys(5, 3, 8, version=3)
+    with pytest.raises(ValueError, match="counter_noise_version=4 is not one of 1, 2, 3"):
+        noise.rollout_noise_keys(5, 3, 8, version=4)
+
+
+def _counter_noise_of_32_bit_keys(keys: torch.Tensor, column: torch.Tensor, vocab: int) -> torch.Tensor:
+    """counter_noise as it was while keys had 32 bits: the reference every run of versions 1 and 2 drew with."""
+    row = decode_loop.hash32(keys ^ decode_loop.hash32(column))
+    token = torch.arange(vocab)
+    return decode_loop.exponential_of_bits(decode_loop.hash32(decode_loop.hash32(row[:, None] ^ token[None, :])) >> 9)
+
+
+@pytest.mark.parametrize("version,train", [(1, True), (2, True), (2, False)])
+def test_keys_below_2_to_the_32_draw_the_noise_they_drew_with_32_bit_keys(version, train):
+    """Versions 1 and 2 (and the evaluation's keys) repeat bit for bit: a key's high half enters through
+    hash32(high), and hash32(0) is 0."""
+    keys = noise.rollout_noise_keys(299, 1, 64, generation=0, train=train, version=version)
+    assert int(keys.max()) < 1 << 32 and int(keys.min()) >= 0
+    for column in (0, 1, 255):
+        c = torch.tensor([column])
+        assert torch.equal(decode_loop.counter_noise(keys, c, 500), _counter_noise_of_32_bit_keys(keys, c, 500))
+    evaluation = decode_loop.noise_keys(0, decode_loop.EVAL_STREAM, torch.arange(64))
+    assert torch.equal(decode_loop.counter_noise(evaluation, torch.tensor([3]), 500),
+                       _counter_noise_of_32_bit_keys(evaluation, torch.tensor([3]), 500))
+
+
+def test_version_3_keys_widen_version_2_keys_to_64_bits():
+    """Version 3's low half is version 2's key, its high half another hash of the same generation and place; a key
+    that differs from another in its high half only draws other noise."""
+    v2 = noise.rollout_noise_keys(299, 7, 64, process_index=1, generation=2, version=2)
+    v3 = noise.rollout_noise_keys(299, 7, 64, process_index=1, generation=2, version=3)
+    assert torch.equal(v3 & noise.MASK32, v2)
+    assert torch.unique((v3 >> 32) & noise.MASK32).numel() == 64
+    assert torch.equal(v3, noise.rollout_noise_keys(299, 7, 64, process_index=1, generation=2))  # the default
+    only_high = torch.stack([v3[0], v3[0] ^ (1 << 40)])
+    e = decode_loop.counter_noise(only_high, torch.tensor([5]), 1000)
+    assert not torch.equal(e[0], e[1])
+
+
+def _collisions(keys: torch.Tensor) -> int:
+    return keys.numel() - torch.unique(keys).numel()
+
+
+def test_version_3_keys_do_not_collide_over_a_whole_sequential_test():
+    """Every training rollout of the sequential extension's whole sequence (260 seeds x 40 steps x 64 rollouts,
+    665,600 rows): version 2's 32-bit keys give some rows another row's key, hence its noise at every column (n^2 /
+    2^33, ~52 pairs expected); version 3's 64-bit keys give none."""
+    def every_key(version):
+        return torch.cat([noise.rollout_noise_keys(seed, step, 64, version=version)
+                          for seed in range(200, 460) for step in range(1, 41)])
+
+    v2, v3 = every_key(2), every_key(3)
+    assert v3.numel() == 665_600
+    assert _collisions(v2) > 10
+    assert _collisions(v3) == 0

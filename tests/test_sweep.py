@@ -876,8 +876,10 @@ def test_merge_carries_the_samples_and_the_merged_cells_re_score(tmp_path, capsy
     summary = write_summary(load_grid(grid_path), grid_path)
     capsys.readouterr()
     assert check.main([str(summary)]) == 0
-    assert ("Samples: 2,560 in 16 evaluation(s) re-scored with the recipe's reward, every score as recorded."
-            in capsys.readouterr().out.splitlines())
+    out = capsys.readouterr().out.splitlines()
+    assert "Samples: 2,560 in 16 evaluation(s) re-scored with the recipe's reward, every score as recorded." in out
+    where = out.index("Where the cells ran (project commit, card):")  # each cell's commit and card, grouped
+    assert out[where + 1].startswith("  commit not recorded, CPU: seeds 1-2 (3 cells)"), out[where:where + 3]
 
 
 def test_a_cell_stripped_of_its_samples_beside_cells_that_keep_them_is_refused(tmp_path, capsys):
@@ -1307,6 +1309,47 @@ def test_a_variant_lever_an_arm_ran_without_is_refused(per_arm, message):
     with pytest.raises(SweepError) as refused:
         recorded(LEVER_CELL, _lever_results(**per_arm))
     assert str(refused.value) == message
+
+
+def test_check_py_says_each_cells_commit_and_card_grouped():
+    """Each arm's provenance (commit, uncommitted changes, card), else the file's card; cells of one origin are one
+    line with their seeds as spans; a cell whose arms ran apart on two cards names them."""
+    from gmts_recipe.sweep.report import cell_origin, origin_lines
+
+    def cell(*arms):
+        return {"versions": {"gpu": "NVIDIA H200"},
+                "arms": {a: ({"provenance": p} if p else {}) for a, p in zip(("ets", "gmts"), arms)}}
+
+    h100 = {"commit": "5ebb12168df5f5dd", "dirty": False, "gpu": "NVIDIA H100 80GB HBM3"}
+    h200 = {"commit": "5ebb12168df5f5dd", "dirty": True, "gpu": "NVIDIA H200"}
+    assert cell_origin(cell(None, None)) == "commit not recorded, NVIDIA H200"
+    assert cell_origin(cell(h100, h100)) == "5ebb121, NVIDIA H100 80GB HBM3"
+    assert cell_origin(cell(h100, h200)) == ("ETS 5ebb121, NVIDIA H100 80GB HBM3; GMTS 5ebb121 (uncommitted changes), "
+                                             "NVIDIA H200")
+    origins = [(s, cell_origin(cell(None, None))) for s in (200, 201, 202, 298, 299)] + [
+        (300, cell_origin(cell(h100, h100))), (301, cell_origin(cell(h100, h100))), (303, cell_origin(cell(h100, h100)))]
+    assert origin_lines(origins) == ["Where the cells ran (project commit, card):",
+                                     "  commit not recorded, NVIDIA H200: seeds 200-202, 298-299 (5 cells)",
+                                     "  5ebb121, NVIDIA H100 80GB HBM3: seeds 300-301, 303 (3 cells)"]
+    assert origin_lines([]) == []  # a sweep with no cell yet prints no empty heading
+
+
+PINNED_CELL = Cell("coupled", (("reward_version", 1), ("sampling_noise", "counter")), 1e-4, 300)
+
+
+def test_a_variant_s_reward_version_is_checked_in_every_arm_s_own_record():
+    """A pinned reward version is in no config record (version 1 is hash-free) and no generation_options: each
+    arm's "reward_version" (else its evaluation's reward) is the cell's, else the cell is refused in one line."""
+    def results(*versions):
+        return {"config": {"seed": 300, "sampling_noise": "counter"},
+                "arms": {arm: {"learning_rate": 1e-4, "eval": {"records": [], "samples": {"reward": v}},
+                               "train_log": [], "reward_version": v} for arm, v in zip(("ets", "gmts"), versions)}}
+
+    assert set(recorded(PINNED_CELL, results(1, 1)).arms) == {"ets", "gmts"}
+    with pytest.raises(SweepError) as refused:
+        recorded(PINNED_CELL, results(1, 3))
+    assert str(refused.value) == ("coupled-lr0.0001-s300: results.json: arm gmts trained with reward version 3, "
+                                  "variant coupled sets 1")
 
 
 def test_arms_that_fit_start_whole_arms_only():

@@ -169,8 +169,14 @@ def counter_noise(keys: torch.Tensor, column: torch.Tensor, vocab: int) -> torch
     """Exp(1) noise (B, V) float32, a pure function of (each row's key, the token's column, the vocabulary entry):
     u = (23 hashed bits + 1/2) / 2^23 in (0, 1), E = -log u (> 0 and finite: `exponential_of_bits`). Nothing is drawn
     from a generator, so the noise repeats whatever ran before in the process, whatever the batch holds and whether
-    the step is compiled (CUDA-graph warm-ups and recordings consume no random state). keys (B,), column (1,) long."""
-    row = hash32(keys ^ hash32(column))  # (B,): one 32-bit state per row and column
+    the step is compiled (CUDA-graph warm-ups and recordings consume no random state). keys (B,), column (1,) long.
+
+    A key is 64 bits (the int64's bits): its high half enters through the column, `column ^ hash32(high)`, and
+    hash32(0) is 0, so a key below 2^32 (every key of counter noise versions 1 and 2, and of the evaluation) draws
+    exactly the noise it drew when keys were 32 bits. Two keys that differ only in their high half draw the same
+    noise at no column but by a 32-bit coincidence at that column, never for a whole row."""
+    high = (keys >> 32) & _MASK32  # arithmetic shift of the int64's bits, masked: the key's upper 32 bits
+    row = hash32((keys & _MASK32) ^ hash32(column ^ hash32(high)))  # (B,): one 32-bit state per row and column
     token = torch.arange(vocab, device=keys.device)  # (V,)
     return exponential_of_bits(hash32(hash32(row[:, None] ^ token[None, :])) >> 9)  # (B, V)
 

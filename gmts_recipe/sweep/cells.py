@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gmts_recipe.records import numbers_close
+from gmts_recipe.records import numbers_close, recorded_reward_version
 from gmts_recipe.sweep.grid import Cell, SweepError
 
 
@@ -116,6 +116,12 @@ def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = Non
     arms = results.get("arms", {})
     options = {arm: (entry.get("generation_options") or {}) for arm, entry in arms.items()}
     for key, value in cell.overrides:
+        if key == "reward_version" and key not in config:  # each arm records the reward it trained with
+            for arm, entry in arms.items():
+                if str(recorded_reward_version(entry)) != str(value):
+                    raise SweepError(f"{where}: arm {arm} trained with reward version "
+                                     f"{recorded_reward_version(entry)!r}, variant {cell.variant} sets {value!r}")
+            continue
         if key in config:
             if not _same_setting(config[key], value):
                 raise SweepError(f"{where} records {key} = {config[key]!r}, variant {cell.variant} sets {value!r}")
