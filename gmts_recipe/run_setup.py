@@ -108,8 +108,9 @@ def math_split(recipe: RecipeArgs, heldout_set: str) -> tuple[list[dict], list[d
 
 def second_heldout(recipe: RecipeArgs) -> tuple[str, list[dict], dict] | None:
     """The held-out set a run evaluates apart from its own, as (its name, its tasks, its data report): Minerva OCW for
-    task math (recipe.py writes its results to <run>-ocw/results.json, eval.py to <out>-ocw.json), none otherwise."""
-    if recipe.task != "math":
+    task math (recipe.py writes its results to <run>-ocw/results.json, eval.py to <out>-ocw.json) unless eval_ocw is
+    false, none otherwise."""
+    if recipe.task != "math" or not recipe.eval_ocw:
         return None
     from gmts_recipe.math_data import SECOND_HELDOUT
 
@@ -175,11 +176,14 @@ def code_commit(folder: Path | None = None) -> tuple[str | None, bool | None]:
     return commit.stdout.strip(), bool(status.stdout.strip())
 
 
-def provenance(started: float, finished: float, processes: int, options: dict) -> dict:
+def provenance(started: float, finished: float, processes: int, options: dict, device_type: str = "cuda") -> dict:
     """Where an arm (recipe.py) or an evaluation-only file's evaluations (eval.py) ran, recorded in the file and
     printed by check.py: the code's commit (and whether it had uncommitted changes), start and end (UTC), host, GPU
-    name and count, library versions and the execution options. Not part of the config record, so not of the config
-    hash: the same configuration run elsewhere is the same run."""
+    name and count, library versions and the execution options as they ran on `device_type`
+    (speed_options.options_that_ran: on a CPU no CUDA-only option is listed as on). Not part of the config record, so
+    not of the config hash: the same configuration run elsewhere is the same run."""
+    from gmts_recipe.speed_options import options_that_ran
+
     import datetime
     import socket
 
@@ -188,7 +192,7 @@ def provenance(started: float, finished: float, processes: int, options: dict) -
     v = versions()
     return {"commit": commit, "dirty": dirty, "started": utc(started), "finished": utc(finished),
             "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
-            "versions": v, "options": options}
+            "versions": v, "options": options_that_ran(options, device_type)}
 
 
 def versions() -> dict:
