@@ -4,6 +4,7 @@
     python check.py runs/quickstart/results.json --markdown   # the README tables
     python check.py results/offline/results.json --allow-unsampled  # a format-1 file without samples files
     python check.py runs/quickstart/results.json --show 3     # task 3's question, what the model wrote, each score
+    python check.py runs/quickstart/results.json --show key:01cc  # the task whose question hash starts 01cc
     python check.py --power results/confirm/sweep.json        # why a sweep could not decide; the seeds one needs
     python check.py runs/mine/results.json --rules my_rules.py  # arms of your own rules (gmts_recipe.user_rules)
 
@@ -86,6 +87,9 @@ and ETS-nz vs ETS):
 - flat otherwise; a dip that has only one of the two (interval below zero, or delta below minus the floor) carries
   the flag `dip`.
 - two arms that both collapsed read "both collapsed; X less" (or "both collapsed; flat"), never moved.
+An arm that had nothing to learn from (every training reward 0, or every problem's rollouts scored alike: every
+advantage 0, no gradient) reads flat because it never trained: a "Not trained" line under the table says so
+(stats.no_learning_signal).
 """
 
 from __future__ import annotations
@@ -120,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", help="path to results.json or sweep.json")
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
     ap.add_argument("--show", metavar="TASK", default=None,
-                    help="print one task's question and its stored samples with their scores: the task's number in "
-                         "its split (the 'task' of the records, e.g. a GSM8K test index) or a prefix of its question "
-                         "hash")
+                    help="print one task's question and its stored samples with their scores. A number is the "
+                         "task's index in its split (the 'task' of the records, e.g. a GSM8K test index, MATH-500's "
+                         "line); the start of its question hash is key:PREFIX (or a prefix with a letter a-f)")
     ap.add_argument("--allow-unsampled", action="store_true",
                     help="accept a file none of whose evaluations keeps a samples file (only format 1 has such files;"
                          " results/offline is one); the table marks their numbers as not re-scored")

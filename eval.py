@@ -16,7 +16,8 @@ base model, each with a samples file beside the results file (default runs/eval/
 the command runs in): a results file with these evaluations and no trained arms (kind "evaluation"), which
 `python check.py FILE` verifies and re-scores as any other. With --task math (without --config: configs/math.yaml's
 prompt, answer length and batches) the held-out set is MATH-500, and Minerva OCW is evaluated the same way into a
-second file beside it, <out>-ocw.json, reported apart.
+second file beside it, <out>-ocw.json, reported apart (--eval_ocw false: MATH-500 only). Each set takes one pass per
+seed: --base_eval_seeds 0 for a single pass.
 
 recipe.py evaluates through `evaluate_with_config` too: the same call for the base model, every arm and this command.
 The reward lives in rewards.py (MATH's in rewards_math.py), the statistics (pass@1, paired deltas, noise floor, hack
@@ -194,6 +195,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     from tqdm.auto import tqdm
 
     from gmts_recipe.generation.fast import compile_cache_length
+    from gmts_recipe.tables import counted
 
     sampling = sampling or Sampling(temperature=temperature)
     options = options or SpeedOptions()
@@ -217,8 +219,9 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
             # the bar counts token steps (every batch takes at most max_new_tokens): on a CPU one batch can hold every
             # sample for minutes, so it moves inside generate (_TokenSteps), elsewhere once per batch
             batches = -(-len(order) // batch_size)
-            bar = stack.enter_context(tqdm(total=batches * max_new_tokens, desc=f"eval (seed {seed}, {len(flat)} "
-                                           f"samples)", unit=" token steps", disable=not progress))
+            bar = stack.enter_context(tqdm(total=batches * max_new_tokens, desc=f"eval (seed {seed}, "
+                                           f"{counted(len(flat), 'sample')})", unit=" token steps",
+                                           disable=not progress))
             streamer = _TokenSteps(bar) if progress and device.type == "cpu" and not compiled_step else None
             pad_rows = static or compiled_step  # one shape per cache (and per recorded graph)
             for start in range(0, len(order), batch_size):
@@ -369,11 +372,22 @@ def evaluate_with_config(model, tokenizer, tasks: list[dict], recipe, train, see
 # model loads and how it decodes. Training fields change nothing here and are refused, so a typo is not ignored.
 EVAL_OVERRIDES = ("task", "gsm8k_path", "math_path", "difficulty", "n_train", "n_heldout", "task_seed", "reward_version",
                   "system_prompt", "eval_samples", "eval_max_new_tokens", "eval_temperature", "eval_batch_size",
-                  "eval_fast", "base_eval_seeds", "top_p", "top_k", "min_p", "repetition_penalty", "dtype", "attn_implementation",
+                  "eval_fast", "base_eval_seeds", "eval_ocw", "top_p", "top_k", "min_p", "repetition_penalty", "dtype", "attn_implementation",
                   "model_revision", "trust_remote_code", "use_cpu", "cudnn_attention", "generation_grouped_attention",
                   "generation_deferred_stop", "generation_decode_kernel", "generation_decode_loop",
                   "generation_compile_regions", "generation_fused_projections", "sampling_noise",
                   "deterministic_kernels", "gpu_memory_cap_gib")
+# eval.py -h's closing paragraph: the fields that decide how long an evaluation takes, unexplained in the field list.
+EPILOG = """\
+how long it takes: one pass over the held-out tasks per seed, each pass eval_samples samples per task
+  --base_eval_seeds S [S ...]  the sampling seeds: one full evaluation per seed, pass@1 reported per seed and over
+                               all, their spread beside it (the config's: quickstart 0 1, math 0 1 2); 0 alone: one pass
+  --eval_samples K             samples per task in each pass (pass@1 is their mean)
+  --n_heldout N                held-out tasks drawn (task_seed) from the test set (0: all; MATH-500 has 500)
+  --eval_ocw false             with --task math: MATH-500 only, no second file for Minerva OCW (its 272 problems)
+  e.g. python eval.py smollm2-135m-instruct --task math --base_eval_seeds 0 --eval_samples 1 --n_heldout 20 \\
+         --eval_ocw false      # 20 problems, one pass: minutes on a CPU
+the config's fields and what they mean: docs/config.md"""
 ADAPTER_CONFIG = "adapter_config.json"
 DEFAULT_CONFIG = "configs/quickstart.yaml"  # needs no hub: generated tasks (and, by default, the offline model)
 MATH_CONFIG = "configs/math.yaml"  # the config --task math reads when no --config is given
@@ -485,6 +499,7 @@ def default_out(model: str) -> Path:
 def _parse_command(argv: list[str]):
     """(MODEL, config, out, base_model, the recipe's field arguments), the fields checked against EVAL_OVERRIDES."""
     import argparse
+    import textwrap
 
     from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION
 
@@ -492,10 +507,11 @@ def _parse_command(argv: list[str]):
         def error(self, message):
             raise EvalError(message)
 
-    ap = OneLine(prog="python eval.py", allow_abbrev=False, description=(
+    ap = OneLine(prog="python eval.py", allow_abbrev=False, description=textwrap.fill(
         "Evaluate one model on the recipe's held-out tasks (pass@1 over k seeded samples per task, samples stored) "
         "and write a results file that check.py verifies. Fields of the config that may be set here: "
-        + ", ".join(f"--{f}" for f in EVAL_OVERRIDES) + "."))
+        + ", ".join(f"--{f}" for f in EVAL_OVERRIDES) + "."), epilog=EPILOG,
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", metavar="MODEL", help="a model id or folder, a .gguf file, a known offline name ("
                     + ", ".join(_known_models()) + "), or a LoRA adapter / checkpoint folder")
     ap.add_argument("--config", default=None, help="the recipe config whose tasks, prompt, sampler and seeds are used "
@@ -606,23 +622,29 @@ def _evaluate_set(model, tokenizer, heldout: list[dict], data_record: dict, sett
     from gmts_recipe.records import config_hash, seal, write_results
 
     recipe, train, model_args, config_name, device, described = setting
+    from gmts_recipe.tables import counted, heldout_set_name
+
     record = run_setup.config_record(recipe, train, model_args)
     eval_record = run_setup.eval_record(recipe, model_args, train, data_record["heldout"], device)
-    print(f"[eval] {described['name']}: {len(heldout)} held-out tasks x {recipe.eval_samples} samples, seeds "
-          f"{', '.join(map(str, recipe.base_eval_seeds))}, config {config_name}")
+    named = heldout_set_name(data_record)  # MATH: each line names its set (MATH-500, Minerva OCW)
+    seeds = recipe.base_eval_seeds
+    print(f"[eval] {described['name']}: {counted(len(heldout), 'held-out task')}{f' of {named}' if named else ''} x "
+          f"{counted(recipe.eval_samples, 'sample')}, {'seed' if len(seeds) == 1 else 'seeds'} "
+          f"{', '.join(map(str, seeds))}, config {config_name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     evals, started = [], time.time()
-    for seed in recipe.base_eval_seeds:
+    for seed in seeds:
         t0 = time.time()
         ev = evaluate_with_config(model, tokenizer, heldout, recipe, train, seed)
-        print(f"[eval] seed {seed}: pass@1 {ev['pass@1']:.3f} ({time.time() - t0:.0f}s)")
+        print(f"[eval] {f'{named}, ' if named else ''}seed {seed}: pass@1 {ev['pass@1']:.3f} "
+              f"({time.time() - t0:.0f}s)")
         evals.append(run_setup.keep_samples(ev, out.parent, f"{out.stem}-seed{seed}"))
     results = {"kind": "evaluation", "config_name": config_name, "config": record, "config_hash": config_hash(record),
                "model": described, "data": data_record,
                "base": {"evals": evals, "eval_hash": config_hash({**eval_record, "model": described})},
                "arms": {}, "versions": run_setup.versions(),
                "provenance": run_setup.provenance(started, time.time(), 1, {
-                   k: getattr(recipe if k == "cudnn_attention" else train, k) for k in GENERATION_OPTIONS})}
+                   k: getattr(recipe if k == "cudnn_attention" else train, k) for k in GENERATION_OPTIONS}, device)}
     seal(results)
     write_results(out, results)  # as the format stores it: the per-task records are in the samples files
     return results, out

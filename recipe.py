@@ -81,7 +81,8 @@ from gmts_recipe.run_setup import (  # noqa: F401
     versions)
 from gmts_recipe.run_setup import second_heldout  # MATH: Minerva OCW, evaluated apart
 from gmts_recipe.speed_options import recorded_noise_version
-from gmts_recipe.tables import render
+from gmts_recipe.stats import no_learning_signal
+from gmts_recipe.tables import heldout_set_name, render
 
 
 @contextlib.contextmanager
@@ -187,10 +188,12 @@ class Run:
     def _base_evals(self, heldout, device) -> list[dict]:
         _, model, tok = load_model(self.model_args, self.train_args, device)
         evals = []
+        named = heldout_set_name(self.results.get("data"))  # MATH: MATH-500, or Minerva OCW apart
         for seed in self.recipe.base_eval_seeds:
             t0 = time.time()
             ev = self._evaluate(model, tok, heldout, seed)
-            print(f"[recipe] base eval seed {seed}: pass@1 {ev['pass@1']:.3f} ({time.time() - t0:.0f}s)")
+            print(f"[recipe] base eval{f', {named},' if named else ''} seed {seed}: pass@1 {ev['pass@1']:.3f} "
+                  f"({time.time() - t0:.0f}s)")
             evals.append(ev)
         return evals
 
@@ -297,8 +300,14 @@ class Run:
                                    for k in GENERATION_OPTIONS},
         }
         self.results["arms"][arm]["provenance"] = provenance(t0, time.time(), self.state.num_processes,
-                                                             self.results["arms"][arm]["generation_options"])
-        print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}, trained {train_minutes:.1f} min")
+                                                             self.results["arms"][arm]["generation_options"],
+                                                             trainer.model.device.type)  # what ran on this device
+        named = heldout_set_name(self.results.get("data"))
+        print(f"[recipe] {arm}: pass@1 {ev['pass@1']:.3f}{f' on {named}' if named else ''}, trained "
+              f"{train_minutes:.1f} min")
+        untrained = no_learning_signal(log)
+        if untrained is not None:  # its verdict will read flat: say why here, as check.py does under its table
+            print(f"[recipe] {arm}: not trained: {untrained}")
         self.save(arm)
         self._drop_replaced_samples(arm)
         if not self.recipe.keep_checkpoints:  # the arm is sealed in results.json: --resume will not need them

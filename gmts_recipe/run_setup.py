@@ -127,8 +127,9 @@ def math_split(recipe: RecipeArgs, heldout_set: str) -> tuple[list[dict], list[d
 
 def second_heldout(recipe: RecipeArgs) -> tuple[str, list[dict], dict] | None:
     """The held-out set a run evaluates apart from its own, as (its name, its tasks, its data report): Minerva OCW for
-    task math (recipe.py writes its results to <run>-ocw/results.json, eval.py to <out>-ocw.json), none otherwise."""
-    if recipe.task != "math":
+    task math (recipe.py writes its results to <run>-ocw/results.json, eval.py to <out>-ocw.json) unless eval_ocw is
+    false, none otherwise."""
+    if recipe.task != "math" or not recipe.eval_ocw:
         return None
     from gmts_recipe.math_data import SECOND_HELDOUT
 
@@ -212,13 +213,16 @@ def _git_state(folder: Path | None) -> tuple[str | None, list[str] | None]:
     return commit.stdout.strip(), [line[3:] for line in status.stdout.splitlines() if line.strip()]
 
 
-def provenance(started: float, finished: float, processes: int, options: dict) -> dict:
+def provenance(started: float, finished: float, processes: int, options: dict, device_type: str = "cuda") -> dict:
     """Where an arm (recipe.py) or an evaluation-only file's evaluations (eval.py) ran, recorded in the file and
     printed by check.py: the code's commit (whether it had uncommitted changes, and which paths), start and end (UTC),
-    host, GPU name and count, library versions and the execution options. Not part of the config record, so not of the config
-    hash: the same configuration run elsewhere is the same run."""
+    host, GPU name and count, library versions and the execution options as they ran on `device_type`
+    (speed_options.options_that_ran: on a CPU no CUDA-only option is listed as on). Not part of the config record, so
+    not of the config hash: the same configuration run elsewhere is the same run."""
     import datetime
     import socket
+
+    from gmts_recipe.speed_options import options_that_ran
 
     commit, changed = _git_state(None)
     utc = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")  # noqa: E731
@@ -227,7 +231,7 @@ def provenance(started: float, finished: float, processes: int, options: dict) -
             **({"changed_files": changed[:MAX_CHANGED_FILES]} if changed else {}),
             "started": utc(started), "finished": utc(finished),
             "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
-            "versions": v, "options": options}
+            "versions": v, "options": options_that_ran(options, device_type)}
 
 
 MAX_CHANGED_FILES = 50  # a provenance names at most this many changed paths (a whole tree uncommitted: its first 50)

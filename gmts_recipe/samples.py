@@ -211,30 +211,59 @@ def dataset_line(report: dict) -> str:
             f"{report.get('no_dataset') or 'none at hand'}.")
 
 
+KEY_PREFIX = "key:"  # --show key:PREFIX: a task by the start of its hash, whatever its characters
+
+
+def task_selector(task: str) -> tuple[str, str]:
+    """What --show's TASK names, one meaning per form: ("index", "267") for a number (the task's index in its split,
+    the records' "task"; its digits kept, to name the task whose hash they start where no index is the number),
+    ("key", "01cc") for a prefix of its hash, written key:01cc or with a letter a-f in it (a
+    hash prefix of digits only would read as a number). Anything else is refused in one line."""
+    text = task.strip().lower()
+    if text.startswith(KEY_PREFIX):
+        prefix = text[len(KEY_PREFIX):]
+        if prefix and all(c in "0123456789abcdef" for c in prefix):
+            return "key", prefix
+    elif text.isdigit():
+        return "index", text
+    elif text and all(c in "0123456789abcdef" for c in text):
+        return "key", text
+    raise ResultsError(f"--show {task}: give a task's index (a number, e.g. 3) or the start of its hash (with a letter "
+                       f"a-f, e.g. 01cc9f, or key:PREFIX)")
+
+
 def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) -> str:
-    """Every stored sample of one task (its index, or a prefix of its hash), evaluation by evaluation, with its score,
-    after the task's question: what the model was asked and wrote, to read beside the numbers. The question comes from
-    a samples file's line of the task (the base evaluations' keep it), else from the dataset where it is at hand
-    (show_question)."""
+    """Every stored sample of one task (its index, or a prefix of its hash: task_selector), evaluation by evaluation,
+    with its score, after the task's question: what the model was asked and wrote, to read beside the numbers. The
+    question comes from a samples file's line of the task (the base evaluations' keep it), else from the dataset where
+    it is at hand (show_question). A number that is no task's index is refused, naming the task whose hash it starts,
+    if one does: never is a number silently read as a hash."""
     from gmts_recipe.rewards import final_answer  # what the reward read as the answer (no torch)
     from gmts_recipe.rewards_math import REWARD_NAMES, boxed_answer  # MATH's reward reads the last \boxed{}
 
-    found = []
+    kind, wanted = task_selector(task)
+    found, by_key = [], set()
     for where, ev in evaluations(results):
         if "samples" not in ev:
             continue
         path = Path(os.path.normpath(samples_path(folder, ev, where)))
         logged = read_samples(path, ev["samples"]["sha256"], where)
-        lines = [r for r in logged if str(r["task"]) == task] or [r for r in logged if str(r["hash"]).startswith(task)]
+        keyed = [r for r in logged if str(r["hash"]).startswith(wanted)]
+        lines = [r for r in logged if str(r["task"]) == str(int(wanted))] if kind == "index" else keyed
+        by_key |= {(r["task"], r["hash"]) for r in keyed} if kind == "index" else set()
         if len(lines) > 1:
             raise ResultsError(f"--show {task}: matches {len(lines)} tasks in {where}; give more of the hash")
         found += [(where, ev, path, lines[0])] if lines else []
     if not found:
         kept = any("samples" in ev for _, ev in evaluations(results))
         some = ", ".join(str(r["task"]) for r in results["base"]["evals"][0]["records"][:5])
-        missing = (f"no such task (give its number in its split, e.g. {some}, or a prefix of its hash)" if kept else
-                   "this file keeps no samples files")
-        raise ResultsError(f"--show {task}: {missing}")
+        missing = (f"no task has index {int(wanted)} here (a number is a task's index in its split: e.g. {some}; the start "
+                   f"of its hash: key:PREFIX)" if kind == "index" else
+                   f"no task's hash starts {wanted} (or give its index, e.g. {some})")
+        if kind == "index" and len(by_key) == 1:
+            index, key = next(iter(by_key))
+            missing += f"; task {index}'s hash starts {wanted} ({key}): --show key:{wanted}"
+        raise ResultsError(f"--show {task}: {missing if kept else 'this file keeps no samples files'}")
     first = found[0][3]
     asked = next((line for *_, line in found if isinstance(line.get("question"), str)), first)
     out = [f"task {first['task']} (question hash {first['hash']}), gold answer {first['gold']}",

@@ -189,3 +189,24 @@ def recorded_noise_version(options: dict) -> int:
     """The counter_noise_version an arm ran with, from its recorded generation_options: the value it records, else 1
     (an arm records the field since version 2 exists; before, version 1 was the only scheme)."""
     return options.get("counter_noise_version", 1)
+
+
+# The execution options that act only on a CUDA device: on a CPU they change nothing, so a CPU run records them off.
+# cudnn_attention is RecipeArgs' (cuDNN is CUDA's); lora_autocast_inputs engages only under autocast, which a CPU run
+# (float32: recipe_config's CPU overrides) never has.
+CUDA_ONLY = ("generation_compile", "generation_deferred_stop", "generation_compile_regions", "cudnn_attention",
+             "lora_autocast_inputs")
+EAGER_STEP = "compiled_step (eager)"  # generation_decode_loop compiled_step on a CPU: decode_loop.sample, not compiled
+
+
+def options_that_ran(options: dict[str, Any], device_type: str) -> dict[str, Any]:
+    """The execution options as they ran on `device_type` ("cuda" or "cpu"), for an arm's or an evaluation's
+    provenance: the config's values on a GPU; on a CPU the CUDA-only ones (CUDA_ONLY) off and compiled_step marked
+    eager (it runs decode_loop.sample without torch.compile), so a CPU run's provenance does not claim compiled
+    decoding or cuDNN it never had. The config's values stay in the arm's generation_options."""
+    if device_type == "cuda":
+        return dict(options)
+    ran = {k: (False if k in CUDA_ONLY and v else v) for k, v in options.items()}
+    if ran.get("generation_decode_loop") == "compiled_step":
+        ran["generation_decode_loop"] = EAGER_STEP
+    return ran

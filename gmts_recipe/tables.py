@@ -14,6 +14,11 @@ from gmts_recipe.records import ResultsError, agreement_line, task_scores
 from gmts_recipe.stats import mean_interval
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 seed', '2 seeds': a count with its noun in the number it takes (nouns that take an s)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -47,7 +52,7 @@ def table_rows(results: dict, unsampled: tuple[str, ...] = ()) -> tuple[list[str
               "lr"]
     seeds = s["base"]["pass@1"]
     base_mark = NOT_RESCORED if any(w.startswith("base eval") for w in unsampled) else ""
-    rows = [["base (untrained)", f"{_pct(s['base']['mean'])} ({len(seeds)} seeds: " + ", ".join(map(_pct, seeds))
+    rows = [["base (untrained)", f"{_pct(s['base']['mean'])} ({counted(len(seeds), 'seed')}: " + ", ".join(map(_pct, seeds))
              + ")" + base_mark, "-", f"noise floor {100 * s['base']['noise_floor']:.1f} pts", "-", "-", "-"]]
     for arm, a in s["arms"].items():
         g = a["grad_norm"]
@@ -183,6 +188,19 @@ DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it sh
                "without re-sealing and that every summary matches its records, not that the records came from a run.")
 
 
+def untrained_lines(results: dict) -> list[str]:
+    """A line for the arms whose training had nothing to learn from (stats.no_learning_signal), arms with the same
+    reason on one line: their "flat" is explained beside the table, in recipe.py's output and in check.py's."""
+    from gmts_recipe.stats import no_learning_signal
+
+    why: dict[str, list[str]] = {}
+    for arm, entry in results.get("arms", {}).items():
+        reason = no_learning_signal(entry.get("train_log") or [])
+        if reason is not None:
+            why.setdefault(reason, []).append(short_name(arm))
+    return [f"Not trained ({', '.join(names)}): {reason}." for reason, names in why.items()]
+
+
 def evaluation_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     """An eval-only file (eval.py: one model's evaluations, no trained arms): its pass@1 over every seed with a
     bootstrap interval over tasks (each task's mean over all its seeds' samples), and each seed's pass@1."""
@@ -200,11 +218,17 @@ def evaluation_rows(results: dict) -> tuple[list[str], list[list[str]]]:
                      f"{100 * s['noise_floor']:.1f} pts"]]
 
 
-def _heldout(results: dict) -> str:
-    """'held-out tasks', naming the set where a task has several (MATH: MATH-500, or Minerva OCW apart)."""
+def heldout_set_name(data: dict | None) -> str | None:
+    """The held-out set's name where a task has several (MATH: MATH-500, or Minerva OCW apart), from a run's data
+    record; None for a task with one (GSM8K, the generated task)."""
     from gmts_recipe.math_data import HELDOUT_SETS
 
-    named = HELDOUT_SETS.get((results.get("data") or {}).get("heldout_set"))
+    return HELDOUT_SETS.get((data or {}).get("heldout_set"))
+
+
+def _heldout(results: dict) -> str:
+    """'held-out tasks', naming the set where a task has several (MATH: MATH-500, or Minerva OCW apart)."""
+    named = heldout_set_name(results.get("data"))
     return f"held-out tasks ({named})" if named else "held-out tasks"
 
 
@@ -214,8 +238,8 @@ def render_evaluation(results: dict, markdown: bool = False, width: int | None =
         raise ResultsError(f"an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(results['arms'])}")
     ev = results["base"]["evals"][0]
     lines = _table(*evaluation_rows(results), markdown, width)
-    about = (f"{results.get('config_name', '?')}: {len(ev['records'])} {_heldout(results)} x {ev.get('k')} samples "
-             f"per seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.")
+    about = (f"{results.get('config_name', '?')}: {len(ev['records'])} {_heldout(results)} x "
+             f"{counted(ev.get('k'), 'sample')} per seed, config {results.get('config_hash', '?')[:12]}; an evaluation only, no trained arms.")
     lines += ["", about, DIGEST_NOTE]
     return "\n".join(lines)
 
@@ -233,12 +257,13 @@ def render(results: dict, markdown: bool = False, unsampled: tuple[str, ...] = (
     tasks = len(results["base"]["evals"][0]["records"])
     k = results["base"]["evals"][0].get("k")
     lines.append("")
-    lines.append(f"{results.get('config_name', '?')}: {tasks} {_heldout(results)} x {k} samples, "
+    lines.append(f"{results.get('config_name', '?')}: {tasks} {_heldout(results)} x {counted(k, 'sample')}, "
                  f"model {results.get('config', {}).get('model_name_or_path', '?')}, "
                  f"config {results.get('config_hash', '?')[:12]}, eval seed {n['seed']}.")
     agreement = agreement_line(results)
     if agreement:
         lines.append(agreement)
+    lines += untrained_lines(results)
     lines.append(DIGEST_NOTE)
     if markdown:  # the documentation's prose lines wrapped (gmts_recipe.markdown); a table row stays one line
         from gmts_recipe.markdown import fill_lines

@@ -539,14 +539,14 @@ def test_show_prints_every_stored_sample_of_a_task_with_its_score(tmp_path, caps
         assert [line.rsplit(",", 1)[0] for line in block.splitlines() if line.startswith("--- sample")] == [
             f"--- sample {j}: score {s:g}, final answer {'7' if s else '8'!r}" for j, s in enumerate(scores)]
         assert all(text_scoring(s) in block for s in scores)
-    assert check.main([str(path), "--show", "000000000000001"]) == 2  # a hash prefix that names 16 tasks
+    assert check.main([str(path), "--show", "key:000000000000001"]) == 2  # a hash prefix that names 16 tasks
     assert "matches 16 tasks in base eval 0" in capsys.readouterr().err
     assert check.main([str(path), "--show", "000000000000003b"]) == 0  # by hash: task 59
     assert capsys.readouterr().out.startswith("task 59 ")
     assert check.main([str(path), "--show", "99"]) == 2
-    assert capsys.readouterr().err.strip() == ("check.py: --show 99: no such task (give its number in its split, "
-                                                     "e.g. 0, 1, 2, 3, 4, "
-                                                     "or a prefix of its hash)")
+    assert capsys.readouterr().err.strip() == ("check.py: --show 99: no task has index 99 here (a number is a task's "
+                                                     "index in its split: e.g. 0, 1, 2, 3, 4; the start of its hash: "
+                                                     "key:PREFIX)")
     assert check.main([write(tmp_path, fake_results()), "--show", "7", "--allow-unsampled"]) == 2
     assert "this file keeps no samples" in capsys.readouterr().err
 

@@ -36,15 +36,75 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run(tiny, tmp_path_factory):
-    """`recipe.py --arm all --config configs/math.yaml` on the tiny slice: (run folder, data folder)."""
+    """`recipe.py --arm all --config configs/math.yaml` on the tiny slice: (run folder, data folder); what it printed
+    is in <runs>/console.txt."""
+    import contextlib
+    import io
+
     model, data = tiny
     runs = tmp_path_factory.mktemp("runs")
     # two base seeds (recipe.py refuses one: no noise floor) whose 4-token samples differ in length on both sets, as
     # every pair of real evaluations does (records.py refuses a base evaluation that repeats another's); 0 and 1 agree
     argv = ["--arm", "all", "--config", "configs/math.yaml", "--results_dir", str(runs), "--model_name_or_path",
             model, "--math_path", str(data), "--base_eval_seeds", "4", "5", *TINY_SLICE]
-    assert recipe.main(argv) == 0
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert recipe.main(argv) == 0
+    (runs / "console.txt").write_text(printed.getvalue())
     return runs, data
+
+
+def test_the_runs_lines_name_each_set_and_why_nothing_was_learned(run):
+    """Each base evaluation's line names its set; the tiny model earns no reward (4-token answers box nothing), so
+    every arm says it was not trained, in the run's output and under check.py's table."""
+    runs, data = run
+    console = (runs / "console.txt").read_text()
+    assert "[recipe] base eval, MATH-500, seed 0: pass@1 " in console
+    assert "[recipe] base eval, Minerva OCW, seed 0: pass@1 " in console
+    results = load(runs / "math" / "results.json")
+    for arm, entry in results["arms"].items():
+        assert all(row["reward"] == 0 for row in entry["train_log"] if "reward" in row)
+        assert f"[recipe] {arm}: pass@1 0.000 on MATH-500, trained " in console
+        assert f"[recipe] {arm}: not trained: every training reward was 0 (no rollout was right)" in console
+    assert "Not trained (GRPO, ETS, GMTS): every training reward was 0" in unwrapped(console)
+
+
+def test_a_cpu_runs_provenance_records_what_ran(run):
+    """configs/math.yaml's GPU options (deferred stop, compile regions, the compiled step) ran on a CPU as what a CPU
+    does: the provenance records that, the arm's generation_options the config's values."""
+    runs, _ = run
+    entry = load(runs / "math" / "results.json")["arms"]["gmts"]
+    ran, asked = entry["provenance"]["options"], entry["generation_options"]
+    assert asked["generation_deferred_stop"] and asked["generation_compile_regions"]  # what the config set
+    assert asked["generation_decode_loop"] == "compiled_step"
+    assert not ran["generation_deferred_stop"] and not ran["generation_compile_regions"]
+    assert not ran["generation_compile"] and not ran["cudnn_attention"] and ran["use_cpu"]
+    assert ran["generation_decode_loop"] == "compiled_step (eager)"
+
+
+def test_eval_ocw_false_evaluates_math500_only_recorded_and_verified(tiny, tmp_path, capsys):
+    """--eval_ocw false: no Minerva OCW run beside the MATH-500 one; the config records it, check.py verifies the
+    run; eval.py writes one file."""
+    model, data = tiny
+    argv = ["--arm", "base", "--config", "configs/math.yaml", "--results_dir", str(tmp_path), "--model_name_or_path",
+            model, "--math_path", str(data), "--base_eval_seeds", "0", "--eval_ocw", "false", *TINY_SLICE]
+    assert recipe.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Minerva OCW" not in out and "[recipe] base eval, MATH-500, seed 0: " in out
+    assert not (tmp_path / "math-ocw").exists()
+    results = load(tmp_path / "math" / "results.json")
+    assert results["config"]["eval_ocw"] is False and results["data"]["heldout_set"] == "math500"
+    assert check.main([str(tmp_path / "math" / "results.json"), "--math_path", str(data)]) == 0
+    capsys.readouterr()
+    out_file = tmp_path / "only.json"
+    assert evaluation.main([model, "--task", "math", "--math_path", str(data), "--n_train", "8", "--n_heldout", "2",
+                            "--eval_samples",
+                            "1", "--eval_max_new_tokens", "4", "--base_eval_seeds", "0", "--eval_ocw", "false",
+                            "--out", str(out_file)]) == 0
+    printed, bars = capsys.readouterr()
+    assert "[eval] MATH-500, seed 0: pass@1 " in printed and "2 held-out tasks of MATH-500 x 1 sample, seed 0" in printed
+    assert "eval (seed 0, 2 samples)" in bars and not (tmp_path / "only-ocw.json").exists()
+    assert load(out_file)["config"]["eval_ocw"] is False
 
 
 def test_a_math_run_holds_math500_and_minerva_apart_both_verified(run, capsys):

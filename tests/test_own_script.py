@@ -18,6 +18,7 @@ REPORT = """
 steps = [row for row in trainer.state.log_history if "selection/kept_tokens" in row]
 print(f"device {trainer.model.device.type}, bf16 {args.bf16}; kept tokens per step: "
       + ", ".join(f"{row['selection/kept_tokens']:.0f} of {row['selection/valid_tokens']:.0f}" for row in steps))
+print("learning rates per step: " + ", ".join(f"{row['learning_rate']:g}" for row in steps))
 """
 
 
@@ -34,7 +35,9 @@ def test_the_readme_example_trains_on_a_cpu_without_the_hub_outside_the_clone(tm
     assert done.returncode == 0, done.stderr[-4000:]
     assert ("Qwen/Qwen2.5-1.5B-Instruct is out of reach (no Hugging Face Hub): using the offline "
             "smollm2-135m-instruct instead") in done.stdout
-    line = done.stdout.rsplit("device ", 1)[1].strip()
+    rates = done.stdout.rsplit("learning rates per step: ", 1)[1].split("\n", 1)[0]
+    assert rates == "0.0001, 0.0001", rates  # constant, as every config (TRL's default decays it linearly to 0)
+    line = done.stdout.rsplit("device ", 1)[1].split("\nlearning rates", 1)[0].strip()
     assert line.startswith("cpu, bf16 False; kept tokens per step: ")
     steps = [s.split(" of ") for s in line.split("kept tokens per step: ", 1)[1].split(", ")]
     assert len(steps) == 2

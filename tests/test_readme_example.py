@@ -38,6 +38,8 @@ def test_readme_example_trains_on_a_cpu_as_written(tmp_path, monkeypatch):
     assert trainer.args.use_cpu and not trainer.args.bf16  # chosen by the example: no GPU here
     assert next(trainer.model.parameters()).dtype.is_floating_point and trainer.model.device.type == "cpu"
     assert trainer.args.token_selection == "gmts"
+    assert trainer.args.lr_scheduler_type == "constant"  # as every config: TRL's default decays it linearly to 0
+    assert trainer.lr_scheduler.get_last_lr() == [1e-4] * len(trainer.lr_scheduler.get_last_lr())  # after the last step
     logged = {k for row in trainer.state.log_history for k in row}
     assert {"selection/kept_fraction", "selection/overlap", "reward"} <= logged
 

@@ -577,9 +577,16 @@ def test_checkpoints_by_time_and_a_finish_estimate(tiny_config, tmp_path, monkey
 
 
 def test_help_lists_the_fields_and_exits_0(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "160")  # argparse wraps the help to the terminal: one width, whatever runs the test
+    """--help: the fields a user sets, grouped, with the config's values (tests/test_math_cpu.py); --help-all:
+    argparse's every field."""
     with pytest.raises(SystemExit) as stop:
         recipe.main(["--help"])
+    assert stop.value.code == 0
+    short = capsys.readouterr().out
+    assert short.splitlines()[0].startswith("usage: python recipe.py") and "  --selection_ratio 0.2 " in short
+    monkeypatch.setenv("COLUMNS", "160")  # argparse wraps the help to the terminal: one width, whatever runs the test
+    with pytest.raises(SystemExit) as stop:
+        recipe.main(["--help-all"])
     assert stop.value.code == 0
     out = capsys.readouterr().out
     assert "--selection_ratio" in out and "--gsm8k_path" in out and "--learning_rate" in out
