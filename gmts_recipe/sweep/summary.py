@@ -149,7 +149,7 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None) -> dict:
         out["secondary"] = [secondary_test(spec, grid.primary, scores) for spec in grid.secondary]
     if grid.sequential is not None:
         out["sequential"] = sequential_test(grid.sequential, scores, cards, continued_test(grid), failed, base_scores,
-                                            origins)
+                                            origins, grid.path(grid.sequential["design"]))
     out["digest"] = digest(out)
     return out
 
@@ -175,12 +175,14 @@ def cell_origin(results: dict) -> dict[str, str]:
     return {"card": ", ".join(recorded_cards(results)), "commit": ", ".join(commits), "day": ", ".join(days)}
 
 
-def verdict_meaning(spec: dict, per_seed_points: list[float], design: sequential.Design) -> dict:
+def verdict_meaning(spec: dict, per_seed_points: list[float], design: sequential.Design,
+                    design_file: Path | None = None) -> dict:
     """What the plan's verdicts mean, computed (never typed): "reproduced" says a gain above reproduced_above, not its
     size; "a gain smaller than claimed" needs an interval (c_r + c_f) se wide to fit between the two thresholds, so
     the seeds it takes at the spread so far (None past every planned look: it cannot happen); the error per direction
     over the whole sequence beside the continued test's own; and, from the design file's simulation, the chance of
-    "reproduced" with no real gain given the seeds already seen (normal and resampled new deltas)."""
+    "reproduced" with no real gain given the seeds already seen (normal and resampled new deltas). `design_file`: the
+    plan's design file where it lies (Grid.path: beside the plan, whatever the current directory)."""
     from scipy import stats as scipy_stats
 
     sd = float(statistics.stdev(per_seed_points))
@@ -188,7 +190,7 @@ def verdict_meaning(spec: dict, per_seed_points: list[float], design: sequential
     gap = design.refuted_below - design.reproduced_above
     smaller = math.ceil((sd * width / gap) ** 2) + 1
     n0 = design.looks[0]
-    path = Path(spec["design"])
+    path = Path(spec["design"]) if design_file is None else design_file
     null = None
     if path.is_file():
         rows = json.loads(path.read_text(encoding="utf-8")).get("outcomes", [])
@@ -263,7 +265,7 @@ def sequential_design(spec: dict, continued_seeds: int) -> sequential.Design:
 
 def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], continued: dict,
                     failed: dict[int, dict] | None = None, base_scores: dict | None = None,
-                    origins: dict[int, dict] | None = None) -> dict:
+                    origins: dict[int, dict] | None = None, design_file: Path | None = None) -> dict:
     """A sequential plan where it stands: the continued test's per-seed deltas, then the new seeds' in the planned
     order, counted only up to the first planned seed that has not run both arms (a later seed waits for it: no seed is
     skipped), and the look they reach (sequential.state: a decision is read only at a planned look). A seed whose arm
@@ -298,7 +300,7 @@ def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], conti
             "first_critical": design.reproduced_critical[0], "per_seed": per_seed,
             "cell_cards": {str(s): cards.get(s, []) for s in counted}, "scored_as_base": scored_as_base,
             "retrying": retrying, "sensitivity_rows": sensitivity_rows(spec, counted, deltas, continued, origins or {}),
-            "meaning": verdict_meaning(spec, [100 * d for d in per_seed], design),
+            "meaning": verdict_meaning(spec, [100 * d for d in per_seed], design, design_file),
             "state": sequential.state([100 * d for d in per_seed], design)}
 
 
