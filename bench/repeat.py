@@ -35,9 +35,17 @@ WALL_CLOCK = ("runtime", "per_second", "time", "seconds")  # a training log's ti
 
 def _records_differ(a: list[dict], b: list[dict]) -> int:
     """Tasks whose records (scores and completion lengths of every sample) differ; a task missing on one side too."""
-    by_task = {r["hash"]: r for r in b}
-    return sum(by_task.get(r["hash"], {}).get("scores") != r["scores"]
-               or by_task.get(r["hash"], {}).get("lengths") != r["lengths"] for r in a) + abs(len(a) - len(b))
+    key = _task_key(a, b)
+    by_task = {r[key]: r for r in b}
+    return sum(by_task.get(r[key], {}).get("scores") != r["scores"]
+               or by_task.get(r[key], {}).get("lengths") != r["lengths"] for r in a) + abs(len(a) - len(b))
+
+
+def _task_key(a: list[dict], b: list[dict]) -> str:
+    """What pairs two runs' records: the task's index in its dataset where both record it (it holds across the
+    versions of the task key: a run keyed by question and gold answer beside one keyed by the question alone), else
+    the task's hash."""
+    return "task" if all("task" in r for r in (*a, *b)) else "hash"
 
 
 def _log(entry: dict) -> list[dict]:
@@ -90,7 +98,9 @@ def compare(first: dict, other: dict) -> dict:
     same = (all(v["tasks_differing"] == 0 for v in base.values())
             and all(not v.get("missing") and v["train_steps_differing"] == 0 and v["eval_tasks_differing"] == 0
                     and v["rollout_steps_differing"] in (0, None) for v in arms.values()))
-    return {"identical": same, "base": base, "arms": arms}
+    deltas = {key: [first.get("summary", {}).get("comparisons", {}).get(key, {}).get("delta"), d.get("delta")]
+              for key, d in other.get("summary", {}).get("comparisons", {}).items()}
+    return {"identical": same, "base": base, "arms": arms, "deltas": deltas}
 
 
 def _where_it_starts(arm: str, v: dict) -> str:
@@ -118,6 +128,15 @@ def step_time_s(results: dict) -> dict[str, float | None]:
             for arm, entry in results.get("arms", {}).items()}
 
 
+def _comparison_name(key: str) -> str:
+    """A summary's comparison key as the tables write it: gmts_vs_ets -> GMTS - ETS."""
+    return " - ".join(part.upper().replace("_NZ", "-nz") for part in key.split("_vs_"))
+
+
+def _points(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:+.1f}"
+
+
 def _value(x: object) -> str:
     return format(x, ".7g") if isinstance(x, float) else str(x)
 
@@ -141,6 +160,11 @@ def markdown(comparison: dict) -> str:
                     f"{'yes' if c['identical'] else 'no'} | {where} |")
     if starts:
         rows += ["", "Where a difference starts:", "", *starts]
+    deltas = [f"{label} {_comparison_name(key)} {_points(b)} against {_points(a)}"
+              for label, c in comparison["compared"].items() for key, (a, b) in c.get("deltas", {}).items()
+              if a != b]  # files from before this field have none; equal ones need no line
+    if deltas:
+        rows += ["", f"Paired deltas that differ from {comparison['reference']}'s, points: " + "; ".join(deltas) + "."]
     times = comparison.get("step_time_s")
     if times:  # files from before this field have none
         rows.append("")

@@ -54,7 +54,36 @@ def test_each_difference_is_counted_where_it_is():
     assert repeat.compare(missing, _run())["arms"]["gmts"] == {"missing": True}
     base_only = _run()
     base_only["arms"] = {}
-    assert repeat.compare(_run(), base_only) == {"identical": True, "arms": {}, "base": repeat.compare(_run(), _run())["base"]}
+    assert repeat.compare(_run(), base_only) == {"identical": True, "arms": {}, "deltas": {},
+                                                 "base": repeat.compare(_run(), _run())["base"]}
+
+
+def test_records_pair_by_the_tasks_index_across_task_key_versions():
+    """A run keying its tasks by question and gold answer beside one keyed by the question alone: other hashes, the
+    same tasks; the records pair by index, so identical scores read identical (a hash pairing read every task as
+    differing)."""
+    other = _run()
+    for ev in [*other["base"]["evals"], *(a["eval"] for a in other["arms"].values())]:
+        for r in ev["records"]:
+            r["hash"] = "new-" + r["hash"]
+    assert repeat.compare(_run(), other)["identical"]
+    other["base"]["evals"][0]["records"][3]["scores"] = [0, 0]
+    assert repeat.compare(_run(), other)["base"]["0"]["tasks_differing"] == 1
+    hash_only = _run()
+    for r in hash_only["base"]["evals"][0]["records"]:
+        del r["task"]
+    assert repeat.compare(hash_only, _run())["base"]["0"]["tasks_differing"] == 0  # paired by hash
+
+
+def test_each_runs_paired_delta_is_kept_and_a_differing_one_printed(tmp_path, capsys):
+    first, other = _run(), _run()
+    first["summary"] = {"comparisons": {"gmts_vs_ets": {"delta": -0.032}}}
+    other["summary"] = {"comparisons": {"gmts_vs_ets": {"delta": -0.020}}}
+    assert repeat.compare(first, other)["deltas"] == {"gmts_vs_ets": [-0.032, -0.020]}
+    table = repeat.markdown({"reference": "first", "compared": {"again": repeat.compare(first, other)}})
+    assert "Paired deltas that differ from first's, points: again GMTS - ETS -2.0 against -3.2." in table
+    same = repeat.markdown({"reference": "first", "compared": {"again": repeat.compare(first, first)}})
+    assert "Paired deltas" not in same
 
 
 def test_the_file_written(tmp_path, capsys):
