@@ -530,7 +530,7 @@ def sequential_block(summary: dict) -> str:
     parts = sequential_parts(q, (summary.get("plan") or {}).get("file"))
     # the rule and the last look reached are the result table's row (--result): here where it stands and what it means
     items = [f"**Now:** {parts['now']} {parts['next']}".strip(),
-             parts["meaning"][:-1] + ", over repetitions of the whole procedure, not given the seeds seen.",
+             parts["meaning"],
              *parts["notes"]]  # the sensitivity comparison: check.py and docs/results.md
     return "\n".join(textwrap.fill(item, 118, initial_indent="- ", subsequent_indent="  ") for item in items) + "\n"
 

@@ -117,8 +117,8 @@ def meaning_line(q: dict) -> str:
                + (f"it cannot happen by {n_last}" if not m["smaller_possible"] else "possible by the last look"))
     return (f"What a verdict means: \"reproduced\" = a gain above {q['reproduced_above_points']:g} points, its size "
             f"not shown; \"refuted\" = below {q['refuted_below_points']:g}; \"a gain smaller than claimed\" (both) "
-            f"{smaller}; the error is {m['error_per_direction']:g} per direction over the whole sequence (the "
-            f"confirmatory plan's {m['continued_error']:.3f}){chance}.")
+            f"{smaller}; the error is {m['error_per_direction']:g} per direction over the whole sequence, repeated "
+            f"from its first seed (the confirmatory plan's {m['continued_error']:.3f}){chance}.")
 
 
 def next_look_line(q: dict, plan: str | None = None) -> str:
