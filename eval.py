@@ -205,10 +205,7 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     static, compile_decoding = decoding_plan(device.type, fast)
     cache_len = compile_cache_length(prompt_ids, max_new_tokens, None)  # the trainer's bucketing: one compiled shape
     config = _generation_config(model, tokenizer, sampling, max_new_tokens, static, compile_decoding, cache_len)
-    batch_size = -(-len(flat) // -(-len(flat) // batch_size)) if flat else batch_size  # even batches: little padding
-    # a prompt's k rows stay adjacent from a multiple of k (stable sort) and padding repeats the last row, so batches
-    # of a multiple of k rows hold whole groups: each prompt's prefill is computed once (decode_loop.sample)
-    rows_per_prompt = k if k > 0 and batch_size % k == 0 else 1
+    batch_size, rows_per_prompt = _even_batches(len(flat), batch_size, k)
     out: list[str | None] = [None] * len(flat)
     torch.manual_seed(seed)
     was_training = model.training
@@ -239,6 +236,14 @@ def generate_samples(model, tokenizer, prompts: list[list[dict]], k: int, seed: 
     finally:
         model.train(was_training)
     return [out[i * k : (i + 1) * k] for i in range(len(prompts))]
+
+
+def _even_batches(rows: int, batch_size: int, k: int) -> tuple[int, int]:
+    """(rows per batch, rows per prompt): batches of one even size at most `batch_size` (little padding); a prompt's k
+    rows stay adjacent from a multiple of k (stable sort) and padding repeats the last row, so batches of a multiple
+    of k rows hold whole groups, and each prompt's prefill is computed once (decode_loop.sample)."""
+    batch_size = -(-rows // -(-rows // batch_size)) if rows else batch_size
+    return batch_size, (k if k > 0 and batch_size % k == 0 else 1)
 
 
 def _check_sampling_noise(sampling_noise: str, compiled_step: bool) -> bool:

@@ -11,7 +11,8 @@ check.py, sweep.py, update_readme.py) or eval.py. This file imports nothing.
   fast_trainer.py (FastGMTSTrainer, which recipe.py builds), generation/ (decoding speed and the counter noise's
   keys), training_speed.py, determinism.py.
 - The experiment: arms.py (the arms table), recipe_config.py (the recipe's fields, parser and checks; no torch),
-  config_reference.py (docs/config.md from the fields), run_setup.py (tasks, model, records), data.py, models.py,
+  recipe_help.py (recipe.py --help: the fields grouped, with the active config's values), config_reference.py
+  (docs/config.md from the fields), run_setup.py (tasks, model, records), data.py, models.py,
   rewards.py (every GSM8K reward version), rewards_math.py and math_data.py (MATH), heldout.py, user_rules.py
   (--rules: a user's own rules in a fresh process), progress.py (the training console), gpu_memory.py, worker.py (a
   warm process for a sweep's cells).

@@ -264,7 +264,7 @@ def print_help(argv: list[str] | None = None) -> None:
     except (OSError, RecipeError) as e:
         print(f"(--config {name} cannot be read: {e}; the values below are the recipe's defaults)")
         config = {}
-    print(help_text(path, config, {k: v for k, v in cli.items() if k != "config"}, DEFAULT_CONFIG))
+    print(help_text(path, config, {k: v for k, v in cli.items() if k != "config"}, DEFAULT_CONFIG, RecipeArgs))
 
 
 def print_full_help() -> None:

@@ -63,10 +63,8 @@ WIDTH = 118
 NOTE_COLUMN = 34
 
 
-def _own_fields() -> dict[str, dataclasses.Field]:
-    from gmts_recipe.recipe_config import RecipeArgs
-
-    return {f.name: f for cls in (RecipeArgs, SpeedOptions) for f in dataclasses.fields(cls) if f.init}
+def _own_fields(recipe_args: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for cls in (recipe_args, SpeedOptions) for f in dataclasses.fields(cls) if f.init}
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -94,9 +92,10 @@ def active_values(config: dict, cli: dict[str, str]) -> dict[str, str]:
     return {k: _shown(v) for k, v in {**config, **cli}.items() if k not in ("config", "rules", "help", "help-all")}
 
 
-def help_text(config_path: Path, config: dict, cli: dict[str, str], default_config: str) -> str:
-    """The whole of --help: usage, where the values come from, the groups, and where the rest is documented."""
-    own = _own_fields()
+def help_text(config_path: Path, config: dict, cli: dict[str, str], default_config: str, recipe_args: type) -> str:
+    """The whole of --help: usage, where the values come from, the groups, and where the rest is documented.
+    `recipe_args`: recipe_config.RecipeArgs, passed in so that this module imports nothing of recipe_config."""
+    own = _own_fields(recipe_args)
     values = active_values(config, cli)
     where = ("the command line's over " if cli.keys() - {"config", "help", "help-all"} else "") + f"{config_path}'s"
     lines = [USAGE, "", *textwrap.wrap(

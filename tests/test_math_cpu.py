@@ -14,6 +14,7 @@ import check
 import eval as evaluation
 import recipe
 from gmts_recipe import recipe_config, tables
+from gmts_recipe.heldout import seeded_heldout
 from gmts_recipe.speed_options import CUDA_ONLY, EAGER_STEP, options_that_ran
 from gmts_recipe.stats import no_learning_signal
 from results_files import rehash, seal_format_1
@@ -32,7 +33,7 @@ def test_configs_math_cpu_is_task_math_at_a_cpus_size():
                                                                          "smollm2-135m-instruct")
     rollouts = train.per_device_train_batch_size * train.gradient_accumulation_steps
     assert rollouts <= 8 and train.max_completion_length <= 128 and train.max_steps <= 4
-    assert r.n_heldout <= 10 and r.eval_samples == 1 and list(r.base_eval_seeds) == [0] and not r.eval_ocw
+    assert r.n_heldout <= 10 and r.eval_samples == 1 and list(r.base_eval_seeds) == [0, 1] and not r.eval_ocw
     from gmts_recipe.run_setup import config_record, second_heldout
 
     assert config_record(r, train, model)["eval_ocw"] is False and second_heldout(r) is None
@@ -99,30 +100,38 @@ def test_check_says_why_a_flat_arm_is_flat(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------- --show: a number is an index
-def _shifted_run(tmp_path: Path) -> Path:
-    """A run whose held-out tasks are numbered 200-259 (as MATH-500's lines are whatever n_heldout drew), their keys
-    f"{i:016x}" for i in 0-59: "12" is no task's number but the start of task 218's key."""
+def _drawn_run(tmp_path: Path) -> tuple[Path, list[int]]:
+    """A run whose 60 held-out tasks are those its seeded split draws from a test pool of 300 (as MATH-500's lines are
+    whatever n_heldout drew, so their numbers are not 0-59), their keys f"{i:016x}" for i in 0-59; and those numbers.
+    """
     results = fake_results()
-    results["data"]["heldout"] = [[i + 200, key] for i, key in results["data"]["heldout"]]
+    results["data"]["test_pool"], results["data"]["train_pool"] = 300, 1000
+    results["config"]["n_heldout"] = 60
+    drawn = seeded_heldout(results, None)
+    number = {i: drawn[pos] for pos, (i, _) in enumerate(results["data"]["heldout"])}
+    results["data"]["heldout"] = [[number[i], key] for i, key in results["data"]["heldout"]]
     for ev in [*results["base"]["evals"], *(entry["eval"] for entry in results["arms"].values())]:
         for r in ev["records"]:
-            r["task"] += 200
-    return run_dir(tmp_path, seal_format_1(rehash(results)))
+            r["task"] = number[r["task"]]
+    return run_dir(tmp_path, seal_format_1(rehash(results))), drawn
 
 
 def test_show_reads_a_number_as_the_tasks_index_never_as_a_hash(tmp_path, capsys):
-    path = _shifted_run(tmp_path)
-    assert check.main([str(path), "--show", "218"]) == 0
-    assert capsys.readouterr().out.startswith("task 218 (question hash 0000000000000012)")
-    assert check.main([str(path), "--show", "0000000000000012"]) == 2  # digits only: an index, and none is 12
+    path, drawn = _drawn_run(tmp_path)
+    hex_only = next(i for i in range(60) if i not in drawn and f"{i:016x}".isdigit())  # a key of digits, no index
+    key = f"{hex_only:016x}"
+    owner = drawn[hex_only]  # the task whose key it is
+    assert check.main([str(path), "--show", str(owner)]) == 0
+    assert capsys.readouterr().out.startswith(f"task {owner} (question hash {key})")
+    assert check.main([str(path), "--show", key]) == 2  # digits only: an index, and none is this number
     err = capsys.readouterr().err.strip()
-    assert err.startswith("check.py: --show 0000000000000012: no task has index 12 here (a number is a task's index")
-    assert "task 218's hash starts 0000000000000012 (0000000000000012): --show key:0000000000000012" in err
+    assert err.startswith(f"check.py: --show {key}: no task has index {hex_only} here (a number is a task's index")
+    assert f"task {owner}'s hash starts {key} ({key}): --show key:{key}" in err
     assert "\n" not in err
-    assert check.main([str(path), "--show", "key:0000000000000012"]) == 0
-    assert capsys.readouterr().out.startswith("task 218 ")
-    assert check.main([str(path), "--show", "000000000000003b"]) == 0  # a letter: a prefix of the hash
-    assert capsys.readouterr().out.startswith("task 259 ")
+    assert check.main([str(path), "--show", f"key:{key}"]) == 0
+    assert capsys.readouterr().out.startswith(f"task {owner} ")
+    assert check.main([str(path), "--show", f"{59:016x}"]) == 0  # a letter: a prefix of the hash
+    assert capsys.readouterr().out.startswith(f"task {drawn[59]} ")
     assert check.main([str(path), "--show", "task-7"]) == 2
     assert "give a task's index (a number, e.g. 3) or the start of its hash" in capsys.readouterr().err
 

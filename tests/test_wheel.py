@@ -145,8 +145,8 @@ def test_the_installed_evaluator_runs_outside_the_clone_and_writes_under_runs(wh
     done = subprocess.run([sys.executable, "-m", "eval", model, "--config", "configs/nowhere.yaml"], cwd=elsewhere,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "config file configs/nowhere.yaml not found (configs: configs/math-paper.yaml, configs/math.yaml, " \
-           "configs/offline.yaml, configs/paper.yaml" in done.stderr
+    assert "config file configs/nowhere.yaml not found (configs: configs/math-cpu.yaml, configs/math-paper.yaml, " \
+           "configs/math.yaml, configs/offline.yaml, configs/paper.yaml" in done.stderr
 
 
 @pytest.mark.slow

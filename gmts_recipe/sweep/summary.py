@@ -69,6 +69,28 @@ def training_reward_fell(train_log: list[dict]) -> bool:
     return late is not None and late < early
 
 
+def _pooled_at_shared_rates(cells: list[dict], scores: dict) -> list[dict]:
+    """Each rule comparison pooled over the seeds that ran both arms at one (variant, learning rate), with the seeds
+    the paper's claimed gains would need at this spread."""
+    pooled = []
+    settings = sorted({(c["variant"], c["learning_rate"]) for c in cells})
+    for variant, lr in settings:
+        seeds = sorted(c["seed"] for c in cells if (c["variant"], c["learning_rate"]) == (variant, lr))
+        for a, b in rule_comparisons():
+            both = [s for s in seeds if (variant, lr, s, a) in scores and (variant, lr, s, b) in scores]
+            if not both:
+                continue
+            d = _pooled(scores, (variant, lr, a), (variant, lr, b), both)
+            pooled.append({"variant": variant, "learning_rate": lr, "comparison": f"{a} - {b}", "seeds": both,
+                           "comparison_kind": "shared learning rate", **d})
+            if f"{a} - {b}" in CLAIMED and len(both) >= 3:  # seeds this spread needs to detect the paper's gains
+                pooled[-1]["per_seed_sd"] = dict(zip(("sd", "low", "high"), sd_interval(d["per_seed"])))
+                pooled[-1]["seeds_for_power"] = {  # None: more than MAX_SEEDS
+                    f"{100 * e:+.1f}": seeds_for_power(d["per_seed"], e, power=POWER, max_seeds=MAX_SEEDS)
+                    for e in CLAIMED[f"{a} - {b}"]}
+    return pooled
+
+
 def summarize(grid: Grid, index: list[Evaluation] | None = None) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone;
     `index`: extended with every evaluation of its cells (cells.Evaluation), for `verify` to hold against the sweeps
@@ -110,22 +132,7 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None) -> dict:
         index.extend(ev for c in seen for ev in c.evaluations)
     if len(base_hashes) > 1:
         raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
-    pooled = []
-    settings = sorted({(c["variant"], c["learning_rate"]) for c in cells})
-    for variant, lr in settings:
-        seeds = sorted(c["seed"] for c in cells if (c["variant"], c["learning_rate"]) == (variant, lr))
-        for a, b in rule_comparisons():
-            both = [s for s in seeds if (variant, lr, s, a) in scores and (variant, lr, s, b) in scores]
-            if not both:
-                continue
-            d = _pooled(scores, (variant, lr, a), (variant, lr, b), both)
-            pooled.append({"variant": variant, "learning_rate": lr, "comparison": f"{a} - {b}", "seeds": both,
-                           "comparison_kind": "shared learning rate", **d})
-            if f"{a} - {b}" in CLAIMED and len(both) >= 3:  # seeds this spread needs to detect the paper's gains
-                pooled[-1]["per_seed_sd"] = dict(zip(("sd", "low", "high"), sd_interval(d["per_seed"])))
-                pooled[-1]["seeds_for_power"] = {  # None: more than MAX_SEEDS
-                    f"{100 * e:+.1f}": seeds_for_power(d["per_seed"], e, power=POWER, max_seeds=MAX_SEEDS)
-                    for e in CLAIMED[f"{a} - {b}"]}
+    pooled = _pooled_at_shared_rates(cells, scores)
     best = best_stable(training)
     for variant in sorted({c["variant"] for c in cells}):
         lr_of = {row["arm"]: row["learning_rate"] for row in best if row["variant"] == variant}
