@@ -1537,7 +1537,7 @@ def test_a_sequential_line_says_what_its_verdicts_mean_and_what_to_run_next(tmp_
     flat = " ".join(text.split())
     assert "Next: `python sweep.py" in flat and "seeds 5-6 reach it" in flat
     assert '"reproduced" = a gain above 0 points, its size not shown' in flat and "it cannot happen by 8" in flat
-    assert "over the whole sequence (the confirmatory plan's 0.025)" in flat
+    assert "over the whole sequence, repeated from its first seed (the confirmatory plan's 0.025)" in flat
     old = 100 * statistics.fmean(q["per_seed"])
     assert f"Sensitivity (planned, never a decision): old seeds 1-4 {old:+.1f} points" in flat
     assert "GRPO (all tokens)" not in text and "Per training step" not in text  # no empty table
