@@ -184,6 +184,36 @@ def test_which_evaluations_may_share_texts():
         check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "b", {}, eval_hash="other")])
     with pytest.raises(SweepError, match="b/c2 arms.ets.eval holds the evaluation of a/c1 base.evals"):
         check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "q", {"ets": "b"}, eval_hash="other")])
+    # two cells whose arms both wrote their shared base's texts (training changed nothing): nothing copied
+    check_apart([*cell("a", "c1", "b", {"ets": "b"}), *cell("a", "c2", "b", {"ets": "b", "gmts": "b"})])
+    with pytest.raises(SweepError, match=r"a/c2 arms.ets.eval holds the evaluation of a/c1 base.evals\[0\]"):
+        check_apart([*cell("a", "c1", "b", {"ets": "b"}), *cell("a", "c2", "q", {"ets": "b"}, eval_hash="other")])
+
+    def texts(sweep, name, base_texts, arm_files, eval_hash="h"):
+        """A base file holds the questions, an arm's not: the same texts in other bytes (as recipe.py writes them)."""
+        ev = lambda sha, lengths: {"seed": 0, "samples": {"sha256": sha * 64},  # noqa: E731
+                                   "records": [{"task": 0, "lengths": lengths, "scores": [0.0, 1.0]}]}
+        return evaluations_of(sweep, name, {"base": {"eval_hash": eval_hash, "evals": [ev("b", base_texts)]},
+                                            "arms": {arm: {"eval": ev(sha, lengths)}
+                                                     for arm, (sha, lengths) in arm_files.items()}})
+
+    # a tiny run: each cell's arm wrote its base's texts, its file the same bytes in both cells
+    check_apart([*texts("a", "c1", [3, 5], {"ets": ("x", [3, 5])}), *texts("a", "c2", [3, 5], {"ets": ("x", [3, 5])})])
+    # the same file in both cells, its texts not the base's: a copy
+    with pytest.raises(SweepError, match="a/c2 arms.ets.eval holds the evaluation of a/c1 arms.ets.eval"):
+        check_apart([*texts("a", "c1", [3, 5], {"ets": ("x", [4, 5])}),
+                     *texts("a", "c2", [3, 5], {"ets": ("x", [4, 5])})])
+
+    def untrained(sweep, name, arm_keys, rewards):
+        ev = lambda key: {"seed": 0, "records": [], "samples": {"sha256": key * 64}}  # noqa: E731
+        log = [{"step": 1, "reward": r} for r in rewards]
+        return evaluations_of(sweep, name, {"base": {"eval_hash": "h", "evals": [ev("b")]},
+                                            "arms": {arm: {"eval": ev(k), "train_log": log} for arm, k in arm_keys.items()}})
+
+    # two arms that had nothing to learn from (every reward 0) sample alike from one adapter init: not a copy
+    check_apart([*untrained("a", "c1", {"ets": "x"}, [0.0, 0.0]), *untrained("a", "c2", {"ets": "x"}, [0.0, 0.0])])
+    with pytest.raises(SweepError, match="a/c2 arms.ets.eval holds the evaluation of a/c1 arms.ets.eval"):
+        check_apart([*untrained("a", "c1", {"ets": "x"}, [0.0, 0.5]), *untrained("a", "c2", {"ets": "x"}, [0.0, 0.0])])
 
 
 def test_a_math_runs_heldout_tasks_are_its_seeded_split():

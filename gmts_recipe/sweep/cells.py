@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gmts_recipe.records import numbers_close, recorded_reward_version
+from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep.grid import Cell, SweepError
 
 
@@ -40,6 +41,7 @@ class Evaluation:
     owner: tuple
     kin: frozenset
     keys: tuple[str, ...]
+    untrained: bool = False  # an arm whose train log shows no learning signal (stats.no_learning_signal)
 
     def name(self) -> str:
         return f"{self.sweep}/{self.cell} {self.where}"
@@ -74,7 +76,9 @@ def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = Non
     bases = [(f"base.evals[{i}]", ev, ("base", shared, ev.get("seed"))) for i, ev in enumerate(base.get("evals", []))]
     own = ("cell", sweep, cell)
     kin = frozenset({own, *(owner for *_, owner in bases)})
-    arms = [(f"arms.{arm}.eval", entry["eval"], own) for arm, entry in (results.get("arms") or {}).items()]
+    entries = (results.get("arms") or {}).items()
+    arms = [(f"arms.{arm}.eval", entry["eval"], own) for arm, entry in entries]
+    untrained = {f"arms.{arm}.eval" for arm, entry in entries if no_learning_signal(entry.get("train_log") or [])}
     out = []
     for where, ev, owner in [*bases, *arms]:
         sha = (ev.get("samples") or {}).get("sha256") if isinstance(ev.get("samples"), dict) else None
@@ -84,7 +88,7 @@ def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = Non
             keys = memo[(owner, sha)]
         else:
             keys = evaluation_keys(ev)
-        out.append(Evaluation(sweep, cell, where, owner, kin, keys))
+        out.append(Evaluation(sweep, cell, where, owner, kin, keys, where in untrained))
     return out
 
 
@@ -92,13 +96,26 @@ def check_apart(evaluations: Iterable[Evaluation]) -> None:
     """No evaluation appears twice: a samples file, by its bytes or by its texts (evaluation_keys), belongs to one
     evaluation of one cell (a base evaluation to its evaluation hash and seed, shared by the cells that evaluated that
     base) across every sweep given. A GMTS evaluation copied into another cell (which keeps its own training log),
-    or a cell copied under another seed into another sweep, is refused naming both."""
+    or a cell copied under another seed into another sweep, is refused naming both; arms of two cells that both wrote
+    their shared base's texts, or that both had nothing to learn from (their train logs: every advantage 0, so each
+    ends where it started and, from one adapter init, samples alike), are not."""
+    evaluations = list(evaluations)
+    # an arm that wrote its own cell's base texts (training changed nothing, as in a tiny run): no copy could move it
+    base_texts: dict[str, set[tuple]] = {}
+    for ev in evaluations:
+        if ev.owner[0] == "base":
+            for key in ev.keys:
+                base_texts.setdefault(key, set()).add(ev.owner)
+    as_base = {id(ev) for ev in evaluations if ev.owner[0] != "base" and any(
+        base_texts.get(key, set()) & ev.kin for key in ev.keys)}
     index: dict[str, dict[tuple, Evaluation]] = {}
     for ev in evaluations:
         for key in ev.keys:
             holders = index.setdefault(key, {})
             for owner, other in holders.items():
-                if owner != ev.owner and owner not in ev.kin and ev.owner not in other.kin:
+                if owner != ev.owner and owner not in ev.kin and ev.owner not in other.kin \
+                        and not (id(ev) in as_base and id(other) in as_base) \
+                        and not (ev.untrained and other.untrained):
                     raise SweepError(f"{ev.name()} holds the evaluation of {other.name()} ({key}): an evaluation "
                                      f"belongs to one cell")
             holders.setdefault(ev.owner, ev)
