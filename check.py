@@ -101,6 +101,7 @@ from pathlib import Path
 
 from gmts_recipe import heldout  # MATH_PATH: where a MATH run's held-out sets are read (--math_path)
 from gmts_recipe.arms import short_name  # the arms' short names (no torch)
+from gmts_recipe.code_digest import code_note  # which commit's code a run ran, from its recorded digest
 from gmts_recipe.records import CURVES_NOTE, ResultsError, read_results  # a results file's model and checks
 from gmts_recipe.samples import dataset_line, samples_line, samples_of, show, verify  # what each evaluation scored
 from gmts_recipe.speed_options import recorded_noise_version
@@ -287,6 +288,9 @@ def _provenance_text(p: dict, counter_noise: bool = False) -> str:
     commit = str(p.get("commit") or "unknown")[:12] + (
         f" (uncommitted changes: {', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})" if changed else
         " (uncommitted changes)" if p.get("dirty") else "")
+    note = code_note(p)  # the commit whose code ran, from the code's digest (a stale .git names another)
+    if note and (note != "code as committed" or p.get("dirty")):
+        commit += f" [{note}]"
     gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
     libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
     recorded = dict(p.get("options") or {})

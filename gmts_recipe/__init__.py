@@ -12,7 +12,8 @@ check.py, sweep.py, update_readme.py) or eval.py. This file imports nothing.
   keys), training_speed.py, determinism.py.
 - The experiment: arms.py (the arms table), recipe_config.py (the recipe's fields, parser and checks; no torch),
   recipe_help.py (recipe.py --help: the fields grouped, with the active config's values), config_reference.py
-  (docs/config.md from the fields), run_setup.py (tasks, model, records), data.py, models.py,
+  (docs/config.md from the fields), run_setup.py (tasks, model, records), code_digest.py (which commit's code a run
+  ran, from the files themselves), data.py, models.py,
   rewards.py (every GSM8K reward version), rewards_math.py and math_data.py (MATH), heldout.py, user_rules.py
   (--rules: a user's own rules in a fresh process), progress.py (the training console), gpu_memory.py, worker.py (a
   warm process for a sweep's cells).

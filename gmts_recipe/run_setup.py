@@ -215,13 +215,15 @@ def _git_state(folder: Path | None) -> tuple[str | None, list[str] | None]:
 
 def provenance(started: float, finished: float, processes: int, options: dict, device_type: str = "cuda") -> dict:
     """Where an arm (recipe.py) or an evaluation-only file's evaluations (eval.py) ran, recorded in the file and
-    printed by check.py: the code's commit (whether it had uncommitted changes, and which paths), start and end (UTC),
-    host, GPU name and count, library versions and the execution options as they ran on `device_type`
+    printed by check.py: the code's commit (whether it had uncommitted changes, and which paths), the digest of the
+    code on disk (code_digest: check.py finds the commit that holds it where a stale .git named another), start and
+    end (UTC), host, GPU name and count, library versions and the execution options as they ran on `device_type`
     (speed_options.options_that_ran: on a CPU no CUDA-only option is listed as on). Not part of the config record, so
     not of the config hash: the same configuration run elsewhere is the same run."""
     import datetime
     import socket
 
+    from gmts_recipe.code_digest import code_digest
     from gmts_recipe.speed_options import options_that_ran
 
     commit, changed = _git_state(None)
@@ -229,6 +231,7 @@ def provenance(started: float, finished: float, processes: int, options: dict, d
     v = versions()
     return {"commit": commit, "dirty": None if changed is None else bool(changed),
             **({"changed_files": changed[:MAX_CHANGED_FILES]} if changed else {}),
+            **({"code_digest": digest} if (digest := code_digest()) else {}),
             "started": utc(started), "finished": utc(finished),
             "host": socket.gethostname(), "gpu": v.pop("gpu"), "gpus": v.pop("gpus"), "processes": processes,
             "versions": v, "options": options_that_ran(options, device_type)}
