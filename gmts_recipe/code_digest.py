@@ -70,12 +70,9 @@ def commit_digest(commit: str, root: Path) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def commit_with_code(digest: str, recorded: str | None, root: Path) -> str | None:
-    """The commit whose code has `digest`: the recorded commit where its code matches, else the commit of HEAD's
-    history that made the code exactly this (the newest such, read among the commits that change code);
-    None where no commit holds it (code that ran uncommitted, or a history this checkout lacks)."""
-    if recorded and commit_digest(recorded, root) == digest:
-        return _git(root, "rev-parse", recorded).strip()
+def commit_with_code(digest: str, root: Path) -> str | None:
+    """The commit of HEAD's history that made the code exactly `digest` (the newest such, read among the commits
+    that change code); None where no commit holds it (code that ran uncommitted, or a history this checkout lacks)."""
     history = _git(root, "rev-list", "HEAD", "--", ":(glob)*.py", f":(glob){PACKAGE}/**/*.py")
     for commit in (history or "").split():
         if commit_digest(commit, root) == digest:
@@ -83,17 +80,28 @@ def commit_with_code(digest: str, recorded: str | None, root: Path) -> str | Non
     return None
 
 
-def code_note(provenance: dict, root: Path | None = None) -> str:
-    """What check.py says of a run's code beside its recorded commit: "" where the run recorded no digest (runs from
-    before it); "code as committed" where its code is its recorded commit's; else which commit's code ran, or that
-    none holds it."""
+def code_commit(provenance: dict, root: Path | None = None) -> tuple[str, str | None] | None:
+    """Which commit's code a run ran, from the digest its provenance recorded: None where it recorded none (runs from
+    before it); ("recorded", commit) where its code is its recorded commit's; ("other", commit) where it is another
+    commit's (a stale .git named the recorded one); ("none", None) where no commit of this history holds it."""
     digest, recorded = provenance.get("code_digest"), provenance.get("commit")
-    root = root or ROOT
     if not isinstance(digest, str):
+        return None
+    root = root or ROOT
+    if isinstance(recorded, str) and commit_digest(recorded, root) == digest:
+        return "recorded", recorded
+    found = commit_with_code(digest, root)
+    return ("other", found) if found else ("none", None)
+
+
+def code_note(provenance: dict, root: Path | None = None) -> str:
+    """What check.py says of a run's code beside its recorded commit (code_commit): "" where the run recorded no
+    digest; "code as committed" where its code is its recorded commit's; else which commit's code ran, or that none
+    holds it."""
+    match = code_commit(provenance, root)
+    if match is None:
         return ""
-    found = commit_with_code(digest, recorded if isinstance(recorded, str) else None, root)
-    if found is None:
-        return "code of no commit in this history"
-    if isinstance(recorded, str) and len(recorded) >= 7 and found.startswith(recorded):
+    kind, commit = match
+    if kind == "recorded":
         return "code as committed"
-    return f"code of commit {found[:10]}"
+    return f"code of commit {commit[:10]}" if kind == "other" else "code of no commit in this history"

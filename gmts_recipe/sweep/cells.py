@@ -33,7 +33,8 @@ class Evaluation:
     (sweep, cell, field), whose it is (`owner`: the cell, for an arm; for a base evaluation, which every cell of a
     base's evaluation hash shares, that hash and its seed), the owners it may share texts with (`kin`: its cell's own
     base evaluations, which an arm matches where training changed nothing, as in a tiny run) and what it holds
-    (`keys`: its samples file's SHA-256, and its texts task by task, evaluation_keys)."""
+    (`keys`: its samples file's SHA-256, and its texts task by task, evaluation_keys); for an arm, whether it had no
+    learning signal (`untrained`) and whether it holds its own base's texts (`as_base`): two such arms may match."""
 
     sweep: str
     cell: str
@@ -42,6 +43,7 @@ class Evaluation:
     kin: frozenset
     keys: tuple[str, ...]
     untrained: bool = False  # an arm whose train log shows no learning signal (stats.no_learning_signal)
+    as_base: bool = False  # an arm that holds one of its own cell's base evaluations' keys: it wrote its base's texts
 
     def name(self) -> str:
         return f"{self.sweep}/{self.cell} {self.where}"
@@ -88,7 +90,9 @@ def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = Non
             keys = memo[(owner, sha)]
         else:
             keys = evaluation_keys(ev)
-        out.append(Evaluation(sweep, cell, where, owner, kin, keys, where in untrained))
+        # an arm holding its own base's texts: training changed nothing (a tiny run), and no copy could move it
+        as_base = owner == own and any(key in b.keys for b in out if b.owner != own for key in keys)
+        out.append(Evaluation(sweep, cell, where, owner, kin, keys, where in untrained, as_base))
     return out
 
 
@@ -99,22 +103,13 @@ def check_apart(evaluations: Iterable[Evaluation]) -> None:
     or a cell copied under another seed into another sweep, is refused naming both; arms of two cells that both wrote
     their shared base's texts, or that both had nothing to learn from (their train logs: every advantage 0, so each
     ends where it started and, from one adapter init, samples alike), are not."""
-    evaluations = list(evaluations)
-    # an arm that wrote its own cell's base texts (training changed nothing, as in a tiny run): no copy could move it
-    base_texts: dict[str, set[tuple]] = {}
-    for ev in evaluations:
-        if ev.owner[0] == "base":
-            for key in ev.keys:
-                base_texts.setdefault(key, set()).add(ev.owner)
-    as_base = {id(ev) for ev in evaluations if ev.owner[0] != "base" and any(
-        base_texts.get(key, set()) & ev.kin for key in ev.keys)}
     index: dict[str, dict[tuple, Evaluation]] = {}
     for ev in evaluations:
         for key in ev.keys:
             holders = index.setdefault(key, {})
             for owner, other in holders.items():
                 if owner != ev.owner and owner not in ev.kin and ev.owner not in other.kin \
-                        and not (id(ev) in as_base and id(other) in as_base) \
+                        and not (ev.as_base and other.as_base) \
                         and not (ev.untrained and other.untrained):
                     raise SweepError(f"{ev.name()} holds the evaluation of {other.name()} ({key}): an evaluation "
                                      f"belongs to one cell")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gmts_recipe.arms import arm_named, arms as rule_arms, comparisons as rule_comparisons, control_arms, short_name
-from gmts_recipe.code_digest import code_note
+from gmts_recipe.code_digest import code_commit
 from gmts_recipe.records import write_json
 from gmts_recipe.stats import signed
 from gmts_recipe.tables import fit_table, fit_text
@@ -39,17 +39,16 @@ def cell_origin(results: dict) -> str:
     def one(entry: dict) -> str:
         p = entry.get("provenance")
         if isinstance(p, dict):
-            note = code_note(p)  # its code's digest matched against git: the commit whose code ran
-            if note.startswith("code of commit "):  # a stale .git named another commit: the code's is the one
-                return f"{note.removeprefix('code of commit ')[:7]} (recorded {str(p.get('commit'))[:7]}), " \
-                       f"{p.get('gpu') or 'CPU'}"
+            match = code_commit(p)  # its code's digest matched against git: the commit whose code ran
+            if match and match[0] == "other":  # a stale .git named another commit: the code's is the one
+                return f"{match[1][:7]} (recorded {str(p.get('commit'))[:7]}), {p.get('gpu') or 'CPU'}"
             commit = str(p["commit"])[:7] if p.get("commit") else "commit not recorded"
-            if note == "code as committed":  # other files may differ (docs, results): the code did not
+            if match is None:
+                commit += " (uncommitted changes)" if p.get("dirty") else ""
+            elif match[0] == "recorded":  # other files may differ (docs, results): the code did not
                 commit += " (code as committed)" if p.get("dirty") else ""
-            elif note:
+            else:
                 commit += " (code of no commit)"
-            elif p.get("dirty"):
-                commit += " (uncommitted changes)"
             return f"{commit}, {p.get('gpu') or 'CPU'}"
         return f"commit not recorded, {(results.get('versions') or {}).get('gpu') or 'CPU'}"
 
