@@ -109,6 +109,57 @@ def state(per_seed: Sequence[float], design: Design) -> dict:
             "seeds_to_next_look": None if nxt is None else nxt - len(x)}
 
 
+def stagewise_estimate(per_seed: Sequence[float], design: Design, confidence: float = 0.95, paths: int = 200_000,
+                       seed: int = 0) -> dict | None:
+    """After the test ends (a decision at a look, or undecided at the last), the median-unbiased estimate of the true
+    mean delta and its confidence interval under the stage-wise ordering (Jennison & Turnbull, ch. 8): outcomes are
+    ordered first by the look they stop at (an earlier stop above the boundaries ranks above every later outcome, an
+    earlier stop below under every later one), then by the mean at that look. The estimate is the true mean under
+    which an outcome at least as high as the observed one has chance 1/2; the interval's ends, chance (1 -
+    confidence) / 2 and (1 + confidence) / 2. Unlike the repeated confidence interval printed at every look (mean -/+
+    c se, valid whatever the stopping), it accounts for the test having stopped where it did, without the naive
+    mean's bias after an early stop. The SD is taken as known (the SD of the deltas at the stop) and the chances are
+    read off `paths` simulated paths with common random numbers (seeded: reproducible). A stop above both boundaries
+    at once ("a gain smaller than claimed", possible only past the planned looks here) counts by its side of the
+    thresholds' midpoint. None while the test goes on."""
+    now = state(per_seed, design)
+    if now["decision"] is None:
+        return None
+    stop = now["looks"][-1]["look"]
+    x = np.asarray(per_seed, dtype=float)[:design.looks[stop]]
+    observed, sd = float(x.mean()), float(x.std(ddof=1))
+    n = np.asarray(design.looks, dtype=float)
+    rng = np.random.default_rng(seed)
+    walk = np.cumsum(rng.standard_normal((paths, n.size)) * np.sqrt(np.diff(np.concatenate([[0.0], n]))), axis=1)
+    se = sd / np.sqrt(n)
+    upper = design.reproduced_above + np.asarray(design.reproduced_critical) * se  # "reproduced" above, in points
+    lower = design.refuted_below - np.asarray(design.refuted_critical) * se  # "refuted" below
+    middle = (design.reproduced_above + design.refuted_below) / 2
+
+    def at_least(mu: float) -> float:
+        mean = mu + sd * walk / n  # (paths, looks)
+        crossed = (mean > upper) | (mean < lower)
+        first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), n.size)
+        f = np.minimum(first, n.size - 1)
+        at_stop = mean[np.arange(paths), f]
+        above, below = at_stop > upper[f], at_stop < lower[f]
+        up = np.where(above & below, at_stop > middle, above)  # the side it stopped on
+        early = first < stop
+        return float(((early & up) | (~early & (mean[:, stop] >= observed))).mean())
+
+    def solve(target: float) -> float:
+        half = 12 * sd / math.sqrt(n[stop])
+        lo, hi = observed - half, observed + half
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if at_least(mid) < target else (lo, mid)
+        return (lo + hi) / 2
+
+    tail = (1 - confidence) / 2
+    return {"look": stop, "seeds": int(x.size), "mean": observed, "median_unbiased": solve(0.5),
+            "low": solve(tail), "high": solve(1 - tail), "confidence": confidence, "paths": paths}
+
+
 def _t_at_looks(sums: np.ndarray, squares: np.ndarray, looks: Sequence[int]) -> np.ndarray:
     """(paths, looks) t statistics of the mean against 0 from each block's sum and within-block sum of squares about
     the block mean (paths, blocks), block j holding looks[j] - looks[j-1] seeds."""
@@ -144,19 +195,79 @@ def resampled_paths(residuals: Sequence[float], looks: Sequence[int], paths: int
     return out
 
 
-def boundary(t: np.ndarray, first_critical: float, error: float) -> float:
+def boundary(t: np.ndarray, first_critical: float, error: float, first_exact: float | None = None) -> float:
     """The constant c for every look after the first such that, over these null paths (paths, looks), the share that
     crosses first_critical at the first look or c at any later one is `error`: the smallest such c, read off the
     paths that do not cross at the first look. Where the first look alone already spends the whole error (a world
     whose deltas make the fixed-size test's own quantile too loose), nothing is left for later looks: math.inf, the
     direction can no longer be decided after the first look (never an exception: a simulation over many such worlds
-    goes on)."""
+    goes on).
+
+    `first_exact`: the first look's crossing share where it is known exactly (`first_look_share`), used as a control
+    variate: the error splits into P(first) + P(not first) x P(later | not first), and only the second factor is read
+    off the paths (those that do not cross first), so the first look's Monte Carlo noise no longer moves c."""
     first = t[:, 0] > first_critical
-    rest = t[~first, 1:].max(axis=1)
-    spare = error * t.shape[0] - int(first.sum())  # paths still allowed to cross later
-    if spare <= 0:
-        return math.inf
-    return float(np.sort(rest)[::-1][int(spare)])  # the (spare+1)-th largest: exactly `spare` paths lie above it
+    rest = np.sort(t[~first, 1:].max(axis=1))[::-1]
+    j = _spare(first, error, first_exact)
+    return math.inf if j is None else float(rest[j])  # the (j+1)-th largest: exactly j paths lie above it
+
+
+def _spare(first: np.ndarray, error: float, first_exact: float | None) -> int | None:
+    """How many of the paths that do not cross at the first look may cross later (None: none may)."""
+    if first_exact is None:
+        spare = error * first.size - int(first.sum())  # paths still allowed to cross later
+    else:
+        spare = (error - first_exact) / (1 - first_exact) * int((~first).sum())
+    return None if spare <= 0 else int(spare)
+
+
+def boundary_se(t: np.ndarray, first_critical: float, error: float, first_exact: float | None = None) -> float | None:
+    """The Monte Carlo standard error of `boundary`'s c (None where c is math.inf): c is a sample quantile of the
+    later looks' maximum among the paths that do not cross first, so its error is the share's binomial error over
+    the density there (Siddiqui's estimate from the order statistics around c). Without `first_exact` the first
+    look's own binomial noise is in the share's error too."""
+    first = t[:, 0] > first_critical
+    rest = np.sort(t[~first, 1:].max(axis=1))[::-1]
+    j = _spare(first, error, first_exact)
+    return None if j is None else quantile_se(rest, j, first.size if first_exact is None else rest.size, error
+                                              if first_exact is None else j / rest.size)
+
+
+def quantile_se(descending: np.ndarray, j: int, paths: int, share: float) -> float:
+    """The standard error of the value descending[j] as an estimate of the level at which a share `share` of `paths`
+    paths lies above: sqrt(share (1 - share) / paths) over the density of the values there per path, the density
+    from the spacing of the order statistics k either side (k ~ the square root of j, at least 10)."""
+    k = max(10, int(math.sqrt(j)))
+    lo, hi = max(0, j - k), min(descending.size - 1, j + k)
+    spacing = float(descending[lo] - descending[hi])
+    if spacing <= 0:
+        return 0.0
+    density = (hi - lo) / paths / spacing
+    return math.sqrt(share * (1 - share) / paths) / density
+
+
+def first_look_share(n: int, critical: float, rate: float = 0.0, jump: float = 0.0) -> float:
+    """The exact chance that a look over n per-seed deltas, standard normal and each moved by `jump` (in their SDs;
+    negative: down) with probability `rate`, the mixture centred to mean 0, has t = mean / se > critical.
+
+    Given k moved seeds the mean times sqrt(n) is normal (mean sqrt(n) (k/n - rate) jump, variance 1) and independent
+    of the sum of squares about the mean, a noncentral chi-square with n - 1 degrees of freedom and noncentrality
+    jump^2 k (n - k) / n: the share is a binomial mixture over k of one integral over that chi-square each (rate 0:
+    Student's t tail). The control variate `boundary` reads the first look's share from."""
+    from scipy import integrate, stats as scipy_stats
+
+    df, total = n - 1, 0.0
+    for k in range(n + 1):
+        weight = float(scipy_stats.binom.pmf(k, n, rate)) if rate > 0 else float(k == 0)
+        if weight < 1e-15:
+            continue
+        shift = math.sqrt(n) * (k / n - rate) * jump
+        lam = jump * jump * k * (n - k) / n
+        w = scipy_stats.chi2(df) if lam == 0 else scipy_stats.ncx2(df, lam)
+        value, _ = integrate.quad(lambda v: scipy_stats.norm.sf(critical * math.sqrt(v / df) - shift) * w.pdf(v),
+                                  w.ppf(1e-13), w.isf(1e-13), limit=200)
+        total += weight * value
+    return total
 
 
 def contaminated_paths(looks: Sequence[int], paths: int, rng: np.random.Generator, rate: float, jump: float,
@@ -179,6 +290,66 @@ def contaminated_paths(looks: Sequence[int], paths: int, rng: np.random.Generato
         mean = total / sizes
         out[start:start + m] = mean / np.sqrt((squares - sizes * mean**2) / (sizes - 1) / sizes)
     return out
+
+
+CONDITIONAL_MODELS = ("normal", "resampled", "collapse_down", "collapse_up")  # new deltas given the first stage
+
+
+def conditional_noise(observed: Sequence[float], model: str, size: tuple[int, int], rng: np.random.Generator,
+                      rate: float = 0.0, jump_sds: float = 0.0) -> np.ndarray:
+    """New per-seed deltas about a true gap of 0 (points), given the first stage observed: `normal` with its SD;
+    `resampled` from its residuals; `collapse_down` / `collapse_up` normal with its clean SD (its SD without the
+    largest outlier, the one seed the contamination model says is a collapse) of which a share `rate` carries a jump
+    of `jump_sds` clean SDs down (the first arm of the comparison collapsing: against "reproduced") or up (the second:
+    against "refuted"), the mixture centred."""
+    x = np.asarray(observed, dtype=float)
+    if model == "normal":
+        return rng.standard_normal(size) * x.std(ddof=1)
+    if model == "resampled":
+        return (x - x.mean())[rng.integers(0, x.size, size)]
+    if model not in CONDITIONAL_MODELS:
+        raise ValueError(f"conditional model {model!r}: one of {', '.join(CONDITIONAL_MODELS)}")
+    clean = float(np.std(np.delete(x, int(np.argmax(np.abs(x - np.median(x))))), ddof=1))
+    sign = -1.0 if model == "collapse_down" else 1.0
+    return clean * (rng.standard_normal(size) + sign * jump_sds * ((rng.random(size) < rate) - rate))
+
+
+def conditional_paths(observed: Sequence[float], design: Design, model: str, paths: int, rng: np.random.Generator,
+                      rate: float = 0.0, jump_sds: float = 0.0, chunk: int = 20_000) -> dict[str, np.ndarray]:
+    """Given the first stage observed (design.looks[0] deltas, points), each path's largest statistic over the later
+    looks for each direction, with new deltas `conditional_noise` about that direction's threshold: "reproduced"
+    (mean - reproduced_above) / se with the true gap at reproduced_above, "refuted" (refuted_below - mean) / se with it
+    at refuted_below (one draw of noise serves both). A path crosses a direction's later boundary c where its value
+    exceeds c; the other direction's stops are not counted on (non-binding), as in the whole sequence's error."""
+    x = np.asarray(observed, dtype=float)
+    if x.size != design.looks[0]:
+        raise ValueError(f"the observed deltas must be the first look's {design.looks[0]} seeds, got {x.size}")
+    n = np.asarray(design.looks[1:], dtype=float)
+    at = np.asarray(design.looks[1:]) - x.size - 1  # each later look's last new seed
+    out = {REPRODUCED: np.empty(paths), REFUTED: np.empty(paths)}
+    for start in range(0, paths, chunk):
+        m = min(chunk, paths - start)
+        noise = conditional_noise(x, model, (m, design.looks[-1] - x.size), rng, rate, jump_sds)
+        csum, csq = np.cumsum(noise, axis=1)[:, at], np.cumsum(noise * noise, axis=1)[:, at]
+        for direction, gap, sign in ((REPRODUCED, design.reproduced_above, 1.0), (REFUTED, design.refuted_below, -1.0)):
+            # the new deltas are gap + noise: sums and sums of squares of all seeds up to each later look
+            total = x.sum() + csum + gap * (n - x.size)
+            squares = (x * x).sum() + csq + 2 * gap * csum + gap * gap * (n - x.size)
+            mean = total / n
+            se = np.sqrt((squares - n * mean**2) / (n - 1) / n)
+            out[direction][start:start + m] = (sign * (mean - gap) / se).max(axis=1)
+    return out
+
+
+def conditional_rates(largest: np.ndarray, critical: float, error: float) -> dict:
+    """One model's and direction's conditional numbers from `conditional_paths`: the chance of a false decision at the
+    plan's `critical` with its Monte Carlo error, and the boundary that would make it exactly `error` with its Monte
+    Carlo error."""
+    share = float((largest > critical).mean()) if not math.isinf(critical) else 0.0
+    descending = np.sort(largest)[::-1]
+    j = int(error * largest.size)
+    return {"error": share, "mc_error": mc_error(share, largest.size), "boundary": float(descending[j]),
+            "boundary_se": quantile_se(descending, j, largest.size, error)}
 
 
 def crossing_rate(t: np.ndarray, critical: Sequence[float]) -> float:
@@ -241,22 +412,49 @@ def _finite(c: float) -> float | None:
     return None if math.isinf(c) else c
 
 
+MARGIN_SE = 2.0  # a critical value lies at least this many Monte Carlo SEs above each boundary it must hold
+
+
+def _ceil2(v: float) -> float:
+    return math.inf if math.isinf(v) else math.ceil(v * 100) / 100
+
+
+def required_critical(boundaries: dict, conditional: dict) -> float:
+    """The least critical value one direction may adopt: the largest boundary it must hold, over the whole sequence
+    (each model's {"boundary", "se"}) and given the first stage (each conditional model's "boundary" and
+    "boundary_se"), plus MARGIN_SE of that boundary's Monte Carlo error, so that a boundary that drew high or low in
+    the simulation cannot carry the error past the plan's by chance; math.inf where a model leaves nothing to spend."""
+    values = [math.inf if b["boundary"] is None else b["boundary"] + MARGIN_SE * b["se"] for b in boundaries.values()]
+    values += [c["boundary"] + MARGIN_SE * c["boundary_se"] for c in conditional.values()]
+    return max(values)
+
+
 def design(spec: dict, observed: Sequence[float], minutes_per_seed: float | None = None) -> dict:
     """Everything the plan's boundaries rest on, from the plan's `sequential` keys (looks, error_per_direction,
-    thresholds, the error model fixed a priori, simulation seed and sizes) and the continued test's per-seed deltas
-    (points), reproducible from the seed.
+    thresholds, the contamination model, simulation seed and sizes, and its critical values once fixed) and the
+    continued test's per-seed deltas (points), reproducible from the seed.
 
     For each direction ("reproduced": the upper tail of t when the true gap is the lower threshold; "refuted": the
-    lower tail when it is the upper threshold) the boundary under two models fixed before the new seeds, neither
-    fitted to the first stage's outliers: normal deltas, and normal deltas of which a share `contamination.rate`
-    carries an arm's collapse of `contamination.jump_sds` SDs in the direction that direction fears (down for
-    "reproduced", up for "refuted"). The plan adopts the larger, rounded up to 2 decimals, so the boundary does not
-    move with the first stage's draws. Beside it, never adopted: the error of the adopted boundaries with the observed
-    deltas' residuals resampled (the first stage's own shape, outliers included), with the first stage's largest
-    outlier added back at OUTLIER_RATES, and under the contamination model at each of SENSITIVITY_RATES x
-    SENSITIVITY_JUMPS (a model under which the first look alone spends the whole error is marked: no boundary after
-    it can hold the error there). Every share with its Monte Carlo standard error. Then the outcomes given the
-    observed deltas at each of GAPS, with the GPU-minutes that many new seeds take."""
+    lower tail when it is the upper threshold):
+    - over the whole sequence, the look already made included, the boundary under normal deltas and under the plan's
+      contamination model (a share `contamination.rate` of seeds carries an arm's collapse of
+      `contamination.jump_sds` SDs in the direction that direction fears: down for "reproduced", up for "refuted").
+      That model was chosen after the first stage was seen (its rate twice the one collapse among those seeds, seed
+      227's, its size a collapse to the base), so it is the plan's, not a model fixed before any data. The first
+      look's share under each model is known exactly (`first_look_share`) and serves as a control variate;
+    - given the first stage observed, the boundary that keeps the conditional chance of a false decision at the
+      error under each of CONDITIONAL_MODELS (normal, resampled, collapses down, collapses up), its own stream of
+      draws (seed [seed, 1]);
+    - each with its Monte Carlo standard error; the critical value must exceed every one of them by MARGIN_SE of its
+      error (`required_critical`). A plan with no critical value yet adopts that, rounded up to 2 decimals; a plan
+      with one is checked against it (`meets`), never moved by it.
+    Beside it, never adopted: the error of the critical values with the observed deltas' residuals resampled (the
+    first stage's own shape, outliers included), with the first stage's largest outlier added back at OUTLIER_RATES
+    in its own direction and mirrored (seed [seed, 2]), and under the contamination model at each of
+    SENSITIVITY_RATES x SENSITIVITY_JUMPS in both directions (a model under which the first look alone spends the
+    whole error is marked: no boundary after it can hold the error there). Every share with its Monte Carlo
+    standard error. Then the outcomes given the observed deltas at each of GAPS, with the GPU-minutes that many new
+    seeds take."""
     looks = [len(observed), *spec["looks"]]
     sim, error, model = spec["simulation"], spec["error_per_direction"], spec["contamination"]
     c0 = first_critical(looks[0])
@@ -267,14 +465,26 @@ def design(spec: dict, observed: Sequence[float], minutes_per_seed: float | None
     contaminated = contaminated_paths(looks, sim["contaminated_paths"], rng, model["rate"], model["jump_sds"])
     fitted = {"normal": {d: normal * sign for d, sign in signs.items()},
               "contaminated": {d: -contaminated for d in signs}}
-    found = {d: {k: _finite(boundary(fitted[k][d], c0, error)) for k in fitted} for d in signs}
-    needed = {d: max(math.inf if v is None else v for v in found[d].values()) for d in signs}
-    # a direction whose first look alone spent the error under a model: never decided after it (math.inf, null)
-    chosen = {d: math.inf if math.isinf(v) else math.ceil(v * 100) / 100 for d, v in needed.items()}
+    exact = {"normal": first_look_share(looks[0], c0),
+             "contaminated": first_look_share(looks[0], c0, model["rate"], -model["jump_sds"])}
+    whole = {d: {k: {"boundary": _finite(boundary(fitted[k][d], c0, error, exact[k])),
+                     "se": boundary_se(fitted[k][d], c0, error, exact[k])} for k in fitted} for d in signs}
+    x = np.asarray(observed, dtype=float)
+    plain = Design(tuple(looks), (c0, *[1.0] * len(spec["looks"])), (c0, *[1.0] * len(spec["looks"])),
+                   spec["reproduced_above_points"], spec["refuted_below_points"])  # its looks and thresholds only
+    crng = np.random.default_rng([sim["seed"], 1])
+    largest = {m: conditional_paths(x, plain, m, sim["conditional_paths"], crng, model["rate"], model["jump_sds"])
+               for m in CONDITIONAL_MODELS}
+    required = {d: required_critical(whole[d], {m: conditional_rates(largest[m][d], math.inf, error)
+                                                for m in CONDITIONAL_MODELS}) for d in signs}
+    planned = spec.get("critical")
+    chosen = {d: (_ceil2(required[d]) if planned is None else float(planned[d])) for d in signs}
     later = len(spec["looks"])
     crit = {dr: (c0, *[chosen[dr]] * later) for dr in signs}
     d = Design(tuple(looks), crit["reproduced"], crit["refuted"], spec["reproduced_above_points"],
                spec["refuted_below_points"])
+    conditional = {dr: {m: conditional_rates(largest[m][dr], chosen[dr], error) for m in CONDITIONAL_MODELS}
+                   for dr in signs}
 
     def rates(t: dict) -> dict:
         n = next(iter(t.values())).shape[0]
@@ -282,36 +492,44 @@ def design(spec: dict, observed: Sequence[float], minutes_per_seed: float | None
                      "mc_error": mc_error(crossing_rate(t[dr], crit[dr]), n)} for dr in t}
 
     errors = {k: rates(t) for k, t in fitted.items()}
-    x = np.asarray(observed, dtype=float)
     resampled = resampled_paths(x, looks, sim["resampled_paths"], rng)
     errors["resampled"] = rates({dr: resampled * sign for dr, sign in signs.items()})
     resampled_needed = {dr: _finite(boundary(resampled * sign, c0, error)) for dr, sign in signs.items()}
     far = int(np.argmax(np.abs(x - np.median(x))))
     rest = np.delete(x, far)
     jump = float(x[far] - rest.mean())  # the largest outlier's distance from the other deltas' mean
-    outlier = []
-    for rate in OUTLIER_RATES:
-        t = contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, jump, clean=rest)
-        dr = "refuted" if jump > 0 else "reproduced"
-        t = -t if jump > 0 else t
-        row = rates({dr: t})[dr]
-        outlier.append({"rate": rate, "direction": dr, **row,
-                        "spent_by_first_look": row["first_look"] >= error})
-    sensitivity = []
-    for rate in SENSITIVITY_RATES:
-        for size in SENSITIVITY_JUMPS:
-            t = -contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, size)
-            row = rates({"refuted": t})["refuted"]  # jumps up against "refuted"; "reproduced" mirrors it
-            sensitivity.append({"rate": rate, "jump_sds": size, **row,
-                                "spent_by_first_look": row["first_look"] >= error})
+
+    def against(t: np.ndarray, size: float) -> tuple[str, np.ndarray]:
+        """Paths whose jumps are `size` (up: against "refuted", read in -t's upper tail; down: "reproduced")."""
+        return ("refuted", -t) if size > 0 else ("reproduced", t)
+
+    def row(dr: str, t: np.ndarray, **keys) -> dict:
+        r = rates({dr: t})[dr]
+        return {**keys, "direction": dr, **r, "spent_by_first_look": r["first_look"] >= error}
+
+    outlier = [row(*against(contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, jump, clean=rest), jump),
+                   rate=rate) for rate in OUTLIER_RATES]
+    sensitivity = [row(*against(contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, size), size),
+                       rate=rate, jump_sds=size) for rate in SENSITIVITY_RATES for size in SENSITIVITY_JUMPS]
     outcomes = [operating_characteristics(observed, d, g, sim["outcome_paths"], rng, resample=r)
                 for g in GAPS for r in (False, True)]
-    for row in outcomes:
-        row["gpu_minutes"] = None if minutes_per_seed is None else row["new_seeds"] * minutes_per_seed
+    for o in outcomes:
+        o["gpu_minutes"] = None if minutes_per_seed is None else o["new_seeds"] * minutes_per_seed
+    mrng = np.random.default_rng([sim["seed"], 2])  # the mirrors: the other direction, the same sizes
+    outlier += [row(*against(contaminated_paths(looks, sim["sensitivity_paths"], mrng, rate, -jump, clean=rest),
+                             -jump), rate=rate) for rate in OUTLIER_RATES]
+    sensitivity += [row(*against(contaminated_paths(looks, sim["sensitivity_paths"], mrng, rate, -size), -size),
+                        rate=rate, jump_sds=size) for rate in SENSITIVITY_RATES for size in SENSITIVITY_JUMPS]
     first_look = look(observed, c0, c0, spec["reproduced_above_points"], spec["refuted_below_points"])
     mad_sd = float(1.4826 * np.median(np.abs(x - np.median(x))))
     return {"looks": looks, "first_critical": c0, "error_per_direction": error, "contamination": model,
-            "boundaries": found, "critical": {k: _finite(v) for k, v in chosen.items()}, "errors": errors,
+            "first_look_exact": exact, "boundaries": {dr: {k: b["boundary"] for k, b in v.items()}
+                                                     for dr, v in whole.items()},
+            "boundary_se": {dr: {k: b["se"] for k, b in v.items()} for dr, v in whole.items()},
+            "conditional": conditional, "margin_se": MARGIN_SE,
+            "required": {k: _finite(v) for k, v in required.items()},
+            "critical": {k: _finite(v) for k, v in chosen.items()},
+            "meets": {k: chosen[k] >= required[k] for k in signs}, "errors": errors,
             "resampled_boundaries": resampled_needed, "simulation": sim,
             "observed": {"seeds": len(observed), "mean": first_look["mean"], "sd": float(np.std(x, ddof=1)),
                          "robust_sd": mad_sd, "decision": first_look["decision"],

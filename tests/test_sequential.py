@@ -115,7 +115,7 @@ def test_a_first_look_that_spent_the_error_leaves_no_later_boundary_and_raises_n
 SPEC = {"looks": [30, 40], "error_per_direction": 0.05, "reproduced_above_points": 0.0, "refuted_below_points": 1.3,
         "contamination": {"rate": 0.02, "jump_sds": 6.0},
         "simulation": {"seed": 5, "paths": 20_000, "contaminated_paths": 20_000, "resampled_paths": 2_000,
-                       "sensitivity_paths": 1_000, "outcome_paths": 1_000}}
+                       "sensitivity_paths": 1_000, "outcome_paths": 1_000, "conditional_paths": 4_000}}
 
 
 def test_the_design_does_not_raise_where_its_model_spends_the_error_at_the_first_look():
@@ -132,19 +132,121 @@ def test_the_design_does_not_raise_where_its_model_spends_the_error_at_the_first
     assert json.loads(json.dumps(out, allow_nan=False)) == out  # strict JSON: no infinity written
 
 
-def test_the_adopted_boundaries_do_not_move_with_the_first_stages_draws():
-    """The boundaries come from models fixed a priori (normal; the plan's contamination), never from the observed
-    deltas: a first stage with a +29 outlier and one without give the same boundaries; the resampled model's error is
-    published beside them."""
+def test_the_whole_sequences_boundaries_do_not_move_with_the_first_stages_draws():
+    """The whole sequence's boundaries come from the plan's models (normal; its contamination), never from the
+    observed deltas: a first stage with a +29 outlier and one without give the same ones; what is conditional on the
+    first stage (its models' boundaries, the resampled model's error) moves with it, as it must. With no critical
+    value in the plan the design adopts the required value rounded up."""
     rng = np.random.default_rng(7)
     calm = list(rng.standard_normal(20) * 4)
     wild = [*calm[:-1], 29.0]
     a, b = sq.design(SPEC, calm), sq.design(SPEC, wild)
-    assert a["critical"] == b["critical"] and a["boundaries"] == b["boundaries"]
-    assert a["errors"]["resampled"] != b["errors"]["resampled"]
-    for direction, found in a["boundaries"].items():
-        assert a["critical"][direction] == math.ceil(max(found.values()) * 100) / 100
+    assert a["boundaries"] == b["boundaries"] and a["boundary_se"] == b["boundary_se"]
+    assert a["errors"]["resampled"] != b["errors"]["resampled"] and a["conditional"] != b["conditional"]
+    for out in (a, b):
+        for direction in ("reproduced", "refuted"):
+            assert out["critical"][direction] == math.ceil(out["required"][direction] * 100) / 100
+            assert out["meets"][direction]
     assert b["observed"]["largest_outlier"]["delta"] == 29.0
+
+
+def test_a_plans_critical_values_are_checked_never_moved():
+    """A plan that fixed its critical values keeps them: the design records what they must hold and whether they do."""
+    x = list(np.random.default_rng(11).standard_normal(20) * 4)
+    low = sq.design({**SPEC, "critical": {"reproduced": 1.5, "refuted": 9.0}}, x)
+    assert low["critical"] == {"reproduced": 1.5, "refuted": 9.0}
+    assert low["meets"] == {"reproduced": False, "refuted": True}
+    assert low["required"]["reproduced"] > 1.5
+
+
+def test_the_required_value_is_the_largest_boundary_plus_its_margin():
+    whole = {"normal": {"boundary": 2.1, "se": 0.01}, "contaminated": {"boundary": 2.5, "se": 0.02}}
+    cond = {"normal": {"boundary": 2.4, "boundary_se": 0.01}, "collapse_down": {"boundary": 2.52, "boundary_se": 0.02}}
+    assert sq.required_critical(whole, cond) == pytest.approx(2.52 + sq.MARGIN_SE * 0.02)
+    assert math.isinf(sq.required_critical({"normal": {"boundary": None, "se": None}}, {}))
+
+
+@pytest.mark.parametrize("rate, jump", [(0.0, 0.0), (0.02, -6.0), (0.05, 4.0)])
+def test_the_first_looks_exact_share_agrees_with_simulation(rate, jump):
+    """first_look_share (a binomial mixture of noncentral chi-square integrals) against 200,000 simulated looks."""
+    n, c = 30, sq.first_critical(30)
+    t = sq.contaminated_paths([n, n + 10], 200_000, np.random.default_rng(12), rate, jump)
+    simulated = float((t[:, 0] > c).mean())
+    assert sq.first_look_share(n, c, rate, jump) == pytest.approx(simulated, abs=4 * sq.mc_error(simulated, 200_000))
+    if rate == 0.0:
+        assert sq.first_look_share(n, c) == pytest.approx(0.025, abs=1e-9)  # Student's t tail
+
+
+def test_the_control_variate_spends_the_error_and_its_standard_error_is_honest():
+    """With the first look's exact share the boundary spends exactly the error (that share plus the later crossings
+    read off the paths that do not cross first); over independent simulations its spread matches boundary_se, and is
+    smaller than without the control variate."""
+    looks, c0 = [20, 30, 40], sq.first_critical(20)
+    exact = sq.first_look_share(20, c0, 0.02, -4.0)
+    with_cv, without, ses = [], [], []
+    for seed in range(8):
+        t = -sq.contaminated_paths(looks, 40_000, np.random.default_rng(100 + seed), 0.02, 4.0)
+        c = sq.boundary(t, c0, 0.05, exact)
+        first = t[:, 0] > c0
+        later = (t[~first, 1:].max(axis=1) > c).mean()
+        assert exact + (1 - exact) * later == pytest.approx(0.05, abs=2 / 40_000)
+        with_cv.append(c)
+        without.append(sq.boundary(t, c0, 0.05))
+        ses.append(sq.boundary_se(t, c0, 0.05, exact))
+    assert 0.5 < np.std(with_cv, ddof=1) / np.mean(ses) < 2.0
+    assert np.std(with_cv, ddof=1) < np.std(without, ddof=1)
+
+
+def test_conditional_paths_match_the_direct_statistic():
+    """conditional_paths' largest statistic over the later looks equals the t statistic recomputed from the seeds."""
+    observed = list(np.random.default_rng(13).standard_normal(10) * 3 + 0.5)
+    d = sq.Design((10, 14, 18), (2.0, 2.5, 2.5), (2.0, 2.5, 2.5), 0.0, 1.3)
+    got = sq.conditional_paths(observed, d, "normal", 3, np.random.default_rng(14), chunk=2)
+    rng = np.random.default_rng(14)
+    noise = np.concatenate([sq.conditional_noise(observed, "normal", (2, 8), rng),
+                            sq.conditional_noise(observed, "normal", (1, 8), rng)])
+    for direction, gap, sign in (("reproduced", 0.0, 1.0), ("refuted", 1.3, -1.0)):
+        for p in range(3):
+            seeds = np.concatenate([observed, gap + noise[p]])
+            stats = [sign * (seeds[:n].mean() - gap) / (seeds[:n].std(ddof=1) / math.sqrt(n)) for n in (14, 18)]
+            assert got[direction][p] == pytest.approx(max(stats), rel=1e-9)
+
+
+def test_collapse_noise_is_centred_and_one_sided():
+    x = list(np.random.default_rng(15).standard_normal(50) * 4)
+    down = sq.conditional_noise(x, "collapse_down", (4000, 100), np.random.default_rng(16), 0.05, 6.0)
+    up = sq.conditional_noise(x, "collapse_up", (4000, 100), np.random.default_rng(16), 0.05, 6.0)
+    assert abs(down.mean()) < 0.05 and abs(up.mean()) < 0.05
+    assert down.min() < -15 and up.max() > 15 and np.percentile(down, 99.9) < np.percentile(up, 99.9)
+    with pytest.raises(ValueError, match="conditional model"):
+        sq.conditional_noise(x, "typo", (1, 1), np.random.default_rng(0))
+
+
+def test_the_stagewise_estimate_of_a_look_that_cannot_stop_early_is_the_fixed_sample_one():
+    """A design whose first look can never decide: stopping at the second is a fixed-size test there, so the
+    median-unbiased estimate is the mean and its interval the normal one (to the simulation's error)."""
+    d = sq.Design((20, 40), (50.0, 2.0), (50.0, 2.0), 0.0, 1.3)
+    x = np.random.default_rng(17).standard_normal(40) * 3 + 2.5
+    e = sq.stagewise_estimate(list(x), d, paths=100_000)
+    se = x.std(ddof=1) / math.sqrt(40)
+    assert e["look"] == 1 and e["median_unbiased"] == pytest.approx(x.mean(), abs=0.02 * se + 0.01)
+    assert e["low"] == pytest.approx(x.mean() - 1.96 * se, abs=0.05 * se)
+    assert e["high"] == pytest.approx(x.mean() + 1.96 * se, abs=0.05 * se)
+
+
+def test_the_stagewise_estimate_after_an_early_stop_corrects_the_naive_mean():
+    """Stopping "reproduced" at the first later look with a mean just past the boundary: the naive mean is biased up,
+    so the median-unbiased estimate lies below it; none while the test goes on."""
+    d = sq.Design((20, 30, 40), (sq.first_critical(20), 2.2, 2.2), (sq.first_critical(20), 2.2, 2.2), 0.0, 1.3)
+    rng = np.random.default_rng(18)
+    z = rng.standard_normal(20)
+    first = list((z - z.mean()) / z.std(ddof=1) * 3 + 0.6)  # t 0.9 against 0, -1.0 against 1.3: no decision
+    assert sq.stagewise_estimate(first, d) is None  # look 0 did not decide: the test goes on
+    x = [*first, *(rng.standard_normal(10) * 3 + 5.0)]
+    st = sq.state(x, d)
+    assert st["decision"] == sq.REPRODUCED and st["looks"][-1]["look"] == 1
+    e = sq.stagewise_estimate(x, d, paths=50_000)
+    assert e["median_unbiased"] < e["mean"] and e["low"] < e["median_unbiased"] < e["high"]
 
 
 def test_contaminated_paths_are_normal_without_jumps_and_skewed_with_one_sided_ones():
@@ -177,7 +279,7 @@ def test_operating_characteristics_add_up_and_follow_the_gap():
     assert high[sq.REPRODUCED] > low[sq.REPRODUCED]
 
 
-def test_the_committed_plan_adopts_its_design_files_boundaries():
+def test_the_committed_plan_holds_its_design_files_requirements():
     from gmts_recipe.sweep.grid import load_grid
 
     grid = load_grid(PLAN)
@@ -185,12 +287,20 @@ def test_the_committed_plan_adopts_its_design_files_boundaries():
     assert grid.sequential["critical"] == committed["critical"]
     assert committed["simulation"] == grid.sequential["simulation"]
     assert committed["looks"][1:] == grid.sequential["looks"]
-    for direction, found in committed["boundaries"].items():  # the larger of the two, rounded up
-        assert committed["critical"][direction] == math.ceil(max(found.values()) * 100) / 100
+    for direction, found in committed["boundaries"].items():  # every boundary plus its margin, held
+        whole = {k: {"boundary": b, "se": committed["boundary_se"][direction][k]} for k, b in found.items()}
+        need = sq.required_critical(whole, committed["conditional"][direction])
+        assert committed["required"][direction] == pytest.approx(need, rel=1e-12)
+        assert committed["critical"][direction] >= need and committed["meets"][direction]
     assert committed["contamination"] == grid.sequential["contamination"]
     for model in ("normal", "contaminated"):  # the adopted models: at most the plan's error, to its Monte Carlo error
         for e in committed["errors"][model].values():
             assert e["error"] <= grid.sequential["error_per_direction"] + 2 * e["mc_error"]
+    for rows in committed["conditional"].values():  # given the first stage, every model
+        for e in rows.values():
+            assert e["error"] <= grid.sequential["error_per_direction"]
+    assert {r["direction"] for r in committed["outlier_sensitivity"]} == {"reproduced", "refuted"}  # mirrored
+    assert {r["direction"] for r in committed["contamination_sensitivity"]} == {"reproduced", "refuted"}
 
 
 @pytest.mark.slow

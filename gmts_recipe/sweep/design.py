@@ -1,8 +1,9 @@
 """A sequential plan's design, computed and written: `python -m gmts_recipe.sweep.design PLAN.yaml --out DESIGN.json`
 reads the plan's `sequential:` keys and the per-seed deltas of the test it continues (recomputed from that test's
 cells), and writes gmts_recipe.sequential.design's boundaries and outcomes, reproducible from the plan's seed (bit for
-bit: one numpy Generator seeded from the plan, its draws in a fixed order). On 2 shared cores it takes a few minutes,
-most of it reading the continued test's 100 cells and the 4,000,000 normal null paths."""
+bit: numpy Generators seeded from the plan, their draws in a fixed order). On 2 shared cores it takes a few minutes,
+most of it reading the continued test's 100 cells and the 4,000,000 normal null paths. A plan whose critical value
+lies below what the design requires exits 1 (the file written, its "required" saying why)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = sequential.design(grid.sequential, [100 * v for v in continued["per_seed"]], minutes)
     write_json(Path(args.out), out)
-    print(json.dumps({k: out[k] for k in ("looks", "first_critical", "boundaries", "critical", "errors",
-                                          "minutes_per_seed")}))
+    print(json.dumps({k: out[k] for k in ("looks", "first_critical", "boundaries", "boundary_se", "required",
+                                          "critical", "errors", "minutes_per_seed")}))
+    short = [d for d, ok in out["meets"].items() if not ok]
+    if short:  # written all the same: the file says why (its "required")
+        print(f"design: the plan's critical value for {', '.join(short)} lies below the design's required "
+              f"{', '.join(str(out['required'][d]) for d in short)}", file=sys.stderr)
+        return 1
     return 0
 
 
