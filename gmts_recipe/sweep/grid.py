@@ -162,14 +162,17 @@ def _check_secondary(secondary: Any, grid: Grid, p: Path) -> list[dict]:
 
 
 SIMULATION_KEYS = {"seed": int, "paths": int, "contaminated_paths": int, "resampled_paths": int,
-                   "sensitivity_paths": int, "outcome_paths": int}
-CONTAMINATION_KEYS = {"rate": float, "jump_sds": float}  # the error model fixed a priori (gmts_recipe.sequential)
+                   "sensitivity_paths": int, "outcome_paths": int, "conditional_paths": int}
+CONTAMINATION_KEYS = {"rate": float, "jump_sds": float}  # the plan's contamination model (gmts_recipe.sequential)
 ARM_FAILURE_SCORES = ("base",)  # what an arm's own failure scores: the untrained base model's pass@1
 SENSITIVITY_BY = ("card", "commit", "day")  # what old seeds are compared with new by: printed, never a decision
 SEQUENTIAL_KEYS = {"fixed_on": str, "continues": str, "variant": str, "comparison": str, "learning_rate": float,
                    "seeds": _INTS, "looks": _INTS, "error_per_direction": float, "critical": dict,
                    "reproduced_above_points": float, "refuted_below_points": float, "cards": list, "design": str,
                    "contamination": dict, "failures": dict, "sensitivity": list, "simulation": dict}
+# frozen_on: once a committed version of the plan carries it, no later version may change the plan's decision keys
+# or its design file at all (gmts_recipe.sweep.plan.frozen_problem); a plan may leave it out until it is frozen
+OPTIONAL_SEQUENTIAL_KEYS = {"frozen_on": str}
 
 
 def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
@@ -180,12 +183,14 @@ def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
     where = f"{p}: sequential"
     if not isinstance(sequential, dict):
         raise SweepError(f"{where}: must be a mapping with {', '.join(SEQUENTIAL_KEYS)}")
-    missing, extra = set(SEQUENTIAL_KEYS) - set(sequential), set(sequential) - set(SEQUENTIAL_KEYS)
+    missing = set(SEQUENTIAL_KEYS) - set(sequential)
+    extra = set(sequential) - set(SEQUENTIAL_KEYS) - set(OPTIONAL_SEQUENTIAL_KEYS)
     if missing or extra:
         raise SweepError(f"{where}: " + (f"missing {', '.join(sorted(missing))}" if missing else
                                          f"unknown key(s) {', '.join(sorted(extra))}"))
     try:  # critical: ~ until the design is computed (python -m gmts_recipe.sweep.design)
-        out = {k: None if (k, v) == ("critical", None) else SEQUENTIAL_KEYS[k](v) for k, v in sequential.items()}
+        keys = {**SEQUENTIAL_KEYS, **OPTIONAL_SEQUENTIAL_KEYS}
+        out = {k: None if (k, v) == ("critical", None) else keys[k](v) for k, v in sequential.items()}
         out["simulation"] = {k: SIMULATION_KEYS[k](out["simulation"][k]) for k in SIMULATION_KEYS}
         out["contamination"] = {k: CONTAMINATION_KEYS[k](out["contamination"][k]) for k in CONTAMINATION_KEYS}
         out["failures"] = {"machine_fault_retries": int(out["failures"]["machine_fault_retries"]),

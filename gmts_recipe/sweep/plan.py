@@ -252,7 +252,37 @@ def check(sweep_path: Path, summary: dict) -> list[str]:
     folders = list(dict.fromkeys([cells, *history.origins(folder, cells)]))
     paths = list(dict.fromkeys([*(f"{f}/grid.yaml" for f in folders), f"configs/sweeps/{summary['name']}.yaml",
                                 *(f"configs/sweeps/{Path(f).name}.yaml" for f in folders[1:]), rel]))
+    frozen = frozen_problem(history, paths, plan)
+    if frozen:
+        raise SweepError(f"{where}: {frozen}")
     return _history_lines(where, history, plan, paths, folders, rel, last)
+
+
+def frozen_problem(history: _History, paths: list[str], plan: dict) -> str | None:
+    """Why the plan breaks a freeze (None: it does not). A sequential plan frozen (`frozen_on`) in any committed
+    version, under any of its names, is frozen for good: its `sequential` section must equal that version's, key for
+    key (its boundaries above all: no later amendment, up or down), and its design file must be the one committed
+    with it; every frozen version is held so, whichever was first. The freeze holds before any cell is committed
+    too, which is its point: a plan may otherwise be amended until its first cell."""
+    for rel in paths:
+        for commit in reversed(history.commits("--", rel)):
+            then = _mapping(history.text(commit, rel)) or {}
+            seq = then.get("sequential")
+            if not isinstance(seq, dict) or seq.get("frozen_on") is None:
+                continue
+            now = plan.get("sequential")
+            if now != seq:
+                return (f"{rel} at {commit[:10]} froze the sequential plan ({seq['frozen_on']}); "
+                        f"{_differing(seq, now if isinstance(now, dict) else {})} differ since")
+            design = seq.get("design")
+            if isinstance(design, str):
+                current = history.root / design
+                frozen_design = history.text(commit, design)
+                if frozen_design is None or not current.is_file() or \
+                        current.read_text(encoding="utf-8") != frozen_design:
+                    return (f"{rel} at {commit[:10]} froze the sequential plan ({seq['frozen_on']}); its design "
+                            f"file {design} differs from the one committed with it")
+    return None
 
 
 CARDS = {"NVIDIA H100 80GB HBM3": "H100", "NVIDIA H200": "H200"}  # the name torch reports: the card a plan names
@@ -279,11 +309,13 @@ def design_problem(spec: dict, design: dict) -> str | None:
     the plan's critical values are the design's; the design's simulation settings, error and looks are the plan's,
     the looks led by the continued test's seed count; its first look's critical value is that test's t quantile; its
     observed first stage (seeds, mean, SD, decision) is the continued test's per-seed deltas as the cells give them;
-    its contamination model is the plan's; each adopted critical value is the larger of its direction's simulated
-    boundaries rounded up to 2 decimals; and every error it records under the plan's models stays within the plan's
-    error per direction (the sensitivity rows it publishes beside them need not). What is not recomputed here: that the
-    boundaries are what the simulation yields from its seed (4 million paths; `python -m gmts_recipe.sweep.design
-    PLAN --out FILE` writes the file again, bit for bit, and tests/test_sequential.py does so)."""
+    its contamination model is the plan's; its first look's exact shares recompute (`sequential.first_look_share`);
+    each direction's required value is its boundaries plus MARGIN_SE Monte Carlo errors as recorded
+    (`sequential.required_critical`), and the plan's critical value is at least that; and every error it records under
+    the plan's models, over the whole sequence and given the first stage, stays within the plan's error per direction
+    (the sensitivity rows it publishes beside them need not). What is not recomputed here: that the boundaries are
+    what the simulation yields from its seed (`python -m gmts_recipe.sweep.design PLAN --out FILE` writes the file
+    again, bit for bit, and tests/test_sequential.py does so)."""
     n = len(spec["continued_seeds"])
     observed = [100 * v for v in spec["per_seed"][:n]]
     try:
@@ -303,14 +335,30 @@ def design_problem(spec: dict, design: dict) -> str | None:
              and design["observed"]["decision"] == first["decision"],
              f"the continued test's {n} deltas: mean {first['mean']:+.4f}, SD {sd:.4f}"),
         ]
+        exact = {"normal": sequential.first_look_share(n, c0),
+                 "contaminated": sequential.first_look_share(n, c0, spec["contamination"]["rate"],
+                                                             -spec["contamination"]["jump_sds"])}
+        checks += [("first_look_exact", all(math.isclose(design["first_look_exact"][k], v, rel_tol=1e-6)
+                                            for k, v in exact.items()), f"{exact} recomputed"),
+                   ("margin_se", design["margin_se"] == sequential.MARGIN_SE, f"{sequential.MARGIN_SE} by the code")]
         for direction, found in design["boundaries"].items():
-            adopted = math.ceil(max(found.values()) * 100) / 100
-            checks.append((f"critical.{direction}", design["critical"][direction] == adopted,
-                           f"{adopted} from its boundaries {found}"))
+            whole = {k: {"boundary": b, "se": design["boundary_se"][direction][k]} for k, b in found.items()}
+            need = sequential.required_critical(whole, design["conditional"][direction])
+            recorded = design["required"][direction]
+            checks.append((f"required.{direction}", (recorded is None and math.isinf(need)) or (
+                recorded is not None and math.isclose(recorded, need, rel_tol=1e-12)),
+                           f"{need:.4f} from its boundaries and their Monte Carlo errors"))
+            critical = spec["critical"][direction]
+            checks.append((f"critical.{direction}", critical is not None and critical >= need,
+                           f"{critical} in the plan lies below {need:.4f}: every boundary it must hold (the whole "
+                           f"sequence's and, given the first stage, each model's) plus {sequential.MARGIN_SE:g} Monte "
+                           f"Carlo SEs"))
         if "contamination" in spec or "contamination" in design:
             checks.append(("contamination", design.get("contamination") == spec.get("contamination"),
                            f"{spec.get('contamination')} in the plan"))
-        worst = max(e["error"] if isinstance(e, dict) else e for per in design["errors"].values() for e in per.values())
+        worst = max(e["error"] if isinstance(e, dict) else e for per in (*design["errors"].values(),
+                                                                        *design["conditional"].values())
+                    for e in per.values())
         checks.append(("errors", worst <= spec["error_per_direction"],
                        f"at most {spec['error_per_direction']} per direction"))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
