@@ -188,7 +188,7 @@ def result(summary: dict, root: Path, extension: dict) -> str:
             f"{q['critical']['reproduced']:.2f}, refuted if (mean - {q['refuted_below_points']:g}) / se < "
             f"-{q['critical']['refuted']:.2f}")
     row = (f"| {_label(q['comparison'])}, continued | {_points(lk['mean'] / 100)} | "
-           f"{_bracket(lk['low'] / 100, lk['high'] / 100)} at look {lk['look']} | {where} | {says} |")
+           f"{_bracket(lk['low'] / 100, lk['high'] / 100)} at look {lk['look']} (repeated CI) | {where} | {says} |")
     table, note = headline(summary, root).split("\n\n", 1)
     # the planned secondary comparisons are intervals without a decision: docs/results.md lists them
     secondary = [line for line in table.splitlines() if "(secondary)" in line]
@@ -458,47 +458,76 @@ def mechanism(analyses: list[dict]) -> str:
 
 # ---------------------------------------------------------------------------- the sequential extension
 def design_table(d: dict) -> str:
-    """A sequential plan's design file (gmts_recipe.sequential.design) as the plan's page shows it: the boundary each
-    direction needs under the two models fixed a priori, the one adopted, its error under them and, never adopted,
-    under the first stage's own shape (resampled, its largest outlier added back) and under other contamination
-    models; each share with its Monte Carlo error; then the outcomes given the seeds already observed at each true
-    gap."""
+    """A sequential plan's design file (gmts_recipe.sequential.design) as the plan's page shows it: for each direction
+    the boundary over the whole sequence under normal deltas and the plan's contamination model, and given the first
+    stage under each conditional model, each with its Monte Carlo error; the value required (the largest plus the
+    margin), the one adopted, its errors; never adopted, its errors under the first stage's own shape (resampled, its
+    largest outlier added back in its direction and mirrored) and under other contamination models in both directions;
+    then the outcomes given the seeds already observed at each true gap."""
     n, c, sim, model, o = d["looks"], d["critical"], d["simulation"], d["contamination"], d["observed"]
     never = lambda v: "never (the first look spent it)" if v is None else f"{v:.3f}"  # noqa: E731
     err = lambda e: f"{e['error']:.3f} ± {e['mc_error']:.4f} (first look {e['first_look']:.3f})"  # noqa: E731
+    se = lambda v, s: "never" if v is None else f"{v:.3f} ± {s:.3f}"  # noqa: E731
+    models = ("normal", "resampled", "collapse_down", "collapse_up")
+    ex = d["first_look_exact"]
     lines = [f"Looks at {', '.join(map(str, n))} seeds; the first (the continued test) at its t quantile "
-             f"{d['first_critical']:.3f}, the later ones at the boundaries below. Models fixed a priori: normal deltas "
-             f"({sim['paths']:,} null paths) and contaminated ones ({sim['contaminated_paths']:,}): a share "
-             f"{model['rate']:g} of seeds carries an arm's collapse of {model['jump_sds']:g} clean SDs, down against "
-             f"\"reproduced\", up against \"refuted\". Seed {sim['seed']}; ± is the Monte Carlo standard error.", "",
-             "| direction | boundary needed: normal / contaminated | adopted | error: normal | error: contaminated | "
-             "error, not adopted: the first 100 seeds resampled |", "|---|---|---|---|---|---|"]
+             f"{d['first_critical']:.3f}, its error spent at its own look; the later ones at the critical values "
+             f"below. Over the whole sequence, two models: normal deltas ({sim['paths']:,} null paths) and the plan's "
+             f"contamination model ({sim['contaminated_paths']:,}): a share {model['rate']:g} of seeds carries an "
+             f"arm's collapse of {model['jump_sds']:g} clean SDs, down against \"reproduced\", up against "
+             f"\"refuted\", a model chosen after the first {o['seeds']} seeds were seen (seed 227's collapse), not "
+             f"before any data. The first look's share under each is exact ({ex['normal']:.4f} / "
+             f"{ex['contaminated']:.6f}, a noncentral chi-square integral) and is each boundary's control variate. "
+             f"Given the first {o['seeds']} seeds ({sim['conditional_paths']:,} paths a model): new deltas normal with "
+             f"their SD, resampled from their residuals, or normal with their clean SD (without the largest outlier, "
+             f"{o['largest_outlier']['rest_sd']:.2f}) with collapses of the plan's rate and size down (the first "
+             f"arm's) or up (the second's). Seed {sim['seed']}; ± is the Monte Carlo standard error. Each critical "
+             f"value must lie {d['margin_se']:g} standard errors above every boundary: the required value.", "",
+             "| direction | boundary, whole sequence: normal / contaminated | boundary given the first "
+             f"{o['seeds']} seeds: normal / resampled / collapses down / up | required | adopted |",
+             "|---|---|---|---|---|"]
     for dr in ("reproduced", "refuted"):
-        b = d["boundaries"][dr]
-        lines.append(f"| {dr} | {never(b['normal'])} / {never(b['contaminated'])} | "
-                     f"{'never' if c[dr] is None else f'{c[dr]:.2f}'} | {err(d['errors']['normal'][dr])} | "
-                     f"{err(d['errors']['contaminated'][dr])} | {err(d['errors']['resampled'][dr])} |")
+        b, bse, cond = d["boundaries"][dr], d["boundary_se"][dr], d["conditional"][dr]
+        lines.append(f"| {dr} | {se(b['normal'], bse['normal'])} / {se(b['contaminated'], bse['contaminated'])} | "
+                     + " / ".join(se(cond[m]["boundary"], cond[m]["boundary_se"]) for m in models)
+                     + f" | {never(d['required'][dr])} | {'never' if c[dr] is None else f'{c[dr]:.2f}'} |")
+    lines += ["", "The adopted values' chance of a false decision, over the whole sequence from the first seed and, "
+                  f"given the first {o['seeds']} seeds, by conditional model:", "",
+              "| direction | whole: normal | whole: contaminated | whole, not adopted: resampled | given: normal | "
+              "given: resampled | given: collapses down | given: collapses up |", "|---|---|---|---|---|---|---|---|"]
+    for dr in ("reproduced", "refuted"):
+        cond = d["conditional"][dr]
+        lines.append(f"| {dr} | {err(d['errors']['normal'][dr])} | {err(d['errors']['contaminated'][dr])} | "
+                     f"{err(d['errors']['resampled'][dr])} | "
+                     + " | ".join(f"{cond[m]['error']:.3f} ± {cond[m]['mc_error']:.4f}" for m in models) + " |")
     big = o["largest_outlier"]
     rb = d["resampled_boundaries"]
+    by_direction: dict = {}
+    for r in d["outlier_sensitivity"]:
+        by_direction.setdefault(r["direction"], []).append(r)
     lines += ["", f"Beside the plan, never adopted: resampling the first {o['seeds']} seeds' residuals "
                   f"({sim['resampled_paths']:,} paths) would need {never(rb['reproduced'])} / "
                   f"{never(rb['refuted'])}; its skew is one seed's (delta {big['delta']:+.1f} points; the other "
-                  f"{o['seeds'] - 1}: mean {big['rest_mean']:+.2f}, SD {big['rest_sd']:.2f}). That seed added back to "
-                  f"the other {o['seeds'] - 1} at a rate p ({sim['sensitivity_paths']:,} paths each), the adopted "
-                  f"boundary's false \"{d['outlier_sensitivity'][0]['direction']}\": "
-                  + "; ".join(f"p {100 * r['rate']:g}%: {err(r)}" + (" (the first look alone spends 0.05)"
-                                                                     if r["spent_by_first_look"] else "")
-                              for r in d["outlier_sensitivity"]) + ".", "",
-              f"Other contamination models, the adopted boundary's error per direction ({sim['sensitivity_paths']:,} "
-              f"paths each; * the first look alone spends {d['error_per_direction']:g}, which no later boundary can "
-              f"undo):", "",
-              "| collapse rate | " + " | ".join(f"{j:g} SDs" for j in sorted({r["jump_sds"] for r in
-                                                                             d["contamination_sensitivity"]})) + " |",
-              "|---|" + "---|" * len({r["jump_sds"] for r in d["contamination_sensitivity"]})]
-    by_rate: dict = {}
+                  f"{o['seeds'] - 1}: mean {big['rest_mean']:+.2f}, SD {big['rest_sd']:.2f}). That seed's jump added "
+                  f"back to the other {o['seeds'] - 1} at a rate p ({sim['sensitivity_paths']:,} paths each), in its own "
+                  f"direction and mirrored (a collapse of the other arm of the same size), the adopted boundaries' error "
+                  f"over the whole sequence: "
+                  + "; ".join(f"false \"{dr}\": " + ", ".join(
+                      f"p {100 * r['rate']:g}% {err(r)}" + (" (the first look alone spends "
+                                                             f"{d['error_per_direction']:g})"
+                                                             if r["spent_by_first_look"] else "") for r in rows)
+                      for dr, rows in by_direction.items()) + ".", "",
+              f"Other contamination models, the adopted boundaries' error over the whole sequence "
+              f"({sim['sensitivity_paths']:,} paths each; * the first look alone spends {d['error_per_direction']:g}, "
+              f"which no later boundary can undo):", ""]
+    jumps = sorted({r["jump_sds"] for r in d["contamination_sensitivity"]})
+    lines += ["| direction | collapse rate | " + " | ".join(f"{j:g} SDs" for j in jumps) + " |",
+              "|---|---|" + "---|" * len(jumps)]
+    grid: dict = {}
     for r in d["contamination_sensitivity"]:
-        by_rate.setdefault(r["rate"], []).append(f"{r['error']:.3f}" + ("*" if r["spent_by_first_look"] else ""))
-    lines += [f"| {100 * rate:g}% | " + " | ".join(v) + " |" for rate, v in by_rate.items()]
+        grid.setdefault((r["direction"], r["rate"]), []).append(f"{r['error']:.3f}" + ("*" if r["spent_by_first_look"]
+                                                                                      else ""))
+    lines += [f"| {dr} | {100 * rate:g}% | " + " | ".join(v) + " |" for (dr, rate), v in grid.items()]
     lines += ["", f"Given the {o['seeds']} seeds observed (mean {o['mean']:+.2f}, SD {o['sd']:.1f} points), new seeds "
                   f"drawn normal / resampled around each true gap ({sim['outcome_paths']:,} paths each):", "",
               "| true gap (points) | reproduced | refuted | smaller than claimed | undecided at the last look | "
@@ -529,7 +558,7 @@ def sequential_block(summary: dict) -> str:
     q = summary["sequential"]
     parts = sequential_parts(q, (summary.get("plan") or {}).get("file"))
     # the rule and the last look reached are the result table's row (--result): here where it stands and what it means
-    items = [f"**Now:** {parts['now']} {parts['next']}".strip(),
+    items = [" ".join(p for p in (f"**Now:** {parts['now']}", parts["estimate"], parts["next"]) if p),
              parts["meaning"],
              *parts["notes"]]  # the sensitivity comparison: check.py and docs/results.md
     return "\n".join(textwrap.fill(item, 118, initial_indent="- ", subsequent_indent="  ") for item in items) + "\n"

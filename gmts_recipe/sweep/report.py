@@ -98,7 +98,7 @@ def primary_line(p: dict) -> str:
 
 
 def _look_numbers(lk: dict) -> str:
-    return (f"{lk['mean']:+.1f} points, interval [{lk['low']:+.1f}, {lk['high']:+.1f}] (mean - "
+    return (f"{lk['mean']:+.1f} points, repeated confidence interval [{lk['low']:+.1f}, {lk['high']:+.1f}] (mean - "
             f"{lk['reproduced_critical']:.2f} se, mean + {lk['refuted_critical']:.2f} se)")
 
 
@@ -107,28 +107,64 @@ def sequential_line(q: dict, plan: str | None = None) -> str:
     decision, only at a planned look, or the next look with its boundaries in points and the command that runs its
     seeds), what a verdict means, and the planned sensitivity comparison."""
     parts = sequential_parts(q, plan)
-    return " ".join([parts["rule"], *parts["looks"], parts["now"], parts["next"], parts["meaning"], *parts["notes"],
-                     parts["sensitivity"]]).replace("  ", " ").strip()
+    return " ".join([parts["rule"], *parts["looks"], parts["now"], parts["estimate"], parts["next"], parts["meaning"],
+                     *parts["notes"], parts["sensitivity"]]).replace("  ", " ").strip()
 
 
 def _points(v: float) -> str:
     return f"{v:+.2f}"
 
 
+def _span_of(values) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.3f}" if f"{low:.3f}" == f"{high:.3f}" else f"{low:.3f}-{high:.3f}"
+
+
 def meaning_line(q: dict) -> str:
-    """What the plan's verdicts mean (summary.verdict_meaning's numbers, computed, never typed)."""
-    m, n_last = q["meaning"], q["looks"][-1]
-    null = m["null_reproduced"]
-    chance = ("" if not null else
-              f"; given the first {len(q['continued_seeds'])} seeds, the chance of \"reproduced\" with no real gain: "
-              + (f"{min(null):.2f}-{max(null):.2f}" if len(null) > 1 else f"{null[0]:.2f}")
-              + " (the design's simulation)")
-    smaller = (f"needs ~{m['smaller_needs_seeds']} seeds at SD {m['sd']:.1f}: "
-               + (f"it cannot happen by {n_last}" if not m["smaller_possible"] else "possible by the last look"))
-    return (f"What a verdict means: \"reproduced\" = a gain above {q['reproduced_above_points']:g} points, its size "
-            f"not shown; \"refuted\" = below {q['refuted_below_points']:g}; \"a gain smaller than claimed\" (both) "
-            f"{smaller}; the error is {m['error_per_direction']:g} per direction over the whole sequence, repeated "
-            f"from its first seed (the confirmatory plan's {m['continued_error']:.3f}){chance}.")
+    """What the plan's verdicts mean and what error they carry (summary.verdict_meaning's numbers, from the design
+    file, computed, never typed): "reproduced" a gain above the lower threshold, not the paper's claimed gain; where a
+    gain between the thresholds lands; the continued test's error spent at its look; the error over the whole sequence
+    under the plan's models and where nearby collapse models exceed it; and each false decision's chance given the
+    first stage's seeds."""
+    m, n_last, n0 = q["meaning"], q["looks"][-1], len(q["continued_seeds"])
+    low, high = q["reproduced_above_points"], q["refuted_below_points"]
+    claimed = "" if not m.get("claimed") else f", not the paper's {m['claimed'][0]:+.1f} to {m['claimed'][1]:+.1f}"
+    where = " (where the mean lies now)" if m.get("between_thresholds") else ""
+    between = (f"a gain between {signed(low)} and {signed(high)}{where} reaches no verdict by {n_last} seeds (\"a gain smaller "
+               f"than claimed\" needs ~{m['smaller_needs_seeds']} at SD {m['sd']:.1f})" if not m["smaller_possible"] else
+               f"\"a gain smaller than claimed\" needs ~{m['smaller_needs_seeds']} seeds at SD {m['sd']:.1f}")
+    text = (f"What a verdict means: \"reproduced\" = a gain above {low:g} points{claimed}; \"refuted\" = below "
+            f"{high:g}; {between}. Its error: the confirmatory test spent its {m['continued_error']:.3f} per direction "
+            f"at its own look; this extension was designed after seeing it, so its error counts over the whole "
+            f"sequence from the first of the {n0} seeds")
+    whole = m.get("whole_sequence")
+    if whole:
+        per = lambda model: " / ".join(f"{whole[d][model]:.3f}" for d in ("reproduced", "refuted"))  # noqa: E731
+        text += (f": per direction (reproduced / refuted) {per('normal')} under normal deltas, {per('contaminated')} "
+                 f"under a contamination model chosen after seeing seed 227's collapse")
+        near = m["nearby"]
+        if near and near["over"]:
+            text += (f", above {m['error_per_direction']:g} under {near['over']} of {near['models']} nearby collapse "
+                     f"models ({_span_of(near['error'])}; in them look 0 alone spends {_span_of(near['first_look'])})")
+    text += "."
+    cond = m.get("conditional")
+    if cond:
+        text += (f" Given the first {n0} seeds, over the design's models (normal, resampled, collapses down or up): a "
+                 f"false \"reproduced\" {_span_of(cond['reproduced'].values())}, a false \"refuted\" "
+                 f"{_span_of(cond['refuted'].values())}.")
+    return text
+
+
+def estimate_line(q: dict) -> str:
+    """After a stop: the median-unbiased estimate and its interval (stage-wise ordering), beside the repeated
+    confidence interval every look prints; "" while the test goes on."""
+    e = q.get("estimate")
+    if not e:
+        return ""
+    return (f"Estimate after the stop at {e['seeds']} seeds (median-unbiased, stage-wise ordering): "
+            f"{e['median_unbiased']:+.2f} points, {100 * e['confidence']:g}% interval [{e['low']:+.2f}, "
+            f"{e['high']:+.2f}] (the naive mean {e['mean']:+.2f}; the repeated confidence interval holds whatever the "
+            f"stopping and is wider).")
 
 
 def next_look_line(q: dict, plan: str | None = None) -> str:
@@ -179,8 +215,8 @@ def sequential_parts(q: dict, plan: str | None = None) -> dict:
     if off:
         notes.append("Cells on a card the plan does not name: " + "; ".join(f"seed {s} {', '.join(c)}"
                                                                           for s, c in off.items()) + ".")
-    return {"rule": rule, "looks": reached, "now": now, "next": next_look_line(q, plan), "meaning": meaning_line(q),
-            "notes": notes, "sensitivity": sensitivity_line(q)}
+    return {"rule": rule, "looks": reached, "now": now, "estimate": estimate_line(q), "next": next_look_line(q, plan),
+            "meaning": meaning_line(q), "notes": notes, "sensitivity": sensitivity_line(q)}
 
 
 def sensitivity_line(q: dict) -> str:

@@ -185,11 +185,14 @@ def cell_origin(results: dict) -> dict[str, str]:
 def verdict_meaning(spec: dict, per_seed_points: list[float], design: sequential.Design,
                     design_file: Path | None = None) -> dict:
     """What the plan's verdicts mean, computed (never typed): "reproduced" says a gain above reproduced_above, not its
-    size; "a gain smaller than claimed" needs an interval (c_r + c_f) se wide to fit between the two thresholds, so
-    the seeds it takes at the spread so far (None past every planned look: it cannot happen); the error per direction
-    over the whole sequence beside the continued test's own; and, from the design file's simulation, the chance of
-    "reproduced" with no real gain given the seeds already seen (normal and resampled new deltas). `design_file`: the
-    plan's design file where it lies (Grid.path: beside the plan, whatever the current directory)."""
+    size, nor the paper's claimed gain (`claimed`, points); "a gain smaller than claimed" needs an interval (c_r + c_f)
+    se wide to fit between the two thresholds, so the seeds it takes at the spread so far (None past every planned look:
+    it cannot happen), and whether the mean so far lies between the thresholds (a gain there reaches no verdict by the
+    last look when that count lies past it); the continued test's own error, spent at its look; and, from the design
+    file where it lies (`design_file`: Grid.path, beside the plan, whatever the current directory), the error per
+    direction over the whole sequence under each adopted model, the nearby collapse models under which it exceeds the
+    plan's (with what the first look alone spends in them), and the chance of each false decision given the seeds
+    already seen under each conditional model (gmts_recipe.sequential.design)."""
     from scipy import stats as scipy_stats
 
     sd = float(statistics.stdev(per_seed_points))
@@ -198,14 +201,24 @@ def verdict_meaning(spec: dict, per_seed_points: list[float], design: sequential
     smaller = math.ceil((sd * width / gap) ** 2) + 1
     n0 = design.looks[0]
     path = Path(spec["design"]) if design_file is None else design_file
-    null = None
-    if path.is_file():
-        rows = json.loads(path.read_text(encoding="utf-8")).get("outcomes", [])
-        null = [r[sequential.REPRODUCED] for r in rows if math.isclose(r["gap"], design.reproduced_above)] or None
-    return {"error_per_direction": spec["error_per_direction"],
+    d = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    error = spec["error_per_direction"]
+    whole = {dr: {m: e[dr]["error"] for m, e in d.get("errors", {}).items() if m in ("normal", "contaminated")}
+             for dr in (sequential.REPRODUCED, sequential.REFUTED)}
+    over = [r for r in d.get("contamination_sensitivity", []) if r["error"] > error]
+    nearby = {"models": len(d.get("contamination_sensitivity", [])), "over": len(over),
+              "error": [min(r["error"] for r in over), max(r["error"] for r in over)] if over else None,
+              "first_look": [min(r["first_look"] for r in over), max(r["first_look"] for r in over)] if over else None}
+    conditional = {dr: {m: r["error"] for m, r in rows.items()} for dr, rows in d.get("conditional", {}).items()}
+    claimed = CLAIMED.get(spec["comparison"])
+    mean = statistics.fmean(per_seed_points)
+    return {"error_per_direction": error,
             "continued_error": float(scipy_stats.t.sf(design.reproduced_critical[0], n0 - 1)),
             "smaller_needs_seeds": smaller, "smaller_possible": smaller <= design.looks[-1], "sd": sd,
-            "null_reproduced": null}
+            "between_thresholds": design.reproduced_above <= mean <= design.refuted_below,
+            "claimed": None if claimed is None else [100 * v for v in claimed],
+            "whole_sequence": whole if d else None, "nearby": nearby if d else None,
+            "conditional": conditional or None}
 
 
 def sensitivity_rows(spec: dict, counted: list[int], deltas: list[float], continued: dict,
@@ -308,7 +321,8 @@ def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], conti
             "cell_cards": {str(s): cards.get(s, []) for s in counted}, "scored_as_base": scored_as_base,
             "retrying": retrying, "sensitivity_rows": sensitivity_rows(spec, counted, deltas, continued, origins or {}),
             "meaning": verdict_meaning(spec, [100 * d for d in per_seed], design, design_file),
-            "state": sequential.state([100 * d for d in per_seed], design)}
+            "state": sequential.state([100 * d for d in per_seed], design),
+            "estimate": sequential.stagewise_estimate([100 * d for d in per_seed], design)}
 
 
 def _planned_comparison(comparison: str, variant: str, learning_rate: float, seeds: list[int], scores: dict) -> dict:
