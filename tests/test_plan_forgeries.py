@@ -155,22 +155,44 @@ def lower_reproduced(text: str) -> str:
     return forged
 
 
-def test_a_boundary_lowered_before_any_cell_is_refused_by_the_design_file(tmp_path, capsys):
+def test_a_boundary_lowered_after_the_freeze_is_refused(tmp_path, capsys):
     repo = clone(tmp_path)
     sweep = extension_forged(repo, lower_reproduced)
-    refused(sweep, capsys, "the design file configs/sweeps/confirm-extension-design.json: critical",
-            "'reproduced': 1.5")
+    refused(sweep, capsys, "froze the sequential plan", "critical differ since")
 
 
-def test_a_boundary_lowered_in_the_plan_and_its_design_file_is_refused(tmp_path, capsys):
+def test_a_boundary_lowered_with_the_freeze_removed_is_refused(tmp_path, capsys):
+    """The freeze lives in history: a later commit that drops frozen_on and lowers the boundary is held against the
+    committed frozen version all the same."""
+    repo = clone(tmp_path)
+    sweep = extension_forged(repo, lambda text: re.sub(r"\n  frozen_on: [^\n]*", "", lower_reproduced(text)))
+    refused(sweep, capsys, "froze the sequential plan", "frozen_on, critical differ since")
+
+
+def test_a_design_file_edited_after_the_freeze_is_refused(tmp_path, capsys):
     repo = clone(tmp_path)
     design = repo / "configs/sweeps/confirm-extension-design.json"
     forged = json.loads(design.read_text())
-    forged["critical"]["reproduced"] = 1.5
+    forged["conditional"]["reproduced"]["collapse_down"]["error"] = 0.01
     design.write_text(json.dumps(forged, indent=1))
-    sweep = extension_forged(repo, lower_reproduced)
-    adopted = json.loads((ROOT / "configs/sweeps/confirm-extension-design.json").read_text())["critical"]["reproduced"]
-    refused(sweep, capsys, "critical.reproduced", f"{adopted} from its boundaries")
+    sweep = extension_forged(repo, lambda text: text)
+    refused(sweep, capsys, "its design file configs/sweeps/confirm-extension-design.json differs from the one "
+                           "committed with it")
+
+
+def test_a_plan_below_its_designs_requirement_is_refused():
+    """The design check itself (a plan not yet frozen): a critical value under the largest boundary plus 2 Monte Carlo
+    SEs, or a design whose required value does not follow from its own boundaries, is named."""
+    summary = json.loads((ROOT / "results/confirm-extension/sweep.json").read_text())
+    spec = summary["sequential"]
+    design = json.loads((ROOT / spec["design"]).read_text())
+    assert plan.design_problem(spec, design) is None
+    low = {**spec, "critical": {**spec["critical"], "reproduced": 2.79}}
+    assert "critical.reproduced" in plan.design_problem(low, {**design, "critical": low["critical"]})
+    assert "lies below 2.8645" in plan.design_problem(low, {**design, "critical": low["critical"]})
+    forged = json.loads(json.dumps(design))
+    forged["required"]["reproduced"] = 2.70
+    assert plan.design_problem(spec, forged).startswith("required.reproduced")
 
 
 def test_an_uncommitted_edit_of_the_continued_plan_is_refused(tmp_path, capsys):

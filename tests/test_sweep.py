@@ -1479,7 +1479,7 @@ sequential:
   sensitivity: [card, commit, day]
   design: none.json
   simulation: {{seed: 1, paths: 10, contaminated_paths: 10, resampled_paths: 10, sensitivity_paths: 10,
-               outcome_paths: 10}}
+               outcome_paths: 10, conditional_paths: 10}}
 """
 
 
@@ -1529,15 +1529,17 @@ def test_a_sequential_line_says_what_its_verdicts_mean_and_what_to_run_next(tmp_
     assert m["continued_error"] == pytest.approx(0.025) and m["error_per_direction"] == 0.05
     sd = statistics.stdev(100 * d for d in q["per_seed"])
     assert m["sd"] == pytest.approx(sd) and m["smaller_needs_seeds"] == math.ceil((sd * 5.5 / 1.3) ** 2) + 1
-    assert not m["smaller_possible"] and m["null_reproduced"] is None  # no design file here
+    assert not m["smaller_possible"] and m["whole_sequence"] is None and m["conditional"] is None  # no design file
+    assert m["claimed"] == pytest.approx([1.3, 3.4]) and m["between_thresholds"] is False
     text = render(summary)
     se = sd / 6 ** 0.5
     assert f"reproduced if the mean exceeds {2.5 * se:+.2f} points, refuted if it lies below {1.3 - 3.0 * se:+.2f}" \
         in text.replace("\n", " ")
     flat = " ".join(text.split())
     assert "Next: `python sweep.py" in flat and "seeds 5-6 reach it" in flat
-    assert '"reproduced" = a gain above 0 points, its size not shown' in flat and "it cannot happen by 8" in flat
-    assert "over the whole sequence, repeated from its first seed (the confirmatory plan's 0.025)" in flat
+    assert '"reproduced" = a gain above 0 points, not the paper\'s +1.3 to +3.4' in flat
+    assert "reaches no verdict by 8 seeds" in flat and "repeated confidence interval" in flat
+    assert "the confirmatory test spent its 0.025 per direction at its own look" in flat
     old = 100 * statistics.fmean(q["per_seed"])
     assert f"Sensitivity (planned, never a decision): old seeds 1-4 {old:+.1f} points" in flat
     assert "GRPO (all tokens)" not in text and "Per training step" not in text  # no empty table

@@ -288,6 +288,6 @@ def test_the_result_table_is_the_confirmatory_tests_with_its_extension_row(capsy
     assert rows["ETS (top-20% by entropy)"].split(" | ")[3] == "100 (200-299)"
     assert "**undecided**" in rows["**GMTS - ETS** (primary test)"]
     continued = table[-1]
-    assert continued.startswith("| GMTS - ETS, continued") and "| +0.9 | [-0.1, +1.9] at look 0 |" in continued
+    assert continued.startswith("| GMTS - ETS, continued") and "| +0.9 | [-0.1, +1.9] at look 0 (repeated CI) |" in continued
     assert "| 100 of 260; next look 140 (0 of 40 new) | **continue**: reproduced if (mean - 0) / se > 2.79" \
         in continued
