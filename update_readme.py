@@ -188,7 +188,7 @@ def result(summary: dict, root: Path, extension: dict) -> str:
             f"{q['critical']['reproduced']:.2f}, refuted if (mean - {q['refuted_below_points']:g}) / se < "
             f"-{q['critical']['refuted']:.2f}")
     row = (f"| {_label(q['comparison'])}, continued | {_points(lk['mean'] / 100)} | "
-           f"{_bracket(lk['low'] / 100, lk['high'] / 100)} at look {lk['look']} (repeated CI) | {where} | {says} |")
+           f"{_bracket(lk['low'] / 100, lk['high'] / 100)} at look {lk['look']} | {where} | {says} |")
     table, note = headline(summary, root).split("\n\n", 1)
     # the planned secondary comparisons are intervals without a decision: docs/results.md lists them
     secondary = [line for line in table.splitlines() if "(secondary)" in line]
@@ -197,7 +197,8 @@ def result(summary: dict, root: Path, extension: dict) -> str:
             f"[docs/results.md](docs/results.md#the-confirmatory-test-its-result).") if secondary else ""
     first = summary["cells"][0]["path"] if summary.get("cells") else None
     ran = f" Setting: {setting(json.loads((root / first).read_text()))}; {PAPER_SETTING}." if first else ""
-    return fill_lines(f"{table}\n{row}\n\n{note.rstrip()}{more}{ran}") + "\n"
+    rci = " The continued row's interval is a repeated confidence interval: it holds at every look, whatever the stopping."
+    return fill_lines(f"{table}\n{row}\n\n{note.rstrip()}{more}{rci}{ran}") + "\n"
 
 
 def plan(summary: dict, root: Path) -> str:

@@ -1538,8 +1538,8 @@ def test_a_sequential_line_says_what_its_verdicts_mean_and_what_to_run_next(tmp_
     flat = " ".join(text.split())
     assert "Next: `python sweep.py" in flat and "seeds 5-6 reach it" in flat
     assert '"reproduced" = a gain above 0 points, not the paper\'s +1.3 to +3.4' in flat
-    assert "reaches no verdict by 8 seeds" in flat and "repeated confidence interval" in flat
-    assert "the confirmatory test spent its 0.025 per direction at its own look" in flat
+    assert "gets no verdict by 8 seeds" in flat and "repeated confidence interval" in flat
+    assert "the confirmatory test spent its 0.025 at its own look" in flat
     old = 100 * statistics.fmean(q["per_seed"])
     assert f"Sensitivity (planned, never a decision): old seeds 1-4 {old:+.1f} points" in flat
     assert "GRPO (all tokens)" not in text and "Per training step" not in text  # no empty table

@@ -130,29 +130,26 @@ def meaning_line(q: dict) -> str:
     low, high = q["reproduced_above_points"], q["refuted_below_points"]
     claimed = "" if not m.get("claimed") else f", not the paper's {m['claimed'][0]:+.1f} to {m['claimed'][1]:+.1f}"
     where = " (where the mean lies now)" if m.get("between_thresholds") else ""
-    between = (f"a gain between {signed(low)} and {signed(high)}{where} reaches no verdict by {n_last} seeds (\"a gain smaller "
-               f"than claimed\" needs ~{m['smaller_needs_seeds']} at SD {m['sd']:.1f})" if not m["smaller_possible"] else
+    between = (f"a gain between {signed(low)} and {signed(high)}{where} gets no verdict by {n_last} seeds "
+               f"(~{m['smaller_needs_seeds']} needed at SD {m['sd']:.1f})" if not m["smaller_possible"] else
                f"\"a gain smaller than claimed\" needs ~{m['smaller_needs_seeds']} seeds at SD {m['sd']:.1f}")
     text = (f"What a verdict means: \"reproduced\" = a gain above {low:g} points{claimed}; \"refuted\" = below "
-            f"{high:g}; {between}. Its error: the confirmatory test spent its {m['continued_error']:.3f} per direction "
-            f"at its own look; this extension was designed after seeing it, so its error counts over the whole "
-            f"sequence from the first of the {n0} seeds")
+            f"{signed(high)}; {between}. Error per direction, counted from the first of the {n0} seeds (the "
+            f"confirmatory test spent its {m['continued_error']:.3f} at its own look; this plan was made after it)")
     whole = m.get("whole_sequence")
     if whole:
         per = lambda model: " / ".join(f"{whole[d][model]:.3f}" for d in ("reproduced", "refuted"))  # noqa: E731
-        text += (f": per direction (reproduced / refuted) {per('normal')} under normal deltas, {per('contaminated')} "
-                 f"under a contamination model chosen after seeing seed 227's collapse")
+        text += (f": {per('normal')} (reproduced / refuted) under normal deltas, {per('contaminated')} under a "
+                 f"contamination model chosen after seeing seed 227")
         near = m["nearby"]
         if near and near["over"]:
             text += (f", above {m['error_per_direction']:g} under {near['over']} of {near['models']} nearby collapse "
-                     f"models ({_span_of(near['error'])}; in them look 0 alone spends {_span_of(near['first_look'])})")
-    text += "."
+                     f"models ({_span_of(near['error'])}; look 0 alone spends {_span_of(near['first_look'])} there)")
     cond = m.get("conditional")
     if cond:
-        text += (f" Given the first {n0} seeds, over the design's models (normal, resampled, collapses down or up): a "
-                 f"false \"reproduced\" {_span_of(cond['reproduced'].values())}, a false \"refuted\" "
-                 f"{_span_of(cond['refuted'].values())}.")
-    return text
+        text += (f"; given the first {n0} seeds, a false \"reproduced\" {_span_of(cond['reproduced'].values())}, a "
+                 f"false \"refuted\" {_span_of(cond['refuted'].values())} over the design's models")
+    return text + "."
 
 
 def estimate_line(q: dict) -> str:
