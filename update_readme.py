@@ -501,12 +501,38 @@ def design_table(d: dict) -> str:
         lines.append(f"| {dr} | {err(d['errors']['normal'][dr])} | {err(d['errors']['contaminated'][dr])} | "
                      f"{err(d['errors']['resampled'][dr])} | "
                      + " | ".join(f"{cond[m]['error']:.3f} ± {cond[m]['mc_error']:.4f}" for m in models) + " |")
+    lines += _design_beside(d)
+    lines += ["", f"Given the {o['seeds']} seeds observed (mean {o['mean']:+.2f}, SD {o['sd']:.1f} points), new seeds "
+                  f"drawn normal / resampled around each true gap ({sim['outcome_paths']:,} paths each):", "",
+              "| true gap (points) | reproduced | refuted | smaller than claimed | undecided at the last look | "
+              "new seeds (mean) | GPU-minutes (mean) |", "|---|---|---|---|---|---|---|"]
+    rows = {}
+    for row in d["outcomes"]:
+        rows.setdefault(row["gap"], {})[row["resampled"]] = row
+    for gap, pair in rows.items():
+        cell = lambda k, f: f"{f(pair[False][k])} / {f(pair[True][k])}"  # noqa: E731
+        share = lambda v: f"{v:.2f}"  # noqa: E731
+        lines.append(f"| {gap:+.2f} | {cell('reproduced', share)} | {cell('refuted', share)} | "
+                     f"{cell('a gain smaller than claimed', share)} | {cell('undecided', share)} | "
+                     f"{cell('new_seeds', lambda v: f'{v:.0f}')} | "
+                     f"{cell('gpu_minutes', lambda v: '-' if v is None else f'{v:.0f}')} |")
+    lines += ["", f"GPU-minutes at {d['minutes_per_seed']:.2f} a seed: the median over the continued test's seeds of "
+                  f"what their two arms' records say (training and evaluation, without start-up or model transfer)."]
+    return fill_lines("\n".join(lines)) + "\n"
+
+
+def _design_beside(d: dict) -> list[str]:
+    """design_table's lines on what the design publishes beside the plan, never adopted: the resampled model's
+    boundaries, the first stage's largest outlier added back (its direction and mirrored), the contamination grid."""
+    sim, o = d["simulation"], d["observed"]
+    never = lambda v: "never (the first look spent it)" if v is None else f"{v:.3f}"  # noqa: E731
+    err = lambda e: f"{e['error']:.3f} ± {e['mc_error']:.4f} (first look {e['first_look']:.3f})"  # noqa: E731
     big = o["largest_outlier"]
     rb = d["resampled_boundaries"]
     by_direction: dict = {}
     for r in d["outlier_sensitivity"]:
         by_direction.setdefault(r["direction"], []).append(r)
-    lines += ["", f"Beside the plan, never adopted: resampling the first {o['seeds']} seeds' residuals "
+    lines = ["", f"Beside the plan, never adopted: resampling the first {o['seeds']} seeds' residuals "
                   f"({sim['resampled_paths']:,} paths) would need {never(rb['reproduced'])} / "
                   f"{never(rb['refuted'])}; its skew is one seed's (delta {big['delta']:+.1f} points; the other "
                   f"{o['seeds'] - 1}: mean {big['rest_mean']:+.2f}, SD {big['rest_sd']:.2f}). That seed's jump added "
@@ -529,23 +555,7 @@ def design_table(d: dict) -> str:
         grid.setdefault((r["direction"], r["rate"]), []).append(f"{r['error']:.3f}" + ("*" if r["spent_by_first_look"]
                                                                                       else ""))
     lines += [f"| {dr} | {100 * rate:g}% | " + " | ".join(v) + " |" for (dr, rate), v in grid.items()]
-    lines += ["", f"Given the {o['seeds']} seeds observed (mean {o['mean']:+.2f}, SD {o['sd']:.1f} points), new seeds "
-                  f"drawn normal / resampled around each true gap ({sim['outcome_paths']:,} paths each):", "",
-              "| true gap (points) | reproduced | refuted | smaller than claimed | undecided at the last look | "
-              "new seeds (mean) | GPU-minutes (mean) |", "|---|---|---|---|---|---|---|"]
-    rows = {}
-    for row in d["outcomes"]:
-        rows.setdefault(row["gap"], {})[row["resampled"]] = row
-    for gap, pair in rows.items():
-        cell = lambda k, f: f"{f(pair[False][k])} / {f(pair[True][k])}"  # noqa: E731
-        share = lambda v: f"{v:.2f}"  # noqa: E731
-        lines.append(f"| {gap:+.2f} | {cell('reproduced', share)} | {cell('refuted', share)} | "
-                     f"{cell('a gain smaller than claimed', share)} | {cell('undecided', share)} | "
-                     f"{cell('new_seeds', lambda v: f'{v:.0f}')} | "
-                     f"{cell('gpu_minutes', lambda v: '-' if v is None else f'{v:.0f}')} |")
-    lines += ["", f"GPU-minutes at {d['minutes_per_seed']:.2f} a seed: the median over the continued test's seeds of "
-                  f"what their two arms' records say (training and evaluation, without start-up or model transfer)."]
-    return fill_lines("\n".join(lines)) + "\n"
+    return lines
 
 
 def sequential_block(summary: dict) -> str:

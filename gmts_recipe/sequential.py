@@ -459,16 +459,7 @@ def design(spec: dict, observed: Sequence[float], minutes_per_seed: float | None
     sim, error, model = spec["simulation"], spec["error_per_direction"], spec["contamination"]
     c0 = first_critical(looks[0])
     rng = np.random.default_rng(sim["seed"])
-    signs = {"reproduced": 1.0, "refuted": -1.0}  # "refuted" crosses when t < -c: the upper tail of -t
-    normal = null_paths(looks, sim["paths"], rng)
-    # jumps up: the upper tail of -t is "refuted"'s; by symmetry the upper tail of t under jumps down is the same
-    contaminated = contaminated_paths(looks, sim["contaminated_paths"], rng, model["rate"], model["jump_sds"])
-    fitted = {"normal": {d: normal * sign for d, sign in signs.items()},
-              "contaminated": {d: -contaminated for d in signs}}
-    exact = {"normal": first_look_share(looks[0], c0),
-             "contaminated": first_look_share(looks[0], c0, model["rate"], -model["jump_sds"])}
-    whole = {d: {k: {"boundary": _finite(boundary(fitted[k][d], c0, error, exact[k])),
-                     "se": boundary_se(fitted[k][d], c0, error, exact[k])} for k in fitted} for d in signs}
+    fitted, exact, whole = _whole_sequence(looks, c0, sim, model, error, rng)
     x = np.asarray(observed, dtype=float)
     plain = Design(tuple(looks), (c0, *[1.0] * len(spec["looks"])), (c0, *[1.0] * len(spec["looks"])),
                    spec["reproduced_above_points"], spec["refuted_below_points"])  # its looks and thresholds only
@@ -476,50 +467,23 @@ def design(spec: dict, observed: Sequence[float], minutes_per_seed: float | None
     largest = {m: conditional_paths(x, plain, m, sim["conditional_paths"], crng, model["rate"], model["jump_sds"])
                for m in CONDITIONAL_MODELS}
     required = {d: required_critical(whole[d], {m: conditional_rates(largest[m][d], math.inf, error)
-                                                for m in CONDITIONAL_MODELS}) for d in signs}
+                                                for m in CONDITIONAL_MODELS}) for d in SIGNS}
     planned = spec.get("critical")
-    chosen = {d: (_ceil2(required[d]) if planned is None else float(planned[d])) for d in signs}
-    later = len(spec["looks"])
-    crit = {dr: (c0, *[chosen[dr]] * later) for dr in signs}
+    chosen = {d: (_ceil2(required[d]) if planned is None else float(planned[d])) for d in SIGNS}
+    crit = {dr: (c0, *[chosen[dr]] * len(spec["looks"])) for dr in SIGNS}
     d = Design(tuple(looks), crit["reproduced"], crit["refuted"], spec["reproduced_above_points"],
                spec["refuted_below_points"])
     conditional = {dr: {m: conditional_rates(largest[m][dr], chosen[dr], error) for m in CONDITIONAL_MODELS}
-                   for dr in signs}
-
-    def rates(t: dict) -> dict:
-        n = next(iter(t.values())).shape[0]
-        return {dr: {"error": crossing_rate(t[dr], crit[dr]), "first_look": float((t[dr][:, 0] > c0).mean()),
-                     "mc_error": mc_error(crossing_rate(t[dr], crit[dr]), n)} for dr in t}
-
-    errors = {k: rates(t) for k, t in fitted.items()}
+                   for dr in SIGNS}
+    errors = {k: _rates(t, crit) for k, t in fitted.items()}
     resampled = resampled_paths(x, looks, sim["resampled_paths"], rng)
-    errors["resampled"] = rates({dr: resampled * sign for dr, sign in signs.items()})
-    resampled_needed = {dr: _finite(boundary(resampled * sign, c0, error)) for dr, sign in signs.items()}
-    far = int(np.argmax(np.abs(x - np.median(x))))
-    rest = np.delete(x, far)
-    jump = float(x[far] - rest.mean())  # the largest outlier's distance from the other deltas' mean
-
-    def against(t: np.ndarray, size: float) -> tuple[str, np.ndarray]:
-        """Paths whose jumps are `size` (up: against "refuted", read in -t's upper tail; down: "reproduced")."""
-        return ("refuted", -t) if size > 0 else ("reproduced", t)
-
-    def row(dr: str, t: np.ndarray, **keys) -> dict:
-        r = rates({dr: t})[dr]
-        return {**keys, "direction": dr, **r, "spent_by_first_look": r["first_look"] >= error}
-
-    outlier = [row(*against(contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, jump, clean=rest), jump),
-                   rate=rate) for rate in OUTLIER_RATES]
-    sensitivity = [row(*against(contaminated_paths(looks, sim["sensitivity_paths"], rng, rate, size), size),
-                       rate=rate, jump_sds=size) for rate in SENSITIVITY_RATES for size in SENSITIVITY_JUMPS]
+    errors["resampled"] = _rates({dr: resampled * sign for dr, sign in SIGNS.items()}, crit)
+    resampled_needed = {dr: _finite(boundary(resampled * sign, c0, error)) for dr, sign in SIGNS.items()}
+    outlier, sensitivity, largest_outlier = _beside(x, looks, crit, error, sim, rng)
     outcomes = [operating_characteristics(observed, d, g, sim["outcome_paths"], rng, resample=r)
                 for g in GAPS for r in (False, True)]
     for o in outcomes:
         o["gpu_minutes"] = None if minutes_per_seed is None else o["new_seeds"] * minutes_per_seed
-    mrng = np.random.default_rng([sim["seed"], 2])  # the mirrors: the other direction, the same sizes
-    outlier += [row(*against(contaminated_paths(looks, sim["sensitivity_paths"], mrng, rate, -jump, clean=rest),
-                             -jump), rate=rate) for rate in OUTLIER_RATES]
-    sensitivity += [row(*against(contaminated_paths(looks, sim["sensitivity_paths"], mrng, rate, -size), -size),
-                        rate=rate, jump_sds=size) for rate in SENSITIVITY_RATES for size in SENSITIVITY_JUMPS]
     first_look = look(observed, c0, c0, spec["reproduced_above_points"], spec["refuted_below_points"])
     mad_sd = float(1.4826 * np.median(np.abs(x - np.median(x))))
     return {"looks": looks, "first_critical": c0, "error_per_direction": error, "contamination": model,
@@ -529,11 +493,66 @@ def design(spec: dict, observed: Sequence[float], minutes_per_seed: float | None
             "conditional": conditional, "margin_se": MARGIN_SE,
             "required": {k: _finite(v) for k, v in required.items()},
             "critical": {k: _finite(v) for k, v in chosen.items()},
-            "meets": {k: chosen[k] >= required[k] for k in signs}, "errors": errors,
+            "meets": {k: chosen[k] >= required[k] for k in SIGNS}, "errors": errors,
             "resampled_boundaries": resampled_needed, "simulation": sim,
             "observed": {"seeds": len(observed), "mean": first_look["mean"], "sd": float(np.std(x, ddof=1)),
                          "robust_sd": mad_sd, "decision": first_look["decision"],
-                         "largest_outlier": {"delta": float(x[far]), "rest_mean": float(rest.mean()),
-                                             "rest_sd": float(np.std(rest, ddof=1))}},
+                         "largest_outlier": largest_outlier},
             "outlier_sensitivity": outlier, "contamination_sensitivity": sensitivity,
             "minutes_per_seed": minutes_per_seed, "outcomes": outcomes}
+
+
+SIGNS = {REPRODUCED: 1.0, REFUTED: -1.0}  # "refuted" crosses when t < -c: the upper tail of -t
+
+
+def _whole_sequence(looks: list[int], c0: float, sim: dict, model: dict, error: float,
+                    rng: np.random.Generator) -> tuple[dict, dict, dict]:
+    """The null paths of the whole sequence under normal deltas and the plan's contamination model (each direction's
+    upper tail), the first look's exact share under each, and each model's boundary and its Monte Carlo error."""
+    normal = null_paths(looks, sim["paths"], rng)
+    # jumps up: the upper tail of -t is "refuted"'s; by symmetry the upper tail of t under jumps down is the same
+    contaminated = contaminated_paths(looks, sim["contaminated_paths"], rng, model["rate"], model["jump_sds"])
+    fitted = {"normal": {d: normal * sign for d, sign in SIGNS.items()},
+              "contaminated": {d: -contaminated for d in SIGNS}}
+    exact = {"normal": first_look_share(looks[0], c0),
+             "contaminated": first_look_share(looks[0], c0, model["rate"], -model["jump_sds"])}
+    whole = {d: {k: {"boundary": _finite(boundary(fitted[k][d], c0, error, exact[k])),
+                     "se": boundary_se(fitted[k][d], c0, error, exact[k])} for k in fitted} for d in SIGNS}
+    return fitted, exact, whole
+
+
+def _rates(t: dict, crit: dict) -> dict:
+    """Each direction's (paths, looks) statistics against its critical values: the error over the whole sequence,
+    the first look's share and the error's Monte Carlo standard error."""
+    n = next(iter(t.values())).shape[0]
+    return {dr: {"error": crossing_rate(t[dr], crit[dr]), "first_look": float((t[dr][:, 0] > crit[dr][0]).mean()),
+                 "mc_error": mc_error(crossing_rate(t[dr], crit[dr]), n)} for dr in t}
+
+
+def _beside(x: np.ndarray, looks: list[int], crit: dict, error: float, sim: dict,
+            rng: np.random.Generator) -> tuple[list[dict], list[dict], dict]:
+    """What the design publishes beside the plan, never adopted: the first stage's largest outlier added back to the
+    other deltas at OUTLIER_RATES, in its own direction (`rng`) and mirrored (its own stream, seed [seed, 2]), and the
+    contamination grid of SENSITIVITY_RATES x SENSITIVITY_JUMPS in both directions; each row the critical values'
+    error over the whole sequence. Returns the outlier rows, the grid's rows and the outlier's description."""
+    far = int(np.argmax(np.abs(x - np.median(x))))
+    rest = np.delete(x, far)
+    jump = float(x[far] - rest.mean())  # the largest outlier's distance from the other deltas' mean
+
+    def row(size: float, t: np.ndarray, **keys) -> dict:
+        dr, t = (REFUTED, -t) if size > 0 else (REPRODUCED, t)  # up: against "refuted", read in -t's upper tail
+        r = _rates({dr: t}, crit)[dr]
+        return {**keys, "direction": dr, **r, "spent_by_first_look": r["first_look"] >= error}
+
+    n = sim["sensitivity_paths"]
+    outlier = [row(jump, contaminated_paths(looks, n, rng, rate, jump, clean=rest), rate=rate)
+               for rate in OUTLIER_RATES]
+    grid = [row(size, contaminated_paths(looks, n, rng, rate, size), rate=rate, jump_sds=size)
+            for rate in SENSITIVITY_RATES for size in SENSITIVITY_JUMPS]
+    mirror = np.random.default_rng([sim["seed"], 2])  # the other direction, the same sizes
+    outlier += [row(-jump, contaminated_paths(looks, n, mirror, rate, -jump, clean=rest), rate=rate)
+                for rate in OUTLIER_RATES]
+    grid += [row(-size, contaminated_paths(looks, n, mirror, rate, -size), rate=rate, jump_sds=size)
+             for rate in SENSITIVITY_RATES for size in SENSITIVITY_JUMPS]
+    return outlier, grid, {"delta": float(x[far]), "rest_mean": float(rest.mean()),
+                           "rest_sd": float(np.std(rest, ddof=1))}
