@@ -1108,11 +1108,13 @@ def test_a_sweep_whose_base_is_another_sweeps_evaluated_again_checks_and_a_copie
 
 
 def _conflicting_record(local: Path, incoming: Path, key: str) -> str:
-    """The incoming folder's record under the local cache's hash: the base evaluated again there (other scores)."""
+    """The incoming folder's record under the local cache's hash, with other evaluation settings."""
     cache = json.loads((local / "base-evals" / f"{EVAL_HASH}.json").read_text())
-    (incoming / "base-evals" / f"{EVAL_HASH}.json").write_text(json.dumps({**cache, "evals": base_evals(7)}))
-    return (f"{incoming / 'base-evals' / EVAL_HASH}.json differs from {local / 'base-evals' / EVAL_HASH}.json under "
-            f"the same evaluation hash \\(one hash, two bases\\); nothing merged")
+    cache["eval_config"]["device"] = "cpu"
+    (incoming / "base-evals" / f"{EVAL_HASH}.json").write_text(json.dumps(cache))
+    return (f"{incoming / 'base-evals' / EVAL_HASH}.json records other evaluation settings than "
+            f"{local / 'base-evals' / EVAL_HASH}.json under the same evaluation hash \\(one hash, two records\\); "
+            f"nothing merged$")
 
 
 def _misnamed_record(local: Path, incoming: Path, key: str) -> str:
@@ -1152,16 +1154,21 @@ def test_an_incoming_base_record_that_does_not_verify_is_refused_in_one_line(tmp
     assert files(local) == before
 
 
-def test_an_incoming_record_the_tree_holds_already_is_passed_over(tmp_path, capsys):
-    """The incoming folder's copy of the local cache (the same hash, settings and evaluations; another peak memory):
-    the merge goes on as without it."""
+@pytest.mark.parametrize("evaluated_again", [False, True], ids=["a-copy", "evaluated-again"])
+def test_an_incoming_record_of_a_hash_the_tree_holds_is_passed_over(tmp_path, capsys, evaluated_again):
+    """The incoming folder's record under the local cache's hash and settings: a copy of it, or the base evaluated
+    again there (the cache left behind; other scores, as bf16 is not bit-exact). The merge goes on as without it: the
+    cells keep, or are paired with, the local cache, and the record stays this tree's."""
     grid_path, local, incoming = trees(tmp_path)
     cache = json.loads((local / "base-evals" / f"{EVAL_HASH}.json").read_text())
     (incoming / "base-evals").mkdir()
-    (incoming / "base-evals" / f"{EVAL_HASH}.json").write_text(json.dumps({**cache, "gpu_peak_memory_gib": 3.0}))
+    there = {**cache, "evals": base_evals(7)} if evaluated_again else {**cache, "gpu_peak_memory_gib": 3.0}
+    (incoming / "base-evals" / f"{EVAL_HASH}.json").write_text(json.dumps(there))
     assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith("[sweep] merge paper-lr0.0001-s1: added arm(s) gmts; "
-                                                             "base kept (shared cache)")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("[sweep] merge paper-lr0.0001-s1: added arm(s) gmts; base kept (shared cache)")
+    assert lines[1].startswith("[sweep] merge paper-lr0.0002-s1: added arm(s) grpo; base replaced by the shared cache "
+                               "(incoming pass@1 ")
     assert json.loads((local / "base-evals" / f"{EVAL_HASH}.json").read_text()) == cache
 
 

@@ -59,8 +59,10 @@ def offered_caches(incoming: Path, root: Path, caches: dict[str, dict]) -> dict[
     verified as any base evaluation's record: its name and its eval_hash are the hash of the eval_config it holds
     (records.config_hash, as recipe.py keyed it), and its evaluations read as a cell's base would. The samples files
     they name are re-scored where a merged cell names them (_merge_samples), and a record comes in only with a cell
-    merged on it. A record under a hash this tree holds is this tree's: the same one (the same settings and
-    evaluations, whatever else it records) is passed over; another is refused (one hash, two bases)."""
+    merged on it. A record under a hash this tree holds is this tree's: where it records the same settings (its
+    eval_config, whose hash names both) it is passed over, whatever its evaluations (the base evaluated again there,
+    as bf16 is not bit-exact: its cells pair with this tree's, _merge_cell); where it records others, one hash names
+    two records and the merge is refused."""
     out = {}
     for path in sorted((incoming / "base-evals").glob("*.json")):
         local = root / "base-evals" / path.name
@@ -73,9 +75,8 @@ def offered_caches(incoming: Path, root: Path, caches: dict[str, dict]) -> dict[
             raise SweepError(f"{where}: not a base-evals record ({e}); nothing merged") from None
         if path.stem in caches:
             if _record(cache) != _record(caches[path.stem]):
-                raise SweepError(f"{where} differs from {local} under the same evaluation hash (one hash, two "
-                                 f"bases); nothing merged (a base evaluated again there: merge without that file, and "
-                                 f"its cells pair with this tree's)")
+                raise SweepError(f"{where} records other evaluation settings than {local} under the same evaluation "
+                                 f"hash (one hash, two records); nothing merged")
             continue
         if not isinstance(cache.get("eval_config"), dict) or "heldout" not in cache["eval_config"]:
             raise SweepError(f"{where}: records no eval_config with its held-out tasks; nothing merged")
@@ -87,8 +88,8 @@ def offered_caches(incoming: Path, root: Path, caches: dict[str, dict]) -> dict[
 
 
 def _record(cache: dict) -> dict:
-    """What a base-evals record says of its base: its hash, settings and evaluations (not the memory it peaked at)."""
-    return {k: cache.get(k) for k in ("eval_hash", "eval_config", "evals")}
+    """What names a base-evals record: its hash and the settings hashed (recipe.py's eval_record)."""
+    return {k: cache.get(k) for k in ("eval_hash", "eval_config")}
 
 
 def _same_base(tree: dict[Cell, dict], brought: set[Cell]) -> None:
