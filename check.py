@@ -45,8 +45,9 @@ lines keep the question its key covers (an arm's lines keep none). An evaluation
 --allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table then marks its
 numbers "(not re-scored)"; a sweep's cells keep samples all or none, and no evaluation appears twice: a samples file,
 by its SHA-256 or by its texts task by task, belongs to one evaluation of one cell across every sweep of the results
-folder (gmts_recipe.sweep.cells.check_apart; a base evaluation to the cells that share it). Any mismatch is one line
-naming file, evaluation, task and sample. What remains possible (tests/test_forgeries.py tries each): a forger who
+folder (gmts_recipe.sweep.cells.check_apart; a base evaluation to the cells that share it, and to the same model's
+base evaluation of another hash with its texts, seed and settings: the base evaluated again). Any mismatch is one
+line naming file, evaluation, task and sample. What remains possible (tests/test_forgeries.py tries each): a forger who
 writes new completions that earn the scores (texts anyone can read with --show), who reruns with another seed or
 another model and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites the gold answers of
 every evaluation, and the keys with them (said in the output: not compared); who relabels two arms in full (entries,

@@ -168,20 +168,35 @@ def test_a_cell_copied_into_another_sweep_under_another_seed_is_refused(tmp_path
 
 def test_which_evaluations_may_share_texts():
     """check_apart's rule: a base evaluation belongs to its evaluation hash and seed (every cell of that base shares
-    it); an arm may match its own cell's base or another arm of its cell (where training changed nothing, as in a
-    tiny run), never an evaluation of another cell, nor a base evaluation of another hash."""
+    it), and is one with a base evaluation of another hash holding its texts where both were drawn by the same model
+    with the same seed and settings (the base evaluated again: the held-out tasks keyed anew, another sweep); an arm
+    may match its own cell's base or another arm of its cell (where training changed nothing, as in a tiny run),
+    never an evaluation of another cell, nor a base evaluation other than its own cell's."""
     from gmts_recipe.sweep.cells import check_apart, evaluations_of
 
-    def cell(sweep, name, base_keys, arm_keys, eval_hash="h"):
-        ev = lambda key: {"seed": 0, "records": [], "samples": {"sha256": key * 64}}  # noqa: E731
-        return evaluations_of(sweep, name, {"base": {"eval_hash": eval_hash, "evals": [ev(k) for k in base_keys]},
+    def cell(sweep, name, base_keys, arm_keys, eval_hash="h", model="m", base_seed=0):
+        ev = lambda key, seed=0: {"seed": seed, "k": 4, "records": [], "samples": {"sha256": key * 64}}  # noqa: E731
+        return evaluations_of(sweep, name, {"config": {"model_name_or_path": model},
+                                            "base": {"eval_hash": eval_hash, "evals": [ev(k, base_seed)
+                                                                                       for k in base_keys]},
                                             "arms": {arm: {"eval": ev(k)} for arm, k in arm_keys.items()}})
 
     check_apart([*cell("a", "c1", "b", {"ets": "x", "gmts": "x"}), *cell("b", "c2", "b", {"ets": "b", "gmts": "y"})])
     with pytest.raises(SweepError, match="a/c2 arms.gmts.eval holds the evaluation of a/c1 arms.ets.eval"):
         check_apart([*cell("a", "c1", "b", {"ets": "x"}), *cell("a", "c2", "b", {"ets": "z", "gmts": "x"})])
+    # the base evaluated again under another hash (the same model, seed and k): one evaluation, and an arm that wrote
+    # its own base's texts (a tiny run) matches it through its own base, in either order
+    check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "b", {}, eval_hash="other")])
+    check_apart([*cell("a", "c1", "b", {"ets": "b"}), *cell("b", "c2", "b", {"ets": "b"}, eval_hash="other")])
+    check_apart([*cell("b", "c2", "b", {"ets": "b"}, eval_hash="other"), *cell("a", "c1", "b", {})])
+    # ... but another model's base, or another seed's, filed with those texts is not the base evaluated again
     with pytest.raises(SweepError, match=r"b/c2 base.evals\[0\] holds the evaluation of a/c1 base.evals\[0\]"):
-        check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "b", {}, eval_hash="other")])
+        check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "b", {}, eval_hash="other", model="another")])
+    with pytest.raises(SweepError, match=r"b/c2 base.evals\[0\] holds the evaluation of a/c1 base.evals\[0\]"):
+        check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "b", {}, eval_hash="other", base_seed=1)])
+    # an arm copied across stays refused where the bases are one
+    with pytest.raises(SweepError, match="b/c2 arms.ets.eval holds the evaluation of a/c1 arms.ets.eval"):
+        check_apart([*cell("a", "c1", "b", {"ets": "x"}), *cell("b", "c2", "b", {"ets": "x"}, eval_hash="other")])
     with pytest.raises(SweepError, match="b/c2 arms.ets.eval holds the evaluation of a/c1 base.evals"):
         check_apart([*cell("a", "c1", "b", {}), *cell("b", "c2", "q", {"ets": "b"}, eval_hash="other")])
     # two cells whose arms both wrote their shared base's texts (training changed nothing): nothing copied

@@ -992,6 +992,186 @@ def test_a_refused_merge_says_how_to_merge_the_other_cells(tmp_path, capsys):
     assert "paper-lr0.0001-s1: added arm(s)" in out and "paper-lr0.0001-s2" not in out
 
 
+# ---------------------------------------------------------------- --merge: a base evaluated again under another hash
+def rebase(root: Path, names: list[str], evals: list[dict], folder: Path) -> str:
+    """The cells `names` of the sweep folder `root` paired with the base evaluations `evals` (their samples files in
+    `folder`) evaluated again under another evaluation hash, as recipe.py keys one by its eval_config (here: the
+    held-out tasks keyed anew and another device): the same texts, each samples file's lines in reverse order (other
+    bytes, the same texts task by task) named for the new hash, base-evals/<hash>.json beside them; the hash."""
+    import lzma
+
+    from gmts_recipe.records import config_hash
+    from gmts_recipe.samples import write_samples
+
+    config = {"heldout": HELDOUT, "device": "cuda", "task_key": "question+gold"}
+    key = config_hash(config)
+    again = []
+    for ev in copy.deepcopy(evals):
+        lines = lzma.decompress((folder / Path(ev["samples"]["path"]).name).read_bytes()).splitlines()
+        path, sha = write_samples(root / "base-evals", f"{key[:16]}-seed{ev['seed']}",
+                                  [json.loads(line) for line in lines][::-1])
+        again.append({**ev, "records": ev["records"][::-1],
+                      "samples": {**ev["samples"], "path": f"../base-evals/{path.name}", "sha256": sha}})
+    for name in names:
+        path = root / name / "results.json"
+        results = json.loads(path.read_text())
+        results["base"] = {"evals": again, "eval_hash": key}
+        path.write_text(json.dumps(seal(results)))
+    (root / "base-evals" / f"{key}.json").write_text(json.dumps({"eval_hash": key, "eval_config": config,
+                                                                 "evals": again}))
+    return key
+
+
+def rebased_trees(tmp_path: Path, same_texts: bool = True) -> tuple[Path, Path, Path, str]:
+    """sample_trees() whose incoming folder holds one new cell, paper-lr0.0001-s2, paired there with a base of
+    another evaluation hash that this tree lacks: the local cache's texts evaluated again (`same_texts`), else its own
+    base's (evaluated elsewhere: other texts). (grid file, local, incoming, the new hash)."""
+    import shutil
+
+    grid_path, local, incoming = sample_trees(tmp_path)
+    for name in ("paper-lr0.0001-s1", "paper-lr0.0002-s1"):
+        shutil.rmtree(incoming / name)
+    source, folder = ((local / "base-evals" / f"{EVAL_HASH}.json", local / "base-evals") if same_texts else
+                      (incoming / "paper-lr0.0001-s2" / "results.json", incoming / "base-evals"))
+    evals = json.loads(source.read_text())["evals" if same_texts else "base"]
+    key = rebase(incoming, ["paper-lr0.0001-s2"], evals["evals"] if not same_texts else evals, folder)
+    return grid_path, local, incoming, key
+
+
+def test_a_base_evaluated_again_under_another_hash_comes_in_with_its_cells(tmp_path, capsys):
+    """The merge that met cells whose base the held-out tasks' new keys had hashed anew: the incoming base-evals
+    record and its samples come in with the cell, verified; the sweep's cells then hold two hashes of one base (the
+    same texts task by task), which the summary's rule and check.py's (an evaluation belongs to one cell) accept."""
+    import check
+
+    grid_path, local, incoming, key = rebased_trees(tmp_path)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"[sweep] merge paper-lr0.0001-s2: added arm(s) ets, gmts; base kept (incoming shared cache {key[:12]}); 1 "
+        f"log(s) copied"]
+    brought = sorted(p.name for p in (incoming / "base-evals").glob(f"{key[:16]}-seed*.jsonl.xz"))
+    assert len(brought) == 3 and all((local / "base-evals" / name).read_bytes() ==
+                                     (incoming / "base-evals" / name).read_bytes() for name in brought)
+    assert (local / "base-evals" / f"{key}.json").read_bytes() == (incoming / "base-evals" / f"{key}.json").read_bytes()
+    merged = json.loads((local / "paper-lr0.0001-s2" / "results.json").read_text())
+    assert merged["base"]["eval_hash"] == key and merged["merges"][0]["base"] == "incoming shared cache"
+    summary = write_summary(load_grid(grid_path), grid_path)
+    assert check.main([str(summary)]) == 0
+    capsys.readouterr()
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0  # again: the record is this tree's now
+    assert capsys.readouterr().out == "[sweep] merge paper-lr0.0001-s2: unchanged\n"
+
+
+@pytest.mark.parametrize("copied_arm", [False, True], ids=["own-arms", "arm-copied"])
+def test_a_sweep_whose_base_is_another_sweeps_evaluated_again_checks_and_a_copied_arm_does_not(tmp_path, capsys,
+                                                                                                copied_arm):
+    """Two sweeps of one results folder: `beside`, merged from another machine, holds the base of `demo` evaluated
+    again under another hash (the same texts): each sweep checks beside the other. An arm evaluation of demo copied
+    into a cell of beside (its samples file and records; the cell re-sealed) still belongs to one cell."""
+    import shutil
+
+    import check
+    from test_check import with_samples
+
+    grid_path, demo, _ = sample_trees(tmp_path)
+    write_summary(load_grid(grid_path), grid_path)
+    beside_grid = tmp_path / "beside.yaml"
+    beside_grid.write_text(GRID.replace("name: demo", "name: beside").replace("RESULTS", str(tmp_path / "results")))
+    incoming = tmp_path / "elsewhere" / "beside"
+    for name, seed in (("paper-lr0.0001-s1", 21), ("paper-lr0.0001-s2", 22)):
+        tree_cell(incoming, name, {"ets": 0.5, "gmts": 0.6}, seed=seed)
+        path = incoming / name / "results.json"
+        path.write_text(json.dumps(with_samples(json.loads(path.read_text()), path.parent, incoming / "base-evals")))
+    for old in (incoming / "base-evals").glob("*"):
+        old.unlink()
+    cache = json.loads((demo / "base-evals" / f"{EVAL_HASH}.json").read_text())
+    key = rebase(incoming, ["paper-lr0.0001-s1", "paper-lr0.0001-s2"], cache["evals"], demo / "base-evals")
+    if copied_arm:
+        source = json.loads((demo / "paper-lr0.0002-s1" / "results.json").read_text())["arms"]["gmts"]["eval"]
+        shutil.copy(demo / "paper-lr0.0002-s1" / source["samples"]["path"], incoming / "paper-lr0.0001-s1")
+        path = incoming / "paper-lr0.0001-s1" / "results.json"
+        results = json.loads(path.read_text())
+        results["arms"]["gmts"]["eval"] = source
+        path.write_text(json.dumps(seal(results)))
+    assert sweep.main([str(beside_grid), "--merge", str(incoming)]) == 0  # the merge sees its own sweep only
+    assert (tmp_path / "results" / "beside" / "base-evals" / f"{key}.json").is_file()
+    beside = write_summary(load_grid(beside_grid), beside_grid)
+    capsys.readouterr()
+    if not copied_arm:
+        assert check.main([str(beside)]) == 0 and check.main([str(demo / "sweep.json")]) == 0
+        return
+    assert check.main([str(beside)]) == 2
+    assert capsys.readouterr().err == (
+        f"check.py: {beside}: beside/paper-lr0.0001-s1 arms.gmts.eval holds the evaluation of demo/paper-lr0.0002-s1 "
+        f"arms.gmts.eval (its samples file, SHA-256 {source['samples']['sha256'][:12]}...): an evaluation belongs to "
+        f"one cell\n")
+
+
+def _conflicting_record(local: Path, incoming: Path, key: str) -> str:
+    """The incoming folder's record under the local cache's hash, with other evaluation settings."""
+    cache = json.loads((local / "base-evals" / f"{EVAL_HASH}.json").read_text())
+    cache["eval_config"]["device"] = "cpu"
+    (incoming / "base-evals" / f"{EVAL_HASH}.json").write_text(json.dumps(cache))
+    return (f"{incoming / 'base-evals' / EVAL_HASH}.json records other evaluation settings than "
+            f"{local / 'base-evals' / EVAL_HASH}.json under the same evaluation hash \\(one hash, two records\\); "
+            f"nothing merged$")
+
+
+def _misnamed_record(local: Path, incoming: Path, key: str) -> str:
+    """A record whose eval_config is not the one its hash was computed from (edited after the run)."""
+    path = incoming / "base-evals" / f"{key}.json"
+    record = json.loads(path.read_text())
+    record["eval_config"]["device"] = "cpu"
+    path.write_text(json.dumps(record))
+    return f"{path}: its evaluation hash is not the hash of the eval_config it records"
+
+
+def _changed_base_samples(local: Path, incoming: Path, key: str) -> str:
+    path = next((incoming / "base-evals").glob(f"{key[:16]}-seed1-*.jsonl.xz"))
+    path.write_bytes(path.read_bytes()[:-8])
+    return f"paper-lr0.0001-s2: base eval 1: samples file {path} has SHA-256 "
+
+
+def _other_texts(local: Path, incoming: Path, key: str) -> str:
+    return ""  # rebased_trees(same_texts=False): the incoming base is another base, under its new hash
+
+
+@pytest.mark.parametrize("edit", [_conflicting_record, _misnamed_record, _changed_base_samples, _other_texts])
+def test_an_incoming_base_record_that_does_not_verify_is_refused_in_one_line(tmp_path, capsys, edit):
+    """A record under a hash this tree holds with other content (one hash, two bases), one whose hash is not its
+    eval_config's, one whose samples were changed, or a base of other texts beside the sweep's cells: refused in one
+    line, nothing written."""
+    import re
+
+    grid_path, local, incoming, key = rebased_trees(tmp_path, same_texts=edit is not _other_texts)
+    match = edit(local, incoming, key) or (
+        f"paper-lr0.0001-s2: its base \\(evaluation hash {key[:12]}, brought in\\) differs task by task from the base "
+        f"of paper-lr0.0001-s1 \\(hash eeeeeeeeeeee\\): the cells of a sweep share one base evaluation; nothing merged")
+    before = files(local)
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and re.match(f"sweep.py: --merge: {match}", err), err
+    assert files(local) == before
+
+
+@pytest.mark.parametrize("evaluated_again", [False, True], ids=["a-copy", "evaluated-again"])
+def test_an_incoming_record_of_a_hash_the_tree_holds_is_passed_over(tmp_path, capsys, evaluated_again):
+    """The incoming folder's record under the local cache's hash and settings: a copy of it, or the base evaluated
+    again there (the cache left behind; other scores, as bf16 is not bit-exact). The merge goes on as without it: the
+    cells keep, or are paired with, the local cache, and the record stays this tree's."""
+    grid_path, local, incoming = trees(tmp_path)
+    cache = json.loads((local / "base-evals" / f"{EVAL_HASH}.json").read_text())
+    (incoming / "base-evals").mkdir()
+    there = {**cache, "evals": base_evals(7)} if evaluated_again else {**cache, "gpu_peak_memory_gib": 3.0}
+    (incoming / "base-evals" / f"{EVAL_HASH}.json").write_text(json.dumps(there))
+    assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("[sweep] merge paper-lr0.0001-s1: added arm(s) gmts; base kept (shared cache)")
+    assert lines[1].startswith("[sweep] merge paper-lr0.0002-s1: added arm(s) grpo; base replaced by the shared cache "
+                               "(incoming pass@1 ")
+    assert json.loads((local / "base-evals" / f"{EVAL_HASH}.json").read_text()) == cache
+
+
 # ---------------------------------------------------------------- scheduling: workers per GPU, timing, --commands
 def test_runs_per_gpu_expands_the_workers_and_each_process_writes_a_timing_line(tmp_path, monkeypatch):
     import threading

@@ -1,6 +1,7 @@
 """Which cell a results file is: what the file records (seed, variant settings, learning rates) against the cell
 its folder names, the cells of one grid checked as one experiment, and each evaluation held by one cell only, across
-every sweep of a results folder (`Evaluation`, `check_apart`)."""
+every sweep of a results folder (`Evaluation`, `check_apart`; a base evaluation is the base model's, one with every
+base evaluation that the same model wrote with the same seed and settings)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gmts_recipe.recipe_config import EVAL_FIELDS, LOADED_MODEL_FIELDS, SAMPLING_FIELDS
 from gmts_recipe.records import numbers_close, recorded_reward_version
 from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep.grid import Cell, SweepError
@@ -34,7 +36,9 @@ class Evaluation:
     base's evaluation hash shares, that hash and its seed), the owners it may share texts with (`kin`: its cell's own
     base evaluations, which an arm matches where training changed nothing, as in a tiny run) and what it holds
     (`keys`: its samples file's SHA-256, and its texts task by task, evaluation_keys); for an arm, whether it had no
-    learning signal (`untrained`) and whether it holds its own base's texts (`as_base`): two such arms may match."""
+    learning signal (`untrained`) and whether it holds its own base's texts (`as_base`): two such arms may match; for
+    a base evaluation, what drew its texts (`basis`, base_basis): base evaluations of one basis holding the same texts
+    are one evaluation, whatever their hashes (check_apart)."""
 
     sweep: str
     cell: str
@@ -44,12 +48,25 @@ class Evaluation:
     keys: tuple[str, ...]
     untrained: bool = False  # an arm whose train log shows no learning signal (stats.no_learning_signal)
     as_base: bool = False  # an arm that holds one of its own cell's base evaluations' keys: it wrote its base's texts
+    basis: str = ""  # a base evaluation's base_basis; "" for an arm
 
     def name(self) -> str:
         return f"{self.sweep}/{self.cell} {self.where}"
 
 
 TEXTS = "the same texts task by task (each task's lengths and score)"
+# What decides the texts a base evaluation draws besides its seed and k, as a cell's config record holds it (the fields
+# away from their defaults): the task, the model loaded, the evaluation's settings (its seed list aside: each
+# evaluation has its seed) and the sampler's. Not the held-out tasks' key version, the device or the speed options,
+# which move the evaluation hash (or, for the options, how a file records them) but not the texts that one seed draws.
+BASIS_FIELDS = ("task", *LOADED_MODEL_FIELDS, *(f for f in EVAL_FIELDS if f != "base_eval_seeds"), *SAMPLING_FIELDS)
+
+
+def base_basis(config: dict, ev: dict) -> str:
+    """What drew a base evaluation's texts, as its cell records it: its sampling seed, its k and the config record's
+    BASIS_FIELDS. Two base evaluations of one basis that hold the same texts are the base model evaluated twice (the
+    same model writes the same texts with the same seed), not a copy; another model's, or another seed's, are not."""
+    return json.dumps([ev.get("seed"), ev.get("k"), {k: config.get(k) for k in BASIS_FIELDS}], sort_keys=True)
 
 
 def evaluation_keys(ev: dict) -> tuple[str, ...]:
@@ -77,6 +94,7 @@ def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = Non
     shared = str(base.get("eval_hash") or f"{sweep} base")  # without a hash: the sweep's cells share one base
     bases = [(f"base.evals[{i}]", ev, ("base", shared, ev.get("seed"))) for i, ev in enumerate(base.get("evals", []))]
     own = ("cell", sweep, cell)
+    config = results.get("config") or {}
     kin = frozenset({own, *(owner for *_, owner in bases)})
     entries = (results.get("arms") or {}).items()
     arms = [(f"arms.{arm}.eval", entry["eval"], own) for arm, entry in entries]
@@ -92,7 +110,8 @@ def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = Non
             keys = evaluation_keys(ev)
         # an arm holding its own base's texts: training changed nothing (a tiny run), and no copy could move it
         as_base = owner == own and any(key in b.keys for b in out if b.owner != own for key in keys)
-        out.append(Evaluation(sweep, cell, where, owner, kin, keys, where in untrained, as_base))
+        basis = base_basis(config, ev) if owner[0] == "base" else ""
+        out.append(Evaluation(sweep, cell, where, owner, kin, keys, where in untrained, as_base, basis))
     return out
 
 
@@ -102,18 +121,53 @@ def check_apart(evaluations: Iterable[Evaluation]) -> None:
     base) across every sweep given. A GMTS evaluation copied into another cell (which keeps its own training log),
     or a cell copied under another seed into another sweep, is refused naming both; arms of two cells that both wrote
     their shared base's texts, or that both had nothing to learn from (their train logs: every advantage 0, so each
-    ends where it started and, from one adapter init, samples alike), are not."""
-    index: dict[str, dict[tuple, Evaluation]] = {}
+    ends where it started and, from one adapter init, samples alike), are not.
+
+    A base evaluation is the base model's, not a cell's: base evaluations under two evaluation hashes (the held-out
+    tasks keyed anew, another device, another sweep) that hold the same texts, by their samples file's bytes or task
+    by task (every task's index, its samples' lengths and their scores: TEXTS), are one evaluation where their
+    `basis` agrees (base_basis: the same sampling seed and k, and the same task, model and evaluation settings in
+    their cells' config records), and the arms that may match either (their cells' own bases) may match both. Only
+    base evaluations are joined so: an arm holding a base's texts other than its own cell's, or another cell's arm's,
+    is refused as before; so is a base evaluation holding the texts of another seed's, or of a base evaluation
+    recorded with another model or other settings (a forger filing another model's base as this one's)."""
+    evaluations = list(evaluations)
+    same = _one_base(evaluations)
+    index: dict[str, dict[tuple, tuple[Evaluation, frozenset]]] = {}
     for ev in evaluations:
+        owner, kin = same(ev.owner), frozenset(map(same, ev.kin))
         for key in ev.keys:
             holders = index.setdefault(key, {})
-            for owner, other in holders.items():
-                if owner != ev.owner and owner not in ev.kin and ev.owner not in other.kin \
+            for other_owner, (other, other_kin) in holders.items():
+                if other_owner != owner and other_owner not in kin and owner not in other_kin \
                         and not (ev.as_base and other.as_base) \
                         and not (ev.untrained and other.untrained):
                     raise SweepError(f"{ev.name()} holds the evaluation of {other.name()} ({key}): an evaluation "
                                      f"belongs to one cell")
-            holders.setdefault(ev.owner, ev)
+            holders.setdefault(owner, (ev, kin))
+
+
+def _one_base(evaluations: list[Evaluation]):
+    """The owner each owner stands for in check_apart: the owners of base evaluations of one basis that hold a key in
+    common (the same model evaluated again with the same seed, under another evaluation hash) stand for the first of
+    them; every other owner for itself."""
+    first: dict[tuple, tuple] = {}  # owner -> the owner it stands for (a union-find's parents)
+    seen: dict[tuple[str, str], tuple] = {}  # (key, basis) -> the first base owner holding it
+
+    def find(owner: tuple) -> tuple:
+        while first.get(owner, owner) != owner:
+            owner = first[owner]
+        return owner
+
+    for ev in evaluations:
+        if not ev.basis:
+            continue
+        for key in ev.keys:
+            other = seen.setdefault((key, ev.basis), ev.owner)
+            a, b = find(other), find(ev.owner)
+            if a != b:
+                first[b] = a
+    return find
 
 
 def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = None) -> Recorded:

@@ -1,4 +1,5 @@
-"""--merge: cells that another machine ran brought into this tree, each checked before anything is written."""
+"""--merge: cells that another machine ran brought into this tree, each checked before anything is written, with the
+shared base evaluations they were paired with there where this tree lacks them (`offered_caches`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gmts_recipe.records import ResultsError, current_evaluations, load, read_results, seal, write_results
+from gmts_recipe.records import (ResultsError, config_hash, current_evaluations, load, read_results, seal, task_scores,
+                                  write_results)
 from gmts_recipe.samples import check_samples, evaluations, samples_path
 from gmts_recipe.sweep.cells import check_together, recorded
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError
@@ -27,6 +29,7 @@ class Merge:
     line: str
     samples: list[tuple[Path, Path]] = field(default_factory=list)  # (incoming file, where it goes here)
     timing: list[str] = field(default_factory=list)  # the incoming cell's lines of logs/timing.jsonl new here
+    cache: list[tuple[Path, Path]] = field(default_factory=list)  # the incoming base-evals record it brings in
 
 
 def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
@@ -36,17 +39,75 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
         raise SweepError(f"--merge {incoming}: no such folder (give another tree's sweep folder, e.g. results/qwen)")
     root = Path(grid.results_dir) / grid.name
     caches = {p.stem: _cache(p) for p in (root / "base-evals").glob("*.json")}
+    offered = offered_caches(incoming, root, caches)
     planned = grid.planned_arms()
-    plans = [_merge_cell(cell, incoming, root, caches, planned[cell] if grid.whole_seeds else None)
+    plans = [_merge_cell(cell, incoming, root, caches, planned[cell] if grid.whole_seeds else None, offered)
              for cell in grid.cells() if (incoming / cell.name / "results.json").is_file()]
     merged = {m.cell: m.results for m in plans if m.results is not None}
     try:  # the tree as it would be: every cell's file, merged or local (summarize verifies the local ones)
-        check_together([recorded(cell, merged[cell] if cell in merged else read_results(root / cell.name /
-                                                                                       "results.json"), grid.name)
-                        for cell in grid.cells() if cell in merged or (root / cell.name / "results.json").is_file()])
+        tree = {cell: merged[cell] if cell in merged else read_results(root / cell.name / "results.json")
+                for cell in grid.cells() if cell in merged or (root / cell.name / "results.json").is_file()}
+        check_together([recorded(cell, results, grid.name) for cell, results in tree.items()])
+        _same_base(tree, {m.cell for m in plans if m.cache})
     except (SweepError, ResultsError) as e:
         raise SweepError(f"--merge: {e}") from None
     return plans
+
+
+def offered_caches(incoming: Path, root: Path, caches: dict[str, dict]) -> dict[str, tuple[Path, dict]]:
+    """The base-evals records of `incoming` (recipe.py's base-evals/<eval hash>.json) that this tree lacks, each
+    verified as any base evaluation's record: its name and its eval_hash are the hash of the eval_config it holds
+    (records.config_hash, as recipe.py keyed it), and its evaluations read as a cell's base would. The samples files
+    they name are re-scored where a merged cell names them (_merge_samples), and a record comes in only with a cell
+    merged on it. A record under a hash this tree holds is this tree's: where it records the same settings (its
+    eval_config, whose hash names both) it is passed over, whatever its evaluations (the base evaluated again there,
+    as bf16 is not bit-exact: its cells pair with this tree's, _merge_cell); where it records others, one hash names
+    two records and the merge is refused."""
+    out = {}
+    for path in sorted((incoming / "base-evals").glob("*.json")):
+        local = root / "base-evals" / path.name
+        if local.is_file() and local.resolve() == path.resolve():
+            continue  # a staging folder's link to this tree's own (ray_tasks)
+        where = f"--merge: {path}"
+        try:
+            cache = _cache(path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # ResultsError is a ValueError
+            raise SweepError(f"{where}: not a base-evals record ({e}); nothing merged") from None
+        if path.stem in caches:
+            if _record(cache) != _record(caches[path.stem]):
+                raise SweepError(f"{where} records other evaluation settings than {local} under the same evaluation "
+                                 f"hash (one hash, two records); nothing merged")
+            continue
+        if not isinstance(cache.get("eval_config"), dict) or "heldout" not in cache["eval_config"]:
+            raise SweepError(f"{where}: records no eval_config with its held-out tasks; nothing merged")
+        if not (cache.get("eval_hash") == path.stem == config_hash(cache["eval_config"])):
+            raise SweepError(f"{where}: its evaluation hash is not the hash of the eval_config it records (recipe.py "
+                             f"names the record by it); nothing merged")
+        out[path.stem] = (path, cache)
+    return out
+
+
+def _record(cache: dict) -> dict:
+    """What names a base-evals record: its hash and the settings hashed (recipe.py's eval_record)."""
+    return {k: cache.get(k) for k in ("eval_hash", "eval_config")}
+
+
+def _same_base(tree: dict[Cell, dict], brought: set[Cell]) -> None:
+    """A cell paired with a base brought in (another evaluation hash) holds, task by task, the base evaluations every
+    other cell of the tree holds (their per-task scores, as sweep.summary's rule compares them): a base evaluated
+    again with the same texts (the held-out tasks keyed anew, another device) joins the sweep; another base does not,
+    and is refused here rather than by the next --summarize."""
+    if not brought:
+        return
+    scores = {cell: json.dumps([sorted(task_scores(ev, f"{cell.name} base").items()) for ev in r["base"]["evals"]])
+              for cell, r in tree.items()}
+    for cell in sorted(brought, key=lambda c: c.name):
+        other = next((c for c in tree if scores[c] != scores[cell]), None)
+        if other is not None:
+            raise SweepError(f"{cell.name}: its base (evaluation hash {tree[cell]['base']['eval_hash'][:12]}, brought "
+                             f"in) differs task by task from the base of {other.name} (hash "
+                             f"{str(tree[other]['base'].get('eval_hash'))[:12]}): the cells of a sweep share one base "
+                             f"evaluation; nothing merged")
 
 
 def _cache(path: Path) -> dict:
@@ -56,14 +117,15 @@ def _cache(path: Path) -> dict:
     return {**cache, "evals": current_evaluations(cache["evals"], path.parent.parent / "cell")}
 
 
-def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict], whole: list[str] | None = None) \
-        -> Merge:
+def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict], whole: list[str] | None = None,
+                offered: dict[str, tuple[Path, dict]] | None = None) -> Merge:
     """One cell: the incoming arms added to the local ones, paired with this tree's base evaluation. The shared
     cache is the base every local cell carries, so it wins; an incoming base computed again elsewhere (bf16 differs
     run to run) is replaced, and its pass@1 recorded in the file's `merges`. The arms never read the base (recipe.py
     trains after, and independently of, the base evaluation), so this is the cell the sweep would have written had
     the cache travelled. `whole`: the cell's arms where it runs whole (Grid.whole_seeds): a cell that ran only some of
-    them is left out, to run again whole."""
+    them is left out, to run again whole. `offered`: the incoming tree's verified base-evals records this tree lacks
+    (offered_caches): a cell whose hash is one of them is paired with it as with a local one, and brings it in."""
     def refuse(reason: str) -> SweepError:  # one line, and the way to bring in the other cells
         return SweepError(f"--merge: {cell.name}: {reason}; nothing merged (to merge the other cells, move "
                           f"{incoming / cell.name} out of {incoming})")
@@ -85,16 +147,19 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict],
         raise refuse("held-out tasks differ from the local cell's")
     if old is not None and old["base"]["eval_hash"] != key:
         raise refuse(f"base eval hash {key[:12]} differs from the local cell's {old['base']['eval_hash'][:12]}")
-    if caches and key not in caches:
+    brought = (offered or {}).get(key) if key not in caches else None
+    if caches and key not in caches and brought is None:
         raise refuse(f"base eval hash {key[:12]} is not the local shared cache's "
-                     f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'})")
-    cache = caches.get(key)
+                     f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'}), nor one "
+                     f"{incoming / 'base-evals'} holds")
+    cache, shared = (brought[1], "incoming shared cache") if brought is not None else (caches.get(key), "shared cache")
     if cache is not None and cache["eval_config"]["heldout"] != new.get("data", {}).get("heldout"):
-        raise refuse("held-out tasks differ from the local shared cache's")
-    kept, source = ((cache["evals"], "shared cache") if cache is not None else
+        raise refuse(f"held-out tasks differ from the {'incoming' if brought else 'local'} shared cache's")
+    kept, source = ((cache["evals"], shared) if cache is not None else
                     (old["base"]["evals"], "local cell") if old is not None else (new["base"]["evals"], "incoming"))
     if old is not None and old["base"]["evals"] != kept:
-        raise refuse("the local cell's base differs from the local shared cache; merging would rewrite a local result")
+        raise refuse(f"the local cell's base differs from the {'incoming' if brought else 'local'} shared cache; "
+                     f"merging would rewrite a local result")
     arms = dict(old["arms"]) if old is not None else {}
     for arm, entry in new["arms"].items():
         if arm in arms and arms[arm] != entry:
@@ -127,9 +192,12 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict],
     timing = _timing_lines(incoming / "logs" / TIMING, cell, root / "logs" / TIMING)
     if timing:
         copied += f"; {len(timing)} timing line(s)"
-    base = (f"base replaced by the {source} (incoming pass@1 "
-            f"{', '.join(f'{p:.4f}' for p in entry['replaced_base_pass@1'])})" if replaced else f"base kept ({source})")
-    return Merge(cell, merged, logs, f"{cell.name}: added arm(s) {', '.join(added)}; {base}{copied}", samples, timing)
+    named = f" {key[:12]}" if brought is not None else ""  # brought in with the cell (merge: after its samples)
+    base = (f"base replaced by the {source}{named} (incoming pass@1 "
+            f"{', '.join(f'{p:.4f}' for p in entry['replaced_base_pass@1'])})" if replaced else
+            f"base kept ({source}{named})")
+    return Merge(cell, merged, logs, f"{cell.name}: added arm(s) {', '.join(added)}; {base}{copied}", samples, timing,
+                 [(brought[0], root / "base-evals" / brought[0].name)] if brought is not None else [])
 
 
 def _timing_lines(incoming: Path, cell: Cell, local: Path) -> list[str]:
@@ -181,6 +249,9 @@ def merge(grid: Grid, incoming: Path) -> list[str]:
     for m in plans:
         for source, target in m.samples:  # before the results file that names them
             copy_atomic(source, target)
+        for source, target in m.cache:  # after its samples (recipe.py reuses a record it finds), once
+            if not target.exists():
+                copy_atomic(source, target)
         if m.results is not None:
             (root / m.cell.name).mkdir(parents=True, exist_ok=True)
             # atomic: the cell is the old or the new one; in this format (no per-task records beside samples files)
