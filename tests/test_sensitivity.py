@@ -333,3 +333,19 @@ def test_an_alarm_puts_the_card_stratified_estimates_and_homogeneity_beside_the_
     q["sensitivity_comparison"] = sens.compare(old, new_rows(calm_deltas(30)), ARMS, [], ["card"], 60)
     calm = sensitivity_line(q)
     assert calm.count("No alarm (") == 1 and sens.HOMOGENEITY not in calm and "Its power is low" in calm
+
+
+# ---------------------------------------------------------------------------- the plan's text
+def test_the_plan_in_docs_states_the_thresholds_and_power_the_code_uses():
+    """docs/results.md's plan names every alarm threshold the code holds, the card shift, and the power at the first
+    look's 40 new seeds against the 100 old at the confirmatory test's SD, as computed."""
+    text = " ".join((ROOT / "docs/results.md").read_text().split())
+    plan = text.split("A sensitivity comparison, never a decision", 1)[1].split("- The boundaries", 1)[0]
+    per_seed = json.loads((ROOT / "results/confirm/sweep.json").read_text())["primary"]["per_seed"]
+    sd = statistics.stdev(100 * d for d in per_seed)
+    power = sens.welch_power(sens.CARD_SHIFT, sd, 40, len(per_seed))
+    for said in (f"an SD ratio above {sens.SD_RATIO_ALARM:g}", f"{sens.COLLAPSE_ALARM} or more collapses of one arm "
+                 f"within {sens.COLLAPSE_WINDOW} consecutive new seeds", f"more than {sens.PASS_GAP_ALARM:g} points "
+                 f"apart between two cards", f"a {sens.CARD_SHIFT:g}-point card shift", f"{sens.CONFIDENCE:.0%} interval",
+                 f"probability {power:.2f} with all 40 new seeds", f"SD {sd:.1f}", "card homogeneity"):
+        assert said in plan, said
