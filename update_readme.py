@@ -570,8 +570,9 @@ def sequential_block(summary: dict) -> str:
     parts = sequential_parts(q, (summary.get("plan") or {}).get("file"))
     # the rule and the last look reached are the result table's row (--result): here where it stands and what it means
     items = [" ".join(p for p in (f"**Now:** {parts['now']}", parts["estimate"], parts["next"]) if p),
+             *([parts["sensitivity"]] if q.get("sensitivity_comparison") else []),  # at a look: beside the verdict
              parts["meaning"],
-             *parts["notes"]]  # the sensitivity comparison: check.py and docs/results.md
+             *parts["notes"]]  # its table: check.py
     return "\n".join(textwrap.fill(item, 118, initial_indent="- ", subsequent_indent="  ") for item in items) + "\n"
 
 

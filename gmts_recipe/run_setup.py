@@ -241,6 +241,8 @@ MAX_CHANGED_FILES = 50  # a provenance names at most this many changed paths (a 
 
 
 def versions() -> dict:
+    """The libraries (and CUDA) a run used and its GPU, recorded in the results file and each arm's provenance: the
+    sequential plan's sensitivity comparison groups seeds by them (sweep.sensitivity.versions_label)."""
     import peft
     import torch
     import transformers
@@ -248,6 +250,7 @@ def versions() -> dict:
 
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "trl": trl.__version__, "peft": peft.__version__,
+            "cuda": torch.version.cuda,  # the CUDA torch was built with; None: a CPU build
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
 

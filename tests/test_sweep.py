@@ -1720,8 +1720,8 @@ def test_a_sequential_line_says_what_its_verdicts_mean_and_what_to_run_next(tmp_
     assert '"reproduced" = a gain above 0 points, not the paper\'s +1.3 to +3.4' in flat
     assert "gets no verdict by 8 seeds" in flat and "repeated confidence interval" in flat
     assert "the confirmatory test spent its 0.025 at its own look" in flat
-    old = 100 * statistics.fmean(q["per_seed"])
-    assert f"Sensitivity (planned, never a decision): old seeds 1-4 {old:+.1f} points" in flat
+    assert q["sensitivity_comparison"] is None  # read at looks only, as the verdict
+    assert "Sensitivity comparison (planned, never a decision): at the next look (6 seeds)." in flat
     assert "GRPO (all tokens)" not in text and "Per training step" not in text  # no empty table
 
 
@@ -1749,7 +1749,11 @@ def test_a_failed_arm_counts_as_the_plan_says_and_never_stalls_later_looks(tmp_p
     assert q["per_seed"][4] == pytest.approx(sum(base[k] - ets[k] for k in base) / len(base))
     flat = " ".join(render(summarize(grid)).split())
     assert "scored as the base model (the plan's failures): seed 5 gmts" in flat
-    assert "new seeds by card: CPU" in flat and "by commit: unrecorded" in flat  # the sensitivity comparison
+    c = q["sensitivity_comparison"]  # at the look at 6 seeds: the sensitivity comparison
+    assert [(g["by"], g["group"]) for g in c["groups"]][::2] == [("card", "CPU"), ("commit", "unrecorded")]
+    assert c["groups"][0]["collapses"]["gmts"] == 1  # its own failure, scored as the base: a collapse to the base
+    assert c["failures"] == [{"card": "H100", "ets": 0, "gmts": 1}, {"card": "H200", "ets": 0, "gmts": 1}]
+    assert "by card: H100 ETS 0, GMTS 1; H200 ETS 0, GMTS 1." in flat and "new by card CPU" in flat
     (root / "paper-lr0.0001-s5" / "failure.json").write_text('{"seed": 5}')
     with pytest.raises(SweepError, match="failure.json: a failure record holds seed"):
         summarize(grid)

@@ -217,20 +217,66 @@ def sequential_parts(q: dict, plan: str | None = None) -> dict:
 
 
 def sensitivity_line(q: dict) -> str:
-    """The plan's sensitivity comparison as one sentence, said to be none of the decision."""
-    rows = q.get("sensitivity_rows") or []
-    if not rows:
+    """The plan's sensitivity comparison in a few sentences (gmts_recipe.sweep.sensitivity), said to be none of the
+    decision: at a look, its alarms (or none) against the thresholds fixed in advance, after an alarm the
+    card-stratified estimates and that the verdict rests on card homogeneity, and its power; between looks only
+    when it comes (it is read at looks only, as the verdict); "" past the last look without one."""
+    from gmts_recipe.sweep import sensitivity as sens
+
+    c = q.get("sensitivity_comparison")
+    if c is None:
+        n = q["state"].get("next_look")
+        return f"Sensitivity comparison (planned, never a decision): at the next look ({n} seeds)." if n else ""
+    by = ["card", "library versions", *(k for k in q["sensitivity"] if k != "card")]
+    head = (f"Sensitivity comparison at {c['seeds']} seeds (planned, never a decision): old seeds "
+            f"against the {c['new_seeds']} new by {', '.join(by[:-1])} and {by[-1]}.")
+    if not c["alarms"]:
+        alarms = f"No alarm ({'; '.join(sens.ALARMS)})."
+    else:
+        strata = ", ".join(f"{s['card']} {s['mean']:+.1f}"
+                           + ("" if s["low"] is None else f" [{s['low']:+.1f}, {s['high']:+.1f}]")
+                           + f" ({s['seeds']} seed{'s' * (s['seeds'] != 1)})" for s in c["stratified"])
+        alarms = (f"Alarm: {'; '.join(a['what'] for a in c['alarms'])}. {sens.HOMOGENEITY} Card-stratified, "
+                  f"{q['comparison']} per card (points, Student's t 95%): {strata}.")
+    p = c["power"]
+    power = ("" if p["power"] is None else
+             f"Its power is low: a {p['shift']:g}-point card shift is found with probability {p['power']:.2f} (Welch, "
+             f"{p['alpha']:g} two-sided, SD {p['sd']:.1f}, all {p['new_seeds']} new seeds on one card against the "
+             f"{p['old_seeds']} old), so no alarm is no evidence that cards agree.")
+    return " ".join(x for x in (head, alarms, power) if x)
+
+
+def sensitivity_table(q: dict, markdown: bool = False, width: int | None = None) -> str:
+    """The sensitivity comparison's groups as a table: the old seeds, then the new ones by card, library versions and
+    the plan's other keys, each with its GMTS - ETS mean and SD, Welch's difference against the old seeds, the
+    Hodges-Lehmann shift, the SD ratio, each arm's pass@1 and collapses; below it the failed attempts by card and
+    arm; "" between looks."""
+    from gmts_recipe.markdown import fill
+
+    c = q.get("sensitivity_comparison")
+    if c is None:
         return ""
-    old = rows[0]
-    text = (f"Sensitivity (planned, never a decision): old {old['group']} {old['mean']:+.1f} points (SD "
-            f"{old['sd']:.1f}, {old['seeds']} seeds)")
-    new = rows[1:]
-    if not new:
-        return text + f"; new seeds by {', '.join(q['sensitivity'])}: none has run yet."
-    by: dict[str, list[str]] = {}
-    for r in new:
-        by.setdefault(r["by"], []).append(f"{r['group']} {r['mean']:+.1f} ({r['seeds']} seed{'s' * (r['seeds'] != 1)})")
-    return text + "; new seeds " + "; ".join(f"by {k}: {', '.join(v)}" for k, v in by.items()) + "."
+    arms = q["comparison"].split(" - ")[::-1]  # ETS / GMTS: the order of the comparison's name reversed
+    both = lambda d: " / ".join(str(d[a]) for a in arms)  # noqa: E731
+    rng = lambda x, lo, hi: f"{x:+.2f} [{lo:+.2f}, {hi:+.2f}]" if lo is not None else f"{x:+.2f}"  # noqa: E731
+    rows = []
+    for g in [c["old"], *c["groups"]]:
+        old = g["by"] == "old"
+        w, h = g.get("welch"), g.get("hodges_lehmann")
+        rows.append(["old" if old else f"new by {g['by']}",
+                     f"{g['group']} ({g['card'] or 'several cards'}; {g['versions']})" if old else g["group"],
+                     str(g["seeds"]), f"{g['mean']:+.2f}" + ("" if g["sd"] is None else f" ({g['sd']:.2f})"),
+                     "-" if w is None else rng(w["difference"], w["low"], w["high"]),
+                     "-" if h is None else rng(h["shift"], h["low"], h["high"]),
+                     "-" if g.get("sd_ratio") is None else f"{g['sd_ratio']:.2f}",
+                     " / ".join(f"{g['pass@1'][a]:.1f}%" for a in arms), both(g["collapses"])])
+    names = " / ".join(short_name(a) for a in arms)
+    head = ["seeds", "group", "n", f"{q['comparison']}: mean (SD), pts", "new - old: Welch 95%",
+            "Hodges-Lehmann 95%", "SD ratio", f"pass@1 {names}", f"collapsed {names}"]
+    failed = "; ".join(f"{f['card']} " + ", ".join(f"{short_name(a)} {f[a]}" for a in arms) for f in c["failures"])
+    note = (f"Collapsed: the arm's verdict against the base, or its own failure scored as the base. Failed attempts "
+            f"of the new seeds (failure.json), by card: {failed or 'none'}.")
+    return _table(head, rows, markdown, width) + "\n\n" + (fill(note) if markdown else fit_text(note, width))
 
 
 def write_summary(grid: Grid, grid_path: str | Path) -> Path:
@@ -414,6 +460,7 @@ def render(summary: dict, markdown: bool = False, width: int | None = None) -> s
     primary += [secondary_line(s) for s in summary.get("secondary", [])]
     primary += [sequential_line(summary["sequential"], (summary.get("plan") or {}).get("file"))] \
         if "sequential" in summary else []
+    sens = sensitivity_table(summary["sequential"], markdown, width) if "sequential" in summary else ""
     table1, table2 = _table(head1, rows1, markdown, width), _table(head2, rows2, markdown, width)
     if markdown:
         table1 += "\n\nEach seed's pass@1:\n\n" + "\n".join(below1) if below1 else ""
@@ -421,7 +468,7 @@ def render(summary: dict, markdown: bool = False, width: int | None = None) -> s
             if notes2 else ""
         table2 += "\n\nEach seed's delta (points):\n\n" + "\n".join(below2) if below2 else ""
     # a table without rows is left out (a sweep whose cells have not run yet prints its plan and its note only)
-    parts = [*([table1] if rows1 else []), *([table2] if rows2 else [])]
+    parts = [*([sens] if sens else []), *([table1] if rows1 else []), *([table2] if rows2 else [])]
     if not markdown:
         return fit_text("\n\n".join([*primary, *parts, note, *([mechanism] if rows3 else [])]), width)
     return "\n\n".join([*(fill(x) for x in primary), *parts, fill(note), *([mechanism] if rows3 else [])])

@@ -14,6 +14,7 @@ from gmts_recipe.records import current_record, digest, first_difference, load, 
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
 from gmts_recipe.sweep.cells import Evaluation, check_apart, check_together, evaluations_of, recorded
 from gmts_recipe.sweep.failures import outcome as failure_outcome, read as failure_record
+from gmts_recipe.sweep import sensitivity
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
 
@@ -91,10 +92,10 @@ def _pooled_at_shared_rates(cells: list[dict], scores: dict) -> list[dict]:
     return pooled
 
 
-def summarize(grid: Grid, index: list[Evaluation] | None = None) -> dict:
+def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | None = None) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone;
     `index`: extended with every evaluation of its cells (cells.Evaluation), for `verify` to hold against the sweeps
-    beside it."""
+    beside it; `facts`: filled with each cell's cell_facts, keyed (variant, learning rate, seed)."""
     from tqdm.auto import tqdm
 
     root = Path(grid.results_dir) / grid.name
@@ -116,7 +117,7 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None) -> dict:
         base_hashes.add(json.dumps(sorted(base_scores.items())))
         arms = {}
         cards[cell.seed] = recorded_cards(results)
-        origins[cell.seed] = cell_origin(results)
+        origins[(cell.variant, cell.learning_rate, cell.seed)] = cell_facts(results)
         for arm, entry in results.get("arms", {}).items():
             scores[(cell.variant, cell.learning_rate, cell.seed, arm)] = task_scores(entry["eval"], f"{cell.name} {arm}")
             training[(cell.variant, cell.learning_rate, cell.seed, arm)] = entry.get("train_log", [])
@@ -130,6 +131,8 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None) -> dict:
     check_together(seen)
     if index is not None:
         index.extend(ev for c in seen for ev in c.evaluations)
+    if facts is not None:
+        facts.update(origins)
     if len(base_hashes) > 1:
         raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
     pooled = _pooled_at_shared_rates(cells, scores)
@@ -173,13 +176,22 @@ def recorded_cards(results: dict) -> list[str]:
     return names
 
 
-def cell_origin(results: dict) -> dict[str, str]:
-    """Where and when a cell ran, as its arms record it (run_setup.provenance): card(s), commit, day; "unrecorded"
-    where a file records none (cells of the time before arms kept their provenance)."""
-    prov = [e["provenance"] for e in results.get("arms", {}).values() if isinstance(e.get("provenance"), dict)]
+def cell_facts(results: dict) -> dict:
+    """What the sensitivity comparison reads of a cell, as its arms record it (run_setup.provenance): card(s) by short
+    label, commit, day and library versions (sensitivity.versions_label), each arm's pass@1 (points) and the arms whose
+    verdict against the base is "collapsed"; "unrecorded" where a file records none (cells of the time before arms
+    kept their provenance: their versions are the file's own)."""
+    arms = results.get("arms", {})
+    prov = [e["provenance"] for e in arms.values() if isinstance(e.get("provenance"), dict)]
     commits = sorted({str(p.get("commit") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
     days = sorted({str(p.get("started") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
-    return {"card": ", ".join(recorded_cards(results)), "commit": ", ".join(commits), "day": ", ".join(days)}
+    versions = sorted({sensitivity.versions_label(p.get("versions")) for p in prov}) or \
+        [sensitivity.versions_label(results.get("versions"))]
+    s = results["summary"]["arms"]
+    return {"card": ", ".join(sensitivity.card_label(c) for c in recorded_cards(results)), "commit": ", ".join(commits),
+            "day": ", ".join(days), "versions": "; ".join(versions),
+            "pass@1": {a: 100 * s[a]["pass@1"] for a in arms}, "collapsed": [a for a in arms
+                                                                               if s[a]["verdict"] == "collapsed"]}
 
 
 def verdict_meaning(spec: dict, per_seed_points: list[float], design: sequential.Design,
@@ -221,21 +233,37 @@ def verdict_meaning(spec: dict, per_seed_points: list[float], design: sequential
             "conditional": conditional or None}
 
 
-def sensitivity_rows(spec: dict, counted: list[int], deltas: list[float], continued: dict,
-                     origins: dict[int, dict]) -> list[dict]:
-    """The plan's sensitivity comparison, never a decision: the continued test's seeds against the new ones grouped
-    by each of the plan's `sensitivity` keys (card, commit, day), each group's seeds, mean and SD (points)."""
-    def group(label: str, values: list[float]) -> dict:
-        return {"group": label, "seeds": len(values), "mean": 100 * statistics.fmean(values),
-                "sd": 100 * statistics.stdev(values) if len(values) > 1 else None}
+def sensitivity_at_look(spec: dict, design: sequential.Design, continued: dict, counted: list[int],
+                        deltas: list[float], facts: dict, failed: dict[int, dict], scored_as_base: dict[str, str],
+                        base_scores: dict | None) -> dict | None:
+    """The plan's sensitivity comparison (gmts_recipe.sweep.sensitivity), never a decision: at a look beyond the
+    continued test's (sensitivity.due), the continued test's seeds against the new ones counted up to it, by card,
+    library versions and the plan's other `sensitivity` keys; None between looks. `facts`: the new cells' cell_facts
+    keyed (variant, learning rate, seed); an arm scored as the base (`scored_as_base`) has the base's pass@1 and counts
+    as a collapse (sweep.failures: a collapse to the base); `failed`: the cells' failure records, each attempt a
+    failure on its card."""
+    per_seed = [100 * d for d in [*continued["per_seed"], *deltas]]
+    look = sensitivity.due(sequential.state(per_seed, design))
+    if look is None:
+        return None
+    arms = spec["comparison"].split(" - ")
+    key = (spec["variant"], spec["learning_rate"])
+    base = 100 * statistics.fmean(base_scores.values()) if base_scores else None
 
-    rows = [{"by": "old", **group(f"seeds {continued['seeds'][0]}-{continued['seeds'][-1]}", continued["per_seed"])}]
-    for key in spec["sensitivity"]:
-        values: dict[str, list[float]] = {}
-        for seed, d in zip(counted, deltas):
-            values.setdefault((origins.get(seed) or {}).get(key, "unrecorded"), []).append(d)
-        rows += [{"by": key, **group(v, xs)} for v, xs in sorted(values.items())]
-    return rows
+    def row(seed: int, delta: float, f: dict, as_base: str | None = None) -> dict:
+        f = {"card": "unrecorded", "commit": "unrecorded", "day": "unrecorded", "versions": "unrecorded",
+             "pass@1": {}, "collapsed": [], **f}
+        return {"seed": seed, "delta": 100 * delta, **{k: f[k] for k in ("card", "commit", "day", "versions")},
+                "pass@1": {a: base if a == as_base else f["pass@1"].get(a, base) for a in arms},
+                "collapsed": [a for a in arms if a in f["collapsed"] or a == as_base]}
+
+    old = [row(s, d, continued["facts"].get((*key, s), {}))
+           for s, d in zip(continued["seeds_done"], continued["per_seed"])]
+    new_seeds = counted[:look - len(old)]
+    new = [row(s, d, facts.get((*key, s), {}), scored_as_base.get(str(s))) for s, d in zip(new_seeds, deltas)]
+    attempts = [{"seed": s, "arm": rec["arm"], "card": sensitivity.card_label(a["card"])}
+                for s, rec in sorted(failed.items()) if s in new_seeds and rec["arm"] in arms for a in rec["attempts"]]
+    return sensitivity.compare(old, new, arms, attempts, spec["sensitivity"], look)
 
 
 def continued_test(grid: Grid) -> dict:
@@ -245,11 +273,12 @@ def continued_test(grid: Grid) -> dict:
 
     continued = load_grid(grid.path(grid.sequential["continues"]))
     continued.results_dir = grid.results_dir
-    primary = summarize(continued).get("primary")
+    facts: dict = {}
+    primary = summarize(continued, facts=facts).get("primary")
     if primary is None or len(primary["seeds_done"]) != len(primary["seeds"]):
         raise SweepError(f"{grid.sequential['continues']}: its primary test is not complete under "
                          f"{grid.results_dir}/{continued.name}; a sequential plan continues a finished test")
-    return primary
+    return {**primary, "facts": facts}  # its cells' facts: the sensitivity comparison's old seeds
 
 
 def seed_minutes(grid: Grid) -> float | None:
@@ -285,7 +314,7 @@ def sequential_design(spec: dict, continued_seeds: int) -> sequential.Design:
 
 def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], continued: dict,
                     failed: dict[int, dict] | None = None, base_scores: dict | None = None,
-                    origins: dict[int, dict] | None = None, design_file: Path | None = None) -> dict:
+                    origins: dict[tuple, dict] | None = None, design_file: Path | None = None) -> dict:
     """A sequential plan where it stands: the continued test's per-seed deltas, then the new seeds' in the planned
     order, counted only up to the first planned seed that has not run both arms (a later seed waits for it: no seed is
     skipped), and the look they reach (sequential.state: a decision is read only at a planned look). A seed whose arm
@@ -319,7 +348,8 @@ def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], conti
             "seeds_waiting": [s for s in new["seeds_done"] if s not in counted],
             "first_critical": design.reproduced_critical[0], "per_seed": per_seed,
             "cell_cards": {str(s): cards.get(s, []) for s in counted}, "scored_as_base": scored_as_base,
-            "retrying": retrying, "sensitivity_rows": sensitivity_rows(spec, counted, deltas, continued, origins or {}),
+            "retrying": retrying, "sensitivity_comparison": sensitivity_at_look(
+                spec, design, continued, counted, deltas, origins or {}, failed, scored_as_base, base_scores),
             "meaning": verdict_meaning(spec, [100 * d for d in per_seed], design, design_file),
             "state": sequential.state([100 * d for d in per_seed], design),
             "estimate": sequential.stagewise_estimate([100 * d for d in per_seed], design)}
