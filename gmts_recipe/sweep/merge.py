@@ -117,6 +117,34 @@ def _cache(path: Path) -> dict:
     return {**cache, "evals": current_evaluations(cache["evals"], path.parent.parent / "cell")}
 
 
+def _paired_base(new: dict, old: dict | None, key: str, caches: dict[str, dict],
+                 offered: dict[str, tuple[Path, dict]] | None, root: Path, incoming: Path,
+                 refuse) -> tuple[list, str, tuple[Path, dict] | None]:
+    """_merge_cell's base: the incoming cell held against the local one (config, held-out tasks, eval hash) and paired
+    with the shared cache of its hash, local or offered by the incoming tree; returns the base evaluations kept,
+    where they come from, and the offered record brought in (None: none)."""
+    if old is not None and old["config_hash"] != new["config_hash"]:
+        raise refuse(f"config_hash {new['config_hash'][:12]} differs from the local cell's {old['config_hash'][:12]}")
+    if old is not None and old.get("data", {}).get("heldout") != new.get("data", {}).get("heldout"):
+        raise refuse("held-out tasks differ from the local cell's")
+    if old is not None and old["base"]["eval_hash"] != key:
+        raise refuse(f"base eval hash {key[:12]} differs from the local cell's {old['base']['eval_hash'][:12]}")
+    brought = (offered or {}).get(key) if key not in caches else None
+    if caches and key not in caches and brought is None:
+        raise refuse(f"base eval hash {key[:12]} is not the local shared cache's "
+                     f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'}), nor one "
+                     f"{incoming / 'base-evals'} holds")
+    cache, shared = (brought[1], "incoming shared cache") if brought is not None else (caches.get(key), "shared cache")
+    if cache is not None and cache["eval_config"]["heldout"] != new.get("data", {}).get("heldout"):
+        raise refuse(f"held-out tasks differ from the {'incoming' if brought else 'local'} shared cache's")
+    kept, source = ((cache["evals"], shared) if cache is not None else
+                    (old["base"]["evals"], "local cell") if old is not None else (new["base"]["evals"], "incoming"))
+    if old is not None and old["base"]["evals"] != kept:
+        raise refuse(f"the local cell's base differs from the {'incoming' if brought else 'local'} shared cache; "
+                     f"merging would rewrite a local result")
+    return kept, source, brought
+
+
 def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict], whole: list[str] | None = None,
                 offered: dict[str, tuple[Path, dict]] | None = None) -> Merge:
     """One cell: the incoming arms added to the local ones, paired with this tree's base evaluation. The shared
@@ -141,25 +169,7 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict],
     except SweepError as e:
         raise SweepError(f"--merge: {e}") from None
     key = new["base"]["eval_hash"]
-    if old is not None and old["config_hash"] != new["config_hash"]:
-        raise refuse(f"config_hash {new['config_hash'][:12]} differs from the local cell's {old['config_hash'][:12]}")
-    if old is not None and old.get("data", {}).get("heldout") != new.get("data", {}).get("heldout"):
-        raise refuse("held-out tasks differ from the local cell's")
-    if old is not None and old["base"]["eval_hash"] != key:
-        raise refuse(f"base eval hash {key[:12]} differs from the local cell's {old['base']['eval_hash'][:12]}")
-    brought = (offered or {}).get(key) if key not in caches else None
-    if caches and key not in caches and brought is None:
-        raise refuse(f"base eval hash {key[:12]} is not the local shared cache's "
-                     f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'}), nor one "
-                     f"{incoming / 'base-evals'} holds")
-    cache, shared = (brought[1], "incoming shared cache") if brought is not None else (caches.get(key), "shared cache")
-    if cache is not None and cache["eval_config"]["heldout"] != new.get("data", {}).get("heldout"):
-        raise refuse(f"held-out tasks differ from the {'incoming' if brought else 'local'} shared cache's")
-    kept, source = ((cache["evals"], shared) if cache is not None else
-                    (old["base"]["evals"], "local cell") if old is not None else (new["base"]["evals"], "incoming"))
-    if old is not None and old["base"]["evals"] != kept:
-        raise refuse(f"the local cell's base differs from the {'incoming' if brought else 'local'} shared cache; "
-                     f"merging would rewrite a local result")
+    kept, source, brought = _paired_base(new, old, key, caches, offered, root, incoming, refuse)
     arms = dict(old["arms"]) if old is not None else {}
     for arm, entry in new["arms"].items():
         if arm in arms and arms[arm] != entry:

@@ -12,7 +12,7 @@ fixes in advance what is compared, what raises an alarm, and what follows an ala
   Hodges-Lehmann shift (median of all pairwise differences, Moses' 95% interval), the ratio of the SDs; each arm's
   mean pass@1, collapse counts (an arm's verdict "collapsed" against the base, or its own failure scored as the base:
   sweep.failures) and failed attempts (failure.json) by arm;
-- the alarms, from the card groups only (the follow-up is card-stratified): ALARMS, fixed 2026-12-07 before any new
+- the alarms, from the card groups only (the follow-up is card-stratified): ALARMS, fixed before any new
   seed's cell was committed, and written in docs/results.md's plan;
 - after an alarm: the card-stratified estimates (mean delta and Student's t interval per card, old and new seeds
   together) printed beside the verdict, which then says it rests on card homogeneity.
