@@ -10,6 +10,10 @@ with one sealed summary that `check.py` verifies cell by cell.
     python sweep.py configs/sweeps/qwen.yaml -- --gsm8k_path DIR  # anything after -- goes to every recipe.py call
     python sweep.py configs/sweeps/qwen.yaml --results_dir /scratch  # the sweep's folder under another parent
     python sweep.py configs/sweeps/qwen.yaml --merge OTHER/results/qwen  # bring in cells another machine ran
+    python sweep.py GRID --claim 6 --who NAME     # claim the next 6 free seeds (a file under <sweep folder>/claims/)
+    python sweep.py GRID --who NAME -- ...        # run only the seeds NAME's claims hold
+    python sweep.py GRID --pack DIR --who NAME    # the cells this machine ran, in one archive in DIR
+    python sweep.py GRID --merge ARCHIVE          # every cell checked first; one that fails refuses the archive
     python sweep.py configs/sweeps/qwen.yaml --runs_per_gpu 4     # 4 cells at once per GPU (start CUDA MPS first)
     python sweep.py configs/sweeps/qwen.yaml --warm_workers       # a worker's cells in one process (startup once)
     python sweep.py configs/sweeps/qwen.yaml --ray                # cells as Ray tasks (a local cluster, or `ray start`'s)
@@ -40,6 +44,9 @@ identical), and the cell keeps this tree's shared base evaluation, the one every
 evaluated again elsewhere (bf16 is not bit-exact) is replaced, and the file's `merges` says so with that base's
 pass@1. Its absent logs are copied; then --summarize.
 The samples files the merged cell names (its arms', the kept base's) are verified and re-scored and copied if absent.
+`--merge ARCHIVE` (a file `--pack` wrote) checks every cell of it first, as check.py does and against the plan
+(gmts_recipe.sweep.intake), and merges none unless all pass. Seeds are claimed so that two machines never run the same
+ones (gmts_recipe.sweep.claims; how anyone adds seeds: docs/contribute-seeds.md).
 
 `--ray` runs each cell process as a Ray task on a worker that may be another machine (docs/scale.md): the task runs
 the same recipe.py command in a temporary folder of a copy of this tree, with the shared base evaluations (run once,
@@ -97,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
                     help="K cells at once per GPU: K workers per --gpus id, or 1/K GPU per Ray task. Start CUDA MPS "
                          "first (nvidia-cuda-mps-control -d, with CUDA_MPS_PIPE_DIRECTORY and "
                          "CUDA_MPS_LOG_DIRECTORY set): without it the processes take turns and gain little "
-                         "(measurements: bench/README.md, \"Scale over GPUs\")")
+                         "(measurements: bench/docs/scaling.md)")
     ap.add_argument("--warm_workers", action="store_true",
                     help="each worker runs its cells one after another in one Python process (the imports, the CUDA "
                          "context and the compiled generation step paid once per worker, not per cell; a process "
@@ -108,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--retries", type=int, default=2, help="with --ray: times a failed or lost cell task is run "
                                                            "again (default 2)")
     ap.add_argument("--commands", action="store_true", help="print one shell line per missing cell process, the "
-                    "base evaluations first (a Slurm job array: README, Scale), and exit")
+                    "base evaluations first (a Slurm job array: docs/scale.md), and exit")
     ap.add_argument("--time_limit", type=float, default=None, metavar="MINUTES",
                     help="local pool: start no arm that would end more than MINUTES after the sweep's start, at the "
                          "pace measured so far (an allocation's wall-clock limit); the arms left run when the same "
