@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent
 PAGES = ("README.md", "docs/results.md", "bench/README.md", *(f"bench/docs/{name}.md" for name in (
     "speed-options", "selection-cost", "step", "side-by-side", "scaling", "offline-task", "repeat", "reward-versions",
     "math-estimate", "cell-size", "cpu-times", "extension-recipe")),
-    "results/LOG.md", "docs/guides/gpu-memory.md")
+    "results/LOG.md", "docs/guides/gpu-memory.md", "docs/contribute-seeds.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --tests FIGURE_TESTS --out FIGURE
 FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep.json"  # the larger test first
