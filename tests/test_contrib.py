@@ -278,3 +278,18 @@ def test_pace_per_card_reads_first_seeds_from_the_process_start_and_steady_seeds
     assert h100.startup(2) == pytest.approx((394 + 464) / 2 - 244.5)
     assert h100.seeds_in(1800, 2) == int((1800 - h100.startup(2)) // 244.5) == 6
     assert paces["NVIDIA H200"].first == [(190, 2)] and paces["NVIDIA H200"].per_arm(2) is None
+
+
+def test_check_on_a_finished_test_names_the_sequential_plan_that_continues_it(committed_sweeps_verified_once,
+                                                                              monkeypatch, capsys):
+    import check
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    assert check.main(["results/confirm/sweep.json"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("Continued by confirm-extension, a sequential plan: this test's seeds are its first look, new seeds 300-459 "
+            "its later ones; where it stands: python check.py results/confirm-extension/sweep.json") in said
+    from gmts_recipe.sweep.plan import continued_by
+
+    assert continued_by(root / "results" / "qwen" / "sweep.json", "qwen") == []
