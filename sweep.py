@@ -220,7 +220,7 @@ def run_command(args: argparse.Namespace, extra: list[str], rules: list[str] = (
     if not args.summarize:  # what launches cells, or plans them
         check_keys(grid, extra)
     extra = [*extra, *rules]
-    mine, said = claims.runnable(grid, folder, args.who)  # the seeds this machine may run (claims)
+    mine, said = (grid, []) if args.summarize else claims.runnable(grid, folder, args.who)  # what may run here
     for line in said:  # beside --commands' shell lines, not among them
         print(f"[sweep] claims: {line}", file=sys.stderr if args.commands else sys.stdout)
     if args.commands:

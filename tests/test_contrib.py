@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -293,3 +294,48 @@ def test_check_on_a_finished_test_names_the_sequential_plan_that_continues_it(co
     from gmts_recipe.sweep.plan import continued_by
 
     assert continued_by(root / "results" / "qwen" / "sweep.json", "qwen") == []
+
+
+def test_plan_prints_each_cards_pace_and_what_a_machine_of_the_time_limit_runs(setting, capsys):
+    """--plan on a sequential plan reads the pace of the test it continues too (the same cells): a first seed from the
+    process's start, each seed after it, the time the claimed seeds take and the seeds a 30-minute machine runs."""
+    repo, _ = setting
+    first = repo / "results" / "first"
+    for seed in (1, 2):
+        (first / f"paper-lr0.0001-s{seed}").mkdir(parents=True)
+        (first / f"paper-lr0.0001-s{seed}" / "results.json").write_text(json.dumps(
+            {"arms": {"ets": {"provenance": {"gpu": H100}}, "gmts": {"provenance": {"gpu": H100}}}}))
+    lines = [timing_line("paper-lr0.0001-s1", 0, 5, 1, arms=["base"]), timing_line("paper-lr0.0001-s1", 5, 389, 2),
+             timing_line("paper-lr0.0001-s2", 394, 250, 3), timing_line("paper-lr0.0001-s1", 1000, 204, 1,
+                                                                         arms=["base"]),
+             timing_line("paper-lr0.0001-s1", 1204, 260, 2), timing_line("paper-lr0.0001-s2", 1464, 239, 3)]
+    (first / "logs").mkdir()
+    (first / "logs" / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in lines))
+    claims.claim(load_grid(repo / "more.yaml"), repo / "results" / "more", 2, "me")
+    assert sweep.main(["more.yaml", "--plan", "--who", "me", "--time_limit", "30"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[sweep] claims: running only the seeds claimed by me: 3-4"
+    assert [line.split()[0] for line in out[1:5]] == ["paper-lr0.0001-s3"] * 2 + ["paper-lr0.0001-s4"] * 2
+    assert (f"[sweep] at the pace of {H100} (2 process(es) timed): first seed 7.2 min from the start, then 4.1 min a "
+            f"seed; the 2 seed(s) left take 0.2 GPU-hours in one worker; a 30-minute machine runs 6") in out
+
+
+def test_the_contributors_page_says_what_the_code_does():
+    """docs/contribute-seeds.md names the plan's cards by the exact names the check takes, the claims' span, options
+    sweep.py has, and its pace table is generated; the README links it beside the continued test's next step."""
+    from gmts_recipe.sweep.plan import CARDS
+
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "contribute-seeds.md").read_text()
+    flat = " ".join(page.split())
+    plan = load_grid(root / "configs" / "sweeps" / "confirm-extension.yaml")
+    assert all(f"**{name}**" in flat for name, kind in CARDS.items() if kind in plan.sequential["cards"])
+    assert f"({claims.HOURS:g} hours;" in flat
+    options = {o for a in sweep.parser()._actions for o in a.option_strings}
+    used = set(re.findall(r"(?<![\w-])--[a-z_]+", " ".join(re.findall(r"python sweep\.py [^\n`]*", page))))
+    assert used - {"--gsm8k_path"} <= options and {"--claim", "--who", "--pack", "--merge"} <= used
+    assert "<!-- BEGIN generated: python -m gmts_recipe.sweep.pace configs/sweeps/confirm-extension.yaml" in page
+    readme = (root / "README.md").read_text()
+    after = readme.split("<!-- BEGIN generated: python update_readme.py --sequential", 1)[1].split(
+        "<!-- END generated -->", 1)[1]
+    assert "(docs/contribute-seeds.md)" in after.strip().splitlines()[0]

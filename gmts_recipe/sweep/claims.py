@@ -160,8 +160,10 @@ def runnable(grid: Grid, folder: Path, who: str | None, now: datetime.datetime |
     if not held:
         return grid, []
     others = [s for s in planned_seeds(grid) if s not in held]
-    return restrict(grid, others), ["left to their claimants: " + "; ".join(
-        dict.fromkeys(c.line() for c in held.values()))]
+    said = "; ".join(dict.fromkeys(c.line() for c in held.values()))
+    if not others:
+        raise SweepError(f"every planned seed is claimed ({said}): nothing to run here until a claim expires")
+    return restrict(grid, others), [f"left to their claimants: {said}"]
 
 
 def restrict(grid: Grid, seeds: list[int]) -> Grid:
@@ -189,6 +191,8 @@ def plan_lines(grid: Grid, folder: Path, now: datetime.datetime | None = None) -
         lines.append(f"expired (their seeds free again): {'; '.join(c.line() for c in expired)}")
     left = seeds_left(grid)
     if held and left and left[0] in held:
-        lines.append(f"the next seed in the plan's order, {left[0]}, is claimed: the look that counts it waits for "
-                     f"its cell until {stamp(held[left[0]].until)}")
+        waits = ("the look that counts it waits for its cell" if grid.sequential is not None
+                 else "it is left to its claimant")
+        lines.append(f"the next seed in the plan's order, {left[0]}, is claimed: {waits} until "
+                     f"{stamp(held[left[0]].until)}")
     return lines
