@@ -15,6 +15,7 @@ when, and the cells.
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import shutil
 import socket
@@ -122,8 +123,6 @@ def pack(grid: Grid, grid_path: Path, out_dir: Path, who: str | None = None) -> 
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    import io
-
     info = tarfile.TarInfo(name)
     info.size, info.mtime = len(data), int(datetime.datetime.now().timestamp())
     tar.addfile(info, io.BytesIO(data))
@@ -156,7 +155,9 @@ def unpack(archive: Path, into: Path, name: str) -> dict:
                         not (m.name == MANIFEST or parts[0] == name):
                     raise SweepError(f"{where}: {m.name!r} is not a file of plan {name}'s cells: not an archive of "
                                      f"sweep.py {name} --pack, nothing merged")
-            tar.extractall(into, members=members, filter="data")
+            # the members are checked above; tarfile's own "data" filter too where this Python has it
+            extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(into, members=members, **extra)
     except (tarfile.TarError, OSError) as e:
         raise SweepError(f"{where}: not a readable archive ({type(e).__name__}: {e})") from None
     try:
