@@ -109,6 +109,7 @@ from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
+from gmts_recipe.sweep.plan import continued_by  # a sequential plan that continues this test
 from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
 from gmts_recipe.sweep.report import cell_origin, origin_lines, render as render_sweep
 from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
@@ -190,7 +191,8 @@ def _check_sweep(args) -> int:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     print(render_sweep(summary, markdown=args.markdown, width=width))
-    lines = [samples_line(report), dataset_line(report), *planned, *origin_lines(report.get("origins", []))]
+    lines = [samples_line(report), dataset_line(report), *planned, *continued_by(Path(args.results), summary["name"]),
+             *origin_lines(report.get("origins", []))]
     if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
         lines.append("Where the planned test's cells departed from its plan (records and logs):\n"
                      + deviations(summary, Path(args.results).parent).rstrip("\n"))

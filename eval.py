@@ -390,8 +390,9 @@ how long it takes: one pass over the held-out tasks per seed, each pass eval_sam
   --eval_samples K             samples per task in each pass (pass@1 is their mean)
   --n_heldout N                held-out tasks drawn (task_seed) from the test set (0: all; MATH-500 has 500)
   --eval_ocw false             with --task math: MATH-500 only, no second file for Minerva OCW (its 272 problems)
+  --eval_max_new_tokens T      the longest answer in tokens (configs/math.yaml: 1024; configs/math-cpu.yaml: 64)
   e.g. python eval.py smollm2-135m-instruct --task math --base_eval_seeds 0 --eval_samples 1 --n_heldout 20 \\
-         --eval_ocw false      # 20 problems, one pass: minutes on a CPU
+         --eval_ocw false --eval_max_new_tokens 64   # 20 problems, one pass of short answers: a CPU's size
 the config's fields and what they mean: docs/config.md"""
 ADAPTER_CONFIG = "adapter_config.json"
 DEFAULT_CONFIG = "configs/quickstart.yaml"  # needs no hub: generated tasks (and, by default, the offline model)

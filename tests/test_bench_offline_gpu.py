@@ -105,3 +105,28 @@ def test_a_wheel_carried_in_parts_is_joined_and_installed_with_the_others(tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     assert (m / "whl" / wheel.name).read_bytes() == data and not list(m.glob("*.part.*"))
     assert (tmp_path / "site" / "tinypkg" / "__init__.py").read_text() == "VALUE = 7\n"
+
+
+def test_the_script_documents_its_transfers_and_names_nothing_outside_the_repository():
+    """What each transfer carries and how it is made is in the script's own header; every file it names there is the
+    repository's."""
+    import re
+
+    text = SCRIPT.read_text()
+    header = text.split("\nset -euo pipefail", 1)[0]
+    assert "../" not in text
+    absolute = set(re.findall(r"(?:^|[\s=(:])(/[a-z][\w.-]*)", text, re.M))  # the GPU machine's folders only
+    assert absolute <= {"/root", "/tmp", "/dev", "/usr"}, absolute
+    assert "bash bench/offline_gpu.sh carry GSM8K_DIR" in header
+    for folder in (".carry/w", ".carry/qNN", ".carry/st"):
+        assert f"#   {folder} " in header
+    named = set(re.findall(r"\b(?:[\w.-]+/)+[\w.-]+\.(?:md|py|txt|sh)\b", header))
+    assert named and all((ROOT / name).is_file() for name in named), named
+
+
+def test_carry_without_gsm8k_is_one_line_and_changes_nothing(tmp_path):
+    before = _listing(ROOT / ".carry" / "w")
+    done = _run(tmp_path, "carry", str(tmp_path / "nowhere"))
+    assert done.returncode == 2
+    assert done.stdout.startswith("[offline_gpu] carry GSM8K_DIR: a folder with GSM8K's train.jsonl and test.jsonl")
+    assert _listing(ROOT / ".carry" / "w") == before

@@ -33,3 +33,24 @@ def test_the_memory_guide_names_the_keys_recipe_writes_and_check_prints():
     for key in ("base_eval", "train", "eval"):
         assert f"gpu_peak_memory_gib.{key}" in guide and f'"{key}"' in recipe + check
     assert "Peak GPU memory allocated by torch, GiB" in guide and "Peak GPU memory allocated by torch, GiB" in check
+
+
+def test_the_math_guide_names_what_its_cpu_config_runs_and_sizes_its_eval_command_alike():
+    """The CPU config's reward is the one its runs record (the task's newest unless the config pins one), and the
+    guide's evaluation "of the same sizes" answers in as few tokens as that config does (configs/math.yaml's answers
+    run many times longer on a CPU); eval.py -h's example likewise."""
+    import yaml
+
+    import eval as evaluation
+    from gmts_recipe.rewards import run_reward
+
+    config = yaml.safe_load((ROOT / "configs" / "math-cpu.yaml").read_text())
+    reward = run_reward("math", config.get("reward_version"))
+    text = " ".join((GUIDES / "math.md").read_text().split())
+    cpu = text.split("`configs/math-cpu.yaml` runs every stage of task math", 1)[1][:200]
+    assert f"the `{reward}` reward" in cpu
+    assert f"the {reward} reward" in (ROOT / "configs" / "math-cpu.yaml").read_text().splitlines()[0]
+    command = text.split("The same sizes for an evaluation alone: `", 1)[1].split("`", 1)[0]
+    tokens = f"--eval_max_new_tokens {config['eval_max_new_tokens']}"
+    assert tokens in command and f"--n_heldout {config['n_heldout']}" in command
+    assert tokens in " ".join(evaluation.EPILOG.split("e.g.", 1)[1].split())

@@ -211,3 +211,18 @@ def test_no_line_outside_generated_blocks_is_longer_than_160_characters(page):
             long.append(number)
         start += len(line) + 1
     assert not long, f"{page}: lines {long} are over {LONG} characters: wrap them"
+
+
+def test_the_quick_start_on_a_gpu_quotes_the_two_runs_as_committed():
+    """The prose beside the GPU run's table quotes the CPU run's numbers (in the README's generated table): they are
+    the committed files', so a rerun of either changes the test, not a stale sentence."""
+    from gmts_recipe.records import load
+
+    section = TEXT["docs/results.md"].split("### The Quick start on a GPU", 1)[1].split("\n## ", 1)[0]
+    prose = " ".join(section.split("<!-- END generated -->", 1)[1].split())
+    cpu, gpu = (load(ROOT / "results" / name / "results.json")["summary"] for name in ("quickstart-cpu",
+                                                                                       "quickstart-gpu"))
+    was = cpu["comparisons"]["gmts_vs_ets"]
+    assert f"CPU run read {100 * was['delta']:+.1f} points, `{was['verdict']}`" in prose
+    assert (f"({100 * gpu['arms']['gmts']['pass@1']:.1f}% against the CPU run's "
+            f"{100 * cpu['arms']['gmts']['pass@1']:.1f}%)") in prose

@@ -356,7 +356,7 @@ def jobs(grid: Grid, only: str | None = None) -> list[tuple[Cell, str]]:
 def by_cell(todo: list[tuple[Cell, str]]) -> list[tuple[Cell, tuple[str, ...]]]:
     """The jobs as one recipe process per cell, in the order of each cell's first job. The arms of a cell share the
     process, so the second and third reuse what the first compiled (a new process compiles its decoder and training
-    graphs again; measurements: bench/README.md, "Scale over GPUs", "What a new process costs a sweep")."""
+    graphs again; measurements: bench/docs/scaling.md, "What a new process costs a sweep")."""
     arms: dict[Cell, list[str]] = {}
     for cell, arm in todo:
         arms.setdefault(cell, []).append(arm)

@@ -22,7 +22,7 @@ from gmts_recipe.worker import WarmWorker  # --warm_workers: one process runs a 
 def mps_running(env: dict | None = None) -> bool:
     """Whether a CUDA MPS control daemon answers here (its pipe directory holds the `control` pipe): without it,
     several processes on one GPU take turns (time-slicing) and gain little; with it they run at once (measurements:
-    bench/README.md, "Scale over GPUs")."""
+    bench/docs/scaling.md)."""
     env = os.environ if env is None else env
     return (Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps") / "control").exists()
 
@@ -35,13 +35,13 @@ def shares_gpus(workers: list[str | None]) -> bool:
 
 def expand_workers(gpus: list[str], runs_per_gpu: int = 1) -> list[str | None]:
     """The local pool's workers: `runs_per_gpu` per listed GPU id (an id listed twice already gives two), None for
-    the one device of a run without --gpus. Several cells share a GPU well only under CUDA MPS (README, Scale)."""
+    the one device of a run without --gpus. Several cells share a GPU well only under CUDA MPS (docs/scale.md)."""
     return [gpu for gpu in (gpus or [None]) for _ in range(runs_per_gpu)]
 
 
 def commands(grid: Grid, extra: list[str], only: str | None = None) -> list[str]:
     """One shell line per missing cell process, the base evaluations first: the exact commands `run` starts, for a
-    scheduler's job array (run the first line alone, then the rest in any order: README, Scale)."""
+    scheduler's job array (run the first line alone, then the rest in any order: docs/scale.md)."""
     todo = jobs(grid, only)
     if not todo:
         return []

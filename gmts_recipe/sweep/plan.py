@@ -439,6 +439,29 @@ def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
     return lines
 
 
+def continued_by(sweep_path: Path, name: str) -> list[str]:
+    """check.py's line for each sequential plan beside a sweep (<results_dir>/*/grid.yaml) that continues it: a
+    finished test whose seeds are another test's first look says so, and where that test stands is read."""
+    from gmts_recipe.sweep.grid import load_grid
+
+    out = []
+    for other in sorted(sweep_path.parent.parent.glob("*/grid.yaml")):
+        if other.parent.resolve() == sweep_path.parent.resolve() or \
+                not (_mapping(other.read_text(encoding="utf-8")) or {}).get("sequential"):
+            continue
+        try:
+            grid = load_grid(other)
+            continued = load_grid(grid.path(grid.sequential["continues"]))
+        except SweepError:
+            continue
+        if continued.name == name:
+            seeds = grid.sequential["seeds"]
+            out.append(f"Continued by {grid.name}, a sequential plan: this test's seeds are its first look, new seeds "
+                       f"{seeds[0]}-{seeds[-1]} its later ones; where it stands: python check.py "
+                       f"{other.parent / 'sweep.json'}")
+    return out
+
+
 def missing_cells(summary: dict, planned: list[str]) -> list[str]:
     """The planned cells (names, in the grid's order) the summary does not hold."""
     have = {c["cell"] for c in summary["cells"]}

@@ -68,7 +68,7 @@ def seconds_per_arm(took: list[tuple[float, int]], warm_up: list[tuple[float, in
     worker's first training cell also pays its process's model load and compilation, much longer than a steady
     cell: those go in `warm_up` and count only until a steady cell has finished, after the pace recorded by earlier
     runs (`recorded_pace`) where there is one; counted like the others they put the first estimates too high
-    (measurements: bench/README.md, "Scale over GPUs", "What a new process costs a sweep")."""
+    (measurements: bench/docs/scaling.md, "What a new process costs a sweep")."""
     if not took and recorded is not None:
         return recorded
     cells = took or warm_up
