@@ -219,10 +219,10 @@ def result(summary: dict, root: Path, extension: dict) -> str:
     first = summary["cells"][0]["path"] if summary.get("cells") else None
     ran = f" Setting: {setting(json.loads((root / first).read_text()))}; {PAPER_SETTING}." if first else ""
     # at look 0 the extension's row is the primary test's own seeds and numbers, read by another rule: one result
-    same = (f" The two {_label(q['comparison'])} rows are one result, its {lk['seeds']} seeds under two rules."
-            if lk["look"] == 0 else "")
-    rci = " The continued row's interval is a repeated confidence interval: it holds at every look, whatever the stopping."
-    return fill_lines(f"{table}\n{row}\n\n{note.rstrip()}{same}{more}{rci}{ran}") + "\n"
+    rci = "a repeated confidence interval (valid at every look)"
+    same = (f" The two {_label(q['comparison'])} rows are one result, its {lk['seeds']} seeds under two rules, the "
+            f"second's interval {rci}." if lk["look"] == 0 else f" The continued row's interval is {rci}.")
+    return fill_lines(f"{table}\n{row}\n\n{note.rstrip()}{same}{more}{ran}") + "\n"
 
 
 def plan(summary: dict, root: Path) -> str:

@@ -1719,7 +1719,7 @@ def test_a_sequential_line_says_what_its_verdicts_mean_and_what_to_run_next(tmp_
     assert "Next: `python sweep.py" in flat and "seeds 5-6 reach it" in flat
     assert '"reproduced" = a gain above 0 points, not the paper\'s +1.3 to +3.4' in flat
     assert "gets no verdict by 8 seeds" in flat and "repeated confidence interval" in flat
-    assert "the confirmatory test spent its 0.025 at its own look" in flat
+    assert "the confirmatory test spent its 0.025 at its look" in flat
     assert q["sensitivity_comparison"] is None  # read at looks only, as the verdict
     assert "Sensitivity comparison (planned, never a decision): at the next look (6 seeds)." in flat
     assert "GRPO (all tokens)" not in text and "Per training step" not in text  # no empty table

@@ -134,8 +134,8 @@ def meaning_line(q: dict) -> str:
                f"(~{m['smaller_needs_seeds']} needed at SD {m['sd']:.1f})" if not m["smaller_possible"] else
                f"\"a gain smaller than claimed\" needs ~{m['smaller_needs_seeds']} seeds at SD {m['sd']:.1f}")
     text = (f"What a verdict means: \"reproduced\" = a gain above {low:g} points{claimed}; \"refuted\" = below "
-            f"{signed(high)}; {between}. Error per direction, counted from the first of the {n0} seeds (the "
-            f"confirmatory test spent its {m['continued_error']:.3f} at its own look; this plan was made after it)")
+            f"{signed(high)}; {between}. Error per direction from the first of the {n0} seeds (the "
+            f"confirmatory test spent its {m['continued_error']:.3f} at its look; this plan came after it)")
     whole = m.get("whole_sequence")
     if whole:
         per = lambda model: " / ".join(f"{whole[d][model]:.3f}" for d in ("reproduced", "refuted"))  # noqa: E731
@@ -147,8 +147,8 @@ def meaning_line(q: dict) -> str:
                      f"models ({_span_of(near['error'])}; look 0 alone spends {_span_of(near['first_look'])} there)")
     cond = m.get("conditional")
     if cond:
-        text += (f"; given the first {n0} seeds, a false \"reproduced\" {_span_of(cond['reproduced'].values())}, a "
-                 f"false \"refuted\" {_span_of(cond['refuted'].values())} over the design's models")
+        text += (f"; given the first {n0} seeds ({len(cond['reproduced'])} models), a false \"reproduced\" "
+                 f"{_span_of(cond['reproduced'].values())}, a false \"refuted\" {_span_of(cond['refuted'].values())}")
     return text + "."
 
 
