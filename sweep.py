@@ -58,6 +58,7 @@ from pathlib import Path
 
 import recipe  # its field list: a typo in a variant or after -- is refused before any cell runs
 from gmts_recipe.sweep.grid import Grid, SweepError, check_recipe_keys, jobs, load_grid
+from gmts_recipe.sweep.cards import refuse_cards
 from gmts_recipe.sweep.local import commands, mps_running, parse_gpus, run, shares_gpus
 from gmts_recipe.sweep.merge import merge
 from gmts_recipe.sweep.ray_tasks import RAY_EXTRA, run_ray
@@ -163,6 +164,8 @@ def run_cells(grid: Grid, args: argparse.Namespace, extra: list[str], left: list
         return run_ray(grid, extra, args.only, base_only=args.base, address=args.ray or None,
                        runs_per_gpu=args.runs_per_gpu, retries=args.retries)
     gpus = parse_gpus(args.gpus)
+    if grid.sequential is not None:  # before any cell starts, and the base evaluations with it
+        refuse_cards(grid.sequential["cards"], gpus)
     if (args.runs_per_gpu > 1 or shares_gpus(gpus)) and not mps_running():
         print("[sweep] several cells per GPU without CUDA MPS take turns on it (little gain): start it first "
               "with nvidia-cuda-mps-control -d (docs/scale.md)", file=sys.stderr)

@@ -13,12 +13,9 @@ from typing import Any
 
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
 from gmts_recipe.records import ResultsError, load, read_yaml_mapping
+from gmts_recipe.sweep import SweepError  # importable from here, as before
 from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
-
-
-class SweepError(ValueError):
-    """A grid or summary that cannot be used; the message is the one-line reason."""
 
 
 @dataclass(frozen=True)
