@@ -29,9 +29,11 @@ evaluations by what they depend on), so every comparison is paired by task.
 Each cell's missing arms run in one `python recipe.py --arm ARM,ARM ... --resume` process (the later arms reuse what
 the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. With --warm_workers
 each worker runs its cells' recipe.py one after another in one process of its own (gmts_recipe.worker), so the startup
-and the compile are paid once per worker, not per cell. The summary pools each comparison over the seeds of a
-(variant, learning rate) with a two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval includes
-seed-to-seed variance, and gives Student's t over the seeds beside it.
+and the compile are paid once per worker, not per cell. A sequential plan's cells run whole (`--overwrite`), in the
+local pool, on a card the plan names (another is refused before anything starts); a cell process that fails leaves
+the failure.json the plan's `failures:` read (gmts_recipe.sweep.failures). The summary pools each comparison over the
+seeds of a (variant, learning rate) with a two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval
+includes seed-to-seed variance, and gives Student's t over the seeds beside it.
 
 `--merge DIR` brings in cells that another machine ran (DIR: its sweep folder), without running anything: each
 incoming results.json must verify, be the cell it is merged into (as above), and match the local cell's config hash
@@ -118,6 +120,9 @@ def checked_grid(args: argparse.Namespace) -> Grid:
         raise SweepError(f"no block named {unknown[0]!r}; blocks: {', '.join(blocks)}")
     if args.runs_per_gpu < 1 or args.retries < 0:
         raise SweepError("--runs_per_gpu must be 1 or more and --retries 0 or more")
+    if args.ray is not None and grid.sequential is not None:
+        raise SweepError("--ray: a sequential plan's cells run in the local pool, whose runner records their failures "
+                         "as the plan says (a Ray task's retries would run an arm's own failure again)")
     if args.ray is not None and args.warm_workers:
         raise SweepError("--warm_workers is for the local pool; a Ray task runs one cell in its own process")
     if args.warm_workers and any("deterministic_kernels" in v for v in grid.variants.values()):

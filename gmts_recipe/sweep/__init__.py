@@ -1,6 +1,7 @@
 """The sweep's parts, one concern each; `python sweep.py` is the command over them.
 
 - grid: the sweep file (Grid, Cell, load_grid and its checks) and the jobs it still holds;
+- failures: a sequential plan's failed cells, recorded by the runner and read as the plan says;
 - cards: the cards a sequential plan's cells may run on, by exact name;
 - schedule: logs/timing.jsonl and the pace and time left read from it;
 - local: the local pool of workers (run);
