@@ -76,7 +76,8 @@ A sweep.json is held against its plan before any cell is read (gmts_recipe.sweep
 plan, and every version git holds of it from the sweep's first cell on, under whatever name, is contained in it (a plan
 only grows: new blocks, seeds, arms, variants, a rule not there yet; never a rule, a variant's settings or a planned run
 changed or dropped); a sequential plan agrees with its design file (recorded fields: the simulation is not rerun), the
-test it continues is read as committed, and each new seed's arms ran on one card the plan names, by its exact name.
+test it continues is read as committed, and each new seed's arms ran on one card the plan names, by its exact name;
+a cell's failure record is the runner's, as the committed log bears it out (gmts_recipe.sweep.failures.check).
 Then the summary is recomputed from every cell and every cell's samples re-scored. Run from any directory.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks

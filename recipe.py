@@ -53,6 +53,7 @@ import json
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from eval import Sampling, compile_seconds, evaluate_with_config, sampling  # noqa: F401
@@ -61,6 +62,7 @@ from gmts_recipe.data import system_prompt, to_prompt
 from gmts_recipe.gpu_memory import peak_memory, release_vllm_engine
 from gmts_recipe.models import ModelError, resolve_model
 from gmts_recipe.plots import plot_run
+from gmts_recipe.sweep.failures import report as report_failure  # an arm that raised, for a sweep's runner
 from gmts_recipe.user_rules import RulesError, take_rules
 # The configuration and what a run sets up around it live in the package (eval.py's command reads them too); their
 # names stay importable from here (recipe.parse, recipe.RecipeError, ...) for the bench scripts, the tests and users.
@@ -400,7 +402,9 @@ def check_rerun(run: Run, arms: list[str]) -> None:
 def run_experiment(argv: list[str]) -> dict:
     """One experiment, as `python recipe.py ARGV` runs it: base evals (shared through the cache), then each arm of
     --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
-    wrote). Raises RecipeError (a user error: one line) and KeyboardInterrupt (resume with --resume)."""
+    wrote). Raises RecipeError (a user error: one line; or, after the last arm, arms that failed on their own: each
+    reported as it failed, gmts_recipe.sweep.failures.report, and the next arm trained), an arm's machine fault (a
+    CUDA error: the run stops) and KeyboardInterrupt (resume with --resume)."""
     try:
         return _run_experiment(take_rules(argv))  # a user's own rules (--rules FILE) before the arms are read
     except (ModelError, RulesError) as e:  # an offline model that is not installed or does not verify; a rules file
@@ -469,7 +473,7 @@ def _run_experiment(argv: list[str]) -> dict:
     second = second_heldout(recipe)  # MATH: Minerva OCW, in <name>-ocw/ beside the run
     if second is not None:
         run.add_apart(*second, device)
-    run.arm_order = trained_arms(recipe.arm)
+    run.arm_order, failed = trained_arms(recipe.arm), []
     for arm in run.arm_order:
         if recipe.resume and arm in run.results["arms"]:
             print(f"[recipe] {arm}: finished in {run.path}, kept")
@@ -481,7 +485,20 @@ def _run_experiment(argv: list[str]) -> dict:
         if arm in run.results["arms"] and run.state.is_main_process:  # --overwrite (check_rerun)
             print(f"[recipe] {arm}: finished in {run.path} (lr {run.results['arms'][arm]['learning_rate']:g}); "
                   f"trained again (--overwrite), and replaced when done")
-        run.train_arm(arm, train_tasks, heldout, device)
+        try:
+            run.train_arm(arm, train_tasks, heldout, device)
+        except (RecipeError, ModelError, RulesError):  # a refusal of the run's inputs: the same for every arm
+            raise
+        except Exception as e:  # noqa: BLE001 - an arm's failure, reported for a sweep's runner (failures.report)
+            if report_failure(arm, e) == "machine" or len(run.arm_order) == 1:  # the card's ends the run
+                raise
+            traceback.print_exc()  # the arm's own: an outcome, and the next arm runs
+            failed.append(arm)
+        if failed and failed[-1] == arm and torch.cuda.is_available():  # what it held, freed as a finished arm's
+            gc.collect()
+            torch.cuda.empty_cache()
+    if failed:
+        raise RecipeError(f"arm(s) {', '.join(failed)} failed on their own (tracebacks above); the other arms ran")
     if not run.state.is_main_process:
         return load_results(run.path)  # what the main process wrote
     print(f"[recipe] done: {run.path} and its figures in {run.dir}; the table below; verify it at any time: "

@@ -33,9 +33,11 @@ evaluations by what they depend on), so every comparison is paired by task.
 Each cell's missing arms run in one `python recipe.py --arm ARM,ARM ... --resume` process (the later arms reuse what
 the first compiled): an interrupted sweep resumes where it stopped, and finished arms are kept. With --warm_workers
 each worker runs its cells' recipe.py one after another in one process of its own (gmts_recipe.worker), so the startup
-and the compile are paid once per worker, not per cell. The summary pools each comparison over the seeds of a
-(variant, learning rate) with a two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval includes
-seed-to-seed variance, and gives Student's t over the seeds beside it.
+and the compile are paid once per worker, not per cell. A sequential plan's cells run whole (`--overwrite`), in the
+local pool, on a card the plan names (another is refused before anything starts); a cell process that fails leaves
+the failure.json the plan's `failures:` read (gmts_recipe.sweep.failures). The summary pools each comparison over the
+seeds of a (variant, learning rate) with a two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval
+includes seed-to-seed variance, and gives Student's t over the seeds beside it.
 
 `--merge DIR` brings in cells that another machine ran (DIR: its sweep folder), without running anything: each
 incoming results.json must verify, be the cell it is merged into (as above), and match the local cell's config hash
@@ -65,6 +67,7 @@ from pathlib import Path
 
 import recipe  # its field list: a typo in a variant or after -- is refused before any cell runs
 from gmts_recipe.sweep.grid import Grid, SweepError, check_recipe_keys, jobs, load_grid
+from gmts_recipe.sweep.cards import refuse_cards
 from gmts_recipe.sweep.local import commands, mps_running, parse_gpus, run, shares_gpus
 from gmts_recipe.sweep import claims, pace
 from gmts_recipe.sweep.archive import merge_archive, pack
@@ -135,6 +138,9 @@ def checked_grid(args: argparse.Namespace) -> Grid:
         raise SweepError(f"no block named {unknown[0]!r}; blocks: {', '.join(blocks)}")
     if args.runs_per_gpu < 1 or args.retries < 0:
         raise SweepError("--runs_per_gpu must be 1 or more and --retries 0 or more")
+    if args.ray is not None and grid.sequential is not None:
+        raise SweepError("--ray: a sequential plan's cells run in the local pool, whose runner records their failures "
+                         "as the plan says (a Ray task's retries would run an arm's own failure again)")
     if args.ray is not None and args.warm_workers:
         raise SweepError("--warm_workers is for the local pool; a Ray task runs one cell in its own process")
     if args.warm_workers and any("deterministic_kernels" in v for v in grid.variants.values()):
@@ -190,6 +196,8 @@ def run_cells(grid: Grid, args: argparse.Namespace, extra: list[str], left: list
         return run_ray(grid, extra, args.only, base_only=args.base, address=args.ray or None,
                        runs_per_gpu=args.runs_per_gpu, retries=args.retries)
     gpus = parse_gpus(args.gpus)
+    if grid.sequential is not None:  # before any cell starts, and the base evaluations with it
+        refuse_cards(grid.sequential["cards"], gpus)
     if (args.runs_per_gpu > 1 or shares_gpus(gpus)) and not mps_running():
         print("[sweep] several cells per GPU without CUDA MPS take turns on it (little gain): start it first "
               "with nvidia-cuda-mps-control -d (docs/scale.md)", file=sys.stderr)

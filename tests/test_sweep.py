@@ -1725,40 +1725,6 @@ def test_a_sequential_line_says_what_its_verdicts_mean_and_what_to_run_next(tmp_
     assert "GRPO (all tokens)" not in text and "Per training step" not in text  # no empty table
 
 
-def test_a_failed_arm_counts_as_the_plan_says_and_never_stalls_later_looks(tmp_path):
-    """An arm's own failure is an outcome: scored as the base model, the seed counts and the seeds after it count;
-    a machine fault waits for its one retry, then counts as the arm's own."""
-    from gmts_recipe.records import task_scores
-    from gmts_recipe.sweep import failures
-
-    path = sequential_trees(tmp_path)
-    grid = load_grid(path)
-    root = tmp_path / "results" / "more"
-    fake_cell(root, "paper-lr0.0001-s5", {"ets": 0.5}, seed=5)  # gmts failed; ets ran
-    fake_cell(root, "paper-lr0.0001-s6", {"ets": 0.5, "gmts": 0.9}, seed=6)
-    failures.record(root / "paper-lr0.0001-s5", 5, "gmts", "machine", "NVIDIA H100 80GB HBM3", "ECC error")
-    q = summarize(grid)["sequential"]
-    assert q["retrying"] == [5] and q["seeds_done"] == [] and q["seeds_waiting"] == [6]
-    assert "waiting for their retry: seed 5" in render(summarize(grid))
-    failures.record(root / "paper-lr0.0001-s5", 5, "gmts", "machine", "NVIDIA H200", "ECC error")  # it recurred
-    q = summarize(grid)["sequential"]
-    assert q["retrying"] == [] and q["seeds_done"] == [5, 6] and q["scored_as_base"] == {"5": "gmts"}
-    results = json.loads((root / "paper-lr0.0001-s5" / "results.json").read_text())
-    base = task_scores(results["base"]["evals"][0], "base")
-    ets = task_scores(results["arms"]["ets"]["eval"], "ets")
-    assert q["per_seed"][4] == pytest.approx(sum(base[k] - ets[k] for k in base) / len(base))
-    flat = " ".join(render(summarize(grid)).split())
-    assert "scored as the base model (the plan's failures): seed 5 gmts" in flat
-    c = q["sensitivity_comparison"]  # at the look at 6 seeds: the sensitivity comparison
-    assert [(g["by"], g["group"]) for g in c["groups"]][::2] == [("card", "CPU"), ("commit", "unrecorded")]
-    assert c["groups"][0]["collapses"]["gmts"] == 1  # its own failure, scored as the base: a collapse to the base
-    assert c["failures"] == [{"card": "H100", "ets": 0, "gmts": 1}, {"card": "H200", "ets": 0, "gmts": 1}]
-    assert "by card: H100 ETS 0, GMTS 1; H200 ETS 0, GMTS 1." in flat and "new by card CPU" in flat
-    (root / "paper-lr0.0001-s5" / "failure.json").write_text('{"seed": 5}')
-    with pytest.raises(SweepError, match="failure.json: a failure record holds seed"):
-        summarize(grid)
-
-
 @pytest.mark.parametrize("old, new, match", [
     ("arm_failure: base", "arm_failure: zero", "failures.arm_failure must be one of base"),
     ("sensitivity: [card, commit, day]", "sensitivity: [gpu]", "sensitivity must list"),

@@ -1,6 +1,8 @@
 """The sweep's parts, one concern each; `python sweep.py` is the command over them.
 
 - grid: the sweep file (Grid, Cell, load_grid and its checks) and the jobs it still holds;
+- failures: a sequential plan's failed cells, recorded by the runner and read as the plan says;
+- cards: the cards a sequential plan's cells may run on, by exact name;
 - schedule: logs/timing.jsonl and the pace and time left read from it;
 - local: the local pool of workers (run);
 - ray_tasks: the cells as Ray tasks (run_ray);
@@ -15,3 +17,8 @@
 
 No module here imports torch, matplotlib or Ray before a function needs them: check.py verifies a sweep without them.
 """
+
+
+class SweepError(ValueError):
+    """A grid or summary that cannot be used; the message is the one-line reason (here, so that every module of the
+    package reads it without importing another)."""

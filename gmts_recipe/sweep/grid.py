@@ -13,12 +13,10 @@ from typing import Any
 
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
 from gmts_recipe.records import ResultsError, load, read_yaml_mapping
+from gmts_recipe.sweep import SweepError  # importable from here, as before
+from gmts_recipe.sweep import failures  # a sequential plan's failed cells: what `jobs` runs again
 from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
-
-
-class SweepError(ValueError):
-    """A grid or summary that cannot be used; the message is the one-line reason."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +80,9 @@ class Grid:
     def whole_seeds(self) -> bool:
         """Whether each cell runs whole, its arms in one process on one card: so a sequential plan's seeds do, since
         its comparison is read per seed between arms that must share everything but the rule. A cell cut after some
-        of its arms (a machine taken back) runs again whole, never resumed elsewhere; the next run starts with it
-        (`jobs`), so a cut leaves no gap in the plan's order once the same command runs again."""
+        of its arms (a machine taken back) runs again whole, never resumed elsewhere, but for an arm that failed on its
+        own (never run again); the next run starts with it (`jobs`), so a cut leaves no gap in the plan's order once
+        the same command runs again."""
         return self.sequential is not None
 
     def planned_arms(self) -> dict[Cell, list[str]]:
@@ -344,13 +343,20 @@ def _finished_arms(results_path: Path) -> set[str]:
 
 
 def jobs(grid: Grid, only: str | None = None) -> list[tuple[Cell, str]]:
-    """The (cell, arm) jobs still to run, in the grid's order; under `whole_seeds` a cell that holds only some of its
-    arms runs all of them again."""
+    """The (cell, arm) jobs still to run, in the grid's order; under `whole_seeds` a cell that still waits for an arm
+    runs all of them again but those that failed on their own, which never run again (its failure.json, read as the
+    plan's `failures` say: gmts_recipe.sweep.failures.outcome)."""
     root = Path(grid.results_dir) / grid.name
     done = {cell: _finished_arms(root / cell.name / "results.json") for cell in grid.cells()}
     order = grid.jobs_in_order(only)
-    cut = {cell for cell, arm in order if done[cell] and arm not in done[cell]} if grid.whole_seeds else set()
-    return [(cell, arm) for cell, arm in order if arm not in done[cell] or cell in cut]
+    if not grid.whole_seeds:
+        return [(cell, arm) for cell, arm in order if arm not in done[cell]]
+    left, retries = {}, grid.sequential["failures"]["machine_fault_retries"]
+    for cell, arms in grid.planned_arms().items():
+        rec = failures.checked(root / cell.name, cell.seed, grid.sequential, done[cell])  # the runner's, or refused
+        own, missing = failures.outcome(rec, arms, done[cell], retries)
+        left[cell] = [a for a in arms if a not in own] if missing else []
+    return [(cell, arm) for cell, arm in order if arm in left[cell]]
 
 
 def by_cell(todo: list[tuple[Cell, str]]) -> list[tuple[Cell, tuple[str, ...]]]:

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gmts_recipe.sweep import cards  # the card a failed cell ran on
+from gmts_recipe.sweep.failures import record_exit  # a sequential plan's failed cell, from its log
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError, by_cell, cell_command, jobs, jobs_to_start, log_name
 from gmts_recipe.sweep.schedule import (INTERRUPTED, arms_that_fit, failure_line, recorded_pace, seconds_per_arm,
                                         time_left, write_timing)
@@ -111,6 +113,9 @@ class LocalPool:
         start = time.time()
         log = self.log_dir / log_name(cell, arms)
         where = "" if self.warm is None else f"  # in warm worker {slot}'s process"
+        part = log.stat().st_size if log.is_file() else 0  # where this process's part of the log begins
+        if self.grid.whole_seeds and arms != ("base",):  # a sequential plan's cell: one process's arms, none older
+            (self.log_dir.parent / cell.name / "results.json").unlink(missing_ok=True)
         with open(log, "a", encoding="utf-8") as out:
             out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}{where}\n")
             out.flush()
@@ -118,6 +123,10 @@ class LocalPool:
                 code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=environment(gpu))
         if self.warm is not None:
             code = self.warm[slot].run(command[1:], log)  # the worker's own Python runs recipe.py
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"\n=== exit {code}\n")
+        if code != 0 and self.grid.whole_seeds and arms != ("base",):  # a sequential plan's cell: its failures
+            record_exit(self.log_dir.parent, cell.name, cell.seed, log, part, cards.card_name(gpu))
         write_timing(self.log_dir, cell, arms, gpu, self.workers.count(gpu), start, time.time(), code, self.host,
                      warm=self.warm is not None, job_in_process=None if self.warm is None else self.warm[slot].jobs)
         return code

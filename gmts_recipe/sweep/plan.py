@@ -40,6 +40,7 @@ import numpy as np
 import yaml
 
 from gmts_recipe import sequential
+from gmts_recipe.sweep.cards import CARDS, card_allowed  # the exact names a plan's cards stand for
 from gmts_recipe.sweep.grid import SweepError
 
 RULES = ("primary", "secondary", "sequential")  # the keys whose content decides; blocks only say what runs
@@ -285,9 +286,6 @@ def frozen_problem(history: _History, paths: list[str], plan: dict) -> str | Non
     return None
 
 
-CARDS = {"NVIDIA H100 80GB HBM3": "H100", "NVIDIA H200": "H200"}  # the name torch reports: the card a plan names
-
-
 def card_problem(allowed: list[str], cell_cards: dict[str, list[str]]) -> str | None:
     """Why the counted seeds' cards break a sequential plan's `cards` (None: they do not). A seed's two arms ran on
     one card (its delta is one card's, never a difference between cards), and that card is one the plan names: the
@@ -297,7 +295,7 @@ def card_problem(allowed: list[str], cell_cards: dict[str, list[str]]) -> str | 
         if len(names) != 1:
             return (f"seed {seed}'s arms ran on {len(names)} cards ({', '.join(names) or 'none recorded'}): both arms "
                     f"of a seed run on one card")
-        if names[0] not in allowed and CARDS.get(names[0]) not in allowed:
+        if not card_allowed(names[0], allowed):
             known = "; ".join(f"{CARDS[n]}: {n}" for n in CARDS if CARDS[n] in allowed)
             return (f"seed {seed} ran on {names[0]!r}, not a card the plan names ({', '.join(allowed)}; recorded as "
                     f"{known or 'no known name'})")

@@ -11,9 +11,10 @@ from gmts_recipe.sweep.grid import Cell
 
 
 def refusal(log_text: str) -> str | None:
-    """recipe.py's own one-line refusal (exit 2: a typo in a field, a file not found), if the log ends with one: the
-    failure line then says why, and a typo in a grid's variant is read where the sweep stops, not in a log."""
-    lines = [line for line in log_text.splitlines() if line.strip()]
+    """recipe.py's own one-line refusal (exit 2: a typo in a field, a file not found), if the log ends with one (before
+    the runner's exit line): the failure line then says why, and a typo in a grid's variant is read where the sweep
+    stops, not in a log."""
+    lines = [line for line in log_text.splitlines() if line.strip() and not line.startswith("=== exit ")]
     return lines[-1].removeprefix("recipe.py: ") if lines and lines[-1].startswith("recipe.py: ") else None
 
 

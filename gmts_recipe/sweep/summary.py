@@ -13,7 +13,7 @@ from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
 from gmts_recipe.records import current_record, digest, first_difference, load, numbers_close, task_scores
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
 from gmts_recipe.sweep.cells import Evaluation, check_apart, check_together, evaluations_of, recorded
-from gmts_recipe.sweep.failures import outcome as failure_outcome, read as failure_record
+from gmts_recipe.sweep.failures import checked as failure_record, outcome as failure_outcome
 from gmts_recipe.sweep import sensitivity
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
@@ -104,13 +104,13 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | N
     # each cell's file verified (digest, records, summaries), the long part of a sweep's check: a bar on a terminal
     for cell in tqdm(list(grid.cells()), desc="verifying cells", unit="cell", leave=False, disable=None):
         path = root / cell.name / "results.json"
+        results = load(path) if path.is_file() else None
         if grid.sequential is not None:
-            rec = failure_record(root / cell.name)
-            if rec is not None:
+            rec = failure_record(root / cell.name, cell.seed, grid.sequential, (results or {}).get("arms", {}))
+            if rec is not None:  # as the runner wrote it from the committed log, or refused
                 failed[cell.seed] = rec
-        if not path.is_file():
+        if results is None:
             continue
-        results = load(path)
         seen.append(recorded(cell, results, grid.name, memo))
         s = results["summary"]
         base_scores = task_scores(results["base"]["evals"][0], f"{cell.name} base")
@@ -319,21 +319,24 @@ def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], conti
     order, counted only up to the first planned seed that has not run both arms (a later seed waits for it: no seed is
     skipped), and the look they reach (sequential.state: a decision is read only at a planned look). A seed whose arm
     failed on its own (`failed`: the cells' failure records, gmts_recipe.sweep.failures) counts as the plan's
-    `failures` say: that arm scored as the base model (`base_scores`, the base's first sampling seed per task), so it
-    never stalls the looks after it; a machine fault with a retry left waits for its retry."""
+    `failures` say: that arm, which holds no results (an arm with results is scored by them), scored as the base
+    model (`base_scores`, the base's first sampling seed per task), so it never stalls the looks after it; a machine
+    fault with a retry left waits for its retry."""
     failed = failed or {}
     scores = dict(scores)
     key = (spec["variant"], spec["learning_rate"])
     a, b = spec["comparison"].split(" - ")
     scored_as_base, retrying = {}, []
     for seed, rec in sorted(failed.items()):
-        if seed not in spec["seeds"] or rec["arm"] not in (a, b):
+        if seed not in spec["seeds"]:
             continue
-        if failure_outcome(rec, spec["failures"]["machine_fault_retries"]) == "retry":
+        held = [arm for arm in (a, b) if (*key, seed, arm) in scores]  # an arm with results is scored by them
+        own, missing = failure_outcome(rec, (a, b), held, spec["failures"]["machine_fault_retries"])
+        if missing:
             retrying.append(seed)
-        elif base_scores is not None:  # the arm's own failure: an outcome, scored as the base
-            scores[(*key, seed, rec["arm"])] = base_scores
-            scored_as_base[str(seed)] = rec["arm"]
+        elif own and base_scores is not None:  # the arms' own failures: an outcome, scored as the base
+            scores.update({(*key, seed, arm): base_scores for arm in own})
+            scored_as_base[str(seed)] = ", ".join(sorted(own))
     new = _planned_comparison(spec["comparison"], spec["variant"], spec["learning_rate"], spec["seeds"], scores)
     done = set(new["seeds_done"])
     counted = []
