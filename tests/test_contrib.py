@@ -56,7 +56,7 @@ sequential:
   sensitivity: [card, commit, day]
   design: none.json
   simulation: {seed: 1, paths: 10, contaminated_paths: 10, resampled_paths: 10, sensitivity_paths: 10,
-               outcome_paths: 10}
+               outcome_paths: 10, conditional_paths: 10}
 """
 NOW = datetime.datetime(2026, 12, 8, 12, 0, tzinfo=datetime.timezone.utc)
 

@@ -55,7 +55,7 @@ sequential:
   sensitivity: [card, commit, day]
   design: configs/sweeps/none.json
   simulation: {seed: 1, paths: 10, contaminated_paths: 10, resampled_paths: 10, sensitivity_paths: 10,
-               outcome_paths: 10}
+               outcome_paths: 10, conditional_paths: 10}
 """
 PLAN = "configs/sweeps/more.yaml"
 

@@ -191,7 +191,9 @@ def test_a_machine_fault_runs_the_cell_again_once_whole_then_counts_as_the_arms_
     assert q["retrying"] == [] and q["seeds_done"] == [5, 6, 7, 8] and q["scored_as_base"] == {"5": "gmts"}
     flat = " ".join(render(summarize(grid)).split())
     assert "scored as the base model (the plan's failures): seed 5 gmts" in flat
-    assert "new seeds by card: CPU" in flat and "by commit: unrecorded" in flat  # the sensitivity comparison
+    # the sensitivity comparison at the look at 8 seeds: the scored-as-base arm a collapse, its attempts by card
+    assert "Sensitivity comparison at 8 seeds" in flat and "new by card CPU 4" in flat
+    assert "Failed attempts of the new seeds (failure.json), by card: H100 ETS 0, GMTS 2." in flat
     verify(write_summary(grid, path))
 
 

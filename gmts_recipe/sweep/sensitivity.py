@@ -96,7 +96,7 @@ def welch_power(shift: float, sd: float, n_new: int, n_old: int, alpha: float = 
 
 def card_label(name: str) -> str:
     """A recorded card name as its short label (H100, H200; sweep.plan.CARDS), any other as recorded."""
-    from gmts_recipe.sweep.plan import CARDS
+    from gmts_recipe.sweep.cards import CARDS
 
     return CARDS.get(name, name)
 

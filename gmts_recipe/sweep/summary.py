@@ -261,8 +261,8 @@ def sensitivity_at_look(spec: dict, design: sequential.Design, continued: dict, 
            for s, d in zip(continued["seeds_done"], continued["per_seed"])]
     new_seeds = counted[:look - len(old)]
     new = [row(s, d, facts.get((*key, s), {}), scored_as_base.get(str(s))) for s, d in zip(new_seeds, deltas)]
-    attempts = [{"seed": s, "arm": rec["arm"], "card": sensitivity.card_label(a["card"])}
-                for s, rec in sorted(failed.items()) if s in new_seeds and rec["arm"] in arms for a in rec["attempts"]]
+    attempts = [{"seed": s, "arm": a["arm"], "card": sensitivity.card_label(a["card"])}
+                for s, rec in sorted(failed.items()) if s in new_seeds for a in rec["attempts"] if a["arm"] in arms]
     return sensitivity.compare(old, new, arms, attempts, spec["sensitivity"], look)
 
 
