@@ -15,6 +15,7 @@ Every peak is torch.cuda.max_memory_allocated in GiB: what torch's allocator han
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -76,11 +77,22 @@ def bench_rows(path: Path, bench: dict) -> list[list[str]]:
 
 
 def rows(root: Path = ROOT) -> list[list[str]]:
-    out = []
+    out, cells = [], {}
     for path in sorted(root.glob("results/**/results.json")):
         text = path.read_text(encoding="utf-8")
-        if KEY in text:  # most runs ran before the peaks were recorded: skip them without parsing
-            out.append(results_row(path, json.loads(text)))
+        if KEY not in text:  # most runs ran before the peaks were recorded: skip them without parsing
+            continue
+        row = results_row(path, json.loads(text))
+        seed = re.fullmatch(r"(.+)-s(\d+)", row[2])
+        if (path.parent.parent / "sweep.json").is_file() and seed:  # a sweep's cell: one row per alike measurement
+            cells.setdefault((path.parent.parent, seed.group(1), *row[3:], row[1]), []).append(int(seed.group(2)))
+        else:
+            out.append(row)
+    for (folder, config, *rest, card), seeds in cells.items():
+        span = (f"{min(seeds)}-{max(seeds)}" if max(seeds) - min(seeds) + 1 == len(seeds) > 1
+                else ", ".join(map(str, seeds)))
+        out.append([f"`{folder.relative_to(root).as_posix()}/`, {len(seeds)} cell(s) (seeds {span})", card, config,
+                    *rest])
     for path in sorted(root.glob("bench/*.json")):
         bench = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(bench, dict) and isinstance(bench.get("paths"), dict):

@@ -110,7 +110,9 @@ except ModelError as e:
   cp "$gsm8k/train.jsonl" "$gsm8k/test.jsonl" .carry/w/gsm8k/
   split -b 50000000 -d -a 2 "$gguf" .carry/qwen.part.
   for f in .carry/qwen.part.*; do mkdir -p ".carry/q${f##*.}" && mv "$f" ".carry/q${f##*.}/"; done
-  say "$(ls .carry/w/whl | wc -l) wheels and GSM8K in .carry/w ($(du -sh .carry/w | cut -f1)); $(ls -d .carry/q[0-9][0-9] | wc -l) parts of $gguf in .carry/q00-q$(ls -d .carry/q[0-9][0-9] | tail -1 | sed 's/.*q//')"
+  parts=$(ls -d .carry/q[0-9][0-9] | wc -l)
+  say "$(ls .carry/w/whl | wc -l) wheels and GSM8K in .carry/w ($(du -sh .carry/w | cut -f1)); $parts parts of $gguf in" \
+      ".carry/q00-q$(ls -d .carry/q[0-9][0-9] | tail -1 | sed 's/.*q//')"
   ;;
 state)
   grid=${2:?state GRID}; folder=$(grid_folder "$grid"); name=${folder##*/}
@@ -119,7 +121,9 @@ state)
   mkdir -p "$tmp/$name/base-evals"
   for f in "$folder"/*/results.json; do
     [ -e "$f" ] || continue  # a sweep whose first cell has not run yet: its base evaluations only
-    cell=$(basename "$(dirname "$f")"); mkdir -p "$tmp/$name/$cell" && cp "$f" "$tmp/$name/$cell/"
+    # with its samples: the sweep there verifies every cell it finds (its summary re-reads them) before it runs more
+    cell=$(basename "$(dirname "$f")"); mkdir -p "$tmp/$name/$cell"
+    cp "$f" "$(dirname "$f")"/samples-* "$tmp/$name/$cell/"
   done
   [ -f "$folder/logs/timing.jsonl" ] && mkdir -p "$tmp/$name/logs" && cp "$folder/logs/timing.jsonl" "$tmp/$name/logs/"
   find "$folder/base-evals" -maxdepth 1 \( -name '*.json' -o -name '*.jsonl.xz' \) \
@@ -179,7 +183,9 @@ wait)
   while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$seconds" ]; do sleep 5; done
   state=$(kill -0 "$pid" 2>/dev/null && echo running || echo ended)
   rm -rf "$out/cur" "$out/ic" && mkdir -p "$out/cur" "$out/ic"
-  (cd "$WORK" && find . -newer .started -type f ! -name '*.lock' ! -path '*/arm-*/*' ! -path './.started' \
+  # what the sweep wrote, and every sweep's base evaluations (its cells' files name them: a merge reads them)
+  (cd "$WORK" && find . -type f \( -newer .started -o -path './*/base-evals/*' \) ! -name '*.lock' \
+       ! -path '*/arm-*/*' ! -path './.started' \
      | sed 's#^\./##' \
      | tar -cz --transform 's#^#work/#' -T - | split -b 15000000 - "$out/cur/b.tar.gz.")
   [ -d "$IC" ] && tar -C "$IC" -cz . | split -b 15000000 - "$out/ic/ic.tar.gz."

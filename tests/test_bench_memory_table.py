@@ -3,6 +3,7 @@ one, each phase's highest peak over a run's arms, and says plainly where gradien
 recorded."""
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -62,7 +63,27 @@ def test_the_table_holds_every_committed_results_file_that_recorded_a_peak():
     listed = subprocess.run(["git", "ls-files", "results/**results.json"], cwd=ROOT, capture_output=True, text=True)
     recorded = [p for p in listed.stdout.split() if table.KEY in (ROOT / p).read_text(encoding="utf-8")]
     assert recorded, "no committed run recorded its peaks: the table would be empty"
-    shown = {r[0].strip("`") for r in table.rows()}
+    shown = set()
+    for r in table.rows():  # a file's own row, or its sweep's row naming its seed
+        m = re.fullmatch(r"`(.+)/`, \d+ cell\(s\) \(seeds (\d+)(?:-(\d+))?\)", r[0])
+        seeds = range(int(m[2]), int(m[3] or m[2]) + 1) if m else []
+        shown |= {f"{m[1]}/{r[2]}-s{s}/results.json" for s in seeds} if m else {r[0].strip("`")}
     assert set(recorded) <= shown
     page = (ROOT / "docs" / "guides" / "gpu-memory.md").read_text()
     assert "<!-- BEGIN generated: python bench/memory_table.py -->" in page  # tests/test_readme.py checks its body
+
+
+def test_a_sweeps_cells_that_measured_alike_are_one_row(tmp_path, monkeypatch):
+    """A sequential plan's cells each record the same peaks on the same card: one row naming the sweep and its seeds
+    (160 identical rows would bury the other runs); a cell that measured otherwise keeps a row of its own."""
+    table = load_bench("memory_table")
+    monkeypatch.setattr(table, "ROOT", tmp_path)
+    sweep = tmp_path / "results" / "ext"
+    _write(sweep / "sweep.json", {})
+    for seed, peak in ((300, 18.1), (301, 18.1), (302, 18.1), (303, 19.0)):
+        _write(sweep / f"coupled-lr0.0001-s{seed}" / "results.json",
+               {"config_name": f"coupled-lr0.0001-s{seed}", "arms": {"ets": _arm(peak, 23.2, True, "NVIDIA H100")}})
+    found = table.rows(tmp_path)
+    assert [r[0] for r in found] == ["`results/ext/`, 3 cell(s) (seeds 300-302)",
+                                     "`results/ext/`, 1 cell(s) (seeds 303)"]
+    assert found[0][2] == "coupled-lr0.0001" and found[0][7] == "18.1" and found[1][7] == "19.0"

@@ -65,6 +65,8 @@ def test_background_runs_a_command_detached_and_wait_packs_what_it_wrote(tmp_pat
     def script(*args: str) -> subprocess.CompletedProcess:
         return _run(tmp_path, *args, script=tree / "bench" / "offline_gpu.sh")
 
+    (work / "grid" / "base-evals").mkdir(parents=True)  # carried in before the start: older than .started
+    (work / "grid" / "base-evals" / "h.json").write_text("{}")
     started = script("background", "bash", "-c", f"sleep 2; cat marker.txt > {work}/copied.txt")
     assert started.returncode == 0, started.stdout + started.stderr
     pid = int((work / "driver.pid").read_text())
@@ -79,6 +81,39 @@ def test_background_runs_a_command_detached_and_wait_packs_what_it_wrote(tmp_pat
     parts = b"".join(p.read_bytes() for p in sorted((tmp_path / "out" / "cur").glob("b.tar.gz.*")))
     with tarfile.open(fileobj=io.BytesIO(parts)) as packed:
         assert packed.extractfile("work/copied.txt").read() == b"the tree\n"
+        # a sweep's base evaluations come back whatever their age: its cells' files name them, a merge reads them
+        assert packed.extractfile("work/grid/base-evals/h.json").read() == b"{}"
+
+
+def test_the_state_carries_each_cells_samples(tmp_path):
+    """The sweep there verifies every cell it finds before it runs more, samples included: `state` packs them."""
+    import lzma
+
+    tree = tmp_path / "repo"
+    (tree / "bench").mkdir(parents=True)
+    (tree / "bench" / "offline_gpu.sh").write_text(SCRIPT.read_text())
+    (tree / "configs" / "sweeps").mkdir(parents=True)
+    (tree / "configs" / "sweeps" / "g.yaml").write_text("name: g\n")
+    cell = tree / "results" / "g" / "v-lr0.1-s1"
+    cell.mkdir(parents=True)
+    (tree / "results" / "g" / "base-evals").mkdir()
+    (cell / "results.json").write_text('{"base": {"eval_hash": "h"}}')
+    (cell / "samples-ets-seed0-abc.jsonl.xz").write_bytes(b"xz")
+    stub = tree / "gmts_recipe" / "sweep"
+    stub.mkdir(parents=True)
+    (tree / "gmts_recipe" / "__init__.py").write_text("")
+    (stub / "__init__.py").write_text("")
+    (stub / "grid.py").write_text("class SweepError(Exception): pass\n"
+                                  "class G:\n    results_dir, name = 'results', 'g'\n"
+                                  "def load_grid(path):\n    return G()\n")
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    done = subprocess.run(["bash", "bench/offline_gpu.sh", "state", "configs/sweeps/g.yaml"], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    packed = lzma.decompress(b"".join(p.read_bytes() for p in sorted((tree / ".carry" / "st").glob("st.tar.xz.*"))))
+    with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
+        names = tar.getnames()
+    assert "g/v-lr0.1-s1/results.json" in names and "g/v-lr0.1-s1/samples-ets-seed0-abc.jsonl.xz" in names
 
 
 def test_a_wheel_carried_in_parts_is_joined_and_installed_with_the_others(tmp_path):
