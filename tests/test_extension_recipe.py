@@ -27,7 +27,7 @@ SHOWN_NOT_TO_MOVE = {"gradient_checkpointing"}
 def as_on_a_gpu(monkeypatch):
     """Parse as the GPU machine does: the config's bf16 and dtype apply, only use_cpu (outside the hash) is set so
     that the config classes build here (tests/test_gpu_configs.py does the same)."""
-    monkeypatch.setattr(recipe_config, "_hardware", lambda config, argv: [*argv, "--use_cpu", "true"])
+    monkeypatch.setattr(recipe_config, "_hardware", lambda config, argv, *_: [*argv, "--use_cpu", "true"])
     monkeypatch.chdir(ROOT)
 
 

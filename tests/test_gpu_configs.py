@@ -20,7 +20,7 @@ GPU_CONFIGS = ("configs/paper.yaml", "configs/qwen.yaml", "configs/qwen-coupled.
 def as_on_a_gpu(monkeypatch):
     """Parse as on a GPU machine: the config's bf16 and dtype apply (recipe_config._hardware leaves them), only
     use_cpu (outside the hash) set so that the config classes build here."""
-    monkeypatch.setattr(recipe_config, "_hardware", lambda config, argv: [*argv, "--use_cpu", "true"])
+    monkeypatch.setattr(recipe_config, "_hardware", lambda config, argv, *_: [*argv, "--use_cpu", "true"])
     monkeypatch.chdir(ROOT)
 
 

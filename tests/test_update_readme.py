@@ -291,5 +291,6 @@ def test_the_result_table_is_the_confirmatory_tests_with_its_extension_row(capsy
     assert "**undecided**" in rows["**GMTS - ETS** (primary test)"]
     continued = table[-1]
     assert continued.startswith("| GMTS - ETS, continued") and "| +0.9 | [-0.1, +1.9] at look 0 |" in continued
-    assert "| 100 of 260; next look 140 (0 of 40 new) | **continue**: reproduced if (mean - 0) / se > 2.87" \
-        in continued
+    done = len(json.loads((ROOT / "results/confirm-extension/sweep.json").read_text())["sequential"]["seeds_done"])
+    assert f"| {100 + done} of 260; next look 140 ({done} of 40 new) | **continue**: reproduced if (mean - 0) / se > " \
+           f"2.87" in continued
