@@ -46,17 +46,21 @@ lines keep the question its key covers (an arm's lines keep none). An evaluation
 numbers "(not re-scored)"; a sweep's cells keep samples all or none, and no evaluation appears twice: a samples file,
 by its SHA-256 or by its texts task by task, belongs to one evaluation of one cell across every sweep of the results
 folder (gmts_recipe.sweep.cells.check_apart; a base evaluation to the cells that share it, and to the same model's
-base evaluation of another hash with its texts, seed and settings: the base evaluated again). Any mismatch is one
-line naming file, evaluation, task and sample. What remains possible (tests/test_forgeries.py tries each): a forger who
-writes new completions that earn the scores (texts anyone can read with --show), who reruns with another seed or
-another model and keeps the run they like, or, for GSM8K without the dataset at hand, who rewrites the gold answers of
-every evaluation, and the keys with them (said in the output: not compared); who relabels two arms in full (entries,
-rules and samples file names swapped together: nothing in the records tells which rule ran); who drops base
-evaluations and edits the config's base_eval_seeds to match (the base's evaluation hash would differ, but cannot be
-recomputed from the file); who copies an arm's texts into another arm of its cell, or the base's into an arm,
-compressed again under its name (two rules, or a rule and no training, can write the same texts in a tiny run, so it
-is not refused); who edits the training curves; who strips the samples from a file of the first format that kept them
-(it records nothing that came after them: alone it passes with --allow-unsampled, marked not re-scored).
+base evaluation of another hash with its texts, seed and settings: the base evaluated again), and so does most of it
+(two evaluations sharing 10% of their texts, task by task with whitespace aside, are one copied: two runs share under
+0.2%); an arm may hold its own base's texts only where its train log shows no learning signal or where every arm of
+its sweep holds its own base's (a tiny sweep). Any mismatch is one line naming file, evaluation, task and sample.
+What remains possible (tests/test_forgeries.py tries each): a forger who writes new completions that earn the scores
+(texts anyone can read with --show), who reruns with another seed or another model and keeps the run they like, or, for
+GSM8K without the dataset at hand, who rewrites the gold answers of every evaluation, and the keys with them (said in
+the output: not compared); who relabels two arms in full (entries, rules and samples file names swapped together:
+nothing in the records tells which rule ran); who drops base evaluations and edits the config's base_eval_seeds to match
+(the base's evaluation hash would differ, but cannot be recomputed from the file); who copies an arm's texts into
+another arm of its cell (two rules can write the same texts in a tiny run, so it is not refused), or, in a file checked
+alone, the base's into an arm; who edits every text of a copied evaluation (a word each, its answer kept); who edits the
+training curves (to no loss and no gradient at every step: two such arms may hold the same texts); who strips the
+samples from a file of the first format that kept them (it records nothing that came after them: alone it passes with
+--allow-unsampled, marked not re-scored).
 
 What only a GPU catches (each still possible, tests/test_forgeries.py asserts it): the base evaluations of seeds 0 and
 1 swapped, each under the other's label (the arms are then paired with the other seed's samples); the model name or
@@ -89,8 +93,8 @@ and ETS-nz vs ETS):
 - flat otherwise; a dip that has only one of the two (interval below zero, or delta below minus the floor) carries
   the flag `dip`.
 - two arms that both collapsed read "both collapsed; X less" (or "both collapsed; flat"), never moved.
-An arm that had nothing to learn from (every training reward 0, or every problem's rollouts scored alike: every
-advantage 0, no gradient) reads flat because it never trained: a "Not trained" line under the table says so
+An arm that had nothing to learn from (at every step of its log every problem's rollouts scored alike, the loss and
+the grad norm 0: every advantage 0) reads flat because it never trained: a "Not trained" line under the table says so
 (stats.no_learning_signal).
 """
 

@@ -11,7 +11,8 @@
 - `correlation`: Pearson's r and Spearman's rho across seeds with Fisher z intervals, and the least-squares slope.
 - `noise_floor`: spread of the base model's pass@1 over sampling seeds.
 - `verdict` / `compare`: moved, flat or collapsed/regressed, with the same evidence required in both directions.
-- `no_learning_signal`: why an arm's training could not move it (every reward 0, or equal within every group).
+- `no_learning_signal`: why an arm's training could not move it (every reward 0, or equal within every group;
+  its log shows no loss and no gradient).
 - `hack_scan`: flags for length, shouting, repetition and answer-less output (flags, not verdicts).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -348,23 +350,26 @@ def verdict(delta: dict, floor: float, down: str = "collapsed") -> tuple[str, li
 
 
 def no_learning_signal(train_log: Sequence[dict]) -> str | None:
-    """Why an arm's training had nothing to learn from, read from its per-step log (TRL's "reward", the mean over the
-    step's rollouts, and "frac_reward_zero_std", the share of prompts whose rollouts all scored alike), or None.
-    GRPO's advantage is a rollout's reward minus its group's mean: where every group's rewards are equal, every
-    advantage is 0, and with no KL term (beta 0) so is the loss's gradient. The arm then ends where it started, and its
-    "flat" verdict says that it never trained, not that the rule made no difference."""
+    """Why an arm's training had nothing to learn from, read from its per-step log, or None. GRPO's advantage is a
+    rollout's reward minus its group's mean: where every group's rewards are equal (TRL's "frac_reward_zero_std", the
+    share of prompts whose rollouts all scored alike, is 1), every advantage is 0, and with no KL term (beta 0) so are
+    the loss and its gradient. The arm then ends where it started, and its "flat" verdict says that it never trained,
+    not that the rule made no difference. The log must show all three at every step it logged a reward: the share 1,
+    the loss 0 and the grad norm 0 (a share edited to 1 beside a loss or a gradient says the arm did train; a check
+    that lets such arms sample alike, cells.check_apart, reads this)."""
     rows = [r for r in train_log if isinstance(r.get("reward"), (int, float))]
-    if not rows:
+    if not rows or not all(_logged_as(r.get("grad_norm"), 0) and _logged_as(r.get("loss"), 0)
+                           and _logged_as(r.get("frac_reward_zero_std"), 1) for r in rows):
         return None
-    if all(r["reward"] == 0 for r in rows):
-        why = "every training reward was 0 (no rollout was right)"
-    elif all(r.get("frac_reward_zero_std") == 1 for r in rows):
-        why = "in every step each problem's rollouts all scored alike"
-    else:
-        return None
-    grads = [r["grad_norm"] for r in rows if isinstance(r.get("grad_norm"), (int, float))]
-    grad = f", grad norm at most {max(grads):.3g}" if grads else ""
-    return f"{why}: every advantage was 0, so no gradient{grad}; nothing was learned (untrained, not a null result)"
+    why = ("every training reward was 0 (no rollout was right)" if all(r["reward"] == 0 for r in rows) else
+           "in every step each problem's rollouts all scored alike")
+    return (f"{why}: every advantage was 0, so no gradient (grad norm and loss 0 at every step); nothing was learned "
+            f"(untrained, not a null result)")
+
+
+def _logged_as(x: Any, value: float) -> bool:
+    """x is the number `value` as a log records it (a bool, a missing value or NaN is not)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == value
 
 
 def compare(a: Sequence[float], b: Sequence[float], floor: float, names: tuple[str, str] = ("A", "B"),

@@ -73,17 +73,30 @@ def test_counts_take_their_number():
 
 
 # ---------------------------------------------------------------------------- nothing to learn from
-def _log(rewards: list[float], zero_std: float = 1.0, grad: float = 0.0) -> list[dict]:
-    return [{"step": i + 1, "reward": r, "frac_reward_zero_std": zero_std, "grad_norm": grad, "loss": 0.0}
+def _log(rewards: list[float], zero_std: float = 1.0, grad: float = 0.0, loss: float = 0.0) -> list[dict]:
+    return [{"step": i + 1, "reward": r, "frac_reward_zero_std": zero_std, "grad_norm": grad, "loss": loss}
             for i, r in enumerate(rewards)]
 
 
 def test_no_learning_signal_says_why_an_arm_never_moved():
     assert "every training reward was 0" in no_learning_signal(_log([0.0, 0.0]))
-    assert "grad norm at most 0" in no_learning_signal(_log([0.0, 0.0]))
+    assert "grad norm and loss 0 at every step" in no_learning_signal(_log([0.0, 0.0]))
     assert "scored alike" in no_learning_signal(_log([1.0, 0.5]))  # every group all right or all wrong
     assert no_learning_signal(_log([0.0, 0.25], zero_std=0.5, grad=0.3)) is None  # some group had a spread
     assert no_learning_signal([{"step": 1, "grad_norm": 0.2}]) is None  # a log without rewards: nothing to say
+
+
+@pytest.mark.parametrize("edit", [{"grad_norm": 0.31}, {"loss": 0.002}, {"frac_reward_zero_std": 0.75},
+                                  {"grad_norm": None}, {"loss": None}, {"frac_reward_zero_std": True}],
+                         ids=["grad norm", "loss", "share", "no grad norm", "no loss", "share a bool"])
+def test_no_learning_signal_needs_no_gradient_and_no_loss_at_every_step(edit):
+    """A log whose every step claims all rollouts scored alike (frac_reward_zero_std 1) while one step's grad norm or
+    loss says it trained, or that does not log them, shows no lack of signal: the three agree at every step or the arm
+    trained (cells.check_apart lets only such arms sample alike)."""
+    log = _log([0.25, 0.5, 0.5])
+    assert "scored alike" in no_learning_signal(log)
+    log[1] = {key: value for key, value in {**log[1], **edit}.items() if value is not None}
+    assert no_learning_signal(log) is None
 
 
 def test_check_says_why_a_flat_arm_is_flat(tmp_path, capsys):
@@ -95,7 +108,7 @@ def test_check_says_why_a_flat_arm_is_flat(tmp_path, capsys):
     assert check.main([write(tmp_path, results), "--allow-unsampled"]) == 0
     out = unwrapped(capsys.readouterr().out)
     assert "Not trained (ETS, GMTS): every training reward was 0 (no rollout was right): every advantage was 0, " \
-           "so no gradient, grad norm at most 0; nothing was learned" in out
+           "so no gradient (grad norm and loss 0 at every step); nothing was learned" in out
     assert "Not trained" not in tables.render(fake_results(n=20))  # arms with a signal: no such line
 
 

@@ -1,18 +1,24 @@
 """Which cell a results file is: what the file records (seed, variant settings, learning rates) against the cell
 its folder names, the cells of one grid checked as one experiment, and each evaluation held by one cell only, across
 every sweep of a results folder (`Evaluation`, `check_apart`; a base evaluation is the base model's, one with every
-base evaluation that the same model wrote with the same seed and settings)."""
+base evaluation that the same model wrote with the same seed and settings), whole or nearly (`text_prints`: a copy
+with a few characters edited shares nearly every text, two independent runs almost none)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
+
 from gmts_recipe.recipe_config import EVAL_FIELDS, LOADED_MODEL_FIELDS, SAMPLING_FIELDS
-from gmts_recipe.records import numbers_close, recorded_reward_version
+from gmts_recipe.records import numbers_close, read_samples, recorded_reward_version, samples_path
 from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep.grid import Cell, SweepError
 
@@ -35,10 +41,11 @@ class Evaluation:
     (sweep, cell, field), whose it is (`owner`: the cell, for an arm; for a base evaluation, which every cell of a
     base's evaluation hash shares, that hash and its seed), the owners it may share texts with (`kin`: its cell's own
     base evaluations, which an arm matches where training changed nothing, as in a tiny run) and what it holds
-    (`keys`: its samples file's SHA-256, and its texts task by task, evaluation_keys); for an arm, whether it had no
-    learning signal (`untrained`) and whether it holds its own base's texts (`as_base`): two such arms may match; for
-    a base evaluation, what drew its texts (`basis`, base_basis): base evaluations of one basis holding the same texts
-    are one evaluation, whatever their hashes (check_apart)."""
+    (`keys`: its samples file's SHA-256, and its texts task by task, evaluation_keys; `prints`: each of its texts'
+    fingerprint, text_prints, where its samples file is at hand); for an arm, whether it had no learning signal
+    (`untrained`) and whether it holds its own cell's base texts (`as_base`, whole or nearly; check_apart says when it
+    may); for a base evaluation, what drew its texts (`basis`, base_basis): base evaluations of one basis holding the
+    same texts are one evaluation, whatever their hashes (check_apart)."""
 
     sweep: str
     cell: str
@@ -47,8 +54,9 @@ class Evaluation:
     kin: frozenset
     keys: tuple[str, ...]
     untrained: bool = False  # an arm whose train log shows no learning signal (stats.no_learning_signal)
-    as_base: bool = False  # an arm that holds one of its own cell's base evaluations' keys: it wrote its base's texts
+    as_base: bool = False  # an arm holding a key of its own cell's base evaluations, or NEAR_COPY_SHARE of its texts
     basis: str = ""  # a base evaluation's base_basis; "" for an arm
+    prints: Any = field(default=None, compare=False, repr=False)  # text_prints; None without its samples file
 
     def name(self) -> str:
         return f"{self.sweep}/{self.cell} {self.where}"
@@ -86,9 +94,42 @@ def evaluation_keys(ev: dict) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = None) -> list[Evaluation]:
+# Two evaluations sharing this share of their texts or more (text_prints, of the smaller) are one evaluation copied,
+# not two runs: independent arms of the committed sweeps (results/confirm, coupled, confirm-extension: 264 arm
+# evaluations, every pair) share at most 0.17% (9 of ~5,200 texts), base evaluations of two sampling seeds 0.4%; a copy
+# with a few characters edited shares ~100%.
+NEAR_COPY_SHARE = 0.10
+_WHITESPACE = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.split() splits an ASCII text on
+_PRINTS: dict[str, np.ndarray] = {}  # by samples file SHA-256: its bytes decide its prints
+
+
+def text_prints(ev: dict, folder: Path | None, where: str) -> np.ndarray | None:
+    """Each text of an evaluation's samples file (the file in `folder`, its recorded SHA-256 checked) as a fingerprint:
+    the first 8 bytes of BLAKE2b over its task's index in the test pool and its text without whitespace, so that a
+    text copied with a newline or spaces added is the same text, wherever it sits among its task's samples and
+    whichever version keys its task (the key's version moved between sweeps; the index did not). Sorted and distinct;
+    None without a samples file (or without `folder`: keys alone compare then). A file's prints are kept for the
+    process by its SHA-256: a sweep's check and the sweeps beside it read each file once."""
+    ref = ev.get("samples")
+    if folder is None or not isinstance(ref, dict) or not isinstance(ref.get("sha256"), str):
+        return None
+    sha = ref["sha256"]
+    if sha not in _PRINTS:
+        out = []
+        for line in read_samples(samples_path(folder, ev, where), sha, where):
+            task = f"{line['task']}\0".encode()
+            for text in line["samples"]:
+                bare = text.encode().translate(None, _WHITESPACE) if text.isascii() else "".join(text.split()).encode()
+                out.append(hashlib.blake2b(task + bare, digest_size=8).digest())
+        _PRINTS[sha] = np.unique(np.frombuffer(b"".join(out), dtype=np.uint64))
+    return _PRINTS[sha]
+
+
+def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = None,
+                   folder: Path | None = None) -> list[Evaluation]:
     """The evaluations of one cell's results file (records.current_record's form) for the index (check_apart).
-    `memo`: the keys of base evaluations already seen, by owner and samples file (a sweep's cells share them)."""
+    `memo`: the keys of base evaluations already seen, by owner and samples file (a sweep's cells share them);
+    `folder`: the results file's, where its samples files are read for their texts (text_prints)."""
     memo = {} if memo is None else memo
     base = results.get("base") or {}
     shared = str(base.get("eval_hash") or f"{sweep} base")  # without a hash: the sweep's cells share one base
@@ -108,20 +149,28 @@ def evaluations_of(sweep: str, cell: str, results: dict, memo: dict | None = Non
             keys = memo[(owner, sha)]
         else:
             keys = evaluation_keys(ev)
-        # an arm holding its own base's texts: training changed nothing (a tiny run), and no copy could move it
-        as_base = owner == own and any(key in b.keys for b in out if b.owner != own for key in keys)
+        prints = text_prints(ev, folder, f"{sweep}/{cell} {where}")
+        as_base = owner == own and any(set(keys) & set(b.keys) or _share(prints, b.prints) >= NEAR_COPY_SHARE
+                                       for b in out if b.owner != own)
         basis = base_basis(config, ev) if owner[0] == "base" else ""
-        out.append(Evaluation(sweep, cell, where, owner, kin, keys, where in untrained, as_base, basis))
+        out.append(Evaluation(sweep, cell, where, owner, kin, keys, where in untrained, as_base, basis, prints))
     return out
+
+
+def _share(a: np.ndarray | None, b: np.ndarray | None) -> float:
+    """The share of the fewer of two evaluations' texts (text_prints) that both hold; 0 where either has none."""
+    if a is None or b is None or not len(a) or not len(b):
+        return 0.0
+    return len(np.intersect1d(a, b, assume_unique=True)) / min(len(a), len(b))
 
 
 def check_apart(evaluations: Iterable[Evaluation]) -> None:
     """No evaluation appears twice: a samples file, by its bytes or by its texts (evaluation_keys), belongs to one
     evaluation of one cell (a base evaluation to its evaluation hash and seed, shared by the cells that evaluated that
-    base) across every sweep given. A GMTS evaluation copied into another cell (which keeps its own training log),
-    or a cell copied under another seed into another sweep, is refused naming both; arms of two cells that both wrote
-    their shared base's texts, or that both had nothing to learn from (their train logs: every advantage 0, so each
-    ends where it started and, from one adapter init, samples alike), are not.
+    base) across every sweep given, and so does most of it (`near_copies`: a copy with a newline added to one text is
+    another file, with other texts task by task). A GMTS evaluation copied into another cell (which keeps its own
+    training log), or a cell copied under another seed into another sweep, is refused naming both; which evaluations
+    may share texts: `_sharing`.
 
     A base evaluation is the base model's, not a cell's: base evaluations under two evaluation hashes (the held-out
     tasks keyed anew, another device, another sweep) that hold the same texts, by their samples file's bytes or task
@@ -129,22 +178,83 @@ def check_apart(evaluations: Iterable[Evaluation]) -> None:
     `basis` agrees (base_basis: the same sampling seed and k, and the same task, model and evaluation settings in
     their cells' config records), and the arms that may match either (their cells' own bases) may match both. Only
     base evaluations are joined so: an arm holding a base's texts other than its own cell's, or another cell's arm's,
-    is refused as before; so is a base evaluation holding the texts of another seed's, or of a base evaluation
-    recorded with another model or other settings (a forger filing another model's base as this one's)."""
+    is refused; so is a base evaluation holding the texts of another seed's, or of a base evaluation recorded with
+    another model or other settings (a forger filing another model's base as this one's)."""
     evaluations = list(evaluations)
     same = _one_base(evaluations)
-    index: dict[str, dict[tuple, tuple[Evaluation, frozenset]]] = {}
+    may = _sharing(evaluations, same)
+    index: dict[str, dict[tuple, Evaluation]] = {}
     for ev in evaluations:
-        owner, kin = same(ev.owner), frozenset(map(same, ev.kin))
         for key in ev.keys:
             holders = index.setdefault(key, {})
-            for other_owner, (other, other_kin) in holders.items():
-                if other_owner != owner and other_owner not in kin and owner not in other_kin \
-                        and not (ev.as_base and other.as_base) \
-                        and not (ev.untrained and other.untrained):
+            for other in holders.values():
+                if not may(ev, other):
                     raise SweepError(f"{ev.name()} holds the evaluation of {other.name()} ({key}): an evaluation "
                                      f"belongs to one cell")
-            holders.setdefault(owner, (ev, kin))
+            holders.setdefault(_holder(ev, same), ev)
+    near_copies(evaluations, same, may)
+
+
+def _sharing(evaluations: list[Evaluation], same):
+    """may(a, b): whether two evaluations may hold the same texts. One cell's arms may (rules that trained alike in a
+    tiny run); so may one base (its evaluation hash and seed, or the same model evaluated again: _one_base), and base
+    evaluations of one basis (a card's rounding may move a few texts). An arm may hold its own cell's base texts
+    (`as_base`) where its train log shows no learning signal (stats.no_learning_signal: from one adapter init it
+    samples as the base does), or where every arm of its sweep holds its own base's (a tiny sweep whose few steps moved
+    no sample, though a step had a signal; a sweep of real runs, whose trained arms share almost none of their base's
+    texts, has arms that do not: the base's texts filed as a trained arm are refused there), and two such arms, or two
+    arms with no learning signal, each other's. Nothing else."""
+    arms = [ev for ev in evaluations if ev.owner[0] != "base"]
+    still = {ev.sweep for ev in arms} - {ev.sweep for ev in arms if not ev.as_base}  # no arm moved off its base
+
+    def base_like(arm: Evaluation) -> bool:
+        return arm.as_base and (arm.untrained or arm.sweep in still)
+
+    def may(a: Evaluation, b: Evaluation) -> bool:
+        if same(a.owner) == same(b.owner):
+            return True
+        if a.owner[0] == "base" and b.owner[0] == "base":
+            return a.basis == b.basis
+        if a.owner[0] == "base" or b.owner[0] == "base":
+            arm, base = (b, a) if a.owner[0] == "base" else (a, b)
+            return base_like(arm) and same(base.owner) in {same(owner) for owner in arm.kin}
+        return (a.untrained and b.untrained) or (base_like(a) and base_like(b))
+
+    return may
+
+
+def near_copies(evaluations: list[Evaluation], same, may) -> None:
+    """No two evaluations that may not share texts (`may`, _sharing) share NEAR_COPY_SHARE of them or more
+    (text_prints): the keys tell exact copies only, and a copy with one character edited shares every other text.
+    Every print held twice is found by one sort, so the cost grows with the texts, not with the pairs of evaluations."""
+    held: dict[tuple, Evaluation] = {}
+    for ev in evaluations:
+        if ev.prints is not None and len(ev.prints):
+            held.setdefault((_holder(ev, same), id(ev.prints)), ev)  # a base shared by a sweep's cells: once
+    items = list(held.values())
+    if len(items) < 2:
+        return
+    prints = np.concatenate([ev.prints for ev in items])
+    who = np.repeat(np.arange(len(items)), [len(ev.prints) for ev in items])
+    order = np.argsort(prints, kind="stable")
+    prints, who = prints[order], who[order]
+    _, first, count = np.unique(prints, return_index=True, return_counts=True)
+    pairs: Counter = Counter()
+    for start, n in zip(first[count > 1].tolist(), count[count > 1].tolist()):
+        pairs.update(combinations(sorted(set(who[start:start + n].tolist())), 2))
+    for (i, j), shared in sorted(pairs.items(), key=lambda pair: (-pair[0][1], pair[0][0])):  # the later one named
+        ev, other = items[j], items[i]
+        fewer = min(len(ev.prints), len(other.prints))
+        if shared >= NEAR_COPY_SHARE * fewer and not may(ev, other):
+            raise SweepError(f"{ev.name()} holds {shared} of the {fewer} texts of {other.name()} (task by task, "
+                             f"whitespace aside; two runs share under {NEAR_COPY_SHARE:.0%}): an evaluation belongs "
+                             f"to one cell")
+
+
+def _holder(ev: Evaluation, same) -> tuple:
+    """Whose an evaluation is, for the index: a base evaluation its base's (however many cells list it), an arm its
+    cell's arm."""
+    return (same(ev.owner),) if ev.owner[0] == "base" else (ev.owner, ev.where)
 
 
 def _one_base(evaluations: list[Evaluation]):
@@ -170,11 +280,13 @@ def _one_base(evaluations: list[Evaluation]):
     return find
 
 
-def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = None) -> Recorded:
+def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = None,
+             folder: Path | None = None) -> Recorded:
     """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
     training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
     none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). `results` as
-    records.load or records.read_results give it (of any format, as this one holds it), so every cell pools alike."""
+    records.load or records.read_results give it (of any format, as this one holds it), so every cell pools alike;
+    `folder`: the file's, where its evaluations' texts are read (evaluations_of)."""
     config = results.get("config") or {}
     where = f"{cell.name}: results.json"
     if config.get("seed") != cell.seed:
@@ -209,7 +321,7 @@ def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = Non
     fingerprints = {arm: hashlib.sha256(json.dumps([entry["eval"]["records"], entry.get("train_log", [])],
                                                    sort_keys=True).encode()).hexdigest()
                     for arm, entry in results.get("arms", {}).items()}
-    return Recorded(cell, config, fingerprints, evaluations_of(sweep, cell.name, results, memo))
+    return Recorded(cell, config, fingerprints, evaluations_of(sweep, cell.name, results, memo, folder))
 
 
 class _Absent:

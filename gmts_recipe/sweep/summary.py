@@ -111,7 +111,7 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | N
                 failed[cell.seed] = rec
         if results is None:
             continue
-        seen.append(recorded(cell, results, grid.name, memo))
+        seen.append(recorded(cell, results, grid.name, memo, path.parent))
         s = results["summary"]
         base_scores = task_scores(results["base"]["evals"][0], f"{cell.name} base")
         base_hashes.add(json.dumps(sorted(base_scores.items())))
@@ -444,18 +444,20 @@ def verify(path: str | Path) -> dict:
     recomputed = with_plan(summarize(grid, index), summary.get("plan"))  # the plan itself: sweep.plan.check
     if not numbers_close(recomputed, summary):
         raise SweepError(f"{p}: {first_difference(recomputed, summary, 'sweep')}")
-    try:
-        check_apart([*sweeps_beside(p), *index])  # a refusal names this sweep's evaluation first
+    try:  # a refusal names this sweep's evaluation first; texts beside only where this sweep's can match them
+        check_apart([*sweeps_beside(p, texts=any(ev.prints is not None for ev in index)), *index])
     except SweepError as e:
         raise SweepError(f"{p}: {e}") from None
     return summary
 
 
-def sweeps_beside(path: Path) -> list[Evaluation]:
+def sweeps_beside(path: Path, texts: bool = True) -> list[Evaluation]:
     """The index of the other sweeps of a sweep's results folder (every <results_dir>/*/sweep.json but `path`; the
     repository's results/ holds every committed sweep): the evaluations of each cell its summary names, read from the
-    cell's file as it is, without recomputing anything (each sweep's own check verifies its cells). About 2 s of
-    reading for the ~140 cells committed; a folder or file that is not a readable sweep is left out."""
+    cell's file as it is, without recomputing anything (each sweep's own check verifies its cells), with their texts'
+    prints (cells.text_prints) if `texts`. About 2 s of reading for the ~150 cells committed, and 15-30 s more for the
+    texts of their ~270 samples files (decompressed and parsed: most of it), once in a process; a folder or file that
+    is not a readable sweep is left out."""
     out: list[Evaluation] = []
     memo: dict = {}
     for other in sorted(path.parent.parent.glob("*/sweep.json")):
@@ -468,9 +470,13 @@ def sweeps_beside(path: Path) -> list[Evaluation]:
         for cell in cells:
             try:
                 file = other.parent / cell["path"]
-                out += evaluations_of(other.parent.name, str(cell["cell"]),
-                                      current_record(json.loads(file.read_text(encoding="utf-8")), file.parent),
-                                      memo)
+                results = current_record(json.loads(file.read_text(encoding="utf-8")), file.parent)
             except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ResultsError is a ValueError
                 continue
+            for folder in (file.parent if texts else None, None):  # a samples file that does not read: keys alone
+                try:
+                    out += evaluations_of(other.parent.name, str(cell["cell"]), results, memo, folder)
+                    break
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                    continue
     return out
