@@ -327,7 +327,7 @@ def with_samples(results: dict, folder: Path, base_folder: Path | None = None, p
     test pool whose tasks the records' keys are (else the keys are made up, so the lines keep no question);
     `questions=False`: lines without their question. `reward`: the version recorded, as files whose keys cover
     question and gold answer record it (data.task_key is set so where absent); None: unrecorded (version 1), as
-    files with keys over the question alone. An arm's texts open with its cell's folder and its name, a base
+    files with keys over the question alone. An arm's texts open with its sweep's and cell's folders and its name, a base
     evaluation's with its seed (two runs write other texts: a sweep's check refuses two evaluations that share most of
     theirs, cells.check_apart)."""
     import eval as evaluation
@@ -337,7 +337,8 @@ def with_samples(results: dict, folder: Path, base_folder: Path | None = None, p
     for where, ev in evaluations(results):
         tasks = ([pool[r["task"]] for r in ev["records"]] if pool is not None else
                  [{"question": f"q{r['task']}", "answer": "#### 7"} for r in ev["records"]])
-        own = f"In {folder.name}, {where[4:]}: " if where.startswith("arm ") else f"With seed {ev['seed']}: "
+        own = (f"In {folder.parent.name}/{folder.name}, {where[4:]}: " if where.startswith("arm ") else
+               f"With seed {ev['seed']}: ")
         texts = [[own + text_scoring(s, t["answer"].rsplit("#### ", 1)[1]) for s in r["scores"]]
                  for r, t in zip(ev["records"], tasks)]
         for r, outs in zip(ev["records"], texts):
