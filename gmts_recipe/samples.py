@@ -156,21 +156,22 @@ def _agree(agreed: dict[str, tuple[str, str]], golds: dict[str, str], where: str
 
 
 def verify(path: str | Path, done: dict | None = None, gsm8k_path: str | None = None,
-           allow_unsampled: bool = False) -> tuple[dict, dict]:
+           allow_unsampled: bool = False, gsm8k_pinned: bool = True) -> tuple[dict, dict]:
     """`load` (digest, records, summaries), then the held-out tasks and every evaluation's samples (samples_of):
     (results, report). Every refusal is a ResultsError naming the file."""
     results = load(path)
-    return results, samples_of(path, results, done, gsm8k_path, allow_unsampled)
+    return results, samples_of(path, results, done, gsm8k_path, allow_unsampled, gsm8k_pinned)
 
 
 def samples_of(path: str | Path, results: dict, done: dict | None = None, gsm8k_path: str | None = None,
-               allow_unsampled: bool = False) -> dict:
+               allow_unsampled: bool = False, gsm8k_pinned: bool = True) -> dict:
     """Every evaluation holds the run's held-out tasks (heldout.check_heldout), whose keys and gold answers are the
-    dataset's where it is at hand (heldout.dataset_golds), and its samples re-score to its records."""
+    dataset's where it is at hand (heldout.dataset_golds; a GSM8K copy the original release's test split, unless
+    `gsm8k_pinned` is off: heldout.pinned_gsm8k), and its samples re-score to its records."""
     from gmts_recipe.heldout import check_heldout, dataset_golds, heldout_pool
 
     try:
-        pool, source = heldout_pool(results, gsm8k_path)
+        pool, source = heldout_pool(results, gsm8k_path, gsm8k_pinned)
         check_heldout(results, pool)
         golds = None if pool is None else dataset_golds(results, pool)
         report = verify_samples(results, Path(path).parent, done, golds, allow_unsampled)
@@ -232,7 +233,7 @@ def task_selector(task: str) -> tuple[str, str]:
                        f"a-f, e.g. 01cc9f, or key:PREFIX)")
 
 
-def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) -> str:
+def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None, gsm8k_pinned: bool = True) -> str:
     """Every stored sample of one task (its index, or a prefix of its hash: task_selector), evaluation by evaluation,
     with its score, after the task's question: what the model was asked and wrote, to read beside the numbers. The
     question comes from a samples file's line of the task (the base evaluations' keep it), else from the dataset where
@@ -267,7 +268,7 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
     first = found[0][3]
     asked = next((line for *_, line in found if isinstance(line.get("question"), str)), first)
     out = [f"task {first['task']} (question hash {first['hash']}), gold answer {first['gold']}",
-           show_question(results, asked, gsm8k_path)]
+           show_question(results, asked, gsm8k_path, gsm8k_pinned)]
     for where, ev, path, line in found:
         version = ev["samples"].get("reward", 1)  # the reading that scored it reads its final answer
         read = boxed_answer if version in REWARD_NAMES else functools.partial(final_answer, version=version)
@@ -279,7 +280,7 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
     return "\n".join(out)
 
 
-def show_question(results: dict, line: dict, gsm8k_path: str | None = None) -> str:
+def show_question(results: dict, line: dict, gsm8k_path: str | None = None, gsm8k_pinned: bool = True) -> str:
     """The question of a samples file's line, as --show prints it: the line's own (check_samples tied it to the key;
     an arm's lines keep none), else the dataset's task at that index once its key is the line's (heldout.heldout_pool:
     the generated task rebuilt from its seed, GSM8K from `gsm8k_path` or the run's), else a sentence saying why it is
@@ -289,7 +290,7 @@ def show_question(results: dict, line: dict, gsm8k_path: str | None = None) -> s
 
     if isinstance(line.get("question"), str):
         return f"question: {line['question']}"
-    pool, source = heldout_pool(results, gsm8k_path)
+    pool, source = heldout_pool(results, gsm8k_path, gsm8k_pinned)
     index = line["task"]
     if pool is None:
         return f"question: not in this samples file, and {source}"

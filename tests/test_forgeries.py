@@ -447,7 +447,8 @@ def test_a_reward_version_of_another_task_is_refused(committed, capsys, tmp_path
 def test_a_task_relabelled_to_one_without_its_dataset_is_refused(committed, capsys, tmp_path):
     """The generated task relabelled GSM8K, whose dataset is not at hand without --gsm8k_path (the gold answers would
     go uncompared): the data report is the config's run; the config relabelled too, the held-out tasks are not the
-    ones GSM8K's seeded split chooses, and with GSM8K at hand its pool is not the run's."""
+    ones GSM8K's seeded split chooses, and with a GSM8K copy at hand it is not GSM8K's (its hash is pinned) nor, read
+    unpinned, the run's pool."""
     original = committed.read_text()
     reseal(committed, lambda r: r["data"].update(task="gsm8k"))
     refused(committed, capsys, "data.task is 'gsm8k', the config's task is 'arithmetic'")
@@ -466,8 +467,10 @@ def test_a_task_relabelled_to_one_without_its_dataset_is_refused(committed, caps
     for split in ("train", "test"):
         (gsm8k / f"{split}.jsonl").write_text("".join(json.dumps({"question": f"q{i}", "answer": "#### 7"}) + "\n"
                                                       for i in range(50)))
+    refused(committed, capsys, f"GSM8K at {gsm8k}: its test split (50 problems) hashes to ",
+            "not to the original release's", flags=("--gsm8k_path", str(gsm8k)))
     refused(committed, capsys, "data.test_pool is 120, the test pool at hand holds 50 tasks",
-            flags=("--gsm8k_path", str(gsm8k)))
+            flags=("--gsm8k_path", str(gsm8k), "--gsm8k_unpinned"))
 
 
 # ---------------------------------------------------------------- still possible: what only a rerun on a GPU catches
