@@ -43,9 +43,10 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
                   key_version: str | None = None, golds_out: dict[str, str] | None = None) -> int:
     """Refuse, in one line naming file, evaluation, task and sample, a samples file that does not hold exactly the
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
-    recipe's reward (rewards.sample_scores, of the version the evaluation records) scores otherwise. Returns the number
-    of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
-    line's gold must be, where the dataset is at hand. A line's question, where it keeps one, must be one its key
+    recipe's reward (rewards.sample_scores, of the version the evaluation records) scores otherwise, or whose texts give
+    another hack_scan than the evaluation records (`_check_hack_scan`). Returns the number of samples. `golds`: each
+    task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every line's gold must be, where the
+    dataset is at hand. A line's question, where it keeps one, must be one its key
     covers (an arm's lines keep none: the base evaluation's lines of the same keys hold it), by the file's version of
     the key where given (`key_version`, data.task_key; else either). `golds_out`: filled with each line's gold answer
     ("index:key"), which verify_samples holds against the file's other evaluations.
@@ -100,7 +101,28 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
     if first is not None:
         raise ResultsError(f"{first} ({differ} sample score(s) differ in this evaluation, re-scored by reward version "
                            f"{version}: an edited score, or a reward changed since the run)")
+    _check_hack_scan(evaluation, [text for line in logged for text in line["samples"]], where)
     return len(seen) * k
+
+
+def _check_hack_scan(evaluation: dict, texts: list[str], where: str) -> None:
+    """The evaluation's hack_scan (its reward-hacking flags and the shares behind them), where it records one, is the
+    one stats.hack_scan gives over its texts in the samples file's order (eval.py's order: task by task): flags read as
+    recorded would let an edit clear a flag. Numbers equal up to rounding (records.numbers_close), flags exactly."""
+    from gmts_recipe.records import numbers_close
+    from gmts_recipe.stats import hack_scan
+
+    recorded = evaluation.get("hack_scan")
+    if recorded is None or recorded == {}:
+        return  # an evaluation that records none (or an empty one) claims none
+    again = hack_scan(texts)
+    if not isinstance(recorded, dict) or not numbers_close(again, recorded):
+        key = next((k for k in again if not isinstance(recorded, dict) or not numbers_close(again[k], recorded.get(k))),
+                   None)
+        said = (f"hack_scan.{key} is {recorded.get(key)!r}" if isinstance(recorded, dict) and key is not None else
+                f"hack_scan is {recorded!r}")
+        raise ResultsError(f"{where}: {said}, its texts give {again[key] if key else again!r} (stats.hack_scan "
+                           f"recomputed from the samples file)")
 
 
 UNSAMPLED_FIX = ("a file of format 1 that keeps no samples files at all passes only with --allow-unsampled, which "
@@ -132,7 +154,8 @@ def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int]
             out["without"].append(where)
             continue
         path = samples_path(folder, ev, where)
-        key = (ev["samples"]["sha256"], hashlib.sha256(json.dumps([ev["k"], ev["records"]]).encode()).hexdigest(),
+        key = (ev["samples"]["sha256"], hashlib.sha256(json.dumps([ev["k"], ev["records"], ev.get("hack_scan")],
+                                                                  sort_keys=True).encode()).hexdigest(),
                golds is not None)
         if key not in done:
             own: dict[str, str] = {}
