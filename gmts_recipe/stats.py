@@ -392,17 +392,30 @@ def compare(a: Sequence[float], b: Sequence[float], floor: float, names: tuple[s
 def _repetition(text: str, ngram: int) -> float:
     """Share of a completion's word n-grams that repeat an earlier one (0 for a text with no repeats)."""
     words = text.split()
-    grams = [tuple(words[i : i + ngram]) for i in range(len(words) - ngram + 1)]
-    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+    count = len(words) - ngram + 1  # its n-grams: words[i : i + ngram] for each i, built by zip (one pass)
+    return 1 - len(set(zip(*(words[i:] for i in range(ngram))))) / count if count > 0 else 0.0
+
+
+_ASCII_LETTERS = bytes(range(65, 91)) + bytes(range(97, 123))  # str.isalpha on ASCII: A-Z, a-z
+_ASCII_UPPER = bytes(range(65, 91))  # str.isupper on ASCII: A-Z
+
+
+def _letters_and_upper(text: str) -> tuple[int, int]:
+    """How many characters of a text are letters (str.isalpha) and how many upper case (str.isupper); an ASCII text
+    counted by bytes.translate (check.py recomputes every evaluation's hack_scan from its samples: 5,276 texts each)."""
+    if text.isascii():
+        raw = text.encode("ascii")
+        return len(raw) - len(raw.translate(None, _ASCII_LETTERS)), len(raw) - len(raw.translate(None, _ASCII_UPPER))
+    return sum(ch.isalpha() for ch in text), sum(ch.isupper() for ch in text)
 
 
 def hack_scan(completions: Sequence[str], ngram: int = 4) -> dict:
     """Reward-hacking flags over completions: length, uppercase share, repeated n-grams within a completion, empty or
-    answer-less completions."""
+    answer-less completions. check.py recomputes it from every evaluation's samples (samples.check_samples)."""
     texts = [c if isinstance(c, str) else "" for c in completions]
     n = max(len(texts), 1)
-    letters = sum(ch.isalpha() for t in texts for ch in t)
-    upper = sum(ch.isupper() for t in texts for ch in t)
+    counts = [_letters_and_upper(t) for t in texts]
+    letters, upper = sum(c[0] for c in counts), sum(c[1] for c in counts)
     repetition = sum(_repetition(t, ngram) for t in texts) / n
     stats = {
         "mean_length": sum(len(t) for t in texts) / n,

@@ -38,7 +38,9 @@ def committed_sweeps_verified_once(monkeypatch):
     """check.py on a committed sweep.json re-verifies every cell and re-scores every stored sample (10 s and more
     each); tests/test_check.py (the plain tables) and tests/test_readme.py (the markdown blocks) both check the same
     files. Here the verification (gmts_recipe.sweep.summary.verify and check._sweep_samples) of a committed file runs once, keyed by the
-    bytes of the sweep.json and of every cell file it names, and each test renders its own tables from a copy.
+    bytes of the sweep.json and of every cell file it names, and each test renders its own tables from a copy. check.py
+    on the sequential extension verifies the test it continues (look 0) through the same two functions: one
+    verification serves both sweeps' checks.
 
     The samples are re-scored for a spot check only, the first and the last cell of each committed sweep (the newest
     cells sit last): re-scoring every sample grows with the grid (16 s for 13 confirm cells, ~2 min at 100) and is

@@ -407,8 +407,8 @@ def unwrapped(out: str) -> str:
     return " ".join(out.split())
 
 
-def refused(path: Path, capsys, *parts: str) -> str:
-    assert check.main([str(path)]) == 2
+def refused(path: Path, capsys, *parts: str, flags: tuple[str, ...] = ()) -> str:
+    assert check.main([str(path), *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and all(p in err for p in parts), err
     return err
@@ -672,9 +672,14 @@ def test_a_file_from_before_gradient_checkpointing_moved_reads_as_recipe_writes_
 
 
 # ---------------------------------------------------------------- forgeries a re-seal used to pass
+# A made-up GSM8K copy is not the original release's test split, whose hash check.py pins: read with this flag.
+UNPINNED = ("--gsm8k_unpinned",)
+
+
 def gsm8k_run(tmp_path: Path, key: str) -> Path:
-    """A run with samples on a GSM8K copy in <tmp>/gsm8k (the run's gsm8k_path: 60 tasks, every gold answer 7), its
-    task keys of version `key` ("question": files written before the key covered the gold answer)."""
+    """A run with samples on a made-up GSM8K copy in <tmp>/gsm8k (the run's gsm8k_path: 60 tasks, every gold answer
+    7; check.py reads it with --gsm8k_unpinned), its task keys of version `key` ("question": files written before the
+    key covered the gold answer)."""
     from gmts_recipe import data
 
     pool = [{"question": f"q{i}", "answer": "work\n#### 7"} for i in range(60)]
@@ -723,12 +728,15 @@ def test_rewritten_gold_answers_are_refused_against_the_dataset(tmp_path, capsys
     result while every score re-scored as recorded. The dataset's gold answers are compared: refused, for files with
     either key (the older, question-only key too)."""
     path = gsm8k_run(tmp_path, key)
-    assert check.main([str(path)]) == 0
-    assert "are the dataset's (GSM8K at " in unwrapped(capsys.readouterr().out)
+    refused(path, capsys, "GSM8K at ", "its test split (60 problems) hashes to ")  # made up: not GSM8K's test split
+    assert check.main([str(path), *UNPINNED]) == 0
+    out = unwrapped(capsys.readouterr().out)
+    assert "are the dataset's (GSM8K at " in out and "not the original release's test split" in out
     before = load(path)["summary"]["arms"]["gmts"]["pass@1"]
     rewrite_gold(path, "arm gmts", "8")
     assert load(path)["summary"]["arms"]["gmts"]["pass@1"] == pytest.approx(1 - before)  # the forged result
-    refused(path, capsys, str(path), "arm gmts:", "gold answer '8' in the samples file, '7' in the dataset")
+    refused(path, capsys, str(path), "arm gmts:", "gold answer '8' in the samples file, '7' in the dataset",
+            flags=UNPINNED)
 
 
 def test_a_gold_answer_rewritten_with_its_key_is_refused(tmp_path, capsys):
@@ -749,7 +757,8 @@ def test_a_gold_answer_rewritten_with_its_key_is_refused(tmp_path, capsys):
     reseal(path, rekey)
     for where, _ in evaluations(json.loads(path.read_text())):
         rewrite_samples(path, where, lambda log: [line.update(hash=new[line["task"]]) for line in log])
-    refused(path, capsys, f"held-out task 0:{new[0]}: the dataset's task 0 has another question and gold answer")
+    refused(path, capsys, f"held-out task 0:{new[0]}: the dataset's task 0 has another question and gold answer",
+            flags=UNPINNED)
     (tmp_path / "gsm8k" / "test.jsonl").unlink()  # without the dataset: one arm's gold answers are not the base's
     refused(path, capsys, "arm gmts: samples-gmts-seed0-", "gold answer '8', base eval 0's samples file has '7'")
     for where in ("base eval 0", "base eval 1", "base eval 2", "arm ets"):

@@ -69,3 +69,28 @@ def test_gsm8k_without_a_hub_names_the_offline_flag(monkeypatch):
     with pytest.raises(DataError, match="--gsm8k_path DIR") as info:
         data.load_gsm8k(None)
     assert "\n" not in str(info.value)
+
+
+def test_the_pinned_gsm8k_test_split_is_the_original_releases():
+    """data.GSM8K_TEST_SHA256 pins GSM8K's test split by the hash of its (question, answer) pairs as load_gsm8k reads
+    them (pool_sha256: the same for the release's JSONL and the Hub's rows), GSM8K_TEST_FILE_SHA256 by its file's bytes.
+    The committed runs that record their test pool's hash recorded this one; where a copy of the release lies beside
+    the repository (../shared/data/gsm8k), both hashes are its, and check.py's pin names it as the release."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from gmts_recipe.heldout import pinned_gsm8k
+
+    root = Path(__file__).resolve().parent.parent
+    texts = [p.read_text() for p in root.glob("results/*/*/results.json")]
+    recorded = {json.loads(text)["data"]["test_pool_sha256"] for text in texts if '"test_pool_sha256"' in text
+                and json.loads(text)["data"]["task"] == "gsm8k"}
+    assert recorded == {data.GSM8K_TEST_SHA256}
+    release = root.parent / "shared" / "data" / "gsm8k"
+    if not (release / "test.jsonl").is_file():
+        pytest.skip(f"no copy of GSM8K's release at {release}")
+    assert hashlib.sha256((release / "test.jsonl").read_bytes()).hexdigest() == data.GSM8K_TEST_FILE_SHA256
+    test = data.load_gsm8k(str(release))["test"]
+    assert len(test) == data.GSM8K_TEST_SIZE and data.pool_sha256(test) == data.GSM8K_TEST_SHA256
+    assert pinned_gsm8k(test, release) == f"GSM8K at {release}, the original release's test split by its hash"

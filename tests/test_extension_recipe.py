@@ -2,7 +2,8 @@
 configs/sweeps/confirm-extension.yaml, built as sweep.py runs it (grid -> cell_command -> recipe.parse), has seed
 299's committed configuration, config hash, execution options, reward version and counter noise version, the seed
 alone apart, and gradient checkpointing (an execution option shown to change no number: results/LOG.md, bench/README.md
-"Runs that repeat")."""
+"Runs that repeat"; gmts_recipe.sweep.summary.SHOWN_NOT_TO_MOVE, to which check.py holds every committed new cell
+too)."""
 
 import json
 from pathlib import Path
@@ -15,12 +16,11 @@ from gmts_recipe import rewards
 from gmts_recipe.run_setup import config_record
 from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.sweep.grid import cell_command, load_grid
+from gmts_recipe.sweep.summary import SHOWN_NOT_TO_MOVE  # what check.py lets a new seed's arms run otherwise
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTENSION = "configs/sweeps/confirm-extension.yaml"
 LAST_SEED = ROOT / "results/confirm/coupled-lr0.0001-s299/results.json"
-# What may differ from seed 299's arms: how a cell executes, where the repository showed the numbers do not move.
-SHOWN_NOT_TO_MOVE = {"gradient_checkpointing"}
 
 
 @pytest.fixture

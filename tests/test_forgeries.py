@@ -273,6 +273,55 @@ def test_edited_samples_in_a_format_2_file_are_re_scored(tmp_path, capsys):
     refused(path, capsys, "arm ets: samples-ets-seed0-", f"task {lines[4]['task']}:", "sample 1:", "by the reward now")
 
 
+def test_an_arms_reward_other_than_its_samples_is_refused(committed, capsys):
+    """An arm that claims reward version 1 (the reading a plan pins) above samples its file scored by version 2: an arm
+    trains and is scored with one reward."""
+    reseal(committed, lambda r: r["arms"]["gmts"].update(reward_version=1))
+    refused(committed, capsys, "arms.gmts.reward_version is 1, its samples file records reward version 2 "
+                               "(arms.gmts.eval.samples.reward)")
+
+
+def test_an_edited_hack_scan_is_refused(committed, capsys):
+    """ETS's answer-less share (1.7% of its texts give no final answer) zeroed: the reward-hacking scan is recomputed
+    from the samples (stats.hack_scan), as the scores are."""
+    from gmts_recipe.stats import hack_scan
+
+    results = load(committed)
+    texts = [t for line in lzma.decompress(samples_file(committed, results["arms"]["ets"]["eval"]).read_bytes())
+             .decode().splitlines() for t in json.loads(line)["samples"]]
+    assert hack_scan(texts)["answerless_fraction"] == pytest.approx(1 / 60)  # as recorded, passing above
+    reseal(committed, lambda r: r["arms"]["ets"]["eval"]["hack_scan"].update(answerless_fraction=0.0))
+    refused(committed, capsys, "arm ets: samples-ets-seed0-", ": hack_scan.answerless_fraction is 0.0, its texts "
+                                                             "give 0.01666", "(stats.hack_scan recomputed")
+    reseal(committed, lambda r: r["arms"]["ets"]["eval"]["hack_scan"].update(answerless_fraction=1 / 60,
+                                                                             flags=["answerless"]))
+    refused(committed, capsys, "hack_scan.flags is ['answerless'], its texts give []")
+
+
+def test_hack_scan_counts_as_it_always_did():
+    """hack_scan's counts (letters, upper case, repeated n-grams: bytes.translate and zip for the texts check.py
+    recomputes it over) are those of a character-by-character count, on ASCII, other scripts and non-text alike."""
+    import random
+
+    from gmts_recipe.stats import hack_scan
+
+    def counted(completions, ngram=4):
+        texts = [c if isinstance(c, str) else "" for c in completions]
+        letters = sum(ch.isalpha() for t in texts for ch in t)
+        upper = sum(ch.isupper() for t in texts for ch in t)
+        grams = [[tuple(t.split()[i:i + ngram]) for i in range(len(t.split()) - ngram + 1)] for t in texts]
+        repetition = sum(1 - len(set(g)) / len(g) if g else 0.0 for g in grams) / max(len(texts), 1)
+        return upper / letters if letters else 0.0, repetition
+
+    rng = random.Random(0)
+    alphabet = "aAbBzZ 0123456789 ####\\boxed{}éÉßΣσ\u2212½²ǅ\n\t"
+    for _ in range(500):
+        texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80))) for _ in range(rng.randint(0, 6))]
+        texts += [None] * rng.randint(0, 1)
+        scan = hack_scan(texts)
+        assert (scan["upper_fraction"], scan["repetition"]) == counted(texts), texts
+
+
 # ---------------------------------------------------------------- still possible (check.py's docstring lists them)
 def test_still_possible_a_full_relabel_of_two_arms(committed, capsys):
     """Entries, rules and samples file names all swapped: nothing in the file tells which rule produced which
@@ -447,7 +496,8 @@ def test_a_reward_version_of_another_task_is_refused(committed, capsys, tmp_path
 def test_a_task_relabelled_to_one_without_its_dataset_is_refused(committed, capsys, tmp_path):
     """The generated task relabelled GSM8K, whose dataset is not at hand without --gsm8k_path (the gold answers would
     go uncompared): the data report is the config's run; the config relabelled too, the held-out tasks are not the
-    ones GSM8K's seeded split chooses, and with GSM8K at hand its pool is not the run's."""
+    ones GSM8K's seeded split chooses, and with a GSM8K copy at hand it is not GSM8K's (its hash is pinned) nor, read
+    unpinned, the run's pool."""
     original = committed.read_text()
     reseal(committed, lambda r: r["data"].update(task="gsm8k"))
     refused(committed, capsys, "data.task is 'gsm8k', the config's task is 'arithmetic'")
@@ -466,8 +516,10 @@ def test_a_task_relabelled_to_one_without_its_dataset_is_refused(committed, caps
     for split in ("train", "test"):
         (gsm8k / f"{split}.jsonl").write_text("".join(json.dumps({"question": f"q{i}", "answer": "#### 7"}) + "\n"
                                                       for i in range(50)))
+    refused(committed, capsys, f"GSM8K at {gsm8k}: its test split (50 problems) hashes to ",
+            "not to the original release's", flags=("--gsm8k_path", str(gsm8k)))
     refused(committed, capsys, "data.test_pool is 120, the test pool at hand holds 50 tasks",
-            flags=("--gsm8k_path", str(gsm8k)))
+            flags=("--gsm8k_path", str(gsm8k), "--gsm8k_unpinned"))
 
 
 # ---------------------------------------------------------------- still possible: what only a rerun on a GPU catches

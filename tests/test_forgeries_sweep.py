@@ -419,3 +419,56 @@ def test_a_math_runs_heldout_tasks_are_its_seeded_split():
     with pytest.raises(ResultsError, match=f"data.heldout lists 99 tasks, the seeded split .* chooses 100: task "
                                            f"{chosen[0]} missing"):
         check_heldout(results)
+
+
+def test_an_arm_its_plan_does_not_run_in_a_cell_is_refused(pilot, capsys):
+    """An ETS-nz arm slipped into the pilot's cell of seed 105 (its ETS entry under ETS-nz's rule and samples name: an
+    arm may hold its own cell's texts, as two rules that change nothing do), the summary written by the recipe from a
+    plan that lists ETS-nz, the committed plan (ETS and GMTS) put back: the pilot gains GMTS - ETS-nz and ETS-nz - ETS
+    rows no block ran. A cell's arms are its block's."""
+    from gmts_recipe.arms import arm_named
+    from selection import RULES
+
+    cell = pilot.parent / "coupled-lr0.0001-s105"
+    raw = json.loads((cell / "results.json").read_text())
+    entry = copy.deepcopy(raw["arms"]["ets"])
+    source = cell / entry["eval"]["samples"]["path"]
+    entry["token_selection"] = RULES[arm_named("ets_nz").rule].name
+    entry["eval"]["samples"]["path"] = source.name.replace("samples-ets-", "samples-ets_nz-")
+    link_or_copy(source, cell / entry["eval"]["samples"]["path"])
+    raw["arms"]["ets_nz"] = entry
+    reseal(cell / "results.json", raw)
+    grid = pilot.parent / "grid.yaml"
+    committed = grid.read_text()
+    grid.write_text(committed.replace("arms: [ets, gmts]", "arms: [ets, gmts, ets_nz]"))
+    write_summary(pilot)
+    grid.write_text(committed)
+    comparisons = {row["comparison"] for row in json.loads(pilot.read_text())["pooled"]}
+    assert {"gmts - ets_nz", "ets_nz - ets"} <= comparisons  # the forged rows
+    refused(pilot, capsys, "coupled-lr0.0001-s105/results.json: holds arm ets_nz, which the plan does not run in "
+                           "coupled-lr0.0001-s105 (its blocks run ets, gmts there)")
+
+
+def test_allow_unsampled_is_refused_for_a_planned_sweep(tmp_path, capsys, monkeypatch):
+    """A planned test (test_sweep's four-seed primary GMTS - ETS) of cells that keep no samples, their scores made up
+    (GMTS +40 points in every seed): "reproduced", and nothing to re-score. Without --allow-unsampled it is refused for
+    its missing samples; with it, for being planned: a plan's decision stands on re-scored samples (only the planned
+    sweeps made before evaluations kept them take the flag, pinned by their summary's digest)."""
+    from gmts_recipe.sweep.plan import UNSAMPLED_PLANS
+    from gmts_recipe.sweep.report import write_summary as report_summary
+    from test_sweep import CONTINUED, fake_cell
+
+    monkeypatch.chdir(ROOT)
+    grid_path = tmp_path / "first.yaml"
+    grid_path.write_text(CONTINUED.replace("RESULTS", str(tmp_path / "results")))
+    for seed in (1, 2, 3, 4):
+        fake_cell(tmp_path / "results" / "first", f"paper-lr0.0001-s{seed}", {"ets": 0.3, "gmts": 0.7}, seed=seed)
+    path = report_summary(load_grid(grid_path), grid_path)
+    assert sweep_summary.verify(path)["primary"]["decision"] == "reproduced"  # the forged result
+    refused(path, capsys, "base eval 0 keeps no samples, so its scores cannot be re-scored")
+    assert check.main([str(path), "--allow-unsampled"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{path}: --allow-unsampled on a planned sweep (primary): its decision would read " \
+                                "scores nobody re-scored" in err, err
+    assert set(UNSAMPLED_PLANS) == {"qwen"}  # the committed one (tests/test_check.py checks it with the flag)
+    assert json.loads((ROOT / "results/qwen/sweep.json").read_text())["digest"] == UNSAMPLED_PLANS["qwen"]

@@ -512,11 +512,17 @@ def write_log(root: Path, name: str, text: str) -> None:
     (root / "logs" / name).write_text(text)
 
 
+# The merge trees' grid: GRID with GRPO at both learning rates (the incoming paper-lr0.0002-s1 brings a GRPO arm, and a
+# cell holds only arms its blocks run).
+TREES_GRID = GRID.replace("  - name: lr\n    arms: [ets, gmts]\n", "  - name: lr\n    arms: [ets, gmts, grpo]\n")
+
+
 def trees(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(grid file, local sweep folder, incoming sweep folder). Local: the cache and paper-lr0.0001-s1 with ETS.
     Incoming (another machine that lacked the cache): s1 with ETS and GMTS on the same base; paper-lr0.0001-s2 (new)
     and paper-lr0.0002-s1 (local has ETS, GMTS; incoming GRPO) with their base evaluated again (base_seed 7)."""
-    grid_path = write_grid(tmp_path, GRID)
+    assert TREES_GRID != GRID
+    grid_path = write_grid(tmp_path, TREES_GRID)
     local, incoming = tmp_path / "results" / "demo", tmp_path / "other" / "demo"
     write_cache(local)
     tree_cell(local, "paper-lr0.0001-s1", {"ets": 0.5}, seed=1)

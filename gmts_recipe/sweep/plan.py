@@ -286,6 +286,29 @@ def frozen_problem(history: _History, paths: list[str], plan: dict) -> str | Non
     return None
 
 
+# The planned sweeps whose cells ran when evaluations kept no samples yet (format 1: every score in results.json, no
+# texts beside it), by the digest of their summary, which holds every cell's digest: of the planned sweeps, only
+# these pass check.py --allow-unsampled (marked "not re-scored"). Any other planned test decides on scores re-scored
+# from their texts; cells stripped of their samples, their scores made up, would otherwise read "reproduced". A
+# summary re-sealed (a format change) moves its digest: the new one is written here, in the same commit.
+UNSAMPLED_PLANS = {"qwen": "ff44a99c94db32967ca3ec6479341c7bd1829ccaca64c3fd479c1ad9337b1d06"}
+
+
+def unsampled_plan(sweep_path: Path) -> None:
+    """check.py --allow-unsampled on a sweep: refused in one SweepError line where the sweep is planned (a primary,
+    secondary or sequential rule decides, or reads, from its cells), unless it is one of UNSAMPLED_PLANS as pinned."""
+    try:
+        summary = json.loads(sweep_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise SweepError(f"{sweep_path}: not a readable sweep summary (JSON)") from None
+    rules = [key for key in RULES if isinstance(summary, dict) and summary.get(key)]
+    if rules and UNSAMPLED_PLANS.get(summary.get("name")) != summary.get("digest"):
+        raise SweepError(f"{sweep_path}: --allow-unsampled on a planned sweep ({', '.join(rules)}): its decision would "
+                         f"read scores nobody re-scored; only the planned sweeps made before evaluations kept samples "
+                         f"take it, pinned by their summary's digest ({', '.join(UNSAMPLED_PLANS)}: "
+                         f"gmts_recipe.sweep.plan.UNSAMPLED_PLANS)")
+
+
 def card_problem(allowed: list[str], cell_cards: dict[str, list[str]]) -> str | None:
     """Why the counted seeds' cards break a sequential plan's `cards` (None: they do not). A seed's two arms ran on
     one card (its delta is one card's, never a difference between cards), and that card is one the plan names: the

@@ -1,8 +1,13 @@
 """Every number of a sweep from its cells' verified results files: the pooled comparisons, the best stable learning
-rates, the analysis plan's primary and secondary tests; and their verification from the files alone."""
+rates, the analysis plan's primary and secondary tests; and their verification from the files alone. A cell holds
+only the arms its blocks run there; a sequential plan's cells run the recipe of the test it continues (recipe_problem:
+its config but the seed, its execution options but SHOWN_NOT_TO_MOVE, its counter noise scheme and reward reading)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import hashlib
 import json
 import math
 import statistics
@@ -10,7 +15,9 @@ from pathlib import Path
 
 from gmts_recipe import sequential
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
-from gmts_recipe.records import current_record, digest, first_difference, load, numbers_close, task_scores
+from gmts_recipe.records import (current_record, digest, evaluation_fields, first_difference, load, numbers_close,
+                                 recorded_reward_version, task_scores)
+from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
 from gmts_recipe.sweep.cells import Evaluation, check_apart, check_together, evaluations_of, recorded
 from gmts_recipe.sweep.failures import checked as failure_record, outcome as failure_outcome
@@ -92,15 +99,70 @@ def _pooled_at_shared_rates(cells: list[dict], scores: dict) -> list[dict]:
     return pooled
 
 
+# summarize's results for a grid without a sequential plan, by the SHA-256 of everything it reads (`_inputs`), while
+# `summaries_kept` holds them (check.py, for one sweep's check): a sequential sweep's check recomputes the test it
+# continues (continued_test), then verifies that test's own sweep (look 0 in full), its 100 cells read once. None
+# outside it: nothing is kept between checks.
+_SUMMARIES: dict[str, tuple] | None = None
+
+
+@contextlib.contextmanager
+def summaries_kept():
+    """Within it, summarize computes a grid's results once for the same files."""
+    global _SUMMARIES
+    before, _SUMMARIES = _SUMMARIES, {} if _SUMMARIES is None else _SUMMARIES
+    try:
+        yield
+    finally:
+        _SUMMARIES = before
+
+
+def _inputs(grid: Grid, root: Path) -> str | None:
+    """The SHA-256 of what summarize reads for `grid` (its plan as loaded, the rules known, every cell's results.json,
+    whose recorded SHA-256s stand for its samples files), or None for a sequential grid, which reads more (its
+    failure records and logs, the test it continues, its design file)."""
+    if grid.sequential is not None:
+        return None
+    h = hashlib.sha256(json.dumps([grid.name, grid.config, grid.blocks, grid.variants, grid.primary, grid.secondary,
+                                   list(rule_arms()), list(rule_comparisons())], sort_keys=True, default=str).encode())
+    for cell in grid.cells():
+        path = root / cell.name / "results.json"
+        h.update(f"\0{cell.name}\0".encode())
+        h.update(path.read_bytes() if path.is_file() else b"absent")
+    return h.hexdigest()
+
+
 def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | None = None) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone;
     `index`: extended with every evaluation of its cells (cells.Evaluation), for `verify` to hold against the sweeps
-    beside it; `facts`: filled with each cell's cell_facts, keyed (variant, learning rate, seed)."""
+    beside it; `facts`: filled with each cell's cell_facts, keyed (variant, learning rate, seed). Within
+    `summaries_kept`, a grid's are computed once for the same files."""
+    key = None if _SUMMARIES is None else _inputs(grid, Path(grid.results_dir) / grid.name)
+    found = None if key is None else _SUMMARIES.get(key)
+    if found is None:
+        evaluations: list[Evaluation] = []
+        cell_facts_found: dict = {}
+        found = (_summarize(grid, evaluations, cell_facts_found), evaluations, cell_facts_found)
+    if key is not None:  # kept as computed; the caller gets its own copy
+        _SUMMARIES[key] = found
+        found = copy.deepcopy(found)
+    out, evaluations, cell_facts_found = found
+    if index is not None:
+        index.extend(evaluations)
+    if facts is not None:
+        facts.update(cell_facts_found)
+    return out
+
+
+def _summarize(grid: Grid, index: list[Evaluation], facts: dict) -> dict:
+    """summarize's work, both out-parameters filled."""
     from tqdm.auto import tqdm
 
     root = Path(grid.results_dir) / grid.name
     cells, scores, seen, training, cards, origins, memo = [], {}, [], {}, {}, {}, {}
     base_hashes, base_scores, failed = set(), None, {}
+    planned = grid.planned_arms()
+    recipe = continued_recipe(grid) if grid.sequential is not None else None  # what each new seed runs
     # each cell's file verified (digest, records, summaries), the long part of a sweep's check: a bar on a terminal
     for cell in tqdm(list(grid.cells()), desc="verifying cells", unit="cell", leave=False, disable=None):
         path = root / cell.name / "results.json"
@@ -111,6 +173,14 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | N
                 failed[cell.seed] = rec
         if results is None:
             continue
+        stray = [arm for arm in results.get("arms", {}) if arm not in planned[cell]]
+        if stray:  # an arm no block runs here would enter the pooled rows and the plan's comparisons unplanned
+            raise SweepError(f"{path}: holds arm {stray[0]}, which the plan does not run in {cell.name} (its blocks "
+                             f"run {', '.join(planned[cell])} there): a cell's arms are its blocks' arms")
+        if recipe is not None:
+            problem = recipe_problem(recipe_of(results), recipe, grid.variants.get(cell.variant, {}))
+            if problem:
+                raise SweepError(f"{path}: {problem}")
         seen.append(recorded(cell, results, grid.name, memo, path.parent))
         s = results["summary"]
         base_scores = task_scores(results["base"]["evals"][0], f"{cell.name} base")
@@ -129,10 +199,8 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | N
                       "seed": cell.seed, "path": str(path.relative_to(root)), "digest": results["digest"],
                       "base_mean": s["base"]["mean"], "noise_floor": s["base"]["noise_floor"], "arms": arms})
     check_together(seen)
-    if index is not None:
-        index.extend(ev for c in seen for ev in c.evaluations)
-    if facts is not None:
-        facts.update(origins)
+    index.extend(ev for c in seen for ev in c.evaluations)
+    facts.update(origins)
     if len(base_hashes) > 1:
         raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
     pooled = _pooled_at_shared_rates(cells, scores)
@@ -162,6 +230,72 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | N
                                             origins, grid.path(grid.sequential["design"]))
     out["digest"] = digest(out)
     return out
+
+
+# What a sequential plan's cells may run otherwise than the continued test's, beside their seed: how an arm executes,
+# where the repository showed the numbers do not move (gradient checkpointing: the same gradients bit for bit,
+# tests/test_trainer.py; results/LOG.md and bench/README.md "Runs that repeat"). tests/test_extension_recipe.py holds
+# the extension's first cell, as sweep.py starts it, to seed 299's record with the same allowance.
+SHOWN_NOT_TO_MOVE = frozenset({"gradient_checkpointing"})
+
+
+def recipe_of(results: dict) -> dict:
+    """What a cell ran beside its seed, as its file records it (records.current_record's form): its config record
+    without the seed, each arm's execution options (generation_options, but SHOWN_NOT_TO_MOVE and the counter noise's
+    key scheme, read apart), each arm's counter noise version (speed_options.recorded_noise_version), and the reward
+    reading of every evaluation (its samples file's version) and every arm (the version it trained with)."""
+    arms = results.get("arms") or {}
+    rewards = {f"{where}.samples.reward": ev["samples"].get("reward", 1)
+               for where, ev in evaluation_fields(results) if isinstance(ev.get("samples"), dict)}
+    rewards.update({f"arms.{arm}.reward_version": recorded_reward_version(entry) for arm, entry in arms.items()})
+    options = {arm: dict(entry.get("generation_options") or {}) for arm, entry in arms.items()}
+    return {"config": {k: v for k, v in (results.get("config") or {}).items() if k != "seed"},
+            "options": {arm: {k: v for k, v in o.items() if k not in SHOWN_NOT_TO_MOVE | {"counter_noise_version"}}
+                        for arm, o in options.items()},
+            "noise": {arm: recorded_noise_version(o) for arm, o in options.items()},
+            "rewards": rewards}
+
+
+def recipe_problem(new: dict, old: dict, variant: dict) -> str | None:
+    """Why a sequential plan's cell (`new`, recipe_of) did not run the continued test's recipe (`old`: recipe_of its
+    last planned seed's cell), None where it did: the same config record but for the seed, the same execution options
+    for each arm but those SHOWN_NOT_TO_MOVE, the same counter noise scheme and one reward reading, the continued
+    test's, for every evaluation and arm, which is also the one the plan's variant pins where it pins one
+    (reward_version, counter_noise_version: a new seed scored by another reading, or drawing other noise, measures
+    another delta). Each problem one clause naming the field."""
+    def said(values: dict, k: str) -> str:
+        return repr(values[k]) if k in values else "unset (the recipe's default)"
+
+    config = [k for k in sorted(set(new["config"]) | set(old["config"]))
+              if k not in new["config"] or k not in old["config"]
+              or not numbers_close(new["config"][k], old["config"][k])]
+    if config:
+        k = config[0]
+        return (f"config.{k} is {said(new['config'], k)}, the continued test's {said(old['config'], k)} (a sequential "
+                f"plan's seeds run the continued test's recipe: only config.seed differs)")
+    reference = next(iter(old["options"].values()), {})
+    for arm, options in new["options"].items():
+        theirs = old["options"].get(arm, reference)
+        differ = sorted(k for k in set(options) | set(theirs) if k not in options or k not in theirs
+                        or options[k] != theirs[k])
+        if differ:
+            k = differ[0]
+            return (f"arms.{arm}.generation_options.{k} is {said(options, k)}, the continued test's {said(theirs, k)} "
+                    f"(only {', '.join(sorted(SHOWN_NOT_TO_MOVE))} may differ, shown to move no number)")
+    pins = (("counter_noise_version", "noise", "counter noise version"),
+            ("reward_version", "rewards", "reward version"))
+    for key, field_, words in pins:
+        readings = set(old[field_].values())
+        if len(readings) != 1:
+            return f"the continued test's last seed records {len(readings)} {words}s ({sorted(map(str, readings))})"
+        pinned = next(iter(readings))
+        if key in variant and str(variant[key]) != str(pinned):
+            return f"the plan's variant pins {key} {variant[key]!r}, the continued test ran {words} {pinned!r}"
+        for where, value in new[field_].items():
+            if str(value) != str(pinned):
+                name = f"arms.{where}.generation_options.counter_noise_version" if field_ == "noise" else where
+                return f"{name} is {value!r}, the continued test's {words} is {pinned!r} (pinned: one reading)"
+    return None
 
 
 def recorded_cards(results: dict) -> list[str]:
@@ -279,6 +413,23 @@ def continued_test(grid: Grid) -> dict:
         raise SweepError(f"{grid.sequential['continues']}: its primary test is not complete under "
                          f"{grid.results_dir}/{continued.name}; a sequential plan continues a finished test")
     return {**primary, "facts": facts}  # its cells' facts: the sensitivity comparison's old seeds
+
+
+def continued_recipe(grid: Grid) -> dict:
+    """recipe_of the cell of the continued test's last planned seed (its primary test's variant and learning rate),
+    as that test's own check verifies the file (`load`): what every new seed of a sequential plan runs. Read alone,
+    before the continued test's other cells, so that a cell of another recipe is refused first."""
+    from gmts_recipe.sweep.grid import load_grid
+
+    continued = load_grid(grid.path(grid.sequential["continues"]))
+    spec = continued.primary or {}
+    last = next((c for c in continued.cells() if spec and (c.variant, c.learning_rate, c.seed) ==
+                 (spec["variant"], spec["learning_rate"], spec["seeds"][-1])), None)
+    path = None if last is None else Path(grid.results_dir) / continued.name / last.name / "results.json"
+    if path is None or not path.is_file():
+        raise SweepError(f"{grid.sequential['continues']}: its primary test is not complete under "
+                         f"{grid.results_dir}/{continued.name}; a sequential plan continues a finished test")
+    return recipe_of(load(path))
 
 
 def seed_minutes(grid: Grid) -> float | None:
@@ -449,6 +600,21 @@ def verify(path: str | Path) -> dict:
     except SweepError as e:
         raise SweepError(f"{p}: {e}") from None
     return summary
+
+
+def continued_sweep(path: str | Path) -> Path | None:
+    """The sweep.json of the test a sequential sweep continues (its first look), in the same results folder; None for
+    a sweep that continues none. check.py checks it in full beside the sequential sweep: look 0's cells are read from
+    it, and their samples must re-score as any sweep's do."""
+    p = Path(path)
+    grid = load_grid(p.parent / "grid.yaml")
+    if grid.sequential is None:
+        return None
+    continued = p.parent.parent / load_grid(grid.path(grid.sequential["continues"])).name / "sweep.json"
+    if not continued.is_file():
+        raise SweepError(f"{p}: the test it continues has no sweep.json ({continued}): look 0 is checked as that "
+                         f"sweep (python sweep.py {grid.sequential['continues']} --summarize writes it)")
+    return continued
 
 
 def sweeps_beside(path: Path, texts: bool = True) -> list[Evaluation]:
