@@ -206,31 +206,26 @@ def boundary(t: np.ndarray, first_critical: float, error: float, first_exact: fl
     `first_exact`: the first look's crossing share where it is known exactly (`first_look_share`), used as a control
     variate: the error splits into P(first) + P(not first) x P(later | not first), and only the second factor is read
     off the paths (those that do not cross first), so the first look's Monte Carlo noise no longer moves c."""
+    return boundary_and_se(t, first_critical, error, first_exact)[0]
+
+
+def boundary_and_se(t: np.ndarray, first_critical: float, error: float,
+                    first_exact: float | None = None) -> tuple[float, float | None]:
+    """`boundary`'s c and its Monte Carlo standard error (None where c is math.inf), from one sort of the paths: c is
+    a sample quantile of the later looks' maximum among the paths that do not cross first, so its error is the
+    share's binomial error over the density there (Siddiqui's estimate from the order statistics around c). Without
+    `first_exact` the first look's own binomial noise is in the share's error too."""
     first = t[:, 0] > first_critical
     rest = np.sort(t[~first, 1:].max(axis=1))[::-1]
-    j = _spare(first, error, first_exact)
-    return math.inf if j is None else float(rest[j])  # the (j+1)-th largest: exactly j paths lie above it
-
-
-def _spare(first: np.ndarray, error: float, first_exact: float | None) -> int | None:
-    """How many of the paths that do not cross at the first look may cross later (None: none may)."""
     if first_exact is None:
         spare = error * first.size - int(first.sum())  # paths still allowed to cross later
     else:
-        spare = (error - first_exact) / (1 - first_exact) * int((~first).sum())
-    return None if spare <= 0 else int(spare)
-
-
-def boundary_se(t: np.ndarray, first_critical: float, error: float, first_exact: float | None = None) -> float | None:
-    """The Monte Carlo standard error of `boundary`'s c (None where c is math.inf): c is a sample quantile of the
-    later looks' maximum among the paths that do not cross first, so its error is the share's binomial error over
-    the density there (Siddiqui's estimate from the order statistics around c). Without `first_exact` the first
-    look's own binomial noise is in the share's error too."""
-    first = t[:, 0] > first_critical
-    rest = np.sort(t[~first, 1:].max(axis=1))[::-1]
-    j = _spare(first, error, first_exact)
-    return None if j is None else quantile_se(rest, j, first.size if first_exact is None else rest.size, error
-                                              if first_exact is None else j / rest.size)
+        spare = (error - first_exact) / (1 - first_exact) * rest.size
+    if spare <= 0:
+        return math.inf, None
+    j = int(spare)  # the (j+1)-th largest: exactly j paths lie above it
+    paths, share = (first.size, error) if first_exact is None else (rest.size, j / rest.size)
+    return float(rest[j]), quantile_se(rest, j, paths, share)
 
 
 def quantile_se(descending: np.ndarray, j: int, paths: int, share: float) -> float:
@@ -516,8 +511,11 @@ def _whole_sequence(looks: list[int], c0: float, sim: dict, model: dict, error: 
               "contaminated": {d: -contaminated for d in SIGNS}}
     exact = {"normal": first_look_share(looks[0], c0),
              "contaminated": first_look_share(looks[0], c0, model["rate"], -model["jump_sds"])}
-    whole = {d: {k: {"boundary": _finite(boundary(fitted[k][d], c0, error, exact[k])),
-                     "se": boundary_se(fitted[k][d], c0, error, exact[k])} for k in fitted} for d in SIGNS}
+    whole: dict = {d: {} for d in SIGNS}
+    for d in SIGNS:
+        for k in fitted:
+            c, se = boundary_and_se(fitted[k][d], c0, error, exact[k])
+            whole[d][k] = {"boundary": _finite(c), "se": se}
     return fitted, exact, whole
 
 

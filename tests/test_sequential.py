@@ -179,8 +179,8 @@ def test_the_first_looks_exact_share_agrees_with_simulation(rate, jump):
 
 def test_the_control_variate_spends_the_error_and_its_standard_error_is_honest():
     """With the first look's exact share the boundary spends exactly the error (that share plus the later crossings
-    read off the paths that do not cross first); over independent simulations its spread matches boundary_se, and is
-    smaller than without the control variate."""
+    read off the paths that do not cross first); over independent simulations its spread matches the standard error
+    boundary_and_se gives, and is smaller than without the control variate."""
     looks, c0 = [20, 30, 40], sq.first_critical(20)
     exact = sq.first_look_share(20, c0, 0.02, -4.0)
     with_cv, without, ses = [], [], []
@@ -192,7 +192,7 @@ def test_the_control_variate_spends_the_error_and_its_standard_error_is_honest()
         assert exact + (1 - exact) * later == pytest.approx(0.05, abs=2 / 40_000)
         with_cv.append(c)
         without.append(sq.boundary(t, c0, 0.05))
-        ses.append(sq.boundary_se(t, c0, 0.05, exact))
+        ses.append(sq.boundary_and_se(t, c0, 0.05, exact)[1])
     assert 0.5 < np.std(with_cv, ddof=1) / np.mean(ses) < 2.0
     assert np.std(with_cv, ddof=1) < np.std(without, ddof=1)
 
