@@ -32,8 +32,8 @@ ARMS = "ets,gmts"  # a complete run: the base evaluations and the two arms the p
 
 def median_step_s(train_log: list[dict]) -> float:
     """The median `step_time` of a train_log (recipe.py's rows, step 1 first) after its first step: the first step
-    compiles (torch.compile's graphs, the CUDA graphs' capture), so it times the compiler, not a step. costs.py,
-    scaling.py and repeat.py import it from here, so every bench table means the same by a step. A log of one step or
+    compiles (torch.compile's graphs, the CUDA graphs' capture), so it times the compiler, not a step. costs.py
+    and repeat.py import it from here, so every bench table means the same by a step. A log of one step or
     none has no such median (statistics.StatisticsError); a row without `step_time` is a KeyError."""
     return statistics.median(row["step_time"] for row in train_log[1:])
 

@@ -7,8 +7,8 @@ Sources, read as committed (nothing here is typed by hand):
 - results/**/results.json: recipe.py's per-phase peaks (`gmts_recipe.gpu_memory.peak_memory`): the base evaluations,
   each arm's training and its evaluation, with the arms' recorded execution options (gradient checkpointing among
   them) and the card their provenance names;
-- bench/*.json of bench/side_by_side.py: the training steps' peak per path (`steps.gpu_memory_gib`), with the
-  command line the paths shared (`recipe_argv`) and the card (`versions`).
+- bench/side-by-side-*.json (the side-by-side study's): the training steps' peak per path
+  (`steps.gpu_memory_gib`), with the command line the paths shared (`recipe_argv`) and the card (`versions`).
 Every peak is torch.cuda.max_memory_allocated in GiB: what torch's allocator handed out, less than nvidia-smi shows.
 """
 
@@ -102,7 +102,7 @@ def rows(root: Path = ROOT) -> list[list[str]]:
 
 HEADER = ["file", "card", "config", "gradient checkpointing", "options on", "what ran", "base evaluation",
           "training", "evaluation"]
-# "what ran": recipe.py's complete run, or bench/side_by_side.py's training steps (their rows each)
+# "what ran": recipe.py's complete run, or the side-by-side study's training steps (their rows each)
 
 
 def table(found: list[list[str]]) -> str:

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import importlib.util
 import json
 import pstats
 import re
@@ -66,10 +65,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from gmts_recipe.records import read_json  # noqa: E402
 from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
-_spec = importlib.util.spec_from_file_location("bench_selection", ROOT / "bench" / "selection_cost.py")
-bench_selection = importlib.util.module_from_spec(_spec)  # by path: the name `selection` is the root's ranking math
-_spec.loader.exec_module(bench_selection)
-sync = bench_selection.sync  # CUDA-synchronize (a no-op on the CPU), as the other benchmarks do
 
 PARTS = ("dataloader", "generation", "reward", "scoring_rest", "forward", "backward", "grad_clip", "optimizer",
          "log_save", "host_other")
@@ -116,6 +111,12 @@ report_to: none
 """
 
 
+def sync(device: torch.device) -> None:
+    """CUDA-synchronize (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def progress(message: str) -> None:
     print(f"[step.py {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -123,8 +124,8 @@ def progress(message: str) -> None:
 # ---------------------------------------------------------------------------- timing the real step
 class StepClock:
     """Wall time of the parts of each training step, CUDA-synchronized at both ends of every part. Trainer methods
-    are wrapped by instance attribute (bench/selection_cost.py end_to_end does the same); each part also opens a profiler
-    range `phase::<part>` so a profiled step can be cut the same way."""
+    are wrapped by instance attribute; each part also opens a profiler range `phase::<part>` so a profiled step can
+    be cut the same way."""
 
     def __init__(self, device: torch.device):
         self.device = device
