@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(1, str(ROOT))
 from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
 from complete_run import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
-from tables import entries  # noqa: E402 - a side-by-side file's entries, of every layout it has had
+from tables import entries, markdown_row, markdown_table  # noqa: E402 - a side-by-side file's entries; tables
 
 # (cell, arm) pairs that ran two arms on one GPU (results/qwen/logs/h200-2026-11-30b.log: `sweep.py --gpus 0,0`, `1,1`)
 SHARED = {("paper-lr0.0001-s17", "grpo"), ("paper-lr0.0001-s18", "ets"), ("paper-lr0.0001-s18", "gmts"),
@@ -310,12 +310,10 @@ def table(results: dict) -> str:
         if recorded:
             rows.append(("of which compiling: torch.compile's own time, every phase (GPU min)",
                          _by_switch(recorded, "compile_gpu_minutes"), ".1f", None))
-    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | " + " | ".join(HEADERS) + " | target | best: target |",
-           "|---" * (len(HEADERS) + 3) + "|"]
+    out = markdown_table(["qwen2.5-coder-1.5b-instruct, one H200", *HEADERS, "target", "best: target"])
     for label, values, fmt, target in rows:
-        best = best_values(values)
-        out.append(f"| {label} | {' | '.join(_median_range(values[c], fmt) for c in LEVERS)} | "
-                   f"{'-' if target is None else f'<= {target:g}'} | {_verdict(best, target)} |")
+        out.append(markdown_row([label, *(_median_range(values[c], fmt) for c in LEVERS),
+                                 "-" if target is None else f"<= {target:g}", _verdict(best_values(values), target)]))
     out += ["", "Medians, (min-max) over the runs; the first step of every run (compilation) is left out of its "
             "median. Columns: grouped-query decoding off; on; on with deferred stop (decoding checks for finished "
             "answers one token late) and without gradient checkpointing (\"all levers\": measured by bench/step.py "
@@ -436,9 +434,7 @@ def targets(root: Path = ROOT) -> str:
                          f" ({m / done['ours']:.2f}x)" if k != "ours" and done.get("ours") else "")
                          for k, m in done.items()) or "-", sbs.name,
                      "measured" if not missing else f"not measured: {', '.join(missing)}"))
-    out = ["| target | best measured | from | verdict |", "|---|---|---|---|"]
-    out += [f"| {' | '.join(r)} |" for r in rows]
-    return "\n".join(out)
+    return "\n".join(markdown_table(["target", "best measured", "from", "verdict"], rows))
 
 
 def main(argv: list[str] | None = None) -> int:

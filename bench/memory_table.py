@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from tables import markdown_table  # noqa: E402 - bench/tables.py, beside this script
+
 KEY = "gpu_peak_memory_gib"
 # The options that move a phase's peak, as a row names them when on (absent: off or not recorded); gradient
 # checkpointing has its own column.
@@ -106,10 +109,8 @@ HEADER = ["file", "card", "config", "gradient checkpointing", "options on", "wha
 
 
 def table(found: list[list[str]]) -> str:
-    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in found]
-    return "\n".join(lines)
+    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731 - a pipe inside a cell would split it
+    return "\n".join(markdown_table(HEADER, [[cell(x) for x in r] for r in found]))
 
 
 def main(argv: list[str] | None = None) -> int:
