@@ -58,20 +58,14 @@ with the version's branches (`final_answer`, `_clean`, `answers_equal`):
 - 3: version 2, and what changes the number is never dropped (the paragraph above), inside a \\boxed{}.
 - 4: version 3, and the same outside a box: after '####' and as the last number; a dozen counts (the paragraph
   above).
-- 5: version 4, and what it read right but is wrong, or wrong but is right:
-  - characters written for ASCII ones are those (`ASCII_FORMS`): fullwidth forms ('７２' is 72), a zero-width space a
-    space ('\\boxed{72\\u200b}' is 72; '7\\u200b2' two numbers);
-  - a box answers only when what follows it names no other number: the number an unboxed answer after it gives
-    (`final_answer`) must equal the box's ('\\boxed{72}. Wait, the total is 36' and '\\boxed{72} ... Actually 73'
-    answer neither; '\\boxed{72}. So 72 apples.' is 72), and two boxes joined by 'or' answer neither (`last_box`);
-  - an equation answers with its last side that holds a number: 'x = 72' and '72 = x' are 72, as a grader reads
-    them, since which side the unknown stands on changes nothing ('70 + 2 = 72' is still 72);
-  - an unboxed number in e notation is one number ('7.2e1' is 72; an exponent of at most 2 digits, so the value
-    stays bounded), and answers neither with a number beside it across a comma ('5, 6'), 'or' and up to two words
-    ('72, or maybe 73'), a dash ('72-73' is 72 - 73, '72–73' no number) or a power ('72^2', '72²'); 'not' before it
-    ('not 72', also in a box) leaves no number;
-  - a number written in words is read where the answer holds no digit ('seventy-two', '\\boxed{one hundred and
-    five}'; 'one-half' is no number); where a digit is written, the digits answer.
+- 5: version 4, and what it read right but is wrong, or wrong but right: fullwidth forms are ASCII ('７２' is 72), a
+  zero-width space a space (`ASCII_FORMS`); a box answers only when no other number follows it ('\\boxed{72}. Wait,
+  the total is 36' and '\\boxed{72} ... Actually 73' answer neither, '\\boxed{72}. So 72 apples.' is 72), nor two
+  boxes joined by 'or' (`last_box`); an equation answers with its last side that holds a number ('72 = x' is 72 as
+  'x = 72' is: which side the unknown stands on changes nothing); e notation is a number ('7.2e1' is 72; exponents of
+  at most 2 digits, so the value stays bounded); an unboxed number answers neither with a number beside it across a
+  comma ('5, 6'), 'or' and up to two words ('72, or maybe 73'), a dash ('72-73' is 72 - 73) or a power ('72^2',
+  '72²'), nor after 'not' ('not 72'); a number in words is read where the answer holds no digit ('seventy-two').
 """
 
 from __future__ import annotations
@@ -80,6 +74,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from functools import reduce
 from typing import Any
 
 MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
@@ -202,15 +197,10 @@ _SPELLED = re.compile(rf"(?i)(?<![a-z-]){_UNDER_100}(?:[- ]hundred(?:(?: and)? {
 
 def _spelled(text: str) -> str:
     """`text` with its numbers in words written in digits ('seventy-two' is 72), where it holds no digit."""
-    if re.search(r"[0-9]", text):
-        return text
-
-    def value(m: re.Match) -> str:
-        n = 0
-        for word in re.findall(r"[a-z]+", m[0].lower()):  # 'and' adds nothing
-            n = n * 100 if word == "hundred" else n + _WORD_VALUES.get(word, 0)
-        return str(n)
-    return _SPELLED.sub(value, text)
+    def value(m: re.Match) -> str:  # 'one hundred and five': 1, times 100, plus 5 ('and' adds nothing)
+        return str(reduce(lambda n, w: n * 100 if w == "hundred" else n + _WORD_VALUES.get(w, 0),
+                          re.findall(r"[a-z]+", m[0].lower()), 0))
+    return text if re.search(r"[0-9]", text) else _SPELLED.sub(value, text)
 
 
 # What may stand between an unboxed number and the words or number beside it: spaces, LaTeX's spaces, math delimiters
@@ -343,8 +333,7 @@ def _strip_decoration(answer: str, version: int = REWARD_VERSION) -> str:
         answer = unwrapped
     answer = _DEGREES.sub("", answer.replace("\u00b0", "")).replace("\\ ", " ").replace("~", " ")
     sides = answer.split("=")  # x = 72: the right-hand side; from version 5 the last side with a number (72 = x)
-    answer = next((side for side in reversed(sides) if re.search("[0-9]", side)), sides[-1]) if version >= 5 else \
-        sides[-1]
+    answer = next((side for side in sides[::-1] if version >= 5 and re.search("[0-9]", side)), sides[-1])
     words = [w for w in answer.split(" ") if w]  # spaces only: a control character stays, and _clean refuses it
     units = len(words)
     while units > 1 and _UNIT_WORD.fullmatch(words[units - 1]):
@@ -483,13 +472,17 @@ def reward_function(version: int | str = REWARD_VERSION) -> Callable[..., list[f
         raise ValueError(f"reward version {version!r} is unknown: this recipe has versions {REWARD_VERSIONS[0]} to "
                          f"{REWARD_VERSION} "
                          f"and MATH's {', '.join(rewards_math.REWARD_NAMES)}")
-    if version == REWARD_VERSION:
-        return math_equal_reward
+    return math_equal_reward if version == REWARD_VERSION else \
+        versioned(_scores, version, f"math_equal_reward_v{version}")
 
+
+def versioned(scores: Callable, version: int | str, name: str) -> Callable[..., list[float]]:
+    """A reward that scores as `scores(completions, answer, version)` does, named `name` (TRL logs a reward by name):
+    an older reading of either task's reward."""
     def reward(completions: list, answer: list[str], **kwargs) -> list[float]:
-        return _scores(completions, answer, version)
+        return scores(completions, answer, version)
 
-    reward.__name__ = reward.__qualname__ = f"math_equal_reward_v{version}"
+    reward.__name__ = reward.__qualname__ = name
     return reward
 
 

@@ -68,7 +68,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gmts_recipe.rewards import ASCII_FORMS, last_box, text_of  # also drops math-verify's notice of disabled timeouts
+from gmts_recipe.rewards import _VALUE_WORDS as GSM8K_VALUE_WORDS  # importing it drops math-verify's timeout notice
+from gmts_recipe.rewards import ASCII_FORMS, _box_content, last_box, text_of, versioned
 
 # Every MATH reading this recipe keeps, the newest last: the one list of known names. REWARD_NAME is what new MATH
 # evaluations record; check.py re-scores a samples file with the reward it names.
@@ -110,12 +111,9 @@ _TEXT_MACRO = re.compile(r"\\(?:text(?:rm|bf|it|normal)?|mbox|mathrm)\s*\{([^{}]
 # Multiple-choice letters: 'A, C', '(A), (C)', '\text{(A) and (C)}', 'AC' is not one (a product, a segment)
 _CHOICE = r"\(?[A-E]\)?"
 _CHOICES = re.compile(rf"{_CHOICE}(?:\s*(?:,|and|\\text\{{\s*and\s*\}})\s*{_CHOICE})+")
-# Words that scale or transform the number they stand by (as in gmts_recipe.rewards): never dropped with the \text{}
-# math-verify drops
-_VALUE_WORDS = frozenset(
-    "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
-    "lakhs crore crores squared cubed half halves tenth tenths hundredth hundredths thousandth thousandths twice "
-    "double triple thrice".split())
+# Words that scale or transform the number they stand by (gmts_recipe.rewards', but abbreviations and signs): never
+# dropped with the \text{} math-verify drops
+_VALUE_WORDS = GSM8K_VALUE_WORDS - set("k bn power powers root point minus negative".split())
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]+")  # a word, not a LaTeX command's name
 # Unit words read alike (singular, spelled out); words that qualify no unit ('square', 'units') are dropped
 _UNIT_SYNONYMS = {"cm": "centimeter", "centimetre": "centimeter", "m": "meter", "metre": "meter", "mm": "millimeter",
@@ -292,12 +290,8 @@ def _exponent(text: str, start: int) -> tuple[str, int] | None:
     if i >= len(text):
         return None
     if text[i] == "{":
-        depth = 0
-        for j in range(i, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                return text[i : j + 1], j + 1
-        return None
+        group = _box_content(text, i, None)
+        return (f"{{{group[0]}}}", group[1]) if group else None
     token = re.match(r"\\[A-Za-z]+|\d+|.", text[i:])[0]
     return token, i + len(token)
 
@@ -491,11 +485,5 @@ def reward_function(name: str = REWARD_NAME) -> Callable[..., list[float]]:
     here."""
     if name not in REWARD_NAMES:
         raise ValueError(f"reward {name!r} is unknown: this recipe's MATH rewards are {', '.join(REWARD_NAMES)}")
-    if name == REWARD_NAME:
-        return math_boxed_reward
-
-    def reward(completions: list, answer: list[str], **kwargs) -> list[float]:
-        return _scores(completions, answer, name)
-
-    reward.__name__ = reward.__qualname__ = f"math_boxed_reward_{name.replace('-', '_')}"
-    return reward
+    return math_boxed_reward if name == REWARD_NAME else \
+        versioned(_scores, name, f"math_boxed_reward_{name.replace('-', '_')}")
