@@ -59,9 +59,10 @@ with the version's branches (`final_answer`, `_clean`, `answers_equal`):
 - 4: version 3, and the same outside a box: after '####' and as the last number; a dozen counts (the paragraph
   above).
 - 5: version 4, and what it read right but is wrong, or wrong but right: fullwidth forms are ASCII ('７２' is 72), a
-  zero-width space a space (`ASCII_FORMS`); a box answers only when no other number follows it ('\\boxed{72}. Wait,
-  the total is 36' and '\\boxed{72} ... Actually 73' answer neither, '\\boxed{72}. So 72 apples.' is 72), nor two
-  boxes joined by 'or' (`last_box`); an equation answers with its last side that holds a number ('72 = x' is 72 as
+  zero-width space a space (`ASCII_FORMS`); a box answers only when no second thought after it ('Wait', 'Actually',
+  'Final Answer', '####': `_RETRACTION`) ends on another number ('\\boxed{72}. Wait, the total is 36' and
+  '\\boxed{72} ... Actually 73' answer neither; '\\boxed{8} years old in 4 years' is 8), nor two boxes joined by
+  'or' (`last_box`); an equation answers with its last side that holds a number ('72 = x' is 72 as
   'x = 72' is: which side the unknown stands on changes nothing); e notation is a number ('7.2e1' is 72; exponents of
   at most 2 digits, so the value stays bounded); an unboxed number answers neither with a number beside it across a
   comma ('5, 6'), 'or' and up to two words ('72, or maybe 73'), a dash ('72-73' is 72 - 73) or a power ('72^2',
@@ -118,6 +119,8 @@ def text_of(completion: Any) -> str:
 
 
 _BOXED = re.compile(r"\\boxed(?=\{)")  # GSM8K's box: '\boxed{' (MATH's: rewards_math._BOX)
+# A second thought after a box, or a final answer written again (version 5): what may name another answer after it
+_RETRACTION = re.compile(r"(?i)(?<![a-z])(?:wait|actually|mistake|instead|final answer)(?![a-z])|####")
 _OR = re.compile(r"(?<![A-Za-z])or(?![A-Za-z])")
 
 
@@ -156,7 +159,7 @@ def final_answer(text: str, version: int = REWARD_VERSION) -> str | None:
     """The model's final answer: the last \\boxed{...}, else the number after the last '####', else the last number
     (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4). From version 4 an
     unboxed number comes with what stands beside it (`_beside`), so that it is read as a boxed one is. From version 5
-    a box followed by another number answers '<box> or <number>', which is no number (module docstring)."""
+    a box and another number after a second thought answer '<box> or <number>', which is no number."""
     text = text[-MAX_TAIL_CHARS:].replace("\u2212", "-")
     if version >= 5:
         text = text.translate(ASCII_FORMS)
@@ -165,7 +168,8 @@ def final_answer(text: str, version: int = REWARD_VERSION) -> str | None:
         return _unboxed(_spelled(text) if version >= 5 else text, version)
     if version < 5 or not box[0]:
         return box[0]
-    after = _unboxed(text[box[1]:], version)  # in digits: '\\boxed{72}, this one' names no other number
+    retracted = _RETRACTION.search(text, box[1])  # '\\boxed{8} years old in 4 years' is 8; '... Wait, 9' is not
+    after = _unboxed(text[retracted.start():], version) if retracted else None  # in digits, not words: '... one'
     answer = _spelled(box[0])
     return answer if after is None or answers_equal(after, answer, version) else f"{answer} or {after}"
 

@@ -437,7 +437,10 @@ VERSION_5 = [
     ("The answer is Seventy-two.", "72", (0.0, 1.0)),
     ("\\boxed{one hundred and five}", "105", (0.0, 1.0)),
     # what stays
-    ("\\boxed{72}. So he has 72 apples.", "72", (1.0, 1.0)),  # the same number after the box
+    ("\\boxed{72}. Actually, he has 72 apples.", "72", (1.0, 1.0)),  # the same number after the box
+    ("\\boxed{8} years old 4 years from now.", "8", (1.0, 1.0)),  # numbers after a box, no second thought
+    ("\\boxed{72}. Wait, let me check: 70 + 2 = 72.", "72", (1.0, 1.0)),
+    ("\\boxed{72}\n#### 73", "72", (1.0, 0.0)),
     ("\\boxed{72}. I hope this one helps.", "72", (1.0, 1.0)),  # words after a box are read in digits only
     ("\\boxed{6 \\times 12}. That is 72.", "72", (1.0, 1.0)),
     ("\\boxed{3}. Wait, that is wrong. \\boxed{4}", "4", (1.0, 1.0)),  # a box that corrects one
