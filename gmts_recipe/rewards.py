@@ -65,8 +65,8 @@ with the version's branches (`final_answer`, `_clean`, `answers_equal`):
   'or' (`last_box`); an equation answers with its last side that holds a number ('72 = x' is 72 as
   'x = 72' is: which side the unknown stands on changes nothing); e notation is a number ('7.2e1' is 72; exponents of
   at most 2 digits, so the value stays bounded); an unboxed number answers neither with a number beside it across a
-  comma ('5, 6'), 'or' and up to two words ('72, or maybe 73'), a dash ('72-73' is 72 - 73) or a power ('72^2',
-  '72²'), nor after 'not' ('not 72'); a number in words is read where the answer holds no digit ('seventy-two').
+  comma ('5, 6'), 'or' and up to two words ('72, or maybe 73'), a dash ('72-73', '60 - 20': a range or a difference
+  left unfinished, no answer) or a power ('72^2', '72²'), nor after 'not' ('not 72'); a number in words is read where the answer holds no digit ('seventy-two').
 """
 
 from __future__ import annotations
@@ -228,11 +228,12 @@ _BETWEEN_5 = (rf",?(?:{_BETWEEN})|,(?:{_SEPARATOR})?|,?(?:{_SEPARATOR})?or{_SEPA
 _BEFORE_5 = re.compile(_BETWEEN_5)
 _AFTER_5 = re.compile("[\u00b2\u00b3\u00b9\u2070\u2074-\u2079]*" + _AFTER.pattern.replace(
     _BETWEEN, _BETWEEN_5 + "|(?=-)", 1).replace(_FINAL.pattern, _FINAL_5.pattern, 1))
+_DASHED = re.compile(r"[0-9][^0-9A-Za-z]*[\u2013\u2014-]")  # two numbers joined by a dash (version 5): no answer
 _NOT_BEFORE = re.compile(rf"(?:(?<![A-Za-z])[Nn]ot|n't)(?:{_SEPARATOR})?$")  # 'not 72', 'isn't $72$' (version 5)
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
 
 
-def _beside(text: str, number: re.Match, previous: re.Match | None, version: int = 4) -> str:
+def _beside(text: str, number: re.Match, previous: re.Match | None, version: int = 4) -> str | None:
     """An unboxed final number with what stands beside it (version 4), to be read as a boxed answer is: the words,
     macros or numbers right after it (`_AFTER`: a word that changes the number, '72 thousand', or a second number,
     '72 73', '72 or 73', then leave no number), and the number right before it when only space, 'or', 'and' or 'to'
@@ -245,8 +246,8 @@ def _beside(text: str, number: re.Match, previous: re.Match | None, version: int
                                  (version >= 5 and previous.end() == start and text[start] == "-")):
         start = previous.start()
     negated = _NOT_BEFORE.search(text, max(0, start - 40), start) if version >= 5 else None
-    start = negated.start() if negated else start
-    return " ".join(_MATH_DELIMITER.sub(" ", text[start:end]).split())
+    answer = " ".join(_MATH_DELIMITER.sub(" ", text[negated.start() if negated else start:end]).split())
+    return None if version >= 5 and _DASHED.search(answer) else answer  # '72-73', '60 - 20': a range or unfinished
 
 
 def gold_answer(answer: str) -> str:

@@ -416,8 +416,9 @@ VERSION_5 = [
     ("\\boxed{3} or perhaps \\boxed{4}", "4", (1.0, 0.0)),  # two boxes joined by 'or'
     ("It is either 72, or maybe 73.", "73", (1.0, 0.0)),
     ("72\u201373", "73", (1.0, 0.0)),  # an en dash: a range
-    ("72-73", "-73", (1.0, 0.0)),  # 72 - 73, not -73
-    ("72-73", "-1", (0.0, 1.0)),
+    ("72-73", "-73", (1.0, 0.0)),  # a range (or 72 - 73), not -73
+    ("72-73", "-1", (0.0, 0.0)),
+    ("So the total is 60 - 20", "20", (1.0, 0.0)),  # a difference left unfinished (a committed completion's end)
     ("72\u00b2", "72", (1.0, 0.0)),
     ("72\u00b3", "72", (1.0, 0.0)),
     ("72^2", "2", (1.0, 0.0)),
