@@ -62,11 +62,12 @@ with the version's branches (`final_answer`, `_clean`, `answers_equal`):
   zero-width space a space (`ASCII_FORMS`); a box answers only when no second thought after it ('Wait', 'Actually',
   'Final Answer', '####': `_RETRACTION`) ends on another number ('\\boxed{72}. Wait, the total is 36' and
   '\\boxed{72} ... Actually 73' answer neither; '\\boxed{8} years old in 4 years' is 8), nor two boxes joined by
-  'or' (`last_box`); an equation answers with its last side that holds a number ('72 = x' is 72 as
-  'x = 72' is: which side the unknown stands on changes nothing); e notation is a number ('7.2e1' is 72; exponents of
-  at most 2 digits, so the value stays bounded); an unboxed number answers neither with a number beside it across a
-  comma ('5, 6'), 'or' and up to two words ('72, or maybe 73'), a dash ('72-73', '60 - 20': a range or a difference
-  left unfinished, no answer) or a power ('72^2', '72²'), nor after 'not' ('not 72'); a number in words is read where the answer holds no digit ('seventy-two').
+  'or' (`last_box`); an equation answers with its last side that holds a number ('72 = x' is 72 as 'x = 72' is:
+  which side the unknown stands on changes nothing); e notation is a number ('7.2e1' is 72; exponents of at most 2
+  digits, so the value stays bounded); an unboxed number answers neither with a number beside it across a comma
+  ('5, 6'), 'or' and up to two words ('72, or maybe 73'), a dash ('72-73', '60 - 20': a range or a difference left
+  unfinished) or a power ('72^2', '72²'), nor after 'not' ('not 72'; in a box 'not' changes the number, as 'minus'
+  does); a number in words is read where the answer holds no digit ('seventy-two', '\\boxed{one hundred and five}').
 """
 
 from __future__ import annotations
