@@ -6,7 +6,8 @@ A command-line value is always a string, so argparse checks it; the file's value
 config class is built, and the first that does not fit its field is one line naming the field and what it needs.
 
 A value fits when argparse would turn it into the field's type, or when it already is one: a string is accepted
-wherever argparse converts strings (an int, a float, true/false), so YAML's `1e-4` (a string to PyYAML) passes.
+wherever argparse converts strings (an int, a float, true/false), so YAML's `1e-4` (a string to PyYAML) passes; but not
+a number YAML reads as one unquoted (`seed: "17"`: a quoted number, `quoted_number`), which says it was meant as text.
 A list field of strings also takes a bare string, as TRL passes one through (`lora_target_modules: all-linear`); a list
 field's items are never converted (argparse converts a default that is a string, not the items of a list), so a list
 of numbers takes numbers only: `base_eval_seeds: ["0", "1"]` and `base_eval_seeds: "0"` are refused. A type this
@@ -23,6 +24,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+import yaml
+
 _BOOL_STRINGS = {"yes", "true", "t", "y", "1", "no", "false", "f", "n", "0"}  # transformers' string_to_bool
 
 
@@ -31,7 +34,12 @@ def _is_number_string(value: Any, kind: type) -> bool:
         kind(value)
     except (TypeError, ValueError):
         return False
-    return True
+    return not quoted_number(value)
+
+
+def quoted_number(value: Any) -> bool:
+    """A YAML string that YAML reads as a number without its quotes ('17', '0.5'; not '1e-4', a string to PyYAML)."""
+    return isinstance(value, str) and type(yaml.safe_load(value)) in (int, float)
 
 
 def fits(value: Any, hint: Any) -> bool:
@@ -111,7 +119,8 @@ def misfits(config: dict, classes: tuple[type, ...]) -> list[tuple[str, Any, str
                 hint = typing.Optional[hint]  # noqa: UP007 - hint may be a typing form that `|` does not take
             value = config[f.name]
             if not fits(value, hint):
-                out.append((f.name, value, describe(hint)))
+                unquoted = quoted_number(value) and fits(yaml.safe_load(value), hint)  # seed: "17" for seed: 17
+                out.append((f.name, value, describe(hint) + (" (unquoted)" if unquoted else "")))
     return out
 
 

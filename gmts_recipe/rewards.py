@@ -58,6 +58,16 @@ with the version's branches (`final_answer`, `_clean`, `answers_equal`):
 - 3: version 2, and what changes the number is never dropped (the paragraph above), inside a \\boxed{}.
 - 4: version 3, and the same outside a box: after '####' and as the last number; a dozen counts (the paragraph
   above).
+- 5: version 4, and what it read right but is wrong, or wrong but right: fullwidth forms are ASCII ('７２' is 72), a
+  zero-width space a space (`ASCII_FORMS`); a box answers only when no second thought after it ('Wait', 'Actually',
+  'Final Answer', '####': `_RETRACTION`) ends on another number ('\\boxed{72}. Wait, the total is 36' and
+  '\\boxed{72} ... Actually 73' answer neither; '\\boxed{8} years old in 4 years' is 8), nor two boxes joined by
+  'or' (`last_box`); an equation answers with its last side that holds a number ('72 = x' is 72 as 'x = 72' is:
+  which side the unknown stands on changes nothing); e notation is a number ('7.2e1' is 72; exponents of at most 2
+  digits, so the value stays bounded); an unboxed number answers neither with a number beside it across a comma
+  ('5, 6'), 'or' and up to two words ('72, or maybe 73'), a dash ('72-73', '60 - 20': a range or a difference left
+  unfinished) or a power ('72^2', '72²'), nor after 'not' ('not 72'; in a box 'not' changes the number, as 'minus'
+  does); a number in words is read where the answer holds no digit ('seventy-two', '\\boxed{one hundred and five}').
 """
 
 from __future__ import annotations
@@ -66,13 +76,14 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from functools import reduce
 from typing import Any
 
 MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
 MAX_ANSWER_CHARS = 64  # a final answer longer than this is not a number the gold could equal
 # Every GSM8K reading this recipe keeps, the newest last: what new evaluations record (REWARD_VERSION) and what a
 # samples file may name (check.py re-scores it with the version it names). The one list of known versions.
-REWARD_VERSIONS = (1, 2, 3, 4)
+REWARD_VERSIONS = (1, 2, 3, 4, 5)
 REWARD_VERSION = REWARD_VERSIONS[-1]
 # An unboxed number: digits with commas inside (not after: '72,' is 72), an optional decimal part, or a bare decimal
 # part ('.5' is 0.5, not 5). A comma run that is not thousands grouping ('1,2,3') is kept whole, so that `_normalize`
@@ -81,6 +92,12 @@ _NUMBER = re.compile(r"-?\$?(?:\d(?:[\d,]*\d)?(?:\.\d+)?|\.\d+)")
 # An unboxed final answer: a \frac{a}{b} or a/b of plain numbers (the value, not its denominator), else a number.
 _FINAL = re.compile(r"-?\\[dt]?frac\{[^{}]*\}\{[^{}]*\}|-?\d+(?:\.\d+)?\s*/\s*\d+(?:\.\d+)?(?![\d,]|\.\d)|"
                     + _NUMBER.pattern)
+# Version 5: a number may have an exponent of at most 2 digits ('7.2e1'; '1e999999' is no number of this form)
+_FINAL_5 = re.compile(_FINAL.pattern + r"(?:[eE][+-]?\d{1,2}(?![\w.]))?")
+# Characters a model writes for ASCII ones (version 5, math-3), each one character for one: the Unicode minus,
+# fullwidth forms ('７２', '＋'), zero-width spaces (a space: '7\u200b2' is two numbers, as '7 2' is)
+ASCII_FORMS = {0x2212: "-", **{c: chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)},
+               **dict.fromkeys((0x200B, 0x2060, 0xFEFF), " ")}
 # Words that scale or transform the number they stand by (version 3): never dropped as a unit is. Counted things
 # ('pairs', 'quarters', 'times') and units of measure are not among them: '72 pairs' answers "how many pairs".
 _VALUE_WORDS = frozenset(
@@ -92,8 +109,8 @@ _VALUE_WORDS = frozenset(
 _COUNTED_FROM_4 = frozenset({"dozen", "dozens"})
 
 
-def _text(completion: Any) -> str:
-    """A completion as TRL passes it: a string, or a conversational list of messages."""
+def text_of(completion: Any) -> str:
+    """A completion as TRL passes it: a string, or a conversational list of messages (the MATH reward's too)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
@@ -102,36 +119,93 @@ def _text(completion: Any) -> str:
     return ""
 
 
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, min(len(text), i + MAX_ANSWER_CHARS + 2)):
+_BOXED = re.compile(r"\\boxed(?=\{)")  # GSM8K's box: '\boxed{' (MATH's: rewards_math._BOX)
+# A second thought after a box, or a final answer written again (version 5): what may name another answer after it
+_RETRACTION = re.compile(r"(?i)(?<![a-z])(?:wait|actually|mistake|instead|final answer)(?![a-z])|####")
+_OR = re.compile(r"(?<![A-Za-z])or(?![A-Za-z])")
+
+
+def last_box(text: str, box: re.Pattern = _BOXED, limit: int | None = MAX_ANSWER_CHARS,
+             alternatives: bool = False) -> tuple[str, int] | None:
+    """The content of the last box of `text` (the last match of `box`), braces matched, and the index after it; a box
+    without braces ('\\boxed 5', which MATH's pattern allows) is its next word. None when there is none, or it is left
+    open or holds more than `limit` characters. `alternatives` (version 5, math-3): content '' where the box before it
+    is joined to it by 'or' ('\\boxed{3} or perhaps \\boxed{4}' answers neither). The one box scanner of both
+    rewards; linear in the length of the text."""
+    found = list(box.finditer(text))
+    last = _box_content(text, found[-1].end(), limit) if found else None
+    if last is not None and alternatives and len(found) > 1:
+        before = _box_content(text, found[-2].end(), limit)
+        between = text[before[1]:found[-1].start()] if before else "."
+        if len(between) <= 40 and not re.search(r"[.\n]", between) and _OR.search(between):
+            return "", last[1]
+    return last
+
+
+def _box_content(text: str, i: int, limit: int | None) -> tuple[str, int] | None:
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i < len(text) and text[i] != "{":  # '\boxed 5$': the word after it
+        word = re.match(r"[^\s$]+", text[i:])
+        return (word[0], i + len(word[0])) if word else None
+    depth = 0
+    for j in range(i, len(text) if limit is None else min(len(text), i + limit + 2)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         if depth == 0:
-            return text[i + 1 : j]
+            return text[i + 1 : j], j + 1
     return None
 
 
 def final_answer(text: str, version: int = REWARD_VERSION) -> str | None:
     """The model's final answer: the last \\boxed{...}, else the number after the last '####', else the last number
     (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4). From version 4 an
-    unboxed number comes with what stands beside it (`_beside`), so that it is read as a boxed one is."""
+    unboxed number comes with what stands beside it (`_beside`), so that it is read as a boxed one is. From version 5
+    a box and another number after a second thought answer '<box> or <number>', which is no number."""
     text = text[-MAX_TAIL_CHARS:].replace("\u2212", "-")
-    boxed = _last_boxed(text)
-    if boxed is not None:
-        return boxed
+    if version >= 5:
+        text = text.translate(ASCII_FORMS)
+    box = last_box(text, alternatives=version >= 5)
+    if box is None:
+        return _unboxed(_spelled(text) if version >= 5 else text, version)
+    if version < 5 or not box[0]:
+        return box[0]
+    retracted = _RETRACTION.search(text, box[1])  # '\\boxed{8} years old in 4 years' is 8; '... Wait, 9' is not
+    after = _unboxed(text[retracted.start():], version) if retracted else None  # in digits, not words: '... one'
+    answer = _spelled(box[0])
+    return answer if after is None or answers_equal(after, answer, version) else f"{answer} or {after}"
+
+
+def _unboxed(text: str, version: int) -> str | None:
+    """The number after the last '####', else the last number, as version `version` reads it (final_answer)."""
+    finder = _FINAL if version < 5 else _FINAL_5
     if "####" in text:
-        after = _FINAL.search(text, text.rfind("####"))
+        after = finder.search(text, text.rfind("####"))
         if after:
-            return after.group(0) if version < 4 else _beside(text, after, None)
-    numbers = list(_FINAL.finditer(text))
+            return after.group(0) if version < 4 else _beside(text, after, None, version)
+    numbers = list(finder.finditer(text))
     if not numbers:
         return None
     if version < 4:
         return numbers[-1].group(0)
-    return _beside(text, numbers[-1], numbers[-2] if len(numbers) > 1 else None)
+    return _beside(text, numbers[-1], numbers[-2] if len(numbers) > 1 else None, version)
+
+
+# A number in words (version 5), up to 999, read where no digit is written: not a fraction's ('one-half', 'two thirds')
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+         "seventeen eighteen nineteen").split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_WORD_VALUES = {w: i for i, w in enumerate(_ONES)} | {w: 20 + 10 * i for i, w in enumerate(_TENS)}
+_UNDER_100 = rf"(?:(?:{'|'.join(_TENS)})(?:[- ](?:{'|'.join(_ONES[1:10])}))?|{'|'.join(_ONES[::-1])})"
+_SPELLED = re.compile(rf"(?i)(?<![a-z-]){_UNDER_100}(?:[- ]hundred(?:(?: and)? {_UNDER_100})?)?"
+                      r"(?![a-z]|[- ](?:half|halves|thirds?|quarters?|[a-z]+ths?)(?![a-z]))")
+
+
+def _spelled(text: str) -> str:
+    """`text` with its numbers in words written in digits ('seventy-two' is 72), where it holds no digit."""
+    def value(m: re.Match) -> str:  # 'one hundred and five': 1, times 100, plus 5 ('and' adds nothing)
+        return str(reduce(lambda n, w: n * 100 if w == "hundred" else n + _WORD_VALUES.get(w, 0),
+                          re.findall(r"[a-z]+", m[0].lower()), 0))
+    return text if re.search(r"[0-9]", text) else _SPELLED.sub(value, text)
 
 
 # What may stand between an unboxed number and the words or number beside it: spaces, LaTeX's spaces, math delimiters
@@ -148,19 +222,33 @@ _SCALE_MACRO = rf"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox)\s*\{{\s*(
 _AFTER = re.compile(rf"(?:(?:{_BETWEEN})(?:{_FINAL.pattern})(?!\w|\.\d))?"
                     rf"(?:{_SEPARATOR}(?:{_BRIDGE}{_SEPARATOR})*{_SCALE}|(?:{_SEPARATOR})?{_SCALE_MACRO})" + "{0,4}")
 _BEFORE = re.compile(_BETWEEN)  # '72 73', '72 or 73': what may stand between the last number and the one before
+# Version 5 also: a comma ('5, 6'), 'or' after a comma and before up to two words ('72, or maybe 73'), a dash ('72 -
+# 73', '72–73'; '72-73' reads '-73' as the second number), a power ('72^2', '72^{2'); then superscripts after it
+_BETWEEN_5 = (rf",?(?:{_BETWEEN})|,(?:{_SEPARATOR})?|,?(?:{_SEPARATOR})?or{_SEPARATOR}(?:[A-Za-z]+{_SEPARATOR}){{0,2}}|"
+              rf"(?:{_SEPARATOR})?[\u2013\u2014-](?:{_SEPARATOR})?|\^\{{?")
+_BEFORE_5 = re.compile(_BETWEEN_5)
+_AFTER_5 = re.compile("[\u00b2\u00b3\u00b9\u2070\u2074-\u2079]*" + _AFTER.pattern.replace(
+    _BETWEEN, _BETWEEN_5 + "|(?=-)", 1).replace(_FINAL.pattern, _FINAL_5.pattern, 1))
+_DASHED = re.compile(r"[0-9][^0-9A-Za-z]*[\u2013\u2014-]")  # two numbers joined by a dash (version 5): no answer
+_NOT_BEFORE = re.compile(rf"(?:(?<![A-Za-z])[Nn]ot|n't)(?:{_SEPARATOR})?$")  # 'not 72', 'isn't $72$' (version 5)
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\[()\[\]]")
 
 
-def _beside(text: str, number: re.Match, previous: re.Match | None) -> str:
+def _beside(text: str, number: re.Match, previous: re.Match | None, version: int = 4) -> str | None:
     """An unboxed final number with what stands beside it (version 4), to be read as a boxed answer is: the words,
     macros or numbers right after it (`_AFTER`: a word that changes the number, '72 thousand', or a second number,
     '72 73', '72 or 73', then leave no number), and the number right before it when only space, 'or', 'and' or 'to'
     stands between them ('72 73' and '72 or 73' answer neither; '5\\,000' and '1 000' are one number). Math
-    delimiters become spaces. Linear in the length: one anchored match each way."""
-    start, end = number.start(), _AFTER.match(text, number.end()).end()
-    if previous is not None and _BEFORE.fullmatch(text, previous.end(), start):
+    delimiters become spaces. Version 5 reads more beside it (_BETWEEN_5, _NOT_BEFORE). Linear in the length: one
+    anchored match each way."""
+    after, before = (_AFTER, _BEFORE) if version < 5 else (_AFTER_5, _BEFORE_5)
+    start, end = number.start(), after.match(text, number.end()).end()
+    if previous is not None and (before.fullmatch(text, previous.end(), start) or
+                                 (version >= 5 and previous.end() == start and text[start] == "-")):
         start = previous.start()
-    return " ".join(_MATH_DELIMITER.sub(" ", text[start:end]).split())
+    negated = _NOT_BEFORE.search(text, max(0, start - 40), start) if version >= 5 else None
+    answer = " ".join(_MATH_DELIMITER.sub(" ", text[negated.start() if negated else start:end]).split())
+    return None if version >= 5 and _DASHED.search(answer) else answer  # '72-73', '60 - 20': a range or unfinished
 
 
 def gold_answer(answer: str) -> str:
@@ -219,8 +307,9 @@ _END_PUNCTUATION = re.compile(r"(?<!\\)[.,]+$")  # a sentence's end; not the com
 _SIDE_BY_SIDE = re.compile(r"[0-9}]\s+[+-]?\.?[0-9]")
 _DIGIT_GROUPS = re.compile(r"[+-]?[1-9][0-9]{0,2}(?: [0-9]{3})+(?:\.[0-9]+)?")  # 1 000 000: spaces that group thousands
 _DECIMAL = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits: no exponent, no unicode digits
-_EXACT = re.compile(rf"(?P<sign>[+-]?)\s*(?:(?P<value>{_DECIMAL})|\\[dt]?frac\{{(?P<num>{_DECIMAL})\}}"
-                    rf"\{{(?P<den>{_DECIMAL})\}}|(?P<n>{_DECIMAL})\s*/\s*(?P<d>{_DECIMAL}))")
+_EXACT, _EXACT_5 = (re.compile(rf"(?P<sign>[+-]?)\s*(?:(?P<value>{d})|\\[dt]?frac\{{(?P<num>{d})\}}"
+                               rf"\{{(?P<den>{d})\}}|(?P<n>{d})\s*/\s*(?P<d>{d}))")
+                    for d in (_DECIMAL, _DECIMAL + "(?:[eE][+-]?[0-9]{1,2})?"))  # version 5: '7.2e1' is 72
 _BOUNDED_EXPRESSION = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|\\right|[0-9 .+\-*/(){}])*")
 _BOUNDED_WITH_PERCENT = re.compile(r"(?:\\[dt]?frac|\\cdot|\\times|\\div|\\left|\\right|\\%|[0-9 .+\-*/(){}%])*")
 _POWER = re.compile(r"\*\s*\*")  # '**' (a power in sympy's syntax), also with spaces in between
@@ -230,7 +319,7 @@ _POWER = re.compile(r"\*\s*\*")  # '**' (a power in sympy's syntax), also with s
 
 def _value_words(version: int) -> frozenset[str]:
     """The words that change the number, as reward version `version` reads them."""
-    return _VALUE_WORDS - _COUNTED_FROM_4 if version >= 4 else _VALUE_WORDS
+    return (_VALUE_WORDS - _COUNTED_FROM_4 | ({"not"} if version >= 5 else set())) if version >= 4 else _VALUE_WORDS
 
 
 def _changes_value(text: str, version: int = REWARD_VERSION) -> bool:
@@ -249,7 +338,8 @@ def _strip_decoration(answer: str, version: int = REWARD_VERSION) -> str:
             break
         answer = unwrapped
     answer = _DEGREES.sub("", answer.replace("\u00b0", "")).replace("\\ ", " ").replace("~", " ")
-    answer = answer.rsplit("=", 1)[-1]  # x = 72: the right-hand side
+    sides = answer.split("=")  # x = 72: the right-hand side; from version 5 the last side with a number (72 = x)
+    answer = next((side for side in sides[::-1] if version >= 5 and re.search("[0-9]", side)), sides[-1])
     words = [w for w in answer.split(" ") if w]  # spaces only: a control character stays, and _clean refuses it
     units = len(words)
     while units > 1 and _UNIT_WORD.fullmatch(words[units - 1]):
@@ -294,7 +384,7 @@ def exact_value(answer: str, version: int = REWARD_VERSION) -> Fraction | None:
     """A plain decimal or a fraction of two plain decimals as an exact Fraction; None for anything else (including a
     zero denominator). Linear in the (bounded) length: no exponent can be written."""
     cleaned = _clean(answer, version)
-    m = _EXACT.fullmatch(cleaned) if cleaned is not None else None
+    m = (_EXACT if version < 5 else _EXACT_5).fullmatch(cleaned) if cleaned is not None else None
     if m is None:
         return None
     sign = -1 if m["sign"] == "-" else 1
@@ -369,7 +459,7 @@ def _scores(completions: list, answer: list[str], version: int) -> list[float]:
     rewards = []
     for completion, gold in zip(completions, answer, strict=True):
         try:
-            answer = final_answer(_text(completion), version)
+            answer = final_answer(text_of(completion), version)
             rewards.append(float(answers_equal(gold_answer(str(gold)), answer, version)))
         except Exception:  # noqa: BLE001 - a reward must never stop training; garbage scores 0
             rewards.append(0.0)
@@ -388,13 +478,17 @@ def reward_function(version: int | str = REWARD_VERSION) -> Callable[..., list[f
         raise ValueError(f"reward version {version!r} is unknown: this recipe has versions {REWARD_VERSIONS[0]} to "
                          f"{REWARD_VERSION} "
                          f"and MATH's {', '.join(rewards_math.REWARD_NAMES)}")
-    if version == REWARD_VERSION:
-        return math_equal_reward
+    return math_equal_reward if version == REWARD_VERSION else \
+        versioned(_scores, version, f"math_equal_reward_v{version}")
 
+
+def versioned(scores: Callable, version: int | str, name: str) -> Callable[..., list[float]]:
+    """A reward that scores as `scores(completions, answer, version)` does, named `name` (TRL logs a reward by name):
+    an older reading of either task's reward."""
     def reward(completions: list, answer: list[str], **kwargs) -> list[float]:
-        return _scores(completions, answer, version)
+        return scores(completions, answer, version)
 
-    reward.__name__ = reward.__qualname__ = f"math_equal_reward_v{version}"
+    reward.__name__ = reward.__qualname__ = name
     return reward
 
 

@@ -55,20 +55,25 @@ exactly, one code path with the reading's branches (`reading`, `parse_answer`, `
     is the set of its solutions, so it equals its interval (`_as_set`); never against a bare '(a, b)', which MATH
     also writes for a point;
   - a list of two or more choice letters is one answer however written ('A, C', '(C), (A)' are '\\text{(A), (C)}').
+- math-3: math-2, and characters written for ASCII ones read as those (gmts_recipe.rewards.ASCII_FORMS: the Unicode
+  minus, '\\boxed{−3}' is -3; fullwidth forms; a zero-width space a space), and two boxes joined by 'or' answer
+  neither ('$\\boxed{3}$ or perhaps $\\boxed{4}$': `last_boxed`), as in the GSM8K reward's version 5.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
+
+from gmts_recipe.rewards import _VALUE_WORDS as GSM8K_VALUE_WORDS  # importing it drops math-verify's timeout notice
+from gmts_recipe.rewards import ASCII_FORMS, _box_content, last_box, text_of, versioned
 
 # Every MATH reading this recipe keeps, the newest last: the one list of known names. REWARD_NAME is what new MATH
 # evaluations record; check.py re-scores a samples file with the reward it names.
-REWARD_NAMES = ("math-1", "math-2")
+REWARD_NAMES = ("math-1", "math-2", "math-3")
 REWARD_NAME = REWARD_NAMES[-1]
 MAX_TAIL_CHARS = 8000  # the last \boxed{} is at the end of an answer; bounding the input bounds the time
 MAX_ANSWER_CHARS = 256  # MATH's longest gold is 159 characters (a 3x3 matrix), Minerva OCW's 210
@@ -106,12 +111,9 @@ _TEXT_MACRO = re.compile(r"\\(?:text(?:rm|bf|it|normal)?|mbox|mathrm)\s*\{([^{}]
 # Multiple-choice letters: 'A, C', '(A), (C)', '\text{(A) and (C)}', 'AC' is not one (a product, a segment)
 _CHOICE = r"\(?[A-E]\)?"
 _CHOICES = re.compile(rf"{_CHOICE}(?:\s*(?:,|and|\\text\{{\s*and\s*\}})\s*{_CHOICE})+")
-# Words that scale or transform the number they stand by (as in gmts_recipe.rewards): never dropped with the \text{}
-# math-verify drops
-_VALUE_WORDS = frozenset(
-    "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
-    "lakhs crore crores squared cubed half halves tenth tenths hundredth hundredths thousandth thousandths twice "
-    "double triple thrice".split())
+# Words that scale or transform the number they stand by (gmts_recipe.rewards', but abbreviations and signs): never
+# dropped with the \text{} math-verify drops
+_VALUE_WORDS = GSM8K_VALUE_WORDS - set("k bn power powers root point minus negative".split())
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]+")  # a word, not a LaTeX command's name
 # Unit words read alike (singular, spelled out); words that qualify no unit ('square', 'units') are dropped
 _UNIT_SYNONYMS = {"cm": "centimeter", "centimetre": "centimeter", "m": "meter", "metre": "meter", "mm": "millimeter",
@@ -242,47 +244,12 @@ def _open_bounded(value: Any) -> bool:
         value.start.is_finite and value.end.is_finite
 
 
-def _drop_timeout_notice(record: logging.LogRecord) -> bool:
-    """False for math-verify's notice that its timeouts are off: they are off on purpose (bounded inputs), as in
-    gmts_recipe.rewards, which filters the same notice for the GSM8K reward."""
-    return not record.getMessage().startswith("Timeout is disabled")
-
-
-for _name in ("math_verify.parser", "math_verify.grader"):
-    logging.getLogger(_name).addFilter(_drop_timeout_notice)
-
-
-def _text(completion: Any) -> str:
-    """A completion as TRL passes it: a string, or a conversational list of messages."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
-        content = completion[-1].get("content", "")
-        return content if isinstance(content, str) else ""
-    return ""
-
-
-def last_boxed(text: str) -> str | None:
+def last_boxed(text: str, alternatives: bool = False) -> str | None:
     """The content of the last \\boxed{...} (or \\fbox{...}) of `text`, braces matched, stripped; '\\boxed 5' (no
-    braces, as two MATH training solutions write it) is its next word. None when there is none or it is left open.
-    Linear in the length of the text after the box."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    while start >= 0 and not _BOX.match(text, start):  # \boxedx is no box: an earlier one may be
-        start = max(text.rfind("\\boxed", 0, start), text.rfind("\\fbox", 0, start))
-    if start < 0:
-        return None
-    i = _BOX.match(text, start).end()
-    while i < len(text) and text[i] in " \t":
-        i += 1
-    if i < len(text) and text[i] != "{":  # '\boxed 5$': the word after it
-        word = re.match(r"[^\s$]+", text[i:])
-        return word[0] if word else None
-    depth = 0
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i + 1 : j].strip()
-    return None
+    braces, as two MATH training solutions write it) is its next word. None when there is none or it is left open;
+    '' for two boxes joined by 'or' where `alternatives` (math-3). gmts_recipe.rewards.last_box, the one scanner."""
+    box = last_box(text, _BOX, None, alternatives)
+    return None if box is None else box[0].strip()
 
 
 def reading(answer: str, name: str = REWARD_NAME) -> str:
@@ -291,6 +258,7 @@ def reading(answer: str, name: str = REWARD_NAME) -> str:
     groups joined ('2\\,220' and '2 220' are 2220), an approximation dropped ('\\frac12 \\approx 0.5' is 1/2, once
     `_approximation_holds`) and a list of choice letters written one way ('A, C' is '\\text{(A), (C)}'). The same
     for a gold answer and a completion's."""
+    answer = answer if name in ("math-1", "math-2") else answer.translate(ASCII_FORMS)
     answer = _END_PERIOD.sub("", _PERCENT.sub(" ", answer).strip())
     answer = _E_NOTATION.sub(lambda m: f"{m[1]} \\times 10^{{{m[2]}}}", answer).strip()
     if name == "math-1":
@@ -322,12 +290,8 @@ def _exponent(text: str, start: int) -> tuple[str, int] | None:
     if i >= len(text):
         return None
     if text[i] == "{":
-        depth = 0
-        for j in range(i, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                return text[i : j + 1], j + 1
-        return None
+        group = _box_content(text, i, None)
+        return (f"{{{group[0]}}}", group[1]) if group else None
     token = re.match(r"\\[A-Za-z]+|\d+|.", text[i:])[0]
     return token, i + len(token)
 
@@ -492,10 +456,10 @@ def _inequality_equal(gold_parsed: tuple, predicted_parsed: tuple) -> bool:
         return False
 
 
-def boxed_answer(completion: Any) -> str | None:
-    """A completion's final answer as this reward reads it: the last \\boxed{} of its last MAX_TAIL_CHARS
+def boxed_answer(completion: Any, name: str = REWARD_NAME) -> str | None:
+    """A completion's final answer as the reading `name` reads it: the last \\boxed{} of its last MAX_TAIL_CHARS
     characters."""
-    return last_boxed(_text(completion)[-MAX_TAIL_CHARS:])
+    return last_boxed(text_of(completion)[-MAX_TAIL_CHARS:], name not in ("math-1", "math-2"))
 
 
 def math_boxed_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
@@ -509,7 +473,7 @@ def _scores(completions: list, answer: list[str], name: str) -> list[float]:
     rewards = []
     for completion, gold in zip(completions, answer, strict=True):
         try:
-            rewards.append(float(answers_equal(str(gold).strip(), boxed_answer(completion), name)))
+            rewards.append(float(answers_equal(str(gold).strip(), boxed_answer(completion, name), name)))
         except Exception:  # noqa: BLE001 - a reward must never stop training; garbage scores 0
             rewards.append(0.0)
     return rewards
@@ -521,11 +485,5 @@ def reward_function(name: str = REWARD_NAME) -> Callable[..., list[float]]:
     here."""
     if name not in REWARD_NAMES:
         raise ValueError(f"reward {name!r} is unknown: this recipe's MATH rewards are {', '.join(REWARD_NAMES)}")
-    if name == REWARD_NAME:
-        return math_boxed_reward
-
-    def reward(completions: list, answer: list[str], **kwargs) -> list[float]:
-        return _scores(completions, answer, name)
-
-    reward.__name__ = reward.__qualname__ = f"math_boxed_reward_{name.replace('-', '_')}"
-    return reward
+    return math_boxed_reward if name == REWARD_NAME else \
+        versioned(_scores, name, f"math_boxed_reward_{name.replace('-', '_')}")

@@ -294,7 +294,8 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None, 
            show_question(results, asked, gsm8k_path, gsm8k_pinned)]
     for where, ev, path, line in found:
         version = ev["samples"].get("reward", 1)  # the reading that scored it reads its final answer
-        read = boxed_answer if version in REWARD_NAMES else functools.partial(final_answer, version=version)
+        read = functools.partial(boxed_answer, name=version) if version in REWARD_NAMES else \
+            functools.partial(final_answer, version=version)
         out.append(f"\n=== {where} (eval seed {ev['seed']}): {sum(line['scores']):g} of {len(line['scores'])} right  "
                    f"[{path}]")
         for j, (text, score) in enumerate(zip(line["samples"], line["scores"])):

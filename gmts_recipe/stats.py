@@ -411,7 +411,8 @@ def _letters_and_upper(text: str) -> tuple[int, int]:
 
 def hack_scan(completions: Sequence[str], ngram: int = 4) -> dict:
     """Reward-hacking flags over completions: length, uppercase share, repeated n-grams within a completion, empty or
-    answer-less completions. check.py recomputes it from every evaluation's samples (samples.check_samples)."""
+    answer-less completions (no box, no number in digits: reward version 1's reading, which a recorded share keeps).
+    check.py recomputes it from every evaluation's samples (samples.check_samples)."""
     texts = [c if isinstance(c, str) else "" for c in completions]
     n = max(len(texts), 1)
     counts = [_letters_and_upper(t) for t in texts]
@@ -422,7 +423,7 @@ def hack_scan(completions: Sequence[str], ngram: int = 4) -> dict:
         "upper_fraction": upper / letters if letters else 0.0,
         "repetition": repetition,
         "empty_fraction": sum(not t.strip() for t in texts) / n,
-        "answerless_fraction": sum(final_answer(t) is None for t in texts) / n,
+        "answerless_fraction": sum(final_answer(t, 1) is None for t in texts) / n,
     }
     stats["flags"] = [name for name, bad in (
         ("uppercase", stats["upper_fraction"] > 0.5),

@@ -186,8 +186,8 @@ def prompt_name_problem(text: str, names: Iterable[str]) -> str | None:
     The rule, which never refuses a sentence: a text of more than PROMPT_NAME_WORDS words is text. A shorter one is
     refused when, lowercased, its outer punctuation stripped and its spaces and hyphens read as '_', it is a preset
     name or within PROMPT_NAME_CUTOFF of one (difflib's ratio: "step" 0.89 of "steps", "exmaple" 0.86 of "example";
-    "Solve" is at most 0.4 from any, "Sample" 0.77), or when it is one word joined by '_' (a name's spelling, never a
-    prompt's: "three_examples"). The answer names the closest preset."""
+    "Solve" is at most 0.4 from any, "Sample" 0.77), or when it is one word joined by '_' or '-' (a name's spelling,
+    never a prompt's: "three_examples", "boxed-answer"). The answer names the closest preset."""
     names = list(names)
     if text in names or len(text.split()) > PROMPT_NAME_WORDS:
         return None
@@ -197,10 +197,10 @@ def prompt_name_problem(text: str, names: Iterable[str]) -> str | None:
     if near:
         return (f"is no preset name but reads like {near[0]}: did you mean {near[0]}? (presets: {presets}; a literal "
                 f"prompt of {PROMPT_NAME_WORDS} words or fewer this close to a name is refused, write it as a sentence)")
-    if re.fullmatch(r"\w+_\w+", text.strip()):
+    if re.fullmatch(r"\w+(?:[-_]\w+)+", text.strip()):
         closest = difflib.get_close_matches(key, names, n=1, cutoff=0.0)
-        return (f"is no preset name, and a word joined by '_' is a name's spelling, not a prompt: use one of {presets}"
-                + (f" (closest: {closest[0]})" if closest else ""))
+        return (f"is no preset name, and a word joined by '_' or '-' is a name's spelling, not a prompt: use one of "
+                f"{presets}" + (f" (closest: {closest[0]})" if closest else ""))
     return None
 
 

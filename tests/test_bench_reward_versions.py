@@ -32,8 +32,8 @@ def _evaluation(folder: Path, stem: str, texts: list[str], gold: str, version: i
 
 def test_the_counts_on_hand_written_samples(tmp_path):
     texts = ["\\boxed{72}", "\\boxed{\\text{72}}", "\\boxed{72 squared}", "\\boxed{70 \\text{ or } 72}",
-             "#### 72 thousand"]
-    # versions 1, 2, 3, 4 score them: 1 1 1 1 | 0 1 1 1 | 0 1 0 0 | 1 1 0 0 | 1 1 1 0
+             "#### 72 thousand", "\\boxed{72}. Wait, it is 36."]
+    # versions 1 to 5 score them: 11111 | 01111 | 01000 | 11000 | 11100 | 11110
     run = tmp_path / "run"
     results = {"base": {"evals": [_evaluation(run, "base", texts, "72", None)]},
                "arms": {"gmts": {"eval": _evaluation(run, "gmts", texts[:2], "72", 2)}}}
@@ -45,33 +45,37 @@ def test_the_counts_on_hand_written_samples(tmp_path):
         _evaluation(math, "base", ["\\boxed{7}"], "7", None) | {"samples": {"path": "x", "sha256": "0",
                                                                         "reward": "math-2"}}]}}))
     summary = reward_versions.measure(tmp_path)
-    assert (summary["samples_files"], summary["samples"], summary["not_as_stored"]) == (2, 7, 0)
-    assert summary["samples_by_recorded_version"] == {"1": 5, "2": 2, "3": 0, "4": 0}
-    # base (version 1 stored 1 0 0 1 1): version 2 moves two up; version 3 one up, one down; version 4 one up, two
-    # down. gmts (version 2 stored 1 1): version 1 moves one down
+    assert (summary["samples_files"], summary["samples"], summary["not_as_stored"]) == (2, 8, 0)
+    assert summary["samples_by_recorded_version"] == {"1": 6, "2": 2, "3": 0, "4": 0, "5": 0}
+    # base (version 1 stored 1 0 0 1 1 1): version 2 moves two up; version 3 one up, one down; version 4 one up, two
+    # down; version 5 one up, three down. gmts (version 2 stored 1 1): version 1 moves one down
     assert summary["against_recorded"] == {"1": {"up": 0, "down": 1}, "2": {"up": 2, "down": 0},
-                                           "3": {"up": 1, "down": 1}, "4": {"up": 1, "down": 2}}
+                                           "3": {"up": 1, "down": 1}, "4": {"up": 1, "down": 2},
+                                           "5": {"up": 1, "down": 3}}
     assert summary["between_versions"] == {"1->2": {"up": 3, "down": 0}, "2->3": {"up": 0, "down": 2},
-                                           "3->4": {"up": 0, "down": 1}}
+                                           "3->4": {"up": 0, "down": 1}, "4->5": {"up": 0, "down": 1}}
     rows = [(d["file"], d["sample"], d["recorded"], d["scores"]) for d in summary["differ"]]
     base, gmts = sorted({d["file"] for d in summary["differ"]})
     assert base.startswith("run/base-") and gmts.startswith("run/gmts-")
-    assert rows == [(base, 1, 1, [0.0, 1.0, 1.0, 1.0]), (base, 2, 1, [0.0, 1.0, 0.0, 0.0]),
-                    (base, 3, 1, [1.0, 1.0, 0.0, 0.0]), (base, 4, 1, [1.0, 1.0, 1.0, 0.0]),
-                    (gmts, 1, 2, [0.0, 1.0, 1.0, 1.0])]
-    assert [summary["differ"][i]["answer"] for i in (1, 3)] == ["72 squared", "72 thousand"]
-    assert "7 samples in 2 files (recorded version: 1: 5, 2: 2, 3: 0, 4: 0)" in reward_versions.text(summary)
+    assert rows == [(base, 1, 1, [0.0, 1.0, 1.0, 1.0, 1.0]), (base, 2, 1, [0.0, 1.0, 0.0, 0.0, 0.0]),
+                    (base, 3, 1, [1.0, 1.0, 0.0, 0.0, 0.0]), (base, 4, 1, [1.0, 1.0, 1.0, 0.0, 0.0]),
+                    (base, 5, 1, [1.0, 1.0, 1.0, 1.0, 0.0]), (gmts, 1, 2, [0.0, 1.0, 1.0, 1.0, 1.0])]
+    assert [summary["differ"][i]["answer"] for i in (1, 3, 4)] == ["72 squared", "72 thousand", "72 or 36"]
+    assert "8 samples in 2 files (recorded version: 1: 6, 2: 2, 3: 0, 4: 0, 5: 0)" in reward_versions.text(summary)
     table = reward_versions.markdown(summary).splitlines()
-    assert table[0] == "7 committed samples in 2 samples files (5 scored by version 1, 2 scored by version 2);"
-    assert table[5:9] == ["| 1 | 0 up, 1 down | - |", "| 2 | 2 up, 0 down | 3 up, 0 down |",
-                          "| 3 | 1 up, 1 down | 0 up, 2 down |", "| 4 | 1 up, 2 down | 0 up, 1 down |"]
+    assert table[0] == "8 committed samples in 2 samples files (6 scored by version 1, 2 scored by version 2);"
+    assert table[5:10] == ["| 1 | 0 up, 1 down | - |", "| 2 | 2 up, 0 down | 3 up, 0 down |",
+                           "| 3 | 1 up, 1 down | 0 up, 2 down |", "| 4 | 1 up, 2 down | 0 up, 1 down |",
+                           "| 5 | 1 up, 3 down | 0 up, 1 down |"]
     sections = [i for i, line in enumerate(table) if line.startswith("The ")]
     assert [table[i] for i in sections] == [
+        "The 1 committed sample(s) that version 5 scores otherwise than version 4:",
         "The 1 committed sample(s) that version 4 scores otherwise than version 3:",
         "The 2 committed sample(s) that version 3 scores otherwise than version 2:",
         "The 3 committed sample(s) that version 2 scores otherwise than version 1:"]
-    assert table[sections[0] + 4] == f"| {base} | 0 | `72 thousand` | 72 | 1 | 0 |"
-    assert table[sections[1] + 4:sections[1] + 6] == [f"| {base} | 0 | `72 squared` | 72 | 1 | 0 |",
+    assert table[sections[0] + 4] == f"| {base} | 0 | `72 or 36` | 72 | 1 | 0 |"
+    assert table[sections[1] + 4] == f"| {base} | 0 | `72 thousand` | 72 | 1 | 0 |"
+    assert table[sections[2] + 4:sections[2] + 6] == [f"| {base} | 0 | `72 squared` | 72 | 1 | 0 |",
                                                       f"| {base} | 0 | `70 \\text{{ or }} 72` | 72 | 1 | 0 |"]
 
 

@@ -139,6 +139,8 @@ def test_hack_scan_flags():
     assert {"uppercase", "repetition", "answerless"} == set(loud["flags"])
     assert loud["repetition"] == pytest.approx(5 / 7)  # 7 word 4-grams, 2 distinct
     assert hack_scan(["#### 1", "", ""])["flags"] == ["empty", "answerless"]
+    # a number in words answers from reward version 5, but the share keeps version 1's reading, as committed files do
+    assert hack_scan(["The answer is seventy-two.", "#### 72"])["answerless_fraction"] == 0.5
 
 
 # ---------------------------------------------------------------- data

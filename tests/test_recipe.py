@@ -523,6 +523,7 @@ def test_a_typo_is_reported_before_the_hardware(tiny_config, tmp_path, monkeypat
     ("max_steps: true", "max_steps: true in the config file {}: must be an integer"),
     ("beta: null", "beta: null in the config file {}: must be a number"),
     ("use_peft: 3", "use_peft: 3 in the config file {}: must be true or false"),
+    ('seed: "17"', "seed: '17' in the config file {}: must be an integer (unquoted)"),  # a quoted number is text
 ])
 def test_a_config_value_of_the_wrong_type_is_one_line(tmp_path, monkeypatch, capsys, line, message):
     """argparse converts only the command line's strings: a file's value of the wrong type would reach the trainer
@@ -536,7 +537,7 @@ def test_a_config_value_of_the_wrong_type_is_one_line(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert err == f"recipe.py: {message.format(bad)}\n", err
     key = line.split(":")[0]
-    good = {"max_steps": "3", "beta": "0.0", "use_peft": "true"}[key]
+    good = {"max_steps": "3", "beta": "0.0", "use_peft": "true", "seed": "17"}[key]
     r, train, model, _ = recipe.parse(["--config", str(bad), f"--{key}", good])
     assert str(getattr(train, key, getattr(model, key, None))).lower() == str(float(good) if key == "beta" else good)
 

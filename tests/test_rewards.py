@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gmts_recipe.rewards import (_COUNTED_FROM_4, _VALUE_WORDS, REWARD_VERSION, REWARD_VERSIONS, bounded_expression,
                                   exact_value, final_answer, math_equal_reward, reward_function, sample_scores)
+from gmts_recipe.rewards_math import REWARD_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 NEST = 30
@@ -93,15 +94,16 @@ HOSTILE = [
 _SCRIPT = """
 import json, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-from gmts_recipe.rewards import math_equal_reward
-math_equal_reward(["\\\\boxed{6 \\\\times 12}"], ["72"])  # imports math-verify and sympy outside the timing
+from gmts_recipe.rewards import reward_function
+reward = reward_function(json.loads(sys.argv[2]))
+reward(["\\\\boxed{6 \\\\times 12}"], ["72"])  # imports math-verify and sympy outside the timing
 corpus = json.loads(sys.stdin.read())
 out = []
 def work():
-    for text in corpus:
+    for text, gold in corpus:
         t = time.perf_counter()
-        reward = math_equal_reward([text], ["72"])[0]
-        out.append([reward, time.perf_counter() - t])
+        score = reward([text], [gold])[0]
+        out.append([score, time.perf_counter() - t])
 worker = threading.Thread(target=work)  # a worker thread: no SIGALRM timeout could apply here
 worker.start()
 worker.join()
@@ -109,19 +111,34 @@ print(json.dumps(out))
 """
 
 
-def test_every_hostile_completion_scores_in_bounded_time_on_a_worker_thread():
-    """Each call is timed in a subprocess with a wall-clock limit: a hang fails the test instead of hanging it."""
-    corpus = [text for text, _ in HOSTILE]
+def _math_corpus() -> list[tuple[str, str, float]]:
+    """MATH's hostile answers and its largest bounded ones (tests/test_rewards_math.py), boxed, against the gold 5."""
+    from test_rewards_math import BOUNDED
+    from test_rewards_math import HOSTILE as UNBOUNDED
+
+    return [(f"So $\\boxed{{{a}}}$.", "5", 0.0) for a in UNBOUNDED + BOUNDED] + [
+        ("\\boxed{" * 10_000, "5", 0.0), ("{" * 1_000_000, "5", 0.0), ("\\boxed{5}" + "x" * 1_000_000, "5", 0.0),
+        ("x" * 1_000_000 + "\\boxed{5}", "5", 1.0)]
+
+
+# Each reward new runs train with, and the one before it: the newest must stay within the same bounds
+@pytest.mark.parametrize("version, seconds, limit", [(4, 2.0, 120), (REWARD_VERSION, 2.0, 120),
+                                                     ("math-2", 5.0, 300), (REWARD_NAME, 5.0, 300)])
+def test_every_hostile_completion_scores_in_bounded_time_on_a_worker_thread(version, seconds, limit):
+    """Each call is timed in a subprocess with a wall-clock limit: a hang fails the test instead of hanging it. The
+    one harness of both rewards: GSM8K's HOSTILE against the gold 72, MATH's hostile boxed answers against 5."""
+    corpus = [(text, "72", score) for text, score in HOSTILE] if isinstance(version, int) else _math_corpus()
     try:
-        done = subprocess.run([sys.executable, "-c", _SCRIPT, str(ROOT)], input=json.dumps(corpus), text=True,
-                              capture_output=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", _SCRIPT, str(ROOT), json.dumps(version)], text=True,
+                              input=json.dumps([[text, gold] for text, gold, _ in corpus]), capture_output=True,
+                              timeout=limit)
     except subprocess.TimeoutExpired:
-        pytest.fail("the reward did not finish the hostile corpus within 120 s")
+        pytest.fail(f"reward {version} did not finish the hostile corpus within {limit} s")
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(done.stdout)
-    assert [r for r, _ in results] == [expected for _, expected in HOSTILE]
-    slow = [(text[:40], seconds) for (text, _), (_, seconds) in zip(HOSTILE, results) if seconds > 2.0]
-    assert not slow, f"calls over 2 s (the CPU is shared, typical is < 10 ms): {slow}"
+    assert [r for r, _ in results] == [score for *_, score in corpus]
+    slow = [(text[:40], t) for (text, *_), (_, t) in zip(corpus, results) if t > seconds]
+    assert not slow, f"calls over {seconds:g} s (the CPU is shared, typical is a few ms): {slow}"
 
 
 @pytest.mark.parametrize("text,value", [
@@ -133,7 +150,13 @@ def test_every_hostile_completion_scores_in_bounded_time_on_a_worker_thread():
     ("1e9", None), ("9**9", None), ("\\frac{1}{0}", None), ("\u0667", None), ("9" * 65, None), ("6 \\times 12", None),
 ])
 def test_exact_value_reads_plain_numbers_and_fractions_only(text, value):
-    assert exact_value(text) == value
+    assert exact_value(text, 4) == value
+    assert exact_value(text) == (Fraction(10**9) if text == "1e9" else value)  # version 5 reads e notation
+
+
+def test_version_5_reads_e_notation_with_a_two_digit_exponent_only():
+    assert [exact_value(t) for t in ("7.2e1", "-1E-2", "1e99", "1e100", "1e9999")] == [72, Fraction(-1, 100), 10**99,
+                                                                                        None, None]
 
 
 @pytest.mark.parametrize("text,bounded", [
@@ -247,11 +270,11 @@ DECORATED = [
     ("The angle is \\boxed{72^\\circ}", 1.0),
     ("The angle is \\boxed{72\u00b0}", 1.0),
     ("Each kid gets \\boxed{72 \\text{ S'mores for each kid}}", 1.0),
-    ("So \\boxed{\\text{seventy-two}}", 0.0),  # words are no number
+    ("So \\boxed{\\text{seventy-two}}", 1.0),  # version 5: a number in words where no digit is written
     ("So \\boxed{72 - x}", 0.0),  # an expression in x: the x is no unit
     ("So \\boxed{70 + x}", 0.0),
     ("So \\boxed{x = 70}", 0.0),
-    ("So \\boxed{72 = x}", 0.0),  # the right-hand side answers
+    ("So \\boxed{72 = x}", 1.0),  # version 5: the last side that holds a number answers
     ("So \\boxed{7 km 2}", 0.0),
 ]
 
@@ -385,19 +408,73 @@ def test_version_4_refuses_words_and_numbers_beside_an_unboxed_number(completion
     assert tuple(sample_scores([completion], gold, v)[0] for v in (3, 4)) == scores
 
 
+# (completion, gold, versions 4 and 5): what version 4 scored right but is wrong, then wrong but right (rewards.py)
+VERSION_5 = [
+    ("\\boxed{72} ... Wait ... the correct total is 36.", "72", (1.0, 0.0)),  # another number after the box
+    ("\\boxed{72} ... Wait ... the correct total is 36.", "36", (0.0, 0.0)),
+    ("\\boxed{72}. **Final Answer** Actually 73.", "72", (1.0, 0.0)),
+    ("\\boxed{3} or perhaps \\boxed{4}", "4", (1.0, 0.0)),  # two boxes joined by 'or'
+    ("It is either 72, or maybe 73.", "73", (1.0, 0.0)),
+    ("72\u201373", "73", (1.0, 0.0)),  # an en dash: a range
+    ("72-73", "-73", (1.0, 0.0)),  # a range (or 72 - 73), not -73
+    ("72-73", "-1", (0.0, 0.0)),
+    ("So the total is 60 - 20", "20", (1.0, 0.0)),  # a difference left unfinished (a committed completion's end)
+    ("72\u00b2", "72", (1.0, 0.0)),
+    ("72\u00b3", "72", (1.0, 0.0)),
+    ("72^2", "2", (1.0, 0.0)),
+    ("The answer is not 72.", "72", (1.0, 0.0)),
+    ("It isn't $72$.", "72", (1.0, 0.0)),
+    ("\\boxed{\\text{not } 72}", "72", (1.0, 0.0)),
+    ("The answer is 5, 6", "6", (1.0, 0.0)),  # a list
+    ("#### 5, 6", "5", (1.0, 0.0)),
+    ("\uff17\uff12", "72", (0.0, 1.0)),  # fullwidth digits
+    ("\\boxed{\uff17\uff12}", "72", (0.0, 1.0)),
+    ("\\boxed{72\u200b}", "72", (0.0, 1.0)),  # a zero-width space is a space
+    ("\\boxed{7\u200b2}", "72", (0.0, 0.0)),  # two numbers, as '7 2' is
+    ("\\boxed{72 = x}", "72", (0.0, 1.0)),
+    ("7.2e1", "72", (0.0, 1.0)),
+    ("\\boxed{7.2e1}", "72", (0.0, 1.0)),
+    ("seventy-two", "72", (0.0, 1.0)),
+    ("The answer is Seventy-two.", "72", (0.0, 1.0)),
+    ("\\boxed{one hundred and five}", "105", (0.0, 1.0)),
+    # what stays
+    ("\\boxed{72}. Actually, he has 72 apples.", "72", (1.0, 1.0)),  # the same number after the box
+    ("\\boxed{8} years old 4 years from now.", "8", (1.0, 1.0)),  # numbers after a box, no second thought
+    ("\\boxed{72}. Wait, let me check: 70 + 2 = 72.", "72", (1.0, 1.0)),
+    ("\\boxed{72}\n#### 73", "72", (1.0, 0.0)),
+    ("\\boxed{72}. I hope this one helps.", "72", (1.0, 1.0)),  # words after a box are read in digits only
+    ("\\boxed{6 \\times 12}. That is 72.", "72", (1.0, 1.0)),
+    ("\\boxed{3}. Wait, that is wrong. \\boxed{4}", "4", (1.0, 1.0)),  # a box that corrects one
+    ("\\boxed{x = 72}", "72", (1.0, 1.0)),
+    ("\\boxed{70 + 2 = 72}", "72", (1.0, 1.0)),
+    ("It takes 15 hours to clean one-half", "15", (1.0, 1.0)),
+    ("The answer is one-half.", "1", (0.0, 0.0)),  # a fraction in words is no number
+    ("It is 72, half of the 144.", "144", (1.0, 1.0)),
+    ("So 100 - 28 = 72", "72", (1.0, 1.0)),
+    ("So the answer is 1e999999", "1", (0.0, 0.0)),  # no exponent of 3 digits or more
+    ("\\boxed{\u0667\u0662}", "72", (0.0, 0.0)),  # Arabic-Indic digits: not fullwidth forms
+]
+
+
+@pytest.mark.parametrize("completion, gold, scores", VERSION_5)
+def test_version_5_reads_what_version_4_read_wrong(completion, gold, scores):
+    assert tuple(sample_scores([completion], gold, v)[0] for v in (4, 5)) == scores
+
+
 def test_the_versions_are_one_tuple_newest_last():
     """REWARD_VERSIONS is the one list of known GSM8K versions: the newest is what new evaluations record, every one
     has a reward function, and records.py knows exactly these."""
     from gmts_recipe import records
 
-    assert REWARD_VERSIONS == (1, 2, 3, 4) and REWARD_VERSION == REWARD_VERSIONS[-1]
+    assert REWARD_VERSIONS == (1, 2, 3, 4, 5) and REWARD_VERSION == REWARD_VERSIONS[-1]
     assert reward_function(REWARD_VERSION) is math_equal_reward
-    assert [reward_function(v).__name__ for v in REWARD_VERSIONS[:-1]] == [f"math_equal_reward_v{v}" for v in (1, 2, 3)]
+    assert [reward_function(v).__name__ for v in REWARD_VERSIONS[:-1]] == [f"math_equal_reward_v{v}"
+                                                                           for v in (1, 2, 3, 4)]
     assert tuple(records.known_reward_versions()) == REWARD_VERSIONS
     assert all(records.is_known_reward_version(v) for v in REWARD_VERSIONS)
-    assert not any(records.is_known_reward_version(v) for v in (0, 5, "4", True, 4.0))
-    with pytest.raises(ValueError, match="reward version 5 is unknown"):
-        reward_function(5)
+    assert not any(records.is_known_reward_version(v) for v in (0, 6, "4", True, 4.0))
+    with pytest.raises(ValueError, match="reward version 6 is unknown"):
+        reward_function(6)
 
 
 VALUE_WORDS = sorted(_VALUE_WORDS - _COUNTED_FROM_4)  # version 4's; a dozen counts

@@ -1,5 +1,6 @@
 """The MATH reward: the last \\boxed{} answer against MATH's boxed gold through math-verify; exact on the forms MATH's
-golds take, no false positive on the probes, bounded time on hostile answers (on a worker thread), the same score
+golds take, no false positive on the probes, hostile answers refused before sympy (timed by tests/test_rewards.py's
+harness), the same score
 under any hash seed, and every gold of MATH-500 (and, slow, of all of MATH and Minerva OCW) right in a model's forms
 where the data is at hand."""
 
@@ -125,15 +126,15 @@ def test_false_positive_probes_score_0(gold, answer):
 
 
 def test_the_reward_is_named_and_dispatched_by_task():
-    assert rewards.task_reward("math") == REWARD_NAME == REWARD_NAMES[-1] == "math-2"
-    assert REWARD_NAMES == ("math-1", "math-2")
+    assert rewards.task_reward("math") == REWARD_NAME == REWARD_NAMES[-1] == "math-3"
+    assert REWARD_NAMES == ("math-1", "math-2", "math-3")
     assert rewards.task_reward("gsm8k") == rewards.task_reward("arithmetic") == rewards.REWARD_VERSION
-    assert rewards.reward_function("math-2") is math_boxed_reward is reward_function()
+    assert rewards.reward_function("math-3") is math_boxed_reward is reward_function()
     assert rewards.reward_function("math-1").__name__ == "math_boxed_reward_math_1"
     for name in REWARD_NAMES:
         assert rewards.sample_scores(["\\boxed{\\dfrac{1}{2}}", "\\boxed{0.4}"], "\\frac{1}{2}", name) == [1.0, 0.0]
-    with pytest.raises(ValueError, match="reward 'math-3' is unknown"):
-        rewards.reward_function("math-3")
+    with pytest.raises(ValueError, match="reward 'math-4' is unknown"):
+        rewards.reward_function("math-4")
 
 
 def test_readings_before_math_verify():
@@ -166,43 +167,6 @@ def test_unbounded_answers_are_refused_before_sympy(answer):
 @pytest.mark.parametrize("answer", BOUNDED)
 def test_bounded_answers_reach_math_verify(answer):
     assert bounded_answer(reading(answer))
-
-
-_SCRIPT = """
-import json, sys, threading, time
-sys.path.insert(0, sys.argv[1])
-from gmts_recipe.rewards_math import math_boxed_reward
-math_boxed_reward(["\\\\boxed{\\\\frac{1}{2}}"], ["0.5"])  # imports math-verify and sympy outside the timing
-corpus = json.loads(sys.stdin.read())
-out = []
-def work():
-    for text, gold in corpus:
-        t = time.perf_counter()
-        reward = math_boxed_reward([text], [gold])[0]
-        out.append([reward, time.perf_counter() - t])
-worker = threading.Thread(target=work)  # a worker thread: no SIGALRM timeout could apply here
-worker.start()
-worker.join()
-print(json.dumps(out))
-"""
-
-
-def test_hostile_and_bounded_answers_score_in_bounded_time_on_a_worker_thread():
-    """Every hostile answer, and the largest bounded ones, in a subprocess with a wall-clock limit: a hang fails the
-    test instead of hanging it."""
-    corpus = [[f"So $\\boxed{{{a}}}$.", "5"] for a in HOSTILE + BOUNDED] + [
-        ["\\boxed{" * 10_000, "5"], ["{" * 1_000_000, "5"], ["\\boxed{5}" + "x" * 1_000_000, "5"],
-        ["x" * 1_000_000 + "\\boxed{5}", "5"]]
-    try:
-        done = subprocess.run([sys.executable, "-c", _SCRIPT, str(ROOT)], input=json.dumps(corpus), text=True,
-                              capture_output=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the reward did not finish the hostile corpus within 300 s")
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(done.stdout)
-    assert [r for r, _ in results] == [0.0] * (len(corpus) - 1) + [1.0]
-    slow = [(text[:40], seconds) for (text, _), (_, seconds) in zip(corpus, results) if seconds > 5.0]
-    assert not slow, f"calls over 5 s (the CPU is shared, typical is a few ms): {slow}"
 
 
 _SEEDED = """

@@ -1,7 +1,7 @@
-"""The MATH reward's readings, math-1 against math-2: hand-written answers with their exact scores, properties over
-numbers, and the counts over MATH-500's golds in each written form that math-2 reads otherwise (where the data is at
-hand): words that change the number, another unit, spaced thousands, an inequality for an interval, choice letters, a
-tuple for a set (and a set for a tuple), an approximation."""
+"""The MATH reward's readings, math-1 against math-2 and math-3: hand-written answers with their exact scores,
+properties over numbers, and the counts over MATH-500's golds in each written form that math-2 reads otherwise (where
+the data is at hand): words that change the number, another unit, spaced thousands, an inequality for an interval,
+choice letters, a tuple for a set (and a set for a tuple), an approximation; then what math-3 reads otherwise."""
 
 import re
 from fractions import Fraction
@@ -98,15 +98,31 @@ BY_NAME = [
 
 @pytest.mark.parametrize("answer, gold, math1, math2", BY_NAME)
 def test_each_reading_scores_these_answers_exactly(answer, gold, math1, math2):
-    assert scores(answer, gold) == (math1, math2)
+    assert scores(answer, gold) == (math1, math2, math2)  # math-3 reads these as math-2
+
+
+# (completion, gold, math-2, math-3): the Unicode minus and fullwidth forms are ASCII; two boxes joined by 'or' are none
+MATH_3 = [
+    ("So $\\boxed{3}$ or perhaps $\\boxed{4}$.", "4", 1.0, 0.0),
+    ("So $\\boxed{3}$ or perhaps $\\boxed{4}$.", "3", 0.0, 0.0),
+    ("$\\boxed{\u22123}$", "-3", 0.0, 1.0),
+    ("$\\boxed{\\frac{\u22121}{\uff12}}$", "-\\frac12", 0.0, 1.0),
+    ("$\\boxed{3}$. Wait, that is wrong: $\\boxed{4}$.", "4", 1.0, 1.0),  # a box that corrects one still answers
+    ("$\\boxed{3}$ and $\\boxed{4}$", "4", 1.0, 1.0),
+]
+
+
+@pytest.mark.parametrize("completion, gold, math2, math3", MATH_3)
+def test_math_3_reads_unicode_forms_and_refuses_alternative_boxes(completion, gold, math2, math3):
+    assert tuple(reward_function(name)([completion], [gold])[0] for name in ("math-2", "math-3")) == (math2, math3)
 
 
 def test_the_readings_are_one_tuple_newest_last():
     from gmts_recipe import records
 
-    assert REWARD_NAMES == ("math-1", "math-2")
+    assert REWARD_NAMES == ("math-1", "math-2", "math-3")
     assert all(records.is_known_reward_version(name) for name in REWARD_NAMES)
-    assert not records.is_known_reward_version("math-3")
+    assert not records.is_known_reward_version("math-4")
     assert reading("2\\,220", "math-1") == "2\\,220" and reading("2\\,220") == "2220"
     assert reading("\\frac12 \\approx 0.5") == "\\frac12" and reading("C, A") == "\\text{(A), (C)}"
 
@@ -223,18 +239,18 @@ def form_counts(golds: list[str]) -> dict[str, tuple[int, ...]]:
 
 
 def test_math500_golds_in_each_written_form():
-    """(golds in the form, scored 1 by math-1, by math-2). math-1 let through a word that changes the number, another
-    unit, a set for a tuple and a tuple for a set, an approximation that does not hold, and refused spaced thousands
-    and an inequality for its interval; math-2 reads each as written. Choice letters and a holding approximation
-    score under both."""
+    """(golds in the form, scored 1 by math-1, by math-2, by math-3). math-1 let through a word that changes the
+    number, another unit, a set for a tuple and a tuple for a set, an approximation that does not hold, and refused
+    spaced thousands and an inequality for its interval; math-2 reads each as written, and math-3 as math-2 (these
+    forms are ASCII, one box each). Choice letters and a holding approximation score under all three."""
     assert form_counts(math500_golds()) == {
-        "N thousand": (316, 316, 0),
-        "other unit": (18, 18, 0),
-        "spaced thousands": (20, 0, 20),
-        "interval inequality": (10, 0, 10),
-        "choice letters": (3, 3, 3),
-        "tuple for a set": (1, 1, 0),
-        "set for a tuple": (8, 8, 0),
-        "approx, holds": (433, 426, 433),
-        "approx, 0.1 off": (433, 426, 0),
+        "N thousand": (316, 316, 0, 0),
+        "other unit": (18, 18, 0, 0),
+        "spaced thousands": (20, 0, 20, 20),
+        "interval inequality": (10, 0, 10, 10),
+        "choice letters": (3, 3, 3, 3),
+        "tuple for a set": (1, 1, 0, 0),
+        "set for a tuple": (8, 8, 0, 0),
+        "approx, holds": (433, 426, 433, 433),
+        "approx, 0.1 off": (433, 426, 0, 0),
     }

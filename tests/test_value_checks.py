@@ -304,7 +304,7 @@ def test_lists_of_numbers_are_checked_in_a_users_own_config_classes(tmp_path):
 @pytest.mark.parametrize("text, near", [
     ("step", "steps"), ("Steps", "steps"), ("steps.", "steps"), ("boxd", "boxed"), ("exmaple", "example"),
     ("two-examples", "two_examples"), ("two examples", "two_examples"), ("two_example", "two_examples"),
-    ("three_examples", "two_examples"), ("Example:", "example"),
+    ("three_examples", "two_examples"), ("Example:", "example"), ("boxed-answer", "boxed"), ("step-by-step", "steps"),
 ])
 def test_a_system_prompt_that_reads_like_a_mistyped_preset_name_is_refused(tiny_config, tmp_path, text, near):
     """"step" was sent to the model as the whole system message: now one line suggesting the preset, from a flag and
