@@ -6,18 +6,19 @@ library versions. If any of these moved GMTS - ETS, the pooled mean the looks re
 cannot test that away (a seed's card is not randomised, and the comparison has little power: `welch_power`), so it
 fixes in advance what is compared, what raises an alarm, and what follows an alarm:
 
-- the groups: the old seeds, then the new ones by card (the recorded name as its short label, sweep.plan.CARDS), by
+- the groups: the old seeds, then the new ones by card (the recorded name as its short label, cards.CARDS), by
   library versions (torch, transformers, trl, CUDA) and by each other key of the plan's `sensitivity` (commit, day);
 - each new group against the old seeds: the difference of the mean per-seed delta by Welch's t (95% interval), the
   Hodges-Lehmann shift (median of all pairwise differences, Moses' 95% interval), the ratio of the SDs; each arm's
   mean pass@1, collapse counts (an arm's verdict "collapsed" against the base, or its own failure scored as the base:
-  sweep.failures) and failed attempts (failure.json) by arm;
+  failures) and failed attempts (failure.json) by arm;
 - the alarms, from the card groups only (the follow-up is card-stratified): ALARMS, fixed before any new
   seed's cell was committed, and written in docs/results.md's plan;
 - after an alarm: the card-stratified estimates (mean delta and Student's t interval per card, old and new seeds
   together) printed beside the verdict, which then says it rests on card homogeneity.
 
-Pure functions over per-seed rows (points); sweep.summary reads the cells into them, sweep.report prints the result.
+Pure functions over a cell's file (`cell_facts`) and per-seed rows (points); looks.sensitivity_at_look builds the rows
+from what sweep.summary reads of the cells, report prints the result.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import statistics
 from collections.abc import Sequence
 
 import numpy as np
+
+from gmts_recipe.sequential.cards import CARDS, recorded_cards
 
 CONFIDENCE = 0.95  # Welch's and Hodges-Lehmann's intervals
 SD_RATIO_ALARM = 1.5  # a new card group's SD over the old seeds' SD above this
@@ -95,9 +98,7 @@ def welch_power(shift: float, sd: float, n_new: int, n_old: int, alpha: float = 
 
 
 def card_label(name: str) -> str:
-    """A recorded card name as its short label (H100, H200; sweep.plan.CARDS), any other as recorded."""
-    from gmts_recipe.sweep.cards import CARDS
-
+    """A recorded card name as its short label (H100, H200; cards.CARDS), any other as recorded."""
     return CARDS.get(name, name)
 
 
@@ -107,6 +108,24 @@ def versions_label(v: dict | None) -> str:
     v = v or {}
     cuda = "unrecorded" if "cuda" not in v else (v["cuda"] or "none")
     return ", ".join([*(f"{k} {v.get(k) or 'unrecorded'}" for k in ("torch", "transformers", "trl")), f"CUDA {cuda}"])
+
+
+def cell_facts(results: dict) -> dict:
+    """What the sensitivity comparison reads of a cell, as its arms record it (run_setup.provenance): card(s) by short
+    label, commit, day and library versions (versions_label), each arm's pass@1 (points) and the arms whose
+    verdict against the base is "collapsed"; "unrecorded" where a file records none (cells of the time before arms
+    kept their provenance: their versions are the file's own)."""
+    arms = results.get("arms", {})
+    prov = [e["provenance"] for e in arms.values() if isinstance(e.get("provenance"), dict)]
+    commits = sorted({str(p.get("commit") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
+    days = sorted({str(p.get("started") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
+    versions = sorted({versions_label(p.get("versions")) for p in prov}) or \
+        [versions_label(results.get("versions"))]
+    s = results["summary"]["arms"]
+    return {"card": ", ".join(card_label(c) for c in recorded_cards(results)), "commit": ", ".join(commits),
+            "day": ", ".join(days), "versions": "; ".join(versions),
+            "pass@1": {a: 100 * s[a]["pass@1"] for a in arms}, "collapsed": [a for a in arms
+                                                                               if s[a]["verdict"] == "collapsed"]}
 
 
 def _group(by: str, label: str, rows: list[dict], old: list[dict] | None, arms: Sequence[str]) -> dict:

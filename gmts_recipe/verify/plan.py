@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from gmts_recipe import sequential
-from gmts_recipe.sweep.cards import CARDS, card_allowed  # the exact names a plan's cards stand for
+from gmts_recipe.sequential import stats as sequential
+from gmts_recipe.sequential.cards import CARDS, card_allowed  # the exact names a plan's cards stand for
 from gmts_recipe.sweep.grid import SweepError
 
 RULES = ("primary", "secondary", "sequential")  # the keys whose content decides; blocks only say what runs
@@ -306,7 +306,7 @@ def unsampled_plan(sweep_path: Path) -> None:
         raise SweepError(f"{sweep_path}: --allow-unsampled on a planned sweep ({', '.join(rules)}): its decision would "
                          f"read scores nobody re-scored; only the planned sweeps made before evaluations kept samples "
                          f"take it, pinned by their summary's digest ({', '.join(UNSAMPLED_PLANS)}: "
-                         f"gmts_recipe.sweep.plan.UNSAMPLED_PLANS)")
+                         f"gmts_recipe.verify.plan.UNSAMPLED_PLANS)")
 
 
 def card_problem(allowed: list[str], cell_cards: dict[str, list[str]]) -> str | None:
@@ -335,7 +335,7 @@ def design_problem(spec: dict, design: dict) -> str | None:
     (`sequential.required_critical`), and the plan's critical value is at least that; and every error it records under
     the plan's models, over the whole sequence and given the first stage, stays within the plan's error per direction
     (the sensitivity rows it publishes beside them need not). What is not recomputed here: that the boundaries are
-    what the simulation yields from its seed (`python -m gmts_recipe.sweep.design PLAN --out FILE` writes the file
+    what the simulation yields from its seed (`python -m gmts_recipe.sequential.design PLAN --out FILE` writes the file
     again, bit for bit, and tests/test_sequential.py does so)."""
     n = len(spec["continued_seeds"])
     observed = [100 * v for v in spec["per_seed"][:n]]
@@ -500,7 +500,7 @@ def report(sweep_path: Path, summary: dict | None = None) -> list[str]:
     here with its digest compared): `check`, then a refusal for a cell folder the plan does not list, the planned
     cells that have not run (named, never silently left out), and a sequential plan's own checks."""
     from gmts_recipe.sweep.grid import load_grid
-    from gmts_recipe.sweep.summary import digest
+    from gmts_recipe.records import digest
 
     if summary is None:
         try:
