@@ -122,9 +122,7 @@ from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
-from gmts_recipe.verify.plan import continued_by  # a sequential plan that continues this test
-from gmts_recipe.verify.plan import report as plan_report  # the sweep's plan against git
-from gmts_recipe.verify.plan import unsampled_plan  # --allow-unsampled on a planned sweep: refused
+from gmts_recipe.verify.plan import continued_by, report as plan_report, unsampled_plan  # the plan against git
 from gmts_recipe.sweep.report import cell_origin, origin_lines, render as render_sweep
 from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules

@@ -194,8 +194,7 @@ def seed_span(seeds: list[int]) -> str:
 
 
 def report_table(header: list[str], rows: list[list[str]], markdown: bool, width: int | None = None) -> str:
-    """A sweep report's table: markdown (pipes escaped), or plain text fitted to `width` (fit_table; None: as wide as
-    its cells, the columns padded)."""
+    """A sweep report's table: markdown (pipes escaped), or plain text fitted to `width` (None: the columns padded)."""
     if markdown:
         cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
         return "\n".join(["| " + " | ".join(cell(x) for x in header) + " |", "|" + "---|" * len(header)]

@@ -20,8 +20,7 @@ from gmts_recipe.sequential import cards, failures
 from gmts_recipe.sweep import local
 from gmts_recipe.sweep.grid import SweepError, cell_command, jobs, load_grid
 from gmts_recipe.sweep.report import render, write_summary
-from gmts_recipe.sequential.continued import continued_test
-from gmts_recipe.sequential.looks import sequential_test
+from gmts_recipe.sequential.looks import continued_test, sequential_test
 from gmts_recipe.sweep.summary import continued_summary, summarize, verify
 from test_sweep import fake_cell, sequential_trees
 from tiny import write_tiny_config

@@ -16,7 +16,7 @@ from gmts_recipe.sequential import stats as sequential
 from gmts_recipe.sequential import sensitivity as sens
 from gmts_recipe.sweep.grid import load_grid
 from gmts_recipe.sequential.report import sensitivity_line
-from gmts_recipe.sequential.sensitivity import cell_facts
+from gmts_recipe.sequential.looks import cell_facts
 from gmts_recipe.sweep.report import render, write_summary
 from gmts_recipe.sweep.summary import continued_summary, summarize, verify
 from gmts_recipe.stats import seed_t_interval

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gmts_recipe.records import write_json
 from gmts_recipe.sequential import stats as sequential
-from gmts_recipe.sequential.continued import continued_test, seed_minutes
+from gmts_recipe.sequential.looks import continued_test, seed_minutes
 from gmts_recipe.sweep.grid import SweepError, load_grid
 from gmts_recipe.sweep.summary import continued_summary
 
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         if grid.sequential is None:
             raise SweepError(f"{args.plan}: no sequential: section")
         continued = continued_test(continued_summary(grid), grid)
-        minutes = seed_minutes(grid)
+        minutes = seed_minutes(continued, grid.sequential["comparison"])
     except SweepError as e:
         print(f"design: {e}", file=sys.stderr)
         return 2

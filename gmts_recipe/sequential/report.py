@@ -1,7 +1,5 @@
-"""A sequential plan in words and tables, as check.py prints it under a sweep's tables (sweep.report.render) and the
-plan's page shows it (update_readme.py): the rule, each look reached, where the test stands, the estimate after a
-stop, the next look, what a verdict means (`meaning_line`) and the sensitivity comparison (`sensitivity_line`,
-`sensitivity_table`), from the summary's "sequential" entry (looks.sequential_test)."""
+"""A sequential plan in words and tables (check.py, through sweep.report.render, and update_readme.py), from the
+summary's "sequential" entry (looks.sequential_test): the plan, its looks, its verdicts' meaning, its sensitivity."""
 
 from __future__ import annotations
 
@@ -13,11 +11,6 @@ from gmts_recipe.tables import fit_text, report_table, seed_span
 from gmts_recipe.verify.plan import card_problem
 
 
-def _look_numbers(lk: dict) -> str:
-    return (f"{lk['mean']:+.1f} points, repeated confidence interval [{lk['low']:+.1f}, {lk['high']:+.1f}] (mean - "
-            f"{lk['reproduced_critical']:.2f} se, mean + {lk['refuted_critical']:.2f} se)")
-
-
 def sequential_line(q: dict, plan: str | None = None) -> str:
     """One paragraph: the sequential plan as it states it, each look reached with its numbers, where the test stands (a
     decision, only at a planned look, or the next look with its boundaries in points and the command that runs its
@@ -25,10 +18,6 @@ def sequential_line(q: dict, plan: str | None = None) -> str:
     parts = sequential_parts(q, plan)
     return " ".join([parts["rule"], *parts["looks"], parts["now"], parts["estimate"], parts["next"], parts["meaning"],
                      *parts["notes"], parts["sensitivity"]]).replace("  ", " ").strip()
-
-
-def _points(v: float) -> str:
-    return f"{v:+.2f}"
 
 
 def _span_of(values) -> str:
@@ -92,8 +81,8 @@ def next_look_line(q: dict, plan: str | None = None) -> str:
     need = [s for s in q["seeds"] if s not in q["seeds_done"]][:st["seeds_to_next_look"]]
     cmd = f"python sweep.py {plan or 'configs/sweeps/<name>.yaml'} --gpus 0 --warm_workers -- --gsm8k_path DIR"
     return (f"At look {i + 1}, with the spread so far (SD {sd:.1f} points, se {se:.2f} at {n} seeds): reproduced if "
-            f"the mean exceeds {_points(q['reproduced_above_points'] + q['critical']['reproduced'] * se)} points, "
-            f"refuted if it lies below {_points(q['refuted_below_points'] - q['critical']['refuted'] * se)}. Next: "
+            f"the mean exceeds {q['reproduced_above_points'] + q['critical']['reproduced'] * se:+.2f} points, "
+            f"refuted if it lies below {q['refuted_below_points'] - q['critical']['refuted'] * se:+.2f}. Next: "
             f"`{cmd}` (resumes; seeds {seed_span(need)} reach it).")
 
 
@@ -108,7 +97,9 @@ def sequential_parts(q: dict, plan: str | None = None) -> dict:
             f"{q['reproduced_above_points']:g}) / se > {q['critical']['reproduced']:.2f}, refuted if (mean - "
             f"{q['refuted_below_points']:g}) / se < -{q['critical']['refuted']:.2f}.")
     reached = [(("Look 0 (the continued test)" if lk["look"] == 0 else f"Look {lk['look']} of {len(looks)}")
-                + f" at {lk['seeds']} seeds: {_look_numbers(lk)}: {lk['decision']}.") for lk in st["looks"]]
+                + f" at {lk['seeds']} seeds: {lk['mean']:+.1f} points, repeated confidence interval [{lk['low']:+.1f}, "
+                  f"{lk['high']:+.1f}] (mean - {lk['reproduced_critical']:.2f} se, mean + {lk['refuted_critical']:.2f} "
+                  f"se): {lk['decision']}.") for lk in st["looks"]]
     if st["decision"] is not None:
         now = f"**{st['decision']}** at {st['looks'][-1]['seeds']} seeds."
     else:

@@ -17,8 +17,8 @@ fixes in advance what is compared, what raises an alarm, and what follows an ala
 - after an alarm: the card-stratified estimates (mean delta and Student's t interval per card, old and new seeds
   together) printed beside the verdict, which then says it rests on card homogeneity.
 
-Pure functions over a cell's file (`cell_facts`) and per-seed rows (points); looks.sensitivity_at_look builds the rows
-from what sweep.summary reads of the cells, report prints the result.
+Pure functions over per-seed rows (points); looks.sensitivity_at_look builds them from each cell's facts
+(looks.cell_facts), report prints the result.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gmts_recipe.sequential.cards import CARDS, recorded_cards
+from gmts_recipe.sequential.cards import CARDS
+from gmts_recipe.stats import seed_t_interval
+from gmts_recipe.tables import seed_span
 
 CONFIDENCE = 0.95  # Welch's and Hodges-Lehmann's intervals
 SD_RATIO_ALARM = 1.5  # a new card group's SD over the old seeds' SD above this
@@ -110,24 +112,6 @@ def versions_label(v: dict | None) -> str:
     return ", ".join([*(f"{k} {v.get(k) or 'unrecorded'}" for k in ("torch", "transformers", "trl")), f"CUDA {cuda}"])
 
 
-def cell_facts(results: dict) -> dict:
-    """What the sensitivity comparison reads of a cell, as its arms record it (run_setup.provenance): card(s) by short
-    label, commit, day and library versions (versions_label), each arm's pass@1 (points) and the arms whose
-    verdict against the base is "collapsed"; "unrecorded" where a file records none (cells of the time before arms
-    kept their provenance: their versions are the file's own)."""
-    arms = results.get("arms", {})
-    prov = [e["provenance"] for e in arms.values() if isinstance(e.get("provenance"), dict)]
-    commits = sorted({str(p.get("commit") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
-    days = sorted({str(p.get("started") or "unrecorded")[:10] for p in prov}) or ["unrecorded"]
-    versions = sorted({versions_label(p.get("versions")) for p in prov}) or \
-        [versions_label(results.get("versions"))]
-    s = results["summary"]["arms"]
-    return {"card": ", ".join(card_label(c) for c in recorded_cards(results)), "commit": ", ".join(commits),
-            "day": ", ".join(days), "versions": "; ".join(versions),
-            "pass@1": {a: 100 * s[a]["pass@1"] for a in arms}, "collapsed": [a for a in arms
-                                                                               if s[a]["verdict"] == "collapsed"]}
-
-
 def _group(by: str, label: str, rows: list[dict], old: list[dict] | None, arms: Sequence[str]) -> dict:
     """One group's numbers: its seeds, mean and SD of the delta, each arm's mean pass@1 and collapses; against `old`
     (None: this is the old group) Welch, Hodges-Lehmann and the SD ratio."""
@@ -142,10 +126,6 @@ def _group(by: str, label: str, rows: list[dict], old: list[dict] | None, arms: 
     return out
 
 
-def _seed_span(seeds: list[int]) -> str:
-    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
-
-
 def compare(old: list[dict], new: list[dict], arms: Sequence[str], failures: list[dict], by: Sequence[str] = (),
             look: int | None = None) -> dict:
     """The comparison at a look. `old`, `new`: one row per seed in the planned order, each {"seed", "delta" (points),
@@ -155,12 +135,10 @@ def compare(old: list[dict], new: list[dict], arms: Sequence[str], failures: lis
     then each other key), the failed attempts by card and arm, the alarms raised (ALARMS), the card-stratified
     estimates where one is, and the power to find a CARD_SHIFT card shift with every new seed on one card against the
     old ones (the best case)."""
-    from gmts_recipe.stats import seed_t_interval
-
     if len(old) < 2 or not new:
         raise ValueError(f"a sensitivity comparison needs 2 old seeds and a new one (got {len(old)}, {len(new)})")
     cards = sorted({r["card"] for r in old})
-    head = _group("old", f"seeds {_seed_span([r['seed'] for r in old])}", old, None, arms)
+    head = _group("old", f"seeds {seed_span([r['seed'] for r in old])}", old, None, arms)
     head["card"] = cards[0] if len(cards) == 1 else None  # a card to hold the new ones' pass@1 against
     head["versions"] = "; ".join(sorted({r["versions"] for r in old}))
     groups = []

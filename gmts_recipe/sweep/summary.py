@@ -1,7 +1,7 @@
 """Every number of a sweep from its cells' verified results files: the pooled comparisons, the best stable learning
 rates, the analysis plan's primary and secondary tests; and their verification from the files alone. A cell holds
 only the arms its blocks run there; a sequential plan's cells run the recipe of the test it continues
-(sequential.continued.recipe_problem), and its summary takes that test's, as the caller computed it
+(sequential.looks.recipe_problem), and its summary takes that test's, as the caller computed it
 (`continued_summary`)."""
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
 from gmts_recipe.records import current_record, digest, first_difference, load, numbers_close, task_scores
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seeds_for_power
 from gmts_recipe.sequential.cards import recorded_cards
-from gmts_recipe.sequential.continued import continued_recipe, continued_test, recipe_of, recipe_problem
 from gmts_recipe.sequential.failures import checked as failure_record
-from gmts_recipe.sequential.looks import sequential_test
-from gmts_recipe.sequential.sensitivity import cell_facts
+from gmts_recipe.sequential.looks import cell_facts, continued_test, recipe_of, recipe_problem, sequential_test
 from gmts_recipe.sweep.cells import Evaluation, check_apart, check_together, evaluations_of, recorded
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
@@ -166,7 +164,7 @@ def _summarize(grid: Grid, index: list[Evaluation], facts: dict, continued: dict
     cells, scores, seen, training, cards, origins, memo = [], {}, [], {}, {}, {}, {}
     base_hashes, base_scores, failed = set(), None, {}
     planned = grid.planned_arms()
-    recipe = continued_recipe(grid) if grid.sequential is not None else None  # what each new seed runs
+    look0 = None if continued is None else continued_test(continued, grid)  # complete, with the recipe new seeds run
     # each cell's file verified (digest, records, summaries), the long part of a sweep's check: a bar on a terminal
     for cell in tqdm(list(grid.cells()), desc="verifying cells", unit="cell", leave=False, disable=None):
         path = root / cell.name / "results.json"
@@ -181,8 +179,8 @@ def _summarize(grid: Grid, index: list[Evaluation], facts: dict, continued: dict
         if stray:  # an arm no block runs here would enter the pooled rows and the plan's comparisons unplanned
             raise SweepError(f"{path}: holds arm {stray[0]}, which the plan does not run in {cell.name} (its blocks "
                              f"run {', '.join(planned[cell])} there): a cell's arms are its blocks' arms")
-        if recipe is not None:
-            problem = recipe_problem(recipe_of(results), recipe, grid.variants.get(cell.variant, {}))
+        if look0 is not None:
+            problem = recipe_problem(recipe_of(results), look0["recipe"], grid.variants.get(cell.variant, {}))
             if problem:
                 raise SweepError(f"{path}: {problem}")
         seen.append(recorded(cell, results, grid.name, memo, path.parent))
@@ -230,8 +228,8 @@ def _summarize(grid: Grid, index: list[Evaluation], facts: dict, continued: dict
     if grid.secondary:
         out["secondary"] = [secondary_test(spec, grid.primary, scores) for spec in grid.secondary]
     if grid.sequential is not None:
-        out["sequential"] = sequential_test(grid.sequential, scores, cards, continued_test(continued, grid), failed,
-                                            base_scores, origins, grid.path(grid.sequential["design"]),
+        out["sequential"] = sequential_test(grid.sequential, scores, cards, look0, failed, base_scores, origins,
+                                            grid.path(grid.sequential["design"]),
                                             CLAIMED.get(grid.sequential["comparison"]))
     out["digest"] = digest(out)
     return out
@@ -297,9 +295,8 @@ def best_stable(training: dict[tuple[str, float, int, str], list[dict]]) -> list
 
 
 def continued_summary(grid: Grid) -> dict | None:
-    """The summary of the test a sequential plan continues, from its own cells under this grid's results_dir, with its
-    cells' facts ("facts": the sensitivity comparison's old seeds): what summarize takes as `continued` for the plan's
-    grid. None for a grid without a sequential plan."""
+    """What summarize takes as `continued` for a sequential plan's grid (None for another): the summary of the test it
+    continues from that test's cells under this grid's results_dir, with their cell_facts ("facts")."""
     if grid.sequential is None:
         return None
     continued = load_grid(grid.path(grid.sequential["continues"]))
