@@ -45,7 +45,7 @@ must be the dataset's; with or without it, every evaluation's gold answer of a t
 evaluation's, whose lines keep the question its key covers (an arm's lines keep none). An evaluation without samples
 is refused, unless --allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table
 then marks its numbers "(not re-scored)"; a planned sweep (a primary, secondary or sequential rule) takes the flag only
-where its summary is pinned as made before samples were kept (gmts_recipe.sweep.plan.UNSAMPLED_PLANS: results/qwen);
+where its summary is pinned as made before samples were kept (gmts_recipe.verify.plan.UNSAMPLED_PLANS: results/qwen);
 a sweep's cells keep samples all or none, and no evaluation appears twice: a samples file,
 by its SHA-256 or by its texts task by task, belongs to one evaluation of one cell across every sweep of the results
 folder (gmts_recipe.sweep.cells.check_apart; a base evaluation to the cells that share it, and to the same model's
@@ -80,12 +80,12 @@ so each relabelling above shows as base evaluations, training steps or evaluatio
 arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is printed as recorded, not
 verified.
 
-A sweep.json is held against its plan before any cell is read (gmts_recipe.sweep.plan): grid.yaml is the committed
+A sweep.json is held against its plan before any cell is read (gmts_recipe.verify.plan): grid.yaml is the committed
 plan, and every version git holds of it from the sweep's first cell on, under whatever name, is contained in it (a plan
 only grows: new blocks, seeds, arms, variants, a rule not there yet; never a rule, a variant's settings or a planned run
 changed or dropped); a sequential plan agrees with its design file (recorded fields: the simulation is not rerun), the
 test it continues is read as committed, and each new seed's arms ran on one card the plan names, by its exact name;
-a cell's failure record is the runner's, as the committed log bears it out (gmts_recipe.sweep.failures.check).
+a cell's failure record is the runner's, as the committed log bears it out (gmts_recipe.sequential.failures.check).
 Then the summary is recomputed from every cell and every cell's samples re-scored; a cell holds only arms its blocks
 run; a sequential plan's cells ran the continued test's recipe (its last seed's config but the seed, execution options
 but those shown to move no number, its counter noise scheme and the reward reading the plan pins, for every
@@ -122,9 +122,7 @@ from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
-from gmts_recipe.sweep.plan import continued_by  # a sequential plan that continues this test
-from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
-from gmts_recipe.sweep.plan import unsampled_plan  # --allow-unsampled on a planned sweep: refused
+from gmts_recipe.verify.plan import continued_by, report as plan_report, unsampled_plan  # the plan against git
 from gmts_recipe.sweep.report import cell_origin, origin_lines, render as render_sweep
 from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules

@@ -62,7 +62,7 @@ from gmts_recipe.data import system_prompt, to_prompt
 from gmts_recipe.gpu_memory import peak_memory, release_vllm_engine
 from gmts_recipe.models import ModelError, resolve_model
 from gmts_recipe.plots import plot_run
-from gmts_recipe.sweep.failures import report as report_failure  # an arm that raised, for a sweep's runner
+from gmts_recipe.sequential.failures import report as report_failure  # an arm that raised, for a sweep's runner
 from gmts_recipe.user_rules import RulesError, take_rules
 # The configuration and what a run sets up around it live in the package (eval.py's command reads them too); their
 # names stay importable from here (recipe.parse, recipe.RecipeError, ...) for the bench scripts, the tests and users.
@@ -403,7 +403,7 @@ def run_experiment(argv: list[str]) -> dict:
     """One experiment, as `python recipe.py ARGV` runs it: base evals (shared through the cache), then each arm of
     --arm. Returns the results as written to <results_dir>/<experiment>/results.json (with the arms other processes
     wrote). Raises RecipeError (a user error: one line; or, after the last arm, arms that failed on their own: each
-    reported as it failed, gmts_recipe.sweep.failures.report, and the next arm trained), an arm's machine fault (a
+    reported as it failed, gmts_recipe.sequential.failures.report, and the next arm trained), an arm's machine fault (a
     CUDA error: the run stops) and KeyboardInterrupt (resume with --resume)."""
     try:
         return _run_experiment(take_rules(argv))  # a user's own rules (--rules FILE) before the arms are read

@@ -35,7 +35,7 @@ the first compiled): an interrupted sweep resumes where it stopped, and finished
 each worker runs its cells' recipe.py one after another in one process of its own (gmts_recipe.worker), so the startup
 and the compile are paid once per worker, not per cell. A sequential plan's cells run whole (`--overwrite`), in the
 local pool, on a card the plan names (another is refused before anything starts); a cell process that fails leaves
-the failure.json the plan's `failures:` read (gmts_recipe.sweep.failures). The summary pools each comparison over the
+the failure.json the plan's `failures:` read (gmts_recipe.sequential.failures). The summary pools each comparison over the
 seeds of a (variant, learning rate) with a two-level bootstrap (seeds, then tasks: stats.pooled_delta), so its interval
 includes seed-to-seed variance, and gives Student's t over the seeds beside it.
 
@@ -68,7 +68,7 @@ from pathlib import Path
 import recipe  # its field list: a typo in a variant or after -- is refused before any cell runs
 from gmts_recipe.records import ResultsError
 from gmts_recipe.sweep.grid import Grid, SweepError, check_recipe_keys, jobs, load_grid
-from gmts_recipe.sweep.cards import refuse_cards
+from gmts_recipe.sequential.cards import refuse_cards
 from gmts_recipe.sweep.local import commands, mps_running, parse_gpus, run, shares_gpus
 from gmts_recipe.sweep import claims, pace
 from gmts_recipe.sweep.archive import merge_archive, pack

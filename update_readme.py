@@ -584,11 +584,11 @@ def _design_beside(d: dict) -> list[str]:
 
 def sequential_block(summary: dict) -> str:
     """The README's lines on the sequential extension, wrapped: where it stands and the next look in points with its
-    command (sweep.report.sequential_parts), what a verdict means (computed, its chance of a false "reproduced" given
-    the seeds seen from the design's simulation), notes and the sensitivity comparison."""
+    command (sequential.report.sequential_parts), what a verdict means (computed, its chance of a false "reproduced"
+    given the seeds seen from the design's simulation), notes and the sensitivity comparison."""
     import textwrap
 
-    from gmts_recipe.sweep.report import sequential_parts
+    from gmts_recipe.sequential.report import sequential_parts
 
     q = summary["sequential"]
     parts = sequential_parts(q, (summary.get("plan") or {}).get("file"))
@@ -644,7 +644,7 @@ def parser() -> argparse.ArgumentParser:
                          "last one's mechanism.json beside its sweep.json")
     ap.add_argument("--pilot", metavar="SWEEP_JSON", type=json_file, help="with --posthoc: a pilot pooled in too")
     ap.add_argument("--design", metavar="DESIGN_JSON", type=json_file,
-                    help="print a sequential plan's boundaries and outcomes (python -m gmts_recipe.sequential)")
+                    help="print a sequential plan's boundaries and outcomes (python -m gmts_recipe.sequential.design)")
     ap.add_argument("--result", metavar=("SWEEP_JSON", "EXTENSION_SWEEP_JSON"), nargs=2, type=json_file,
                     help="print the README's result table: a planned test's arms and comparisons, then where its "
                          "sequential extension stands")

@@ -18,7 +18,8 @@ check.py, sweep.py, update_readme.py) or eval.py. This file imports nothing.
   (--rules: a user's own rules in a fresh process), progress.py (the training console), gpu_memory.py, worker.py (a
   warm process for a sweep's cells).
 - The results: records.py and samples.py (a results file, its verification and its samples), tables.py, stats.py,
-  sequential.py (a sequential plan's looks and boundaries), plots.py, mechanism.py, posthoc.py, markdown.py (the
-  documentation's wrapped prose), sweep/ (the grid, its runners, merge, summary, report). check.py verifies with
-  these and arms.py without importing torch.
+  plots.py, mechanism.py, posthoc.py, markdown.py (the documentation's wrapped prose), sweep/ (the grid, its runners,
+  merge, summary, report), sequential/ (a sequential plan: its statistics, design, looks, failures, cards,
+  sensitivity comparison and report), verify/ (the plan held against git). check.py verifies with these and arms.py
+  without importing torch.
 """

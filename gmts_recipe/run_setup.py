@@ -242,7 +242,7 @@ MAX_CHANGED_FILES = 50  # a provenance names at most this many changed paths (a 
 
 def versions() -> dict:
     """The libraries (and CUDA) a run used and its GPU, recorded in the results file and each arm's provenance: the
-    sequential plan's sensitivity comparison groups seeds by them (sweep.sensitivity.versions_label)."""
+    sequential plan's sensitivity comparison groups seeds by them (sequential.sensitivity.versions_label)."""
     import peft
     import torch
     import transformers

@@ -188,6 +188,23 @@ DIGEST_NOTE = ("Digest: a plain SHA-256 anyone can recompute (check.seal); it sh
                "without re-sealing and that every summary matches its records, not that the records came from a run.")
 
 
+def seed_span(seeds: list[int]) -> str:
+    """200-299 for consecutive seeds, else the list."""
+    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+
+
+def report_table(header: list[str], rows: list[list[str]], markdown: bool, width: int | None = None) -> str:
+    """A sweep report's table: markdown (pipes escaped), or plain text fitted to `width` (None: the columns padded)."""
+    if markdown:
+        cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+        return "\n".join(["| " + " | ".join(cell(x) for x in header) + " |", "|" + "---|" * len(header)]
+                         + ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows])
+    if width is None:  # as wide as the cells (the columns padded, as before fitting existed)
+        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+        return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])
+    return "\n".join(fit_table(header, rows, width))
+
+
 def untrained_lines(results: dict) -> list[str]:
     """A line for the arms whose training had nothing to learn from (stats.no_learning_signal), arms with the same
     reason on one line: their "flat" is explained beside the table, in recipe.py's output and in check.py's."""

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import sweep
-from gmts_recipe.sweep import cards
-from gmts_recipe.sweep.cards import card_allowed
+from gmts_recipe.sequential import cards
+from gmts_recipe.sequential.cards import card_allowed
 from test_sweep import sequential_trees
 
 

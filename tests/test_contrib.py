@@ -291,7 +291,7 @@ def test_check_on_a_finished_test_names_the_sequential_plan_that_continues_it(co
     said = " ".join(capsys.readouterr().out.split())
     assert ("Continued by confirm-extension, a sequential plan: this test's seeds are its first look, new seeds 300-459 "
             "its later ones; where it stands: python check.py results/confirm-extension/sweep.json") in said
-    from gmts_recipe.sweep.plan import continued_by
+    from gmts_recipe.verify.plan import continued_by
 
     assert continued_by(root / "results" / "qwen" / "sweep.json", "qwen") == []
 
@@ -323,7 +323,7 @@ def test_plan_prints_each_cards_pace_and_what_a_machine_of_the_time_limit_runs(s
 def test_the_contributors_page_says_what_the_code_does():
     """docs/contribute-seeds.md names the plan's cards by the exact names the check takes, the claims' span, options
     sweep.py has, and its pace table is generated; the README links it beside the continued test's next step."""
-    from gmts_recipe.sweep.plan import CARDS
+    from gmts_recipe.verify.plan import CARDS
 
     root = Path(__file__).resolve().parent.parent
     page = (root / "docs" / "contribute-seeds.md").read_text()

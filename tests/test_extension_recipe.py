@@ -2,7 +2,7 @@
 configs/sweeps/confirm-extension.yaml, built as sweep.py runs it (grid -> cell_command -> recipe.parse), has seed
 299's committed configuration, config hash, execution options, reward version and counter noise version, the seed
 alone apart, and gradient checkpointing (an execution option shown to change no number: results/LOG.md, bench/README.md
-"Runs that repeat"; gmts_recipe.sweep.summary.SHOWN_NOT_TO_MOVE, to which check.py holds every committed new cell
+"Runs that repeat"; gmts_recipe.sequential.looks.SHOWN_NOT_TO_MOVE, to which check.py holds every committed new cell
 too)."""
 
 import json
@@ -16,7 +16,7 @@ from gmts_recipe import rewards
 from gmts_recipe.run_setup import config_record
 from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.sweep.grid import cell_command, load_grid
-from gmts_recipe.sweep.summary import SHOWN_NOT_TO_MOVE  # what check.py lets a new seed's arms run otherwise
+from gmts_recipe.sequential.looks import SHOWN_NOT_TO_MOVE  # what check.py lets a new seed's arms run otherwise
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTENSION = "configs/sweeps/confirm-extension.yaml"

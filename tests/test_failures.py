@@ -16,10 +16,12 @@ import torch
 import recipe
 import sweep
 from gmts_recipe.records import task_scores
-from gmts_recipe.sweep import cards, failures, local
+from gmts_recipe.sequential import cards, failures
+from gmts_recipe.sweep import local
 from gmts_recipe.sweep.grid import SweepError, cell_command, jobs, load_grid
 from gmts_recipe.sweep.report import render, write_summary
-from gmts_recipe.sweep.summary import continued_test, sequential_test, summarize, verify
+from gmts_recipe.sequential.looks import continued_test, sequential_test
+from gmts_recipe.sweep.summary import continued_summary, summarize, verify
 from test_sweep import fake_cell, sequential_trees
 from tiny import write_tiny_config
 
@@ -164,13 +166,14 @@ def test_an_arms_own_failure_is_recorded_by_the_runner_scored_as_the_base_and_ne
     assert attempt["log"] == f"logs/{name(5)}-ets+gmts.log"
     assert jobs(grid) == []  # never run again: the seed is done
     assert sweep_once(grid, monkeypatch, {}) == []
-    q = summarize(grid)["sequential"]
+    q = summarize(grid, continued=continued_summary(grid))["sequential"]
     assert q["seeds_done"] == [5, 6, 7, 8] and q["scored_as_base"] == {"5": "ets"} and q["retrying"] == []
     results = json.loads((root / name(5) / "results.json").read_text())
     base = task_scores(results["base"]["evals"][0], "base")
     gmts = task_scores(results["arms"]["gmts"]["eval"], "gmts")
     assert q["per_seed"][4] == pytest.approx(sum(gmts[k] - base[k] for k in base) / len(base))
-    assert "scored as the base model (the plan's failures): seed 5 ets" in " ".join(render(summarize(grid)).split())
+    flat = " ".join(render(summarize(grid, continued=continued_summary(grid))).split())
+    assert "scored as the base model (the plan's failures): seed 5 ets" in flat
     assert verify(write_summary(grid, path))["sequential"]["scored_as_base"] == {"5": "ets"}
 
 
@@ -182,14 +185,14 @@ def test_a_machine_fault_runs_the_cell_again_once_whole_then_counts_as_the_arms_
     todo = jobs(grid)
     assert [(c.seed, a) for c, a in todo] == [(5, "ets"), (5, "gmts")]  # whole, on any card
     assert "--overwrite" in cell_command(grid, todo[0][0], ("ets", "gmts"), [])
-    q = summarize(grid)["sequential"]
+    q = summarize(grid, continued=continued_summary(grid))["sequential"]
     assert q["retrying"] == [5] and q["seeds_done"] == [] and q["seeds_waiting"] == [6, 7, 8]
-    assert "waiting for their retry: seed 5" in render(summarize(grid))
+    assert "waiting for their retry: seed 5" in render(summarize(grid, continued=continued_summary(grid)))
     assert sweep_once(grid, monkeypatch, {5: stand_in(killed_in="gmts")}) == [[5, "ets", "gmts"]]  # it recurred
     assert jobs(grid) == []
-    q = summarize(grid)["sequential"]
+    q = summarize(grid, continued=continued_summary(grid))["sequential"]
     assert q["retrying"] == [] and q["seeds_done"] == [5, 6, 7, 8] and q["scored_as_base"] == {"5": "gmts"}
-    flat = " ".join(render(summarize(grid)).split())
+    flat = " ".join(render(summarize(grid, continued=continued_summary(grid))).split())
     assert "scored as the base model (the plan's failures): seed 5 gmts" in flat
     # the sensitivity comparison at the look at 8 seeds: the scored-as-base arm a collapse, its attempts by card
     assert "Sensitivity comparison at 8 seeds" in flat and "new by card CPU 4" in flat
@@ -204,7 +207,7 @@ def test_a_fault_retried_well_counts_the_retrys_arms_and_an_arm_failing_then_wai
     sweep_once(grid, monkeypatch, {5: stand_in(killed_in="ets"), 6: stand_in(fails="ets", killed_in="gmts")})
     assert [(c.seed, a) for c, a in jobs(grid)] == [(5, "ets"), (5, "gmts"), (6, "gmts")]
     assert sweep_once(grid, monkeypatch, {}) == [[5, "ets", "gmts"], [6, "gmts"]]
-    q = summarize(grid)["sequential"]
+    q = summarize(grid, continued=continued_summary(grid))["sequential"]
     assert q["seeds_done"] == [5, 6, 7, 8] and q["scored_as_base"] == {"6": "ets"}
     verify(write_summary(grid, path))
 
@@ -217,11 +220,11 @@ def test_an_arm_with_results_is_never_scored_as_the_base_and_check_refuses_the_c
     rec = failures.read(root / name(5))
     write_arms(root, 5, ["ets", "gmts"])
     with pytest.raises(SweepError, match=r"s5/failure.json: attempt 1 \(ets, arm\): the cell holds ets's results"):
-        summarize(grid)
+        summarize(grid, continued=continued_summary(grid))
     scores = {("paper", 1e-4, 5, arm): task_scores(json.loads((root / name(5) / "results.json").read_text())["arms"]
                                                    [arm]["eval"], arm) for arm in ("ets", "gmts")}
     base = {k: 0.0 for k in next(iter(scores.values()))}
-    q = sequential_test(grid.sequential, scores, {}, continued_test(grid), {5: rec}, base)
+    q = sequential_test(grid.sequential, scores, {}, continued_test(continued_summary(grid), grid), {5: rec}, base)
     assert q["scored_as_base"] == {} and q["seeds_done"] == [5]
     gmts, ets = scores[("paper", 1e-4, 5, "gmts")], scores[("paper", 1e-4, 5, "ets")]
     assert q["per_seed"][4] == pytest.approx(sum(gmts[k] - ets[k] for k in gmts) / len(gmts)) and q["per_seed"][4] > 0.3

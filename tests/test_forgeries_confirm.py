@@ -173,10 +173,10 @@ def test_new_seeds_of_another_recipe_are_refused(tmp_path, capsys, monkeypatch, 
 
 
 def test_options_shown_to_move_no_number_may_differ():
-    """The rule itself (summary.recipe_problem) on the committed cells: the extension's first cell runs seed 299's
-    recipe; gradient checkpointing (SHOWN_NOT_TO_MOVE) may differ, a counter noise scheme or a reward reading other
-    than the one the plan pins may not, nor may the plan pin another than the continued test's."""
-    from gmts_recipe.sweep.summary import SHOWN_NOT_TO_MOVE, recipe_of, recipe_problem
+    """The rule itself (sequential.looks.recipe_problem) on the committed cells: the extension's first cell runs
+    seed 299's recipe; gradient checkpointing (SHOWN_NOT_TO_MOVE) may differ, a counter noise scheme or a reward
+    reading other than the one the plan pins may not, nor may the plan pin another than the continued test's."""
+    from gmts_recipe.sequential.looks import SHOWN_NOT_TO_MOVE, recipe_of, recipe_problem
 
     assert SHOWN_NOT_TO_MOVE == {"gradient_checkpointing"}
     variant = load_grid(EXTENSION / "grid.yaml").variants["coupled"]

@@ -90,7 +90,8 @@ def write_summary(path: Path) -> None:
     grid = load_grid(path.parent / "grid.yaml")
     grid.results_dir = str(path.parent.parent)
     plan = json.loads(path.read_text()).get("plan") if path.is_file() else None
-    write_json(path, sweep_summary.with_plan(sweep_summary.summarize(grid), plan))
+    continued = sweep_summary.continued_summary(grid)
+    write_json(path, sweep_summary.with_plan(sweep_summary.summarize(grid, continued=continued), plan))
 
 
 def refused(path: Path, capsys, *parts: str) -> str:
@@ -276,8 +277,8 @@ def test_an_extension_cell_forged_from_a_confirmatory_cell_is_refused(tmp_path, 
     results = tmp_path / "results"
     committed_copy(results, "confirm")
     extension = committed_copy(results, "confirm-extension")
-    continued, once = sweep_summary.continued_test, {}  # the confirmatory test's 100 cells recomputed once, not twice
-    monkeypatch.setattr(sweep_summary, "continued_test", lambda grid: once[grid.results_dir] if grid.results_dir in
+    continued, once = sweep_summary.continued_summary, {}  # the confirmatory test's 100 cells summarized once
+    monkeypatch.setattr(sweep_summary, "continued_summary", lambda grid: once[grid.results_dir] if grid.results_dir in
                         once else once.setdefault(grid.results_dir, continued(grid)))
     old = results / "confirm" / "coupled-lr0.0001-s232"
     template = results / "confirm-extension" / "coupled-lr0.0001-s300"
@@ -454,7 +455,7 @@ def test_allow_unsampled_is_refused_for_a_planned_sweep(tmp_path, capsys, monkey
     (GMTS +40 points in every seed): "reproduced", and nothing to re-score. Without --allow-unsampled it is refused for
     its missing samples; with it, for being planned: a plan's decision stands on re-scored samples (only the planned
     sweeps made before evaluations kept them take the flag, pinned by their summary's digest)."""
-    from gmts_recipe.sweep.plan import UNSAMPLED_PLANS
+    from gmts_recipe.verify.plan import UNSAMPLED_PLANS
     from gmts_recipe.sweep.report import write_summary as report_summary
     from test_sweep import CONTINUED, fake_cell
 

@@ -1,7 +1,7 @@
 """Forgeries of a committed sweep's plan, tried as a forger would in a clone of this repository (its history as
 committed): an edited plan committed under a new name, cells dropped together with their seeds, a sequential plan's
 boundary lowered before any of its cells, the test it continues edited in the working tree beside stray cells. Each is
-refused by check.py in one line before a cell is read (gmts_recipe.sweep.plan); the committed sweeps' plans pass, from
+refused by check.py in one line before a cell is read (gmts_recipe.verify.plan); the committed sweeps' plans pass, from
 any current directory.
 
 A clone checks out only the files the plan checks read (configs/, the sweeps' grid.yaml and sweep.json): a forged
@@ -20,7 +20,7 @@ import pytest
 
 import check
 from gmts_recipe.stats import plan_decision
-from gmts_recipe.sweep import plan
+from gmts_recipe.verify import plan
 from gmts_recipe.sweep.grid import load_grid
 from gmts_recipe.sweep.summary import digest
 

@@ -1,4 +1,4 @@
-"""The sequential plan's sensitivity comparison (gmts_recipe.sweep.sensitivity): its statistics against hand-computed
+"""The sequential plan's sensitivity comparison (gmts_recipe.sequential.sensitivity): its statistics against hand-computed
 values and their properties, its alarms at and just short of their thresholds, the comparison read at looks only in a
 synthetic sequential sweep, and the plan's text in docs/results.md holding the thresholds the code uses."""
 
@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from gmts_recipe import sequential
-from gmts_recipe.sweep import sensitivity as sens
+from gmts_recipe.sequential import stats as sequential
+from gmts_recipe.sequential import sensitivity as sens
 from gmts_recipe.sweep.grid import load_grid
-from gmts_recipe.sweep.report import render, sensitivity_line, write_summary
-from gmts_recipe.sweep.summary import cell_facts, summarize, verify
+from gmts_recipe.sequential.report import sensitivity_line
+from gmts_recipe.sequential.looks import cell_facts
+from gmts_recipe.sweep.report import render, write_summary
+from gmts_recipe.sweep.summary import continued_summary, summarize, verify
 from gmts_recipe.stats import seed_t_interval
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -286,7 +288,7 @@ def test_a_synthetic_sweep_prints_the_comparison_at_its_looks_and_not_between_th
     grid = load_grid(path)
     root = tmp_path / "results" / "more"
     provenance_cell(root, 5, "NVIDIA H100 80GB HBM3")
-    summary = summarize(grid)
+    summary = summarize(grid, continued=continued_summary(grid))
     q = summary["sequential"]
     assert q["state"]["seeds_done"] == 5 and q["sensitivity_comparison"] is None
     text = " ".join(render(summary).split())
@@ -313,12 +315,12 @@ def test_a_synthetic_sweep_prints_the_comparison_at_its_looks_and_not_between_th
     assert "Sensitivity comparison at 6 seeds" in readme and sensitivity_line(summary["sequential"]) in readme
 
     provenance_cell(root, 7, "NVIDIA H100 80GB HBM3")
-    summary = summarize(grid)
+    summary = summarize(grid, continued=continued_summary(grid))
     assert summary["sequential"]["sensitivity_comparison"] is None
     assert "at the next look (8 seeds)" in " ".join(render(summary).split())
 
     provenance_cell(root, 8, "NVIDIA H100 80GB HBM3", collapse_gmts=True)
-    c = summarize(grid)["sequential"]["sensitivity_comparison"]
+    c = summarize(grid, continued=continued_summary(grid))["sequential"]["sensitivity_comparison"]
     assert c["look"] == 8 and c["new_seeds"] == 4
     h100 = next(g for g in c["groups"] if (g["by"], g["group"]) == ("card", "H100"))
     assert h100["seeds"] == 3 and h100["collapses"] == {"gmts": 1, "ets": 0}

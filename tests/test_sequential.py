@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gmts_recipe import sequential as sq
+from gmts_recipe.sequential import stats as sq
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "configs/sweeps/confirm-extension.yaml"
@@ -305,12 +305,12 @@ def test_the_committed_plan_holds_its_design_files_requirements():
 
 @pytest.mark.slow
 def test_the_committed_design_is_reproduced_from_its_seed(tmp_path):
-    """python -m gmts_recipe.sweep.design on the committed plan writes the committed design file, byte for byte (reads
-    results/confirm's cells, about a minute and a half on 2 cores)."""
+    """python -m gmts_recipe.sequential.design on the committed plan writes the committed design file, byte for byte
+    (reads results/confirm's cells, about a minute and a half on 2 cores)."""
     from gmts_recipe.sweep.grid import load_grid
 
     out = tmp_path / "design.json"
-    from gmts_recipe.sweep import design
+    from gmts_recipe.sequential import design
 
     assert design.main([str(PLAN.relative_to(ROOT)), "--out", str(out)]) == 0
     committed = ROOT / load_grid(PLAN).sequential["design"]

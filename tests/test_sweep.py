@@ -22,7 +22,7 @@ from gmts_recipe.sweep.merge import merge
 from gmts_recipe.sweep.ray_tasks import CellFailed
 from gmts_recipe.sweep.report import FEW_SEEDS, render, secondary_line, write_summary
 from gmts_recipe.sweep.schedule import TIMING, arms_that_fit, recorded_pace, seconds_per_arm, time_left
-from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, summarize, training_reward_fell, verify
+from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, continued_summary, summarize, training_reward_fell, verify
 from gmts_recipe.arms import arm_named
 from results_files import rehash, seal_format_1
 
@@ -1686,30 +1686,30 @@ def test_a_sequential_summary_counts_new_seeds_in_order_and_reads_decisions_only
     path = sequential_trees(tmp_path)
     grid = load_grid(path)
     root = tmp_path / "results" / "more"
-    first = summarize(grid)["sequential"]
+    first = summarize(grid, continued=continued_summary(grid))["sequential"]
     assert first["continued_seeds"] == [1, 2, 3, 4] and first["seeds_done"] == []
     assert first["state"]["next_look"] == 6 and [lk["seeds"] for lk in first["state"]["looks"]] == [4]
     fake_cell(root, "paper-lr0.0001-s6", {"ets": 0.5, "gmts": 0.9}, seed=6)  # seed 6 before seed 5
-    q = summarize(grid)["sequential"]
+    q = summarize(grid, continued=continued_summary(grid))["sequential"]
     assert q["seeds_done"] == [] and q["seeds_waiting"] == [6] and q["state"]["seeds_done"] == 4
-    assert "waiting for an earlier one: 6" in render(summarize(grid))
+    assert "waiting for an earlier one: 6" in render(summarize(grid, continued=continued_summary(grid)))
     fake_cell(root, "paper-lr0.0001-s5", {"ets": 0.5, "gmts": 0.9}, seed=5)
-    q = summarize(grid)["sequential"]
+    q = summarize(grid, continued=continued_summary(grid))["sequential"]
     assert q["seeds_done"] == [5, 6] and q["seeds_waiting"] == []
     assert [lk["seeds"] for lk in q["state"]["looks"]] == [4, 6]
     assert len(q["per_seed"]) == 6 and q["cell_cards"] == {"5": ["CPU"], "6": ["CPU"]}
-    line = render(summarize(grid)).split("\n\n")[0]
+    line = render(summarize(grid, continued=continued_summary(grid))).split("\n\n")[0]
     assert line.startswith("Sequential extension (plan fixed after the first test)")
     assert "Look 1 of 2 at 6 seeds" in line and "Cells on a card the plan does not name" in line
     written = write_summary(grid, path)
-    assert verify(written)["sequential"] == summarize(grid)["sequential"]
+    assert verify(written)["sequential"] == summarize(grid, continued=continued_summary(grid))["sequential"]
 
 
 def test_a_sequential_line_says_what_its_verdicts_mean_and_what_to_run_next(tmp_path):
     """Every printed verdict carries its meaning (computed), the next look's boundaries in points and the command that
     runs its seeds; a sweep with no finished cell prints no empty table."""
     path = sequential_trees(tmp_path)
-    summary = summarize(load_grid(path))
+    summary = summarize(grid := load_grid(path), continued=continued_summary(grid))
     q = summary["sequential"]
     m = q["meaning"]
     assert m["continued_error"] == pytest.approx(0.025) and m["error_per_direction"] == 0.05
@@ -1749,7 +1749,7 @@ def test_a_sequential_grid_must_continue_a_finished_test_of_the_same_comparison(
     path = sequential_trees(tmp_path)
     (tmp_path / "results" / "first" / "paper-lr0.0001-s4" / "results.json").unlink()
     with pytest.raises(SweepError, match="not complete"):
-        summarize(load_grid(path))
+        summarize(grid := load_grid(path), continued=continued_summary(grid))
     other = tmp_path / "other.yaml"
     other.write_text(path.read_text().replace("refuted_below_points: 1.3", "refuted_below_points: 2.0"))
     with pytest.raises(SweepError, match="refuted_below_points differ"):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gmts_recipe.sweep import cards, local
+from gmts_recipe.sequential import cards
+from gmts_recipe.sweep import local
 from gmts_recipe.sweep.grid import cell_command, jobs, load_grid
 from gmts_recipe.sweep.local import run
 from gmts_recipe.sweep.merge import merge

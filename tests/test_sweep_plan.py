@@ -1,4 +1,4 @@
-"""A sweep's plan held against git (gmts_recipe.sweep.plan): the forgeries that re-seal a summary after dropping a seed
+"""A sweep's plan held against git (gmts_recipe.verify.plan): the forgeries that re-seal a summary after dropping a seed
 from its grid are refused, whether the committed plan was left alone, edited without a commit, edited and committed
 after the sweep's cells, or committed under a new name; a plan may only grow; a plan without a repository is said to
 be uncompared; every planned cell is present or named; a sequential plan's cards are read by their exact names."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gmts_recipe.sweep import plan
+from gmts_recipe.verify import plan
 from gmts_recipe.sweep.grid import SweepError, load_grid
 
 GRID = """name: demo
@@ -271,7 +271,8 @@ def test_a_sequential_sweeps_cells_on_a_card_the_plan_does_not_name_are_refused(
 def test_the_summary_notes_cards_by_the_same_exact_names(tmp_path):
     """sweep.py's note on a sequential sweep's cards reads them as check.py does: a GH200 is no H200, two cards for
     one seed are noted, an H100 and an H200 are not."""
-    from gmts_recipe.sweep.report import sequential_parts, write_summary
+    from gmts_recipe.sequential.report import sequential_parts
+    from gmts_recipe.sweep.report import write_summary
     from test_sweep import fake_cell, sequential_trees
 
     path = sequential_trees(tmp_path)

@@ -1,8 +1,6 @@
 """The sweep's parts, one concern each; `python sweep.py` is the command over them.
 
 - grid: the sweep file (Grid, Cell, load_grid and its checks) and the jobs it still holds;
-- failures: a sequential plan's failed cells, recorded by the runner and read as the plan says;
-- cards: the cards a sequential plan's cells may run on, by exact name;
 - schedule: logs/timing.jsonl and the pace and time left read from it;
 - local: the local pool of workers (run);
 - ray_tasks: the cells as Ray tasks (run_ray);
@@ -14,6 +12,8 @@
 - pace: the time per card to a machine's first seed and each seed after it, from the timing logs;
 - summary: every number of the sweep from its cells (summarize, verify);
 - report: the tables and figures of a summary (render, plot, write_summary).
+
+A sequential plan's own parts (its statistics, failures, cards, sensitivity comparison) are gmts_recipe.sequential's.
 
 No module here imports torch, matplotlib or Ray before a function needs them: check.py verifies a sweep without them.
 """

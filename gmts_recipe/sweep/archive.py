@@ -30,8 +30,8 @@ from gmts_recipe.sweep import intake
 from gmts_recipe.sweep.claims import check_who, seed_span, stamp
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError
 from gmts_recipe.sweep.merge import merge
-from gmts_recipe.sweep.plan import record as plan_record
-from gmts_recipe.sweep.plan import repository
+from gmts_recipe.verify.plan import record as plan_record
+from gmts_recipe.verify.plan import repository
 from gmts_recipe.sweep.schedule import TIMING
 
 MANIFEST = "pack.json"

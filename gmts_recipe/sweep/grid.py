@@ -14,7 +14,7 @@ from typing import Any
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
 from gmts_recipe.records import ResultsError, load, read_yaml_mapping
 from gmts_recipe.sweep import SweepError  # importable from here, as before
-from gmts_recipe.sweep import failures  # a sequential plan's failed cells: what `jobs` runs again
+from gmts_recipe.sequential import failures  # a sequential plan's failed cells: what `jobs` runs again
 from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
 
@@ -170,7 +170,7 @@ SEQUENTIAL_KEYS = {"fixed_on": str, "continues": str, "variant": str, "compariso
                    "reproduced_above_points": float, "refuted_below_points": float, "cards": list, "design": str,
                    "contamination": dict, "failures": dict, "sensitivity": list, "simulation": dict}
 # frozen_on: once a committed version of the plan carries it, no later version may change the plan's decision keys
-# or its design file at all (gmts_recipe.sweep.plan.frozen_problem); a plan may leave it out until it is frozen
+# or its design file at all (gmts_recipe.verify.plan.frozen_problem); a plan may leave it out until it is frozen
 OPTIONAL_SEQUENTIAL_KEYS = {"frozen_on": str}
 
 
@@ -187,7 +187,7 @@ def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
     if missing or extra:
         raise SweepError(f"{where}: " + (f"missing {', '.join(sorted(missing))}" if missing else
                                          f"unknown key(s) {', '.join(sorted(extra))}"))
-    try:  # critical: ~ until the design is computed (python -m gmts_recipe.sweep.design)
+    try:  # critical: ~ until the design is computed (python -m gmts_recipe.sequential.design)
         keys = {**SEQUENTIAL_KEYS, **OPTIONAL_SEQUENTIAL_KEYS}
         out = {k: None if (k, v) == ("critical", None) else keys[k](v) for k, v in sequential.items()}
         out["simulation"] = {k: SIMULATION_KEYS[k](out["simulation"][k]) for k in SIMULATION_KEYS}
@@ -345,7 +345,7 @@ def _finished_arms(results_path: Path) -> set[str]:
 def jobs(grid: Grid, only: str | None = None) -> list[tuple[Cell, str]]:
     """The (cell, arm) jobs still to run, in the grid's order; under `whole_seeds` a cell that still waits for an arm
     runs all of them again but those that failed on their own, which never run again (its failure.json, read as the
-    plan's `failures` say: gmts_recipe.sweep.failures.outcome)."""
+    plan's `failures` say: gmts_recipe.sequential.failures.outcome)."""
     root = Path(grid.results_dir) / grid.name
     done = {cell: _finished_arms(root / cell.name / "results.json") for cell in grid.cells()}
     order = grid.jobs_in_order(only)

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gmts_recipe.sweep import cards  # the card a failed cell ran on
-from gmts_recipe.sweep.failures import record_exit  # a sequential plan's failed cell, from its log
+from gmts_recipe.sequential import cards  # the card a failed cell ran on
+from gmts_recipe.sequential.failures import record_exit  # a sequential plan's failed cell, from its log
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError, by_cell, cell_command, jobs, jobs_to_start, log_name
 from gmts_recipe.sweep.schedule import (INTERRUPTED, arms_that_fit, failure_line, recorded_pace, seconds_per_arm,
                                         time_left, write_timing)

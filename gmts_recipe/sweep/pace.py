@@ -4,8 +4,8 @@ a machine of a given number of minutes runs.
 
 Each line of <sweep folder>/logs/timing.jsonl is one cell process (gmts_recipe.sweep.schedule.write_timing); the card
 is not in it, but in the cell's results.json (each arm's provenance, else the file's versions:
-summary.recorded_cards). A process is one warm worker's process (its lines from `job_in_process` 1 on, per host and
-GPU) or one fresh process (a line without `warm`). Its *first* training cell is timed from the process's start, so a
+sequential.cards.recorded_cards). A process is one warm worker's process (its lines from `job_in_process` 1 on, per host
+and GPU) or one fresh process (a line without `warm`). Its *first* training cell is timed from the process's start, so a
 job of base evaluations run before it in that process counts towards it (evaluated there, or read from the cache);
 every later training cell is *steady*. Only processes that had their GPU to themselves and ended well count.
 
@@ -66,7 +66,7 @@ class CardPace:
 
 def cell_cards(folder: Path) -> dict[str, str]:
     """Each cell folder's card, as its results.json records it (two names joined where its arms differ)."""
-    from gmts_recipe.sweep.summary import recorded_cards
+    from gmts_recipe.sequential.cards import recorded_cards
 
     out = {}
     for path in sorted(folder.glob("*/results.json")):

@@ -7,17 +7,13 @@ from pathlib import Path
 from gmts_recipe.arms import arm_named, arms as rule_arms, comparisons as rule_comparisons, control_arms, short_name
 from gmts_recipe.code_digest import code_commit
 from gmts_recipe.records import write_json
+from gmts_recipe.sequential.report import sensitivity_table, sequential_line
 from gmts_recipe.stats import signed
-from gmts_recipe.tables import fit_table, fit_text
 from gmts_recipe.sweep.grid import Grid
-from gmts_recipe.sweep.plan import card_problem, record as plan_record
-from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, summarize, with_plan
+from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, continued_summary, summarize, with_plan
+from gmts_recipe.tables import fit_text, report_table, seed_span
+from gmts_recipe.verify.plan import record as plan_record
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
-
-
-def _seed_span(seeds: list[int]) -> str:
-    """200-299 for consecutive seeds, else the list."""
-    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
 
 
 def _seed_ranges(seeds: list[int]) -> str:
@@ -73,7 +69,7 @@ def origin_lines(origins: list[tuple[int, str]]) -> list[str]:
 def secondary_line(s: dict) -> str:
     """One line for a secondary comparison: where it stands, its interval, never a decision."""
     seeds = s["seeds"]
-    head = f"Secondary (planned, interval only): {s['comparison']} over seeds {_seed_span(seeds)}:"
+    head = f"Secondary (planned, interval only): {s['comparison']} over seeds {seed_span(seeds)}:"
     if s["delta"] is None:
         return f"{head} {len(s['seeds_done'])} of {len(seeds)} seeds have run, no interval yet."
     return (f"{head} {'' if s['status'] == 'complete' else 'so far '}{len(s['seeds_done'])} of {len(seeds)} seeds, "
@@ -85,7 +81,7 @@ def primary_line(p: dict) -> str:
     """One paragraph: the primary test as the plan states it, where it stands, and its decision (or why none yet)."""
     seeds = p["seeds"]
     head = (f"Primary test (analysis plan fixed {p['fixed_on']}): {p['comparison']} at lr "
-            f"{p['learning_rate']:g} ({p['variant']}) over seeds {_seed_span(seeds)}, Student's t over the per-seed deltas, 95%; "
+            f"{p['learning_rate']:g} ({p['variant']}) over seeds {seed_span(seeds)}, Student's t over the per-seed deltas, 95%; "
             f"reproduced if the interval lies above {signed(p['reproduced_above_points'])} points, refuted at "
             f"{signed(p['refuted_below_points'])} if its upper end lies below that.")
     if p["delta"] is None:
@@ -97,193 +93,11 @@ def primary_line(p: dict) -> str:
     return f"{head} All {now}: **{p['decision']}**."
 
 
-def _look_numbers(lk: dict) -> str:
-    return (f"{lk['mean']:+.1f} points, repeated confidence interval [{lk['low']:+.1f}, {lk['high']:+.1f}] (mean - "
-            f"{lk['reproduced_critical']:.2f} se, mean + {lk['refuted_critical']:.2f} se)")
-
-
-def sequential_line(q: dict, plan: str | None = None) -> str:
-    """One paragraph: the sequential plan as it states it, each look reached with its numbers, where the test stands (a
-    decision, only at a planned look, or the next look with its boundaries in points and the command that runs its
-    seeds), what a verdict means, and the planned sensitivity comparison."""
-    parts = sequential_parts(q, plan)
-    return " ".join([parts["rule"], *parts["looks"], parts["now"], parts["estimate"], parts["next"], parts["meaning"],
-                     *parts["notes"], parts["sensitivity"]]).replace("  ", " ").strip()
-
-
-def _points(v: float) -> str:
-    return f"{v:+.2f}"
-
-
-def _span_of(values) -> str:
-    low, high = min(values), max(values)
-    return f"{low:.3f}" if f"{low:.3f}" == f"{high:.3f}" else f"{low:.3f}-{high:.3f}"
-
-
-def meaning_line(q: dict) -> str:
-    """What the plan's verdicts mean and what error they carry (summary.verdict_meaning's numbers, from the design
-    file, computed, never typed): "reproduced" a gain above the lower threshold, not the paper's claimed gain; where a
-    gain between the thresholds lands; the continued test's error spent at its look; the error over the whole sequence
-    under the plan's models and where nearby collapse models exceed it; and each false decision's chance given the
-    first stage's seeds."""
-    m, n_last, n0 = q["meaning"], q["looks"][-1], len(q["continued_seeds"])
-    low, high = q["reproduced_above_points"], q["refuted_below_points"]
-    claimed = "" if not m.get("claimed") else f", not the paper's {m['claimed'][0]:+.1f} to {m['claimed'][1]:+.1f}"
-    where = " (where the mean lies now)" if m.get("between_thresholds") else ""
-    between = (f"a gain between {signed(low)} and {signed(high)}{where} gets no verdict by {n_last} seeds "
-               f"(~{m['smaller_needs_seeds']} needed at SD {m['sd']:.1f})" if not m["smaller_possible"] else
-               f"\"a gain smaller than claimed\" needs ~{m['smaller_needs_seeds']} seeds at SD {m['sd']:.1f}")
-    text = (f"What a verdict means: \"reproduced\" = a gain above {low:g} points{claimed}; \"refuted\" = below "
-            f"{signed(high)}; {between}. Error per direction from the first of the {n0} seeds (the "
-            f"confirmatory test spent its {m['continued_error']:.3f} at its look; this plan came after it)")
-    whole = m.get("whole_sequence")
-    if whole:
-        per = lambda model: " / ".join(f"{whole[d][model]:.3f}" for d in ("reproduced", "refuted"))  # noqa: E731
-        text += (f": {per('normal')} (reproduced / refuted) under normal deltas, {per('contaminated')} under a "
-                 f"contamination model chosen after seeing seed 227")
-        near = m["nearby"]
-        if near and near["over"]:
-            text += (f", above {m['error_per_direction']:g} under {near['over']} of {near['models']} nearby collapse "
-                     f"models ({_span_of(near['error'])}; look 0 alone spends {_span_of(near['first_look'])} there)")
-    cond = m.get("conditional")
-    if cond:
-        text += (f"; given the first {n0} seeds ({len(cond['reproduced'])} models), a false \"reproduced\" "
-                 f"{_span_of(cond['reproduced'].values())}, a false \"refuted\" {_span_of(cond['refuted'].values())}")
-    return text + "."
-
-
-def estimate_line(q: dict) -> str:
-    """After a stop: the median-unbiased estimate and its interval (stage-wise ordering), beside the repeated
-    confidence interval every look prints; "" while the test goes on."""
-    e = q.get("estimate")
-    if not e:
-        return ""
-    return (f"Estimate after the stop at {e['seeds']} seeds (median-unbiased, stage-wise ordering): "
-            f"{e['median_unbiased']:+.2f} points, {100 * e['confidence']:g}% interval [{e['low']:+.2f}, "
-            f"{e['high']:+.2f}] (the naive mean {e['mean']:+.2f}; the repeated confidence interval holds whatever the "
-            f"stopping and is wider).")
-
-
-def next_look_line(q: dict, plan: str | None = None) -> str:
-    """The next look's boundaries in points (at the spread so far: the mean a decision needs there) and the command
-    that runs its seeds; "" once the test has decided or passed its last look."""
-    st = q["state"]
-    if st["decision"] is not None or st["next_look"] is None:
-        return ""
-    n, sd = st["next_look"], q["meaning"]["sd"]
-    i = q["looks"].index(n)
-    se = sd / n ** 0.5
-    need = [s for s in q["seeds"] if s not in q["seeds_done"]][:st["seeds_to_next_look"]]
-    cmd = f"python sweep.py {plan or 'configs/sweeps/<name>.yaml'} --gpus 0 --warm_workers -- --gsm8k_path DIR"
-    return (f"At look {i + 1}, with the spread so far (SD {sd:.1f} points, se {se:.2f} at {n} seeds): reproduced if "
-            f"the mean exceeds {_points(q['reproduced_above_points'] + q['critical']['reproduced'] * se)} points, "
-            f"refuted if it lies below {_points(q['refuted_below_points'] - q['critical']['refuted'] * se)}. Next: "
-            f"`{cmd}` (resumes; seeds {_seed_span(need)} reach it).")
-
-
-def sequential_parts(q: dict, plan: str | None = None) -> dict:
-    """sequential_line's sentences: the rule, each look reached, where the test stands (`now`), the next look in points
-    with its command (`next`), what a verdict means (`meaning`), `notes` (seeds waiting for an earlier one, failed arms
-    scored as the plan says, cells on a card the plan does not name) and the planned `sensitivity` comparison."""
-    looks, st = q["looks"], q["state"]
-    rule = (f"Sequential extension (plan fixed {q['fixed_on']}): {q['comparison']} at lr {q['learning_rate']:g} "
-            f"({q['variant']}), the {len(q['continued_seeds'])} seeds of {q['continues']} then new seeds "
-            f"{_seed_span(q['seeds'])} in that order; looks at {', '.join(map(str, looks))} seeds; reproduced if (mean - "
-            f"{q['reproduced_above_points']:g}) / se > {q['critical']['reproduced']:.2f}, refuted if (mean - "
-            f"{q['refuted_below_points']:g}) / se < -{q['critical']['refuted']:.2f}.")
-    reached = [(("Look 0 (the continued test)" if lk["look"] == 0 else f"Look {lk['look']} of {len(looks)}")
-                + f" at {lk['seeds']} seeds: {_look_numbers(lk)}: {lk['decision']}.") for lk in st["looks"]]
-    if st["decision"] is not None:
-        now = f"**{st['decision']}** at {st['looks'][-1]['seeds']} seeds."
-    else:
-        last = st["looks"][-1]["seeds"] if st["looks"] else 0
-        now = (f"Look {looks.index(st['next_look']) + 1} of {len(looks)} at {st['next_look']} seeds: "
-               f"{st['seeds_done'] - last} of its {st['next_look'] - last} new seeds have run "
-               f"({st['seeds_to_next_look']} to go): continue.")
-    notes = []
-    if q["seeds_waiting"]:
-        notes.append(f"Seeds run out of order, waiting for an earlier one: {', '.join(map(str, q['seeds_waiting']))}.")
-    if q.get("retrying"):
-        notes.append(f"Machine faults waiting for their retry: seed {', '.join(map(str, q['retrying']))}.")
-    if q.get("scored_as_base"):
-        notes.append("Arms that failed on their own, scored as the base model (the plan's failures): "
-                     + ", ".join(f"seed {s} {a}" for s, a in q["scored_as_base"].items()) + ".")
-    off = {s: c for s, c in q["cell_cards"].items() if card_problem(q["cards"], {s: c})}  # as check.py reads them
-    if off:
-        notes.append("Cells on a card the plan does not name: " + "; ".join(f"seed {s} {', '.join(c)}"
-                                                                          for s, c in off.items()) + ".")
-    return {"rule": rule, "looks": reached, "now": now, "estimate": estimate_line(q), "next": next_look_line(q, plan),
-            "meaning": meaning_line(q), "notes": notes, "sensitivity": sensitivity_line(q)}
-
-
-def sensitivity_line(q: dict) -> str:
-    """The plan's sensitivity comparison in a few sentences (gmts_recipe.sweep.sensitivity), said to be none of the
-    decision: at a look, its alarms (or none) against the thresholds fixed in advance, after an alarm the
-    card-stratified estimates and that the verdict rests on card homogeneity, and its power; between looks only
-    when it comes (it is read at looks only, as the verdict); "" past the last look without one."""
-    from gmts_recipe.sweep import sensitivity as sens
-
-    c = q.get("sensitivity_comparison")
-    if c is None:
-        n = q["state"].get("next_look")
-        return f"Sensitivity comparison (planned, never a decision): at the next look ({n} seeds)." if n else ""
-    by = ["card", "library versions", *(k for k in q["sensitivity"] if k != "card")]
-    head = (f"Sensitivity comparison at {c['seeds']} seeds (planned, never a decision): old seeds "
-            f"against the {c['new_seeds']} new by {', '.join(by[:-1])} and {by[-1]}.")
-    if not c["alarms"]:
-        alarms = f"No alarm ({'; '.join(sens.ALARMS)})."
-    else:
-        strata = ", ".join(f"{s['card']} {s['mean']:+.1f}"
-                           + ("" if s["low"] is None else f" [{s['low']:+.1f}, {s['high']:+.1f}]")
-                           + f" ({s['seeds']} seed{'s' * (s['seeds'] != 1)})" for s in c["stratified"])
-        alarms = (f"Alarm: {'; '.join(a['what'] for a in c['alarms'])}. {sens.HOMOGENEITY} Card-stratified, "
-                  f"{q['comparison']} per card (points, Student's t 95%): {strata}.")
-    p = c["power"]
-    power = ("" if p["power"] is None else
-             f"Its power is low: a {p['shift']:g}-point card shift is found with probability {p['power']:.2f} (Welch, "
-             f"{p['alpha']:g} two-sided, SD {p['sd']:.1f}, all {p['new_seeds']} new seeds on one card against the "
-             f"{p['old_seeds']} old), so no alarm is no evidence that cards agree.")
-    return " ".join(x for x in (head, alarms, power) if x)
-
-
-def sensitivity_table(q: dict, markdown: bool = False, width: int | None = None) -> str:
-    """The sensitivity comparison's groups as a table: the old seeds, then the new ones by card, library versions and
-    the plan's other keys, each with its GMTS - ETS mean and SD, Welch's difference against the old seeds, the
-    Hodges-Lehmann shift, the SD ratio, each arm's pass@1 and collapses; below it the failed attempts by card and
-    arm; "" between looks."""
-    from gmts_recipe.markdown import fill
-
-    c = q.get("sensitivity_comparison")
-    if c is None:
-        return ""
-    arms = q["comparison"].split(" - ")[::-1]  # ETS / GMTS: the order of the comparison's name reversed
-    both = lambda d: " / ".join(str(d[a]) for a in arms)  # noqa: E731
-    rng = lambda x, lo, hi: f"{x:+.2f} [{lo:+.2f}, {hi:+.2f}]" if lo is not None else f"{x:+.2f}"  # noqa: E731
-    rows = []
-    for g in [c["old"], *c["groups"]]:
-        old = g["by"] == "old"
-        w, h = g.get("welch"), g.get("hodges_lehmann")
-        rows.append(["old" if old else f"new by {g['by']}",
-                     f"{g['group']} ({g['card'] or 'several cards'}; {g['versions']})" if old else g["group"],
-                     str(g["seeds"]), f"{g['mean']:+.2f}" + ("" if g["sd"] is None else f" ({g['sd']:.2f})"),
-                     "-" if w is None else rng(w["difference"], w["low"], w["high"]),
-                     "-" if h is None else rng(h["shift"], h["low"], h["high"]),
-                     "-" if g.get("sd_ratio") is None else f"{g['sd_ratio']:.2f}",
-                     " / ".join(f"{g['pass@1'][a]:.1f}%" for a in arms), both(g["collapses"])])
-    names = " / ".join(short_name(a) for a in arms)
-    head = ["seeds", "group", "n", f"{q['comparison']}: mean (SD), pts", "new - old: Welch 95%",
-            "Hodges-Lehmann 95%", "SD ratio", f"pass@1 {names}", f"collapsed {names}"]
-    failed = "; ".join(f"{f['card']} " + ", ".join(f"{short_name(a)} {f[a]}" for a in arms) for f in c["failures"])
-    note = (f"Collapsed: the arm's verdict against the base, or its own failure scored as the base. Failed attempts "
-            f"of the new seeds (failure.json), by card: {failed or 'none'}.")
-    return _table(head, rows, markdown, width) + "\n\n" + (fill(note) if markdown else fit_text(note, width))
-
-
 def write_summary(grid: Grid, grid_path: str | Path) -> Path:
     root = Path(grid.results_dir) / grid.name
     root.mkdir(parents=True, exist_ok=True)
     (root / "grid.yaml").write_text(Path(grid_path).read_text(encoding="utf-8"), encoding="utf-8")
-    summary = with_plan(summarize(grid), plan_record(grid_path))
+    summary = with_plan(summarize(grid, continued=continued_summary(grid)), plan_record(grid_path))
     path = root / "sweep.json"
     write_json(path, summary)
     plot(summary, root / "sweep.png")
@@ -418,7 +232,7 @@ def render(summary: dict, markdown: bool = False, width: int | None = None) -> s
             if markdown and len(runs) > INLINE_SEEDS:
                 row.append(f"{_pct(mean)} ({len(runs)} seeds, below)")
                 below1.append(item(f"{short_name(arm)}, {variant} lr {lr:g}, seeds "
-                                   f"{_seed_span([s for s, _ in runs])}: {seeds}"))
+                                   f"{seed_span([s for s, _ in runs])}: {seeds}"))
             else:
                 row.append(f"{_pct(mean)} ({seeds})")
         rows1.append(row)
@@ -439,7 +253,7 @@ def render(summary: dict, markdown: bool = False, width: int | None = None) -> s
         sd = "-" if sd is None else f"{100 * sd['sd']:.1f} [{100 * sd['low']:.1f}, {100 * sd['high']:.1f}]"
         per_seed = ", ".join(f"{100 * d:+.1f}" for d in p.get("per_seed", []))
         if markdown and len(p.get("per_seed", [])) > INLINE_SEEDS:
-            below2.append(item(f"{p['comparison']}, {p['variant']} lr {lr}, seeds {_seed_span(p['seeds'])}: "
+            below2.append(item(f"{p['comparison']}, {p['variant']} lr {lr}, seeds {seed_span(p['seeds'])}: "
                                f"{per_seed}"))
             per_seed = "below"
         rows2.append([p["variant"], p["comparison"], p["comparison_kind"], lr, seeds,
@@ -455,13 +269,13 @@ def render(summary: dict, markdown: bool = False, width: int | None = None) -> s
             f"where no seed's training reward fell; never test scores): "
             + ", ".join(f"{r['variant']}/{r['arm']} {r['learning_rate']:g}" for r in summary["best_stable"])
             + ". " + collapse_counts(cells, columns)) if base else f"{summary['name']}: no finished cells yet."
-    mechanism = "Per training step, median over the steps:\n\n" + _table(head3, rows3, markdown, width)
+    mechanism = "Per training step, median over the steps:\n\n" + report_table(head3, rows3, markdown, width)
     primary = [primary_line(summary["primary"])] if "primary" in summary else []
     primary += [secondary_line(s) for s in summary.get("secondary", [])]
     primary += [sequential_line(summary["sequential"], (summary.get("plan") or {}).get("file"))] \
         if "sequential" in summary else []
     sens = sensitivity_table(summary["sequential"], markdown, width) if "sequential" in summary else ""
-    table1, table2 = _table(head1, rows1, markdown, width), _table(head2, rows2, markdown, width)
+    table1, table2 = report_table(head1, rows1, markdown, width), report_table(head2, rows2, markdown, width)
     if markdown:
         table1 += "\n\nEach seed's pass@1:\n\n" + "\n".join(below1) if below1 else ""
         table2 += ("\n\n" + fill("Seeds: " + "; ".join(f"{k}: {v}" for k, v in notes2.items()) + ".")) \
@@ -498,14 +312,3 @@ def collapse_counts(cells: list[dict], arms: list[str]) -> str:
         parts.append(f"{arm} {len(runs)} of {total}"
                      + (f" (seed {', '.join(str(c['seed']) for c in runs)})" if runs else ""))
     return "Collapsed below the base: " + "; ".join(parts) + "."
-
-
-def _table(header: list[str], rows: list[list[str]], markdown: bool, width: int | None = None) -> str:
-    if markdown:
-        cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-        return "\n".join(["| " + " | ".join(cell(x) for x in header) + " |", "|" + "---|" * len(header)]
-                         + ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows])
-    if width is None:  # as wide as the cells (the columns padded, as before fitting existed)
-        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-        return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)) for r in [header, *rows])
-    return "\n".join(fit_table(header, rows, width))

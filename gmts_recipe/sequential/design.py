@@ -1,7 +1,7 @@
-"""A sequential plan's design, computed and written: `python -m gmts_recipe.sweep.design PLAN.yaml --out DESIGN.json`
-reads the plan's `sequential:` keys and the per-seed deltas of the test it continues (recomputed from that test's
-cells), and writes gmts_recipe.sequential.design's boundaries and outcomes, reproducible from the plan's seed (bit for
-bit: numpy Generators seeded from the plan, their draws in a fixed order). On 2 shared cores it takes a few minutes,
+"""A sequential plan's design, computed and written: `python -m gmts_recipe.sequential.design PLAN.yaml --out
+DESIGN.json` reads the plan's `sequential:` keys and the per-seed deltas of the test it continues (recomputed from
+that test's cells), and writes stats.design's boundaries and outcomes, reproducible from the plan's seed (bit for bit:
+numpy Generators seeded from the plan, their draws in a fixed order). On 2 shared cores it takes a few minutes,
 most of it reading the continued test's 100 cells and the 4,000,000 normal null paths. A plan whose critical value
 lies below what the design requires exits 1 (the file written, its "required" saying why)."""
 
@@ -12,10 +12,11 @@ import json
 import sys
 from pathlib import Path
 
-from gmts_recipe import sequential
 from gmts_recipe.records import write_json
+from gmts_recipe.sequential import stats as sequential
+from gmts_recipe.sequential.looks import continued_test, seed_minutes
 from gmts_recipe.sweep.grid import SweepError, load_grid
-from gmts_recipe.sweep.summary import continued_test, seed_minutes
+from gmts_recipe.sweep.summary import continued_summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         grid = load_grid(args.plan)
         if grid.sequential is None:
             raise SweepError(f"{args.plan}: no sequential: section")
-        continued = continued_test(grid)
-        minutes = seed_minutes(grid)
+        continued = continued_test(continued_summary(grid), grid)
+        minutes = seed_minutes(continued, grid.sequential["comparison"])
     except SweepError as e:
         print(f"design: {e}", file=sys.stderr)
         return 2

@@ -6,18 +6,19 @@ library versions. If any of these moved GMTS - ETS, the pooled mean the looks re
 cannot test that away (a seed's card is not randomised, and the comparison has little power: `welch_power`), so it
 fixes in advance what is compared, what raises an alarm, and what follows an alarm:
 
-- the groups: the old seeds, then the new ones by card (the recorded name as its short label, sweep.plan.CARDS), by
+- the groups: the old seeds, then the new ones by card (the recorded name as its short label, cards.CARDS), by
   library versions (torch, transformers, trl, CUDA) and by each other key of the plan's `sensitivity` (commit, day);
 - each new group against the old seeds: the difference of the mean per-seed delta by Welch's t (95% interval), the
   Hodges-Lehmann shift (median of all pairwise differences, Moses' 95% interval), the ratio of the SDs; each arm's
   mean pass@1, collapse counts (an arm's verdict "collapsed" against the base, or its own failure scored as the base:
-  sweep.failures) and failed attempts (failure.json) by arm;
+  failures) and failed attempts (failure.json) by arm;
 - the alarms, from the card groups only (the follow-up is card-stratified): ALARMS, fixed before any new
   seed's cell was committed, and written in docs/results.md's plan;
 - after an alarm: the card-stratified estimates (mean delta and Student's t interval per card, old and new seeds
   together) printed beside the verdict, which then says it rests on card homogeneity.
 
-Pure functions over per-seed rows (points); sweep.summary reads the cells into them, sweep.report prints the result.
+Pure functions over per-seed rows (points); looks.sensitivity_at_look builds them from each cell's facts
+(looks.cell_facts), report prints the result.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ import statistics
 from collections.abc import Sequence
 
 import numpy as np
+
+from gmts_recipe.sequential.cards import CARDS
+from gmts_recipe.stats import seed_t_interval
+from gmts_recipe.tables import seed_span
 
 CONFIDENCE = 0.95  # Welch's and Hodges-Lehmann's intervals
 SD_RATIO_ALARM = 1.5  # a new card group's SD over the old seeds' SD above this
@@ -95,9 +100,7 @@ def welch_power(shift: float, sd: float, n_new: int, n_old: int, alpha: float = 
 
 
 def card_label(name: str) -> str:
-    """A recorded card name as its short label (H100, H200; sweep.plan.CARDS), any other as recorded."""
-    from gmts_recipe.sweep.cards import CARDS
-
+    """A recorded card name as its short label (H100, H200; cards.CARDS), any other as recorded."""
     return CARDS.get(name, name)
 
 
@@ -123,10 +126,6 @@ def _group(by: str, label: str, rows: list[dict], old: list[dict] | None, arms: 
     return out
 
 
-def _seed_span(seeds: list[int]) -> str:
-    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
-
-
 def compare(old: list[dict], new: list[dict], arms: Sequence[str], failures: list[dict], by: Sequence[str] = (),
             look: int | None = None) -> dict:
     """The comparison at a look. `old`, `new`: one row per seed in the planned order, each {"seed", "delta" (points),
@@ -136,12 +135,10 @@ def compare(old: list[dict], new: list[dict], arms: Sequence[str], failures: lis
     then each other key), the failed attempts by card and arm, the alarms raised (ALARMS), the card-stratified
     estimates where one is, and the power to find a CARD_SHIFT card shift with every new seed on one card against the
     old ones (the best case)."""
-    from gmts_recipe.stats import seed_t_interval
-
     if len(old) < 2 or not new:
         raise ValueError(f"a sensitivity comparison needs 2 old seeds and a new one (got {len(old)}, {len(new)})")
     cards = sorted({r["card"] for r in old})
-    head = _group("old", f"seeds {_seed_span([r['seed'] for r in old])}", old, None, arms)
+    head = _group("old", f"seeds {seed_span([r['seed'] for r in old])}", old, None, arms)
     head["card"] = cards[0] if len(cards) == 1 else None  # a card to hold the new ones' pass@1 against
     head["versions"] = "; ".join(sorted({r["versions"] for r in old}))
     groups = []

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from gmts_recipe.records import write_json
 from gmts_recipe.sweep import SweepError
-from gmts_recipe.sweep.cards import card_allowed
+from gmts_recipe.sequential.cards import card_allowed
 
 FILE = "failure.json"
 KINDS = ("machine", "arm")

@@ -39,9 +39,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from gmts_recipe import sequential
-from gmts_recipe.sweep.cards import CARDS, card_allowed  # the exact names a plan's cards stand for
-from gmts_recipe.sweep.grid import SweepError
+from gmts_recipe.records import digest
+from gmts_recipe.sequential import stats as sequential
+from gmts_recipe.sequential.cards import CARDS, card_allowed  # the exact names a plan's cards stand for
+from gmts_recipe.sweep.grid import SweepError, load_grid
 
 RULES = ("primary", "secondary", "sequential")  # the keys whose content decides; blocks only say what runs
 
@@ -306,7 +307,7 @@ def unsampled_plan(sweep_path: Path) -> None:
         raise SweepError(f"{sweep_path}: --allow-unsampled on a planned sweep ({', '.join(rules)}): its decision would "
                          f"read scores nobody re-scored; only the planned sweeps made before evaluations kept samples "
                          f"take it, pinned by their summary's digest ({', '.join(UNSAMPLED_PLANS)}: "
-                         f"gmts_recipe.sweep.plan.UNSAMPLED_PLANS)")
+                         f"gmts_recipe.verify.plan.UNSAMPLED_PLANS)")
 
 
 def card_problem(allowed: list[str], cell_cards: dict[str, list[str]]) -> str | None:
@@ -335,7 +336,7 @@ def design_problem(spec: dict, design: dict) -> str | None:
     (`sequential.required_critical`), and the plan's critical value is at least that; and every error it records under
     the plan's models, over the whole sequence and given the first stage, stays within the plan's error per direction
     (the sensitivity rows it publishes beside them need not). What is not recomputed here: that the boundaries are
-    what the simulation yields from its seed (`python -m gmts_recipe.sweep.design PLAN --out FILE` writes the file
+    what the simulation yields from its seed (`python -m gmts_recipe.sequential.design PLAN --out FILE` writes the file
     again, bit for bit, and tests/test_sequential.py does so)."""
     n = len(spec["continued_seeds"])
     observed = [100 * v for v in spec["per_seed"][:n]]
@@ -463,8 +464,6 @@ def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
 def continued_by(sweep_path: Path, name: str) -> list[str]:
     """check.py's line for each sequential plan beside a sweep (<results_dir>/*/grid.yaml) that continues it: a
     finished test whose seeds are another test's first look says so, and where that test stands is read."""
-    from gmts_recipe.sweep.grid import load_grid
-
     out = []
     for other in sorted(sweep_path.parent.parent.glob("*/grid.yaml")):
         if other.parent.resolve() == sweep_path.parent.resolve() or \
@@ -483,25 +482,11 @@ def continued_by(sweep_path: Path, name: str) -> list[str]:
     return out
 
 
-def missing_cells(summary: dict, planned: list[str]) -> list[str]:
-    """The planned cells (names, in the grid's order) the summary does not hold."""
-    have = {c["cell"] for c in summary["cells"]}
-    return [name for name in planned if name not in have]
-
-
-def stray_cells(folder: Path, planned: list[str]) -> list[str]:
-    """Cell folders with a results.json that the plan does not list: a cell dropped from the grid is named, never
-    silently left out."""
-    return sorted(p.parent.name for p in folder.glob("*/results.json") if p.parent.name not in set(planned))
-
-
 def report(sweep_path: Path, summary: dict | None = None) -> list[str]:
     """check.py's lines on a sweep's plan, before any of its cells is read (`summary`: sweep.json as read, or read
-    here with its digest compared): `check`, then a refusal for a cell folder the plan does not list, the planned
-    cells that have not run (named, never silently left out), and a sequential plan's own checks."""
-    from gmts_recipe.sweep.grid import load_grid
-    from gmts_recipe.sweep.summary import digest
-
+    here with its digest compared): `check`, then a refusal for a cell folder with a results.json the plan does not
+    list (a cell dropped from the grid is named), the planned cells that have not run (named, in the grid's order,
+    never silently left out), and a sequential plan's own checks."""
     if summary is None:
         try:
             summary = json.loads(sweep_path.read_text(encoding="utf-8"))
@@ -514,10 +499,10 @@ def report(sweep_path: Path, summary: dict | None = None) -> list[str]:
     lines = check(sweep_path, summary)
     grid = load_grid(sweep_path.parent / "grid.yaml")
     planned = [cell.name for cell in grid.cells()]
-    stray = stray_cells(sweep_path.parent, planned)
+    stray = sorted(p.parent.name for p in sweep_path.parent.glob("*/results.json") if p.parent.name not in planned)
     if stray:
         raise SweepError(f"{sweep_path}: cell folder(s) the plan does not list: {', '.join(stray[:5])}")
-    missing = missing_cells(summary, planned)
+    missing = [name for name in planned if name not in {c["cell"] for c in summary["cells"]}]
     lines.append(f"Planned cells: {len(planned) - len(missing)} of {len(planned)} have a results file"
                  + (f"; not yet: {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more." if len(missing) > 3
                                                              else ".") if missing else "."))

@@ -1,6 +1,7 @@
 """The cards a sequential plan's cells may run on (its `cards:`), by the exact name a card reports: the card a worker's
 cells run on, asked before any cell starts (sweep.py refuses another in one line), recorded in each failure, and
-held against the plan by check.py (plan.card_problem) and in each failure record (failures.check)."""
+held against the plan by check.py (verify.plan.card_problem) and in each failure record (failures.check); and the
+cards a cell's file records (`recorded_cards`)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,15 @@ def refuse_cards(allowed: list[str], gpus: list[str]) -> None:
         if not card_allowed(name, allowed):
             raise SweepError(f"{'this machine' if gpu is None else f'GPU {gpu}'} is {name!r}, not a card the "
                              f"sequential plan names ({', '.join(allowed)}): its cells run on those only")
+
+
+def recorded_cards(results: dict) -> list[str]:
+    """The GPU (or "CPU") each arm of a cell's file recorded it ran on, each name once: a plan that allows several
+    cards records every cell's."""
+    names = []
+    for entry in results.get("arms", {}).values():
+        p = entry.get("provenance") if isinstance(entry.get("provenance"), dict) else results.get("versions") or {}
+        name = str(p.get("gpu") or (results.get("versions") or {}).get("gpu") or "CPU")
+        if name not in names:
+            names.append(name)
+    return names

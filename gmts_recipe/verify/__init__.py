@@ -1,0 +1,1 @@
+"""What check.py holds a file or a sweep to, one refusal set each."""
