@@ -483,7 +483,7 @@ def mechanism(analyses: list[dict]) -> str:
 
 # ---------------------------------------------------------------------------- the sequential extension
 def design_table(d: dict) -> str:
-    """A sequential plan's design file (gmts_recipe.sequential.design) as the plan's page shows it: for each direction
+    """A sequential plan's design file (gmts_recipe.sweep.design) as the plan's page shows it: for each direction
     the boundary over the whole sequence under normal deltas and the plan's contamination model, and given the first
     stage under each conditional model, each with its Monte Carlo error; the value required (the largest plus the
     margin), the one adopted, its errors; never adopted, its errors under the first stage's own shape (resampled, its
@@ -644,7 +644,7 @@ def parser() -> argparse.ArgumentParser:
                          "last one's mechanism.json beside its sweep.json")
     ap.add_argument("--pilot", metavar="SWEEP_JSON", type=json_file, help="with --posthoc: a pilot pooled in too")
     ap.add_argument("--design", metavar="DESIGN_JSON", type=json_file,
-                    help="print a sequential plan's boundaries and outcomes (python -m gmts_recipe.sequential.design)")
+                    help="print a sequential plan's boundaries and outcomes (python -m gmts_recipe.sweep.design)")
     ap.add_argument("--result", metavar=("SWEEP_JSON", "EXTENSION_SWEEP_JSON"), nargs=2, type=json_file,
                     help="print the README's result table: a planned test's arms and comparisons, then where its "
                          "sequential extension stands")

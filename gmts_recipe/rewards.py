@@ -31,7 +31,7 @@ percent ..." with the gold written as the number of percent ('72'), and a reward
 two different answers right. A percent sign anywhere else ('50\\% + 3') makes the answer no number.
 
 What changes the number is never dropped (version 3): a word that scales or transforms it ('72 thousand', '72
-dozen', '72 squared', '72 and a half', '\\text{minus } 72': `_VALUE_WORDS`) leaves words in the answer, so it is no
+dozen', '72 squared', '72 and a half', '\\text{minus } 72': `VALUE_WORDS`) leaves words in the answer, so it is no
 number; a macro's words that hold a number stay ('\\text{14 weeks and} 4' is two numbers, not 4); and two numbers
 with only space between them ('72 73', '2 \\text{ times } 36' once the words are dropped) are no single number,
 except digit groups of three ('1 000' is 1000) and a mixed number ('5 \\frac{1}{2}' is 5.5). The price: a unit that
@@ -72,15 +72,15 @@ with the version's branches (`final_answer`, `_clean`, `answers_equal`):
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from fractions import Fraction
 from functools import reduce
 from typing import Any
 
+from gmts_recipe.answer_text import ASCII_FORMS, MAX_ANSWER_CHARS, VALUE_WORDS, last_box, text_of, versioned
+
 MAX_TAIL_CHARS = 4000  # the final answer is at the end; bounding the input bounds the time
-MAX_ANSWER_CHARS = 64  # a final answer longer than this is not a number the gold could equal
 # Every GSM8K reading this recipe keeps, the newest last: what new evaluations record (REWARD_VERSION) and what a
 # samples file may name (check.py re-scores it with the version it names). The one list of known versions.
 REWARD_VERSIONS = (1, 2, 3, 4, 5)
@@ -94,68 +94,13 @@ _FINAL = re.compile(r"-?\\[dt]?frac\{[^{}]*\}\{[^{}]*\}|-?\d+(?:\.\d+)?\s*/\s*\d
                     + _NUMBER.pattern)
 # Version 5: a number may have an exponent of at most 2 digits ('7.2e1'; '1e999999' is no number of this form)
 _FINAL_5 = re.compile(_FINAL.pattern + r"(?:[eE][+-]?\d{1,2}(?![\w.]))?")
-# Characters a model writes for ASCII ones (version 5, math-3), each one character for one: the Unicode minus,
-# fullwidth forms ('７２', '＋'), zero-width spaces (a space: '7\u200b2' is two numbers, as '7 2' is)
-ASCII_FORMS = {0x2212: "-", **{c: chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)},
-               **dict.fromkeys((0x200B, 0x2060, 0xFEFF), " ")}
-# Words that scale or transform the number they stand by (version 3): never dropped as a unit is. Counted things
-# ('pairs', 'quarters', 'times') and units of measure are not among them: '72 pairs' answers "how many pairs".
-_VALUE_WORDS = frozenset(
-    "hundred hundreds thousand thousands million millions billion billions trillion trillions dozen dozens lakh "
-    "lakhs crore crores k bn squared cubed power powers root half halves tenth tenths hundredth hundredths "
-    "thousandth thousandths point minus negative twice double triple thrice".split())
 # From version 4 a dozen counts, as a pair does: the committed unboxed answers that say '7 dozens' answer a question
 # asked in dozens (bench/docs/reward-versions.md), and '72 dozen' for 864 eggs is no 864 either
 _COUNTED_FROM_4 = frozenset({"dozen", "dozens"})
 
 
-def text_of(completion: Any) -> str:
-    """A completion as TRL passes it: a string, or a conversational list of messages (the MATH reward's too)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], dict):
-        content = completion[-1].get("content", "")
-        return content if isinstance(content, str) else ""
-    return ""
-
-
-_BOXED = re.compile(r"\\boxed(?=\{)")  # GSM8K's box: '\boxed{' (MATH's: rewards_math._BOX)
 # A second thought after a box, or a final answer written again (version 5): what may name another answer after it
 _RETRACTION = re.compile(r"(?i)(?<![a-z])(?:wait|actually|mistake|instead|final answer)(?![a-z])|####")
-_OR = re.compile(r"(?<![A-Za-z])or(?![A-Za-z])")
-
-
-def last_box(text: str, box: re.Pattern = _BOXED, limit: int | None = MAX_ANSWER_CHARS,
-             alternatives: bool = False) -> tuple[str, int] | None:
-    """The content of the last box of `text` (the last match of `box`), braces matched, and the index after it; a box
-    without braces ('\\boxed 5', which MATH's pattern allows) is its next word. None when there is none, or it is left
-    open or holds more than `limit` characters. `alternatives` (version 5, math-3): content '' where the box before it
-    is joined to it by 'or' ('\\boxed{3} or perhaps \\boxed{4}' answers neither). The one box scanner of both
-    rewards; linear in the length of the text."""
-    found = list(box.finditer(text))
-    last = _box_content(text, found[-1].end(), limit) if found else None
-    if last is not None and alternatives and len(found) > 1:
-        before = _box_content(text, found[-2].end(), limit)
-        between = text[before[1]:found[-1].start()] if before else "."
-        if len(between) <= 40 and not re.search(r"[.\n]", between) and _OR.search(between):
-            return "", last[1]
-    return last
-
-
-def _box_content(text: str, i: int, limit: int | None) -> tuple[str, int] | None:
-    while i < len(text) and text[i] in " \t":
-        i += 1
-    if i < len(text) and text[i] != "{":  # '\boxed 5$': the word after it
-        word = re.match(r"[^\s$]+", text[i:])
-        return (word[0], i + len(word[0])) if word else None
-    depth = 0
-    for j in range(i, len(text) if limit is None else min(len(text), i + limit + 2)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i + 1 : j], j + 1
-    return None
-
-
 def final_answer(text: str, version: int = REWARD_VERSION) -> str | None:
     """The model's final answer: the last \\boxed{...}, else the number after the last '####', else the last number
     (a \\frac{a}{b} or a/b counts as one number: '... is \\frac{3}{4}' answers 3/4, not 4). From version 4 an
@@ -216,7 +161,7 @@ _SEPARATOR = r"(?:[ \t~]|\\[ ,;:!]|\\[()\[\]]|(?<!\\)\$)+"
 # to clean one-half' is 15, '72 apples, half of which' is 72, '12 seconds to speak 10 words' is 12).
 _CONJUNCTION = r"(?:or|and|to|\\(?:text|mbox|mathrm)\s*\{\s*(?:or|and|to)\s*\})"  # 'or', '\text{ or }'
 _BETWEEN = rf"{_SEPARATOR}(?:{_CONJUNCTION}{_SEPARATOR})?|(?:{_SEPARATOR})?{_CONJUNCTION}(?:{_SEPARATOR})?"
-_SCALE = "(?i:" + "|".join(sorted(_VALUE_WORDS - _COUNTED_FROM_4, key=len, reverse=True)) + r")(?![A-Za-z])"
+_SCALE = "(?i:" + "|".join(sorted(VALUE_WORDS - _COUNTED_FROM_4, key=len, reverse=True)) + r")(?![A-Za-z])"
 _BRIDGE = "(?i:and|a|an|one)"  # '72 and a half', '72 and one half'
 _SCALE_MACRO = rf"\\(?:text(?:bf|rm|it|normal)?|math(?:bf|rm|it)|mbox)\s*\{{\s*(?:{_BRIDGE}\s+)*{_SCALE}[^{{}}]*\}}"
 _AFTER = re.compile(rf"(?:(?:{_BETWEEN})(?:{_FINAL.pattern})(?!\w|\.\d))?"
@@ -319,7 +264,7 @@ _POWER = re.compile(r"\*\s*\*")  # '**' (a power in sympy's syntax), also with s
 
 def _value_words(version: int) -> frozenset[str]:
     """The words that change the number, as reward version `version` reads them."""
-    return (_VALUE_WORDS - _COUNTED_FROM_4 | ({"not"} if version >= 5 else set())) if version >= 4 else _VALUE_WORDS
+    return (VALUE_WORDS - _COUNTED_FROM_4 | ({"not"} if version >= 5 else set())) if version >= 4 else VALUE_WORDS
 
 
 def _changes_value(text: str, version: int = REWARD_VERSION) -> bool:
@@ -404,18 +349,6 @@ def bounded_expression(answer: str, version: int = REWARD_VERSION) -> str | None
     return cleaned
 
 
-def _drop_timeout_notice(record: logging.LogRecord) -> bool:
-    """False for math-verify's notice that its timeouts are off: they are off on purpose (answers_equal)."""
-    return not record.getMessage().startswith("Timeout is disabled")
-
-
-# math-verify warns once per process that a timeout of None disables its timeout; check.py and every evaluation would
-# print it twice. Only that notice is dropped, once at import (the loggers exist by name before math-verify loads);
-# its other warnings still show.
-for _name in ("math_verify.parser", "math_verify.grader"):
-    logging.getLogger(_name).addFilter(_drop_timeout_notice)
-
-
 def answers_equal(gold: str, predicted: str | None, version: int = REWARD_VERSION) -> bool:
     """Exact equality of two numbers when both are plain numbers or fractions; otherwise math-verify's equality of
     two bounded expressions; False for anything unbounded. `version`: the reading (module docstring)."""
@@ -480,16 +413,6 @@ def reward_function(version: int | str = REWARD_VERSION) -> Callable[..., list[f
                          f"and MATH's {', '.join(rewards_math.REWARD_NAMES)}")
     return math_equal_reward if version == REWARD_VERSION else \
         versioned(_scores, version, f"math_equal_reward_v{version}")
-
-
-def versioned(scores: Callable, version: int | str, name: str) -> Callable[..., list[float]]:
-    """A reward that scores as `scores(completions, answer, version)` does, named `name` (TRL logs a reward by name):
-    an older reading of either task's reward."""
-    def reward(completions: list, answer: list[str], **kwargs) -> list[float]:
-        return scores(completions, answer, version)
-
-    reward.__name__ = reward.__qualname__ = name
-    return reward
 
 
 def task_reward(task: str) -> int | str:

@@ -55,7 +55,7 @@ exactly, one code path with the reading's branches (`reading`, `parse_answer`, `
     is the set of its solutions, so it equals its interval (`_as_set`); never against a bare '(a, b)', which MATH
     also writes for a point;
   - a list of two or more choice letters is one answer however written ('A, C', '(C), (A)' are '\\text{(A), (C)}').
-- math-3: math-2, and characters written for ASCII ones read as those (gmts_recipe.rewards.ASCII_FORMS: the Unicode
+- math-3: math-2, and characters written for ASCII ones read as those (gmts_recipe.answer_text.ASCII_FORMS: the Unicode
   minus, '\\boxed{−3}' is -3; fullwidth forms; a zero-width space a space), and two boxes joined by 'or' answer
   neither ('$\\boxed{3}$ or perhaps $\\boxed{4}$': `last_boxed`), as in the GSM8K reward's version 5.
 """
@@ -68,8 +68,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gmts_recipe.rewards import _VALUE_WORDS as GSM8K_VALUE_WORDS  # importing it drops math-verify's timeout notice
-from gmts_recipe.rewards import ASCII_FORMS, _box_content, last_box, text_of, versioned
+from gmts_recipe.answer_text import VALUE_WORDS as GSM8K_VALUE_WORDS  # importing it drops math-verify's timeout notice
+from gmts_recipe.answer_text import ASCII_FORMS, box_content, last_box, text_of, versioned
 
 # Every MATH reading this recipe keeps, the newest last: the one list of known names. REWARD_NAME is what new MATH
 # evaluations record; check.py re-scores a samples file with the reward it names.
@@ -247,7 +247,7 @@ def _open_bounded(value: Any) -> bool:
 def last_boxed(text: str, alternatives: bool = False) -> str | None:
     """The content of the last \\boxed{...} (or \\fbox{...}) of `text`, braces matched, stripped; '\\boxed 5' (no
     braces, as two MATH training solutions write it) is its next word. None when there is none or it is left open;
-    '' for two boxes joined by 'or' where `alternatives` (math-3). gmts_recipe.rewards.last_box, the one scanner."""
+    '' for two boxes joined by 'or' where `alternatives` (math-3). gmts_recipe.answer_text.last_box, the one scanner."""
     box = last_box(text, _BOX, None, alternatives)
     return None if box is None else box[0].strip()
 
@@ -290,7 +290,7 @@ def _exponent(text: str, start: int) -> tuple[str, int] | None:
     if i >= len(text):
         return None
     if text[i] == "{":
-        group = _box_content(text, i, None)
+        group = box_content(text, i, None)
         return (f"{{{group[0]}}}", group[1]) if group else None
     token = re.match(r"\\[A-Za-z]+|\d+|.", text[i:])[0]
     return token, i + len(token)

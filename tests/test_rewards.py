@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmts_recipe.rewards import (_COUNTED_FROM_4, _VALUE_WORDS, REWARD_VERSION, REWARD_VERSIONS, bounded_expression,
+from gmts_recipe.answer_text import VALUE_WORDS as ALL_VALUE_WORDS
+from gmts_recipe.rewards import (_COUNTED_FROM_4, REWARD_VERSION, REWARD_VERSIONS, bounded_expression,
                                   exact_value, final_answer, math_equal_reward, reward_function, sample_scores)
 from gmts_recipe.rewards_math import REWARD_NAME
 
@@ -477,7 +478,7 @@ def test_the_versions_are_one_tuple_newest_last():
         reward_function(6)
 
 
-VALUE_WORDS = sorted(_VALUE_WORDS - _COUNTED_FROM_4)  # version 4's; a dozen counts
+VALUE_WORDS = sorted(ALL_VALUE_WORDS - _COUNTED_FROM_4)  # version 4's; a dozen counts
 NUMBERS = st.one_of(st.integers(-10**9, 10**9).map(str), st.decimals(-10**6, 10**6, places=2).map(str),
                     st.integers(1, 10**9).map(lambda n: f"{n:,}"))
 WORDS = st.text(alphabet=string.ascii_letters, min_size=1, max_size=12)

@@ -305,7 +305,7 @@ def test_the_committed_plan_holds_its_design_files_requirements():
 
 @pytest.mark.slow
 def test_the_committed_design_is_reproduced_from_its_seed(tmp_path):
-    """python -m gmts_recipe.sequential.design on the committed plan writes the committed design file, byte for byte
+    """python -m gmts_recipe.sweep.design on the committed plan writes the committed design file, byte for byte
     (reads results/confirm's cells, about a minute and a half on 2 cores)."""
     from gmts_recipe.sweep.grid import load_grid
 

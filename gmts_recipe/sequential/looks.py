@@ -165,7 +165,7 @@ def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], conti
         deltas.append(seed_delta([x[k] for k in sorted(x)], [y[k] for k in sorted(x)]))
     if spec["critical"] is None:
         raise SweepError("the sequential plan has no critical value yet: compute its design (python -m "
-                         "gmts_recipe.sequential.design PLAN --out DESIGN) and write its critical into the plan")
+                         "gmts_recipe.sweep.design PLAN --out DESIGN) and write its critical into the plan")
     n0, later, critical = len(continued["seeds"]), len(spec["looks"]), spec["critical"]
     c0 = sequential.first_critical(n0)
     design = sequential.Design((n0, *spec["looks"]), (c0, *[critical["reproduced"]] * later),

@@ -20,7 +20,7 @@ the boundary accounts for every look, the one already made included. This module
   seeds it takes, if the true gap were g (new deltas normal with the observed spread, or the observed deltas' residuals
   resampled around g).
 
-`python -m gmts_recipe.sequential.design PLAN.yaml --out DESIGN.json` computes the boundaries and the operating
+`python -m gmts_recipe.sweep.design PLAN.yaml --out DESIGN.json` computes the boundaries and the operating
 characteristics (`design`) from the plan's own keys and the continued test's per-seed deltas (recomputed from its
 cells), with the seeds given, so the output is reproducible on any CPU.
 """

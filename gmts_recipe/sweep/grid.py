@@ -187,7 +187,7 @@ def _check_sequential(sequential: Any, grid: Grid, p: Path) -> dict:
     if missing or extra:
         raise SweepError(f"{where}: " + (f"missing {', '.join(sorted(missing))}" if missing else
                                          f"unknown key(s) {', '.join(sorted(extra))}"))
-    try:  # critical: ~ until the design is computed (python -m gmts_recipe.sequential.design)
+    try:  # critical: ~ until the design is computed (python -m gmts_recipe.sweep.design)
         keys = {**SEQUENTIAL_KEYS, **OPTIONAL_SEQUENTIAL_KEYS}
         out = {k: None if (k, v) == ("critical", None) else keys[k](v) for k, v in sequential.items()}
         out["simulation"] = {k: SIMULATION_KEYS[k](out["simulation"][k]) for k in SIMULATION_KEYS}

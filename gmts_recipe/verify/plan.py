@@ -336,7 +336,7 @@ def design_problem(spec: dict, design: dict) -> str | None:
     (`sequential.required_critical`), and the plan's critical value is at least that; and every error it records under
     the plan's models, over the whole sequence and given the first stage, stays within the plan's error per direction
     (the sensitivity rows it publishes beside them need not). What is not recomputed here: that the boundaries are
-    what the simulation yields from its seed (`python -m gmts_recipe.sequential.design PLAN --out FILE` writes the file
+    what the simulation yields from its seed (`python -m gmts_recipe.sweep.design PLAN --out FILE` writes the file
     again, bit for bit, and tests/test_sequential.py does so)."""
     n = len(spec["continued_seeds"])
     observed = [100 * v for v in spec["per_seed"][:n]]

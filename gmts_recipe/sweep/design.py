@@ -1,4 +1,4 @@
-"""A sequential plan's design, computed and written: `python -m gmts_recipe.sequential.design PLAN.yaml --out
+"""A sequential plan's design, computed and written: `python -m gmts_recipe.sweep.design PLAN.yaml --out
 DESIGN.json` reads the plan's `sequential:` keys and the per-seed deltas of the test it continues (recomputed from
 that test's cells), and writes stats.design's boundaries and outcomes, reproducible from the plan's seed (bit for bit:
 numpy Generators seeded from the plan, their draws in a fixed order). On 2 shared cores it takes a few minutes,
