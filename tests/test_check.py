@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import check
+from forge import refused, reseal
 from gmts_recipe.arms import arm_named
 from gmts_recipe.records import ResultsError, digest, evaluations, load, read_samples, seal, write_json
 from gmts_recipe.rewards import REWARD_VERSION
@@ -364,14 +365,6 @@ def run_dir(tmp_path: Path, results: dict | None = None) -> Path:
     return folder / "results.json"
 
 
-def reseal(path: Path, edit) -> None:
-    results = json.loads(path.read_text())
-    edit(results)
-    for _, ev in evaluations(results):
-        ev["pass@1"] = pass_at_1(ev["records"])
-    path.write_text(json.dumps(seal_format_1(results)))
-
-
 def samples_of(path: Path, where: str) -> tuple[Path, list[dict], dict]:
     results = json.loads(path.read_text())
     ev = dict(evaluations(results))[where]
@@ -405,13 +398,6 @@ def unwrapped(out: str) -> str:
     """check.py's output with its wrapped lines joined again (every run of whitespace one space): for a sentence that
     the terminal's width (160 in a pipe) may have wrapped."""
     return " ".join(out.split())
-
-
-def refused(path: Path, capsys, *parts: str, flags: tuple[str, ...] = ()) -> str:
-    assert check.main([str(path), *flags]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and all(p in err for p in parts), err
-    return err
 
 
 def test_a_file_with_samples_is_re_scored_and_says_so(tmp_path, capsys):
