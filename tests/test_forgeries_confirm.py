@@ -3,7 +3,7 @@ as a forger would on copies of their committed files outside git (the plan check
 test_plan_forgeries.py tries them in a clone): records of look 0 edited where only a re-score of its samples shows it;
 the new seeds claiming another recipe (config, execution options) or the plan's reward above samples scored by
 another; gold answers rewritten in a cell beside a GSM8K copy rewritten to agree. Each is refused by check.py in one
-line; the committed extension is checked with look 0 in full.
+line; the committed extension is checked with look 0 in full (a slow test).
 
 The extension's check reads the continued test's 100 cells (about 20 s); the forgeries refused before them take
 seconds.
@@ -73,10 +73,13 @@ def forge_cells(folder: Path, edit, names: list[str] | None = None) -> None:
 
 
 # ---------------------------------------------------------------- refused
+@pytest.mark.slow
 def test_the_committed_extension_checks_look_0_in_full(committed_sweeps_verified_once, capsys, monkeypatch):
     """check.py on the extension re-verifies the continued test as it verifies that sweep: its summary recomputed from
-    its cells and their samples re-scored (here the unit suite's spot check of its first and last cell: conftest.py;
-    tests/test_check.py's slow test re-scores every sample), said in a line and in the last."""
+    its cells and their samples re-scored (here the spot check of its first and last cell: conftest.py;
+    tests/test_check.py's slow test re-scores every sample), said in a line and in the last. Slow: the 100 cells of
+    look 0 are read twice (minutes on 2 cores); the unit suite runs look 0 in full on a forged copy (below), refused
+    at its first cell's samples."""
     monkeypatch.chdir(ROOT)
     assert check.main(["results/confirm-extension/sweep.json"]) == 0, capsys.readouterr().err
     out = " ".join(capsys.readouterr().out.split())

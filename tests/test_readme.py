@@ -44,10 +44,22 @@ def in_process(cmd: str) -> str:
     return out.getvalue().rstrip("\n") + "\n"
 
 
-@pytest.mark.parametrize("page,block", ALL_BLOCKS, ids=lambda x: x if isinstance(x, str) else x.group("cmd"))
+# check.py on a committed sweep reads every cell of it: the pilot's block (10 cells) runs in the unit suite, the
+# blocks of the larger sweeps (the confirmatory test's 100 cells, the first test's 31) in the slow set.
+SWEEP_CHECK = re.compile(r"python check\.py \S+/sweep\.json --markdown( --allow-unsampled)?")
+UNIT_SWEEP_CHECK = "python check.py results/coupled/sweep.json --markdown"
+
+
+def block_param(page: str, block: re.Match):
+    cmd = block.group("cmd")
+    slow = SWEEP_CHECK.fullmatch(cmd) and cmd != UNIT_SWEEP_CHECK
+    return pytest.param(page, block, id=f"{page}-{cmd}", marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("page,block", [block_param(page, block) for page, block in ALL_BLOCKS])
 def test_block_matches_its_command(page, block, request, monkeypatch):
     cmd = block.group("cmd")
-    if re.fullmatch(r"python check\.py \S+/sweep\.json --markdown( --allow-unsampled)?", cmd):
+    if SWEEP_CHECK.fullmatch(cmd):
         request.getfixturevalue("committed_sweeps_verified_once")
         monkeypatch.chdir(ROOT)
         printed = in_process(cmd)
