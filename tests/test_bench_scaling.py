@@ -11,13 +11,27 @@ def _module():
     return load_bench("scaling")
 
 
+@pytest.mark.slow
 def test_scaling_file_is_recomputed_from_the_runs():
+    """Every run's results file read (120 of them, a minute on 2 cores): the unit suite's part is the test below."""
     scaling = _module()
     committed = json.loads(scaling.OUT.read_text())
     assert committed == json.loads(json.dumps(scaling.measure()))
     ways = committed["ways"]
     assert committed["data_parallel_speedup"] == ways["alone"]["total_s"] / ways["data_parallel"]["total_s"]
     assert all(r["steps"] >= 10 for w in ways.values() for r in w["runs"])
+
+
+def test_each_ways_first_run_the_cell_processes_and_the_breakdown_are_recomputed():
+    """The committed scaling file's rows that a few files give: each way's first run, the cell processes and the
+    step's breakdown, as scaling.py computes them (every run, and the medians over them: the slow test above)."""
+    scaling = _module()
+    committed = json.loads(scaling.OUT.read_text())
+    assert list(committed["ways"]) == list(scaling.RUNS)
+    for way, runs in scaling.RUNS.items():
+        assert committed["ways"][way]["runs"][0] == json.loads(json.dumps(scaling._run(*runs[0]))), way
+    assert committed["cell_processes"] == json.loads(json.dumps(scaling.processes()))
+    assert committed["breakdown"] == json.loads(json.dumps(scaling.breakdown()))
 
 
 def test_a_cell_process_lasts_at_least_its_two_arms():
@@ -28,10 +42,13 @@ def test_a_cell_process_lasts_at_least_its_two_arms():
     p = scaling.processes()["ways"]
     assert [len(p[w]["processes"]) for w in ("alone_levers", "mps_four", "ray_four", "mps_two", "warm_one",
                                               "warm_two")] == [1, 4, 4, 2, 21, 12]
+    read = {}  # a cell's results file, read once for both its arms
     for way, entry in p.items():
         arms = {}
         for source, arm in scaling.RUNS[way]:
-            results = json.loads(scaling._results_file(source).read_text())
+            if source not in read:
+                read[source] = json.loads(scaling._results_file(source).read_text())
+            results = read[source]
             arms.setdefault(results["config_name"], []).append(results["arms"][arm]["wall_minutes"])
         for row in entry["processes"]:
             assert len(arms[row["cell"]]) == 2 and sum(arms[row["cell"]]) <= row["minutes"], (way, row)
