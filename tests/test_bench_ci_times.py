@@ -11,6 +11,7 @@ LOG = """== commit 1a2b3c4, 2026-12-02 03:10 UTC, 2 cores
 == unit tests: python -m pytest -q (after 100s)
 ........................................................................ [ 50%]
 {unit}
+== unit tests took 490 s (goal <= 600 s)
 == slow tests (-m slow: the end-to-end runs) (after 610s)
 7 passed, 900 deselected, 14 warnings in 120.50s (0:02:00)
 == smoke run (every stage, offline model, CPU) (after 740s)
@@ -108,3 +109,14 @@ def test_a_folder_reads_every_ci_run_log_in_it_oldest_first(tmp_path, capsys):
 def test_a_folder_without_ci_logs_is_refused_in_one_line(tmp_path, capsys):
     assert ci_times.main(["--summary", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"ci_times.py: {tmp_path}: no ci-run-*.log in this folder\n"
+
+
+def test_the_unit_suites_own_time_is_a_line_of_its_own_not_a_phase():
+    """.ci/run prints the unit suite's time beside its goal, passing or failing: a line the table reads as neither a
+    phase nor a pytest summary (the phases and counts above are read from a log that holds it)."""
+    from pathlib import Path
+
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
+    assert 'echo "== unit tests took $((SECONDS - unit_start)) s (goal <= 600 s)"' in ci
+    line = "== unit tests took 490 s (goal <= 600 s)"
+    assert line in LOG and ci_times.PHASE.match(line) is None and ci_times.PYTEST_END.match(line) is None

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import check
+from forge import refused, reseal
 from gmts_recipe.arms import arm_named
 from gmts_recipe.records import ResultsError, digest, evaluations, load, read_samples, seal, write_json
 from gmts_recipe.rewards import REWARD_VERSION
@@ -263,8 +264,12 @@ def _cells_of_sweeps() -> set[str]:
     return cells
 
 
+# The sweep the unit suite checks through its sweep.json: the pilot's 10 cells stand for every committed sweep (the
+# confirmatory test's 100 cells, read twice more by its extension's look 0, take minutes); the slow test below checks
+# every committed sweep, every sample re-scored. Each sweep's first cell is checked on its own here too.
+UNIT_SWEEP = "results/coupled/sweep.json"
 COMMITTED = sorted(set(str(p.relative_to(ROOT)) for pattern in ("results/*/results.json", "results/*/*/results.json")
-                       for p in ROOT.glob(pattern)) - _cells_of_sweeps()) + SWEEPS
+                       for p in ROOT.glob(pattern)) - _cells_of_sweeps()) + [UNIT_SWEEP]
 
 
 # Committed results of format 1 written before evaluations kept their samples: they pass with --allow-unsampled, as
@@ -277,10 +282,11 @@ PREDATING_SAMPLES = ("results/offline/", "results/quickstart-cpu-tuning/",
 @pytest.mark.parametrize("path", COMMITTED)
 def test_every_committed_results_file_passes_check(path, capsys, monkeypatch, committed_sweeps_verified_once):
     """The README's numbers come from these files: each must still pass check.py under the current code (a summary
-    format change re-seals them, records untouched). A sweep's cells are checked through its sweep.json (every cell
-    loaded and its summaries recomputed; the samples of its first and last cell re-scored: the fixture), and its first
-    cell on its own too. Those written before evaluations kept samples pass with --allow-unsampled (the README's lines
-    carry it), as not re-scored, and every file's output ends with the one line of what was verified."""
+    format change re-seals them, records untouched). The pilot's cells are checked through its sweep.json (every cell
+    loaded and its summaries recomputed; the samples of its first and last cell re-scored: the fixture), and every
+    sweep's first cell on its own too; every sweep in full: the slow test below. Those written before evaluations kept
+    samples pass with --allow-unsampled (the README's lines carry it), as not re-scored, and every file's output ends
+    with the one line of what was verified."""
     monkeypatch.chdir(ROOT)
     flags = ["--allow-unsampled"] if path.startswith(PREDATING_SAMPLES) else []
     assert check.main([path, *flags]) == 0, capsys.readouterr().err
@@ -293,12 +299,15 @@ def test_every_committed_results_file_passes_check(path, capsys, monkeypatch, co
 @pytest.mark.parametrize("path", SWEEPS)
 def test_every_committed_sweep_re_scores_every_sample(path, capsys, monkeypatch):
     """check.py on each committed sweep as a reader runs it (the README's lines carry --allow-unsampled for a sweep
-    whose cells predate stored samples): every cell re-verified, every stored sample re-scored."""
+    whose cells predate stored samples): every cell re-verified, every stored sample re-scored, the output ending with
+    the one line of what was verified, which says "not re-scored" for those sweeps alone."""
     monkeypatch.chdir(ROOT)
     flags = ["--allow-unsampled"] if path.startswith(PREDATING_SAMPLES) else []
     assert check.main([path, *flags]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "re-scored" in out and out.rstrip().splitlines()[-1].startswith(f"Verified: {path}: ")
+    last = out.rstrip().splitlines()[-1]
+    assert "re-scored" in out and last.startswith(f"Verified: {path}: ")
+    assert ("not re-scored" in last) == path.startswith(PREDATING_SAMPLES), last
 
 
 def test_rollout_agreement_per_step_and_its_line():
@@ -364,14 +373,6 @@ def run_dir(tmp_path: Path, results: dict | None = None) -> Path:
     return folder / "results.json"
 
 
-def reseal(path: Path, edit) -> None:
-    results = json.loads(path.read_text())
-    edit(results)
-    for _, ev in evaluations(results):
-        ev["pass@1"] = pass_at_1(ev["records"])
-    path.write_text(json.dumps(seal_format_1(results)))
-
-
 def samples_of(path: Path, where: str) -> tuple[Path, list[dict], dict]:
     results = json.loads(path.read_text())
     ev = dict(evaluations(results))[where]
@@ -405,13 +406,6 @@ def unwrapped(out: str) -> str:
     """check.py's output with its wrapped lines joined again (every run of whitespace one space): for a sentence that
     the terminal's width (160 in a pipe) may have wrapped."""
     return " ".join(out.split())
-
-
-def refused(path: Path, capsys, *parts: str, flags: tuple[str, ...] = ()) -> str:
-    assert check.main([str(path), *flags]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and all(p in err for p in parts), err
-    return err
 
 
 def test_a_file_with_samples_is_re_scored_and_says_so(tmp_path, capsys):

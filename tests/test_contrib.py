@@ -281,6 +281,22 @@ def test_pace_per_card_reads_first_seeds_from_the_process_start_and_steady_seeds
     assert paces["NVIDIA H200"].first == [(190, 2)] and paces["NVIDIA H200"].per_arm(2) is None
 
 
+CONTINUED_BY = ("Continued by confirm-extension, a sequential plan: this test's seeds are its first look, new seeds "
+                "300-459 its later ones; where it stands: python check.py results/confirm-extension/sweep.json")
+
+
+def test_a_finished_test_is_named_by_the_sequential_plan_that_continues_it(monkeypatch):
+    """The line check.py prints for the confirmatory test (plan.continued_by; check.py on that sweep itself, which reads
+    its 100 cells: the slow test below)."""
+    from gmts_recipe.verify.plan import continued_by
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    assert continued_by(Path("results/confirm/sweep.json"), "confirm") == [CONTINUED_BY]
+    assert continued_by(root / "results" / "qwen" / "sweep.json", "qwen") == []
+
+
+@pytest.mark.slow
 def test_check_on_a_finished_test_names_the_sequential_plan_that_continues_it(committed_sweeps_verified_once,
                                                                               monkeypatch, capsys):
     import check
@@ -289,8 +305,7 @@ def test_check_on_a_finished_test_names_the_sequential_plan_that_continues_it(co
     monkeypatch.chdir(root)
     assert check.main(["results/confirm/sweep.json"]) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert ("Continued by confirm-extension, a sequential plan: this test's seeds are its first look, new seeds 300-459 "
-            "its later ones; where it stands: python check.py results/confirm-extension/sweep.json") in said
+    assert CONTINUED_BY in said
     from gmts_recipe.verify.plan import continued_by
 
     assert continued_by(root / "results" / "qwen" / "sweep.json", "qwen") == []

@@ -1,6 +1,7 @@
 """Forgeries tried as a forger would: a committed results file (results/quickstart-cpu, its samples files beside it)
-copied, edited, re-sealed with the recipe's own seal, and given to check.py. Each is tried on the file as committed
-(format 1: per-task records in results.json) and as recipe.py writes it today (format 2), where it applies.
+copied, edited, re-sealed with the recipe's own digest (tests/forge.py), and given to check.py. Each is tried on the
+file as committed (format 1: per-task records in results.json) and as recipe.py writes it today (format 2), where it
+applies.
 
 Refused here: arms' entries swapped (GMTS vs ETS +28.3 "moved" would read -28.3 "regressed"), and swapped with their
 rule fixed; the noise floor zeroed by a base evaluation copied into another (the same samples file, the same bytes
@@ -27,9 +28,8 @@ from pathlib import Path
 
 import pytest
 
-import check
-from gmts_recipe.records import (config_hash, current_record, digest, load, seal, summarize, write_json,
-                                 write_results)
+from forge import passes, refused, reseal, sealed
+from gmts_recipe.records import config_hash, current_record, digest, load, seal, write_results
 from gmts_recipe.records import evaluations
 from gmts_recipe.samples import samples_bytes, write_samples
 from gmts_recipe.stats import pass_at_1
@@ -52,35 +52,6 @@ def committed_copy(tmp_path: Path, fmt: int) -> Path:
         write_results(run / "results.json", seal(load(run / "results.json")))
         assert "records" not in json.loads((run / "results.json").read_text())["arms"]["gmts"]["eval"]
     return run / "results.json"
-
-
-def reseal(path: Path, edit) -> dict:
-    """The forger's re-seal: the file read as it is stored, `edit`ed (on a format-2 file, in the form records.load
-    gives: per-task records rebuilt from the samples), every summary recomputed and the digest too, written back in
-    the file's format (a format-1 file keeps its records; records.seal writes format 2). Returns what was written."""
-    raw = json.loads(path.read_text())
-    if raw["schema"] == 1:
-        edit(raw)
-        raw["summary"] = summarize(raw)
-        raw["digest"] = digest(raw)
-        write_json(path, raw)
-        return raw
-    results = copy.deepcopy(current_record(raw, path.parent))
-    edit(results)
-    write_results(path, seal(results))
-    return results
-
-
-def refused(path: Path, capsys, *parts: str, flags: tuple[str, ...] = ()) -> str:
-    assert check.main([str(path), *flags]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and all(p in err for p in parts), err
-    return err
-
-
-def passes(path: Path, capsys, *flags: str) -> str:
-    assert check.main([str(path), *flags]) == 0, capsys.readouterr().err
-    return capsys.readouterr().out
 
 
 def samples_file(path: Path, ev: dict) -> Path:
@@ -379,9 +350,7 @@ def test_still_possible_samples_stripped_from_the_first_format_that_kept_them(tm
     gmts = raw["arms"]["gmts"]["eval"]
     gmts["records"] = [dict(rec, scores=[1.0] * len(rec["scores"])) for rec in gmts["records"]]
     gmts["pass@1"] = 1.0
-    raw["summary"] = summarize(raw)
-    raw["digest"] = digest(raw)
-    path.write_text(json.dumps(raw))
+    path.write_text(json.dumps(sealed(raw, 1)))
     refused(path, capsys, "keeps no samples")
     assert "100.0% (not re-scored)" in passes(path, capsys, "--allow-unsampled")
 

@@ -3,7 +3,7 @@ as a forger would on copies of their committed files outside git (the plan check
 test_plan_forgeries.py tries them in a clone): records of look 0 edited where only a re-score of its samples shows it;
 the new seeds claiming another recipe (config, execution options) or the plan's reward above samples scored by
 another; gold answers rewritten in a cell beside a GSM8K copy rewritten to agree. Each is refused by check.py in one
-line; the committed extension is checked with look 0 in full.
+line; the committed extension is checked with look 0 in full (a slow test).
 
 The extension's check reads the continued test's 100 cells (about 20 s); the forgeries refused before them take
 seconds.
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import check
-from gmts_recipe.records import (config_hash, current_record, digest, evaluations, load, read_samples, seal,
-                                 summarize, write_json, write_results)
+from forge import refused, reseal, reseal_summary, sealed
+from gmts_recipe.records import config_hash, evaluations, load, read_samples, write_json, write_results
 from gmts_recipe.samples import write_samples
 from gmts_recipe.stats import pass_at_1
 from gmts_recipe.sweep import summary as sweep_summary
@@ -58,42 +58,28 @@ def sweeps(tmp_path: Path, confirm_cells: tuple[str, ...] = ()) -> Path:
     return results
 
 
-def refused(path: Path, capsys, *parts: str, flags: tuple[str, ...] = ()) -> str:
-    assert check.main([str(path), *flags]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and all(p in err for p in parts), err
-    return err
-
-
-def reseal_summary(path: Path, summary: dict) -> None:
-    """A sweep.json re-sealed as it is (its numbers unchanged): the forger's last step where no number moved."""
-    summary = {k: v for k, v in summary.items() if k != "digest"}
-    summary["digest"] = digest(summary)
-    write_json(path, summary)
-
-
 def forge_cells(folder: Path, edit, names: list[str] | None = None) -> None:
     """Cells of a copied sweep read as recipe.py holds them (records.current_record), `edit`ed, their config hash
-    recomputed, sealed and written as recipe.py writes them (format 2), and the sweep's record of each cell's digest
-    with them (`names`: those cells; every cell by default)."""
+    recomputed, re-sealed and written in their format (format 2, as recipe.py writes them: forge.reseal), and the
+    sweep's record of each cell's digest with them (`names`: those cells; every cell by default)."""
     summary = json.loads((folder / "sweep.json").read_text())
     for cell in summary["cells"]:
         if names is not None and cell["cell"] not in names:
             continue
         path = folder / cell["path"]
-        results = copy.deepcopy(current_record(json.loads(path.read_text()), path.parent))
-        edit(results)
-        results["config_hash"] = config_hash(results["config"])
-        write_results(path, seal(results))
+        reseal(path, lambda results: (edit(results), results.update(config_hash=config_hash(results["config"]))))
         cell["digest"] = json.loads(path.read_text())["digest"]
     reseal_summary(folder / "sweep.json", summary)
 
 
 # ---------------------------------------------------------------- refused
+@pytest.mark.slow
 def test_the_committed_extension_checks_look_0_in_full(committed_sweeps_verified_once, capsys, monkeypatch):
     """check.py on the extension re-verifies the continued test as it verifies that sweep: its summary recomputed from
-    its cells and their samples re-scored (here the unit suite's spot check of its first and last cell: conftest.py;
-    tests/test_check.py's slow test re-scores every sample), said in a line and in the last."""
+    its cells and their samples re-scored (here the spot check of its first and last cell: conftest.py;
+    tests/test_check.py's slow test re-scores every sample), said in a line and in the last. Slow: the 100 cells of
+    look 0 are read twice (minutes on 2 cores); the unit suite runs look 0 in full on a forged copy (below), refused
+    at its first cell's samples."""
     monkeypatch.chdir(ROOT)
     assert check.main(["results/confirm-extension/sweep.json"]) == 0, capsys.readouterr().err
     out = " ".join(capsys.readouterr().out.split())
@@ -124,9 +110,7 @@ def test_look_0_records_edited_where_only_their_samples_show_it_are_refused(tmp_
                 g["scores"][j] = e["scores"][j] = 1.0
     for ev in (ets, gmts):
         ev["pass@1"] = pass_at_1(ev["records"])
-    raw["summary"] = summarize(raw)
-    raw["digest"] = digest(raw)
-    write_json(path, raw)
+    write_results(path, sealed(raw, 1))
     grid = load_grid(results / "confirm" / "grid.yaml")
     grid.results_dir = str(results)
     rise = {arm: raw["summary"]["arms"][arm]["pass@1"] - before[arm] for arm in before}
@@ -289,7 +273,7 @@ def test_gold_answers_rewritten_beside_a_gsm8k_copy_that_agrees_are_refused(tmp_
     results["data"]["heldout"] = [[i, question_key(questions[i], golds[i], TASK_KEY)] for i, _ in
                                   results["data"]["heldout"]]
     results["data"]["test_pool_sha256"] = pool_sha256(pool)
-    write_results(cell / "results.json", seal(results))
+    write_results(cell / "results.json", sealed(results))
     gsm8k = tmp_path / "gsm8k"
     gsm8k.mkdir()
     for split in ("train", "test"):

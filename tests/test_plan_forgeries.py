@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-import check
+from forge import refused, reseal_summary
 from gmts_recipe.stats import plan_decision
 from gmts_recipe.verify import plan
 from gmts_recipe.sweep.grid import load_grid
-from gmts_recipe.sweep.summary import digest
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = ["-c", "user.name=t", "-c", "user.email=t@t"]
@@ -61,19 +60,6 @@ def commit(root: Path, message: str) -> None:
     _git(root, "commit", "-qm", message)
 
 
-def reseal(path: Path, summary: dict) -> None:
-    summary = {k: v for k, v in summary.items() if k != "digest"}
-    summary["digest"] = digest(summary)
-    path.write_text(json.dumps(summary, indent=1))
-
-
-def refused(path: Path, capsys, *parts: str) -> str:
-    assert check.main([str(path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and all(p in err for p in parts), err
-    return err
-
-
 def test_the_committed_plans_pass_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no configs/ here: every path the plans name is found from the sweep's folder
     for name in ("qwen", "coupled", "confirm", "confirm-extension"):
@@ -102,7 +88,7 @@ def test_an_edited_plan_committed_under_a_new_name_is_refused(tmp_path, capsys):
     p["decision"] = plan_decision(100 * p["t_low"], 100 * p["t_high"], -0.5, p["refuted_below_points"])
     assert p["decision"] == "reproduced"
     summary["plan"] = plan.record(repo / "configs/sweeps/confirm-final.yaml")
-    reseal(sweep, summary)
+    reseal_summary(sweep, summary)
     commit(repo, "summary")
     refused(sweep, capsys, "plan configs/sweeps/confirm-final.yaml: changed its primary after the sweep's first cell",
             "reproduced_above_points differ, against results/confirm/grid.yaml at e3a066580f")
@@ -126,7 +112,7 @@ def test_the_pilots_worst_cells_dropped_with_their_seeds_are_refused(tmp_path, c
     for s in seeds:
         shutil.rmtree(repo / "results/coupled" / f"coupled-lr0.0001-s{s}")
     summary["cells"] = [c for c in summary["cells"] if c["seed"] not in seeds]
-    reseal(sweep, summary)
+    reseal_summary(sweep, summary)
     commit(repo, "the pilot without four seeds")
     refused(sweep, capsys, "dropped 8 planned run(s) after the sweep's first cell",
             f"seed(s) {', '.join(map(str, seeds))} of block(s) pilot")
@@ -144,7 +130,7 @@ def extension_forged(repo: Path, edit) -> Path:
     summary = json.loads(sweep.read_text())
     summary["sequential"]["critical"] = load_grid(path).sequential["critical"]
     summary["plan"] = plan.record(path)
-    reseal(sweep, summary)
+    reseal_summary(sweep, summary)
     return sweep
 
 

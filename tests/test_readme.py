@@ -1,9 +1,12 @@
 """Every number in the documentation's result blocks is what the code prints from the committed results files."""
 
 import contextlib
+import importlib
+import inspect
 import io
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,26 +36,60 @@ def test_no_generated_line_is_longer_than_the_limit():
     assert not long, f"generated lines over {LINE_LIMIT} characters:\n" + "\n".join(long)
 
 
-def in_process(cmd: str) -> str:
-    """What update_readme.run prints for `python check.py <sweep.json> ...`, from check.main in this process (where
-    the committed sweep's verification is shared with tests/test_check.py); the other commands run as processes."""
-    import check
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert check.main(shlex.split(cmd)[2:]) == 0, cmd
-    return out.getvalue().rstrip("\n") + "\n"
+# The scripts whose blocks run in this process: each one's main, its stdout captured, from the repository's root. A
+# process apiece cost an interpreter's start and its imports (bench/step.py's torch and transformers: seconds) per
+# block; `python -m gmts_recipe.sweep.pace` still runs as a process, as update_readme.run runs them all.
+IN_PROCESS = re.compile(r"python (check|update_readme|bench/\w+)\.py( .*)?")
+_SCRIPTS: dict[str, object] = {}
+_PRINTED: dict[str, str] = {}  # a command two pages quote: printed once (the same code on the same files)
 
 
-@pytest.mark.parametrize("page,block", ALL_BLOCKS, ids=lambda x: x if isinstance(x, str) else x.group("cmd"))
+def script(name: str):
+    """check, update_readme or bench/<name> (bench/ holds scripts: loaded by its path, once)."""
+    if name not in _SCRIPTS:
+        if name.startswith("bench/"):
+            from bench_scripts import load_bench
+
+            _SCRIPTS[name] = load_bench(name[len("bench/"):], f"bench_{name[len('bench/'):]}")
+        else:
+            _SCRIPTS[name] = importlib.import_module(name)
+    return _SCRIPTS[name]
+
+
+def in_process(cmd: str, monkeypatch) -> str:
+    """What update_readme.run prints for `cmd`, from the script's main in this process (check.py on a committed sweep
+    shares its verification with tests/test_check.py: the fixture)."""
+    if cmd not in _PRINTED:
+        argv = shlex.split(cmd)
+        main = script(argv[1][:-len(".py")]).main
+        monkeypatch.chdir(ROOT)
+        monkeypatch.setattr(sys, "argv", argv[1:])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(argv[2:]) if inspect.signature(main).parameters else main()
+        assert code in (0, None), cmd
+        _PRINTED[cmd] = out.getvalue().rstrip("\n") + "\n"
+    return _PRINTED[cmd]
+
+
+# check.py on a committed sweep reads every cell of it: the pilot's block (10 cells) runs in the unit suite, the
+# blocks of the larger sweeps (the confirmatory test's 100 cells, the first test's 31) in the slow set.
+SWEEP_CHECK = re.compile(r"python check\.py \S+/sweep\.json --markdown( --allow-unsampled)?")
+UNIT_SWEEP_CHECK = "python check.py results/coupled/sweep.json --markdown"
+
+
+def block_param(page: str, block: re.Match):
+    cmd = block.group("cmd")
+    slow = SWEEP_CHECK.fullmatch(cmd) and cmd != UNIT_SWEEP_CHECK
+    return pytest.param(page, block, id=f"{page}-{cmd}", marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("page,block", [block_param(page, block) for page, block in ALL_BLOCKS])
 def test_block_matches_its_command(page, block, request, monkeypatch):
     cmd = block.group("cmd")
-    if re.fullmatch(r"python check\.py \S+/sweep\.json --markdown( --allow-unsampled)?", cmd):
+    if SWEEP_CHECK.fullmatch(cmd):
         request.getfixturevalue("committed_sweeps_verified_once")
-        monkeypatch.chdir(ROOT)
-        printed = in_process(cmd)
-    else:
-        printed = run(cmd)
+    printed = in_process(cmd, monkeypatch) if IN_PROCESS.fullmatch(cmd) else run(cmd)
     assert block.group("body") == printed, f"{page}: block is stale: run python update_readme.py"
 
 

@@ -310,7 +310,7 @@ def test_the_committed_design_is_reproduced_from_its_seed(tmp_path):
     from gmts_recipe.sweep.grid import load_grid
 
     out = tmp_path / "design.json"
-    from gmts_recipe.sequential import design
+    from gmts_recipe.sweep import design
 
     assert design.main([str(PLAN.relative_to(ROOT)), "--out", str(out)]) == 0
     committed = ROOT / load_grid(PLAN).sequential["design"]
