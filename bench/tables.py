@@ -1,5 +1,5 @@
-"""Markdown tables for the benchmark pages: the helper every bench script builds its tables with, and the tables of the
-finished studies, printed from their committed results files (each block's command on its page runs this).
+"""Markdown tables for the benchmark pages: the one function every bench script builds its tables with, and the
+tables of the finished studies, printed from their committed results files (each block's command on its page runs this).
 
     python bench/tables.py side-by-side bench/side-by-side-h200.json    # bench/docs/side-by-side.md
     python bench/tables.py selection-cost bench/results-h200.json       # bench/docs/selection-cost.md
