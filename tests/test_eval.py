@@ -91,8 +91,9 @@ def test_reward_is_bounded_in_a_worker_process():
 def test_final_answer_order_of_preference():
     assert final_answer("3 then \\boxed{4} then 5") == "4"
     assert final_answer("#### 7 and 8", 3) == "7"
-    assert final_answer("#### 7 and 8") == "7 and 8"  # version 4: two numbers, no answer
-    assert final_answer("1, 2, 3") == "3"
+    assert final_answer("#### 7 and 8") == "7 and 8"  # from version 4: two numbers, no answer
+    assert final_answer("1, 2, 3", 4) == "3"
+    assert final_answer("1, 2, 3") == "2, 3"  # version 5: a list of numbers, which answers none of them
     assert final_answer("none") is None
 
 
