@@ -10,11 +10,11 @@
 
 Files of every format load through one converter (records.current_record; a format-2 file keeps no per-task records
 beside a samples file: they are rebuilt from it). Exits 2 with a one-line reason when the file is missing or
-malformed; when what its format allows does not hold (records.check_format: config_hash is the one its config gives;
+malformed; when what its format allows does not hold (verify.file.check_format: config_hash is the one its config gives;
 every evaluation keeps samples, or none in a format-1 file that records nothing first written once they were kept;
 one reward version, known to the recipe, of the file's task (MATH's named readings, GSM8K's and the generated
 task's numbered ones), recorded where the format records it); when the file disagrees with itself, naming the field
-(records.check_self: a task the recipe knows, the config's; every evaluation's k the config's eval_samples; the base
+(verify.file.check_self: a task the recipe knows, the config's; every evaluation's k the config's eval_samples; the base
 evaluations exactly the config's base_eval_seeds; each arm's rule and samples file its own; no samples file shared; no
 base evaluation a copy of another; training logs within max_steps, below the arm's learning rate, plain GRPO keeping
 every token); when its records cannot be paired (every evaluation must hold the run's held-out tasks, by task key,
@@ -35,7 +35,7 @@ task key, question (the base's files), gold answer, the k texts, their scores; i
 digest), and check.py re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the
 file records) against the gold answer. The run's held-out tasks (data.heldout) must be the ones its seeded split
 chooses, recomputed as the recipe chose them from the config's task_seed, n_heldout and n_train and the test pool
-(heldout.seeded_heldout: the generated pool rebuilt from its seed; GSM8K's and MATH's from the dataset at hand, else
+(verify.file.seeded_heldout: the generated pool rebuilt from its seed; GSM8K's and MATH's from the dataset at hand, else
 from the pool sizes the data report records), and every evaluation must hold exactly them. Where the run's test pool
 is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path, which
 must hold the original release's test split, its hash pinned in gmts_recipe/data.py: --gsm8k_unpinned reads another
@@ -113,20 +113,19 @@ import json
 import sys
 from pathlib import Path
 
-from gmts_recipe import heldout  # MATH_PATH: where a MATH run's held-out sets are read (--math_path)
 from gmts_recipe.arms import short_name  # the arms' short names (no torch)
-from gmts_recipe.code_digest import code_note  # which commit's code a run ran, from its recorded digest
-from gmts_recipe.records import CURVES_NOTE, ResultsError, read_results  # a results file's model and checks
-from gmts_recipe.samples import dataset_line, samples_line, samples_of, show, verify  # what each evaluation scored
-from gmts_recipe.speed_options import recorded_noise_version
+from gmts_recipe.records import CURVES_NOTE, ResultsError
+from gmts_recipe.samples import dataset_line, samples_line, show  # what each evaluation scored, in a line
 from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.plan import continued_by  # a sequential plan that continues this test
 from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
 from gmts_recipe.sweep.plan import unsampled_plan  # --allow-unsampled on a planned sweep: refused
-from gmts_recipe.sweep.report import cell_origin, origin_lines, render as render_sweep
+from gmts_recipe.sweep.report import render as render_sweep
 from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
+from gmts_recipe.verify.file import read_results, samples_of, verify  # a results file's checks
+from gmts_recipe.verify.provenance import cell_origin, origin_lines, provenance_lines  # where each run ran
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules
 
 
@@ -163,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
                          "training noise, and the seeds a decisive test needs (size your comparison from a pilot)")
     ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by take_rules above; here for --help
     args = ap.parse_args(argv)
-    heldout.MATH_PATH = args.math_path  # where a MATH run's held-out sets are read
     try:
         args.results = _resolve(args.results)
     except ResultsError as e:
@@ -176,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     width = None if args.markdown else output_width()
     try:
         results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled,
-                                 gsm8k_pinned=not args.gsm8k_unpinned)
+                                 gsm8k_pinned=not args.gsm8k_unpinned, math_path=args.math_path)
         text = render(results, markdown=args.markdown, unsampled=tuple(report["without"]), width=width) \
             if args.show is None else show(results, Path(args.results).parent, args.show, args.gsm8k_path,
-                                           not args.gsm8k_unpinned)
+                                           not args.gsm8k_unpinned, args.math_path)
     except ResultsError as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
@@ -212,8 +210,9 @@ def _check_sweep(args) -> int:
         with sweep_summary.summaries_kept():  # the continued test's cells, read for look 0, are summarized once
             summary = sweep_summary.verify(args.results)
             look0 = sweep_summary.continued_sweep(path)  # a sequential plan's first look: that test checked in full
-            first = None if look0 is None else _look0(look0, args.gsm8k_path, pinned)
-            report = _sweep_samples(path, summary, args.gsm8k_path, args.allow_unsampled, pinned)
+            first = None if look0 is None else _look0(look0, args.gsm8k_path, pinned, args.math_path)
+            report = _sweep_samples(path, summary, args.gsm8k_path, args.allow_unsampled, pinned,
+                                    args.math_path)
             if first is not None:
                 report["look0"] = first
     except (ResultsError, SweepError) as e:
@@ -249,11 +248,11 @@ def verified_line(path: str, report: dict, arms: int | None = None, cells: int |
     return f"Verified: {path}: {', '.join(what)}{plan}."
 
 
-def _look0(path: Path, gsm8k_path: str | None, gsm8k_pinned: bool) -> dict:
+def _look0(path: Path, gsm8k_path: str | None, gsm8k_pinned: bool, math_path: str | None) -> dict:
     """The test a sequential sweep continues (its sweep.json at `path`) checked as check.py checks that sweep: its
     summary recomputed from its cells (sweep_summary.verify) and their samples re-scored (_sweep_samples)."""
     summary = sweep_summary.verify(path)
-    return {**_sweep_samples(path, summary, gsm8k_path, False, gsm8k_pinned), "path": path,
+    return {**_sweep_samples(path, summary, gsm8k_path, False, gsm8k_pinned, math_path), "path": path,
             "cells": len(summary["cells"])}
 
 
@@ -286,7 +285,7 @@ def _power(path: str) -> int:
 
 
 def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False,
-                   gsm8k_pinned: bool = True) -> dict:
+                   gsm8k_pinned: bool = True, math_path: str | None = None) -> dict:
     """samples_of (held-out tasks, gold answers, samples) over every cell of a verified sweep.json, the shared base
     evaluations re-scored once."""
     from tqdm.auto import tqdm
@@ -297,7 +296,7 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
     # a grid of 100 cells takes about a minute: a bar on a terminal (tqdm leaves pipes and logs alone)
     sampled: dict[bool, str] = {}
     for cell in tqdm(summary["cells"], desc="re-scoring samples", unit="cell", leave=False, disable=None):
-        # verified by gmts_recipe.sweep.summary.verify (records.load): read again, the same file by digest
+        # verified by gmts_recipe.sweep.summary.verify (verify.file.load): read again, the same file by digest
         results_path = path.parent / cell["path"]
         results = read_results(results_path)
         if results["digest"] != cell["digest"]:
@@ -306,57 +305,13 @@ def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, all
         if len(sampled) > 1:  # a cell stripped of its samples would pass for one of a format without them
             raise ResultsError(f"{path}: cell {sampled[False]} keeps no samples files where cell {sampled[True]} "
                                f"does: the cells of one sweep keep them all or none")
-        report = samples_of(results_path, results, done, gsm8k_path, allow_unsampled, gsm8k_pinned)
+        report = samples_of(results_path, results, done, gsm8k_path, allow_unsampled, gsm8k_pinned, math_path)
         for key in ("evaluations", "with_samples", "samples"):
             total[key] += report[key]
         total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]
         total["without"] += [f"{cell['cell']} {where}" for where in report["without"]]
         total.setdefault("origins", []).append((results["config"]["seed"], cell_origin(results)))
     return total
-
-
-def provenance_lines(results: dict) -> list[str]:
-    """One compact block: where each arm ran, or where an evaluation-only file's evaluations ran (run_setup.provenance:
-    commit, uncommitted changes, times, host, GPUs, libraries, execution options), or, for a file whose arms record
-    none, the file-wide versions it records."""
-    arms = results.get("arms", {})
-    counter = (results.get("config") or {}).get("sampling_noise") == "counter"
-    lines = [f"  {short_name(arm)}: {_provenance_text(entry['provenance'], counter)}" for arm, entry in arms.items()
-             if isinstance(entry.get("provenance"), dict)]
-    if lines:
-        return ["Provenance (recorded by each arm, outside the config hash):", *lines]
-    if isinstance(results.get("provenance"), dict):
-        return [f"Provenance (recorded by the evaluation, outside the config hash): "
-                f"{_provenance_text(results['provenance'])}."]
-    v = results.get("versions")
-    if isinstance(v, dict):
-        libs = ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("gpu", "gpus"))
-        gpu = f"{v.get('gpus', 0)} x {v['gpu']}" if v.get("gpu") else "CPU"
-        whose = "the arms record none" if arms else "the file records no commit, host or times"
-        return [f"Provenance: {whose}; the file's versions: {gpu}; {libs}."]
-    return []
-
-
-def _provenance_text(p: dict, counter_noise: bool = False) -> str:
-    """One run's provenance in a line; `counter_noise`: the run drew counter noise, whose key scheme is said."""
-    changed = p.get("changed_files") or []
-    commit = str(p.get("commit") or "unknown")[:12] + (
-        f" (uncommitted changes: {', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})" if changed else
-        " (uncommitted changes)" if p.get("dirty") else "")
-    note = code_note(p)  # the commit whose code ran, from the code's digest (a stale .git names another)
-    if note and (note != "code as committed" or p.get("dirty")):
-        commit += f" [{note}]"
-    gpu = f"{p.get('gpus', 0)} x {p['gpu']}" if p.get("gpu") else "CPU"
-    libs = ", ".join(f"{k} {v}" for k, v in (p.get("versions") or {}).items() if k not in ("gpu", "gpus"))
-    recorded = dict(p.get("options") or {})
-    if counter_noise:  # the key scheme of its counter noise
-        recorded["counter_noise_version"] = recorded_noise_version(recorded)
-    else:  # no counter noise: the scheme keyed nothing
-        recorded.pop("counter_noise_version", None)
-    options = ", ".join(k if v is True else f"{k}={v}" for k, v in recorded.items()
-                        if v not in (False, None))  # the options that were on
-    return (f"commit {commit}, {p.get('started', '?')} to {p.get('finished', '?')}, host {p.get('host', '?')}, "
-            f"{gpu}; {libs}" + (f"; {options}" if options else ""))
 
 
 def memory_lines(results: dict) -> list[str]:

@@ -7,7 +7,7 @@ Each chosen cell of the sweep folder is rewritten, in a temporary folder, the wa
 format 2 (records.write_results: no per-task records beside a samples file, since the samples file holds them), each
 arm's samples file without the questions (the shared base evaluations' samples keep them), and no figures (sweep.py
 runs its cells with --figures false; `python -m gmts_recipe.plots CELL_DIR` draws them). The rewritten file is then
-verified as check.py verifies a cell (records.load, samples.verify), so the bytes counted are a file that checks.
+verified as check.py verifies a cell (verify.file.load, verify.file.verify), so the bytes counted are a file that checks.
 The shared base evaluations (base-evals/) are stored once per sweep and counted apart.
 """
 
@@ -22,8 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gmts_recipe.markdown import fill  # noqa: E402 - the documentation's wrapped prose
-from gmts_recipe.records import ResultsError, current_record, read_samples, seal, write_results  # noqa: E402
-from gmts_recipe.samples import verify, write_samples  # noqa: E402
+from gmts_recipe.records import ResultsError, current_record, read_samples, write_results
+from gmts_recipe.verify.file import seal, verify  # noqa: E402
+from gmts_recipe.samples import write_samples
 
 MB = 1e6
 

@@ -411,7 +411,7 @@ def _letters_and_upper(text: str) -> tuple[int, int]:
 
 def hack_scan(completions: Sequence[str], ngram: int = 4) -> dict:
     """Reward-hacking flags over completions: length, uppercase share, repeated n-grams within a completion, empty or
-    answer-less completions. check.py recomputes it from every evaluation's samples (samples.check_samples)."""
+    answer-less completions. check.py recomputes it from every evaluation's samples (verify.file.check_samples)."""
     texts = [c if isinstance(c, str) else "" for c in completions]
     n = max(len(texts), 1)
     counts = [_letters_and_upper(t) for t in texts]

@@ -1,10 +1,10 @@
-"""Results files as tests build them: honest in every field that check.py compares (records.check_self), and
+"""Results files as tests build them: honest in every field that check.py compares (verify.file.check_self), and
 sealed as format 1 wrote them where a test is about that format (per-task records in results.json: the format of
 most committed files, which records.current_record converts on load)."""
 
 from __future__ import annotations
 
-from gmts_recipe.records import config_hash, digest, summarize
+from gmts_recipe.records import SCHEMA, config_hash, digest, summarize
 
 
 def rehash(results: dict) -> dict:
@@ -16,6 +16,15 @@ def rehash(results: dict) -> dict:
 def seal_format_1(results: dict) -> dict:
     """Seal as format 1 did: every evaluation's records in the file, the digest over the file as it is."""
     results["schema"] = 1
+    results["summary"] = summarize(results)
+    results["digest"] = digest(results)
+    return results
+
+
+def forge_seal(results: dict) -> dict:
+    """A forger's seal, as verify.file.seal writes it (format 2, the summary recomputed, the digest) but without its
+    checks: a file check.py must refuse, sealed on purpose to show that it does. verify.file.seal refuses such a file."""
+    results["schema"] = SCHEMA
     results["summary"] = summarize(results)
     results["digest"] = digest(results)
     return results

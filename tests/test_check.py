@@ -13,9 +13,10 @@ import pytest
 
 import check
 from gmts_recipe.arms import arm_named
-from gmts_recipe.records import ResultsError, digest, evaluations, load, read_samples, seal, write_json
+from gmts_recipe.records import ResultsError, digest, evaluations, read_samples, write_json
+from gmts_recipe.verify.file import check_samples, load, seal
 from gmts_recipe.rewards import REWARD_VERSION
-from gmts_recipe.samples import check_samples, samples_bytes, write_samples
+from gmts_recipe.samples import samples_bytes, write_samples
 from gmts_recipe.stats import pass_at_1, verdict
 from gmts_recipe.tables import DIGEST_NOTE, render
 from results_files import rehash, seal_format_1

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 import sweep
-from gmts_recipe.records import load, seal, write_results
-from gmts_recipe.samples import verify
+from gmts_recipe.records import write_results
+from gmts_recipe.verify.file import load, verify
 from gmts_recipe.sweep import claims
 from gmts_recipe.sweep.grid import load_grid
+
+from results_files import forge_seal
 from test_sweep import fake_cell
 from tiny import write_tiny_config
 
@@ -110,7 +112,7 @@ def on_another_card(cell: Path) -> None:
     results = load(cell / "results.json")
     for entry in results["arms"].values():
         entry["provenance"]["gpu"], entry["provenance"]["gpus"] = "NVIDIA A100-SXM4-80GB", 1
-    write_results(cell / "results.json", seal({k: v for k, v in results.items() if k not in ("summary", "digest")}))
+    write_results(cell / "results.json", forge_seal({k: v for k, v in results.items() if k not in ("summary", "digest")}))
 
 
 @pytest.mark.slow

@@ -28,11 +28,13 @@ from pathlib import Path
 import pytest
 
 import check
-from gmts_recipe.records import (config_hash, current_record, digest, load, seal, summarize, write_json,
-                                 write_results)
+from gmts_recipe.records import config_hash, current_record, digest, summarize, write_json, write_results
+from gmts_recipe.verify.file import load
 from gmts_recipe.records import evaluations
 from gmts_recipe.samples import samples_bytes, write_samples
 from gmts_recipe.stats import pass_at_1
+
+from results_files import forge_seal
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "results" / "quickstart-cpu"
@@ -40,7 +42,7 @@ COMMITTED = ROOT / "results" / "quickstart-cpu"
 
 def committed_copy(tmp_path: Path, fmt: int) -> Path:
     """results/quickstart-cpu with its samples files in <tmp>/results/ (the base's in base-evals/, as committed): as
-    committed (format 1), or as recipe.py writes the same run today (format 2: records.seal, records.write_results)."""
+    committed (format 1), or as recipe.py writes the same run today (format 2: verify.file.seal, records.write_results)."""
     run = tmp_path / "results" / "quickstart-cpu"
     shutil.copytree(COMMITTED, run)
     results = json.loads((COMMITTED / "results.json").read_text())
@@ -49,15 +51,15 @@ def committed_copy(tmp_path: Path, fmt: int) -> Path:
         source = (COMMITTED / ev["samples"]["path"]).resolve()
         shutil.copy(source, tmp_path / "results" / "base-evals" / source.name)
     if fmt == 2:
-        write_results(run / "results.json", seal(load(run / "results.json")))
+        write_results(run / "results.json", forge_seal(load(run / "results.json")))
         assert "records" not in json.loads((run / "results.json").read_text())["arms"]["gmts"]["eval"]
     return run / "results.json"
 
 
 def reseal(path: Path, edit) -> dict:
-    """The forger's re-seal: the file read as it is stored, `edit`ed (on a format-2 file, in the form records.load
+    """The forger's re-seal: the file read as it is stored, `edit`ed (on a format-2 file, in the form verify.file.load
     gives: per-task records rebuilt from the samples), every summary recomputed and the digest too, written back in
-    the file's format (a format-1 file keeps its records; records.seal writes format 2). Returns what was written."""
+    the file's format (a format-1 file keeps its records; verify.file.seal writes format 2). Returns what was written."""
     raw = json.loads(path.read_text())
     if raw["schema"] == 1:
         edit(raw)
@@ -67,7 +69,7 @@ def reseal(path: Path, edit) -> dict:
         return raw
     results = copy.deepcopy(current_record(raw, path.parent))
     edit(results)
-    write_results(path, seal(results))
+    write_results(path, forge_seal(results))
     return results
 
 

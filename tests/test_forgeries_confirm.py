@@ -19,12 +19,15 @@ from pathlib import Path
 import pytest
 
 import check
-from gmts_recipe.records import (config_hash, current_record, digest, evaluations, load, read_samples, seal,
-                                 summarize, write_json, write_results)
+from gmts_recipe.records import (config_hash, current_record, digest, evaluations, read_samples, summarize,
+                                 write_json, write_results)
+from gmts_recipe.verify.file import load
 from gmts_recipe.samples import write_samples
 from gmts_recipe.stats import pass_at_1
 from gmts_recipe.sweep import summary as sweep_summary
 from gmts_recipe.sweep.grid import load_grid
+
+from results_files import forge_seal
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIRM, EXTENSION = ROOT / "results" / "confirm", ROOT / "results" / "confirm-extension"
@@ -84,7 +87,7 @@ def forge_cells(folder: Path, edit, names: list[str] | None = None) -> None:
         results = copy.deepcopy(current_record(json.loads(path.read_text()), path.parent))
         edit(results)
         results["config_hash"] = config_hash(results["config"])
-        write_results(path, seal(results))
+        write_results(path, forge_seal(results))
         cell["digest"] = json.loads(path.read_text())["digest"]
     reseal_summary(folder / "sweep.json", summary)
 
@@ -289,7 +292,7 @@ def test_gold_answers_rewritten_beside_a_gsm8k_copy_that_agrees_are_refused(tmp_
     results["data"]["heldout"] = [[i, question_key(questions[i], golds[i], TASK_KEY)] for i, _ in
                                   results["data"]["heldout"]]
     results["data"]["test_pool_sha256"] = pool_sha256(pool)
-    write_results(cell / "results.json", seal(results))
+    write_results(cell / "results.json", forge_seal(results))
     gsm8k = tmp_path / "gsm8k"
     gsm8k.mkdir()
     for split in ("train", "test"):

@@ -1,6 +1,6 @@
 """Forgeries of a sweep tried as a forger would: the committed pilot (results/coupled: ten cells of GMTS and ETS on
 GSM8K, every evaluation's samples kept) copied, a cell's evaluation copied into another cell or a cell copied into
-another sweep beside it, the cell re-sealed (records.seal's digest over the recomputed summary) and the sweep's summary
+another sweep beside it, the cell re-sealed (verify.file.seal's digest over the recomputed summary) and the sweep's summary
 written again by the recipe's own code.
 
 Refused here: an arm's evaluation copied into another cell, which keeps its own training log (the same samples file,
@@ -29,6 +29,8 @@ from gmts_recipe.samples import write_samples
 from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep import summary as sweep_summary
 from gmts_recipe.sweep.grid import SweepError, load_grid
+
+from results_files import forge_seal
 
 ROOT = Path(__file__).resolve().parent.parent
 PILOT = ROOT / "results" / "coupled"
@@ -269,7 +271,8 @@ def test_an_extension_cell_forged_from_a_confirmatory_cell_is_refused(tmp_path, 
     its training log seed 232's; re-sealed, the summary written by the recipe's code. Every check but the one of near
     copies lets it through (the summary is written with only that one left out); check.py, reading the confirmatory
     sweep beside it, refuses it in one line naming both cells."""
-    from gmts_recipe.records import read_results, records_from_samples, seal, write_results
+    from gmts_recipe.records import records_from_samples, write_results
+    from gmts_recipe.verify.file import read_results
     from gmts_recipe.stats import pass_at_1
 
     monkeypatch.chdir(ROOT)
@@ -296,7 +299,7 @@ def test_an_extension_cell_forged_from_a_confirmatory_cell_is_refused(tmp_path, 
         entry["eval"]["records"] = records_from_samples(entry["eval"], cell, arm)
         entry["eval"]["pass@1"] = pass_at_1(entry["eval"]["records"])
         entry["train_log"] = source["arms"][arm]["train_log"]
-    write_results(cell / "results.json", seal(raw))
+    write_results(cell / "results.json", forge_seal(raw))
     with monkeypatch.context() as unchecked:  # the summary as a forger writes it, the check of near copies left out
         unchecked.setattr("gmts_recipe.sweep.cells.near_copies", lambda *checked: None)
         write_summary(extension)
@@ -406,7 +409,7 @@ def test_a_math_runs_heldout_tasks_are_its_seeded_split():
     """MATH's held-out tasks recomputed without its files at hand, from the held-out set's size, task_seed and
     n_heldout (0: all of them), as math_data.split chooses them; one dropped is refused."""
     from gmts_recipe import math_data
-    from gmts_recipe.heldout import check_heldout, seeded_heldout
+    from gmts_recipe.verify.file import check_heldout, seeded_heldout
     from gmts_recipe.records import ResultsError
 
     chosen = math_data.heldout_indices(500, 100, 17)

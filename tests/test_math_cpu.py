@@ -14,7 +14,7 @@ import check
 import eval as evaluation
 import recipe
 from gmts_recipe import recipe_config, tables
-from gmts_recipe.heldout import seeded_heldout
+from gmts_recipe.verify.file import seeded_heldout
 from gmts_recipe.speed_options import CUDA_ONLY, EAGER_STEP, options_that_ran
 from gmts_recipe.stats import no_learning_signal
 from results_files import rehash, seal_format_1

@@ -6,7 +6,7 @@ import pytest
 from test_check import fake_results
 
 from gmts_recipe import plots
-from gmts_recipe.records import seal
+from gmts_recipe.verify.file import seal
 
 
 def with_arms(arms: tuple[str, ...]) -> dict:

@@ -225,7 +225,7 @@ def test_versions_read_unrecorded_where_a_file_has_none():
 
 
 def test_a_committed_old_cell_reads_its_card_and_versions_with_cuda_unrecorded():
-    from gmts_recipe.records import load
+    from gmts_recipe.verify.file import load
 
     facts = cell_facts(load(ROOT / "results/confirm/coupled-lr0.0001-s200/results.json"))
     assert facts["card"] == "H200" and facts["commit"] == "unrecorded"

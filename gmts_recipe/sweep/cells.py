@@ -81,7 +81,7 @@ def evaluation_keys(ev: dict) -> tuple[str, ...]:
     """What identifies an evaluation's samples, within one process: the SHA-256 of its samples file (the same bytes),
     and its texts task by task as its records hold them (each task's index, its samples' lengths in any order and
     their scores' sum: a hash of them, TEXTS), which the same texts give however their lines are ordered,
-    edited around the texts or compressed again (samples.check_samples holds the lengths and scores to the texts).
+    edited around the texts or compressed again (verify.file.check_samples holds the lengths and scores to the texts).
     Records without lengths (the earliest files) give no second key: scores alone coincide on small sets."""
     keys = []
     ref = ev.get("samples")
@@ -285,7 +285,7 @@ def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = Non
     """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
     training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
     none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). `results` as
-    records.load or records.read_results give it (of any format, as this one holds it), so every cell pools alike;
+    verify.file.load or verify.file.read_results give it (of any format, as this one holds it), so every cell pools alike;
     `folder`: the file's, where its evaluations' texts are read (evaluations_of)."""
     config = results.get("config") or {}
     where = f"{cell.name}: results.json"

@@ -10,9 +10,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gmts_recipe.records import (ResultsError, config_hash, current_evaluations, load, read_results, seal, task_scores,
-                                  write_results)
-from gmts_recipe.samples import check_samples, evaluations, samples_path
+from gmts_recipe.records import ResultsError, config_hash, current_evaluations, task_scores, write_results
+from gmts_recipe.verify.file import check_samples, load, read_results, seal
+from gmts_recipe.samples import evaluations, samples_path
 from gmts_recipe.sweep.cells import check_together, recorded
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError
 from gmts_recipe.sweep.schedule import TIMING
@@ -231,7 +231,7 @@ def _timing_lines(incoming: Path, cell: Cell, local: Path) -> list[str]:
 
 def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tuple[Path, Path]]:
     """The samples files the merged cell names (samples.samples_path: the arms' in the cell's folder, the base's in the
-    shared base-evals folder), each verified (SHA-256, records, re-scored: samples.check_samples) where it will be read:
+    shared base-evals folder), each verified (SHA-256, records, re-scored: verify.file.check_samples) where it will be read:
     here if a file of that name is here, else in the incoming tree, from which it is to be copied. A merged cell
     keeps verifiable samples; a file here with other bytes is refused, never overwritten."""
     copies = []

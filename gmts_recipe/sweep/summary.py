@@ -15,8 +15,9 @@ from pathlib import Path
 
 from gmts_recipe import sequential
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
-from gmts_recipe.records import (current_record, digest, evaluation_fields, first_difference, load, numbers_close,
+from gmts_recipe.records import (current_record, digest, evaluation_fields, first_difference, numbers_close,
                                  recorded_reward_version, task_scores)
+from gmts_recipe.verify.file import load
 from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
 from gmts_recipe.sweep.cells import Evaluation, check_apart, check_together, evaluations_of, recorded
