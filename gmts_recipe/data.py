@@ -8,10 +8,12 @@ No third-party text ships with this repository: GSM8K is downloaded by `datasets
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import random
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 SYSTEM_PROMPTS = {
@@ -31,6 +33,40 @@ SYSTEM_PROMPTS = {
     # the last \boxed{} (rewards_math)
     "boxed": "Please reason step by step, and put your final answer within \\boxed{}.",
 }
+
+
+# A system prompt of at most this many words is compared with the preset names (prompt_name_problem); a longer one is
+# literal text whatever it says.
+PROMPT_NAME_WORDS = 2
+PROMPT_NAME_CUTOFF = 0.8  # difflib's similarity ratio from which a short text reads as a preset name mistyped
+
+
+def prompt_name_problem(text: str, names: Iterable[str]) -> str | None:
+    """What is wrong with a system prompt (`text`, a preset name or literal text) that is no preset name yet reads like
+    one (None: a preset name, or text). A mistyped name ("step", "two-examples", "boxd") would otherwise be sent to
+    the model as the whole system message and train and evaluate a run on it without a word.
+
+    The rule, which never refuses a sentence: a text of more than PROMPT_NAME_WORDS words is text. A shorter one is
+    refused when, lowercased, its outer punctuation stripped and its spaces and hyphens read as '_', it is a preset
+    name or within PROMPT_NAME_CUTOFF of one (difflib's ratio: "step" 0.89 of "steps", "exmaple" 0.86 of "example";
+    "Solve" is at most 0.4 from any, "Sample" 0.77), or when it is one word joined by '_' (a name's spelling, never a
+    prompt's: "three_examples"). The answer names the closest preset."""
+    names = list(names)
+    if text in names or len(text.split()) > PROMPT_NAME_WORDS:
+        return None
+    key = "_".join(w.strip(".,;:!?'\"").lower() for w in re.split(r"[\s-]+", text.strip()) if w)
+    near = difflib.get_close_matches(key, names, n=1, cutoff=PROMPT_NAME_CUTOFF)
+    presets = ", ".join(names)
+    if near:
+        return (f"is no preset name but reads like {near[0]}: did you mean {near[0]}? (presets: {presets}; a literal "
+                f"prompt of {PROMPT_NAME_WORDS} words or fewer this close to a name is refused, write it as a sentence)")
+    if re.fullmatch(r"\w+_\w+", text.strip()):
+        closest = difflib.get_close_matches(key, names, n=1, cutoff=0.0)
+        return (f"is no preset name, and a word joined by '_' is a name's spelling, not a prompt: use one of {presets}"
+                + (f" (closest: {closest[0]})" if closest else ""))
+    return None
+
+
 SYSTEM_PROMPT = SYSTEM_PROMPTS["steps"]
 
 

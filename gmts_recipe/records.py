@@ -28,6 +28,7 @@ import lzma
 import math
 import os
 import statistics
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -506,11 +507,31 @@ def json_file(path: str) -> str:
     return path
 
 
+def load_unique_yaml(text: str) -> Any:
+    """yaml.safe_load, refusing a mapping that gives a key twice (ValueError naming the key and its lines): PyYAML
+    keeps the last value without a word, so a field set twice in a config file would silently take the second."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable) and key in lines:
+                raise ValueError(f"key {key!r} is given twice (lines {lines[key]} and {key_node.start_mark.line + 1})")
+            if isinstance(key, typing.Hashable):
+                lines[key] = key_node.start_mark.line + 1
+        return loader.construct_mapping(node, deep=True)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml_mapping(path: Path, error: type[Exception], shape: str) -> dict:
     """A YAML file that must hold a mapping (a config, a sweep file): any problem is one line of `error`."""
     import yaml
-
-    from gmts_recipe.value_checks import load_unique_yaml
 
     try:
         raw = load_unique_yaml(path.read_text(encoding="utf-8"))
