@@ -48,7 +48,7 @@ then marks its numbers "(not re-scored)"; a planned sweep (a primary, secondary 
 where its summary is pinned as made before samples were kept (gmts_recipe.sweep.plan.UNSAMPLED_PLANS: results/qwen);
 a sweep's cells keep samples all or none, and no evaluation appears twice: a samples file,
 by its SHA-256 or by its texts task by task, belongs to one evaluation of one cell across every sweep of the results
-folder (gmts_recipe.sweep.cells.check_apart; a base evaluation to the cells that share it, and to the same model's
+folder (gmts_recipe.verify.cell.check_apart; a base evaluation to the cells that share it, and to the same model's
 base evaluation of another hash with its texts, seed and settings: the base evaluated again), and so does most of it
 (two evaluations sharing 10% of their texts, task by task with whitespace aside, are one copied: two runs share under
 0.2%); an arm may hold its own base's texts only where its train log shows no learning signal or where every arm of

@@ -7,8 +7,8 @@ Each chosen cell of the sweep folder is rewritten, in a temporary folder, the wa
 format 2 (records.write_results: no per-task records beside a samples file, since the samples file holds them), each
 arm's samples file without the questions (the shared base evaluations' samples keep them), and no figures (sweep.py
 runs its cells with --figures false; `python -m gmts_recipe.plots CELL_DIR` draws them). The rewritten file is then
-verified as check.py verifies a cell (verify.file.load, verify.file.verify), so the bytes counted are a file that checks.
-The shared base evaluations (base-evals/) are stored once per sweep and counted apart.
+verified as check.py verifies a cell (verify.file.load, verify.file.verify), so the bytes counted are a file that
+checks. The shared base evaluations (base-evals/) are stored once per sweep and counted apart.
 """
 
 from __future__ import annotations

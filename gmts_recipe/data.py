@@ -132,8 +132,8 @@ def pool_sha256(pool: list[dict]) -> str:
 # test.jsonl; the same 1,319 problems `datasets` gives as openai/gsm8k "main"), pinned: the runs' held-out tasks were
 # drawn from it. GSM8K_TEST_SHA256 is pool_sha256 of its (question, answer) pairs as load_gsm8k reads them, the same
 # for the JSONL copy and the Hub's; GSM8K_TEST_FILE_SHA256 the release file's bytes (sha256sum test.jsonl), for a
-# reader who checks a copy by hand. check.py compares a GSM8K copy with the first (verify.file.heldout_pool): a copy whose
-# gold answers were rewritten to agree with a forged results file is another pool.
+# reader who checks a copy by hand. check.py compares a GSM8K copy with the first (verify.file.heldout_pool): a copy
+# whose gold answers were rewritten to agree with a forged results file is another pool.
 GSM8K_TEST_SHA256 = "0e8cf8f0a4f3ab3201459b553d1d1a3a682f1fc55f60c1e2e53ead0d7dbb2f3b"
 GSM8K_TEST_FILE_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
 GSM8K_TEST_SIZE = 1319

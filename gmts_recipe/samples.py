@@ -1,8 +1,8 @@
 """What an evaluation scored, kept beside its results file: one xz-compressed JSON line per task (index, question
 hash, question, gold answer, the k texts, their scores), named by its SHA-256, which the evaluation records inside
 the digest.
-Written by recipe.py, verified and re-scored by verify/file.py (check.py, sweep.py --merge), shown by check.py --show. Standard
-library only (the reward, imported where samples exist, needs no torch)."""
+Written by recipe.py, verified and re-scored by verify/file.py (check.py, sweep.py --merge), shown by check.py --show.
+Standard library only (the reward, imported where samples exist, needs no torch)."""
 
 from __future__ import annotations
 
@@ -139,9 +139,9 @@ def show(results: dict, folder: Path, task: str, gsm8k_path: str | None = None, 
 def show_question(results: dict, line: dict, gsm8k_path: str | None = None, gsm8k_pinned: bool = True,
                   math_path: str | None = None) -> str:
     """The question of a samples file's line, as --show prints it: the line's own (check_samples tied it to the key;
-    an arm's lines keep none), else the dataset's task at that index once its key is the line's (verify.file.heldout_pool:
-    the generated task rebuilt from its seed, GSM8K from `gsm8k_path` or the run's), else a sentence saying why it is
-    not at hand."""
+    an arm's lines keep none), else the dataset's task at that index once its key is the line's
+    (verify.file.heldout_pool: the generated task rebuilt from its seed, GSM8K from `gsm8k_path` or the run's), else a
+    sentence saying why it is not at hand."""
     from gmts_recipe.data import task_key
     from gmts_recipe.verify.file import heldout_pool
 

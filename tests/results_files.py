@@ -23,7 +23,8 @@ def seal_format_1(results: dict) -> dict:
 
 def forge_seal(results: dict) -> dict:
     """A forger's seal, as verify.file.seal writes it (format 2, the summary recomputed, the digest) but without its
-    checks: a file check.py must refuse, sealed on purpose to show that it does. verify.file.seal refuses such a file."""
+    checks: a file check.py must refuse, sealed on purpose to show that it does. verify.file.seal refuses such a
+    file."""
     results["schema"] = SCHEMA
     results["summary"] = summarize(results)
     results["digest"] = digest(results)

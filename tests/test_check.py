@@ -330,7 +330,7 @@ def with_samples(results: dict, folder: Path, base_folder: Path | None = None, p
     question and gold answer record it (data.task_key is set so where absent); None: unrecorded (version 1), as
     files with keys over the question alone. An arm's texts open with its sweep's and cell's folders and its name, a base
     evaluation's with its seed (two runs write other texts: a sweep's check refuses two evaluations that share most of
-    theirs, cells.check_apart)."""
+    theirs, verify.cell.check_apart)."""
     import eval as evaluation
 
     if reward is not None:

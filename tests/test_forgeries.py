@@ -42,7 +42,8 @@ COMMITTED = ROOT / "results" / "quickstart-cpu"
 
 def committed_copy(tmp_path: Path, fmt: int) -> Path:
     """results/quickstart-cpu with its samples files in <tmp>/results/ (the base's in base-evals/, as committed): as
-    committed (format 1), or as recipe.py writes the same run today (format 2: verify.file.seal, records.write_results)."""
+    committed (format 1), or as recipe.py writes the same run today (format 2: verify.file.seal,
+    records.write_results)."""
     run = tmp_path / "results" / "quickstart-cpu"
     shutil.copytree(COMMITTED, run)
     results = json.loads((COMMITTED / "results.json").read_text())
@@ -59,7 +60,8 @@ def committed_copy(tmp_path: Path, fmt: int) -> Path:
 def reseal(path: Path, edit) -> dict:
     """The forger's re-seal: the file read as it is stored, `edit`ed (on a format-2 file, in the form verify.file.load
     gives: per-task records rebuilt from the samples), every summary recomputed and the digest too, written back in
-    the file's format (a format-1 file keeps its records; verify.file.seal writes format 2). Returns what was written."""
+    the file's format (a format-1 file keeps its records; verify.file.seal writes format 2). Returns what was
+    written."""
     raw = json.loads(path.read_text())
     if raw["schema"] == 1:
         edit(raw)

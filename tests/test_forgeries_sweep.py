@@ -1,14 +1,14 @@
 """Forgeries of a sweep tried as a forger would: the committed pilot (results/coupled: ten cells of GMTS and ETS on
 GSM8K, every evaluation's samples kept) copied, a cell's evaluation copied into another cell or a cell copied into
-another sweep beside it, the cell re-sealed (verify.file.seal's digest over the recomputed summary) and the sweep's summary
-written again by the recipe's own code.
+another sweep beside it, the cell re-sealed (verify.file.seal's digest over the recomputed summary) and the sweep's
+summary written again by the recipe's own code.
 
 Refused here: an arm's evaluation copied into another cell, which keeps its own training log (the same samples file,
 the same texts compressed again in another order, or with one newline added: a near copy), the base's texts filed as
 a trained arm, a copy between two arms whose logs claim no learning signal while their losses and gradients show
 training, a cell copied under another seed into a new sweep of the same results folder, and a cell of the continued
 test forged from one of the confirmatory test's: an evaluation belongs to one cell across every sweep, whole or
-nearly (gmts_recipe.sweep.cells.check_apart).
+nearly (gmts_recipe.verify.cell.check_apart).
 """
 
 from __future__ import annotations
@@ -150,9 +150,9 @@ def copy_evaluation(pilot: Path, monkeypatch, reorder: bool = False, newline: bo
     reseal(path, raw)
     with monkeypatch.context() as unchecked:  # the summary as a forger writes it, the new check left out
         if newline:
-            unchecked.setattr("gmts_recipe.sweep.cells.near_copies", lambda *checked: None)
+            unchecked.setattr("gmts_recipe.verify.cell.near_copies", lambda *checked: None)
         else:
-            unchecked.setattr("gmts_recipe.sweep.cells.check_apart", lambda evaluations: None)
+            unchecked.setattr("gmts_recipe.verify.cell.check_apart", lambda evaluations: None)
         write_summary(pilot)
     return best, worst
 
@@ -208,7 +208,7 @@ def test_the_base_texts_filed_as_a_trained_arm_are_refused(pilot, capsys, monkey
                                                                        "sha256": sha}}
     reseal(cell / "results.json", raw)
     with monkeypatch.context() as unchecked:  # the summary as a forger writes it, the new check left out
-        unchecked.setattr("gmts_recipe.sweep.cells.check_apart", lambda evaluations: None)
+        unchecked.setattr("gmts_recipe.verify.cell.check_apart", lambda evaluations: None)
         write_summary(pilot)
     refused(pilot, capsys, f"coupled/{worst} arms.gmts.eval holds the evaluation of coupled/", " base.evals[0] (",
             "an evaluation belongs to one cell")
@@ -229,7 +229,7 @@ def test_a_copy_between_arms_that_claim_no_learning_signal_is_refused(pilot, cap
         assert no_learning_signal(raw["arms"]["gmts"]["train_log"]) is None  # its grad norms and losses say it trained
         reseal(path, raw)
     with monkeypatch.context() as unchecked:
-        unchecked.setattr("gmts_recipe.sweep.cells.check_apart", lambda evaluations: None)
+        unchecked.setattr("gmts_recipe.verify.cell.check_apart", lambda evaluations: None)
         write_summary(pilot)
     refused(pilot, capsys, f"coupled/{worst} arms.gmts.eval holds the evaluation of coupled/{best} arms.gmts.eval "
                            "(its samples file, SHA-256", "an evaluation belongs to one cell")
@@ -301,7 +301,7 @@ def test_an_extension_cell_forged_from_a_confirmatory_cell_is_refused(tmp_path, 
         entry["train_log"] = source["arms"][arm]["train_log"]
     write_results(cell / "results.json", forge_seal(raw))
     with monkeypatch.context() as unchecked:  # the summary as a forger writes it, the check of near copies left out
-        unchecked.setattr("gmts_recipe.sweep.cells.near_copies", lambda *checked: None)
+        unchecked.setattr("gmts_recipe.verify.cell.near_copies", lambda *checked: None)
         write_summary(extension)
     assert 307 in json.loads(extension.read_text())["sequential"]["seeds_done"]  # counted towards look 1
     err = refused(extension, capsys, "confirm-extension/coupled-lr0.0001-s307 arms.", " texts of "
@@ -324,7 +324,7 @@ def test_which_evaluations_may_share_texts():
     may match another arm of its cell, and, where its train log shows no learning signal (as in a tiny run), its own
     cell's base and another such arm; never a trained arm's base, an evaluation of another cell, nor a base evaluation
     other than its own cell's."""
-    from gmts_recipe.sweep.cells import check_apart, evaluations_of
+    from gmts_recipe.verify.cell import check_apart, evaluations_of
 
     def cell(sweep, name, base_keys, arm_keys, eval_hash="h", model="m", base_seed=0, untrained=""):
         """`untrained`: the arms (by name, space-separated) whose train log is NO_SIGNAL."""

@@ -92,7 +92,7 @@ def test_no_learning_signal_says_why_an_arm_never_moved():
 def test_no_learning_signal_needs_no_gradient_and_no_loss_at_every_step(edit):
     """A log whose every step claims all rollouts scored alike (frac_reward_zero_std 1) while one step's grad norm or
     loss says it trained, or that does not log them, shows no lack of signal: the three agree at every step or the arm
-    trained (cells.check_apart lets only such arms sample alike)."""
+    trained (verify.cell.check_apart lets only such arms sample alike)."""
     log = _log([0.25, 0.5, 0.5])
     assert "scored alike" in no_learning_signal(log)
     log[1] = {key: value for key, value in {**log[1], **edit}.items() if value is not None}

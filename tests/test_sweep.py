@@ -15,7 +15,7 @@ import pytest
 
 import sweep
 from gmts_recipe.verify.file import verify as verify_results
-from gmts_recipe.sweep.cells import Recorded, check_together, recorded
+from gmts_recipe.verify.cell import Recorded, check_together, recorded
 from gmts_recipe.sweep.grid import Cell, SweepError, by_cell, cell_command, jobs, load_grid
 from gmts_recipe.sweep.local import expand_workers, mps_running, parse_gpus, run, shares_gpus
 from gmts_recipe.sweep.merge import merge

@@ -20,7 +20,7 @@ from gmts_recipe.records import (current_record, digest, evaluation_fields, firs
 from gmts_recipe.verify.file import load
 from gmts_recipe.speed_options import recorded_noise_version
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seed_delta, seeds_for_power
-from gmts_recipe.sweep.cells import Evaluation, check_apart, check_together, evaluations_of, recorded
+from gmts_recipe.verify.cell import Evaluation, check_apart, check_together, evaluations_of, one_base, recorded
 from gmts_recipe.sweep.failures import checked as failure_record, outcome as failure_outcome
 from gmts_recipe.sweep import sensitivity
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
@@ -135,8 +135,8 @@ def _inputs(grid: Grid, root: Path) -> str | None:
 
 def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | None = None) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone;
-    `index`: extended with every evaluation of its cells (cells.Evaluation), for `verify` to hold against the sweeps
-    beside it; `facts`: filled with each cell's cell_facts, keyed (variant, learning rate, seed). Within
+    `index`: extended with every evaluation of its cells (verify.cell.Evaluation), for `verify` to hold against the
+    sweeps beside it; `facts`: filled with each cell's cell_facts, keyed (variant, learning rate, seed). Within
     `summaries_kept`, a grid's are computed once for the same files."""
     key = None if _SUMMARIES is None else _inputs(grid, Path(grid.results_dir) / grid.name)
     found = None if key is None else _SUMMARIES.get(key)
@@ -202,8 +202,7 @@ def _summarize(grid: Grid, index: list[Evaluation], facts: dict) -> dict:
     check_together(seen)
     index.extend(ev for c in seen for ev in c.evaluations)
     facts.update(origins)
-    if len(base_hashes) > 1:
-        raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
+    one_base(base_hashes)
     pooled = _pooled_at_shared_rates(cells, scores)
     best = best_stable(training)
     for variant in sorted({c["variant"] for c in cells}):
@@ -581,7 +580,7 @@ def with_plan(summary: dict, plan: dict | None) -> dict:
 
 def verify(path: str | Path) -> dict:
     """Recompute a sweep.json from its grid and the cells' own results files, and hold each of its evaluations against
-    every other cell of it and of the sweeps beside it (cells.check_apart, sweeps_beside); raise SweepError on any
+    every other cell of it and of the sweeps beside it (verify.cell.check_apart, sweeps_beside); raise SweepError on any
     difference."""
     p = Path(path)
     summary = json.loads(p.read_text(encoding="utf-8"))
@@ -622,9 +621,9 @@ def sweeps_beside(path: Path, texts: bool = True) -> list[Evaluation]:
     """The index of the other sweeps of a sweep's results folder (every <results_dir>/*/sweep.json but `path`; the
     repository's results/ holds every committed sweep): the evaluations of each cell its summary names, read from the
     cell's file as it is, without recomputing anything (each sweep's own check verifies its cells), with their texts'
-    prints (cells.text_prints) if `texts`. About 2 s of reading for the ~150 cells committed, and 15-30 s more for the
-    texts of their ~270 samples files (decompressed and parsed: most of it), once in a process; a folder or file that
-    is not a readable sweep is left out."""
+    prints (verify.cell.text_prints) if `texts`. About 2 s of reading for the ~150 cells committed, and 15-30 s more for
+    the texts of their ~270 samples files (decompressed and parsed: most of it), once in a process; a folder or file
+    that is not a readable sweep is left out."""
     out: list[Evaluation] = []
     memo: dict = {}
     for other in sorted(path.parent.parent.glob("*/sweep.json")):

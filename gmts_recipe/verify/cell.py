@@ -1,7 +1,7 @@
-"""Which cell a results file is: what the file records (seed, variant settings, learning rates) against the cell
-its folder names, the cells of one grid checked as one experiment, and each evaluation held by one cell only, across
-every sweep of a results folder (`Evaluation`, `check_apart`; a base evaluation is the base model's, one with every
-base evaluation that the same model wrote with the same seed and settings), whole or nearly (`text_prints`: a copy
+"""A cell verified: which cell a results file is: what the file records (seed, variant settings, learning rates) against
+the cell its folder names, the cells of one grid checked as one experiment, and each evaluation held by one cell only,
+across every sweep of a results folder (`Evaluation`, `check_apart`; a base evaluation is the base model's, one with
+every base evaluation that the same model wrote with the same seed and settings), whole or nearly (`text_prints`: a copy
 with a few characters edited shares nearly every text, two independent runs almost none)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from gmts_recipe.recipe_config import EVAL_FIELDS, LOADED_MODEL_FIELDS, SAMPLING_FIELDS
-from gmts_recipe.records import numbers_close, read_samples, recorded_reward_version, samples_path
+from gmts_recipe.records import numbers_close, read_samples, recorded_reward_version, samples_path, task_scores
 from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep.grid import Cell, SweepError
 
@@ -285,8 +285,8 @@ def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = Non
     """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
     training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
     none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). `results` as
-    verify.file.load or verify.file.read_results give it (of any format, as this one holds it), so every cell pools alike;
-    `folder`: the file's, where its evaluations' texts are read (evaluations_of)."""
+    verify.file.load or verify.file.read_results give it (of any format, as this one holds it), so every cell pools
+    alike; `folder`: the file's, where its evaluations' texts are read (evaluations_of)."""
     config = results.get("config") or {}
     where = f"{cell.name}: results.json"
     if config.get("seed") != cell.seed:
@@ -370,3 +370,56 @@ def check_together(cells: list[Recorded], where: str = "") -> None:
                 raise SweepError(f"{where}{c.cell.name}: arm {arm} holds the same evaluation records and training "
                                  f"log as arm {other[1]} of {other[0].name} (a copied results file)")
     check_apart(ev for c in cells for ev in c.evaluations)
+
+
+def same_base(tree: dict[Cell, dict], brought: set[Cell]) -> None:
+    """A cell paired with a base brought in (another evaluation hash) holds, task by task, the base evaluations every
+    other cell of the tree holds (their per-task scores, as sweep.summary's rule compares them): a base evaluated
+    again with the same texts (the held-out tasks keyed anew, another device) joins the sweep; another base does not,
+    and is refused here rather than by the next --summarize."""
+    if not brought:
+        return
+    scores = {cell: json.dumps([sorted(task_scores(ev, f"{cell.name} base").items()) for ev in r["base"]["evals"]])
+              for cell, r in tree.items()}
+    for cell in sorted(brought, key=lambda c: c.name):
+        other = next((c for c in tree if scores[c] != scores[cell]), None)
+        if other is not None:
+            raise SweepError(f"{cell.name}: its base (evaluation hash {tree[cell]['base']['eval_hash'][:12]}, brought "
+                             f"in) differs task by task from the base of {other.name} (hash "
+                             f"{str(tree[other]['base'].get('eval_hash'))[:12]}): the cells of a sweep share one base "
+                             f"evaluation; nothing merged")
+
+
+def paired_base(new: dict, old: dict | None, key: str, caches: dict[str, dict],
+                 offered: dict[str, tuple[Path, dict]] | None, root: Path, incoming: Path,
+                 refuse) -> tuple[list, str, tuple[Path, dict] | None]:
+    """sweep.merge's base of a cell: the incoming cell held against the local one (config, held-out tasks, eval hash)
+    and paired with the shared cache of its hash, local or offered by the incoming tree; returns the base evaluations
+    kept, where they come from, and the offered record brought in (None: none)."""
+    if old is not None and old["config_hash"] != new["config_hash"]:
+        raise refuse(f"config_hash {new['config_hash'][:12]} differs from the local cell's {old['config_hash'][:12]}")
+    if old is not None and old.get("data", {}).get("heldout") != new.get("data", {}).get("heldout"):
+        raise refuse("held-out tasks differ from the local cell's")
+    if old is not None and old["base"]["eval_hash"] != key:
+        raise refuse(f"base eval hash {key[:12]} differs from the local cell's {old['base']['eval_hash'][:12]}")
+    brought = (offered or {}).get(key) if key not in caches else None
+    if caches and key not in caches and brought is None:
+        raise refuse(f"base eval hash {key[:12]} is not the local shared cache's "
+                     f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'}), nor one "
+                     f"{incoming / 'base-evals'} holds")
+    cache, shared = (brought[1], "incoming shared cache") if brought is not None else (caches.get(key), "shared cache")
+    if cache is not None and cache["eval_config"]["heldout"] != new.get("data", {}).get("heldout"):
+        raise refuse(f"held-out tasks differ from the {'incoming' if brought else 'local'} shared cache's")
+    kept, source = ((cache["evals"], shared) if cache is not None else
+                    (old["base"]["evals"], "local cell") if old is not None else (new["base"]["evals"], "incoming"))
+    if old is not None and old["base"]["evals"] != kept:
+        raise refuse(f"the local cell's base differs from the {'incoming' if brought else 'local'} shared cache; "
+                     f"merging would rewrite a local result")
+    return kept, source, brought
+
+
+def one_base(base_hashes: set[str]) -> None:
+    """The cells of a sweep share one base evaluation (each cell's first base evaluation's per-task scores, as JSON):
+    the arms of different cells are compared through it."""
+    if len(base_hashes) > 1:
+        raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
