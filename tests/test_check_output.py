@@ -129,3 +129,18 @@ def test_an_evaluation_only_files_provenance_says_what_it_is_not_that_it_is_old(
     old = {"arms": {"ets": {"eval": {}}}, "versions": {**versions, "gpu": "NVIDIA H200", "gpus": 1}}
     assert provenance_lines(old) == [
         "Provenance: the arms record none; the file's versions: 1 x NVIDIA H200; python 3.11.7, torch 2.13.0+cpu."]
+
+
+def test_the_checks_are_listed_once_from_the_verify_levels(capsys):
+    """check.py --help and --checks print each level's CHECKS (gmts_recipe/verify/), and the README's block is that
+    output (tests/test_readme.py holds every generated block to its command)."""
+    from gmts_recipe.verify import cell, file, provenance, sweep
+
+    assert check.main(["--checks"]) == 0
+    listed = " ".join(capsys.readouterr().out.split())
+    for level in (file, cell, sweep, provenance):
+        assert level.CHECKS and all(" ".join(c.split()) in listed for c in level.CHECKS), level.__name__
+    assert "<!-- BEGIN generated: python check.py --checks -->" in (Path(check.__file__).parent / "README.md").read_text()
+    with pytest.raises(SystemExit):
+        check.main(["--help"])
+    assert " ".join(file.CHECKS[0].split()) in " ".join(capsys.readouterr().out.split())

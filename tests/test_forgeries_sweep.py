@@ -28,6 +28,7 @@ from gmts_recipe.records import config_hash, digest, summarize, write_json
 from gmts_recipe.samples import write_samples
 from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep import summary as sweep_summary
+from gmts_recipe.verify.sweep import verify as verify_sweep
 from gmts_recipe.sweep.grid import SweepError, load_grid
 
 from results_files import forge_seal
@@ -110,7 +111,7 @@ def gmts_minus_ets(summary: dict) -> dict[str, float]:
 def pilot(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(ROOT)  # the grid names its config by a path in the repository
     path = pilot_copy(tmp_path / "results")
-    sweep_summary.verify(path)  # the copy as committed: every evaluation its own cell's
+    verify_sweep(path)  # the copy as committed: every evaluation its own cell's
     return path
 
 
@@ -242,7 +243,7 @@ def test_a_cell_copied_into_another_sweep_under_another_seed_is_refused(tmp_path
     monkeypatch.chdir(ROOT)
     results = tmp_path / "results"
     copied = pilot_copy(results, "more-seeds", seeds={105: 300, 108: 301})
-    sweep_summary.verify(copied)  # no sweep beside it: nothing to compare
+    verify_sweep(copied)  # no sweep beside it: nothing to compare
     pilot_copy(results)
     refused(copied, capsys, "more-seeds/coupled-lr0.0001-s300 arms.", "holds the evaluation of "
                                                                      "coupled/coupled-lr0.0001-s105 arms.",
@@ -467,7 +468,7 @@ def test_allow_unsampled_is_refused_for_a_planned_sweep(tmp_path, capsys, monkey
     for seed in (1, 2, 3, 4):
         fake_cell(tmp_path / "results" / "first", f"paper-lr0.0001-s{seed}", {"ets": 0.3, "gmts": 0.7}, seed=seed)
     path = report_summary(load_grid(grid_path), grid_path)
-    assert sweep_summary.verify(path)["primary"]["decision"] == "reproduced"  # the forged result
+    assert verify_sweep(path)["primary"]["decision"] == "reproduced"  # the forged result
     refused(path, capsys, "base eval 0 keeps no samples, so its scores cannot be re-scored")
     assert check.main([str(path), "--allow-unsampled"]) == 2
     err = capsys.readouterr().err.strip()

@@ -16,7 +16,8 @@ from gmts_recipe import sequential
 from gmts_recipe.sweep import sensitivity as sens
 from gmts_recipe.sweep.grid import load_grid
 from gmts_recipe.sweep.report import render, sensitivity_line, write_summary
-from gmts_recipe.sweep.summary import cell_facts, summarize, verify
+from gmts_recipe.sweep.summary import cell_facts, summarize
+from gmts_recipe.verify.sweep import verify
 from gmts_recipe.stats import seed_t_interval
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,8 @@ from gmts_recipe.sweep.merge import merge
 from gmts_recipe.sweep.ray_tasks import CellFailed
 from gmts_recipe.sweep.report import FEW_SEEDS, render, secondary_line, write_summary
 from gmts_recipe.sweep.schedule import TIMING, arms_that_fit, recorded_pace, seconds_per_arm, time_left
-from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, summarize, training_reward_fell, verify
+from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, summarize, training_reward_fell
+from gmts_recipe.verify.sweep import verify
 from gmts_recipe.arms import arm_named
 from results_files import rehash, seal_format_1
 

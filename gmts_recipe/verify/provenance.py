@@ -12,6 +12,11 @@ from gmts_recipe.code_digest import code_commit
 from gmts_recipe.speed_options import recorded_noise_version
 
 
+# What this level checks (check.py --checks): the rest of a run's provenance is printed as recorded, not verified.
+CHECKS = ("nothing: each run's code, by the digest it recorded, is matched against git and the commit whose code ran "
+          "named beside the recorded one where they differ (a stale .git), or said to be no commit's",)
+
+
 def code_note(provenance: dict, root: Path | None = None) -> str:
     """What check.py says of a run's code beside its recorded commit (code_commit): "" where the run recorded no
     digest; "code as committed" where its code is its recorded commit's; else which commit's code ran, or that none
