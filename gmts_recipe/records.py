@@ -1,10 +1,6 @@
 """What a results file is: one sealed JSON per run directory (results.json), written by recipe.py, merged and pooled
-by sweep.py, verified by gmts_recipe/verify/file.py (check.py). The imports run one way: check.py -> gmts_recipe.verify
--> gmts_recipe.records.
-
-Nothing here imports torch or transformers (the arms table, arms.py, and the rule registry it reads, selection.py,
-import torch only inside functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid
-files, PyYAML.
+by sweep.py, verified by gmts_recipe/verify/file.py (check.py). No torch or transformers here (arms.py and selection.py
+import torch only inside functions): the standard library, numpy (stats.py) and, for grid files, PyYAML.
 
 - The formats (FORMATS): format 2 is written today (verify.file.seal, `write_results`: an evaluation with a samples
   file stores no per-task records, `stored`); `current_record` is the one converter of every earlier format, and of
@@ -15,9 +11,8 @@ files, PyYAML.
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
 - `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line;
   `read_json`: the same for a JSON file, and `json_file`, it as an argparse type.
-- `config_hash`: the hash of a config record.
-- `numbers_close`, `first_difference`: numbers equal up to rounding, and the first that is not, as a path.
-See check.py's docstring for what the digest proves and what it does not.
+- `config_hash`: the hash of a config record; `numbers_close`, `first_difference`: numbers equal up to rounding, and
+  the first that is not, as a path. What the digest proves and what it does not: check.py's docstring.
 """
 
 from __future__ import annotations

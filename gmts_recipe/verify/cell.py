@@ -1,8 +1,6 @@
-"""A cell verified: which cell a results file is: what the file records (seed, variant settings, learning rates) against
-the cell its folder names, the cells of one grid checked as one experiment, and each evaluation held by one cell only,
-across every sweep of a results folder (`Evaluation`, `check_apart`; a base evaluation is the base model's, one with
-every base evaluation that the same model wrote with the same seed and settings), whole or nearly (`text_prints`: a copy
-with a few characters edited shares nearly every text, two independent runs almost none)."""
+"""A cell verified (CHECKS): which cell a results file is (`recorded`), the cells of one grid as one experiment
+(`check_together`), each evaluation held by one cell only, whole or nearly, across every sweep of a results folder
+(`Evaluation`, `check_apart`, `text_prints`), and a cell merged in from another machine (`paired_base`)."""
 
 from __future__ import annotations
 

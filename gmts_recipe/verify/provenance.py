@@ -1,7 +1,6 @@
-"""Where each run ran, printed as recorded (run_setup.provenance: each arm's commit, uncommitted changes, times, host,
-GPUs, library versions, execution options), the one renderer of it: check.py's block for a file (`provenance_lines`)
-and its lines on where a sweep's cells ran (`cell_origin`, `origin_lines`). Nothing here is verified but the code a
-run ran: its recorded digest matched against git (code_digest.code_commit), so a stale .git cannot name the commit."""
+"""Where each run ran (run_setup.provenance), printed as recorded by the one renderer of it: check.py's block for a
+file (`provenance_lines`) and its lines on where a sweep's cells ran (`cell_origin`, `origin_lines`). Only the code a
+run ran is verified: its recorded digest matched against git (code_digest.code_commit)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""A sweep verified (check.py on a sweep.json, `check_sweep`): its sweep.json read once and its digest compared
-(`read_summary`), its plan held against git before any cell is read (sweep.plan.report), then its summary recomputed
-from every cell's results file, each read once (`verify`: sweep.summary.summarize, whose cells are verified as
-verify.file.load verifies a file), each evaluation held against every other cell of it and of the sweeps beside it
-(verify.cell.check_apart, `sweeps_beside`), a sequential sweep's look 0 checked as its own sweep, and every cell's
-samples re-scored from the files as read (`sweep_samples`). Each refusal one line (SweepError or ResultsError)."""
+"""A sweep verified (CHECKS; check.py on a sweep.json: `check_sweep`): sweep.json read once (`read_summary`), its
+plan held against git before any cell is read (sweep.plan.report), its summary recomputed from every cell's file, each
+read once (`verify`), and their samples re-scored from the files as read (`sweep_samples`)."""
 
 from __future__ import annotations
 
