@@ -23,16 +23,13 @@ from gmts_recipe.sweep.grid import Cell, SweepError
 
 # What this level refuses (check.py --checks, the README's list of checks).
 CHECKS = (
-    "a cell's file that is not its folder's cell: its seed, variant settings and every arm's learning rate "
-    "(`recorded`); cells of one grid that are not one experiment (`check_together`) or disagree on the base "
-    "evaluation (`one_base`)",
-    "an evaluation held by two cells, across every sweep of the results folder (`check_apart`): a samples file, by its "
-    "SHA-256 or its texts task by task, belongs to one evaluation of one cell (a base evaluation to the cells that "
-    "share it, and to the same model's base evaluated again), and so does most of it (10% of texts shared, whitespace "
-    "aside, is a copy; two runs share under 0.2%); an arm holds its base's texts only where its train log shows no "
-    "learning signal or every arm of its sweep does",
-    "a cell merged in (sweep.py --merge) with another config hash, held-out tasks or base than the local cell or "
-    "shared cache holds (`paired_base`, `same_base`)",
+    "a file that is not its folder's cell (seed, variant settings, each arm's learning rate: `recorded`); cells of a "
+    "grid that are not one experiment (`check_together`) or disagree on the base evaluation (`one_base`)",
+    "an evaluation held by two cells across every sweep of the results folder (`check_apart`), by its samples file's "
+    "SHA-256 or its texts, whole or 10% of them (two runs share under 0.2%); an arm holding its base's texts where it "
+    "learned something and other arms of its sweep hold their own",
+    "a cell merged in (sweep.py --merge) with another config hash, held-out tasks or base than the local cell or the "
+    "shared cache (`paired_base`, `same_base`)",
 )
 
 

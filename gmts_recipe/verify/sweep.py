@@ -18,15 +18,12 @@ from gmts_recipe.verify.provenance import cell_origin
 
 # What this level refuses (check.py --checks, the README's list of checks).
 CHECKS = (
-    "a sweep.json whose digest is not its own, or whose plan moved (sweep.plan, before any cell is read): grid.yaml "
-    "contains every version git holds of it from the first cell on (a plan only grows), a sequential plan agrees "
-    "with its design file, reads the test it continues as committed and ran each new seed's arms on one card it "
-    "names; a cell's failure record not the runner's, as the committed log bears it out",
-    "a summary number other than the one recomputed from every cell (`verify`), each cell's file read once; a cell "
-    "holding an arm its blocks do not run; a sequential plan's cell that did not run the continued test's recipe",
-    "cells keeping samples some but not all (`sweep_samples`); any cell's samples that do not re-score; "
-    "--allow-unsampled on a planned sweep not pinned as made before samples were kept (sweep.plan.UNSAMPLED_PLANS)",
-    "a sequential sweep's look 0, the test it continues, that does not check as that sweep checks (`check_sweep`)",
+    "a sweep.json whose digest is not its own, or whose plan moved (sweep.plan, before any cell is read: a plan only "
+    "grows; a sequential plan keeps its design, its continued test and cards); a failure record not the runner's",
+    "a summary number other than the one recomputed from every cell, each read once (`verify`); a cell holding an arm "
+    "its blocks do not run, or not the recipe of the test a sequential plan continues",
+    "cells keeping samples some but not all, or whose samples do not re-score (`sweep_samples`); --allow-unsampled on "
+    "a planned sweep not pinned as made before samples (sweep.plan.UNSAMPLED_PLANS); a look 0 that does not check",
 )
 
 
@@ -45,42 +42,33 @@ def read_summary(path: str | Path) -> dict:
 def check_sweep(path: Path, gsm8k_path: str | None = None, allow_unsampled: bool = False, gsm8k_pinned: bool = True,
                 math_path: str | None = None) -> tuple[dict, list[str], dict]:
     """check.py on a sweep.json: (summary, the plan's lines, the samples' report). The plan first (git, seconds): a
-    plan that moved is refused before its cells are read; --allow-unsampled refused for a planned sweep not pinned as
-    made before samples (sweep.plan.unsampled_plan); then `verify` and `sweep_samples` on the cells as read, and a
-    sequential sweep's look 0 (the test it continues) checked in full beside it."""
+    plan that moved is refused before its cells are read, and --allow-unsampled on a planned sweep not pinned as made
+    before samples; then `verify` on the cells, a sequential sweep's look 0 (the test it continues) checked in full,
+    and `sweep_samples` on the cells as `verify` read them."""
     summary = read_summary(path)
     planned = plan_report(path, summary)
     if allow_unsampled:  # a planned test's decision stands on re-scored samples
         unsampled_plan(path)
+    grid, loaded, first = _grid(path), {}, None
     with sweep_summary.summaries_kept():  # the continued test's cells, read for look 0, are summarized once
-        loaded: dict = {}
-        grid = _grid(path)
         verify(path, loaded, summary, grid)
         look0 = continued_sweep(path, grid)
-        first = None if look0 is None else _look0(look0, gsm8k_path, gsm8k_pinned, math_path)
+        if look0 is not None:  # checked as check.py checks that sweep
+            cells: dict = {}
+            done = verify(look0, cells)
+            first = {**sweep_samples(look0, done, cells, gsm8k_path, False, gsm8k_pinned, math_path), "path": look0,
+                     "cells": len(done["cells"])}
         report = sweep_samples(path, summary, loaded, gsm8k_path, allow_unsampled, gsm8k_pinned, math_path)
-        if first is not None:
-            report["look0"] = first
-    return summary, planned, report
+    return summary, planned, report if first is None else {**report, "look0": first}
 
 
 def _grid(path: Path) -> Grid:
     """The grid a sweep.json was made from (grid.yaml beside it), its results folder the sweep's."""
-    grid_path = path.parent / "grid.yaml"
-    if not grid_path.is_file():
-        raise SweepError(f"{path}: the grid it was made from ({grid_path}) is missing")
-    grid = load_grid(grid_path)
+    if not (path.parent / "grid.yaml").is_file():
+        raise SweepError(f"{path}: the grid it was made from ({path.parent / 'grid.yaml'}) is missing")
+    grid = load_grid(path.parent / "grid.yaml")
     grid.results_dir = str(path.parent.parent)
     return grid
-
-
-def _look0(path: Path, gsm8k_path: str | None, gsm8k_pinned: bool, math_path: str | None) -> dict:
-    """The test a sequential sweep continues (its sweep.json at `path`) checked as check.py checks that sweep: its
-    summary recomputed from its cells (`verify`) and their samples re-scored (`sweep_samples`)."""
-    loaded: dict = {}
-    summary = verify(path, loaded)
-    return {**sweep_samples(path, summary, loaded, gsm8k_path, False, gsm8k_pinned, math_path), "path": path,
-            "cells": len(summary["cells"])}
 
 
 def look0_lines(report: dict) -> list[str]:
