@@ -209,6 +209,22 @@ def test_a_forged_then_resealed_file_is_refused(tmp_path, capsys, forge, reason)
     assert reason in err and "\n" not in err
 
 
+@pytest.mark.parametrize("forge, reason", [
+    (lambda r: r["base"]["evals"][1].update(seed=0), "base.evals: seeds [0, 0, 2]"),
+    (lambda r: r["arms"]["gmts"].update(token_selection="entropy"), "arms.gmts.token_selection is 'entropy'"),
+    (lambda r: r.update(config_hash="0" * 64), "config_hash is 0000000000000000..."),
+])
+def test_seal_refuses_what_check_refuses_and_leaves_the_file_as_it_was(forge, reason):
+    """verify.file.seal runs the file-level checks (format, what the file says about itself) before it seals: a run
+    never ends with a sealed file that check.py refuses (tests forge such files with results_files.forge_seal)."""
+    r = fake_results()
+    forge(r)
+    before = copy.deepcopy(r)
+    with pytest.raises(ResultsError, match=re.escape(reason)):
+        seal(r)
+    assert r == before
+
+
 def test_the_digest_claims_only_what_it_proves(capsys):
     for text in (check.__doc__, DIGEST_NOTE):
         assert "SHA-256" in text and "recompute" in text and "not" in text
