@@ -85,7 +85,7 @@ from gmts_recipe.verify import cell as cell_level, file as file_level, provenanc
 from gmts_recipe.verify import sweep as sweep_level
 from gmts_recipe.verify.file import verify  # a results file's checks
 from gmts_recipe.verify.provenance import origin_lines, provenance_lines  # where each run ran
-from gmts_recipe.verify.sweep import check_sweep, look0_lines, verify as verify_sweep  # a sweep's checks
+from gmts_recipe.verify.sweep import check_sweep, look0_lines, read_summary, verify as verify_sweep  # a sweep's
 from gmts_recipe.user_rules import RULES_HELP, RULES_OPTION, RulesError, take_rules  # a user's own rules
 
 
@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.power:
         return _power(args.results)
-    if _is_sweep(args.results):
-        return _check_sweep(args)
+    sweep = _sweep(args.results)  # the sweep.json as read, its one read (None: not a sweep)
+    if sweep is not None:
+        return _check_sweep(args, sweep)
     width = None if args.markdown else output_width()
     try:
         results, report = verify(args.results, gsm8k_path=args.gsm8k_path, allow_unsampled=args.allow_unsampled,
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _check_sweep(args) -> int:
+def _check_sweep(args, sweep: dict) -> int:
     """check.py on a sweep.json (verify.sweep.check_sweep): the tables, then the lines (to stderr with --markdown,
     whose output is the tables alone)."""
     if args.show is not None:
@@ -169,8 +170,8 @@ def _check_sweep(args) -> int:
     width = None if args.markdown else output_width()
     path = Path(args.results)
     try:
-        summary, planned, report = check_sweep(path, args.gsm8k_path, args.allow_unsampled, not args.gsm8k_unpinned,
-                                               args.math_path)
+        summary, planned, report = check_sweep(path, sweep, args.gsm8k_path, args.allow_unsampled,
+                                               not args.gsm8k_unpinned, args.math_path)
     except (ResultsError, SweepError) as e:
         print(f"check.py: {e}", file=sys.stderr)
         return 2
@@ -221,12 +222,13 @@ def _power(path: str) -> int:
     """check.py --power: the sweep verified from its cells, then posthoc.power_text; one line on any problem."""
     from gmts_recipe.posthoc import power_text
 
-    if not _is_sweep(path):
+    sweep = _sweep(path)
+    if sweep is None:
         print(f"check.py: --power reads a sweep.json (sweep.py writes <results_dir>/<name>/sweep.json); {path} is not "
               f"one", file=sys.stderr)
         return 2
     try:
-        summary = verify_sweep(path)
+        summary = verify_sweep(path, summary=read_summary(path, sweep))
         text = power_text(summary, Path(path).parent)
     except (ResultsError, SweepError, ValueError, OSError, KeyError) as e:
         print(f"check.py: {e}", file=sys.stderr)
@@ -268,12 +270,14 @@ def _resolve(path: str) -> str:
     return path
 
 
-def _is_sweep(path: str) -> bool:
-    """A sweep summary says so (kind: sweep); anything unreadable goes to `load`, which explains."""
+def _sweep(path: str) -> dict | None:
+    """A sweep summary as read (it says so: kind: sweep), else None: anything unreadable goes to `load`, which
+    explains."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8")).get("kind") == "sweep"
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        return raw if raw.get("kind") == "sweep" else None
     except (OSError, ValueError, AttributeError):
-        return False
+        return None
 
 
 if __name__ == "__main__":

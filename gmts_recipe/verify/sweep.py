@@ -27,11 +27,12 @@ CHECKS = (
 )
 
 
-def read_summary(path: str | Path) -> dict:
-    """A sweep.json as sweep.py wrote it: JSON whose digest is its own; one SweepError line otherwise."""
+def read_summary(path: str | Path, summary: dict | None = None) -> dict:
+    """A sweep.json as sweep.py wrote it (`summary`: as the caller read it, else read here): JSON whose digest is its
+    own; one SweepError line otherwise."""
     p = Path(path)
     try:
-        summary = json.loads(p.read_text(encoding="utf-8"))
+        summary = json.loads(p.read_text(encoding="utf-8")) if summary is None else summary
     except (OSError, ValueError):
         raise SweepError(f"{p}: not a readable sweep summary (JSON)") from None
     if not isinstance(summary, dict) or summary.get("digest") != digest(summary):
@@ -39,13 +40,13 @@ def read_summary(path: str | Path) -> dict:
     return summary
 
 
-def check_sweep(path: Path, gsm8k_path: str | None = None, allow_unsampled: bool = False, gsm8k_pinned: bool = True,
-                math_path: str | None = None) -> tuple[dict, list[str], dict]:
-    """check.py on a sweep.json: (summary, the plan's lines, the samples' report). The plan first (git, seconds): a
-    plan that moved is refused before its cells are read, and --allow-unsampled on a planned sweep not pinned as made
-    before samples; then `verify` on the cells, a sequential sweep's look 0 (the test it continues) checked in full,
-    and `sweep_samples` on the cells as `verify` read them."""
-    summary = read_summary(path)
+def check_sweep(path: Path, sweep: dict | None = None, gsm8k_path: str | None = None, allow_unsampled: bool = False,
+                gsm8k_pinned: bool = True, math_path: str | None = None) -> tuple[dict, list[str], dict]:
+    """check.py on a sweep.json (`sweep`: as read, else read here): (summary, the plan's lines, the samples'
+    report). The plan first (git, seconds): a plan that moved is refused before its cells are read, and
+    --allow-unsampled on a planned sweep not pinned as made before samples; then `verify` on the cells, a sequential
+    sweep's look 0 (the test it continues) checked in full, and `sweep_samples` on the cells as `verify` read them."""
+    summary = read_summary(path, sweep)
     planned = plan_report(path, summary)
     if allow_unsampled:  # a planned test's decision stands on re-scored samples
         unsampled_plan(path)
