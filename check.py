@@ -192,7 +192,7 @@ def _check_sweep(args, sweep: dict) -> int:
 LEVELS = (("A results file (gmts_recipe/verify/file.py)", file_level.CHECKS),
           ("A cell of a sweep (gmts_recipe/verify/cell.py)", cell_level.CHECKS),
           ("A sweep (gmts_recipe/verify/sweep.py)", sweep_level.CHECKS),
-          ("Provenance (gmts_recipe/verify/provenance.py), printed as recorded but its code,", provenance_level.CHECKS))
+          ("Provenance (gmts_recipe/verify/provenance.py)", provenance_level.CHECKS))
 
 
 def checks_text() -> str:

@@ -12,8 +12,8 @@ from gmts_recipe.speed_options import recorded_noise_version
 
 
 # What this level checks (check.py --checks): the rest of a run's provenance is printed as recorded, not verified.
-CHECKS = ("nothing: each run's code, by the digest it recorded, is matched against git and the commit whose code ran "
-          "named beside the recorded one where they differ (a stale .git), or said to be no commit's",)
+CHECKS = ("nothing: it is printed as recorded, but for each run's code, whose recorded digest is matched against git: the "
+          "commit whose code ran is named beside the recorded one where they differ (a stale .git), or said to be none",)
 
 
 def code_note(provenance: dict, root: Path | None = None) -> str:
