@@ -1,7 +1,8 @@
 """Every number of a sweep from its cells' verified results files: the pooled comparisons, the best stable learning
-rates, the analysis plan's primary and secondary tests; and their verification from the files alone. A cell holds
-only the arms its blocks run there; a sequential plan's cells run the recipe of the test it continues (recipe_problem:
-its config but the seed, its execution options but SHOWN_NOT_TO_MOVE, its counter noise scheme and reward reading)."""
+rates, the analysis plan's primary and secondary tests (gmts_recipe/verify/sweep.py holds a sweep.json to them). A
+cell holds only the arms its blocks run there; a sequential plan's cells run the recipe of the test it continues
+(recipe_problem: its config but the seed, its execution options but SHOWN_NOT_TO_MOVE, its counter noise scheme and
+reward reading)."""
 
 from __future__ import annotations
 
