@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gmts_recipe.markdown import fill  # noqa: E402 - the documentation's wrapped prose
-from gmts_recipe.records import ResultsError, current_record, read_samples, write_results
+from gmts_recipe.records import ResultsError, current_record, read_samples, write_results  # noqa: E402
+from gmts_recipe.samples import write_samples  # noqa: E402
 from gmts_recipe.verify.file import seal, verify  # noqa: E402
-from gmts_recipe.samples import write_samples
 
 MB = 1e6
 
