@@ -66,6 +66,7 @@ import sys
 from pathlib import Path
 
 import recipe  # its field list: a typo in a variant or after -- is refused before any cell runs
+from gmts_recipe.records import ResultsError
 from gmts_recipe.sweep.grid import Grid, SweepError, check_recipe_keys, jobs, load_grid
 from gmts_recipe.sweep.cards import refuse_cards
 from gmts_recipe.sweep.local import commands, mps_running, parse_gpus, run, shares_gpus
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return run_command(args, extra, rules)
-    except SweepError as e:
+    except (SweepError, ResultsError) as e:  # a cell's file refused as check.py refuses it: one line, no traceback
         print(f"sweep.py: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -21,8 +21,9 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 from gmts_recipe.markdown import fill  # noqa: E402 - the documentation's wrapped prose
+from tables import markdown_row, markdown_table  # noqa: E402 - bench/tables.py, beside this script
 
 HEADER = re.compile(r"^== commit (?P<commit>\S+), (?P<date>[^,]+), (?P<cores>\d+) cores")
 PHASE = re.compile(r"^== (?P<name>.+?) \(after (?P<after>\d+)s\)$")
@@ -86,16 +87,16 @@ def _suite(s: dict | None, stopped_at: str | None = None) -> str:
 
 
 def markdown(runs: list[dict]) -> str:
-    lines = ["| log | commit | date | cores | install (min) | unit tests | slow tests (-m slow) | smoke run (min) | "
-             "total (min) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = markdown_table(["log", "commit", "date", "cores", "install (min)", "unit tests", "slow tests (-m slow)",
+                            "smoke run (min)", "total (min)"])
     for r in runs:
         p = r["phases"]
         stopped = r["stopped_at"]
         smoke = _minutes(p["smoke run"]) if "smoke run" in p else "not run"
         total = _minutes(r["total_s"]) if r["total_s"] is not None else f"stopped: {stopped} tests failing"
-        lines.append(f"| {r['log']} | {r['commit'] or '-'} | {r['date'] or '-'} | {r['cores'] or '-'} | "
-                     f"{_minutes(p.get('install', 0))} | {_suite(r['suites'].get('unit'), stopped)} | "
-                     f"{_suite(r['suites'].get('slow'), stopped)} | {smoke} | {total} |")
+        lines.append(markdown_row([r["log"], r["commit"] or "-", r["date"] or "-", r["cores"] or "-",
+                                   _minutes(p.get("install", 0)), _suite(r["suites"].get("unit"), stopped),
+                                   _suite(r["suites"].get("slow"), stopped), smoke, total]))
     return "\n".join(lines)
 
 

@@ -26,14 +26,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from gmts_recipe.records import current_record, json_file, read_json  # noqa: E402
+from tables import markdown_row, markdown_table  # noqa: E402 - bench/tables.py, beside this script
 
 ARMS = "ets,gmts"  # a complete run: the base evaluations and the two arms the paper compares
 
 
 def median_step_s(train_log: list[dict]) -> float:
     """The median `step_time` of a train_log (recipe.py's rows, step 1 first) after its first step: the first step
-    compiles (torch.compile's graphs, the CUDA graphs' capture), so it times the compiler, not a step. costs.py,
-    scaling.py and repeat.py import it from here, so every bench table means the same by a step. A log of one step or
+    compiles (torch.compile's graphs, the CUDA graphs' capture), so it times the compiler, not a step. costs.py
+    and repeat.py import it from here, so every bench table means the same by a step. A log of one step or
     none has no such median (statistics.StatisticsError); a row without `step_time` is a KeyError."""
     return statistics.median(row["step_time"] for row in train_log[1:])
 
@@ -136,8 +137,9 @@ def resummarize(out: Path, results_path: Path) -> int:
     return 0
 
 
-TABLE_HEADER = ("| run | training_compile | compile regions | compile cache | GPU min | compiling (s) | first base evaluation (s) "
-                "| first step (s) | median step (s) | arms (min) | pass@1 (%) | GMTS - ETS (pts) |")
+TABLE_HEADER = ["run", "training_compile", "compile regions", "compile cache", "GPU min", "compiling (s)",
+                "first base evaluation (s)", "first step (s)", "median step (s)", "arms (min)", "pass@1 (%)",
+                "GMTS - ETS (pts)"]
 TABLE_NOTE = "Two values in a cell: ETS, GMTS."  # the columns of one value per arm, kept short
 
 
@@ -148,7 +150,7 @@ def table(paths: list[Path]) -> str:
     def pair(d: dict, fmt: str) -> str:
         return ", ".join("-" if d.get(arm) is None else format(d[arm], fmt) for arm in ARMS.split(","))
 
-    lines = [TABLE_HEADER, "|---" * TABLE_HEADER.count(" | ") + "|---|"]
+    lines = markdown_table(TABLE_HEADER)
     for path in paths:
         d = json.loads(path.read_text())
         if d["returncode"] != 0:
@@ -159,11 +161,12 @@ def table(paths: list[Path]) -> str:
         pass_at_1 = {a: 100 * v for a, v in d["pass@1"].items()}
         switch = {k: "on" if d["generation_options"].get(k) else "off"
                   for k in ("training_compile", "generation_compile_regions")}
-        lines.append(f"| {path.name} | {switch['training_compile']} | {switch['generation_compile_regions']} "
-                     f"| {'-' if cache is None else ('warm' if cache['warm'] else 'cold')} | {d['gpu_minutes']:.2f} "
-                     f"| {compiling} | {d['base_eval_s'][0]:.0f} | {pair(d['first_step_s'], '.1f')} "
-                     f"| {pair(d.get('median_step_s', {}), '.2f')} | {pair(d['arm_wall_minutes'], '.2f')} "
-                     f"| {pair(pass_at_1, '.1f')} | {pass_at_1['gmts'] - pass_at_1['ets']:+.1f} |")
+        lines.append(markdown_row([path.name, switch["training_compile"], switch["generation_compile_regions"],
+                                   "-" if cache is None else ("warm" if cache["warm"] else "cold"),
+                                   f"{d['gpu_minutes']:.2f}", compiling, f"{d['base_eval_s'][0]:.0f}",
+                                   pair(d["first_step_s"], ".1f"), pair(d.get("median_step_s", {}), ".2f"),
+                                   pair(d["arm_wall_minutes"], ".2f"), pair(pass_at_1, ".1f"),
+                                   f"{pass_at_1['gmts'] - pass_at_1['ets']:+.1f}"]))
     return "\n".join([*lines, "", TABLE_NOTE])
 
 

@@ -7,7 +7,7 @@ Why a script: every real-model row it puts in bench/results-h200.json is recompu
   evaluation batch, each with the speed options it ran with: grouped attention off ("off"), on ("on"), on with
   deferred stop and no gradient checkpointing ("all-levers"), and those with the two-matmul decode attention kernel
   ("all-levers-matmul"); the 32-row profile (one process of two) is
-  bench/scaling.py's, not a row of this table;
+  the scaling study's (bench/docs/scaling.md), not a row of this table;
 - results/qwen/<cell>/results.json (the sweep): per arm, the median `step_time` of its train_log (first step, which
   compiles, apart), its full-test evaluation (generation + scoring seconds) and its wall minutes; an arm whose
   generation_options lack `generation_grouped_attention` ran before that switch existed, so with it off;
@@ -16,8 +16,8 @@ Why a script: every real-model row it puts in bench/results-h200.json is recompu
   in a results directory of their own (no cached base evaluations), with the speed options they ran with and, where
   the run recorded it, the time it spent compiling (torch.compile's, summed over its phases) and each arm's first step.
 
-Which arms shared a GPU with another arm is bench/scaling.py's RUNS (a fact of the H200 run logs); their times are kept
-as rows but left out of the medians. A complete run (3 base evaluations, ETS and GMTS arms of 40 steps with their
+Which arms shared a GPU with another arm is SHARED (a fact of the H200 run logs); their times are kept as rows but
+left out of the medians. A complete run (3 base evaluations, ETS and GMTS arms of 40 steps with their
 full-test evaluations) is estimated per cell that ran ETS and GMTS alone: the arms' wall minutes (training +
 evaluation, not the process start) plus 3 base evaluations, each estimated as the mean of the cell's ETS and GMTS
 evaluation seconds (the cells reused base evaluations cached from an older run).
@@ -41,10 +41,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(1, str(ROOT))
 from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
 from complete_run import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
-from scaling import RUNS  # noqa: E402 - which arms shared a GPU, written once there
-from side_by_side import entries  # noqa: E402 - a side-by-side file's entries, of every layout it has had
+from tables import entries, markdown_row, markdown_table  # noqa: E402 - a side-by-side file's entries; tables
 
-SHARED = set(RUNS["shared"])  # (cell, arm) pairs that ran two arms on one GPU
+# (cell, arm) pairs that ran two arms on one GPU (results/qwen/logs/h200-2026-11-30b.log: `sweep.py --gpus 0,0`, `1,1`)
+SHARED = {("paper-lr0.0001-s17", "grpo"), ("paper-lr0.0001-s18", "ets"), ("paper-lr0.0001-s18", "gmts"),
+          ("paper-lr0.0001-s18", "grpo")}
 TARGETS = {"step_s": 1.5, "full_test_s": 45.0, "complete_run_min": 5.0}  # the targets set for one experiment's cost
 # the next targets, twice the experiments per GPU-hour (`python bench/costs.py --targets`: each vs its best measure)
 SPEED_TARGETS = {"step_s": 1.0, "complete_run_warm_min": 3.0, "complete_run_cold_min": 3.5, "runs_per_gpu_hour_x": 1.8}
@@ -194,8 +195,8 @@ def measure(root: Path = ROOT) -> dict:
 
 
 def merged(results: dict, measured: dict) -> dict:
-    """The results file with this script's rows replaced: e2e rows with a `source` are ours (bench/selection_cost.py's
-    rows have none), `evaluation`, `complete_run` and `complete_run_timed` wholly."""
+    """The results file with this script's rows replaced: e2e rows with a `source` are ours (the selection-cost
+    study's rows have none), `evaluation`, `complete_run` and `complete_run_timed` wholly."""
     out = dict(results)
     out["e2e"] = [r for r in results["e2e"] if "source" not in r] + measured["e2e"]
     out["evaluation"] = measured["evaluation"]
@@ -309,12 +310,10 @@ def table(results: dict) -> str:
         if recorded:
             rows.append(("of which compiling: torch.compile's own time, every phase (GPU min)",
                          _by_switch(recorded, "compile_gpu_minutes"), ".1f", None))
-    out = ["| qwen2.5-coder-1.5b-instruct, one H200 | " + " | ".join(HEADERS) + " | target | best: target |",
-           "|---" * (len(HEADERS) + 3) + "|"]
+    out = markdown_table(["qwen2.5-coder-1.5b-instruct, one H200", *HEADERS, "target", "best: target"])
     for label, values, fmt, target in rows:
-        best = best_values(values)
-        out.append(f"| {label} | {' | '.join(_median_range(values[c], fmt) for c in LEVERS)} | "
-                   f"{'-' if target is None else f'<= {target:g}'} | {_verdict(best, target)} |")
+        out.append(markdown_row([label, *(_median_range(values[c], fmt) for c in LEVERS),
+                                 "-" if target is None else f"<= {target:g}", _verdict(best_values(values), target)]))
     out += ["", "Medians, (min-max) over the runs; the first step of every run (compilation) is left out of its "
             "median. Columns: grouped-query decoding off; on; on with deferred stop (decoding checks for finished "
             "answers one token late) and without gradient checkpointing (\"all levers\": measured by bench/step.py "
@@ -377,8 +376,8 @@ def targets(root: Path = ROOT) -> str:
     """Where the speed targets stand, each against the best committed measure of it (read-only, from the files it
     names): the step (bench/step.py), a complete run on a warm and on a cold compile cache (bench/complete_run.py), the
     arm-runs per GPU-hour of the confirmatory grid in warm workers against one fresh process per cell
-    (its logs/timing.jsonl, gmts_recipe.sweep.schedule.recorded_pace) and of cells sharing a GPU (bench/scaling.py), and the side-by-side
-    ratios to TRL (bench/side_by_side.py)."""
+    (its logs/timing.jsonl, gmts_recipe.sweep.schedule.recorded_pace) and of cells sharing a GPU
+    (bench/scaling-h200.json), and the side-by-side ratios to TRL (bench/side-by-side-*.json)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from gmts_recipe.sweep.schedule import recorded_pace  # the recorded pace is computed once, there
@@ -409,7 +408,7 @@ def targets(root: Path = ROOT) -> str:
                  f"included, {warm[1]} arm-runs; fresh {fresh[0] / 60:.2f}, {fresh[1]})",
                  "results/confirm/logs/timing.jsonl", _met(gain, SPEED_TARGETS["runs_per_gpu_hour_x"], at_least=True)))
     scaling = root / "bench" / "scaling-h200.json"
-    if scaling.exists():  # cells sharing one GPU (bench/scaling.py): more per GPU-hour, but no bit-for-bit repeat
+    if scaling.exists():  # cells sharing one GPU (bench/docs/scaling.md): more per GPU-hour, but no bit-for-bit repeat
         d = json.loads(scaling.read_text())
         shared = {n: d.get(f"mps_{n}_throughput") for n in ("two", "four")}
         best = max((x for x in shared.values() if x), default=None)
@@ -417,7 +416,7 @@ def targets(root: Path = ROOT) -> str:
                      "a GPU under CUDA MPS (their runs do not repeat a cell run alone)",
                      ", ".join(f"{n} at once {x:.2f}x" for n, x in shared.items() if x) or "-", scaling.name,
                      _met(best, SPEED_TARGETS["runs_per_gpu_hour_x"], at_least=True)))
-    for sbs in sorted((root / "bench").glob("side-by-side-*.json")):  # bench/side_by_side.py's files, of any card
+    for sbs in sorted((root / "bench").glob("side-by-side-*.json")):  # the side-by-side study's files, of any card
         if "selection" in sbs.name:  # the vLLM selection check: a few steps of each arm, no timing question
             continue
         paths = {e["path"]: e for e in entries(json.loads(sbs.read_text())).values() if e["arm"] == "gmts"}
@@ -435,9 +434,7 @@ def targets(root: Path = ROOT) -> str:
                          f" ({m / done['ours']:.2f}x)" if k != "ours" and done.get("ours") else "")
                          for k, m in done.items()) or "-", sbs.name,
                      "measured" if not missing else f"not measured: {', '.join(missing)}"))
-    out = ["| target | best measured | from | verdict |", "|---|---|---|---|"]
-    out += [f"| {' | '.join(r)} |" for r in rows]
-    return "\n".join(out)
+    return "\n".join(markdown_table(["target", "best measured", "from", "verdict"], rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(OUT.read_text())
     if not args.markdown:
         results = merged(results, measure())
-        OUT.write_text(json.dumps(results, indent=1))  # bench/selection_cost.py's format
+        OUT.write_text(json.dumps(results, indent=1))  # the selection-cost study's format
     print(fill_lines(table(results)))
     return 0
 

@@ -7,8 +7,8 @@ Sources, read as committed (nothing here is typed by hand):
 - results/**/results.json: recipe.py's per-phase peaks (`gmts_recipe.gpu_memory.peak_memory`): the base evaluations,
   each arm's training and its evaluation, with the arms' recorded execution options (gradient checkpointing among
   them) and the card their provenance names;
-- bench/*.json of bench/side_by_side.py: the training steps' peak per path (`steps.gpu_memory_gib`), with the
-  command line the paths shared (`recipe_argv`) and the card (`versions`).
+- bench/side-by-side-*.json (the side-by-side study's): the training steps' peak per path
+  (`steps.gpu_memory_gib`), with the command line the paths shared (`recipe_argv`) and the card (`versions`).
 Every peak is torch.cuda.max_memory_allocated in GiB: what torch's allocator handed out, less than nvidia-smi shows.
 """
 
@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from tables import markdown_table  # noqa: E402 - bench/tables.py, beside this script
+
 KEY = "gpu_peak_memory_gib"
 # The options that move a phase's peak, as a row names them when on (absent: off or not recorded); gradient
 # checkpointing has its own column.
@@ -102,14 +105,12 @@ def rows(root: Path = ROOT) -> list[list[str]]:
 
 HEADER = ["file", "card", "config", "gradient checkpointing", "options on", "what ran", "base evaluation",
           "training", "evaluation"]
-# "what ran": recipe.py's complete run, or bench/side_by_side.py's training steps (their rows each)
+# "what ran": recipe.py's complete run, or the side-by-side study's training steps (their rows each)
 
 
 def table(found: list[list[str]]) -> str:
-    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in found]
-    return "\n".join(lines)
+    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731 - a pipe inside a cell would split it
+    return "\n".join(markdown_table(HEADER, [[cell(x) for x in r] for r in found]))
 
 
 def main(argv: list[str] | None = None) -> int:

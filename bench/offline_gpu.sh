@@ -22,8 +22,8 @@
 # There, one command after another with no pause between them (each a few seconds, except the last two):
 #   carry .carry/w, .carry/q22:   mkdir -p /root/m && cp -r .carry/w/* .carry/q22/* /root/m/
 #   carry .carry/qNN (00 .. 21):  cp .carry/qNN/* /root/m/
-#   (for TRL + vLLM, after `python bench/vllm_wheels.py`: carry .carry/vd: cp .carry/vd/* /root/m/whl/; carry each
-#    .carry/vN: cp .carry/vN/* /root/m/ -- prepare joins the parts)
+#   (for TRL + vLLM, after vllm_wheels.py of commit cbc5599, bench/docs/side-by-side.md: carry .carry/vd:
+#    cp .carry/vd/* /root/m/whl/; carry each .carry/vN: cp .carry/vN/* /root/m/ -- prepare joins the parts)
 #   carry .carry/st (and .carry/ic, the compile cache an earlier machine packed, if there is one):
 #     bash bench/offline_gpu.sh start GRID MINUTES [recipe options] && bash bench/offline_gpu.sh wait 480
 #                                            # assemble, install, restore; the sweep in the background on every GPU
@@ -73,7 +73,7 @@ prepare() {  # the model assembled, the wheels installed, the compile cache rest
     [ "$n" = 23 ] || { say "$n of 23 Qwen parts in $M"; exit 3; }
     cat "$M"/qwen.part.* > "$QWEN.tmp" && mv "$QWEN.tmp" "$QWEN" && rm "$M"/qwen.part.*
   fi
-  local part; for part in "$M"/*.whl.part.00; do  # a wheel over one command's 64 MiB came in parts (vllm_wheels.py)
+  local part; for part in "$M"/*.whl.part.00; do  # a wheel over one command's 64 MiB came in parts
     [ -e "$part" ] || continue; mkdir -p "$M/whl"
     cat "${part%.00}".* > "$M/whl/$(basename "${part%.part.00}")" && rm "${part%.00}".*
   done

@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from gmts_recipe.records import json_file
 
 # (label, environment, busy cores): the settings `threads` compares
@@ -206,10 +206,12 @@ def readme(path: Path) -> str:
 def markdown(path: Path) -> str:
     """bench/README.md's table of the thread settings."""
     data = json.loads(path.read_text())
-    lines = ["| setting | cores taken by another job | median step | evaluation | wall | CPU time used |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['setting']} | {r['busy_cores']} | {r['median_step_s']:.1f} s | {r['eval_s']:.0f} s | "
-              f"{r['wall_s']:.0f} s | {r['cpu_s']:.0f} s |" for r in data["rows"]]
+    from tables import markdown_table  # bench/tables.py, beside this script
+
+    lines = markdown_table(["setting", "cores taken by another job", "median step", "evaluation", "wall",
+                            "CPU time used"],
+                           [[r["setting"], r["busy_cores"], f"{r['median_step_s']:.1f} s", f"{r['eval_s']:.0f} s",
+                             f"{r['wall_s']:.0f} s", f"{r['cpu_s']:.0f} s"] for r in data["rows"]])
     by = {(r["setting"], r["busy_cores"]): r for r in data["rows"]}
     for busy, where in ((0, "Idle"), (1, "One core taken")):
         one, spin, sleep = (by.get((label, busy)) for label, _, b in SETTINGS if b == busy)

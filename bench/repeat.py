@@ -28,6 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from gmts_recipe.records import current_record  # noqa: E402 - a file of any format, as today's holds it
 from gmts_recipe.records import json_file  # noqa: E402
 from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
+from tables import markdown_row, markdown_table  # noqa: E402 - bench/tables.py, beside this script
 from complete_run import median_step_s  # noqa: E402 - the median step after the compiling first, written once there
 
 WALL_CLOCK = ("runtime", "per_second", "time", "seconds")  # a training log's timing fields: not expected to repeat
@@ -144,8 +145,9 @@ def _value(x: object) -> str:
 def markdown(comparison: dict) -> str:
     """The comparison file as a table: one row per later run, what differs from the reference, counted, and where
     in training it starts (training steps numbered from 1; wall-clock times are never compared)."""
-    rows = ["| run | vs | base evaluations: tasks differing | training steps differing | rollout steps differing | "
-            "evaluation tasks differing | identical | where a difference starts |", "|---|---|---|---|---|---|---|---|"]
+    rows = markdown_table(["run", "vs", "base evaluations: tasks differing", "training steps differing",
+                           "rollout steps differing", "evaluation tasks differing", "identical",
+                           "where a difference starts"])
     starts = []  # listed below the table: a cell of them outgrows a page's line
     for label, c in comparison["compared"].items():
         base = ", ".join(str(v["tasks_differing"]) for v in c["base"].values())
@@ -155,9 +157,9 @@ def markdown(comparison: dict) -> str:
         if len(where) > 40:
             starts.append(f"- {label} vs {comparison['reference']}: {where}")
             where = "below"
-        rows.append(f"| {label} | {comparison['reference']} | {base} | {per_arm('train_steps_differing')} | "
-                    f"{per_arm('rollout_steps_differing')} | {per_arm('eval_tasks_differing')} | "
-                    f"{'yes' if c['identical'] else 'no'} | {where} |")
+        rows.append(markdown_row([label, comparison["reference"], base, per_arm("train_steps_differing"),
+                                  per_arm("rollout_steps_differing"), per_arm("eval_tasks_differing"),
+                                  "yes" if c["identical"] else "no", where]))
     if starts:
         rows += ["", "Where a difference starts:", "", *starts]
     deltas = [f"{label} {_comparison_name(key)} {_points(b)} against {_points(a)}"
@@ -199,8 +201,8 @@ def determinism_markdown(paths: list[str]) -> str:
     """The table of a measurement of `deterministic_kernels` under a shared GPU (bench/determinism-h200*.json): per
     results file and setting (off, on), each run's status, the median step alone and per run when two runs share the
     GPU, and each shared run against the run alone (the first step where its rollouts or logged metrics differ)."""
-    rows = ["| file | deterministic_kernels | measured | median step alone (s) | median step, two at once (s) | "
-            "shared-1 vs alone | shared-2 vs alone | failed run |", "|---|---|---|---|---|---|---|---|"]
+    rows = markdown_table(["file", "deterministic_kernels", "measured", "median step alone (s)",
+                           "median step, two at once (s)", "shared-1 vs alone", "shared-2 vs alone", "failed run"])
     fmt = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
     reasons = []
     for path in paths:
@@ -212,11 +214,11 @@ def determinism_markdown(paths: list[str]) -> str:
             if failed:  # the reason below the table: a cell of it outgrows a page's line
                 reasons.append(f"- {Path(path).name}, {setting}: {failed[0][:160]}"
                                + (f" ({len(failed)} runs)" if len(failed) > 1 else ""))
-            rows.append(f"| {Path(path).name} | {setting} | {result['measured']} | "
-                        f"{fmt(_mean_median_step_s(runs.get('alone')))} | "
-                        f"{fmt(_mean_median_step_s(runs.get('shared')))} | "
-                        f"{_verdict(comparison.get('shared-1 vs alone', {}))} | "
-                        f"{_verdict(comparison.get('shared-2 vs alone', {}))} | {'below' if failed else '-'} |")
+            rows.append(markdown_row([Path(path).name, setting, result["measured"],
+                                      fmt(_mean_median_step_s(runs.get("alone"))),
+                                      fmt(_mean_median_step_s(runs.get("shared"))),
+                                      _verdict(comparison.get("shared-1 vs alone", {})),
+                                      _verdict(comparison.get("shared-2 vs alone", {})), "below" if failed else "-"]))
     return "\n".join(rows + (["", "Failed runs:", "", *reasons] if reasons else []))
 
 

@@ -24,10 +24,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from gmts_recipe.records import evaluations  # noqa: E402
 from gmts_recipe.rewards import REWARD_VERSION, REWARD_VERSIONS, final_answer, sample_scores  # noqa: E402
+from tables import markdown_row, markdown_table  # noqa: E402 - bench/tables.py, beside this script
 
 OUT = ROOT / "bench" / "reward-versions.json"
 VERSIONS = REWARD_VERSIONS
@@ -131,19 +132,18 @@ def markdown(summary: dict) -> str:
     scored = ", ".join(f"{n:,} scored by version {v}" for v, n in summary["samples_by_recorded_version"].items() if n)
     out = [f"{summary['samples']:,} committed samples in {summary['samples_files']} samples files ({scored});",
            f"re-scored at the version each file records, {summary['not_as_stored']} score(s) differ from the stored "
-           f"ones.", "", "| reward version | against the recorded scores | against the version before |",
-           "|---|---|---|"]
+           f"ones.", "",
+           *markdown_table(["reward version", "against the recorded scores", "against the version before"])]
     for v in versions:
         before = summary["between_versions"].get(f"{v - 1}->{v}")
-        out.append(f"| {v} | {_moved(summary['against_recorded'][str(v)])} | {_moved(before) if before else '-'} |")
+        out.append(markdown_row([v, _moved(summary["against_recorded"][str(v)]), _moved(before) if before else "-"]))
     for previous, last in reversed(list(zip(versions, versions[1:]))):
         changed = [d for d in summary["differ"] if d["scores"][last - 1] != d["scores"][previous - 1]]
         out += ["", f"The {len(changed)} committed sample(s) that version {last} scores otherwise than version "
-                    f"{previous}:", "", f"| samples file | task | final answer | gold | version {previous} | "
-                                        f"version {last} |", "|---|---|---|---|---|---|"]
-        for d in changed:
-            out.append(f"| {d['file']} | {d['task'].split(':')[0]} | `{d['answer']}` | {d['gold']} | "
-                       f"{d['scores'][previous - 1]:g} | {d['scores'][last - 1]:g} |")
+                    f"{previous}:", "", *markdown_table(
+                        ["samples file", "task", "final answer", "gold", f"version {previous}", f"version {last}"],
+                        [[d["file"], d["task"].split(":")[0], f"`{d['answer']}`", d["gold"],
+                          f"{d['scores'][previous - 1]:g}", f"{d['scores'][last - 1]:g}"] for d in changed])]
     return "\n".join(out) + "\n"
 
 

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import importlib.util
 import json
 import pstats
 import re
@@ -63,13 +62,10 @@ import torch
 from transformers import TrainerCallback
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from gmts_recipe.records import read_json  # noqa: E402
 from gmts_recipe.markdown import fill_lines  # noqa: E402 - the documentation's wrapped prose
-_spec = importlib.util.spec_from_file_location("bench_selection", ROOT / "bench" / "selection_cost.py")
-bench_selection = importlib.util.module_from_spec(_spec)  # by path: the name `selection` is the root's ranking math
-_spec.loader.exec_module(bench_selection)
-sync = bench_selection.sync  # CUDA-synchronize (a no-op on the CPU), as the other benchmarks do
+from tables import markdown_row, markdown_table  # noqa: E402 - bench/tables.py, beside this script
 
 PARTS = ("dataloader", "generation", "reward", "scoring_rest", "forward", "backward", "grad_clip", "optimizer",
          "log_save", "host_other")
@@ -116,6 +112,12 @@ report_to: none
 """
 
 
+def sync(device: torch.device) -> None:
+    """CUDA-synchronize (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def progress(message: str) -> None:
     print(f"[step.py {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -123,8 +125,8 @@ def progress(message: str) -> None:
 # ---------------------------------------------------------------------------- timing the real step
 class StepClock:
     """Wall time of the parts of each training step, CUDA-synchronized at both ends of every part. Trainer methods
-    are wrapped by instance attribute (bench/selection_cost.py end_to_end does the same); each part also opens a profiler
-    range `phase::<part>` so a profiled step can be cut the same way."""
+    are wrapped by instance attribute; each part also opens a profiler range `phase::<part>` so a profiled step can
+    be cut the same way."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -873,10 +875,11 @@ def report(r: dict) -> str:
              f"Training step: median {s['total_s']:.3f} s over {s['steps_in_median']} steps (first step, with "
              f"compilation: {s['first_step_s']:.1f} s); entropy source: {s['entropy_source']}; decode loop: "
              f"{s['generation_options'].get('generation_decode_loop', 'transformers')}.", "",
-             "| part | median step (s) | share | part's own median (s) |", "|---|---|---|---|"]
+             *markdown_table(["part", "median step (s)", "share", "part's own median (s)"])]
     m = s["median_step"]
     for p in PARTS:
-        lines.append(f"| {p} | {m[p]:.4f} | {100 * m[p] / m['total_s']:.1f}% | {s['part_medians_s'][p]:.4f} |")
+        lines.append(markdown_row([p, f"{m[p]:.4f}", f"{100 * m[p] / m['total_s']:.1f}%",
+                                   f"{s['part_medians_s'][p]:.4f}"]))
     lines.append(f"| total | {m['total_s']:.4f} | 100% | |")
     gi = s["generation"]
     lines += ["", f"Generation in the median step: {gi.get('rows')} rows, prompts up to {gi.get('prompt_tokens_max')} "
@@ -891,8 +894,8 @@ def report(r: dict) -> str:
     sp = r["step_profile"]
     lines += ["", f"Profiled step after its generation ({sp['covers']}; wall {sp['wall_s']:.3f} s with profiler "
               f"overhead): {work} busy {sp['busy_s']:.3f} s, {sp['items']} items.",
-              "| part | busy (s) | items |", "|---|---|---|"]
-    lines += [f"| {p} | {v['busy_s']:.4f} | {v['items']} |" for p, v in sorted(sp["by_phase"].items())]
+              *markdown_table(["part", "busy (s)", "items"],
+                              [[p, f"{v['busy_s']:.4f}", v["items"]] for p, v in sorted(sp["by_phase"].items())])]
     lines += top_lines(sp)
     if "error" in e:
         return "\n".join(lines + ["", f"Evaluation failed: {e['error']}"]) + "\n"
@@ -951,10 +954,11 @@ def census_lines(census: list[dict] | None) -> list[str]:
     """The token step's work items by name (kernel_census); nothing for files from before the census."""
     if not census:
         return []
-    lines = ["", f"| work items of one token step (long minus short profile, over the added steps) | per step | "
-                 f"us per step | gemm dtype |", "|---|---|---|---|"]
-    lines += [f"| {row['name'][:100]} | {row['per_step']:.2f} | {row['us_per_step']:.1f} | {row['gemm_dtype'] or ''} |"
-              for row in census]
+    lines = ["", *markdown_table(
+        ["work items of one token step (long minus short profile, over the added steps)", "per step", "us per step",
+         "gemm dtype"],
+        [[row["name"][:100], f"{row['per_step']:.2f}", f"{row['us_per_step']:.1f}", row["gemm_dtype"] or ""]
+         for row in census])]
     total = sum(row["per_step"] for row in census)
     return lines + [f"({len(census)} names, {total:.0f} items per token step; names growing by less than "
                     f"{CENSUS_MIN_COUNT} per step left out)"]
@@ -983,22 +987,21 @@ def host_lines(h: dict, torch_profile: dict, unprofiled: dict) -> list[str]:
     share = lambda ms: f"{100 * ms / t['profiled_wall_ms']:.1f}%" if t["profiled_wall_ms"] > 0 else "-"  # noqa: E731
     for title, rows, key in (("own time (tottime)", t["top_own"], "own_ms"),
                              ("cumulative time", t["top_cumulative"], "cumulative_ms")):
-        lines += ["", f"| function, by {title} | calls per token step | ms per token step | share of cProfile wall |",
-                  "|---|---|---|---|"]
-        lines += [f"| {row['function'][:140]} | {row['calls']:.2f} | {row[key]:.4f} | {share(row[key])} |"
-                  for row in rows]
+        lines += ["", *markdown_table(
+            [f"function, by {title}", "calls per token step", "ms per token step", "share of cProfile wall"],
+            [[row["function"][:140], f"{row['calls']:.2f}", f"{row[key]:.4f}", share(row[key])] for row in rows])]
     return lines
 
 
 def top_lines(p: dict) -> list[str]:
-    lines = ["", "| top work items | count | total ms | mean us | gemm dtype |", "|---|---|---|---|---|"]
-    lines += [f"| {row['name'][:100]} | {row['count']} | {row['total_ms']:.2f} | {row['mean_us']:.1f} | "
-              f"{row['gemm_dtype'] or ''} |" for row in p["top"]]
+    lines = ["", *markdown_table(["top work items", "count", "total ms", "mean us", "gemm dtype"],
+                                 [[row["name"][:100], row["count"], f"{row['total_ms']:.2f}", f"{row['mean_us']:.1f}",
+                                   row["gemm_dtype"] or ""] for row in p["top"]])]
     if p.get("matmul_ops"):
-        lines += ["", "| matmul/attention op (CPU side) | input dtypes | count | device ms | cpu ms |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {o['op']} | {','.join(o['input_dtypes'])} | {o['count']} | {o['device_ms']:.2f} | "
-                  f"{o['cpu_ms']:.2f} |" for o in p["matmul_ops"][:12]]
+        lines += ["", *markdown_table(["matmul/attention op (CPU side)", "input dtypes", "count", "device ms",
+                                       "cpu ms"],
+                                      [[o["op"], ",".join(o["input_dtypes"]), o["count"], f"{o['device_ms']:.2f}",
+                                        f"{o['cpu_ms']:.2f}"] for o in p["matmul_ops"][:12]])]
     return lines
 
 
@@ -1030,9 +1033,9 @@ def compare(paths: list[str]) -> str:
     runs = [(Path(p).name, read_json(p, ValueError)) for p in paths]  # a missing or broken file: one ValueError line
     first = _options(runs[0][1])
     lengths = _completion_lengths(runs[0][1])
-    lines = ["| file | options changed | median step (s) | generation (s) | training ms/tok | GPU busy ms/tok | "
-             "kernels/tok | forward (s) | backward (s) | evaluation ms/tok | first step (s) | same lengths |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = markdown_table(["file", "options changed", "median step (s)", "generation (s)", "training ms/tok",
+                            "GPU busy ms/tok", "kernels/tok", "forward (s)", "backward (s)", "evaluation ms/tok",
+                            "first step (s)", "same lengths"])
     for name, r in runs:
         s, per = r["step"], r["generation_profile"]["per_token_step"]
         # an option the first file predates ran off there: named only where this run has it on
@@ -1040,10 +1043,11 @@ def compare(paths: list[str]) -> str:
                             if (first[k] != v if k in first else v not in (False, None))) or "-"
         m = s["median_step"]
         ev = r["eval"].get("ms_per_token_step")
-        lines.append(f"| {name} | {changed} | {s['total_s']:.2f} | {m['generation']:.3f} | "
-                     f"{s['generation']['ms_per_token_step']:.2f} | {per['gpu_busy_ms']:.2f} | {per['items']:.0f} | "
-                     f"{m['forward']:.3f} | {m['backward']:.3f} | {'-' if ev is None else f'{ev:.2f}'} | "
-                     f"{s['first_step_s']:.1f} | {_same_lengths(_completion_lengths(r), lengths)} |")
+        lines.append(markdown_row([name, changed, f"{s['total_s']:.2f}", f"{m['generation']:.3f}",
+                                   f"{s['generation']['ms_per_token_step']:.2f}", f"{per['gpu_busy_ms']:.2f}",
+                                   f"{per['items']:.0f}", f"{m['forward']:.3f}", f"{m['backward']:.3f}",
+                                   "-" if ev is None else f"{ev:.2f}", f"{s['first_step_s']:.1f}",
+                                   _same_lengths(_completion_lengths(r), lengths)]))
     r0 = runs[0][1]
     lines.append(f"\n{r0['device']}; torch {r0['versions']['torch']}; {r0['model']}, arm {r0['arm']}, "
                  f"{r0['step']['rows']} rows per step; median over the steps after the first (which compiles); "
@@ -1051,8 +1055,6 @@ def compare(paths: list[str]) -> str:
                  "step of the decode (training: the step's generation; GPU busy and kernels: the profiled decode; "
                  "evaluation: an evaluation batch). Same lengths: the steps whose mean completion length is the "
                  "first row's.")
-    from gmts_recipe.markdown import fill_lines  # the documentation's wrapped prose
-
     return fill_lines("\n".join(lines))
 
 
@@ -1088,10 +1090,9 @@ def decode_table(result: dict) -> str:
     ms per token step, the batch's seconds, pass@1 where recorded, and the share of identical completions."""
     title, *_, meaning = DECODE_OPTIONS[result["option"]]
     scored = all("pass@1" in r for r in result["rows"])  # the measurements before decode_loop scored no sample
-    rows = [f"| {title} | ms per token step | batch (s) |" + (" pass@1 |" if scored else ""),
-            "|---|---|---|" + ("---|" if scored else "")]
-    rows += [f"| {r['label']} | {r['ms_per_token_step']:.1f} | {r['seconds']:.2f} |"
-             + (f" {r['pass@1']:.3f} |" if scored else "") for r in result["rows"]]
+    rows = markdown_table([title, "ms per token step", "batch (s)", *(["pass@1"] if scored else [])],
+                          [[r["label"], f"{r['ms_per_token_step']:.1f}", f"{r['seconds']:.2f}",
+                            *([f"{r['pass@1']:.3f}"] if scored else [])] for r in result["rows"]])
     return "\n".join(rows + ["", f"{result['model']}, {result['samples']} samples x {result['new_tokens']} tokens on "
                               f"{result['device']}: {result['speedup']:.2f}x. Identical completions at the same seed: "
                               f"{result['identical_completions']:.1%} ({meaning})."])
@@ -1103,10 +1104,9 @@ def task_table(results: dict) -> str:
     so the offline config uses one whose base pass@1 lies in 10-60%."""
     lines = [f"Base pass@1 of {results['model']} on the generated task ({results['rows'][0]['n']} tasks, 1 sample each, "
              f"{results['max_new_tokens']} new tokens, device {results['device']}):", "",
-             "| difficulty | system prompt | temperature | pass@1 | mean length (chars) |", "|---|---|---|---|---|"]
-    for r in results["rows"]:
-        lines.append(f"| {r['difficulty']} | {r['prompt']} | {r.get('temperature', 1.0)} | {100 * r['pass@1']:.1f}% | "
-                     f"{r['mean_length']:.0f} |")
+             *markdown_table(["difficulty", "system prompt", "temperature", "pass@1", "mean length (chars)"],
+                             [[r["difficulty"], r["prompt"], r.get("temperature", 1.0), f"{100 * r['pass@1']:.1f}%",
+                               f"{r['mean_length']:.0f}"] for r in results["rows"]])]
     return "\n".join(lines)
 
 

@@ -139,7 +139,7 @@ def test_the_timed_runs_table_reads_every_number_off_the_files(tmp_path, capsys)
         paths[-1].write_text(json.dumps(d))
     assert mod.main(["--table", *map(str, paths)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == mod.TABLE_HEADER and lines[1] == "|---" * 12 + "|"
+    assert lines[0] == "| " + " | ".join(mod.TABLE_HEADER) + " |" and lines[1] == "|---" * 12 + "|"
     assert lines[2:] == [
         "| warm.json | on | off | warm | 5.00 | 176 | 30 | 122.5, 1.5 | 1.25, - | 1.50, 1.50 | 50.0, 53.8 | +3.8 |",
         "| older.json | on | off | - | 7.27 | - | 30 | 122.5, 1.5 | -, - | 1.50, 1.50 | 50.0, 50.0 | +0.0 |",

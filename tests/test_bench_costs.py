@@ -69,7 +69,7 @@ def _fixture(root: Path) -> None:
         steps=[20.0, 10.0, 1.25, 1.25]))
     _write(root / "bench" / "step-profile-h200-compile-only.json", _profile(True, 1.0, 4.0, {  # no column
         **every_lever, "training_compile": True}))
-    _write(root / "bench" / "step-profile-h200-rows32.json", _profile(True, 2.25, 7.5, {  # bench/scaling.py's
+    _write(root / "bench" / "step-profile-h200-rows32.json", _profile(True, 2.25, 7.5, {  # the scaling study's
         "generation_grouped_attention": True, "generation_deferred_stop": False, "gradient_checkpointing": True}, 32))
     _write(root / "results" / "qwen" / "earlier-8rows" / "results.json", _cell({  # 8 rows per step: no 64-row row
         "ets": _arm([9.0, 1.0, 1.0], 30.0, 1.0, True), "gmts": _arm([9.0, 1.0, 1.0], 30.0, 1.0, True)}, batch=4))
@@ -79,7 +79,7 @@ def _fixture(root: Path) -> None:
         "grpo": _arm([9.0, 4.0, 5.0, 6.0, 7.0], 38.0, 3.0, True)}))
     _write(root / "results" / "qwen" / "paper-lr0.0002-s17" / "results.json", _cell({  # no switch: off
         "ets": _arm([25.0, 4.0], 118.0, 5.0, None), "gmts": _arm([25.0, 3.75], 130.0, 5.5, None)}))
-    # bench/scaling.py's RUNS says s18's arms shared a GPU: rows kept, no complete run, out of the medians
+    # costs.SHARED says s18's arms shared a GPU: rows kept, no complete run, out of the medians
     _write(root / "results" / "qwen" / "paper-lr0.0001-s18" / "results.json", _cell({
         "ets": _arm([25.0, 7.0], 280.0, 10.0, None), "gmts": _arm([25.0, 7.0], 280.0, 10.0, None)}))
     timed = {"model": "m", "rows": 64, "gpus": 1, "gpu_minutes": 4.75, "wall_s": 285.0, "returncode": 0,
@@ -300,36 +300,6 @@ def test_every_row_says_model_rows_and_time():
         assert r["model"] and r["samples"] > 0 and r["seconds"] > 0
 
 
-def test_selection_writer_names_its_e2e_rows_and_keeps_the_real_model_rows(tmp_path, monkeypatch, capsys):
-    """A rerun of bench/selection_cost.py's end-to-end part (end_to_end stubbed: no model is built) names its rows,
-    failed ones too, replaces only its own model's rows of the options it ran, and keeps bench/costs.py's rows."""
-    import sys
-
-    sel = load_bench("selection_cost", "selection_bench")
-    name = sel.e2e_model(sel.SMALL)
-    real = {"model": "qwen2.5-coder-1.5b-instruct", "rows": 64, "total_s": 2.5, "source": "bench/x.json"}
-    timed = {"completion": 32, "generation_s": 0.5, "scoring_s": 0.25, "update_s": 0.25, "total_s": 1.0,
-             "entropy_source": "generation"}
-    out = tmp_path / "results.json"
-    out.write_text(json.dumps({"device": "cpu", "model": sel.SMALL, "e2e": [
-        real, {"option": "plain", "model": name, "rows": 4, **timed, "total_s": 9.0}]}))
-
-    def end_to_end(cfg, device, rows, completion, option, **kwargs):
-        if option == "merged":
-            raise RuntimeError("boom")
-        return {"option": option, "rows": rows, **timed}
-
-    monkeypatch.setattr(sel, "end_to_end", end_to_end)
-    monkeypatch.setattr(sys, "argv", ["selection_cost.py", "--small", "--parts", "e2e", "--e2e-options", "plain,merged",
-                                      "--out", str(out)])
-    sel.main()
-    e2e = json.loads(out.read_text())["e2e"]
-    assert e2e[0] == real
-    assert [(r["option"], r["model"], r["rows"], r["total_s"]) for r in e2e[1:]] == [
-        ("plain", name, 4, 1.0), ("merged", name, 4, None)]
-    assert name.startswith("random-init") and "qwen2.5-coder" not in capsys.readouterr().out
-
-
 @settings(max_examples=50, deadline=None)
 @given(first=st.floats(0, 1e4), later=st.lists(st.floats(0.01, 100), min_size=1, max_size=40))
 def test_median_step_leaves_out_the_first_step_whatever_it_took(first, later):
@@ -340,10 +310,10 @@ def test_median_step_leaves_out_the_first_step_whatever_it_took(first, later):
     assert min(later) <= median_step_s(log) <= max(later)
 
 
-def test_median_step_edge_cases_and_the_three_scripts_that_read_it(tmp_path, monkeypatch):
-    """No median without a step after the first, no step without its time; costs.py, scaling.py and complete_run.py
-    all take their median step from it (a stand-in for it shows in each one's number); complete_run.py records null
-    for an arm of one step or none, as before (costs.py and scaling.py still refuse such a log: the error above)."""
+def test_median_step_edge_cases_and_the_scripts_that_read_it(tmp_path, monkeypatch):
+    """No median without a step after the first, no step without its time; costs.py and complete_run.py both take
+    their median step from it (a stand-in for it shows in each one's number); complete_run.py records null for an arm
+    of one step or none, as before (costs.py still refuses such a log: the error above)."""
     median_step_s = _bench("complete_run").median_step_s
     assert median_step_s([{"step": 1, "step_time": 90.0}, {"step": 2, "step_time": 1.5}]) == 1.5
     for log, error in (([], statistics.StatisticsError), ([{"step": 1, "step_time": 90.0}], statistics.StatisticsError),
@@ -360,10 +330,6 @@ def test_median_step_edge_cases_and_the_three_scripts_that_read_it(tmp_path, mon
     _write(cell, _cell({"ets": _arm([20.0, 2.0, 3.0], 40.0, 9.0, None)}))
     e2e, _ = costs.arm_rows(cell, tmp_path)
     assert e2e[0]["total_s"] == 1003.0
-    scaling = _bench("scaling")
-    monkeypatch.setattr(scaling, "median_step_s", stand_in)
-    run = scaling._run(*scaling.RUNS["alone"][0])
-    assert run["median_step_s"] == 1000.0 + run["steps"]
     complete_run = _bench("complete_run")
     monkeypatch.setattr(complete_run, "median_step_s", stand_in)
     evaluation = {"pass@1": 0.5, "k": 4, "records": [{}], "seconds": {"generation": 1.0, "scoring": 0.0}}

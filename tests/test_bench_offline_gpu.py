@@ -117,7 +117,7 @@ def test_the_state_carries_each_cells_samples(tmp_path):
 
 
 def test_a_wheel_carried_in_parts_is_joined_and_installed_with_the_others(tmp_path):
-    """vllm_wheels.py cuts a wheel over one command's 64 MiB into NAME.whl.part.NN; `prepare` (here through
+    """A wheel over one command's 64 MiB travels cut into NAME.whl.part.NN; `prepare` (here through
     `background`) joins the parts into whl/NAME.whl, removes them, and installs every wheel of whl/."""
     import zipfile
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 import sweep
-from gmts_recipe.records import write_results
-from gmts_recipe.verify.file import load, verify
+from gmts_recipe.records import read_samples, write_results
+from gmts_recipe.samples import write_samples
+from gmts_recipe.stats import hack_scan, pass_at_1
 from gmts_recipe.sweep import claims
 from gmts_recipe.sweep.grid import load_grid
-
+from gmts_recipe.verify.file import load, seal, verify
 from results_files import forge_seal
-from test_sweep import fake_cell
 from tiny import write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,9 @@ def git(repo: Path, *args: str) -> str:
 
 def origin(tmp_path: Path) -> Path:
     """The project's code and configs with the tiny model's config and the two plans, the continued test's cells
-    (synthetic: only their per-seed deltas are read) committed."""
+    committed. Those cells are run by the first plan's sweep (a sequential plan's new seeds are held to the continued
+    test's recipe, as its cells record it), then one GMTS answer of seed 2 rewritten to its gold: the tiny model scores
+    0 in every arm, and deltas with no spread have no t statistic."""
     repo = tmp_path / "origin"
     for path in [*ROOT.glob("*.py"), *(ROOT / "gmts_recipe").rglob("*.py")]:
         target = repo / path.relative_to(ROOT)
@@ -80,12 +82,35 @@ def origin(tmp_path: Path) -> Path:
     (repo / "configs" / "tiny.yaml").write_text(config.read_text())
     (repo / "configs" / "sweeps" / "first.yaml").write_text(FIRST)
     (repo / PLAN).write_text(MORE)
-    for seed, gap in ((1, 0.0), (2, 0.1)):
-        fake_cell(repo / "results" / "first", f"paper-lr0.001-s{seed}", {"ets": 0.5, "gmts": 0.5 + gap}, seed=seed)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "the plan")
+    git(repo, "commit", "-q", "-m", "the plans")
+    sweep_run(repo, "--warm_workers", plan="configs/sweeps/first.yaml")
+    (repo / "results" / "first" / "sweep.json").unlink()  # summarized again from the cells below
+    answer_first_task(repo / "results" / "first" / "paper-lr0.001-s2", "gmts")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "the continued test's cells")
     return repo
+
+
+def answer_first_task(cell: Path, arm: str) -> None:
+    """The first sample of the first task of an arm's evaluation rewritten to its gold answer: its samples file written
+    again (named by its new SHA-256, as eval.py names it), the record's score, length, pass@1 and hack_scan as the
+    texts give them, the file sealed again."""
+    results = load(cell / "results.json")
+    evaluation = results["arms"][arm]["eval"]
+    old = cell / evaluation["samples"]["path"]
+    log = read_samples(old, evaluation["samples"]["sha256"], arm)
+    text = f"The answer is {log[0]['gold']}."
+    log[0]["samples"][0], log[0]["scores"][0] = text, 1.0
+    record = evaluation["records"][0]
+    record["scores"][0], record["lengths"][0] = 1.0, len(text)
+    path, sha = write_samples(cell, old.name.rsplit("-", 1)[0], log)
+    old.unlink()
+    evaluation["samples"].update(path=path.name, sha256=sha)
+    evaluation["pass@1"] = pass_at_1(evaluation["records"])
+    evaluation["hack_scan"] = hack_scan([t for line in log for t in line["samples"]])
+    write_results(cell / "results.json", seal({k: v for k, v in results.items() if k not in ("summary", "digest")}))
 
 
 def clone(repo: Path, where: Path) -> Path:
@@ -93,10 +118,10 @@ def clone(repo: Path, where: Path) -> Path:
     return where
 
 
-def sweep_run(clone_dir: Path, *args: str, code: int = 0) -> str:
+def sweep_run(clone_dir: Path, *args: str, code: int = 0, plan: str = PLAN) -> str:
     """sweep.py as its user runs it, in the clone (its own code), on the CPU; its output (`code`: its exit status)."""
     env = dict(os.environ, PYTHONPATH=str(clone_dir), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    done = subprocess.run([sys.executable, "sweep.py", PLAN, *args], cwd=clone_dir, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "sweep.py", plan, *args], cwd=clone_dir, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == code, done.stdout + done.stderr
     return done.stdout + done.stderr
@@ -154,7 +179,8 @@ def test_a_contributor_claims_runs_packs_and_the_merge_takes_only_what_verifies(
     assert in_clone(monkeypatch, mine, "--claim", "1", "--who", "ada") == 0
     said = sweep_run(mine, "--who", "ada", "--warm_workers", "--", "--max_steps", "1", code=2)
     assert "paper-lr0.001-s6 ets,gmts on gpu None: ok" in said  # the cell ran; her own summary then refuses it:
-    assert "paper-lr0.001-s6: results.json records max_steps = 1 where paper-lr0.001-s3 records 2" in said
+    assert ("paper-lr0.001-s6/results.json: config.max_steps is 1, the continued test's 2 (a sequential plan's seeds "
+            "run the continued test's recipe" in said)
     on_another_card(folder / "paper-lr0.001-s4")
     shutil.rmtree(tmp_path / "out")
     assert in_clone(monkeypatch, mine, "--pack", str(tmp_path / "out"), "--who", "ada") == 0

@@ -1761,3 +1761,16 @@ def test_a_sequential_grid_must_continue_a_finished_test_of_the_same_comparison(
     other.write_text(path.read_text().replace("seeds: [5, 6, 7, 8]\n  looks", "seeds: [4, 6, 7, 8]\n  looks"))
     with pytest.raises(SweepError, match="none of"):
         load_grid(other)
+
+
+def test_sweep_refuses_a_damaged_cell_file_in_one_line(tmp_path, capsys):
+    """A cell's results.json that check.py would refuse (here: its digest no longer matches) stops the summary with the
+    file's one-line reason, not a traceback."""
+    grid_path = write_grid(tmp_path, GRID)
+    root = tmp_path / "results" / "demo"
+    fake_cell(root, "paper-lr0.0001-s1", {"ets": 0.5, "gmts": 0.6}, seed=1)
+    path = root / "paper-lr0.0001-s1" / "results.json"
+    path.write_text(path.read_text().replace('"pass@1": ', '"pass@1": 0.0, "was": ', 1))
+    assert sweep.main([str(grid_path), "--summarize"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sweep.py: ") and "paper-lr0.0001-s1/results.json" in err and err.count("\n") == 1, err

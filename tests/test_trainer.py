@@ -291,7 +291,7 @@ def top_answer_share_by_hand(keep, advantages, group_index) -> float:
 @pytest.mark.parametrize("rule", ["entropy", "gmts", "entropy_nonzero_omega"])
 @pytest.mark.parametrize("scope", ["batch", "group", "microbatch"])
 def test_compute_loss_on_a_multi_group_prepared_batch_in_every_scope(tmp_path, rule, scope):
-    # A trainer that never generated (as bench/selection_cost.py calls it): the group count comes from the batch.
+    # A trainer that never generated (as a benchmark at GPU shapes calls it): the group count comes from the batch.
     trainer = make_trainer(tmp_path, token_selection=rule, selection_scope=scope, per_device_train_batch_size=16)
     batch = prepared_batch(len(trainer.processing_class), groups=4, group_size=4)
     if scope != "microbatch":

@@ -106,7 +106,7 @@ def prepared_batch(vocab: int, groups: int = 4, group_size: int = 4, prompt: int
                    seed: int = 0, min_length: int = 2) -> dict:
     """What GRPOTrainer's `_generate_and_score_completions` returns (right-padded completions of min_length to
     `completion` tokens, group advantages, `group_index`), built by hand with random token ids below `vocab`: for
-    calling `compute_loss` without generating first (the tests, and bench/selection_cost.py at GPU shapes)."""
+    calling `compute_loss` without generating first (the tests)."""
     g = torch.Generator().manual_seed(seed)
     rows = groups * group_size
     lengths = torch.randint(min_length, completion + 1, (rows,), generator=g)
