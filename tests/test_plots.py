@@ -11,7 +11,7 @@ from results_files import forge_seal
 
 def with_arms(arms: tuple[str, ...]) -> dict:
     """A sealed results dict holding exactly these trained arms (grpo borrows ETS's records, so the file is sealed as a
-    forger would: records.seal refuses an entry filed under another arm)."""
+    forger would: verify.file.seal refuses an entry filed under another arm)."""
     r = fake_results(shift=0.3)
     r["config"].update(task="arithmetic", difficulty=0)
     r["data"]["task"] = "arithmetic"  # what the run recorded; the title reads it first
