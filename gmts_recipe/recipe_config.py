@@ -90,9 +90,9 @@ def with_arm_learning_rates(cls: type) -> type:
 
 
 # --arm's help, from the arms table: every arm, and the controls that --arm all leaves out
+CONTROLS = "; ".join(f"{a.name}: {a.short} by {a.ranks_by}" for a in ARMS.values() if a.control)
 ARM_HELP = (f"base, an arm of gmts_recipe/arms.py ({', '.join(ARMS)}), all, or a comma list (ets,gmts); all = base and "
-            f"every arm but the controls ({'; '.join(a.name + ': ' + a.label() for a in ARMS.values() if a.control)}; "
-            f"name it)")
+            f"every arm but the controls ({CONTROLS}; name it)")
 
 
 @dataclass

@@ -14,9 +14,10 @@ import check
 import eval as evaluation
 import recipe
 from gmts_recipe import recipe_config, tables
-from gmts_recipe.verify.file import seeded_heldout
 from gmts_recipe.speed_options import CUDA_ONLY, EAGER_STEP, options_that_ran
 from gmts_recipe.stats import no_learning_signal
+from gmts_recipe.verify.file import seeded_heldout
+from gmts_recipe.verify.provenance import provenance_text
 from results_files import rehash, seal_format_1
 from test_check import fake_results, run_dir, unwrapped, write
 
@@ -158,7 +159,7 @@ def test_a_cpu_runs_provenance_lists_what_ran_not_the_configs_gpu_options():
     assert not any(ran[k] for k in CUDA_ONLY) and ran["generation_decode_loop"] == EAGER_STEP
     assert ran["generation_merge_adapter"] and ran["generation_grouped_attention"]  # these run on a CPU too
     assert options_that_ran(options, "cuda") == options
-    line = check._provenance_text({"commit": "abc", "options": ran})
+    line = provenance_text({"commit": "abc", "options": ran})
     assert "generation_compile" not in line and "cudnn" not in line and "generation_decode_loop=compiled_step (eager)" \
         in line
 

@@ -35,13 +35,13 @@ def provenance_lines(results: dict) -> list[str]:
     none, the file-wide versions it records."""
     arms = results.get("arms", {})
     counter = (results.get("config") or {}).get("sampling_noise") == "counter"
-    lines = [f"  {short_name(arm)}: {_provenance_text(entry['provenance'], counter)}" for arm, entry in arms.items()
+    lines = [f"  {short_name(arm)}: {provenance_text(entry['provenance'], counter)}" for arm, entry in arms.items()
              if isinstance(entry.get("provenance"), dict)]
     if lines:
         return ["Provenance (recorded by each arm, outside the config hash):", *lines]
     if isinstance(results.get("provenance"), dict):
         return [f"Provenance (recorded by the evaluation, outside the config hash): "
-                f"{_provenance_text(results['provenance'])}."]
+                f"{provenance_text(results['provenance'])}."]
     v = results.get("versions")
     if isinstance(v, dict):
         libs = ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("gpu", "gpus"))
@@ -51,7 +51,7 @@ def provenance_lines(results: dict) -> list[str]:
     return []
 
 
-def _provenance_text(p: dict, counter_noise: bool = False) -> str:
+def provenance_text(p: dict, counter_noise: bool = False) -> str:
     """One run's provenance in a line; `counter_noise`: the run drew counter noise, whose key scheme is said."""
     changed = p.get("changed_files") or []
     commit = str(p.get("commit") or "unknown")[:12] + (
