@@ -9,7 +9,7 @@
     python check.py runs/mine/results.json --rules my_rules.py  # arms of your own rules (gmts_recipe.user_rules)
 
 What it refuses, level by level, each time in one line (exit 2): `python check.py --checks` (also below --help and in
-the README), generated from each level's CHECKS in gmts_recipe/verify/ (file.py, cell.py, sweep.py, provenance.py),
+docs/results.md), generated from each level's CHECKS in gmts_recipe/verify/ (file.py, cell.py, sweep.py, provenance.py),
 which hold the refusals themselves. A results file's held-out tasks, gold answers and samples are compared with the
 dataset where it is at hand (--gsm8k_path DIR, --math_path DIR); an evaluation without samples passes only with
 --allow-unsampled, its numbers then marked "(not re-scored)". Run from any directory.
@@ -197,7 +197,7 @@ LEVELS = (("A results file (gmts_recipe/verify/file.py)", file_level.CHECKS),
 
 def checks_text() -> str:
     """What check.py refuses, level by level, from each level's CHECKS (the one list: --help, --checks and the
-    README's generated block print it)."""
+    generated block of docs/results.md print it)."""
     return "".join(f"- {title} refuses:\n" + "".join(item(check + ".", README_WIDTH, "  - ") + "\n" for check in checks)
                    for title, checks in LEVELS)
 

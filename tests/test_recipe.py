@@ -676,7 +676,7 @@ import json, sys
 import user_rules
 import check
 from gmts_recipe import plots
-from gmts_recipe.records import load
+from gmts_recipe.verify.file import load
 
 path = sys.argv[1]
 code = check.main([path])

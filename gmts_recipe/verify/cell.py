@@ -21,7 +21,7 @@ from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep.grid import Cell, SweepError
 
 
-# What this level refuses (check.py --checks, the README's list of checks).
+# What this level refuses (check.py --checks, docs/results.md's list of checks).
 CHECKS = (
     "a file that is not its folder's cell (seed, variant settings, each arm's learning rate: `recorded`); cells of a "
     "grid that are not one experiment (`check_together`) or disagree on the base evaluation (`one_base`)",

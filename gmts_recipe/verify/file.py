@@ -25,7 +25,7 @@ from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
 from selection import RULES
 
 # What this level refuses, each in one line naming the field, evaluation, task or sample: check.py --checks and its
-# --help print these, and the README's list of checks is generated from them.
+# --help print these, and docs/results.md's list is generated from them.
 CHECKS = (
     "the file missing or malformed, or its digest not its own (edited after it was sealed); any format loads through "
     "one converter (records.current_record)",

@@ -12,8 +12,9 @@ from gmts_recipe.speed_options import recorded_noise_version
 
 
 # What this level checks (check.py --checks): the rest of a run's provenance is printed as recorded, not verified.
-CHECKS = ("nothing: it is printed as recorded, but for each run's code, whose recorded digest is matched against git: the "
-          "commit whose code ran is named beside the recorded one where they differ (a stale .git), or said to be none",)
+CHECKS = ("nothing: it is printed as recorded, but for each run's code, whose recorded digest is matched against "
+          "git: the commit whose code ran is named beside the recorded one where they differ (a stale .git), or said "
+          "to be none",)
 
 
 def code_note(provenance: dict, root: Path | None = None) -> str:

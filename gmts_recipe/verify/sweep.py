@@ -16,7 +16,7 @@ from gmts_recipe.verify.file import samples_of
 from gmts_recipe.verify.provenance import cell_origin
 
 
-# What this level refuses (check.py --checks, the README's list of checks).
+# What this level refuses (check.py --checks, docs/results.md's list of checks).
 CHECKS = (
     "a sweep.json whose digest is not its own, or whose plan moved (sweep.plan, before any cell is read: a plan only "
     "grows; a sequential plan keeps its design, its continued test and cards); a failure record not the runner's",
