@@ -25,31 +25,9 @@ evaluation keeps its completions in a samples file beside results.json (one xz-c
 task key, question (the base's files), gold answer, the k texts, their scores; its path and SHA-256 inside the
 digest), and check.py re-scores every text with the recipe's reward (rewards.sample_scores, at the reward version the
 file records) against the gold answer. Every mismatch is one line naming file, evaluation, task and sample.
-What remains possible (tests/test_forgeries.py tries each): a forger who writes new completions that earn the scores
-(texts anyone can read with --show), who reruns with another seed or another model and keeps the run they like, or, for
-GSM8K without the dataset at hand, who rewrites the gold answers of every evaluation, and the keys with them (said in
-the output: not compared); who relabels two arms in full (entries, rules and samples file names swapped together:
-nothing in the records tells which rule ran); who drops base evaluations and edits the config's base_eval_seeds to match
-(the base's evaluation hash would differ, but cannot be recomputed from the file); who copies an arm's texts into
-another arm of its cell (two rules can write the same texts in a tiny run, so it is not refused), or, in a file checked
-alone, the base's into an arm; who edits every text of a copied evaluation (a word each, its answer kept); who edits the
-training curves (to no loss and no gradient at every step: two such arms may hold the same texts); who strips the
-samples from a file of the first format that kept them (it records nothing that came after them: alone it passes with
---allow-unsampled, marked not re-scored).
-
-What only a GPU catches (each still possible, tests/test_forgeries.py asserts it): the base evaluations of seeds 0 and
-1 swapped, each under the other's label (the arms are then paired with the other seed's samples); the model name or
-the evaluation temperature relabelled in the config (its hash recomputed: the base's evaluation hash would differ, but
-cannot be recomputed from the file); a card relabelled in an arm's provenance; the history rewritten (training curves,
-rollout digests). Nothing here shows that the texts came from the trained model: a rerun does. Run the cell again on
-the card it names (python sweep.py PLAN --results_dir EMPTY_DIR --commands prints the recipe.py line of each of its
-cells, or rerun a run's config with its seed) and compare the new results.json with the committed one by
-bench/repeat.py (python bench/repeat.py --out CMP.json committed=<cell>/results.json again=<new>/results.json): a
-cell that repeats agrees in every base evaluation's and arm's records, every training step's metrics and every step's
-rollouts (bench/docs/repeat.md, "Runs that repeat": seed 200 of the confirmatory grid repeated so on another machine),
-so each relabelling above shows as base evaluations, training steps or evaluation tasks differing. Provenance (each
-arm's commit, uncommitted changes, times, host, GPUs, library versions, execution options) is printed as recorded, not
-verified.
+What it cannot refuse (docs/results.md, "What check.py refuses", lists each; tests/test_forgeries.py tries each): new
+completions written to earn the scores, a rerun with another seed or another model kept if liked, a relabelling that
+only a GPU rerun shows. Provenance is printed as recorded; its code alone is verified (its recorded digest).
 
 Verdicts (stats.verdict: the same evidence in both directions), each arm against the untrained base on the same tasks
 and sampling seed, and between arms (GMTS vs ETS, ETS vs GRPO, GMTS vs GRPO; with the control arm, GMTS vs ETS-nz

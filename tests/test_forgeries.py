@@ -9,7 +9,7 @@ unknown, or recorded where the format records none; samples stripped from a file
 the recipe does not know; a plain-GRPO arm logging selective kept fractions; a training log beyond max_steps or above
 the arm's learning rate; a merge entry naming an arm the file lacks; per-task records slipped into a format-2 file.
 
-Still possible, asserted here so that closing one shows (check.py's docstring lists them): a relabel of two arms done
+Still possible, asserted here so that closing one shows (docs/results.md lists them): a relabel of two arms done
 in full (entries, rules and samples file names swapped together); base evaluations dropped with the config's
 base_eval_seeds edited to match; training curves edited (read as recorded); samples stripped from a file of the first
 format that kept them (nothing in such a file tells it from one written before samples: --allow-unsampled passes it,
@@ -326,7 +326,7 @@ def test_hack_scan_counts_as_it_always_did():
         assert (scan["upper_fraction"], scan["repetition"]) == counted(texts), texts
 
 
-# ---------------------------------------------------------------- still possible (check.py's docstring lists them)
+# ---------------------------------------------------------------- still possible (docs/results.md lists them)
 def test_still_possible_a_full_relabel_of_two_arms(committed, capsys):
     """Entries, rules and samples file names all swapped: nothing in the file tells which rule produced which
     records (the training logs' selection metrics differ in kind, but check.py reads them as recorded)."""
