@@ -625,7 +625,8 @@ def _evaluate_set(model, tokenizer, heldout: list[dict], data_record: dict, sett
 
     from gmts_recipe import run_setup
     from gmts_recipe.recipe_config import GENERATION_OPTIONS
-    from gmts_recipe.records import config_hash, seal, write_results
+    from gmts_recipe.records import config_hash, write_results
+    from gmts_recipe.verify.file import seal
 
     recipe, train, model_args, config_name, device, described = setting
     from gmts_recipe.tables import counted, heldout_set_name

@@ -40,7 +40,7 @@ alone writes results.json, the base-eval cache, logs and curves, while the other
 
 Steps: 1. data and decontamination; 2. base evals x3 (skipped when the run directory already has them for this
 config); 3. train the arm (FastGMTSTrainer; TRL applies `seed` before building the LoRA adapter, so arms share data
-order and init); 4. evaluate it on the same tasks with the first base seed; 5. write results.json (records.seal).
+order and init); 4. evaluate it on the same tasks with the first base seed; 5. write results.json (verify.file.seal).
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ from gmts_recipe.recipe_config import (  # noqa: F401
     PEFT_FIELDS, POSITIVE_COUNTS, RECIPE_COUNTS, RENAMED, SAMPLING_FIELDS, RecipeArgs, RecipeError, all_arms,
     arm_names, check_counts, check_hub, check_model, check_model_fields, check_recipe_values, check_training_length,
     cli_values, field_names, hub_reachable, known_field_names, parse, trained_arms)
-from gmts_recipe.records import (ResultsError, config_hash, current_evaluations, recorded_reward_version, seal,
-                                 write_json, write_results)
-from gmts_recipe.records import load as load_results
+from gmts_recipe.records import (ResultsError, config_hash, current_evaluations, recorded_reward_version, write_json,
+                                 write_results)
+from gmts_recipe.verify.file import load as load_results, seal
 from gmts_recipe.rewards import math_equal_reward  # noqa: F401 - importable from here, as before
 from gmts_recipe.rewards import reward_function  # the task's reward (MATH: its own)
 from gmts_recipe.run_setup import (  # noqa: F401

@@ -367,7 +367,7 @@ def provenance(summary: dict, root: Path) -> str:
     comparison rests on should share a process and code."""
     p = summary["primary"]
     a, b = p["comparison"].split(" - ")
-    arms = ["grpo", "ets", "gmts", "ets_nz"]
+    arms = list(ARMS)  # the arms table's, in its order
     lines = ["| seed | " + " | ".join(f"{short_name(x)} trained (process start)" for x in arms) + " |",
              "|---|" + "---|" * len(arms)]
     apart, together, shown = [], [], {}

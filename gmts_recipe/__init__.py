@@ -15,12 +15,11 @@ check.py, sweep.py, update_readme.py) or eval.py. This file imports nothing.
   (docs/config.md from the fields), run_setup.py (tasks, model, records), code_digest.py (which commit's code a run
   ran, from the files themselves), data.py, models.py,
   answer_text.py (what both rewards read first: the one box scanner), rewards.py (every GSM8K reward version),
-  rewards_math.py and math_data.py (MATH), heldout.py, user_rules.py
-  (--rules: a user's own rules in a fresh process), progress.py (the training console), gpu_memory.py, worker.py (a
-  warm process for a sweep's cells).
-- The results: records.py and samples.py (a results file, its verification and its samples), tables.py, stats.py,
-  plots.py, mechanism.py, posthoc.py, markdown.py (the documentation's wrapped prose), sweep/ (the grid, its runners,
-  merge, summary, report), sequential/ (a sequential plan: its statistics, design, looks, failures, cards,
-  sensitivity comparison and report), verify/ (the plan held against git). check.py verifies with these and arms.py
-  without importing torch.
+  rewards_math.py and math_data.py (MATH), user_rules.py (--rules: a user's own rules in a fresh process),
+  progress.py (the training console), gpu_memory.py, worker.py (a warm process for a sweep's cells).
+- The results: records.py and samples.py (a results file and its samples), tables.py, stats.py, plots.py,
+  mechanism.py, posthoc.py, markdown.py (the documentation's wrapped prose), sweep/ (the grid, its runners, merge,
+  summary, report), sequential/ (a sequential plan: its statistics, design, looks, failures, cards, sensitivity
+  comparison and report), verify/ (the verification, one module per level: a file, a cell, a sweep, its plan held
+  against git, the provenance). check.py verifies with these and arms.py without importing torch.
 """

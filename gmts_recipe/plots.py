@@ -24,7 +24,8 @@ import numpy as np
 
 from gmts_recipe.arms import ARMS, DEFAULT_RATIO, PRIMARY, arm_named, arms, control_comparisons, short_name
 from gmts_recipe.mechanism import MechanismError, grid_analysis, value_of
-from gmts_recipe.records import ResultsError, read_results, write_json
+from gmts_recipe.records import ResultsError, write_json
+from gmts_recipe.verify.file import read_results
 from gmts_recipe.stats import seed_t_interval
 from gmts_recipe.sweep.summary import CLAIMED
 

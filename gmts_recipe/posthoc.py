@@ -286,7 +286,8 @@ def seed_records(summary: dict, root: Path) -> dict:
     """From the cells' results files at the primary setting, per seed of the primary comparison: the paired
     per-task differences, each arm's pass@1, the arms whose training reward fell, and each such fall (`falls`: its
     size, the arm's pass@1 and verdict, the length cap, and for a fall above LARGE_FALL how it went, fall_story)."""
-    from gmts_recipe.records import read_results, task_scores
+    from gmts_recipe.records import task_scores
+    from gmts_recipe.verify.file import read_results
 
     comparison, seeds, _ = primary_rows(summary)
     variant, lr = _setting(summary)

@@ -26,7 +26,7 @@ from gmts_recipe.rewards import run_reward
 from gmts_recipe.speed_options import recorded_per_arm, unhashed_fields
 from gmts_recipe.arms import ARMS, arms, learning_rate_fields
 from gmts_recipe.user_rules import RULES_HELP, RULES_HINT
-from gmts_recipe.value_checks import check_arm_list, check_list_values, check_values, prompt_name_problem
+from gmts_recipe.value_checks import check_list_values, check_values
 
 if TYPE_CHECKING:  # annotations only: the config classes load with the libraries (config_parser)
     from gmts_recipe.fast_config import FastGMTSConfig
@@ -89,16 +89,18 @@ def with_arm_learning_rates(cls: type) -> type:
     return cls
 
 
+# --arm's help, from the arms table: every arm, and the controls that --arm all leaves out
+CONTROLS = "; ".join(f"{a.name}: {a.short} by {a.ranks_by}" for a in ARMS.values() if a.control)
+ARM_HELP = (f"base, an arm of gmts_recipe/arms.py ({', '.join(ARMS)}), all, or a comma list (ets,gmts); all = base and "
+            f"every arm but the controls ({CONTROLS}; name it)")
+
+
 @dataclass
 @with_arm_learning_rates
 class RecipeArgs:
     """The experiment's own fields (the trainer's are FastGMTSConfig's, the model's are TRL's ModelConfig)."""
 
-    arm: str = field(default="all", metadata={"help": "base, an arm of gmts_recipe/arms.py (grpo, ets, gmts, ets_nz), "
-                                                      "all, "
-                                                      "or a comma list (ets,gmts); all = base and every arm but the "
-                                                      "controls (ets_nz: ETS with omega != 0 tokens ranked first; name "
-                                                      "it)"})
+    arm: str = field(default="all", metadata={"help": ARM_HELP})
     experiment: str | None = field(default=None, metadata={"help": "run directory name (unset: the config file name)"})
     results_dir: str = field(default="runs", metadata={"help": "parent of the run directories (references: results/)"})
     resume: bool = field(default=False, metadata={"help": "keep finished arms; resume an arm from its checkpoint"})
@@ -122,7 +124,7 @@ class RecipeArgs:
     system_prompt: str | None = field(default=None, metadata={
         "help": "system message: a preset of data.SYSTEM_PROMPTS (steps, example, two_examples, boxed) or literal text "
                 "(unset: steps; boxed for task math); a text of one or two words that reads like a preset's name "
-                "mistyped is refused (value_checks.prompt_name_problem)"})
+                "mistyped is refused (data.prompt_name_problem)"})
     eval_samples: int = field(default=4, metadata={"help": "samples per held-out task (pass@1 over them)"})
     eval_max_new_tokens: int = field(default=256, metadata={"help": "completion budget at evaluation"})
     eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature at evaluation, in "
@@ -417,10 +419,9 @@ def trained_arms(arm: str) -> list[str]:
         if name not in arm_names():
             raise RecipeError(f"unknown arm '{name}': use one of {', '.join(arm_names())}, or a comma list (ets,gmts); "
                               f"{RULES_HINT}")
-    try:
-        check_arm_list(names)
-    except ValueError as e:
-        raise RecipeError(str(e)) from None
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:  # a typo, not a request to train the arm twice ('gmts,all' is an order, not a repeat)
+        raise RecipeError(f"--arm names {twice} twice")
     out: list[str] = []
     for name in names:
         for a in (all_arms() if name == "all" else [] if name == "base" else [name]):
@@ -681,7 +682,7 @@ EVAL_TEMPERATURE_WHY = {
 def check_evaluation_values(recipe: RecipeArgs) -> None:
     """ValueError, one line, for an evaluation setting that cannot give an honest pass@1: an eval_temperature of 0 or
     below (greedy: every sample the same) or outside EVAL_TEMPERATURES, a system_prompt that reads like a mistyped
-    preset name (value_checks.prompt_name_problem). Run by RecipeArgs(...) itself and by check_recipe_values."""
+    preset name (data.prompt_name_problem). Run by RecipeArgs(...) itself and by check_recipe_values."""
     temperature = recipe.eval_temperature
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):  # a string: check_values says so
         if not temperature > 0:
@@ -692,7 +693,7 @@ def check_evaluation_values(recipe: RecipeArgs) -> None:
             raise ValueError(f"eval_temperature={temperature}: must be in [{low}, {high}] ("
                              f"{EVAL_TEMPERATURE_WHY['low' if temperature < low else 'high']})")
     if isinstance(recipe.system_prompt, str):
-        from gmts_recipe.data import SYSTEM_PROMPTS
+        from gmts_recipe.data import SYSTEM_PROMPTS, prompt_name_problem
 
         problem = prompt_name_problem(recipe.system_prompt, SYSTEM_PROMPTS)
         if problem is not None:
@@ -713,7 +714,7 @@ def check_recipe_values(recipe: RecipeArgs) -> None:
     made pass@1 NaN, found only when results.json was written), a sampling temperature of 0 (greedy: transformers'
     refusal at the first generation) or one outside EVAL_TEMPERATURES, repeated base seeds (the noise floor, their
     spread, 0 by construction), a list of seeds that is not one of integers, a system prompt that reads like a
-    mistyped preset name (value_checks.prompt_name_problem)."""
+    mistyped preset name (data.prompt_name_problem)."""
     _check_lists(recipe)
     for name, (lowest, what) in RECIPE_COUNTS.items():
         value = getattr(recipe, name)

@@ -1,25 +1,18 @@
-"""What a results file is, and how it is verified: one sealed JSON per run directory (results.json), written by
-recipe.py, merged and pooled by sweep.py, checked by check.py. Both take it from here, so the imports run one way:
-check.py -> gmts_recipe.sweep -> gmts_recipe.records (check.py reads a sweep's summary through gmts_recipe.sweep).
+"""What a results file is: one sealed JSON per run directory (results.json), written by recipe.py, merged and pooled
+by sweep.py, verified by gmts_recipe/verify/file.py (check.py). No torch or transformers here (arms.py and selection.py
+import torch only inside functions): the standard library, numpy (stats.py) and, for grid files, PyYAML.
 
-Nothing here imports torch or transformers (the arms table, arms.py, and the rule registry it reads, selection.py,
-import torch only inside functions): verifying a file needs only the standard library, numpy (stats.py) and, for grid
-files, PyYAML.
-
-- The formats (FORMATS): format 2 is written today (`seal`, `write_results`: an evaluation with a samples file stores
-  no per-task records, `stored`); `current_record` is the one converter of every earlier format, and of a format-2
-  file's records (rebuilt from its samples); `check_format` checks what a file's own format allows.
+- The formats (FORMATS): format 2 is written today (verify.file.seal, `write_results`: an evaluation with a samples
+  file stores no per-task records, `stored`); `current_record` is the one converter of every earlier format, and of
+  a format-2 file's records (rebuilt from its samples); verify/file.py checks what a file's own format allows.
 - The arms a file may hold, their names and the pairs compared come from the arms table (gmts_recipe/arms.py:
   arms(), comparisons()); sweep.py pools the same.
-- `load`: read a file of any format (`read_results`: digest, format, conversion), check what it says about itself
-  (check_self), recompute every summary number from the per-task records; one-line `ResultsError`
-  otherwise. `seal`: add the summary and the digest (the last step of writing a file).
+- `summarize`: every summary number from the per-task records (verify.file.seal adds it and the digest).
 - `digest`, `json_text`, `write_json`: the canonical hash, the compact layout and the atomic write of a file.
 - `read_yaml_mapping`: a YAML file that must hold a mapping (a config, a sweep file), any problem one line;
-  `read_json`: the same for a JSON file (`load`'s), and `json_file`, it as an argparse type.
-- `config_hash`: the hash of a config record.
-- `numbers_close`, `first_difference`: numbers equal up to rounding, and the first that is not, as a path.
-See check.py's docstring for what the digest proves and what it does not.
+  `read_json`: the same for a JSON file, and `json_file`, it as an argparse type.
+- `config_hash`: the hash of a config record; `numbers_close`, `first_difference`: numbers equal up to rounding, and
+  the first that is not, as a path. What the digest proves and what it does not: check.py's docstring.
 """
 
 from __future__ import annotations
@@ -30,13 +23,13 @@ import lzma
 import math
 import os
 import statistics
-from pathlib import Path, PurePosixPath
+import typing
+from pathlib import Path
 from typing import Any
 
-from gmts_recipe.arms import arm_named, arms, comparisons, short_name
+from gmts_recipe.arms import arms, comparisons, short_name
 from gmts_recipe.stats import compare, noise_floor, paired_delta, pass_at_1, verdict
 from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm
-from selection import RULES
 
 # The arms (arms.arms()) and the pairs compared (arms.comparisons(): (a, b), delta = a - b, for the pairs a
 # file holds; sweep.py pools the same pairs over seeds). GMTS - ETS-nz: the |advantage| weighting at one kept count
@@ -54,10 +47,6 @@ FORMATS = {
     2: "an evaluation with a samples file stores no per-task records (loading rebuilds them from the samples); every "
        "evaluation keeps samples and records the reward version that scored them",
 }
-# Format 1 changed while it was written, and each of its files says which stage it is of (current_record):
-# fields first written once evaluations kept samples; a file that records one of them kept samples too.
-SAMPLES_ERA_DATA = ("task_key", "pool", "test_pool_sha256")
-SAMPLES_ERA_ARM = ("provenance", "gpu_peak_memory_gib")
 # Fields that a run's config record (and so its hash) held before they counted as how an arm is executed, not what it
 # computes: recipe.py leaves them out of the record (NOT_HASHED) and each arm records them in its generation_options.
 # gradient_checkpointing: the same gradients bit for bit on the CPU, checkpointing or not (tests/test_trainer.py); a
@@ -161,88 +150,6 @@ def task_rewards_text(task: Any) -> str:
     return (f"named ({', '.join(versions)})" if task == "math" else f"versions {versions[0]} to {versions[-1]}")
 
 
-def check_format(raw: dict) -> None:
-    """What a file's own format allows, on the file as written (before `current_record` converts it); a ResultsError
-    naming the field otherwise: its config hash is the one its config gives; its evaluations keep samples all or none,
-    and none in a format-1 file only where it records nothing first written once samples were kept (such a file is
-    the only kind `check.py --allow-unsampled` accepts; a format-2 file without samples, merged from format-1 cells,
-    loads but samples.verify_samples refuses it); one reward version, known to the recipe, recorded where the format
-    records it (format 1 from version 2 on, in files whose keys cover question and gold answer; format 2 always), and
-    of the file's task (task_reward_versions: a MATH reading for task math, a numbered one otherwise)."""
-    schema, config = raw["schema"], raw.get("config")
-    if not isinstance(config, dict):
-        raise ResultsError("config: no config record")
-    if raw.get("config_hash") != config_hash(config):
-        raise ResultsError(f"config_hash is {str(raw.get('config_hash'))[:16]}..., the recorded config hashes to "
-                           f"{config_hash(config)[:16]}... (recomputed from config)")
-    fields = evaluation_fields(raw)
-    sampled = [where for where, ev in fields if "samples" in ev]
-    if not sampled:
-        later = _samples_era(raw)
-        if schema == 1 and later:
-            raise ResultsError(f"{fields[0][0] if fields else 'base.evals'}.samples: no evaluation keeps samples, but "
-                               f"{later[0]} is recorded, which came after evaluations kept them: this file's scores "
-                               f"must be re-scorable")
-        return
-    if len(sampled) < len(fields):
-        bare = next(where for where, ev in fields if "samples" not in ev)
-        raise ResultsError(f"{bare}.samples: missing, where {sampled[0]} keeps one: every evaluation of a file keeps "
-                           f"its samples")
-    refs = {where: ev["samples"] for where, ev in fields}
-    for where, ref in refs.items():
-        if not isinstance(ref, dict):
-            raise ResultsError(f"{where}.samples must be {{'path': ..., 'sha256': ..., 'reward': ...}}, not {ref!r}")
-        if schema == SCHEMA and "records" in dict(fields)[where]:
-            raise ResultsError(f"{where}.records: a format-{SCHEMA} file stores no per-task records beside a samples "
-                               f"file (they are rebuilt from it; records.write_results writes the file)")
-    _check_reward_versions(raw, {where: ref.get("reward") for where, ref in refs.items()})
-
-
-def _samples_era(raw: dict) -> list[str]:
-    """The fields of `raw` first written once evaluations kept samples (SAMPLES_ERA_DATA, SAMPLES_ERA_ARM)."""
-    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
-    arms = raw.get("arms") if isinstance(raw.get("arms"), dict) else {}
-    return [*(f"data.{k}" for k in SAMPLES_ERA_DATA if k in data),
-            *(f"arms.{arm}.{k}" for arm, e in arms.items() for k in SAMPLES_ERA_ARM if isinstance(e, dict) and k in e)]
-
-
-def _check_reward_versions(raw: dict, recorded: dict[str, Any]) -> None:
-    """One reward version per file, known to the recipe and recorded as the file's format records it."""
-    schema = raw["schema"]
-    given = {where: v for where, v in recorded.items() if v is not None}
-    if schema == SCHEMA and len(given) < len(recorded):
-        missing = next(where for where in recorded if where not in given)
-        raise ResultsError(f"{missing}.samples.reward: missing; a format-{SCHEMA} file records the reward version of "
-                           f"every samples file")
-    if schema == 1 and given:
-        first = next(iter(given))
-        if len(given) < len(recorded):
-            missing = next(where for where in recorded if where not in given)
-            raise ResultsError(f"{missing}.samples.reward: missing where {first}.samples.reward is {given[first]!r}: "
-                               f"one reward version per file")
-        if given[first] == 1 or (raw.get("data") or {}).get("task_key") != "question+gold":
-            raise ResultsError(f"{first}.samples.reward is {given[first]!r} in a format-1 file "
-                               + ("(format 1 records versions from 2 on; version 1 went unrecorded)"
-                                  if given[first] == 1 else "whose task keys cover the question alone (data.task_key): "
-                                                            "format 1 recorded a reward version only after keys "
-                                                            "covered the gold answer"))
-    versions = {where: (1 if v is None else v) for where, v in recorded.items()}
-    first = next(iter(versions))
-    task = (raw.get("data") or {}).get("task")
-    for where, v in versions.items():
-        if not is_known_reward_version(v):
-            known = known_reward_versions()
-            raise ResultsError(f"{where}.samples.reward is {v!r}; this recipe knows reward versions {known[0]} to "
-                               f"{known[-1]}")
-        if v not in task_reward_versions(task):
-            raise ResultsError(f"{where}.samples.reward is {v!r}, {'a MATH' if isinstance(v, str) else 'a GSM8K'} "
-                               f"reward; data.task is {task!r}, whose rewards are {task_rewards_text(task)}")
-        if v != versions[first]:
-            raise ResultsError(f"{where}.samples.reward is {v!r}, {first}.samples.reward is {versions[first]!r}: one "
-                               f"reward version per file (evaluations scored by different readings are not "
-                               f"comparable)")
-
-
 def current_record(results: dict, folder: str | Path | None = None) -> dict:
     """`results` as this format holds it in memory, from a file of any format: the one converter (`load` and
     `read_results` call it; nothing else reads an earlier format). From format 1:
@@ -259,9 +166,9 @@ def current_record(results: dict, folder: str | Path | None = None) -> dict:
     version 1 with keys over the question; the reward version recorded, keys over question and gold answer, each
     arm's provenance; config records with gradient_checkpointing): tests/test_formats.py loads a file of each.
     "schema" stays the file's (a dict without one is read as format 1): what the file's format allowed
-    (samples.verify_samples reads it); `seal` makes it this format's. A new dict where it changes, sharing everything
-    else with `results`, which stays as it was (no deep copy: records are most of a file); `results` itself when
-    nothing changes. Not sealed: whoever writes it seals it (its "digest" is still the file's)."""
+    (verify.file.verify_samples reads it); verify.file.seal makes it this format's. A new dict where it changes,
+    sharing everything else with `results`, which stays as it was (no deep copy: records are most of a file);
+    `results` itself when nothing changes. Not sealed: whoever writes it seals it (its "digest" is still the file's)."""
     schema = results.get("schema", 1)
     if schema not in FORMATS:
         raise ResultsError(f"schema is {schema!r}, not a results file format this recipe reads "
@@ -338,7 +245,7 @@ def samples_path(folder: Path, evaluation: dict, where: str) -> Path:
     """The samples file an evaluation names: "samples": {"path", "sha256", "reward"}, the path relative to the folder
     of the results.json that holds it (a base evaluation's is in the shared ../base-evals/, stored once for every
     cell); "reward": the reward version that scored them. Format 2 rebuilds an evaluation's records from it
-    (records_from_samples); samples.check_samples re-scores it."""
+    (records_from_samples); verify.file.check_samples re-scores it."""
     ref = evaluation["samples"]
     if not (isinstance(ref, dict) and isinstance(ref.get("path"), str) and isinstance(ref.get("sha256"), str)):
         raise ResultsError(f"{where}: samples must be {{'path': ..., 'sha256': ...}}, not {ref!r}")
@@ -536,215 +443,6 @@ CURVES_NOTE = ("Training curves (each arm's train_log): read as recorded; check.
                "but cannot re-derive the logged values.")
 
 
-def check_self(results: dict) -> None:
-    """What a results file says about itself, checked against itself, on a file as current_record holds it (load runs
-    it on every file); a ResultsError naming the field of the first disagreement:
-    - data.task is a task this recipe knows (data.TASKS), the config's: nothing is left "without a dataset to
-      compare", and no task is relabelled to one whose dataset is not at hand;
-    - every evaluation draws the config's eval_samples samples per task (its k);
-    - the base evaluations are exactly the config's base_eval_seeds (BASE_EVAL_SEEDS where the config record leaves
-      them out), in order, each seed once;
-    - an arm's entry is that arm's: the rule it recorded (token_selection) is its key's rule, its samples file is named
-      for it (samples-<arm>-seed<seed>-<sha>.jsonl.xz beside results.json), the reward version it trained with
-      (reward_version, where recorded) the one its samples file records; every arm a `merges` entry names is in the
-      file; an evaluation-only file holds no arm;
-    - each evaluation keeps its own samples file (no two share a path, no two base evaluations a SHA-256), a base
-      evaluation's named for its seed and, in a recipe run, for the base's evaluation hash;
-    - no two base evaluations hold the same records (every task's scores and lengths): samples drawn with different
-      seeds never do, and a copied evaluation would zero the noise floor;
-    - the training curves, as far as they can be derived: each arm's train_log steps increase and stay within the
-      config's max_steps, no logged learning rate exceeds the arm's, and a rule without a score (plain GRPO) keeps
-      every token (selection/kept_fraction 1). The logged values themselves are read as recorded (CURVES_NOTE)."""
-    unknown = sorted(set(results.get("arms") or {}) - set(arms()))
-    if unknown:
-        raise ResultsError(f"unknown arm {unknown[0]!r} (known: {', '.join(arms())}; {RULES_HINT})")
-    _check_task(results)
-    _check_samples_per_task(results)
-    _check_base_seeds(results)
-    _check_arms(results)
-    _check_samples_files(results)
-    _check_base_records_differ(results)
-    for arm, entry in (results.get("arms") or {}).items():
-        _check_train_log(results, arm, entry)
-
-
-def _check_task(results: dict) -> None:
-    from gmts_recipe.data import TASKS
-
-    task = (results.get("data") or {}).get("task")
-    if task not in TASKS:
-        raise ResultsError(f"data.task is {task!r}, a task this recipe does not know (it knows "
-                           f"{', '.join(TASKS)}): nothing ties the file's tasks to a dataset")
-    configured = setting(results["config"], "task")
-    if task != configured:  # a task relabelled (to one whose dataset is not at hand) is compared as the config's
-        raise ResultsError(f"data.task is {task!r}, the config's task is {configured!r} (the data report is the "
-                           f"config's run)")
-
-
-def _check_samples_per_task(results: dict) -> None:
-    """Every evaluation draws the config's eval_samples samples per task (an evaluation cut to its best samples
-    would still print the config's count)."""
-    k = setting(results["config"], "eval_samples")
-    for where, ev in evaluation_fields(results):
-        if ev.get("k") != k:
-            raise ResultsError(f"{where}.k is {ev.get('k')!r}, the config's eval_samples is {k!r} (every evaluation "
-                               f"draws eval_samples samples per task)")
-
-
-def _check_base_seeds(results: dict) -> None:
-    seeds = [ev.get("seed") for ev in results["base"]["evals"]]
-    planned = results["config"].get("base_eval_seeds", list(BASE_EVAL_SEEDS))
-    if seeds != planned:
-        raise ResultsError(f"base.evals: seeds {seeds}, the config's base_eval_seeds are {planned} (each base "
-                           f"evaluation is one of them, in order)")
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-    if repeated:
-        raise ResultsError(f"base.evals: seed {repeated[0]} evaluated twice (config.base_eval_seeds repeats it): the "
-                           f"noise floor needs different seeds")
-
-
-def _check_arms(results: dict) -> None:
-    """Each arm's entry is its key's: its rule, its samples file's name, its reward (the samples' reading); `merges`
-    names only arms of the file."""
-    held = results.get("arms") or {}
-    if results.get("kind") == "evaluation" and held:
-        raise ResultsError(f"arms: an evaluation-only file (kind: evaluation) holds trained arms: {', '.join(held)}")
-    for arm, entry in held.items():
-        rule = RULES[arm_named(arm).rule]
-        if entry.get("token_selection") != rule.name:
-            raise ResultsError(f"arms.{arm}.token_selection is {entry.get('token_selection')!r}: arm {arm}'s rule is "
-                               f"{rule.name!r} (an arm's entry filed under another arm?)")
-        ev = entry["eval"]
-        if "samples" in ev:
-            name = f"samples-{arm}-seed{ev['seed']}-{str(ev['samples'].get('sha256'))[:12]}.jsonl.xz"
-            if ev["samples"].get("path") != name:
-                raise ResultsError(f"arms.{arm}.eval.samples.path is {ev['samples'].get('path')!r}: arm {arm}'s "
-                                   f"samples file is {name}, beside results.json")
-            # the reward an arm trained with is the one that scored its evaluation (recipe.py reads one run_reward
-            # for both): a claim of version 1 above samples scored by version 4 names a reading that scored nothing
-            scored = ev["samples"].get("reward") if isinstance(ev["samples"], dict) else None
-            if "reward_version" in entry and scored is not None and entry["reward_version"] != scored:
-                raise ResultsError(f"arms.{arm}.reward_version is {entry['reward_version']!r}, its samples file "
-                                   f"records reward version {scored!r} (arms.{arm}.eval.samples.reward): an arm trains "
-                                   f"and is scored with one reward")
-    for i, merge in enumerate(results.get("merges") or []):
-        strangers = [a for a in merge.get("arms", []) if a not in held]
-        if strangers:
-            raise ResultsError(f"merges[{i}].arms names {strangers[0]!r}, an arm the file does not hold")
-
-
-def _check_samples_files(results: dict) -> None:
-    """Each evaluation its own samples file (by path; base evaluations by SHA-256 too); a base evaluation's named for
-    its seed (and the base's evaluation hash, in a recipe run)."""
-    seen: dict[str, str] = {}
-    eval_hash = str(results["base"].get("eval_hash") or "")
-    for where, ev in evaluation_fields(results):
-        ref = ev.get("samples")
-        if not isinstance(ref, dict):
-            continue
-        path, sha = os.path.normpath(str(ref.get("path"))), str(ref.get("sha256"))
-        # the same bytes under two names: never for base evaluations (samples of different seeds); two arms, or an
-        # arm and the base's first evaluation (the same seed), write the same texts where training changed nothing
-        for key in (f"path {path}", *([f"SHA-256 {sha[:12]}..."] if where.startswith("base.") else [])):
-            if key in seen:
-                raise ResultsError(f"{where}.samples: the samples file of {seen[key]} ({key}): each evaluation keeps "
-                                   f"its own")
-            seen[key] = where
-        name = PurePosixPath(str(ref.get("path"))).name
-        if where.startswith("base."):
-            ending = f"-seed{ev.get('seed')}-{sha[:12]}.jsonl.xz"
-            start = eval_hash[:16] + "-" if results.get("kind") != "evaluation" and eval_hash else ""
-            if not (name.endswith(ending) and name.startswith(start)):
-                raise ResultsError(f"{where}.samples.path is {ref.get('path')!r}: a base evaluation's samples file is "
-                                   f"named {start or '<name>-'}seed{ev.get('seed')}-<sha>.jsonl.xz")
-
-
-def _check_base_records_differ(results: dict) -> None:
-    evals = results["base"]["evals"]
-    seen: dict[tuple, int] = {}
-    for i, ev in enumerate(evals):
-        records = ev["records"]
-        if not records or any(r.get("lengths") is None for r in records):
-            continue  # scores alone can coincide on a small set; lengths of sampled texts do not
-        key = tuple(sorted((str(r["task"]), str(r["hash"]), tuple(r["scores"]), tuple(r["lengths"])) for r in records))
-        if key in seen:
-            raise ResultsError(f"base.evals[{i}].records are base.evals[{seen[key]}]'s, every task's scores and "
-                               f"lengths: evaluations with different seeds never agree so (a copied evaluation "
-                               f"zeroes the noise floor)")
-        seen[key] = i
-
-
-def _check_train_log(results: dict, arm: str, entry: dict) -> None:
-    """What the training curves let one derive: steps increasing and within max_steps, no learning rate above the
-    arm's, every token kept by a rule without a score."""
-    log = entry.get("train_log") or []
-    steps = [row.get("step") for row in log]
-    if not all(isinstance(s, int) and not isinstance(s, bool) for s in steps) or steps != sorted(set(steps)):
-        raise ResultsError(f"arms.{arm}.train_log: steps {steps[:6]}{'...' if len(steps) > 6 else ''} do not increase "
-                           f"one row per step")
-    max_steps = results["config"].get("max_steps")
-    if isinstance(max_steps, int) and max_steps > 0 and steps and steps[-1] > max_steps:
-        raise ResultsError(f"arms.{arm}.train_log: step {steps[-1]} beyond the config's max_steps {max_steps}")
-    lr = entry.get("learning_rate")
-    for row in log:
-        logged = row.get("learning_rate")
-        if isinstance(lr, (int, float)) and isinstance(logged, (int, float)) and logged > lr * (1 + 1e-6):
-            raise ResultsError(f"arms.{arm}.train_log: learning rate {logged:g} at step {row['step']}, above the "
-                               f"arm's learning_rate {lr:g}")
-    if RULES[arm_named(arm).rule].score is None:
-        kept = [row["selection/kept_fraction"] for row in log
-                if isinstance(row.get("selection/kept_fraction"), (int, float))
-                and not isinstance(row.get("selection/kept_fraction"), bool)]
-        if any(not math.isclose(k, 1.0) for k in kept):
-            raise ResultsError(f"arms.{arm}.train_log: selection/kept_fraction {min(kept):g}, but arm {arm}'s rule "
-                               f"keeps every token (an entry of a selecting arm filed under {arm}?)")
-
-
-def read_results(path: str | Path) -> dict:
-    """A results file of any format as this one holds it in memory (current_record), once its digest and what its
-    format allows (check_format) hold; the summaries are not recomputed (`load` does). ResultsError naming the file."""
-    p = Path(path)
-    raw = read_json(p, ResultsError)
-    if not isinstance(raw, dict) or raw.get("schema") not in FORMATS:
-        raise ResultsError(f"{p}: not a results file (schema {', '.join(map(str, FORMATS))})")
-    try:
-        if raw.get("digest") != digest(raw):
-            raise ResultsError("digest mismatch: the file was edited after it was sealed")
-        check_format(raw)
-        return current_record(raw, p.parent)
-    except ResultsError as e:
-        raise ResultsError(f"{p}: {e}") from None
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        raise ResultsError(f"{p}: malformed ({type(e).__name__}: {e})") from None
-
-
-def load(path: str | Path) -> dict:
-    """Load and verify a results file of any format (read_results), as this format holds it: what it says about itself
-    agrees (check_self), and every summary number is the one recomputed from its records. ResultsError
-    with a one-line reason otherwise."""
-    p = Path(path)
-    results = read_results(p)
-    try:
-        check_self(results)
-        recomputed = summarize(results)
-    except ResultsError as e:
-        raise ResultsError(f"{p}: {e}") from None
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, statistics.StatisticsError) as e:
-        raise ResultsError(f"{p}: malformed records ({type(e).__name__}: {e})") from None
-    if not numbers_close(recomputed, results.get("summary")):
-        raise ResultsError(f"{p}: {first_difference(recomputed, results.get('summary') or {})}")
-    return results
-
-
-def seal(results: dict) -> dict:
-    """Add the schema, the summary and the digest (over the file as `write_results` stores it): the last step of
-    writing a results file."""
-    summary = summarize(results)  # first: a file it refuses is left as it was
-    results["schema"], results["summary"] = SCHEMA, summary
-    results["digest"] = digest(results)
-    return results
-
-
 def write_results(path: Path, results: dict) -> None:
     """Write a sealed results file as this format stores it (`stored`: no per-task records beside a samples file),
     atomically (write_json)."""
@@ -804,11 +502,31 @@ def json_file(path: str) -> str:
     return path
 
 
+def load_unique_yaml(text: str) -> Any:
+    """yaml.safe_load, refusing a mapping that gives a key twice (ValueError naming the key and its lines): PyYAML
+    keeps the last value without a word, so a field set twice in a config file would silently take the second."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable) and key in lines:
+                raise ValueError(f"key {key!r} is given twice (lines {lines[key]} and {key_node.start_mark.line + 1})")
+            if isinstance(key, typing.Hashable):
+                lines[key] = key_node.start_mark.line + 1
+        return loader.construct_mapping(node, deep=True)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml_mapping(path: Path, error: type[Exception], shape: str) -> dict:
     """A YAML file that must hold a mapping (a config, a sweep file): any problem is one line of `error`."""
     import yaml
-
-    from gmts_recipe.value_checks import load_unique_yaml
 
     try:
         raw = load_unique_yaml(path.read_text(encoding="utf-8"))

@@ -356,7 +356,7 @@ def no_learning_signal(train_log: Sequence[dict]) -> str | None:
     the loss and its gradient. The arm then ends where it started, and its "flat" verdict says that it never trained,
     not that the rule made no difference. The log must show all three at every step it logged a reward: the share 1,
     the loss 0 and the grad norm 0 (a share edited to 1 beside a loss or a gradient says the arm did train; a check
-    that lets such arms sample alike, cells.check_apart, reads this)."""
+    that lets such arms sample alike, verify.cell.check_apart, reads this)."""
     rows = [r for r in train_log if isinstance(r.get("reward"), (int, float))]
     if not rows or not all(_logged_as(r.get("grad_norm"), 0) and _logged_as(r.get("loss"), 0)
                            and _logged_as(r.get("frac_reward_zero_std"), 1) for r in rows):
@@ -412,7 +412,7 @@ def _letters_and_upper(text: str) -> tuple[int, int]:
 def hack_scan(completions: Sequence[str], ngram: int = 4) -> dict:
     """Reward-hacking flags over completions: length, uppercase share, repeated n-grams within a completion, empty or
     answer-less completions (no box, no number in digits: reward version 1's reading, which a recorded share keeps).
-    check.py recomputes it from every evaluation's samples (samples.check_samples)."""
+    check.py recomputes it from every evaluation's samples (verify.file.check_samples)."""
     texts = [c if isinstance(c, str) else "" for c in completions]
     n = max(len(texts), 1)
     counts = [_letters_and_upper(t) for t in texts]

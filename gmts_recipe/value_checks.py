@@ -12,23 +12,20 @@ these before GRPOConfig's own arithmetic with the values. A field declared as a 
 reward_weights) holds numbers of that kind, finite (`check_list_values`): YAML's `["0", "1"]` is a list of strings,
 which argparse leaves as they are and a comparison with a seed later fails on.
 
-Also here: an arm named twice on --arm (`check_arm_list`), a system prompt that is no preset name yet reads like one
-(`prompt_name_problem`), and a YAML mapping with a key given twice
-(`load_unique_yaml`: PyYAML keeps the last one silently). Standard library only (and PyYAML where a file is read).
+Standard library only: the trainer imports this module (the recipe's own checks are where the recipe uses them:
+data.prompt_name_problem, records.load_unique_yaml, recipe_config.trained_arms).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import numbers
-import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Union
 
 # Numeric fields where a negative value has a meaning: left out of the sign check (their own checks still apply)
@@ -172,65 +169,3 @@ def check_list_values(config: Any) -> None:
             raise ValueError(f"{name}={value!r}: {problem}")
 
 
-# A system prompt of at most this many words is compared with the preset names (prompt_name_problem); a longer one is
-# literal text whatever it says.
-PROMPT_NAME_WORDS = 2
-PROMPT_NAME_CUTOFF = 0.8  # difflib's similarity ratio from which a short text reads as a preset name mistyped
-
-
-def prompt_name_problem(text: str, names: Iterable[str]) -> str | None:
-    """What is wrong with a system prompt (`text`, a preset name or literal text) that is no preset name yet reads like
-    one (None: a preset name, or text). A mistyped name ("step", "two-examples", "boxd") would otherwise be sent to
-    the model as the whole system message and train and evaluate a run on it without a word.
-
-    The rule, which never refuses a sentence: a text of more than PROMPT_NAME_WORDS words is text. A shorter one is
-    refused when, lowercased, its outer punctuation stripped and its spaces and hyphens read as '_', it is a preset
-    name or within PROMPT_NAME_CUTOFF of one (difflib's ratio: "step" 0.89 of "steps", "exmaple" 0.86 of "example";
-    "Solve" is at most 0.4 from any, "Sample" 0.77), or when it is one word joined by '_' or '-' (a name's spelling,
-    never a prompt's: "three_examples", "boxed-answer"). The answer names the closest preset."""
-    names = list(names)
-    if text in names or len(text.split()) > PROMPT_NAME_WORDS:
-        return None
-    key = "_".join(w.strip(".,;:!?'\"").lower() for w in re.split(r"[\s-]+", text.strip()) if w)
-    near = difflib.get_close_matches(key, names, n=1, cutoff=PROMPT_NAME_CUTOFF)
-    presets = ", ".join(names)
-    if near:
-        return (f"is no preset name but reads like {near[0]}: did you mean {near[0]}? (presets: {presets}; a literal "
-                f"prompt of {PROMPT_NAME_WORDS} words or fewer this close to a name is refused, write it as a sentence)")
-    if re.fullmatch(r"\w+(?:[-_]\w+)+", text.strip()):
-        closest = difflib.get_close_matches(key, names, n=1, cutoff=0.0)
-        return (f"is no preset name, and a word joined by '_' or '-' is a name's spelling, not a prompt: use one of "
-                f"{presets}" + (f" (closest: {closest[0]})" if closest else ""))
-    return None
-
-
-def check_arm_list(names: list[str]) -> None:
-    """Refuse an --arm list that names an arm twice ('ets,ets'): a typo, not a request to train the arm twice. An arm
-    beside 'all' is an order ('gmts,all' trains GMTS first, then the rest of all), not a repeat."""
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            raise ValueError(f"--arm names {name} twice")
-        seen.add(name)
-
-
-def load_unique_yaml(text: str) -> Any:
-    """yaml.safe_load, refusing a mapping that gives a key twice (ValueError naming the key and its lines): PyYAML
-    keeps the last value without a word, so a field set twice in a config file would silently take the second."""
-    import yaml
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict:
-        lines: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if isinstance(key, typing.Hashable) and key in lines:
-                raise ValueError(f"key {key!r} is given twice (lines {lines[key]} and {key_node.start_mark.line + 1})")
-            if isinstance(key, typing.Hashable):
-                lines[key] = key_node.start_mark.line + 1
-        return loader.construct_mapping(node, deep=True)
-
-    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass

@@ -1,7 +1,7 @@
 """Forgeries as a forger makes them, for the test files that try them: a results file or a sweep.json edited, sealed
 again with the recipe's own digest (computed here, as anyone can: records.digest), and given to check.py, which must
-refuse it in one line. The seal is written by hand, not by records.seal, so that a forgery is sealed whatever the
-recipe's writers would refuse to write."""
+refuse it in one line. The seal is written by hand (`sealed`, the tests' one forging seal), not by verify.file.seal,
+which refuses what check.py would refuse: a forgery is sealed whatever the recipe's writers would refuse to write."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from gmts_recipe.stats import pass_at_1
 
 def sealed(results: dict, schema: int = SCHEMA) -> dict:
     """`results` sealed as a file of format `schema`: every summary number recomputed, then the digest over the file
-    as that format stores it (what records.seal adds, for format 2; format 1 keeps its per-task records)."""
+    as that format stores it (what verify.file.seal adds, for format 2; format 1 keeps its per-task records)."""
     summary = summarize(results)
     results["schema"], results["summary"] = schema, summary
     results["digest"] = digest(results)
@@ -24,8 +24,8 @@ def sealed(results: dict, schema: int = SCHEMA) -> dict:
 
 
 def reseal(path: Path, edit) -> dict:
-    """The forger's re-seal of a results file: read as it is stored (a format-2 file in the form records.load gives it,
-    the per-task records rebuilt from its samples), `edit`ed, each evaluation's pass@1 made its records' (a careful
+    """The forger's re-seal of a results file: read as it is stored (a format-2 file in the form verify.file.load gives
+    it, the per-task records rebuilt from its samples), `edit`ed, each evaluation's pass@1 made its records' (a careful
     forger keeps them consistent), sealed and written back in the file's own format. Returns what was written."""
     path = Path(path)
     raw = json.loads(path.read_text())

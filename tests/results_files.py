@@ -1,4 +1,4 @@
-"""Results files as tests build them: honest in every field that check.py compares (records.check_self), and
+"""Results files as tests build them: honest in every field that check.py compares (verify.file.check_self), and
 sealed as format 1 wrote them where a test is about that format (per-task records in results.json: the format of
 most committed files, which records.current_record converts on load)."""
 

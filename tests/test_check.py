@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 import check
-from forge import refused, reseal
+from forge import refused, reseal, sealed
 from gmts_recipe.arms import arm_named
-from gmts_recipe.records import ResultsError, digest, evaluations, load, read_samples, seal, write_json
+from gmts_recipe.records import ResultsError, digest, evaluations, read_samples, write_json
+from gmts_recipe.verify.file import check_samples, load, seal
 from gmts_recipe.rewards import REWARD_VERSION
-from gmts_recipe.samples import check_samples, samples_bytes, write_samples
+from gmts_recipe.samples import samples_bytes, write_samples
 from gmts_recipe.stats import pass_at_1, verdict
 from gmts_recipe.tables import DIGEST_NOTE, render
 from results_files import rehash, seal_format_1
@@ -209,6 +210,22 @@ def test_a_forged_then_resealed_file_is_refused(tmp_path, capsys, forge, reason)
     assert reason in err and "\n" not in err
 
 
+@pytest.mark.parametrize("forge, reason", [
+    (lambda r: r["base"]["evals"][1].update(seed=0), "base.evals: seeds [0, 0, 2]"),
+    (lambda r: r["arms"]["gmts"].update(token_selection="entropy"), "arms.gmts.token_selection is 'entropy'"),
+    (lambda r: r.update(config_hash="0" * 64), "config_hash is 0000000000000000..."),
+])
+def test_seal_refuses_what_check_refuses_and_leaves_the_file_as_it_was(forge, reason):
+    """verify.file.seal runs the file-level checks (format, what the file says about itself) before it seals: a run
+    never ends with a sealed file that check.py refuses (tests forge such files with forge.sealed)."""
+    r = fake_results()
+    forge(r)
+    before = copy.deepcopy(r)
+    with pytest.raises(ResultsError, match=re.escape(reason)):
+        seal(r)
+    assert r == before
+
+
 def test_the_digest_claims_only_what_it_proves(capsys):
     for text in (check.__doc__, DIGEST_NOTE):
         assert "SHA-256" in text and "recompute" in text and "not" in text
@@ -338,7 +355,7 @@ def with_samples(results: dict, folder: Path, base_folder: Path | None = None, p
     question and gold answer record it (data.task_key is set so where absent); None: unrecorded (version 1), as
     files with keys over the question alone. An arm's texts open with its sweep's and cell's folders and its name, a base
     evaluation's with its seed (two runs write other texts: a sweep's check refuses two evaluations that share most of
-    theirs, cells.check_apart)."""
+    theirs, verify.cell.check_apart)."""
     import eval as evaluation
 
     if reward is not None:

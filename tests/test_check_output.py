@@ -12,6 +12,7 @@ import check
 from gmts_recipe import tables
 from gmts_recipe.sweep.report import render as render_sweep
 from gmts_recipe.tables import fit_table, fit_text, output_width
+from gmts_recipe.verify.provenance import provenance_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("results/*/sweep.json"))
@@ -122,9 +123,24 @@ def test_a_long_grid_shows_a_bar_on_a_terminal_and_nothing_in_a_pipe(tmp_path, m
 def test_an_evaluation_only_files_provenance_says_what_it_is_not_that_it_is_old():
     versions = {"python": "3.11.7", "torch": "2.13.0+cpu", "gpu": None, "gpus": 0}
     fresh = {"kind": "evaluation", "arms": {}, "versions": versions}
-    assert check.provenance_lines(fresh) == [
+    assert provenance_lines(fresh) == [
         "Provenance: the file records no commit, host or times; the file's versions: CPU; python 3.11.7, torch "
         "2.13.0+cpu."]
     old = {"arms": {"ets": {"eval": {}}}, "versions": {**versions, "gpu": "NVIDIA H200", "gpus": 1}}
-    assert check.provenance_lines(old) == [
+    assert provenance_lines(old) == [
         "Provenance: the arms record none; the file's versions: 1 x NVIDIA H200; python 3.11.7, torch 2.13.0+cpu."]
+
+
+def test_the_checks_are_listed_once_from_the_verify_levels(capsys):
+    """check.py --help and --checks print each level's CHECKS (gmts_recipe/verify/), and the README's block is that
+    output, docs/results.md's block (tests/test_readme.py holds every generated block to its command)."""
+    from gmts_recipe.verify import cell, file, provenance, sweep
+
+    assert check.main(["--checks"]) == 0
+    listed = " ".join(capsys.readouterr().out.split())
+    for level in (file, cell, sweep, provenance):
+        assert level.CHECKS and all(" ".join(c.split()) in listed for c in level.CHECKS), level.__name__
+    assert "<!-- BEGIN generated: python check.py --checks -->" in (Path(check.__file__).parent / "docs" / "results.md").read_text()
+    with pytest.raises(SystemExit):
+        check.main(["--help"])
+    assert " ".join(file.CHECKS[0].split()) in " ".join(capsys.readouterr().out.split())

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 
 from gmts_recipe import code_digest as cd
+from gmts_recipe.verify.provenance import code_note, provenance_lines
 
 
 def git(root, *args) -> str:
@@ -59,19 +60,18 @@ def test_check_names_the_commit_whose_code_ran(tmp_path):
     git(stale, "reset", "-q", "--soft", a)  # .git at A, the files C's
     assert git(stale, "rev-parse", "HEAD") == a and git(stale, "status", "--porcelain")
     recorded = {"commit": a, "dirty": True, "code_digest": cd.code_digest(stale)}
-    assert cd.code_note(recorded, tmp_path) == f"code of commit {b[:10]}"
-    assert cd.code_note({**recorded, "commit": c}, tmp_path) == "code as committed"
-    assert cd.code_note({"commit": a}, tmp_path) == ""  # a run from before the digest: nothing claimed
-    assert cd.code_note({**recorded, "code_digest": "0" * 64}, tmp_path) == "code of no commit in this history"
-    assert cd.code_note(recorded, stale) == "code of no commit in this history"  # the stale history lacks B
+    assert code_note(recorded, tmp_path) == f"code of commit {b[:10]}"
+    assert code_note({**recorded, "commit": c}, tmp_path) == "code as committed"
+    assert code_note({"commit": a}, tmp_path) == ""  # a run from before the digest: nothing claimed
+    assert code_note({**recorded, "code_digest": "0" * 64}, tmp_path) == "code of no commit in this history"
+    assert code_note(recorded, stale) == "code of no commit in this history"  # the stale history lacks B
     shutil.rmtree(stale)
 
 
 def test_a_run_records_the_digest_and_check_prints_its_commit(monkeypatch, tmp_path):
     """provenance() records the checkout's digest; check.py's lines name the code's commit beside the recorded one."""
-    import check
     from gmts_recipe.run_setup import provenance
-    from gmts_recipe.sweep.report import cell_origin
+    from gmts_recipe.verify.provenance import cell_origin
 
     assert provenance(0.0, 1.0, 1, {}, "cpu")["code_digest"] == cd.code_digest()
     a, b, c = project(tmp_path)
@@ -81,7 +81,7 @@ def test_a_run_records_the_digest_and_check_prints_its_commit(monkeypatch, tmp_p
     results = {"arms": {"ets": {"provenance": stale}, "gmts": {"provenance": stale}}}
     assert cell_origin(results) == f"{b[:7]} (recorded {a[:7]}), NVIDIA H100 80GB HBM3"
     assert f"commit {a[:12]} (uncommitted changes: README.md) [code of commit {b[:10]}]" in "\n".join(
-        check.provenance_lines(results))
+        provenance_lines(results))
     clean = {**stale, "commit": c}
     h100 = "NVIDIA H100 80GB HBM3"
     assert cell_origin({"arms": {"ets": {"provenance": clean}}}) == f"{c[:7]} (code as committed), {h100}"

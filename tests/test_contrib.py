@@ -16,8 +16,7 @@ import pytest
 
 import sweep
 from gmts_recipe.code_digest import code_digest
-from gmts_recipe.records import load
-from gmts_recipe.samples import verify
+from gmts_recipe.verify.file import load, verify
 from gmts_recipe.sweep import claims, pace
 from gmts_recipe.sweep.grid import SweepError, load_grid
 from test_check import with_samples

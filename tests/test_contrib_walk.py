@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 import sweep
-from gmts_recipe.records import load, read_samples, seal, write_results
-from gmts_recipe.samples import verify, write_samples
+from forge import sealed
+from gmts_recipe.records import read_samples, write_results
+from gmts_recipe.samples import write_samples
 from gmts_recipe.stats import hack_scan, pass_at_1
 from gmts_recipe.sweep import claims
 from gmts_recipe.sweep.grid import load_grid
+from gmts_recipe.verify.file import load, seal, verify
 from tiny import write_tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,7 +137,8 @@ def on_another_card(cell: Path) -> None:
     results = load(cell / "results.json")
     for entry in results["arms"].values():
         entry["provenance"]["gpu"], entry["provenance"]["gpus"] = "NVIDIA A100-SXM4-80GB", 1
-    write_results(cell / "results.json", seal({k: v for k, v in results.items() if k not in ("summary", "digest")}))
+    unsealed = {k: v for k, v in results.items() if k not in ("summary", "digest")}
+    write_results(cell / "results.json", sealed(unsealed))
 
 
 @pytest.mark.slow

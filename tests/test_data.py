@@ -80,7 +80,7 @@ def test_the_pinned_gsm8k_test_split_is_the_original_releases():
     import json
     from pathlib import Path
 
-    from gmts_recipe.heldout import pinned_gsm8k
+    from gmts_recipe.verify.file import pinned_gsm8k
 
     root = Path(__file__).resolve().parent.parent
     texts = [p.read_text() for p in root.glob("results/*/*/results.json")]

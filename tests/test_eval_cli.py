@@ -8,8 +8,10 @@ import pytest
 
 import check
 import eval as evaluation
+from forge import sealed
 from gmts_recipe import run_setup
-from gmts_recipe.records import load, read_samples, seal
+from gmts_recipe.records import read_samples
+from gmts_recipe.verify.file import load
 from gmts_recipe.samples import write_samples
 from gmts_recipe.stats import pass_at_1
 import recipe
@@ -96,7 +98,7 @@ def test_an_adapter_is_evaluated_on_its_base_and_a_tampered_file_is_refused(tiny
     ev["records"] = [{"task": r["task"], "hash": r["hash"], "scores": r["scores"],
                       "lengths": [len(t) for t in r["samples"]]} for r in lines]
     ev["pass@1"] = pass_at_1(ev["records"])
-    write_results(out, seal(forged))
+    write_results(out, sealed(forged))
     assert check.main([str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sample 0: scored" in err and "by the reward now" in err
@@ -215,7 +217,7 @@ def test_an_evaluation_file_with_trained_arms_is_refused(tiny_config, tmp_path, 
     results = load(out)
     ev = results["base"]["evals"][0]
     results["arms"] = {"gmts": {"eval": dict(ev), "train_log": [], "learning_rate": 1e-3, "token_selection": "gmts"}}
-    write_results(out, seal(results))
+    write_results(out, sealed(results))
     capsys.readouterr()
     assert check.main([str(out)]) == 2
     assert "holds trained arms: gmts" in capsys.readouterr().err

@@ -21,7 +21,8 @@ from gmts_recipe.sweep import local
 from gmts_recipe.sweep.grid import SweepError, cell_command, jobs, load_grid
 from gmts_recipe.sweep.report import render, write_summary
 from gmts_recipe.sequential.looks import continued_test, sequential_test
-from gmts_recipe.sweep.summary import continued_summary, summarize, verify
+from gmts_recipe.sweep.summary import continued_summary, summarize
+from gmts_recipe.verify.sweep import verify
 from test_sweep import fake_cell, sequential_trees
 from tiny import write_tiny_config
 

@@ -10,7 +10,7 @@ unknown, or recorded where the format records none; samples stripped from a file
 the recipe does not know; a plain-GRPO arm logging selective kept fractions; a training log beyond max_steps or above
 the arm's learning rate; a merge entry naming an arm the file lacks; per-task records slipped into a format-2 file.
 
-Still possible, asserted here so that closing one shows (check.py's docstring lists them): a relabel of two arms done
+Still possible, asserted here so that closing one shows (docs/results.md lists them): a relabel of two arms done
 in full (entries, rules and samples file names swapped together); base evaluations dropped with the config's
 base_eval_seeds edited to match; training curves edited (read as recorded); samples stripped from a file of the first
 format that kept them (nothing in such a file tells it from one written before samples: --allow-unsampled passes it,
@@ -29,10 +29,12 @@ from pathlib import Path
 import pytest
 
 from forge import passes, refused, reseal, sealed
-from gmts_recipe.records import config_hash, current_record, digest, load, seal, write_results
+from gmts_recipe.records import config_hash, current_record, digest, write_results
+from gmts_recipe.verify.file import load, seal
 from gmts_recipe.records import evaluations
 from gmts_recipe.samples import samples_bytes, write_samples
 from gmts_recipe.stats import pass_at_1
+
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "results" / "quickstart-cpu"
@@ -40,7 +42,8 @@ COMMITTED = ROOT / "results" / "quickstart-cpu"
 
 def committed_copy(tmp_path: Path, fmt: int) -> Path:
     """results/quickstart-cpu with its samples files in <tmp>/results/ (the base's in base-evals/, as committed): as
-    committed (format 1), or as recipe.py writes the same run today (format 2: records.seal, records.write_results)."""
+    committed (format 1), or as recipe.py writes the same run today (format 2: verify.file.seal,
+    records.write_results)."""
     run = tmp_path / "results" / "quickstart-cpu"
     shutil.copytree(COMMITTED, run)
     results = json.loads((COMMITTED / "results.json").read_text())
@@ -49,7 +52,7 @@ def committed_copy(tmp_path: Path, fmt: int) -> Path:
         source = (COMMITTED / ev["samples"]["path"]).resolve()
         shutil.copy(source, tmp_path / "results" / "base-evals" / source.name)
     if fmt == 2:
-        write_results(run / "results.json", seal(load(run / "results.json")))
+        write_results(run / "results.json", sealed(load(run / "results.json")))
         assert "records" not in json.loads((run / "results.json").read_text())["arms"]["gmts"]["eval"]
     return run / "results.json"
 
@@ -293,7 +296,7 @@ def test_hack_scan_counts_as_it_always_did():
         assert (scan["upper_fraction"], scan["repetition"]) == counted(texts), texts
 
 
-# ---------------------------------------------------------------- still possible (check.py's docstring lists them)
+# ---------------------------------------------------------------- still possible (docs/results.md lists them)
 def test_still_possible_a_full_relabel_of_two_arms(committed, capsys):
     """Entries, rules and samples file names all swapped: nothing in the file tells which rule produced which
     records (the training logs' selection metrics differ in kind, but check.py reads them as recorded)."""

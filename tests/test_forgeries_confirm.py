@@ -20,7 +20,8 @@ import pytest
 
 import check
 from forge import refused, reseal, reseal_summary, sealed
-from gmts_recipe.records import config_hash, evaluations, load, read_samples, write_json, write_results
+from gmts_recipe.records import config_hash, evaluations, read_samples, write_json, write_results
+from gmts_recipe.verify.file import load
 from gmts_recipe.samples import write_samples
 from gmts_recipe.stats import pass_at_1
 from gmts_recipe.sweep import summary as sweep_summary

@@ -8,7 +8,7 @@ the same texts compressed again in another order, or with one newline added: a n
 a trained arm, a copy between two arms whose logs claim no learning signal while their losses and gradients show
 training, a cell copied under another seed into a new sweep of the same results folder, and a cell of the continued
 test forged from one of the confirmatory test's: an evaluation belongs to one cell across every sweep, whole or
-nearly (gmts_recipe.sweep.cells.check_apart).
+nearly (gmts_recipe.verify.cell.check_apart).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from gmts_recipe.samples import write_samples
 from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep import summary as sweep_summary
 from gmts_recipe.sweep.grid import SweepError, load_grid
+from gmts_recipe.verify.sweep import verify as verify_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 PILOT = ROOT / "results" / "coupled"
@@ -100,7 +101,7 @@ def pilot(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(ROOT)  # the grid names its config by a path in the repository
     path = pilot_copy(tmp_path / "results")
     if not _COPY_VERIFIED:
-        sweep_summary.verify(path)  # the copy as committed: every evaluation its own cell's
+        verify_sweep(path)  # the copy as committed: every evaluation its own cell's
         _COPY_VERIFIED.append(True)
     return path
 
@@ -141,9 +142,9 @@ def copy_evaluation(pilot: Path, monkeypatch, reorder: bool = False, newline: bo
     write_json(path, sealed(raw, 1))
     with monkeypatch.context() as unchecked:  # the summary as a forger writes it, the new check left out
         if newline:
-            unchecked.setattr("gmts_recipe.sweep.cells.near_copies", lambda *checked: None)
+            unchecked.setattr("gmts_recipe.verify.cell.near_copies", lambda *checked: None)
         else:
-            unchecked.setattr("gmts_recipe.sweep.cells.check_apart", lambda evaluations: None)
+            unchecked.setattr("gmts_recipe.verify.cell.check_apart", lambda evaluations: None)
         write_summary(pilot)
     return best, worst
 
@@ -199,7 +200,7 @@ def test_the_base_texts_filed_as_a_trained_arm_are_refused(pilot, capsys, monkey
                                                                        "sha256": sha}}
     write_json(cell / "results.json", sealed(raw, 1))
     with monkeypatch.context() as unchecked:  # the summary as a forger writes it, the new check left out
-        unchecked.setattr("gmts_recipe.sweep.cells.check_apart", lambda evaluations: None)
+        unchecked.setattr("gmts_recipe.verify.cell.check_apart", lambda evaluations: None)
         write_summary(pilot)
     refused(pilot, capsys, f"coupled/{worst} arms.gmts.eval holds the evaluation of coupled/", " base.evals[0] (",
             "an evaluation belongs to one cell")
@@ -220,7 +221,7 @@ def test_a_copy_between_arms_that_claim_no_learning_signal_is_refused(pilot, cap
         assert no_learning_signal(raw["arms"]["gmts"]["train_log"]) is None  # its grad norms and losses say it trained
         write_json(path, sealed(raw, 1))
     with monkeypatch.context() as unchecked:
-        unchecked.setattr("gmts_recipe.sweep.cells.check_apart", lambda evaluations: None)
+        unchecked.setattr("gmts_recipe.verify.cell.check_apart", lambda evaluations: None)
         write_summary(pilot)
     refused(pilot, capsys, f"coupled/{worst} arms.gmts.eval holds the evaluation of coupled/{best} arms.gmts.eval "
                            "(its samples file, SHA-256", "an evaluation belongs to one cell")
@@ -233,7 +234,7 @@ def test_a_cell_copied_into_another_sweep_under_another_seed_is_refused(tmp_path
     monkeypatch.chdir(ROOT)
     results = tmp_path / "results"
     copied = pilot_copy(results, "more-seeds", seeds={105: 300, 108: 301})
-    sweep_summary.verify(copied)  # no sweep beside it: nothing to compare
+    verify_sweep(copied)  # no sweep beside it: nothing to compare
     pilot_copy(results)
     refused(copied, capsys, "more-seeds/coupled-lr0.0001-s300 arms.", "holds the evaluation of "
                                                                      "coupled/coupled-lr0.0001-s105 arms.",
@@ -262,7 +263,8 @@ def test_an_extension_cell_forged_from_a_confirmatory_cell_is_refused(tmp_path, 
     its training log seed 232's; re-sealed, the summary written by the recipe's code. Every check but the one of near
     copies lets it through (the summary is written with only that one left out); check.py, reading the confirmatory
     sweep beside it, refuses it in one line naming both cells."""
-    from gmts_recipe.records import read_results, records_from_samples, write_results
+    from gmts_recipe.records import records_from_samples, write_results
+    from gmts_recipe.verify.file import read_results
     from gmts_recipe.stats import pass_at_1
 
     monkeypatch.chdir(ROOT)
@@ -291,7 +293,7 @@ def test_an_extension_cell_forged_from_a_confirmatory_cell_is_refused(tmp_path, 
         entry["train_log"] = source["arms"][arm]["train_log"]
     write_results(cell / "results.json", sealed(raw))
     with monkeypatch.context() as unchecked:  # the summary as a forger writes it, the check of near copies left out
-        unchecked.setattr("gmts_recipe.sweep.cells.near_copies", lambda *checked: None)
+        unchecked.setattr("gmts_recipe.verify.cell.near_copies", lambda *checked: None)
         write_summary(extension)
     assert 307 in json.loads(extension.read_text())["sequential"]["seeds_done"]  # counted towards look 1
     err = refused(extension, capsys, "confirm-extension/coupled-lr0.0001-s307 arms.", " texts of "
@@ -314,7 +316,7 @@ def test_which_evaluations_may_share_texts():
     may match another arm of its cell, and, where its train log shows no learning signal (as in a tiny run), its own
     cell's base and another such arm; never a trained arm's base, an evaluation of another cell, nor a base evaluation
     other than its own cell's."""
-    from gmts_recipe.sweep.cells import check_apart, evaluations_of
+    from gmts_recipe.verify.cell import check_apart, evaluations_of
 
     def cell(sweep, name, base_keys, arm_keys, eval_hash="h", model="m", base_seed=0, untrained=""):
         """`untrained`: the arms (by name, space-separated) whose train log is NO_SIGNAL."""
@@ -399,7 +401,7 @@ def test_a_math_runs_heldout_tasks_are_its_seeded_split():
     """MATH's held-out tasks recomputed without its files at hand, from the held-out set's size, task_seed and
     n_heldout (0: all of them), as math_data.split chooses them; one dropped is refused."""
     from gmts_recipe import math_data
-    from gmts_recipe.heldout import check_heldout, seeded_heldout
+    from gmts_recipe.verify.file import check_heldout, seeded_heldout
     from gmts_recipe.records import ResultsError
 
     chosen = math_data.heldout_indices(500, 100, 17)
@@ -457,7 +459,7 @@ def test_allow_unsampled_is_refused_for_a_planned_sweep(tmp_path, capsys, monkey
     for seed in (1, 2, 3, 4):
         fake_cell(tmp_path / "results" / "first", f"paper-lr0.0001-s{seed}", {"ets": 0.3, "gmts": 0.7}, seed=seed)
     path = report_summary(load_grid(grid_path), grid_path)
-    assert sweep_summary.verify(path)["primary"]["decision"] == "reproduced"  # the forged result
+    assert verify_sweep(path)["primary"]["decision"] == "reproduced"  # the forged result
     refused(path, capsys, "base eval 0 keeps no samples, so its scores cannot be re-scored")
     assert check.main([str(path), "--allow-unsampled"]) == 2
     err = capsys.readouterr().err.strip()

@@ -12,8 +12,9 @@ import pytest
 
 import check
 from gmts_recipe.data import TASK_KEYS
-from gmts_recipe.records import (FORMATS, MOVED_TO_ARMS, SCHEMA, config_hash, current_record, evaluation_fields, load,
-                                 seal, write_results)
+from gmts_recipe.records import (FORMATS, MOVED_TO_ARMS, SCHEMA, config_hash, current_record, evaluation_fields,
+                                 write_results)
+from gmts_recipe.verify.file import load, seal
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,9 +14,10 @@ import check
 import eval as evaluation
 import recipe
 from gmts_recipe import recipe_config, tables
-from gmts_recipe.heldout import seeded_heldout
 from gmts_recipe.speed_options import CUDA_ONLY, EAGER_STEP, options_that_ran
 from gmts_recipe.stats import no_learning_signal
+from gmts_recipe.verify.file import seeded_heldout
+from gmts_recipe.verify.provenance import provenance_text
 from results_files import rehash, seal_format_1
 from test_check import fake_results, run_dir, unwrapped, write
 
@@ -92,7 +93,7 @@ def test_no_learning_signal_says_why_an_arm_never_moved():
 def test_no_learning_signal_needs_no_gradient_and_no_loss_at_every_step(edit):
     """A log whose every step claims all rollouts scored alike (frac_reward_zero_std 1) while one step's grad norm or
     loss says it trained, or that does not log them, shows no lack of signal: the three agree at every step or the arm
-    trained (cells.check_apart lets only such arms sample alike)."""
+    trained (verify.cell.check_apart lets only such arms sample alike)."""
     log = _log([0.25, 0.5, 0.5])
     assert "scored alike" in no_learning_signal(log)
     log[1] = {key: value for key, value in {**log[1], **edit}.items() if value is not None}
@@ -158,7 +159,7 @@ def test_a_cpu_runs_provenance_lists_what_ran_not_the_configs_gpu_options():
     assert not any(ran[k] for k in CUDA_ONLY) and ran["generation_decode_loop"] == EAGER_STEP
     assert ran["generation_merge_adapter"] and ran["generation_grouped_attention"]  # these run on a CPU too
     assert options_that_ran(options, "cuda") == options
-    line = check._provenance_text({"commit": "abc", "options": ran})
+    line = provenance_text({"commit": "abc", "options": ran})
     assert "generation_compile" not in line and "cudnn" not in line and "generation_decode_loop=compiled_step (eager)" \
         in line
 

@@ -13,10 +13,11 @@ import pytest
 import check
 import eval as evaluation
 import recipe
-from gmts_recipe import heldout, math_data
+from gmts_recipe import math_data
 from gmts_recipe.rewards_math import REWARD_NAME
 from math_like import write_math_like
-from gmts_recipe.records import load, read_samples
+from gmts_recipe.records import read_samples
+from gmts_recipe.verify.file import load
 from test_check import unwrapped
 from tiny import save_tiny_model
 
@@ -133,7 +134,8 @@ def test_a_math_runs_rewritten_gold_is_refused_against_the_data(run, tmp_path, c
     MATH-500's."""
     import shutil
 
-    from gmts_recipe.records import current_record, seal, write_results
+    from gmts_recipe.records import current_record, write_results
+    from gmts_recipe.verify.file import seal
     from gmts_recipe.samples import write_samples
     from gmts_recipe.rewards import sample_scores
 
@@ -165,7 +167,6 @@ def test_check_without_the_data_says_what_it_did_not_compare(run, monkeypatch, c
     assert check.main([str(runs / "math" / "results.json")]) == 0
     assert "not compared with a dataset: MATH's files are not at hand (check.py --math_path DIR" in \
         unwrapped(capsys.readouterr().out)
-    assert heldout.MATH_PATH is None
 
 
 def test_eval_task_math_writes_math500_and_minerva_apart(tiny, tmp_path, capsys):

@@ -3,14 +3,15 @@
 import copy
 
 import pytest
+from forge import sealed
 from test_check import fake_results
 
 from gmts_recipe import plots
-from gmts_recipe.records import seal
 
 
 def with_arms(arms: tuple[str, ...]) -> dict:
-    """A sealed results dict holding exactly these trained arms (grpo borrows ETS's records)."""
+    """A sealed results dict holding exactly these trained arms (grpo borrows ETS's records, so the file is sealed as a
+    forger would: verify.file.seal refuses an entry filed under another arm)."""
     r = fake_results(shift=0.3)
     r["config"].update(task="arithmetic", difficulty=0)
     r["data"]["task"] = "arithmetic"  # what the run recorded; the title reads it first
@@ -20,7 +21,7 @@ def with_arms(arms: tuple[str, ...]) -> dict:
                                       "selection/kept_fraction": 0.2001 + 0.0004 * (s % 2) + i * 1e-5}
                                      for s in range(1, 6)]
     r["arms"] = {a: trained[a] for a in arms}
-    return seal(r)
+    return sealed(r)
 
 
 def _texts(ax) -> str:

@@ -253,7 +253,7 @@ def test_no_line_outside_generated_blocks_is_longer_than_160_characters(page):
 def test_the_quick_start_on_a_gpu_quotes_the_two_runs_as_committed():
     """The prose beside the GPU run's table quotes the CPU run's numbers (in the README's generated table): they are
     the committed files', so a rerun of either changes the test, not a stale sentence."""
-    from gmts_recipe.records import load
+    from gmts_recipe.verify.file import load
 
     section = TEXT["docs/results.md"].split("### The Quick start on a GPU", 1)[1].split("\n## ", 1)[0]
     prose = " ".join(section.split("<!-- END generated -->", 1)[1].split())

@@ -12,8 +12,8 @@ import check
 from gmts_recipe.arms import arm_named
 from gmts_recipe.rewards import REWARD_VERSION
 from gmts_recipe.speed_options import options_that_ran
-from gmts_recipe.records import evaluations, load, read_samples
-from gmts_recipe.samples import verify
+from gmts_recipe.records import evaluations, read_samples
+from gmts_recipe.verify.file import load, verify
 from gmts_recipe.tables import render
 import recipe
 from results_files import seal_format_1
@@ -677,7 +677,7 @@ import json, sys
 import user_rules
 import check
 from gmts_recipe import plots
-from gmts_recipe.records import load
+from gmts_recipe.verify.file import load
 
 path = sys.argv[1]
 code = check.main([path])

@@ -11,7 +11,7 @@ from test_recipe import run, tiny_config  # noqa: F401 - the fixture
 from test_decode_loop import sharpen
 from tiny import CHAT_TEMPLATE, tiny_model, tiny_tokenizer
 
-from gmts_recipe.records import load
+from gmts_recipe.verify.file import load
 from gmts_recipe.speed_options import SpeedOptions
 
 import eval as evaluation

@@ -10,7 +10,7 @@ import pytest
 
 import recipe
 from gmts_recipe import run_setup
-from gmts_recipe.records import load
+from gmts_recipe.verify.file import load
 from tiny import write_tiny_config
 
 

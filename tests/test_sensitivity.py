@@ -18,7 +18,8 @@ from gmts_recipe.sweep.grid import load_grid
 from gmts_recipe.sequential.report import sensitivity_line
 from gmts_recipe.sequential.looks import cell_facts
 from gmts_recipe.sweep.report import render, write_summary
-from gmts_recipe.sweep.summary import continued_summary, summarize, verify
+from gmts_recipe.sweep.summary import continued_summary, summarize
+from gmts_recipe.verify.sweep import verify
 from gmts_recipe.stats import seed_t_interval
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,7 +228,7 @@ def test_versions_read_unrecorded_where_a_file_has_none():
 
 
 def test_a_committed_old_cell_reads_its_card_and_versions_with_cuda_unrecorded():
-    from gmts_recipe.records import load
+    from gmts_recipe.verify.file import load
 
     facts = cell_facts(load(ROOT / "results/confirm/coupled-lr0.0001-s200/results.json"))
     assert facts["card"] == "H200" and facts["commit"] == "unrecorded"

@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 
 import sweep
-from gmts_recipe.samples import verify as verify_results
-from gmts_recipe.sweep.cells import Recorded, check_together, recorded
+from gmts_recipe.verify.file import verify as verify_results
+from gmts_recipe.verify.cell import Recorded, check_together, recorded
 from gmts_recipe.sweep.grid import Cell, SweepError, by_cell, cell_command, jobs, load_grid
 from gmts_recipe.sweep.local import expand_workers, mps_running, parse_gpus, run, shares_gpus
 from gmts_recipe.sweep.merge import merge
 from gmts_recipe.sweep.ray_tasks import CellFailed
 from gmts_recipe.sweep.report import FEW_SEEDS, render, secondary_line, write_summary
 from gmts_recipe.sweep.schedule import TIMING, arms_that_fit, recorded_pace, seconds_per_arm, time_left
-from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, continued_summary, summarize, training_reward_fell, verify
+from gmts_recipe.sweep.summary import CLAIMED, MAX_SEEDS, continued_summary, summarize, training_reward_fell
+from gmts_recipe.verify.sweep import verify
 from gmts_recipe.arms import arm_named
 from results_files import rehash, seal_format_1
 
@@ -542,7 +543,7 @@ def files(root: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def test_merge_adds_the_incoming_arms_and_the_file_verifies(tmp_path, capsys):
-    from gmts_recipe.records import load
+    from gmts_recipe.verify.file import load
 
     grid_path, local, incoming = trees(tmp_path)
     assert sweep.main([str(grid_path), "--merge", str(incoming)]) == 0
@@ -570,7 +571,7 @@ def test_merge_adds_the_incoming_arms_and_the_file_verifies(tmp_path, capsys):
 
 
 def test_merge_pairs_a_recomputed_base_with_the_shared_cache_and_records_it(tmp_path, capsys):
-    from gmts_recipe.records import load
+    from gmts_recipe.verify.file import load
 
     grid_path, local, incoming = trees(tmp_path)
     replaced = [e["pass@1"] for e in base_evals(7)]
@@ -699,7 +700,7 @@ def test_a_cell_from_before_gradient_checkpointing_moved_merges_and_pools_with_a
         "ets": {"gradient_checkpointing": True}, "gmts": {"gradient_checkpointing": False}}
     grid = load_grid(grid_path)
     cells = {c.name: c for c in grid.cells()}
-    old_style = current_record(old_style)  # as records.load reads it
+    old_style = current_record(old_style)  # as verify.file.load reads it
     check_together([recorded(cells["paper-lr0.0001-s1"], merged),
                           recorded(cells["paper-lr0.0002-s1"], old_style)])  # today's and an old-style cell
     with pytest.raises(SweepError, match="records gradient_checkpointing = True where"):
@@ -1500,7 +1501,7 @@ def test_a_variant_lever_an_arm_ran_without_is_refused(per_arm, message):
 def test_check_py_says_each_cells_commit_and_card_grouped():
     """Each arm's provenance (commit, uncommitted changes, card), else the file's card; cells of one origin are one
     line with their seeds as spans; a cell whose arms ran apart on two cards names them."""
-    from gmts_recipe.sweep.report import cell_origin, origin_lines
+    from gmts_recipe.verify.provenance import cell_origin, origin_lines
 
     def cell(*arms):
         return {"versions": {"gpu": "NVIDIA H200"},

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gmts_recipe.records import load
+from gmts_recipe.verify.file import load
 from gmts_recipe.sweep.grid import cell_command
 from gmts_recipe.sweep.ray_tasks import ray_init_kwargs
-from gmts_recipe.sweep.summary import verify
+from gmts_recipe.verify.sweep import verify
 import sweep
 from test_sweep import write_grid
 

@@ -11,7 +11,8 @@ from trl import ModelConfig
 
 import recipe
 from gmts_recipe.recipe_config import RecipeArgs
-from gmts_recipe.value_checks import NEGATIVE_MEANS, RANGES, check_values, load_unique_yaml, scalar_fields
+from gmts_recipe.records import load_unique_yaml
+from gmts_recipe.value_checks import NEGATIVE_MEANS, RANGES, check_values, scalar_fields
 from gmts_trainer import GMTSConfig
 from tiny import write_tiny_config
 

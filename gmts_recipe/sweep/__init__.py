@@ -4,13 +4,12 @@
 - schedule: logs/timing.jsonl and the pace and time left read from it;
 - local: the local pool of workers (run);
 - ray_tasks: the cells as Ray tasks (run_ray);
-- cells: which cell a results file is (recorded, check_together);
 - merge: cells run on another machine brought in (--merge);
 - claims: who runs which seeds (--claim, --who);
 - archive: the cells a machine ran in one file (--pack), checked whole before they are merged (--merge ARCHIVE);
 - intake: what an incoming cell must show (check.py's check, the plan's settings, code, cards and claims);
 - pace: the time per card to a machine's first seed and each seed after it, from the timing logs;
-- summary: every number of the sweep from its cells (summarize, verify);
+- summary: every number of the sweep from its cells (summarize; gmts_recipe/verify/sweep.py verifies it);
 - report: the tables and figures of a summary (render, plot, write_summary).
 
 A sequential plan's own parts (its statistics, failures, cards, sensitivity comparison) are gmts_recipe.sequential's.

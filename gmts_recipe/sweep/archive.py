@@ -24,7 +24,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from gmts_recipe.records import ResultsError, load
+from gmts_recipe.records import ResultsError
+from gmts_recipe.verify.file import load
 from gmts_recipe.samples import evaluations, samples_path
 from gmts_recipe.sweep import intake
 from gmts_recipe.sweep.claims import check_who, seed_span, stamp
@@ -51,7 +52,7 @@ def uncommitted(folder: Path) -> set[str] | None:
 
 
 def cells_to_pack(grid: Grid) -> tuple[list[tuple[Cell, dict]], list[str]]:
-    """(the cells this machine ran, whole, each with its results as records.load gives them; a line per cell left
+    """(the cells this machine ran, whole, each with its results as verify.file.load gives them; a line per cell left
     out)."""
     folder = Path(grid.results_dir) / grid.name
     changed = uncommitted(folder)

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from gmts_recipe.arms import short_name
-from gmts_recipe.records import read_results
+from gmts_recipe.verify.file import read_results
 
 
 LOG_START = re.compile(r"^=== (\d{4})-(\d\d-\d\d \d\d:\d\d)", re.M)  # a process's first line in a cell's log

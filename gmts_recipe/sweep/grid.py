@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
-from gmts_recipe.records import ResultsError, load, read_yaml_mapping
+from gmts_recipe.records import ResultsError, read_yaml_mapping
+from gmts_recipe.verify.file import load
 from gmts_recipe.sweep import SweepError  # importable from here, as before
 from gmts_recipe.sequential import failures  # a sequential plan's failed cells: what `jobs` runs again
 from gmts_recipe.user_rules import RULES_HINT  # said beside an unknown arm

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from gmts_recipe.code_digest import code_commit, commit_with_code
 from gmts_recipe.records import ResultsError, config_hash
-from gmts_recipe.samples import verify
 from gmts_recipe.sequential.cards import recorded_cards
-from gmts_recipe.sweep.cells import recorded
 from gmts_recipe.sweep.claims import Claim, foreign, read_claims, stamp
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError
+from gmts_recipe.verify.cell import recorded
+from gmts_recipe.verify.file import verify
 from gmts_recipe.verify.plan import card_problem, repository
 
 SKIPPED = ("logs", "base-evals", "claims")  # folders of a sweep folder that are not cells

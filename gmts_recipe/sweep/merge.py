@@ -10,12 +10,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gmts_recipe.records import (ResultsError, config_hash, current_evaluations, load, read_results, seal, task_scores,
-                                  write_results)
-from gmts_recipe.samples import check_samples, evaluations, samples_path
-from gmts_recipe.sweep.cells import check_together, recorded
+from gmts_recipe.records import ResultsError, config_hash, current_evaluations, write_results
+from gmts_recipe.samples import evaluations, samples_path
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError
 from gmts_recipe.sweep.schedule import TIMING
+from gmts_recipe.verify.cell import check_together, paired_base, recorded, same_base
+from gmts_recipe.verify.file import check_samples, load, read_results, seal
 
 
 @dataclass
@@ -48,7 +48,7 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
         tree = {cell: merged[cell] if cell in merged else read_results(root / cell.name / "results.json")
                 for cell in grid.cells() if cell in merged or (root / cell.name / "results.json").is_file()}
         check_together([recorded(cell, results, grid.name) for cell, results in tree.items()])
-        _same_base(tree, {m.cell for m in plans if m.cache})
+        same_base(tree, {m.cell for m in plans if m.cache})
     except (SweepError, ResultsError) as e:
         raise SweepError(f"--merge: {e}") from None
     return plans
@@ -92,57 +92,11 @@ def _record(cache: dict) -> dict:
     return {k: cache.get(k) for k in ("eval_hash", "eval_config")}
 
 
-def _same_base(tree: dict[Cell, dict], brought: set[Cell]) -> None:
-    """A cell paired with a base brought in (another evaluation hash) holds, task by task, the base evaluations every
-    other cell of the tree holds (their per-task scores, as sweep.summary's rule compares them): a base evaluated
-    again with the same texts (the held-out tasks keyed anew, another device) joins the sweep; another base does not,
-    and is refused here rather than by the next --summarize."""
-    if not brought:
-        return
-    scores = {cell: json.dumps([sorted(task_scores(ev, f"{cell.name} base").items()) for ev in r["base"]["evals"]])
-              for cell, r in tree.items()}
-    for cell in sorted(brought, key=lambda c: c.name):
-        other = next((c for c in tree if scores[c] != scores[cell]), None)
-        if other is not None:
-            raise SweepError(f"{cell.name}: its base (evaluation hash {tree[cell]['base']['eval_hash'][:12]}, brought "
-                             f"in) differs task by task from the base of {other.name} (hash "
-                             f"{str(tree[other]['base'].get('eval_hash'))[:12]}): the cells of a sweep share one base "
-                             f"evaluation; nothing merged")
-
-
 def _cache(path: Path) -> dict:
     """A base-evaluation cache (recipe.py's base-evals/<eval hash>.json) with its evaluations as records.current_record
     holds a file's: comparable with the base of a loaded cell."""
     cache = json.loads(path.read_text(encoding="utf-8"))
     return {**cache, "evals": current_evaluations(cache["evals"], path.parent.parent / "cell")}
-
-
-def _paired_base(new: dict, old: dict | None, key: str, caches: dict[str, dict],
-                 offered: dict[str, tuple[Path, dict]] | None, root: Path, incoming: Path,
-                 refuse) -> tuple[list, str, tuple[Path, dict] | None]:
-    """_merge_cell's base: the incoming cell held against the local one (config, held-out tasks, eval hash) and paired
-    with the shared cache of its hash, local or offered by the incoming tree; returns the base evaluations kept,
-    where they come from, and the offered record brought in (None: none)."""
-    if old is not None and old["config_hash"] != new["config_hash"]:
-        raise refuse(f"config_hash {new['config_hash'][:12]} differs from the local cell's {old['config_hash'][:12]}")
-    if old is not None and old.get("data", {}).get("heldout") != new.get("data", {}).get("heldout"):
-        raise refuse("held-out tasks differ from the local cell's")
-    if old is not None and old["base"]["eval_hash"] != key:
-        raise refuse(f"base eval hash {key[:12]} differs from the local cell's {old['base']['eval_hash'][:12]}")
-    brought = (offered or {}).get(key) if key not in caches else None
-    if caches and key not in caches and brought is None:
-        raise refuse(f"base eval hash {key[:12]} is not the local shared cache's "
-                     f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'}), nor one "
-                     f"{incoming / 'base-evals'} holds")
-    cache, shared = (brought[1], "incoming shared cache") if brought is not None else (caches.get(key), "shared cache")
-    if cache is not None and cache["eval_config"]["heldout"] != new.get("data", {}).get("heldout"):
-        raise refuse(f"held-out tasks differ from the {'incoming' if brought else 'local'} shared cache's")
-    kept, source = ((cache["evals"], shared) if cache is not None else
-                    (old["base"]["evals"], "local cell") if old is not None else (new["base"]["evals"], "incoming"))
-    if old is not None and old["base"]["evals"] != kept:
-        raise refuse(f"the local cell's base differs from the {'incoming' if brought else 'local'} shared cache; "
-                     f"merging would rewrite a local result")
-    return kept, source, brought
 
 
 def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict], whole: list[str] | None = None,
@@ -169,7 +123,7 @@ def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict],
     except SweepError as e:
         raise SweepError(f"--merge: {e}") from None
     key = new["base"]["eval_hash"]
-    kept, source, brought = _paired_base(new, old, key, caches, offered, root, incoming, refuse)
+    kept, source, brought = paired_base(new, old, key, caches, offered, root, incoming, refuse)
     arms = dict(old["arms"]) if old is not None else {}
     for arm, entry in new["arms"].items():
         if arm in arms and arms[arm] != entry:
@@ -231,8 +185,8 @@ def _timing_lines(incoming: Path, cell: Cell, local: Path) -> list[str]:
 
 def _merge_samples(merged: dict, incoming: Path, local: Path, refuse) -> list[tuple[Path, Path]]:
     """The samples files the merged cell names (samples.samples_path: the arms' in the cell's folder, the base's in the
-    shared base-evals folder), each verified (SHA-256, records, re-scored: samples.check_samples) where it will be read:
-    here if a file of that name is here, else in the incoming tree, from which it is to be copied. A merged cell
+    shared base-evals folder), each verified (SHA-256, records, re-scored: verify.file.check_samples) where it will be
+    read: here if a file of that name is here, else in the incoming tree, from which it is to be copied. A merged cell
     keeps verifiable samples; a file here with other bytes is refused, never overwritten."""
     copies = []
     for where, ev in evaluations(merged):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from gmts_recipe.arms import arm_named, arms as rule_arms, comparisons as rule_comparisons, control_arms, short_name
-from gmts_recipe.code_digest import code_commit
 from gmts_recipe.records import write_json
 from gmts_recipe.sequential.report import sensitivity_table, sequential_line
 from gmts_recipe.stats import signed
@@ -14,56 +13,6 @@ from gmts_recipe.sweep.summary import MAX_SEEDS, MECHANISM, POWER, continued_sum
 from gmts_recipe.tables import fit_text, report_table, seed_span
 from gmts_recipe.verify.plan import record as plan_record
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
-
-
-def _seed_ranges(seeds: list[int]) -> str:
-    """200-212, 298-299: runs of consecutive seeds as spans."""
-    spans: list[list[int]] = []
-    for seed in sorted(seeds):
-        if spans and seed == spans[-1][-1] + 1:
-            spans[-1].append(seed)
-        else:
-            spans.append([seed])
-    return ", ".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0]) for s in spans)
-
-
-def cell_origin(results: dict) -> str:
-    """Where a cell's arms ran, "commit, card": each arm's recorded provenance (run_setup.provenance: the project
-    commit, whether the tree had uncommitted changes, the GPU's name), else the file's versions (its card; no commit
-    recorded). A run that recorded its code's digest (code_digest) is named by the commit whose code it is, its recorded
-    commit beside it where they differ (a stale .git). Arms that ran apart and differ are named."""
-    def one(entry: dict) -> str:
-        p = entry.get("provenance")
-        if isinstance(p, dict):
-            match = code_commit(p)  # its code's digest matched against git: the commit whose code ran
-            if match and match[0] == "other":  # a stale .git named another commit: the code's is the one
-                return f"{match[1][:7]} (recorded {str(p.get('commit'))[:7]}), {p.get('gpu') or 'CPU'}"
-            commit = str(p["commit"])[:7] if p.get("commit") else "commit not recorded"
-            if match is None:
-                commit += " (uncommitted changes)" if p.get("dirty") else ""
-            elif match[0] == "recorded":  # other files may differ (docs, results): the code did not
-                commit += " (code as committed)" if p.get("dirty") else ""
-            else:
-                commit += " (code of no commit)"
-            return f"{commit}, {p.get('gpu') or 'CPU'}"
-        return f"commit not recorded, {(results.get('versions') or {}).get('gpu') or 'CPU'}"
-
-    per_arm = {arm: one(entry) for arm, entry in results.get("arms", {}).items()}
-    if len(set(per_arm.values())) <= 1:
-        return next(iter(per_arm.values()), "no arm yet")
-    return "; ".join(f"{short_name(arm)} {where}" for arm, where in per_arm.items())
-
-
-def origin_lines(origins: list[tuple[int, str]]) -> list[str]:
-    """check.py's lines on where a sweep's cells ran: one per (commit, card), with its seeds, in the order first seen."""
-    if not origins:  # no cell yet: nothing to say, no empty heading
-        return []
-    groups: dict[str, list[int]] = {}
-    for seed, where in origins:
-        groups.setdefault(where, []).append(seed)
-    return ["Where the cells ran (project commit, card):"] + [
-        f"  {where}: seed{'s' * (len(set(seeds)) > 1)} {_seed_ranges(sorted(set(seeds)))} ({len(seeds)} "
-        f"cell{'s' * (len(seeds) > 1)})" for where, seeds in groups.items()]
 
 
 def secondary_line(s: dict) -> str:

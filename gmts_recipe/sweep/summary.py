@@ -1,6 +1,6 @@
 """Every number of a sweep from its cells' verified results files: the pooled comparisons, the best stable learning
-rates, the analysis plan's primary and secondary tests; and their verification from the files alone. A cell holds
-only the arms its blocks run there; a sequential plan's cells run the recipe of the test it continues
+rates, the analysis plan's primary and secondary tests (gmts_recipe/verify/sweep.py holds a sweep.json to them). A
+cell holds only the arms its blocks run there; a sequential plan's cells run the recipe of the test it continues
 (sequential.looks.recipe_problem), and its summary takes that test's, as the caller computed it
 (`continued_summary`)."""
 
@@ -14,13 +14,14 @@ import statistics
 from pathlib import Path
 
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
-from gmts_recipe.records import current_record, digest, first_difference, load, numbers_close, task_scores
-from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seeds_for_power
+from gmts_recipe.records import digest, numbers_close, task_scores
 from gmts_recipe.sequential.cards import recorded_cards
 from gmts_recipe.sequential.failures import checked as failure_record
 from gmts_recipe.sequential.looks import cell_facts, continued_test, recipe_of, recipe_problem, sequential_test
-from gmts_recipe.sweep.cells import Evaluation, check_apart, check_together, evaluations_of, recorded
+from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seeds_for_power
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
+from gmts_recipe.verify.cell import Evaluation, check_together, one_base, recorded
+from gmts_recipe.verify.file import load
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
 
 SCHEMA = 1
@@ -131,12 +132,14 @@ def _inputs(grid: Grid, root: Path) -> str | None:
 
 
 def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | None = None,
-              continued: dict | None = None) -> dict:
+              continued: dict | None = None, loaded: dict | None = None) -> dict:
     """Every number of the sweep, from the cells' verified results files (`load`, as check.py verifies a cell) alone;
-    `index`: extended with every evaluation of its cells (cells.Evaluation), for `verify` to hold against the sweeps
-    beside it; `facts`: filled with each cell's cell_facts, keyed (variant, learning rate, seed); `continued`: for a
-    sequential plan's grid, the summary of the test it continues as the caller computed it (`continued_summary`).
-    Within `summaries_kept`, a grid's are computed once for the same files."""
+    `index`: extended with every evaluation of its cells (verify.cell.Evaluation), for `verify` to hold against the
+    sweeps beside it; `facts`: filled with each cell's cell_facts, keyed (variant, learning rate, seed); `continued`:
+    for a sequential plan's grid, the summary of the test it continues as the caller computed it
+    (`continued_summary`); `loaded`: with each cell's results as verified, by cell name (read-only:
+    verify.sweep.sweep_samples re-scores their samples). Within `summaries_kept`, a grid's are computed once for the
+    same files."""
     if (continued is None) != (grid.sequential is None):
         raise ValueError(f"{grid.name}: a sequential plan's grid, and it alone, is summarized with its continued test")
     key = None if _SUMMARIES is None else _inputs(grid, Path(grid.results_dir) / grid.name)
@@ -144,11 +147,15 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | N
     if found is None:
         evaluations: list[Evaluation] = []
         cell_facts_found: dict = {}
-        found = (_summarize(grid, evaluations, cell_facts_found, continued), evaluations, cell_facts_found)
-    if key is not None:  # kept as computed; the caller gets its own copy
+        results_found: dict = {}
+        found = (_summarize(grid, evaluations, cell_facts_found, continued, results_found), evaluations,
+                 cell_facts_found, results_found)
+    if key is not None:  # kept as computed; the caller gets its own copy (of all but the files, which none edits)
         _SUMMARIES[key] = found
-        found = copy.deepcopy(found)
-    out, evaluations, cell_facts_found = found
+        found = (*copy.deepcopy(found[:3]), found[3])
+    out, evaluations, cell_facts_found, results_found = found
+    if loaded is not None:
+        loaded.update(results_found)
     if index is not None:
         index.extend(evaluations)
     if facts is not None:
@@ -156,8 +163,8 @@ def summarize(grid: Grid, index: list[Evaluation] | None = None, facts: dict | N
     return out
 
 
-def _summarize(grid: Grid, index: list[Evaluation], facts: dict, continued: dict | None) -> dict:
-    """summarize's work, both out-parameters filled."""
+def _summarize(grid: Grid, index: list[Evaluation], facts: dict, continued: dict | None, loaded: dict) -> dict:
+    """summarize's work, its out-parameters filled."""
     from tqdm.auto import tqdm
 
     root = Path(grid.results_dir) / grid.name
@@ -184,6 +191,7 @@ def _summarize(grid: Grid, index: list[Evaluation], facts: dict, continued: dict
             if problem:
                 raise SweepError(f"{path}: {problem}")
         seen.append(recorded(cell, results, grid.name, memo, path.parent))
+        loaded[cell.name] = results
         s = results["summary"]
         base_scores = task_scores(results["base"]["evals"][0], f"{cell.name} base")
         base_hashes.add(json.dumps(sorted(base_scores.items())))
@@ -203,8 +211,7 @@ def _summarize(grid: Grid, index: list[Evaluation], facts: dict, continued: dict
     check_together(seen)
     index.extend(ev for c in seen for ev in c.evaluations)
     facts.update(origins)
-    if len(base_hashes) > 1:
-        raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
+    one_base(base_hashes)
     pooled = _pooled_at_shared_rates(cells, scores)
     best = best_stable(training)
     for variant in sorted({c["variant"] for c in cells}):
@@ -315,72 +322,3 @@ def with_plan(summary: dict, plan: dict | None) -> dict:
     return out
 
 
-def verify(path: str | Path) -> dict:
-    """Recompute a sweep.json from its grid and the cells' own results files, and hold each of its evaluations against
-    every other cell of it and of the sweeps beside it (cells.check_apart, sweeps_beside); raise SweepError on any
-    difference."""
-    p = Path(path)
-    summary = json.loads(p.read_text(encoding="utf-8"))
-    if summary.get("digest") != digest(summary):
-        raise SweepError(f"{p}: digest mismatch: the file was edited after sweep.py wrote it")
-    grid_path = p.parent / "grid.yaml"
-    if not grid_path.is_file():
-        raise SweepError(f"{p}: the grid it was made from ({grid_path}) is missing")
-    grid = load_grid(grid_path)
-    grid.results_dir = str(p.parent.parent)
-    index: list[Evaluation] = []
-    recomputed = with_plan(summarize(grid, index, continued=continued_summary(grid)),
-                           summary.get("plan"))  # the plan itself: verify.plan.check
-    if not numbers_close(recomputed, summary):
-        raise SweepError(f"{p}: {first_difference(recomputed, summary, 'sweep')}")
-    try:  # a refusal names this sweep's evaluation first; texts beside only where this sweep's can match them
-        check_apart([*sweeps_beside(p, texts=any(ev.prints is not None for ev in index)), *index])
-    except SweepError as e:
-        raise SweepError(f"{p}: {e}") from None
-    return summary
-
-
-def continued_sweep(path: str | Path) -> Path | None:
-    """The sweep.json of the test a sequential sweep continues (its first look), in the same results folder; None for
-    a sweep that continues none. check.py checks it in full beside the sequential sweep: look 0's cells are read from
-    it, and their samples must re-score as any sweep's do."""
-    p = Path(path)
-    grid = load_grid(p.parent / "grid.yaml")
-    if grid.sequential is None:
-        return None
-    continued = p.parent.parent / load_grid(grid.path(grid.sequential["continues"])).name / "sweep.json"
-    if not continued.is_file():
-        raise SweepError(f"{p}: the test it continues has no sweep.json ({continued}): look 0 is checked as that "
-                         f"sweep (python sweep.py {grid.sequential['continues']} --summarize writes it)")
-    return continued
-
-
-def sweeps_beside(path: Path, texts: bool = True) -> list[Evaluation]:
-    """The index of the other sweeps of a sweep's results folder (every <results_dir>/*/sweep.json but `path`; the
-    repository's results/ holds every committed sweep): the evaluations of each cell its summary names, read from the
-    cell's file as it is, without recomputing anything (each sweep's own check verifies its cells), with their texts'
-    prints (cells.text_prints) if `texts`. About 2 s of reading for the ~150 cells committed, and 15-30 s more for the
-    texts of their ~270 samples files (decompressed and parsed: most of it), once in a process; a folder or file that
-    is not a readable sweep is left out."""
-    out: list[Evaluation] = []
-    memo: dict = {}
-    for other in sorted(path.parent.parent.glob("*/sweep.json")):
-        if other.resolve() == path.resolve():
-            continue
-        try:
-            cells = json.loads(other.read_text(encoding="utf-8")).get("cells") or []
-        except (OSError, ValueError, AttributeError):
-            continue
-        for cell in cells:
-            try:
-                file = other.parent / cell["path"]
-                results = current_record(json.loads(file.read_text(encoding="utf-8")), file.parent)
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # ResultsError is a ValueError
-                continue
-            for folder in (file.parent if texts else None, None):  # a samples file that does not read: keys alone
-                try:
-                    out += evaluations_of(other.parent.name, str(cell["cell"]), results, memo, folder)
-                    break
-                except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                    continue
-    return out

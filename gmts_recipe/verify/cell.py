@@ -1,8 +1,6 @@
-"""Which cell a results file is: what the file records (seed, variant settings, learning rates) against the cell
-its folder names, the cells of one grid checked as one experiment, and each evaluation held by one cell only, across
-every sweep of a results folder (`Evaluation`, `check_apart`; a base evaluation is the base model's, one with every
-base evaluation that the same model wrote with the same seed and settings), whole or nearly (`text_prints`: a copy
-with a few characters edited shares nearly every text, two independent runs almost none)."""
+"""A cell verified (CHECKS): which cell a results file is (`recorded`), the cells of one grid as one experiment
+(`check_together`), each evaluation held by one cell only, whole or nearly, across every sweep of a results folder
+(`Evaluation`, `check_apart`, `text_prints`), and a cell merged in from another machine (`paired_base`)."""
 
 from __future__ import annotations
 
@@ -18,9 +16,21 @@ from typing import Any, Iterable
 import numpy as np
 
 from gmts_recipe.recipe_config import EVAL_FIELDS, LOADED_MODEL_FIELDS, SAMPLING_FIELDS
-from gmts_recipe.records import numbers_close, read_samples, recorded_reward_version, samples_path
+from gmts_recipe.records import numbers_close, read_samples, recorded_reward_version, samples_path, task_scores
 from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep.grid import Cell, SweepError
+
+
+# What this level refuses (check.py --checks, docs/results.md's list of checks).
+CHECKS = (
+    "a file that is not its folder's cell (seed, variant settings, each arm's learning rate: `recorded`); cells of a "
+    "grid that are not one experiment (`check_together`) or disagree on the base evaluation (`one_base`)",
+    "an evaluation held by two cells across every sweep of the results folder (`check_apart`), by its samples file's "
+    "SHA-256 or its texts, whole or 10% of them (two runs share under 0.2%); an arm holding its base's texts where it "
+    "learned something and other arms of its sweep hold their own",
+    "a cell merged in (sweep.py --merge) with another config hash, held-out tasks or base than the local cell or the "
+    "shared cache (`paired_base`, `same_base`)",
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ def evaluation_keys(ev: dict) -> tuple[str, ...]:
     """What identifies an evaluation's samples, within one process: the SHA-256 of its samples file (the same bytes),
     and its texts task by task as its records hold them (each task's index, its samples' lengths in any order and
     their scores' sum: a hash of them, TEXTS), which the same texts give however their lines are ordered,
-    edited around the texts or compressed again (samples.check_samples holds the lengths and scores to the texts).
+    edited around the texts or compressed again (verify.file.check_samples holds the lengths and scores to the texts).
     Records without lengths (the earliest files) give no second key: scores alone coincide on small sets."""
     keys = []
     ref = ev.get("samples")
@@ -285,8 +295,8 @@ def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = Non
     """The file's own account of the cell, checked against `cell` (SweepError naming the cell and the mismatch): the
     training seed in its config, each arm's learning rate, each setting of the cell's variant. A folder name says
     none of these (the learning rate is not even in the config hash that recipe.py checks on --resume). `results` as
-    records.load or records.read_results give it (of any format, as this one holds it), so every cell pools alike;
-    `folder`: the file's, where its evaluations' texts are read (evaluations_of)."""
+    verify.file.load or verify.file.read_results give it (of any format, as this one holds it), so every cell pools
+    alike; `folder`: the file's, where its evaluations' texts are read (evaluations_of)."""
     config = results.get("config") or {}
     where = f"{cell.name}: results.json"
     if config.get("seed") != cell.seed:
@@ -370,3 +380,56 @@ def check_together(cells: list[Recorded], where: str = "") -> None:
                 raise SweepError(f"{where}{c.cell.name}: arm {arm} holds the same evaluation records and training "
                                  f"log as arm {other[1]} of {other[0].name} (a copied results file)")
     check_apart(ev for c in cells for ev in c.evaluations)
+
+
+def same_base(tree: dict[Cell, dict], brought: set[Cell]) -> None:
+    """A cell paired with a base brought in (another evaluation hash) holds, task by task, the base evaluations every
+    other cell of the tree holds (their per-task scores, as sweep.summary's rule compares them): a base evaluated
+    again with the same texts (the held-out tasks keyed anew, another device) joins the sweep; another base does not,
+    and is refused here rather than by the next --summarize."""
+    if not brought:
+        return
+    scores = {cell: json.dumps([sorted(task_scores(ev, f"{cell.name} base").items()) for ev in r["base"]["evals"]])
+              for cell, r in tree.items()}
+    for cell in sorted(brought, key=lambda c: c.name):
+        other = next((c for c in tree if scores[c] != scores[cell]), None)
+        if other is not None:
+            raise SweepError(f"{cell.name}: its base (evaluation hash {tree[cell]['base']['eval_hash'][:12]}, brought "
+                             f"in) differs task by task from the base of {other.name} (hash "
+                             f"{str(tree[other]['base'].get('eval_hash'))[:12]}): the cells of a sweep share one base "
+                             f"evaluation; nothing merged")
+
+
+def paired_base(new: dict, old: dict | None, key: str, caches: dict[str, dict],
+                 offered: dict[str, tuple[Path, dict]] | None, root: Path, incoming: Path,
+                 refuse) -> tuple[list, str, tuple[Path, dict] | None]:
+    """sweep.merge's base of a cell: the incoming cell held against the local one (config, held-out tasks, eval hash)
+    and paired with the shared cache of its hash, local or offered by the incoming tree; returns the base evaluations
+    kept, where they come from, and the offered record brought in (None: none)."""
+    if old is not None and old["config_hash"] != new["config_hash"]:
+        raise refuse(f"config_hash {new['config_hash'][:12]} differs from the local cell's {old['config_hash'][:12]}")
+    if old is not None and old.get("data", {}).get("heldout") != new.get("data", {}).get("heldout"):
+        raise refuse("held-out tasks differ from the local cell's")
+    if old is not None and old["base"]["eval_hash"] != key:
+        raise refuse(f"base eval hash {key[:12]} differs from the local cell's {old['base']['eval_hash'][:12]}")
+    brought = (offered or {}).get(key) if key not in caches else None
+    if caches and key not in caches and brought is None:
+        raise refuse(f"base eval hash {key[:12]} is not the local shared cache's "
+                     f"({', '.join(k[:12] for k in sorted(caches))} in {root / 'base-evals'}), nor one "
+                     f"{incoming / 'base-evals'} holds")
+    cache, shared = (brought[1], "incoming shared cache") if brought is not None else (caches.get(key), "shared cache")
+    if cache is not None and cache["eval_config"]["heldout"] != new.get("data", {}).get("heldout"):
+        raise refuse(f"held-out tasks differ from the {'incoming' if brought else 'local'} shared cache's")
+    kept, source = ((cache["evals"], shared) if cache is not None else
+                    (old["base"]["evals"], "local cell") if old is not None else (new["base"]["evals"], "incoming"))
+    if old is not None and old["base"]["evals"] != kept:
+        raise refuse(f"the local cell's base differs from the {'incoming' if brought else 'local'} shared cache; "
+                     f"merging would rewrite a local result")
+    return kept, source, brought
+
+
+def one_base(base_hashes: set[str]) -> None:
+    """The cells of a sweep share one base evaluation (each cell's first base evaluation's per-task scores, as JSON):
+    the arms of different cells are compared through it."""
+    if len(base_hashes) > 1:
+        raise SweepError("cells disagree on the base evaluation: they must share held-out tasks and base samples")
