@@ -278,3 +278,12 @@ def test_a_sequential_plan_runs_only_where_its_runner_records_failures(plan, cap
     path, grid, root = plan
     assert sweep.main([str(path), "--ray"]) == 2
     assert capsys.readouterr().err.startswith("sweep.py: --ray: a sequential plan's cells run in the local pool")
+
+
+def test_deltas_with_no_spread_stop_the_look_in_one_line(plan):
+    """Every seed's delta the same (a tiny model scoring 0 everywhere): no t statistic, so the look is refused as a
+    SweepError line (sweep.py and check.py print it), never a ValueError traceback."""
+    _, grid, _ = plan
+    continued = {"seeds": [1, 2, 3, 4], "per_seed": [0.0] * 4}
+    with pytest.raises(SweepError, match=r"cannot read its look: the 4 per-seed deltas have no spread \(each \+0\.00"):
+        sequential_test(grid.sequential, {}, {}, continued)

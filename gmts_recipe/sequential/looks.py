@@ -173,7 +173,10 @@ def sequential_test(spec: dict, scores: dict, cards: dict[int, list[str]], conti
                                spec["refuted_below_points"])
     per_seed = [*continued["per_seed"], *deltas]
     points = [100 * d for d in per_seed]
-    state = sequential.state(points, design)
+    try:
+        state = sequential.state(points, design)
+    except sequential.NoSpread as e:  # a refusal of the sweep's numbers, in one line, as any other
+        raise SweepError(f"the sequential plan cannot read its look: {e}") from None
     return {**spec, "continued_seeds": continued["seeds"], "seeds_done": counted,
             "seeds_waiting": [s for s in done if s not in counted],
             "first_critical": design.reproduced_critical[0], "per_seed": per_seed,

@@ -60,6 +60,10 @@ class Design:
             raise ValueError("reproduced_above must lie below refuted_below")
 
 
+class NoSpread(ValueError):
+    """Deltas that are all equal: no standard error, so no look can be read (a tiny model scoring 0 everywhere)."""
+
+
 def look(per_seed: Sequence[float], reproduced_critical: float, refuted_critical: float, reproduced_above: float,
          refuted_below: float, last: bool = False) -> dict:
     """One look over the per-seed deltas (points): mean, standard error, both statistics, the interval from mean -
@@ -70,7 +74,8 @@ def look(per_seed: Sequence[float], reproduced_critical: float, refuted_critical
         raise ValueError("a look needs at least 2 seeds")
     mean, se = float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
     if se == 0.0:
-        raise ValueError("the per-seed deltas have no spread: a t statistic is undefined")
+        raise NoSpread(f"the {x.size} per-seed deltas have no spread (each {mean:+.2f} points): a t statistic is "
+                       f"undefined")
     z_reproduced, z_refuted = (mean - reproduced_above) / se, (mean - refuted_below) / se
     return {"seeds": int(x.size), "mean": mean, "se": se, "reproduced_critical": reproduced_critical,
             "refuted_critical": refuted_critical, "z_reproduced": z_reproduced, "z_refuted": z_refuted,
