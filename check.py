@@ -9,10 +9,10 @@
     python check.py runs/mine/results.json --rules my_rules.py  # arms of your own rules (gmts_recipe.user_rules)
 
 What it refuses, level by level, each time in one line (exit 2): `python check.py --checks` (also below --help and in
-docs/results.md), generated from each level's CHECKS in gmts_recipe/verify/ (file.py, cell.py, sweep.py, provenance.py),
-which hold the refusals themselves. A results file's held-out tasks, gold answers and samples are compared with the
-dataset where it is at hand (--gsm8k_path DIR, --math_path DIR); an evaluation without samples passes only with
---allow-unsampled, its numbers then marked "(not re-scored)". Run from any directory.
+docs/results.md), generated from each level's CHECKS in gmts_recipe/verify/ (file.py, cell.py, sweep.py, plan.py,
+provenance.py), which hold the refusals themselves. A results file's held-out tasks, gold answers and samples are
+compared with the dataset where it is at hand (--gsm8k_path DIR, --math_path DIR); an evaluation without samples passes
+only with --allow-unsampled, its numbers then marked "(not re-scored)". Run from any directory.
 
 An evaluation-only file (`python eval.py MODEL`: one model's evaluations over the recipe's seeds, kind "evaluation",
 no trained arms) is verified the same way, samples included, and printed as the model's pass@1 with a 95%
@@ -60,7 +60,7 @@ from gmts_recipe.verify.plan import continued_by  # a sequential plan that conti
 from gmts_recipe.sweep.report import render as render_sweep
 from gmts_recipe.tables import fit_text, output_width, render  # the result tables (shared with eval.py), fitted
 from gmts_recipe.verify import cell as cell_level, file as file_level, provenance as provenance_level
-from gmts_recipe.verify import sweep as sweep_level
+from gmts_recipe.verify import plan as plan_level, sweep as sweep_level
 from gmts_recipe.verify.file import verify  # a results file's checks
 from gmts_recipe.verify.provenance import origin_lines, provenance_lines  # where each run ran
 from gmts_recipe.verify.sweep import check_sweep, look0_lines, read_summary, verify as verify_sweep  # a sweep's
@@ -170,6 +170,7 @@ def _check_sweep(args, sweep: dict) -> int:
 LEVELS = (("A results file (gmts_recipe/verify/file.py)", file_level.CHECKS),
           ("A cell of a sweep (gmts_recipe/verify/cell.py)", cell_level.CHECKS),
           ("A sweep (gmts_recipe/verify/sweep.py)", sweep_level.CHECKS),
+          ("A sweep's plan (gmts_recipe/verify/plan.py)", plan_level.CHECKS),
           ("Provenance (gmts_recipe/verify/provenance.py)", provenance_level.CHECKS))
 
 

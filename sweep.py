@@ -47,8 +47,8 @@ evaluated again elsewhere (bf16 is not bit-exact) is replaced, and the file's `m
 pass@1. Its absent logs are copied; then --summarize.
 The samples files the merged cell names (its arms', the kept base's) are verified and re-scored and copied if absent.
 `--merge ARCHIVE` (a file `--pack` wrote) checks every cell of it first, as check.py does and against the plan
-(gmts_recipe.sweep.intake), and merges none unless all pass. Seeds are claimed so that two machines never run the same
-ones (gmts_recipe.sweep.claims; how anyone adds seeds: docs/contribute-seeds.md).
+(gmts_recipe.verify.plan.incoming_problems), and merges none unless all pass. Seeds are claimed so that two machines
+never run the same ones (gmts_recipe.sweep.claims; how anyone adds seeds: docs/contribute-seeds.md).
 
 `--ray` runs each cell process as a Ray task on a worker that may be another machine (docs/scale.md): the task runs
 the same recipe.py command in a temporary folder of a copy of this tree, with the shared base evaluations (run once,

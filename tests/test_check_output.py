@@ -134,11 +134,11 @@ def test_an_evaluation_only_files_provenance_says_what_it_is_not_that_it_is_old(
 def test_the_checks_are_listed_once_from_the_verify_levels(capsys):
     """check.py --help and --checks print each level's CHECKS (gmts_recipe/verify/), and the README's block is that
     output, docs/results.md's block (tests/test_readme.py holds every generated block to its command)."""
-    from gmts_recipe.verify import cell, file, provenance, sweep
+    from gmts_recipe.verify import cell, file, plan, provenance, sweep
 
     assert check.main(["--checks"]) == 0
     listed = " ".join(capsys.readouterr().out.split())
-    for level in (file, cell, sweep, provenance):
+    for level in (file, cell, sweep, plan, provenance):
         assert level.CHECKS and all(" ".join(c.split()) in listed for c in level.CHECKS), level.__name__
     assert "<!-- BEGIN generated: python check.py --checks -->" in (Path(check.__file__).parent / "docs" / "results.md").read_text()
     with pytest.raises(SystemExit):

@@ -21,6 +21,7 @@ import pytest
 from forge import refused, reseal_summary
 from gmts_recipe.stats import plan_decision
 from gmts_recipe.verify import plan
+from gmts_recipe.verify.sweep import read_sweep
 from gmts_recipe.sweep.grid import load_grid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +64,7 @@ def commit(root: Path, message: str) -> None:
 def test_the_committed_plans_pass_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no configs/ here: every path the plans name is found from the sweep's folder
     for name in ("qwen", "coupled", "confirm", "confirm-extension"):
-        lines = plan.report(ROOT / "results" / name / "sweep.json")
+        lines = plan.report(ROOT / "results" / name / "sweep.json", *read_sweep(ROOT / "results" / name / "sweep.json"))
         assert lines[0].startswith("Plan: ") and " as committed" in lines[0]
     assert any(line.startswith("Look 0: configs/sweeps/confirm.yaml and results/confirm as committed")
                for line in lines)

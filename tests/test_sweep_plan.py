@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gmts_recipe.verify import plan
+from gmts_recipe.verify.sweep import read_sweep
 from gmts_recipe.sweep.grid import SweepError, load_grid
 
 GRID = """name: demo
@@ -70,9 +71,14 @@ def summary_of(root: Path) -> dict:
     return json.loads((root / "results/demo/sweep.json").read_text())
 
 
+def report(path: Path, summary: dict) -> list[str]:
+    """verify.plan.report on a summary as given (no digest: the plan's checks alone), its grid beside it."""
+    return plan.report(path, summary, load_grid(path.parent / "grid.yaml"))
+
+
 def test_the_committed_plan_passes_and_says_so(repo):
     assert summary_of(repo)["plan"]["commit"] is not None
-    lines = plan.report(repo / "results/demo/sweep.json", summary_of(repo))
+    lines = report(repo / "results/demo/sweep.json", summary_of(repo))
     assert "as committed" in lines[0] and "before the first of its cells" in lines[0]
     assert lines[1] == "Planned cells: 3 of 3 have a results file."
 
@@ -121,13 +127,13 @@ def test_a_cell_folder_the_plan_does_not_list_is_refused(repo):
     (repo / "results/demo" / cell(9)).mkdir()
     (repo / "results/demo" / cell(9) / "results.json").write_text("{}")
     with pytest.raises(SweepError, match="does not list"):
-        plan.report(repo / "results/demo/sweep.json", summary_of(repo))
+        report(repo / "results/demo/sweep.json", summary_of(repo))
 
 
 def test_a_missing_planned_cell_is_named(repo):
     s = summary_of(repo)
     s["cells"] = s["cells"][:2]
-    assert plan.report(repo / "results/demo/sweep.json", s)[1] == \
+    assert report(repo / "results/demo/sweep.json", s)[1] == \
         f"Planned cells: 2 of 3 have a results file; not yet: {cell(3)}."
 
 
@@ -258,14 +264,14 @@ def test_a_sequential_sweeps_cells_on_a_card_the_plan_does_not_name_are_refused(
         fake_cell(tmp_path / "results/more", f"paper-lr0.0001-s{seed}", {"ets": 0.5, "gmts": 0.9}, seed=seed)
     sweep = write_summary(load_grid(path), path)
     with pytest.raises(SweepError, match=r"sequential: cards: seed 5 ran on 'CPU', not a card the plan names"):
-        plan.report(sweep)
+        plan.report(sweep, *read_sweep(sweep))
     assert check.main([str(sweep)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "cards: seed 5 ran on 'CPU'" in err
     path.write_text(path.read_text().replace("cards: [H100, H200]", "cards: [CPU]"))
     sweep = write_summary(load_grid(path), path)
     with pytest.raises(SweepError, match="design file none.json is missing"):  # past the cards: its design next
-        plan.report(sweep)
+        plan.report(sweep, *read_sweep(sweep))
 
 
 def test_the_summary_notes_cards_by_the_same_exact_names(tmp_path):

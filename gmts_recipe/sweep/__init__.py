@@ -6,8 +6,8 @@
 - ray_tasks: the cells as Ray tasks (run_ray);
 - merge: cells run on another machine brought in (--merge);
 - claims: who runs which seeds (--claim, --who);
-- archive: the cells a machine ran in one file (--pack), checked whole before they are merged (--merge ARCHIVE);
-- intake: what an incoming cell must show (check.py's check, the plan's settings, code, cards and claims);
+- archive: the cells a machine ran in one file (--pack), checked whole before they are merged (--merge ARCHIVE:
+  gmts_recipe.verify.plan.incoming_problems, what an incoming cell must show);
 - pace: the time per card to a machine's first seed and each seed after it, from the timing logs;
 - summary: every number of the sweep from its cells (summarize; gmts_recipe/verify/sweep.py verifies it);
 - report: the tables and figures of a summary (render, plot, write_summary).

@@ -1,8 +1,8 @@
 """Cells sent from one machine to the plan's repository as one file: `--pack DIR` writes the cells this machine ran into
 one archive with their samples and logs; `--merge ARCHIVE` unpacks it into a temporary folder, checks every cell
-(gmts_recipe.sweep.intake: check.py's full check, the plan's settings, code, cards and claims) and only then merges
-them with the folder merge (gmts_recipe.sweep.merge), which checks each against the local cells again. A cell that
-fails refuses the whole archive, one line per such cell, and nothing is written.
+(gmts_recipe.verify.plan.incoming_problems: check.py's full check, the plan's settings, code, cards and claims) and
+only then merges them with the folder merge (gmts_recipe.sweep.merge), which checks each against the local cells
+again. A cell that fails refuses the whole archive, one line per such cell, and nothing is written.
 
 What goes in: each cell of the sweep folder whose results.json is not committed as it stands (a cell this clone ran;
 every cell where the folder lies in no repository) and that holds every arm the plan gives it (a seed of a sequential
@@ -27,12 +27,11 @@ from pathlib import Path
 from gmts_recipe.records import ResultsError
 from gmts_recipe.verify.file import load
 from gmts_recipe.samples import evaluations, samples_path
-from gmts_recipe.sweep import intake
 from gmts_recipe.sweep.claims import check_who, seed_span, stamp
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError
 from gmts_recipe.sweep.merge import merge
 from gmts_recipe.verify.plan import record as plan_record
-from gmts_recipe.verify.plan import repository
+from gmts_recipe.verify.plan import incoming_problems, repository
 from gmts_recipe.sweep.schedule import TIMING
 
 MANIFEST = "pack.json"
@@ -173,8 +172,8 @@ def unpack(archive: Path, into: Path, name: str) -> dict:
 
 def merge_archive(grid: Grid, grid_path: Path, archive: Path, gsm8k_path: str | None = None,
                   now: datetime.datetime | None = None) -> list[str]:
-    """Every cell of `archive` checked (intake.problems), then merged (merge.merge); the lines to print. Any cell that
-    fails refuses the archive whole: a SweepError with one line per such cell."""
+    """Every cell of `archive` checked (verify.plan.incoming_problems), then merged (merge.merge); the lines to print.
+    Any cell that fails refuses the archive whole: a SweepError with one line per such cell."""
     root = Path(grid.results_dir) / grid.name
     with tempfile.TemporaryDirectory(prefix="gmts-merge-") as tmp:
         manifest = unpack(archive, Path(tmp), grid.name)
@@ -182,7 +181,7 @@ def merge_archive(grid: Grid, grid_path: Path, archive: Path, gsm8k_path: str | 
         if not incoming.is_dir():
             raise SweepError(f"--merge {archive}: holds no cell of {grid.name}")
         _lend_base(root, incoming)
-        failed, checked = intake.problems(grid, grid_path, incoming, manifest.get("who"), gsm8k_path, now)
+        failed, checked = incoming_problems(grid, grid_path, incoming, manifest.get("who"), gsm8k_path, now)
         if failed:
             raise SweepError(f"--merge {archive}: refused whole, nothing merged: {len(failed)} of {checked} cell(s) "
                              f"fail the checks:\n" + "\n".join(f"  {line}" for line in failed))

@@ -10,11 +10,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gmts_recipe.records import ResultsError, config_hash, current_evaluations, write_results
+from gmts_recipe.records import ResultsError, write_results
 from gmts_recipe.samples import evaluations, samples_path
 from gmts_recipe.sweep.grid import Cell, Grid, SweepError
 from gmts_recipe.sweep.schedule import TIMING
-from gmts_recipe.verify.cell import check_together, paired_base, recorded, same_base
+from gmts_recipe.verify.cell import base_record, check_together, paired_base, read_base_record, recorded, same_base
 from gmts_recipe.verify.file import check_samples, load, read_results, seal
 
 
@@ -38,7 +38,7 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
     if not incoming.is_dir():
         raise SweepError(f"--merge {incoming}: no such folder (give another tree's sweep folder, e.g. results/qwen)")
     root = Path(grid.results_dir) / grid.name
-    caches = {p.stem: _cache(p) for p in (root / "base-evals").glob("*.json")}
+    caches = {p.stem: read_base_record(p) for p in (root / "base-evals").glob("*.json")}
     offered = offered_caches(incoming, root, caches)
     planned = grid.planned_arms()
     plans = [_merge_cell(cell, incoming, root, caches, planned[cell] if grid.whole_seeds else None, offered)
@@ -56,47 +56,20 @@ def plan_merge(grid: Grid, incoming: Path) -> list[Merge]:
 
 def offered_caches(incoming: Path, root: Path, caches: dict[str, dict]) -> dict[str, tuple[Path, dict]]:
     """The base-evals records of `incoming` (recipe.py's base-evals/<eval hash>.json) that this tree lacks, each
-    verified as any base evaluation's record: its name and its eval_hash are the hash of the eval_config it holds
-    (records.config_hash, as recipe.py keyed it), and its evaluations read as a cell's base would. The samples files
-    they name are re-scored where a merged cell names them (_merge_samples), and a record comes in only with a cell
-    merged on it. A record under a hash this tree holds is this tree's: where it records the same settings (its
-    eval_config, whose hash names both) it is passed over, whatever its evaluations (the base evaluated again there,
-    as bf16 is not bit-exact: its cells pair with this tree's, _merge_cell); where it records others, one hash names
-    two records and the merge is refused."""
+    verified as any base evaluation's record (verify.cell.base_record). The samples files they name are re-scored where
+    a merged cell names them (_merge_samples), and a record comes in only with a cell merged on it. A record under a
+    hash this tree holds is this tree's: with the same settings it is passed over, whatever its evaluations (the base
+    evaluated again there, as bf16 is not bit-exact: its cells pair with this tree's, _merge_cell); with others, the
+    merge is refused."""
     out = {}
     for path in sorted((incoming / "base-evals").glob("*.json")):
         local = root / "base-evals" / path.name
         if local.is_file() and local.resolve() == path.resolve():
             continue  # a staging folder's link to this tree's own (ray_tasks)
-        where = f"--merge: {path}"
-        try:
-            cache = _cache(path)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # ResultsError is a ValueError
-            raise SweepError(f"{where}: not a base-evals record ({e}); nothing merged") from None
-        if path.stem in caches:
-            if _record(cache) != _record(caches[path.stem]):
-                raise SweepError(f"{where} records other evaluation settings than {local} under the same evaluation "
-                                 f"hash (one hash, two records); nothing merged")
-            continue
-        if not isinstance(cache.get("eval_config"), dict) or "heldout" not in cache["eval_config"]:
-            raise SweepError(f"{where}: records no eval_config with its held-out tasks; nothing merged")
-        if not (cache.get("eval_hash") == path.stem == config_hash(cache["eval_config"])):
-            raise SweepError(f"{where}: its evaluation hash is not the hash of the eval_config it records (recipe.py "
-                             f"names the record by it); nothing merged")
-        out[path.stem] = (path, cache)
+        cache = base_record(path, caches.get(path.stem), local)
+        if cache is not None:
+            out[path.stem] = (path, cache)
     return out
-
-
-def _record(cache: dict) -> dict:
-    """What names a base-evals record: its hash and the settings hashed (recipe.py's eval_record)."""
-    return {k: cache.get(k) for k in ("eval_hash", "eval_config")}
-
-
-def _cache(path: Path) -> dict:
-    """A base-evaluation cache (recipe.py's base-evals/<eval hash>.json) with its evaluations as records.current_record
-    holds a file's: comparable with the base of a loaded cell."""
-    cache = json.loads(path.read_text(encoding="utf-8"))
-    return {**cache, "evals": current_evaluations(cache["evals"], path.parent.parent / "cell")}
 
 
 def _merge_cell(cell: Cell, incoming: Path, root: Path, caches: dict[str, dict], whole: list[str] | None = None,

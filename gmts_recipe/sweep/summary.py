@@ -14,13 +14,13 @@ import statistics
 from pathlib import Path
 
 from gmts_recipe.arms import arms as rule_arms, comparisons as rule_comparisons
-from gmts_recipe.records import digest, numbers_close, task_scores
+from gmts_recipe.records import digest, task_scores
 from gmts_recipe.sequential.cards import recorded_cards
 from gmts_recipe.sequential.failures import checked as failure_record
 from gmts_recipe.sequential.looks import cell_facts, continued_test, recipe_of, recipe_problem, sequential_test
 from gmts_recipe.stats import plan_decision, pooled_delta, sd_interval, seeds_for_power
 from gmts_recipe.sweep.grid import Grid, SweepError, load_grid
-from gmts_recipe.verify.cell import Evaluation, check_together, one_base, recorded
+from gmts_recipe.verify.cell import Evaluation, arms_problem, check_together, one_base, recorded
 from gmts_recipe.verify.file import load
 # the rules' arms and compared pairs, read when used (a rule registered at run time counts)
 
@@ -182,10 +182,9 @@ def _summarize(grid: Grid, index: list[Evaluation], facts: dict, continued: dict
                 failed[cell.seed] = rec
         if results is None:
             continue
-        stray = [arm for arm in results.get("arms", {}) if arm not in planned[cell]]
-        if stray:  # an arm no block runs here would enter the pooled rows and the plan's comparisons unplanned
-            raise SweepError(f"{path}: holds arm {stray[0]}, which the plan does not run in {cell.name} (its blocks "
-                             f"run {', '.join(planned[cell])} there): a cell's arms are its blocks' arms")
+        problem = arms_problem(cell, results.get("arms", {}), planned[cell])
+        if problem:
+            raise SweepError(f"{path}: {problem}")
         if look0 is not None:
             problem = recipe_problem(recipe_of(results), look0["recipe"], grid.variants.get(cell.variant, {}))
             if problem:

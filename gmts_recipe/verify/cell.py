@@ -16,20 +16,23 @@ from typing import Any, Iterable
 import numpy as np
 
 from gmts_recipe.recipe_config import EVAL_FIELDS, LOADED_MODEL_FIELDS, SAMPLING_FIELDS
-from gmts_recipe.records import numbers_close, read_samples, recorded_reward_version, samples_path, task_scores
+from gmts_recipe.records import (config_hash, current_evaluations, numbers_close, read_samples, recorded_reward_version,
+                                 samples_path, task_scores)
 from gmts_recipe.stats import no_learning_signal
 from gmts_recipe.sweep.grid import Cell, SweepError
 
 
 # What this level refuses (check.py --checks, docs/results.md's list of checks).
 CHECKS = (
-    "a file that is not its folder's cell (seed, variant settings, each arm's learning rate: `recorded`); cells of a "
+    "a file that is not its folder's cell (seed, variant settings, each arm's learning rate: `recorded`; an arm its "
+    "blocks do not run there: `arms_problem`); cells of a "
     "grid that are not one experiment (`check_together`) or disagree on the base evaluation (`one_base`)",
     "an evaluation held by two cells across every sweep of the results folder (`check_apart`), by its samples file's "
     "SHA-256 or its texts, whole or 10% of them (two runs share under 0.2%); an arm holding its base's texts where it "
     "learned something and other arms of its sweep hold their own",
     "a cell merged in (sweep.py --merge) with another config hash, held-out tasks or base than the local cell or the "
-    "shared cache (`paired_base`, `same_base`)",
+    "shared cache (`paired_base`, `same_base`), or a base-evals record not named by its settings' hash "
+    "(`base_record`)",
 )
 
 
@@ -334,6 +337,19 @@ def recorded(cell: Cell, results: dict, sweep: str = "", memo: dict | None = Non
     return Recorded(cell, config, fingerprints, evaluations_of(sweep, cell.name, results, memo, folder))
 
 
+def arms_problem(cell: Cell, arms: Iterable[str], planned: list[str], whole: bool = False) -> str | None:
+    """Why a cell's arms are not its blocks' (None: they are): an arm no block runs there would enter the pooled rows
+    and the plan's comparisons unplanned; where the plan's seeds run whole (`whole`), a cell holds every planned arm."""
+    arms = list(arms)
+    stray = [arm for arm in arms if arm not in planned]
+    if stray:
+        return (f"holds arm {stray[0]}, which the plan does not run in {cell.name} (its blocks run "
+                f"{', '.join(planned)} there): a cell's arms are its blocks' arms")
+    if whole and set(arms) != set(planned):
+        return f"ran {', '.join(arms) or 'no arm'} of {', '.join(planned)}: a seed of this plan runs whole"
+    return None
+
+
 class _Absent:
     def __repr__(self) -> str:
         return "nothing"
@@ -426,6 +442,38 @@ def paired_base(new: dict, old: dict | None, key: str, caches: dict[str, dict],
         raise refuse(f"the local cell's base differs from the {'incoming' if brought else 'local'} shared cache; "
                      f"merging would rewrite a local result")
     return kept, source, brought
+
+
+def read_base_record(path: Path) -> dict:
+    """A base-evals record (recipe.py's base-evals/<eval hash>.json) with its evaluations as records.current_record
+    holds a file's: comparable with the base of a loaded cell."""
+    cache = json.loads(path.read_text(encoding="utf-8"))
+    return {**cache, "evals": current_evaluations(cache["evals"], path.parent.parent / "cell")}
+
+
+def base_record(path: Path, local: dict | None, local_path: Path) -> dict | None:
+    """An incoming base-evals record (recipe.py's base-evals/<eval hash>.json) verified as any base evaluation's
+    record, with its evaluations as records.current_record holds a file's (comparable with the base of a loaded
+    cell): its name and its eval_hash are the hash of the eval_config it holds, with its held-out tasks. None where
+    this tree holds that hash already (`local`, at `local_path`) with the same settings; one SweepError line where it
+    holds other settings under that hash (one hash, two records). Read by `read_base_record`."""
+    where = f"--merge: {path}"
+    try:
+        cache = read_base_record(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # ResultsError is a ValueError
+        raise SweepError(f"{where}: not a base-evals record ({e}); nothing merged") from None
+    if local is not None:
+        named = ("eval_hash", "eval_config")  # what names a record: its hash and the settings hashed
+        if any(cache.get(k) != local.get(k) for k in named):
+            raise SweepError(f"{where} records other evaluation settings than {local_path} under the same evaluation "
+                             f"hash (one hash, two records); nothing merged")
+        return None
+    if not isinstance(cache.get("eval_config"), dict) or "heldout" not in cache["eval_config"]:
+        raise SweepError(f"{where}: records no eval_config with its held-out tasks; nothing merged")
+    if not (cache.get("eval_hash") == path.stem == config_hash(cache["eval_config"])):
+        raise SweepError(f"{where}: its evaluation hash is not the hash of the eval_config it records (recipe.py "
+                         f"names the record by it); nothing merged")
+    return cache
 
 
 def one_base(base_hashes: set[str]) -> None:

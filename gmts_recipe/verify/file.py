@@ -1,10 +1,10 @@
 """A results file verified, each refusal a one-line ResultsError naming the field, evaluation, task or sample (CHECKS
-lists them; check.py runs them all, sweep.py --merge and --intake the parts they need): `read_results` (digest,
-`check_format`, the one converter), `load` (that, `check_self`, every summary recomputed), `check_heldout` and
-`heldout_pool` (the held-out tasks and the dataset's keys and gold answers, where it is at hand), `verify_samples` and
-`check_samples` (the samples re-scored), `seal` (a file is sealed once it checks). A task's key is of the version the
-data report names (data.TASK_KEYS). Standard library and numpy only (the reward, imported where samples exist, needs
-no torch). What a seal and a re-score prove, and what they do not: check.py's docstring."""
+lists them; check.py runs them all, sweep.py --merge and verify.plan.incoming_problems the parts they need):
+`read_results` (digest, `check_format`, the one converter), `load` (that, `check_self`, every summary recomputed),
+`check_heldout` and `heldout_pool` (the held-out tasks and the dataset's keys and gold answers, where it is at hand),
+`verify_samples` and `check_samples` (the samples re-scored), `seal` (a file is sealed once it checks). A task's key
+is of the version the data report names (data.TASK_KEYS). Standard library and numpy only (the reward, imported where
+samples exist, needs no torch). What a seal and a re-score prove, and what they do not: check.py's docstring."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A sweep's plan, held against git: the grid file a sweep.json was made from must be the committed plan, the plan its
 first cell ran under only grown since (whatever file holds it now), a sequential plan the one its design file and the
-test it continues say, and every planned cell present or named as missing.
+test it continues say, and every planned cell present or named as missing; and a cell from another machine held
+against the plan before it enters (`incoming_problems`, below).
 
 sweep.py records the plan beside the summary (`record`: the grid file's path in the repository, its SHA-256 and the
 commit it was last changed in); check.py (`report`, before any cell is read) compares the sweep folder's grid.yaml
@@ -29,8 +30,11 @@ git the same way. Every disagreement is one SweepError line naming the file and 
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import functools
 import hashlib
+import io
 import json
 import math
 import subprocess
@@ -39,10 +43,27 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from gmts_recipe.records import digest
+from gmts_recipe.code_digest import code_commit, commit_with_code
+from gmts_recipe.records import ResultsError, config_hash
 from gmts_recipe.sequential import stats as sequential
-from gmts_recipe.sequential.cards import CARDS, card_allowed  # the exact names a plan's cards stand for
-from gmts_recipe.sweep.grid import SweepError, load_grid
+from gmts_recipe.sequential.cards import CARDS, card_allowed, recorded_cards  # the exact names a plan's cards stand for
+from gmts_recipe.sweep.claims import Claim, foreign, read_claims, stamp
+from gmts_recipe.sweep.grid import Cell, Grid, SweepError, load_grid
+from gmts_recipe.verify.cell import arms_problem, recorded
+from gmts_recipe.verify.file import verify
+
+# What this level refuses (check.py --checks, docs/results.md's list of checks).
+CHECKS = (
+    "a grid.yaml that is not the committed plan, or a plan changed since its first cell other than by growing "
+    "(`check`: new blocks, seeds, arms, learning rates, variants, rules); a frozen sequential plan changed at all "
+    "(`frozen_problem`); a cell folder the plan does not list",
+    "a sequential plan whose design file, continued test or cards disagree with it (`sequential_lines`, "
+    "`design_problem`, `card_problem`); --allow-unsampled on a planned sweep not pinned as made before samples "
+    "(`unsampled_plan`)",
+    "a cell from another machine (sweep.py --merge ARCHIVE) that fails check.py, is not the cell it names, ran other "
+    "settings than the plan's config gives it, code no commit of the plan's history holds, on a card the plan does "
+    "not name, or a seed someone else claims (`incoming_problems`)",
+)
 
 RULES = ("primary", "secondary", "sequential")  # the keys whose content decides; blocks only say what runs
 
@@ -161,9 +182,10 @@ class _History:
         return _git(self.root, "log", "--format=%H", *args).stdout.split()
 
     def descends(self, first: str, sha: str) -> bool:
-        if sha not in self._ancestor:
-            self._ancestor[sha] = _git(self.root, "merge-base", "--is-ancestor", first, sha).returncode == 0
-        return self._ancestor[sha]
+        """Whether `sha` descends from `first` (or is it)."""
+        if (first, sha) not in self._ancestor:
+            self._ancestor[(first, sha)] = _git(self.root, "merge-base", "--is-ancestor", first, sha).returncode == 0
+        return self._ancestor[(first, sha)]
 
     def origins(self, folder: Path, rel: str) -> list[str]:
         """The folders (relative) a sweep's cells were first committed in, where git followed one of them there by
@@ -295,13 +317,10 @@ def frozen_problem(history: _History, paths: list[str], plan: dict) -> str | Non
 UNSAMPLED_PLANS = {"qwen": "ff44a99c94db32967ca3ec6479341c7bd1829ccaca64c3fd479c1ad9337b1d06"}
 
 
-def unsampled_plan(sweep_path: Path) -> None:
-    """check.py --allow-unsampled on a sweep: refused in one SweepError line where the sweep is planned (a primary,
-    secondary or sequential rule decides, or reads, from its cells), unless it is one of UNSAMPLED_PLANS as pinned."""
-    try:
-        summary = json.loads(sweep_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise SweepError(f"{sweep_path}: not a readable sweep summary (JSON)") from None
+def unsampled_plan(sweep_path: Path, summary: dict) -> None:
+    """check.py --allow-unsampled on a sweep (`summary`: its sweep.json as read): refused in one SweepError line where
+    the sweep is planned (a primary, secondary or sequential rule decides, or reads, from its cells), unless it is one
+    of UNSAMPLED_PLANS as pinned."""
     rules = [key for key in RULES if isinstance(summary, dict) and summary.get(key)]
     if rules and UNSAMPLED_PLANS.get(summary.get("name")) != summary.get("digest"):
         raise SweepError(f"{sweep_path}: --allow-unsampled on a planned sweep ({', '.join(rules)}): its decision would "
@@ -392,9 +411,10 @@ def design_problem(spec: dict, design: dict) -> str | None:
     return None
 
 
-def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
-    """A sequential plan's own checks (see the module's docstring): the test it continues as committed, its design
-    file, its cards. Each disagreement one SweepError line; returns the lines to print."""
+def sequential_lines(sweep_path: Path, summary: dict, grid: Grid, continued: tuple[dict, Grid] | None) -> list[str]:
+    """A sequential plan's own checks (see the module's docstring): the test it continues as committed (`continued`:
+    its sweep.json and grid as the caller read them; None where it has no sweep.json yet), its design file, its cards.
+    Each disagreement one SweepError line; returns the lines to print."""
     spec, folder = summary["sequential"], sweep_path.parent
     where = f"{sweep_path}: sequential"
     problem = card_problem(spec["cards"], spec["cell_cards"])
@@ -452,10 +472,9 @@ def sequential_lines(sweep_path: Path, summary: dict, grid) -> list[str]:
              f"settings, looks, the first stage; the simulation itself is not rerun); "
              + (f"{len(spec['cell_cards'])} new seed(s), each on one card it names." if spec["cell_cards"]
                 else "no new seed counted yet.")]
-    continued_sweep = continued_folder / "sweep.json"
     said = f"Look 0: {continued_rel} and {continued_cells} as committed"
-    if continued_sweep.is_file():  # that sweep's own plan checks (its history, stray cells), without its cells
-        inner = report(continued_sweep)[0]
+    if continued is not None:  # that sweep's own plan checks (its history, stray cells), without its cells
+        inner = report(continued_folder / "sweep.json", *continued)[0]
         said += f"; its plan: {inner.removeprefix('Plan: ')}"
     lines.append(said + ("" if said.endswith(".") else "."))
     return lines
@@ -482,22 +501,13 @@ def continued_by(sweep_path: Path, name: str) -> list[str]:
     return out
 
 
-def report(sweep_path: Path, summary: dict | None = None) -> list[str]:
-    """check.py's lines on a sweep's plan, before any of its cells is read (`summary`: sweep.json as read, or read
-    here with its digest compared): `check`, then a refusal for a cell folder with a results.json the plan does not
-    list (a cell dropped from the grid is named), the planned cells that have not run (named, in the grid's order,
-    never silently left out), and a sequential plan's own checks."""
-    if summary is None:
-        try:
-            summary = json.loads(sweep_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise SweepError(f"{sweep_path}: not a readable sweep summary (JSON)") from None
-        if not isinstance(summary, dict) or summary.get("digest") != digest(summary):
-            raise SweepError(f"{sweep_path}: digest mismatch: the file was edited after sweep.py wrote it")
-    if not (sweep_path.parent / "grid.yaml").is_file():
-        raise SweepError(f"{sweep_path}: the grid it was made from ({sweep_path.parent / 'grid.yaml'}) is missing")
+def report(sweep_path: Path, summary: dict, grid: Grid, continued: tuple[dict, Grid] | None = None) -> list[str]:
+    """check.py's lines on a sweep's plan, before any of its cells is read (`summary`, `grid`: sweep.json and its
+    grid.yaml as verify.sweep read them, once; `continued`: the same two of the test a sequential plan continues):
+    `check`, then a refusal for a cell folder with a results.json the plan does not list (a cell dropped from the grid
+    is named), the planned cells that have not run (named, in the grid's order, never silently left out), and a
+    sequential plan's own checks."""
     lines = check(sweep_path, summary)
-    grid = load_grid(sweep_path.parent / "grid.yaml")
     planned = [cell.name for cell in grid.cells()]
     stray = sorted(p.parent.name for p in sweep_path.parent.glob("*/results.json") if p.parent.name not in planned)
     if stray:
@@ -507,5 +517,144 @@ def report(sweep_path: Path, summary: dict | None = None) -> list[str]:
                  + (f"; not yet: {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more." if len(missing) > 3
                                                              else ".") if missing else "."))
     if summary.get("sequential"):
-        lines += sequential_lines(sweep_path, summary, grid)
+        lines += sequential_lines(sweep_path, summary, grid, continued)
     return lines
+
+
+# A cell from another machine (sweep.py --merge ARCHIVE, gmts_recipe.sweep.archive) before it enters the plan:
+# check.py's full check of the file (digest, records, samples re-scored against the gold answers), the cell it claims
+# to be (seed, variant settings, learning rates, every planned arm), the plan's pinned settings (its config record is
+# the one the plan's config gives that cell, as recipe.py records it on the card it ran on), each arm's code (its
+# recorded digest matched to a commit of the plan's history: from the commit that added the plan to HEAD), the plan's
+# cards (on one card the plan names, both arms), and the seed claims (no cell of a seed that someone else's claim
+# holds). `problems` gives one line per cell that fails, every reason of that cell in it; the archive is refused whole
+# on any.
+
+SKIPPED = ("logs", "base-evals", "claims")  # folders of a sweep folder that are not cells
+
+
+class PlanHistory(_History):
+    """The repository that holds a plan, the commit that added it (`first`; None, and `why`, where there is none),
+    and which commits lie between it and HEAD: the code a contributed cell may have run."""
+
+    def __init__(self, root: Path | None, first: str | None, why: str = ""):
+        super().__init__(root)
+        self.first, self.why = first, why
+
+    @classmethod
+    def of(cls, grid_path: Path) -> PlanHistory:
+        root = repository(grid_path)
+        if root is None:
+            return cls(None, None, f"the plan {grid_path} lies in no git repository here")
+        rel = grid_path.resolve().relative_to(root.resolve()).as_posix()
+        added = _git(root, "log", "--diff-filter=A", "--format=%H", "--", rel).stdout.split()
+        if not added:
+            return cls(root, None, f"the plan {rel} is not committed here")
+        return cls(root, added[-1])
+
+    def holds(self, commit: str) -> bool:
+        """Whether `commit` descends from the plan's first commit and is in HEAD's history."""
+        return self.descends(self.first, commit) and self.descends(commit, "HEAD")
+
+    def code_problem(self, arm: str, provenance) -> str | None:
+        """Why an arm's recorded code is not a commit of the plan's history (None: it is)."""
+        if not isinstance(provenance, dict):
+            return f"arm {arm} records no provenance (commit, code digest, card)"
+        if self.first is None:
+            return self.why
+        match = code_commit(provenance, self.root)
+        if match is None:
+            return f"arm {arm} records no code digest, so which commit's code ran cannot be told"
+        candidates = [match[1], commit_with_code(provenance["code_digest"], self.root)]
+        if any(c is not None and self.holds(c) for c in candidates):
+            return None
+        if match[0] == "none":
+            return f"arm {arm} ran code that no commit of this repository's history holds"
+        return (f"arm {arm} ran the code of {match[1][:10]}, not a commit between the plan's first ({self.first[:10]}) "
+                f"and HEAD")
+
+
+class Expected:
+    """The config record recipe.py writes for a cell of the plan, on a GPU or on the CPU (recipe_config.parse with
+    `recorded_on`: the record a run there writes, on any machine), each parsed once."""
+
+    def __init__(self, grid: Grid):
+        self.grid, self.records = grid, {}
+
+    def record(self, cell: Cell, device: str) -> dict:
+        if (cell, device) not in self.records:
+            from gmts_recipe.recipe_config import RecipeError, parse
+            from gmts_recipe.run_setup import config_record
+
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):  # parse's notes ("no GPU found: ...") say nothing here
+                    args = parse(["--config", str(self.grid.path(self.grid.config)), *cell.recipe_args()],
+                                 recorded_on=device)
+            except RecipeError as e:
+                raise SweepError(f"the plan's config does not parse: {e}") from None
+            self.records[(cell, device)] = config_record(*args[:3])
+        return self.records[(cell, device)]
+
+
+def config_problem(expected: dict, results: dict) -> str | None:
+    """Why a cell's config record is not the plan's (None: its hash is), naming the settings that differ."""
+    if config_hash(expected) == results.get("config_hash"):
+        return None
+    got = results.get("config") or {}
+    keys = [k for k in dict.fromkeys([*expected, *got]) if expected.get(k) != got.get(k)]
+    said = ", ".join(f"{k} {got.get(k, 'unset')!r} (the plan: {expected.get(k, 'unset')!r})" for k in keys[:4])
+    return f"its settings differ from the plan's: {said or 'the config hash'}"
+
+
+def cell_problems(grid: Grid, cell: Cell, path: Path, history: PlanHistory, expected: Expected,
+                  claims: list[Claim], who: str | None, now: datetime.datetime, gsm8k_path: str | None = None,
+                  done: dict | None = None) -> list[str]:
+    """Every reason `path` (an incoming results.json) may not enter `grid` as `cell`; [] where it may."""
+    try:
+        results, _ = verify(path, done, gsm8k_path)
+    except ResultsError as e:
+        return [str(e).replace(str(path.parent.parent), grid.name)]
+    out = []
+    try:
+        recorded(cell, results)
+    except SweepError as e:
+        out.append(str(e).removeprefix(f"{cell.name}: "))
+    problem = arms_problem(cell, results.get("arms", {}), grid.planned_arms()[cell], grid.whole_seeds)
+    out += [problem] if problem else []
+    cards = recorded_cards(results)
+    try:
+        problem = config_problem(expected.record(cell, "cpu" if cards == ["CPU"] else "gpu"), results)
+    except SweepError as e:
+        problem = str(e)
+    out += [problem] if problem else []
+    out += [p for arm, entry in results.get("arms", {}).items()
+            if (p := history.code_problem(arm, entry.get("provenance"))) is not None]
+    if grid.sequential is not None:
+        problem = card_problem(grid.sequential["cards"], {str(cell.seed): cards})
+        out += [problem] if problem else []
+    held = foreign(claims, cell.seed, who, now)
+    if held is not None:
+        out.append(f"seed {cell.seed} is claimed by {held.who} until {stamp(held.until)} ({held.path.name}): its cells "
+                   f"merge from its claimant only")
+    return list(dict.fromkeys(out))
+
+
+def incoming_problems(grid: Grid, grid_path: Path, incoming: Path, who: str | None,
+                      gsm8k_path: str | None = None, now: datetime.datetime | None = None) -> tuple[list[str], int]:
+    """(one line per incoming cell folder that may not enter the plan, the number of cell folders checked)."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    history, expected = PlanHistory.of(Path(grid_path)), Expected(grid)
+    claims = read_claims(Path(grid.results_dir) / grid.name)
+    cells = {c.name: c for c in grid.cells()}
+    out, done, folders = [], {}, sorted(p for p in incoming.iterdir() if p.is_dir() and p.name not in SKIPPED)
+    for folder in folders:
+        cell = cells.get(folder.name)
+        if cell is None:
+            out.append(f"{folder.name}: not a cell of the plan {grid.name}")
+        elif not (folder / "results.json").is_file():
+            out.append(f"{folder.name}: no results.json")
+        else:
+            reasons = cell_problems(grid, cell, folder / "results.json", history, expected, claims, who, now,
+                                    gsm8k_path, done)
+            out += [f"{cell.name}: {'; '.join(reasons)}"] if reasons else []
+    return out, len(folders)

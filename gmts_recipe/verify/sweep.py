@@ -18,12 +18,12 @@ from gmts_recipe.verify.provenance import cell_origin
 
 # What this level refuses (check.py --checks, docs/results.md's list of checks).
 CHECKS = (
-    "a sweep.json whose digest is not its own, or whose plan moved (verify.plan, before any cell is read: a plan only "
-    "grows; a sequential plan keeps its design, its continued test and cards); a failure record not the runner's",
+    "a sweep.json whose digest is not its own (its plan checked first: verify.plan); a failure record not the "
+    "runner's",
     "a summary number other than the one recomputed from every cell, each read once (`verify`); a cell holding an arm "
     "its blocks do not run, or not the recipe of the test a sequential plan continues",
-    "cells keeping samples some but not all, or whose samples do not re-score (`sweep_samples`); --allow-unsampled on "
-    "a planned sweep not pinned as made before samples (verify.plan.UNSAMPLED_PLANS); a look 0 that does not check",
+    "cells keeping samples some but not all, or whose samples do not re-score (`sweep_samples`); a look 0 that does "
+    "not check as its own sweep does",
 )
 
 
@@ -40,23 +40,31 @@ def read_summary(path: str | Path, summary: dict | None = None) -> dict:
     return summary
 
 
+def read_sweep(path: Path, summary: dict | None = None) -> tuple[dict, Grid, tuple[dict, Grid] | None]:
+    """(sweep.json, its grid, and the same two of the test a sequential sweep continues, where it has a sweep.json):
+    each read once, for the plan's checks (verify.plan.report) and the cells' (`verify`)."""
+    summary, grid = read_summary(path, summary), _grid(path)
+    beside = continued_sweep(path, grid, must_exist=False)
+    return summary, grid, (read_summary(beside), _grid(beside)) if beside is not None and beside.is_file() else None
+
+
 def check_sweep(path: Path, sweep: dict | None = None, gsm8k_path: str | None = None, allow_unsampled: bool = False,
                 gsm8k_pinned: bool = True, math_path: str | None = None) -> tuple[dict, list[str], dict]:
     """check.py on a sweep.json (`sweep`: as read, else read here): (summary, the plan's lines, the samples'
     report). The plan first (git, seconds): a plan that moved is refused before its cells are read, and
     --allow-unsampled on a planned sweep not pinned as made before samples; then `verify` on the cells, a sequential
     sweep's look 0 (the test it continues) checked in full, and `sweep_samples` on the cells as `verify` read them."""
-    summary = read_summary(path, sweep)
-    planned = plan_report(path, summary)
+    summary, grid, continued = read_sweep(path, sweep)
+    loaded, first = {}, None
+    planned = plan_report(path, summary, grid, continued)
     if allow_unsampled:  # a planned test's decision stands on re-scored samples
-        unsampled_plan(path)
-    grid, loaded, first = _grid(path), {}, None
+        unsampled_plan(path, summary)
     with sweep_summary.summaries_kept():  # the continued test's cells, read for look 0, are summarized once
         verify(path, loaded, summary, grid)
         look0 = continued_sweep(path, grid)
         if look0 is not None:  # checked as check.py checks that sweep
             cells: dict = {}
-            done = verify(look0, cells)
+            done = verify(look0, cells, *continued)
             first = {**sweep_samples(look0, done, cells, gsm8k_path, False, gsm8k_pinned, math_path), "path": look0,
                      "cells": len(done["cells"])}
         report = sweep_samples(path, summary, loaded, gsm8k_path, allow_unsampled, gsm8k_pinned, math_path)
@@ -102,17 +110,15 @@ def verify(path: str | Path, loaded: dict | None = None, summary: dict | None = 
     return summary
 
 
-def continued_sweep(path: str | Path, grid: Grid | None = None) -> Path | None:
+def continued_sweep(path: Path, grid: Grid, must_exist: bool = True) -> Path | None:
     """The sweep.json of the test a sequential sweep continues (its first look), in the same results folder; None for
     a sweep that continues none. check.py checks it in full beside the sequential sweep: look 0's cells are read from
-    it, and their samples must re-score as any sweep's do. `grid`: the sweep's, where the caller loaded it."""
-    p = Path(path)
-    grid = load_grid(p.parent / "grid.yaml") if grid is None else grid
+    it, and their samples must re-score as any sweep's do (`must_exist`: refused where it has none)."""
     if grid.sequential is None:
         return None
-    continued = p.parent.parent / load_grid(grid.path(grid.sequential["continues"])).name / "sweep.json"
-    if not continued.is_file():
-        raise SweepError(f"{p}: the test it continues has no sweep.json ({continued}): look 0 is checked as that "
+    continued = path.parent.parent / load_grid(grid.path(grid.sequential["continues"])).name / "sweep.json"
+    if must_exist and not continued.is_file():
+        raise SweepError(f"{path}: the test it continues has no sweep.json ({continued}): look 0 is checked as that "
                          f"sweep (python sweep.py {grid.sequential['continues']} --summarize writes it)")
     return continued
 
