@@ -23,8 +23,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from gmts_recipe.field_types import field_docs
-from gmts_recipe.value_checks import check_values
+from gmts_recipe.value_checks import check_values, field_docs
 from selection import RULES
 
 SELECTION_SCOPES = ("batch", "microbatch", "group")

@@ -15,7 +15,7 @@ import torch
 from transformers import GenerationConfig
 
 from gmts_recipe.config import SELECTION_FIELDS, GMTSConfig, check_choice, check_selection_config
-from gmts_recipe.field_types import field_docs
+from gmts_recipe.value_checks import field_docs
 from gmts_recipe.generation.attention import KERNELS
 from gmts_recipe.generation.decode_loop import check_supported, check_supported_config, resolved_generation_config
 from gmts_recipe.speed_options import DECODE_LOOPS, NOISE_KEY_VERSIONS, SAMPLING_NOISES, SpeedOptions

@@ -13,7 +13,7 @@ field's items are never converted (argparse converts a default that is a string,
 of numbers takes numbers only: `base_eval_seeds: ["0", "1"]` and `base_eval_seeds: "0"` are refused. A type this
 check does not know passes; the config classes check it when they are built.
 
-`field_docs`: the fields' help texts as the docstring of the config class that declares them (what `help()` shows).
+The recipe's check (recipe_config.parse): the trainer never imports this module (a user's script passes Python values).
 """
 
 from __future__ import annotations
@@ -123,9 +123,3 @@ def misfits(config: dict, classes: tuple[type, ...]) -> list[tuple[str, Any, str
                 out.append((f.name, value, describe(hint) + (" (unquoted)" if unquoted else "")))
     return out
 
-
-def field_docs(cls: type, fields: list[dataclasses.Field] | None = None) -> str:
-    """One paragraph per field, "name (default): help", from the fields' metadata: what `help()` shows of a config
-    class whose docstring is built with it (its help texts, kept in one place)."""
-    fields = dataclasses.fields(cls) if fields is None else fields
-    return "\n".join(f"    {f.name} ({f.default!r}): {f.metadata.get('help', '')}" for f in fields)

@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from gmts_recipe.field_types import field_docs
+from gmts_recipe.value_checks import field_docs
 
 DECODE_LOOPS = ("transformers", "compiled_step")  # transformers' generate, or decode_loop.sample (eval.py, the trainer)
 # Where a generation's sampling noise comes from: "stream", torch's generator; "counter", a function of (seed, stream,

@@ -13,7 +13,8 @@ reward_weights) holds numbers of that kind, finite (`check_list_values`): YAML's
 which argparse leaves as they are and a comparison with a seed later fails on.
 
 Standard library only: the trainer imports this module (the recipe's own checks are where the recipe uses them:
-data.prompt_name_problem, records.load_unique_yaml, recipe_config.trained_arms).
+data.prompt_name_problem, records.load_unique_yaml, recipe_config.trained_arms, field_types.misfits). `field_docs`
+writes the fields' help texts into the docstring of the config class that declares them (what `help()` shows).
 """
 
 from __future__ import annotations
@@ -169,3 +170,8 @@ def check_list_values(config: Any) -> None:
             raise ValueError(f"{name}={value!r}: {problem}")
 
 
+def field_docs(cls: type, fields: list[dataclasses.Field] | None = None) -> str:
+    """One paragraph per field, "name (default): help", from the fields' metadata: what `help()` shows of a config
+    class whose docstring is built with it (its help texts, kept in one place)."""
+    fields = dataclasses.fields(cls) if fields is None else fields
+    return "\n".join(f"    {f.name} ({f.default!r}): {f.metadata.get('help', '')}" for f in fields)
