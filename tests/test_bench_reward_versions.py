@@ -107,6 +107,7 @@ def test_the_committed_output_is_this_codes_and_covers_every_committed_samples_f
     assert all(files[d["file"]] == d["recorded"] for d in COMMITTED["differ"])
 
 
+@pytest.mark.slow  # re-scores every committed sample under each reward version (10 s)
 def test_every_sample_whose_score_differs_between_versions_re_scores_as_listed():
     """The committed samples where the versions disagree (bench/reward-versions.json): each version's score is the
     one listed, and the recorded version's is the score stored when the run scored it."""

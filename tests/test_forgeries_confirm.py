@@ -89,6 +89,7 @@ def test_the_committed_extension_checks_look_0_in_full(committed_sweeps_verified
     assert last.startswith("results/confirm-extension/sweep.json: 7 cells, ") and "look 0 (confirm) 100 cells, " in last
 
 
+@pytest.mark.slow  # reads a committed sweep of 100 cells: beside the pilot's checks in the unit suite
 def test_look_0_records_edited_where_only_their_samples_show_it_are_refused(tmp_path, capsys, monkeypatch):
     """Seed 200 of the continued test: wherever both arms' sample failed, both scored right in the records (its samples
     files untouched), the cell and the test's summary written again by the recipe's code. Each task's GMTS - ETS is
@@ -139,6 +140,7 @@ def no_checkpointing(results: dict) -> None:
         entry["generation_options"]["gradient_checkpointing"] = False
 
 
+@pytest.mark.slow  # reads a committed sweep of 100 cells: beside the pilot's checks in the unit suite
 @pytest.mark.parametrize("edit, said", [
     (another_config, "config.eval_temperature is 0.6, the continued test's unset (the recipe's default) (a sequential "
                      "plan's seeds run the continued test's recipe: only config.seed differs)"),
@@ -212,6 +214,7 @@ def rescored(folder: Path, results: dict, version: int, gold_of=None, key_of=Non
         ev["pass@1"] = pass_at_1(ev["records"])
 
 
+@pytest.mark.slow  # reads a committed sweep of 100 cells: beside the pilot's checks in the unit suite
 def test_an_arm_claiming_the_plans_reward_above_samples_scored_by_another_is_refused(tmp_path, capsys, monkeypatch):
     """The extension's first cell re-scored by reward version 4 (every evaluation: one version per file), its arms
     still claiming version 1, the plan's: the variant's check reads an arm's claim. Refused as a file (an arm trains
@@ -235,6 +238,7 @@ def test_an_arm_claiming_the_plans_reward_above_samples_scored_by_another_is_ref
                                            f"version is 1 (pinned: one reading)")
 
 
+@pytest.mark.slow  # reads a committed sweep of 100 cells: beside the pilot's checks in the unit suite
 def test_gold_answers_rewritten_beside_a_gsm8k_copy_that_agrees_are_refused(tmp_path, capsys):
     """Seed 305 of the extension (GMTS - ETS -8.8 points, "regressed"): where ETS did better on a task, its gold answer
     rewritten to one of GMTS's wrong answers in every evaluation's samples file, the scores re-scored, every key

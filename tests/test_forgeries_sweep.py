@@ -256,6 +256,7 @@ def committed_copy(results: Path, name: str) -> Path:
     return results / name / "sweep.json"
 
 
+@pytest.mark.slow  # reads a committed sweep of 100 cells: beside the pilot's checks in the unit suite
 def test_an_extension_cell_forged_from_a_confirmatory_cell_is_refused(tmp_path, capsys, monkeypatch):
     """The continued test's next seed (307) forged from the confirmatory test's seed 232, as a forger of its looks
     would: a cell of the extension (its config, base, provenance: the exact H100 name, the code digest) under seed 307,

@@ -225,6 +225,7 @@ def test_the_committed_numbers_of_the_write_up(committed):
     assert round(story["cut_low"], 2) == 0.80
 
 
+@pytest.mark.slow  # reads a committed sweep of 100 cells: beside the pilot's checks in the unit suite
 def test_check_power_prints_the_seeds_a_decision_needs():
     out = subprocess.run([sys.executable, "check.py", "--power", "results/coupled/sweep.json"], cwd=ROOT,
                          capture_output=True, text=True)
@@ -248,6 +249,7 @@ def test_sweep_note_counts_collapses_per_arm():
     assert collapse_counts(cells, ["ets", "gmts"]) == "Collapsed below the base: ets 1 of 2 (seed 1); gmts 0 of 1."
 
 
+@pytest.mark.slow  # draws the headline figure from two committed sweeps (8 s)
 def test_headline_figure_marks_the_collapsed_seed(tmp_path):
     from gmts_recipe import plots
 

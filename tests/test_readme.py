@@ -78,9 +78,15 @@ SWEEP_CHECK = re.compile(r"python check\.py \S+/sweep\.json --markdown( --allow-
 UNIT_SWEEP_CHECK = "python check.py results/coupled/sweep.json --markdown"
 
 
+# update_readme.py's readings of the confirmatory test beyond its tables (post hoc, falls, deviations) re-read its
+# 100 cells too (10-20 s each): the slow set.
+CONFIRM_READING = re.compile(r"python update_readme\.py --(posthoc|reward-falls|deviations) "
+                             r".*results/confirm/sweep\.json.*")
+
+
 def block_param(page: str, block: re.Match):
     cmd = block.group("cmd")
-    slow = SWEEP_CHECK.fullmatch(cmd) and cmd != UNIT_SWEEP_CHECK
+    slow = (SWEEP_CHECK.fullmatch(cmd) and cmd != UNIT_SWEEP_CHECK) or CONFIRM_READING.fullmatch(cmd)
     return pytest.param(page, block, id=f"{page}-{cmd}", marks=[pytest.mark.slow] if slow else [])
 
 

@@ -260,6 +260,7 @@ def test_decisions_option_refuses_an_item_without_a_name(capsys):
     assert "40 steps of 64 rollouts" in one[2] and one[2].endswith(update_readme.PAPER_SETTING + ".")
 
 
+@pytest.mark.slow  # reads a committed sweep of 100 cells: beside the pilot's checks in the unit suite
 def test_deviations_and_interim_path_read_the_confirmatory_records():
     """What the confirmatory test's records say about its own run (docs/results.md shows both blocks): the options that
     changed between cells, the seeds whose compared arms ran in separate processes, the cell the timing log lacks; and
