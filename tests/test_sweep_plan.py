@@ -274,6 +274,20 @@ def test_a_sequential_sweeps_cells_on_a_card_the_plan_does_not_name_are_refused(
         plan.report(sweep, *read_sweep(sweep))
 
 
+def test_a_sequential_sweep_whose_continued_test_has_no_sweep_json_is_refused(tmp_path, monkeypatch):
+    """Look 0 is checked as the continued test's own sweep: where that test has no sweep.json, check.py refuses the
+    sequential sweep in one line (after the plan's checks, set aside here: they need git and a design file)."""
+    from gmts_recipe.sweep.report import write_summary
+    from gmts_recipe.verify import sweep as verify_sweep
+    from test_sweep import sequential_trees
+
+    path = sequential_trees(tmp_path)
+    sweep = write_summary(load_grid(path), path)
+    monkeypatch.setattr(verify_sweep, "plan_report", lambda *args: [])
+    with pytest.raises(SweepError, match=r"the test it continues has no sweep\.json \(.*first/sweep\.json\)"):
+        verify_sweep.check_sweep(sweep)
+
+
 def test_the_summary_notes_cards_by_the_same_exact_names(tmp_path):
     """sweep.py's note on a sequential sweep's cards reads them as check.py does: a GH200 is no H200, two cards for
     one seed are noted, an H100 and an H200 are not."""

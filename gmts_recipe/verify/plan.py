@@ -411,10 +411,11 @@ def design_problem(spec: dict, design: dict) -> str | None:
     return None
 
 
-def sequential_lines(sweep_path: Path, summary: dict, grid: Grid, continued: tuple[dict, Grid] | None) -> list[str]:
+def sequential_lines(sweep_path: Path, summary: dict, grid: Grid,
+                     continued: tuple[Path, dict, Grid] | None) -> list[str]:
     """A sequential plan's own checks (see the module's docstring): the test it continues as committed (`continued`:
-    its sweep.json and grid as the caller read them; None where it has no sweep.json yet), its design file, its cards.
-    Each disagreement one SweepError line; returns the lines to print."""
+    its sweep.json's path, the file and its grid as the caller read them; None where it has no sweep.json yet), its
+    design file, its cards. Each disagreement one SweepError line; returns the lines to print."""
     spec, folder = summary["sequential"], sweep_path.parent
     where = f"{sweep_path}: sequential"
     problem = card_problem(spec["cards"], spec["cell_cards"])
@@ -474,7 +475,7 @@ def sequential_lines(sweep_path: Path, summary: dict, grid: Grid, continued: tup
                 else "no new seed counted yet.")]
     said = f"Look 0: {continued_rel} and {continued_cells} as committed"
     if continued is not None:  # that sweep's own plan checks (its history, stray cells), without its cells
-        inner = report(continued_folder / "sweep.json", *continued)[0]
+        inner = report(*continued)[0]
         said += f"; its plan: {inner.removeprefix('Plan: ')}"
     lines.append(said + ("" if said.endswith(".") else "."))
     return lines
@@ -501,9 +502,9 @@ def continued_by(sweep_path: Path, name: str) -> list[str]:
     return out
 
 
-def report(sweep_path: Path, summary: dict, grid: Grid, continued: tuple[dict, Grid] | None = None) -> list[str]:
+def report(sweep_path: Path, summary: dict, grid: Grid, continued: tuple[Path, dict, Grid] | None = None) -> list[str]:
     """check.py's lines on a sweep's plan, before any of its cells is read (`summary`, `grid`: sweep.json and its
-    grid.yaml as verify.sweep read them, once; `continued`: the same two of the test a sequential plan continues):
+    grid.yaml as verify.sweep read them, once; `continued`: the same three of the test a sequential plan continues):
     `check`, then a refusal for a cell folder with a results.json the plan does not list (a cell dropped from the grid
     is named), the planned cells that have not run (named, in the grid's order, never silently left out), and a
     sequential plan's own checks."""
@@ -527,8 +528,8 @@ def report(sweep_path: Path, summary: dict, grid: Grid, continued: tuple[dict, G
 # the one the plan's config gives that cell, as recipe.py records it on the card it ran on), each arm's code (its
 # recorded digest matched to a commit of the plan's history: from the commit that added the plan to HEAD), the plan's
 # cards (on one card the plan names, both arms), and the seed claims (no cell of a seed that someone else's claim
-# holds). `problems` gives one line per cell that fails, every reason of that cell in it; the archive is refused whole
-# on any.
+# holds). `incoming_problems` gives one line per cell that fails, every reason of that cell in it; the archive is
+# refused whole on any.
 
 SKIPPED = ("logs", "base-evals", "claims")  # folders of a sweep folder that are not cells
 

@@ -40,12 +40,14 @@ def read_summary(path: str | Path, summary: dict | None = None) -> dict:
     return summary
 
 
-def read_sweep(path: Path, summary: dict | None = None) -> tuple[dict, Grid, tuple[dict, Grid] | None]:
-    """(sweep.json, its grid, and the same two of the test a sequential sweep continues, where it has a sweep.json):
-    each read once, for the plan's checks (verify.plan.report) and the cells' (`verify`)."""
+def read_sweep(path: Path, summary: dict | None = None) -> tuple[dict, Grid, tuple[Path, dict, Grid] | None]:
+    """(sweep.json, its grid, and for the test a sequential sweep continues, where it has a sweep.json, that file's
+    path, the file and its grid): each read once, for the plan's checks (verify.plan.report) and the cells'
+    (`verify`)."""
     summary, grid = read_summary(path, summary), _grid(path)
     beside = continued_sweep(path, grid, must_exist=False)
-    return summary, grid, (read_summary(beside), _grid(beside)) if beside is not None and beside.is_file() else None
+    exists = beside is not None and beside.is_file()
+    return summary, grid, (beside, read_summary(beside), _grid(beside)) if exists else None
 
 
 def check_sweep(path: Path, sweep: dict | None = None, gsm8k_path: str | None = None, allow_unsampled: bool = False,
@@ -61,10 +63,11 @@ def check_sweep(path: Path, sweep: dict | None = None, gsm8k_path: str | None = 
         unsampled_plan(path, summary)
     with sweep_summary.summaries_kept():  # the continued test's cells, read for look 0, are summarized once
         verify(path, loaded, summary, grid)
-        look0 = continued_sweep(path, grid)
-        if look0 is not None:  # checked as check.py checks that sweep
-            cells: dict = {}
-            done = verify(look0, cells, *continued)
+        if grid.sequential is not None and continued is None:
+            continued_sweep(path, grid)  # refuses: the test it continues has no sweep.json
+        if continued is not None:  # checked as check.py checks that sweep
+            look0, cells = continued[0], {}
+            done = verify(look0, cells, *continued[1:])
             first = {**sweep_samples(look0, done, cells, gsm8k_path, False, gsm8k_pinned, math_path), "path": look0,
                      "cells": len(done["cells"])}
         report = sweep_samples(path, summary, loaded, gsm8k_path, allow_unsampled, gsm8k_pinned, math_path)
